@@ -1,0 +1,42 @@
+# The two commands a new user runs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+SHARED ?= ../shared
+CONFORMANCE ?= $(SHARED)/conformance/noetl
+
+.PHONY: install demo test unit conformance bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) examples/demo.py
+
+unit: install
+	$(PY) -m pytest -q
+
+conformance: install
+	$(BIN)/milepost conformance $(CONFORMANCE)
+
+test: install
+	$(PY) -m pytest -q
+	$(BIN)/milepost conformance $(CONFORMANCE)
+
+bench: install
+	$(BIN)/milepost bench W1 200
+	$(BIN)/milepost bench W2 1000
+	$(BIN)/milepost bench W3 200
+
+lint: install
+	$(BIN)/ruff check milepost tests examples
+	$(BIN)/mypy --strict milepost/core
+
+clean:
+	rm -rf $(VENV) .milepost .pytest_cache

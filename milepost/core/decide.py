@@ -1,0 +1,349 @@
+"""decide: given a state and its playbook, the events that move the run forward.
+
+`decide` never acts; the orchestrator appends what it returns, folds it, and asks
+again until the answer is empty. Each call does the first phase that has work, in
+this order, so every decision sees the consequences of the one before:
+
+1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
+2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`);
+3. cancellation and failure -> `execution.cancelled` / `execution.failed` once idle;
+4. pending steps -> `step.enter` + `command.issued` (admission, join barrier, loops);
+5. loop iterations and due retries -> `command.issued`;
+6. nothing active -> `execution.completed`.
+
+Time (`now`) and ids (`new_id`) come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from milepost.core import context as cx
+from milepost.core import events as ev
+from milepost.core import ids
+from milepost.core import state as st
+from milepost.core.policies import retry_delay
+from milepost.errors import TemplateError
+from milepost.playbook import model
+from milepost.playbook import render
+
+
+@dataclass(slots=True)
+class Decision:
+    events: list[ev.Event] = field(default_factory=list)
+    wake_at: float | None = None
+    """When decide wants to be asked again although no event arrives (a retry's delay)."""
+
+
+class _Emitter:
+    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int]) -> None:
+        self.state = state
+        self.now = now
+        self.new_id = new_id
+        self.decision = Decision()
+
+    def emit(self, event_type: str, step: str | None = None, status: str | None = None,
+             **payload: Any) -> None:
+        self.decision.events.append(ev.new_event(
+            self.new_id(), self.state.execution_id, event_type, self.now,
+            step=step, status=status, payload=payload,
+        ))  # fmt: skip
+
+    def wake(self, at: float) -> None:
+        current = self.decision.wake_at
+        self.decision.wake_at = at if current is None else min(current, at)
+
+
+def decide(
+    state: st.ExecutionState, playbook: model.Playbook, now: float, new_id: Callable[[], int]
+) -> Decision:
+    out = _Emitter(state, now, new_id)
+    if state.terminal:
+        return out.decision
+    for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
+                  _start_pending, _issue_work, _complete):  # fmt: skip
+        phase(out, playbook)
+        if out.decision.events:
+            break
+    return out.decision
+
+
+# -- 1. failures ------------------------------------------------------------------------
+
+
+def _retry_spec(playbook: model.Playbook, step: str) -> model.RetrySpec | None:
+    return playbook.steps[step].spec.retry
+
+
+def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Failure) -> bool:
+    if spec is None or state.failure is not None or state.cancel_requested:
+        return False
+    kind = f.error.get("kind")
+    return kind != "approval" and kind in spec.retry_on and f.attempt < spec.max_attempts
+
+
+def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
+    for sr in out.state.running.values():
+        spec = _retry_spec(playbook, sr.step)
+        for index, failure in sorted(sr.failures.items()):
+            if not _retryable(out.state, spec, failure):
+                continue
+            assert spec is not None
+            wait = retry_delay(spec.backoff, spec.delay, failure.attempt, spec.max_delay)
+            wait = max(wait, float(failure.error.get("retry_after") or 0.0))
+            out.emit(ev.COMMAND_RETRY_SCHEDULED, sr.step, run=sr.run, index=index,
+                     attempt=failure.attempt + 1, not_before=out.now + wait,
+                     error=failure.error)  # fmt: skip
+
+
+# -- 2. finished step runs ---------------------------------------------------------------
+
+
+def _final_failure(sr: st.StepRun) -> tuple[int, st.Failure] | None:
+    # after phase 1 every failure left is final
+    if not sr.failures:
+        return None
+    index = min(sr.failures)
+    return index, sr.failures[index]
+
+
+def _run_done(sr: st.StepRun) -> bool:
+    if sr.in_flight or sr.retry_at:
+        return False
+    if sr.failures:
+        return True
+    return len(sr.results) >= sr.total
+
+
+def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
+    for sr in list(out.state.running.values()):
+        if not _run_done(sr):
+            continue
+        failed = _final_failure(sr)
+        if failed is not None:
+            index, failure = failed
+            _fail_step(out, sr, failure.error, index if sr.is_loop else None)
+        else:
+            _complete_step(out, playbook, sr)
+
+
+def step_error(step: str, error: dict[str, Any], index: int | None = None) -> dict[str, Any]:
+    """The error of a failed step, in the shape a failed run reports (DSL 10)."""
+    message = str(error.get("message") or "failed")
+    if index is not None:
+        message = f"iteration {index}: {message}"
+    task = error.get("task")
+    where = f"step '{step}'" + (f" task '{task}'" if task else "")
+    result = {k: v for k, v in error.items() if k not in ("message", "retry_after")}
+    result.update(step=step, task=task, kind=error.get("kind", "error"), message=message,
+                  reason=f"{where} failed: {message}")  # fmt: skip
+    if index is not None:
+        result["index"] = index
+    return result
+
+
+def _fail_step(out: _Emitter, sr: st.StepRun, error: dict[str, Any], index: int | None) -> None:
+    out.emit(ev.STEP_EXIT, sr.step, st.FAILED, run=sr.run, error=step_error(sr.step, error, index))
+
+
+def _step_result(sr: st.StepRun) -> Any:
+    if sr.is_loop:
+        return [sr.results[i] for i in range(sr.total)]
+    return sr.results.get(st.NO_INDEX)
+
+
+def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> None:
+    step = playbook.steps[sr.step]
+    result = _step_result(sr)
+    view = render.LoopResult(result, failed=sr.failed_ok) if sr.is_loop else result
+    context = cx.base_context(out.state)
+    context[sr.step] = view
+    context["output"] = view
+    event_name = ev.LOOP_DONE if sr.is_loop else ev.STEP_EXIT
+    try:
+        writes = _render_set(step.set, context, f"step '{sr.step}': set")
+        context["ctx"] = cx.with_writes(out.state.ctx, writes)
+        context["event"] = {"name": event_name, "step": sr.step}
+        chosen = _choose_arcs(step.next, context, sr.step)
+        targets = []
+        for arc in chosen:
+            arc_writes = _render_set(arc.set, context, f"step '{sr.step}': arc to '{arc.step}': set")
+            writes.update(arc_writes)
+            context["ctx"] = cx.with_writes(context["ctx"], arc_writes)
+            args = render.render_value(arc.args, context, where=f"step '{sr.step}': arc to "
+                                       f"'{arc.step}': args", mode="set")  # fmt: skip
+            targets.append({"step": arc.step, "args": args})
+    except TemplateError as exc:
+        _fail_step(out, sr, {"kind": "template", "message": exc.message}, None)
+        return
+    if sr.is_loop:
+        out.emit(ev.LOOP_DONE, sr.step, run=sr.run, count=len(result))
+    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets}
+    if sr.is_loop:
+        payload["loop"] = {"failed": sr.failed_ok}
+    if step.next.arcs and not chosen:
+        payload["dead_end"] = True
+    out.emit(ev.STEP_EXIT, sr.step, st.COMPLETED, **payload)
+
+
+def _render_set(values: dict[str, Any], context: dict[str, Any], where: str) -> dict[str, Any]:
+    """Render a step or arc `set`; returns ctx writes (keys without the `ctx.` prefix)."""
+    writes: dict[str, Any] = {}
+    for key, template in values.items():
+        scope, name = cx.split_set_key(key)
+        value = render.render_value(template, context, where=f"{where} '{key}'", mode="set")
+        if scope == "ctx":
+            writes[name] = value
+            context["ctx"] = cx.with_writes(context["ctx"], {name: value})
+    return writes
+
+
+def _choose_arcs(nxt: model.Next, context: dict[str, Any], step: str) -> list[model.Arc]:
+    chosen = []
+    for i, arc in enumerate(nxt.arcs):
+        if arc.when is None or render.render_when(
+            arc.when, context, where=f"step '{step}': next.arcs[{i}].when"
+        ):
+            chosen.append(arc)
+            if nxt.mode == "exclusive":
+                break
+    return chosen
+
+
+# -- 3. failure and cancellation -----------------------------------------------------------
+
+
+def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None:
+    state = out.state
+    if state.running or state.commands:
+        return
+    if state.cancel_requested:
+        out.emit(ev.EXECUTION_CANCELLED, reason="cancel requested")
+    elif state.failure is not None:
+        out.emit(ev.EXECUTION_FAILED, error=state.failure, reason=state.failure.get("reason"))
+
+
+# -- 4. pending steps ------------------------------------------------------------------------
+
+
+def _blocked(playbook: model.Playbook, join: str, active: set[str]) -> bool:
+    if join not in playbook.joins:
+        return False
+    reach = playbook.reaches.get(join, frozenset())
+    return any(a != join and a in reach for a in active)
+
+
+def _start_pending(out: _Emitter, playbook: model.Playbook) -> None:
+    state = out.state
+    if state.failure is not None or state.cancel_requested:
+        return
+    active = set(state.running) | {s for s in state.pending if s not in playbook.joins}
+    for name, args in list(state.pending.items()):
+        if name in state.running or _blocked(playbook, name, active):
+            continue
+        _start_step(out, playbook, playbook.steps[name], args)
+        active.add(name)
+
+
+def _admitted(step: model.Step, context: dict[str, Any]) -> bool:
+    for i, rule in enumerate(step.spec.admit):
+        if rule.when is None or render.render_when(
+            rule.when, context, where=f"step '{step.name}': spec.policy.admit.rules[{i}].when"
+        ):
+            return rule.allow
+    return True
+
+
+def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
+                args: dict[str, Any]) -> None:  # fmt: skip
+    state = out.state
+    context = cx.base_context(state)
+    if not _admitted(step, context):
+        out.emit(ev.STEP_EXIT, step.name, st.SKIPPED, run=state.run_counts.get(step.name, 0))
+        return
+    run = state.run_counts.get(step.name, 0) + 1
+    if step.loop is None:
+        out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
+        _issue(out, step.name, run, st.NO_INDEX, 1)
+        return
+    try:
+        items, limit = _render_loop(step, context)
+    except TemplateError as exc:
+        out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
+        out.emit(ev.STEP_EXIT, step.name, st.FAILED, run=run,
+                 error=step_error(step.name, {"kind": "template", "message": exc.message}))
+        return
+    out.emit(ev.STEP_ENTER, step.name, run=run, args=args, items=items, max_in_flight=limit)
+    for index in range(min(limit, len(items))):
+        _issue(out, step.name, run, index, 1)
+
+
+def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], int]:
+    assert step.loop is not None
+    where = f"step '{step.name}': loop.in"
+    items = render.render_value(step.loop.in_, context, where=where)
+    if isinstance(items, tuple):
+        items = list(items)
+    if not isinstance(items, list):
+        kind = "null" if items is None else type(items).__name__
+        raise TemplateError(f"loop step '{step.name}': 'in' rendered {kind}, not a list")
+    if step.loop.mode == "sequential":
+        return list(items), 1
+    raw = render.render_value(step.loop.max_in_flight, context,
+                              where=f"step '{step.name}': loop.spec.max_in_flight")  # fmt: skip
+    try:
+        limit = int(raw)
+    except (TypeError, ValueError):
+        raise TemplateError(
+            f"step '{step.name}': loop.spec.max_in_flight rendered {raw!r}, not an integer"
+        ) from None
+    return list(items), max(1, limit)
+
+
+def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None:
+    key = ids.idempotency_key(out.state.execution_id, step, run,
+                              None if index == st.NO_INDEX else index, attempt)  # fmt: skip
+    out.emit(ev.COMMAND_ISSUED, step, command_id=out.new_id(), run=run, index=index,
+             attempt=attempt, idempotency_key=key)  # fmt: skip
+
+
+# -- 5. more work for running steps ----------------------------------------------------------
+
+
+def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
+    state = out.state
+    if state.failure is not None or state.cancel_requested:
+        return
+    for sr in state.running.values():
+        if sr.failures:
+            continue  # a failed iteration stops new ones; the run ends when in-flight ones finish
+        for index, at in sorted(sr.retry_at.items()):
+            if at <= out.now:
+                _issue(out, sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
+            else:
+                out.wake(at)
+        if sr.is_loop:
+            busy = len(sr.in_flight) + len(sr.retry_at)
+            nxt = sr.next_index
+            while busy < sr.max_in_flight and nxt < sr.total:
+                _issue(out, sr.step, sr.run, nxt, 1)
+                busy += 1
+                nxt += 1
+
+
+# -- 6. completion ---------------------------------------------------------------------------
+
+
+def _complete(out: _Emitter, playbook: model.Playbook) -> None:
+    state = out.state
+    if state.running or state.pending or state.commands:
+        return
+    if state.dead_end is not None and playbook.executor.no_next_is_error:
+        message = f"step '{state.dead_end}': no arc matched (executor.spec.no_next_is_error)"
+        error = {"step": state.dead_end, "task": None, "kind": "dead_end", "message": message,
+                 "reason": message}  # fmt: skip
+        out.emit(ev.EXECUTION_FAILED, error=error, reason=message)
+        return
+    out.emit(ev.EXECUTION_COMPLETED)

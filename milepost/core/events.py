@@ -1,0 +1,140 @@
+"""Events: the immutable facts a run is made of, and their wire envelope.
+
+An event is `{event_id, execution_id, parent_event_id, event_type, step, status,
+payload, meta, worker_id, created_at}`. On the wire (NoETL's shape) `payload` travels
+as `result = {status, context: payload}`, or `{status, reference: {...}}` when the
+payload lives in the result store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+EXECUTION_STARTED = "execution.started"
+STEP_ENTER = "step.enter"
+COMMAND_ISSUED = "command.issued"
+COMMAND_CLAIMED = "command.claimed"
+COMMAND_STARTED = "command.started"
+COMMAND_HEARTBEAT = "command.heartbeat"
+CALL_DONE = "call.done"
+CALL_ERROR = "call.error"
+STEP_EXIT = "step.exit"
+COMMAND_COMPLETED = "command.completed"
+COMMAND_FAILED = "command.failed"
+COMMAND_RETRY_SCHEDULED = "command.retry_scheduled"
+COMMAND_LEASE_EXPIRED = "command.lease_expired"
+LOOP_DONE = "loop.done"
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_GRANTED = "approval.granted"
+APPROVAL_DENIED = "approval.denied"
+APPROVAL_EXPIRED = "approval.expired"
+APPROVAL_INVALIDATED = "approval.invalidated"
+EXECUTION_CANCEL_REQUESTED = "execution.cancel_requested"
+EXECUTION_CANCELLED = "execution.cancelled"
+COMPENSATION_STARTED = "compensation.started"
+EXECUTION_COMPLETED = "execution.completed"
+EXECUTION_FAILED = "execution.failed"
+
+EVENT_TYPES = frozenset(
+    {
+        EXECUTION_STARTED, STEP_ENTER, COMMAND_ISSUED, COMMAND_CLAIMED, COMMAND_STARTED,
+        COMMAND_HEARTBEAT, CALL_DONE, CALL_ERROR, STEP_EXIT, COMMAND_COMPLETED, COMMAND_FAILED,
+        COMMAND_RETRY_SCHEDULED, COMMAND_LEASE_EXPIRED, LOOP_DONE, APPROVAL_REQUESTED,
+        APPROVAL_GRANTED, APPROVAL_DENIED, APPROVAL_EXPIRED, APPROVAL_INVALIDATED,
+        EXECUTION_CANCEL_REQUESTED, EXECUTION_CANCELLED, COMPENSATION_STARTED,
+        EXECUTION_COMPLETED, EXECUTION_FAILED,
+    }
+)  # fmt: skip
+
+ALIASES = {
+    "playbook.completed": EXECUTION_COMPLETED,
+    "playbook.failed": EXECUTION_FAILED,
+    "playbook.initialized": EXECUTION_STARTED,
+}
+
+TERMINAL_EXECUTION_EVENTS = frozenset({EXECUTION_COMPLETED, EXECUTION_FAILED, EXECUTION_CANCELLED})
+
+# Statuses an event carries when its producer gave none (NoETL derives them from the name).
+_DEFAULT_STATUS = {
+    EXECUTION_STARTED: "RUNNING",
+    STEP_ENTER: "RUNNING",
+    COMMAND_ISSUED: "PENDING",
+    COMMAND_CLAIMED: "RUNNING",
+    COMMAND_STARTED: "RUNNING",
+    COMMAND_HEARTBEAT: "RUNNING",
+    CALL_DONE: "COMPLETED",
+    CALL_ERROR: "FAILED",
+    STEP_EXIT: "COMPLETED",
+    COMMAND_COMPLETED: "COMPLETED",
+    COMMAND_FAILED: "FAILED",
+    COMMAND_RETRY_SCHEDULED: "PENDING",
+    COMMAND_LEASE_EXPIRED: "FAILED",
+    LOOP_DONE: "COMPLETED",
+    EXECUTION_CANCEL_REQUESTED: "RUNNING",
+    EXECUTION_CANCELLED: "CANCELLED",
+    EXECUTION_COMPLETED: "COMPLETED",
+    EXECUTION_FAILED: "FAILED",
+}
+
+
+def canonical_type(name: str) -> str:
+    """The event type for a wire name, resolving NoETL's aliases."""
+    return ALIASES.get(name, name)
+
+
+def default_status(event_type: str) -> str:
+    return _DEFAULT_STATUS.get(event_type, "INFO")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One immutable fact of one execution."""
+
+    event_id: int
+    execution_id: int
+    event_type: str
+    created_at: float
+    """Seconds since the epoch, given by whoever created the event (core never reads a clock)."""
+    step: str | None = None
+    status: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    parent_event_id: int | None = None
+    worker_id: str | None = None
+    seq: int = 0
+    """Position in the store's log, assigned when appended; 0 until then."""
+
+    def envelope_result(self) -> dict[str, Any]:
+        """The NoETL wire form of the payload: `{status, context}`."""
+        result: dict[str, Any] = {"status": self.status or default_status(self.event_type)}
+        if self.payload:
+            result["context"] = self.payload
+        return result
+
+
+def new_event(
+    event_id: int,
+    execution_id: int,
+    event_type: str,
+    now: float,
+    *,
+    step: str | None = None,
+    status: str | None = None,
+    payload: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    parent_event_id: int | None = None,
+    worker_id: str | None = None,
+) -> Event:
+    return Event(
+        event_id=event_id,
+        execution_id=execution_id,
+        event_type=event_type,
+        created_at=now,
+        step=step,
+        status=status or default_status(event_type),
+        payload=payload or {},
+        meta=meta or {},
+        parent_event_id=parent_event_id,
+        worker_id=worker_id,
+    )

@@ -1,0 +1,335 @@
+"""The state of one execution, as the fold of its events.
+
+`fold(state, events)` applies events in log order, one `_apply_<event>` per type; an
+unknown type raises. The state is a plain mutable object owned by whoever folds it
+(the orchestrator keeps one per execution and folds only new events into it): copying
+a large state on every event would make a 1,000-iteration loop quadratic. Purity is
+about inputs, not mutation: fold reads no clock, no store and no randomness, so the
+same events always give the same state, in any split of increments.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from milepost.core import events as ev
+from milepost.playbook.render import LoopResult
+
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+CANCELLED = "CANCELLED"
+SKIPPED = "SKIPPED"
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+
+NO_INDEX = -1
+"""The iteration index used for the single command of a step that has no loop."""
+
+
+class UnknownEvent(ValueError):
+    """fold was given an event type it does not know."""
+
+
+@dataclass(slots=True)
+class Failure:
+    """A command failure that decide has not yet turned into a retry or a step failure."""
+
+    attempt: int
+    error: dict[str, Any]
+
+
+@dataclass(slots=True)
+class StepRun:
+    """One start of a step: its single command, or its loop iterations."""
+
+    step: str
+    run: int
+    args: dict[str, Any] = field(default_factory=dict)
+    items: list[Any] | None = None
+    """Loop items (rendered `loop.in`), None when the step has no loop."""
+    max_in_flight: int = 1
+    next_index: int = 0
+    """Next loop index to issue (0 or 1 for a single command)."""
+    in_flight: dict[int, int] = field(default_factory=dict)
+    """index -> command id of the live command."""
+    attempts: dict[int, int] = field(default_factory=dict)
+    """index -> attempt number of the latest command issued for it."""
+    results: dict[int, Any] = field(default_factory=dict)
+    failures: dict[int, Failure] = field(default_factory=dict)
+    """index -> failure awaiting a decision (retry or fail)."""
+    retry_at: dict[int, float] = field(default_factory=dict)
+    """index -> time after which the next attempt may be issued."""
+    failed_ok: int = 0
+    """Loop iterations whose error a policy let through (loop `.stats.failed`)."""
+    error: dict[str, Any] | None = None
+    """The error that fails this run (set by decide through step.exit, kept here for reads)."""
+
+    @property
+    def is_loop(self) -> bool:
+        return self.items is not None
+
+    @property
+    def total(self) -> int:
+        return len(self.items) if self.items is not None else 1
+
+
+@dataclass(slots=True)
+class Command:
+    """A live command: issued, not yet completed or failed."""
+
+    command_id: int
+    step: str
+    run: int
+    index: int
+    attempt: int
+    idempotency_key: str
+
+
+@dataclass(slots=True)
+class ExecutionState:
+    execution_id: int
+    status: str = RUNNING
+    path: str = ""
+    version: int | None = None
+    workload: dict[str, Any] = field(default_factory=dict)
+    parent_execution_id: int | None = None
+    started_at: float = 0.0
+    ended_at: float | None = None
+    ctx: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    """step -> latest result."""
+    step_status: dict[str, str] = field(default_factory=dict)
+    run_counts: dict[str, int] = field(default_factory=dict)
+    running: dict[str, StepRun] = field(default_factory=dict)
+    entry_step: str = ""
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Steps selected by arcs and not yet started -> the merged extra args of the selections."""
+    commands: dict[int, Command] = field(default_factory=dict)
+    completed_runs: list[tuple[str, int]] = field(default_factory=list)
+    failure: dict[str, Any] | None = None
+    """The first step failure: the run fails once nothing is running."""
+    dead_end: str | None = None
+    cancel_requested: bool = False
+    error: dict[str, Any] | None = None
+    """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
+    seen: set[int] = field(default_factory=set)
+    last_seq: int = 0
+    event_count: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionState:
+    """Apply events in order; a duplicate event id changes nothing."""
+    for event in events:
+        if state is None:
+            state = ExecutionState(execution_id=event.execution_id)
+        state.last_seq = max(state.last_seq, event.seq)
+        if event.event_id in state.seen:
+            continue
+        handler = _HANDLERS.get(event.event_type)
+        if handler is None:
+            raise UnknownEvent(f"unknown event type {event.event_type!r} (event {event.event_id})")
+        handler(state, event)
+        state.seen.add(event.event_id)
+        state.event_count += 1
+    if state is None:
+        raise ValueError("fold needs a state or at least one event")
+    return state
+
+
+def clone(state: ExecutionState) -> ExecutionState:
+    """A deep copy, for callers that must keep the state they folded from."""
+    return copy.deepcopy(state)
+
+
+def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
+    p = event.payload
+    state.status = RUNNING
+    state.path = p.get("path", "")
+    state.version = p.get("version")
+    state.workload = p.get("workload", {})
+    state.parent_execution_id = p.get("parent_execution_id")
+    state.started_at = event.created_at
+    state.ctx = dict(p.get("ctx", {}))
+    state.entry_step = p.get("entry_step", "")
+    if state.entry_step:
+        state.pending[state.entry_step] = {}
+
+
+def _apply_step_enter(state: ExecutionState, event: ev.Event) -> None:
+    step = event.step or ""
+    p = event.payload
+    run = int(p["run"])
+    state.run_counts[step] = max(state.run_counts.get(step, 0), run)
+    state.pending.pop(step, None)
+    state.step_status[step] = RUNNING
+    state.running[step] = StepRun(
+        step=step,
+        run=run,
+        args=p.get("args", {}),
+        items=p.get("items"),
+        max_in_flight=int(p.get("max_in_flight", 1)),
+    )
+
+
+def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
+    p = event.payload
+    step = event.step or ""
+    index = int(p.get("index", NO_INDEX))
+    cmd = Command(
+        command_id=int(p["command_id"]),
+        step=step,
+        run=int(p["run"]),
+        index=index,
+        attempt=int(p.get("attempt", 1)),
+        idempotency_key=p.get("idempotency_key", ""),
+    )
+    state.commands[cmd.command_id] = cmd
+    sr = state.running.get(step)
+    if sr is None or sr.run != cmd.run:
+        return
+    sr.in_flight[index] = cmd.command_id
+    sr.attempts[index] = cmd.attempt
+    sr.retry_at.pop(index, None)
+    if cmd.attempt == 1:
+        sr.next_index = max(sr.next_index, (0 if index == NO_INDEX else index) + 1)
+
+
+def _live_run(state: ExecutionState, command_id: int) -> tuple[Command, StepRun] | None:
+    cmd = state.commands.pop(command_id, None)
+    if cmd is None:
+        return None  # unknown or already settled: a late or repeated report changes nothing
+    sr = state.running.get(cmd.step)
+    if sr is None or sr.run != cmd.run:
+        return None
+    sr.in_flight.pop(cmd.index, None)
+    return cmd, sr
+
+
+def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
+    p = event.payload
+    live = _live_run(state, int(p["command_id"]))
+    if live is None:
+        return
+    cmd, sr = live
+    sr.results[cmd.index] = p.get("result")
+    if p.get("failed_ok"):
+        sr.failed_ok += 1
+    _write_ctx(state.ctx, p.get("ctx") or {})
+
+
+def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
+    p = event.payload
+    live = _live_run(state, int(p["command_id"]))
+    if live is None:
+        return
+    cmd, sr = live
+    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=p.get("error") or {})
+
+
+def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
+    p = event.payload
+    sr = state.running.get(event.step or "")
+    if sr is None or sr.run != int(p["run"]):
+        return
+    index = int(p.get("index", NO_INDEX))
+    sr.failures.pop(index, None)
+    sr.retry_at[index] = float(p["not_before"])
+
+
+def _apply_loop_done(state: ExecutionState, event: ev.Event) -> None:
+    """Informative: the loop's result is recorded by the step.exit that follows."""
+
+
+def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
+    step = event.step or ""
+    p = event.payload
+    status = event.status or COMPLETED
+    sr = state.running.pop(step, None)
+    state.step_status[step] = status
+    if status == SKIPPED:
+        state.pending.pop(step, None)
+    if status == COMPLETED:
+        result = p.get("result")
+        if "loop" in p:
+            result = LoopResult(result or [], failed=int(p["loop"].get("failed", 0)))
+        state.results[step] = result
+        state.completed_runs.append((step, int(p.get("run", sr.run if sr else 0))))
+    elif status == FAILED:
+        if sr is not None:
+            sr.error = p.get("error")
+        if state.failure is None:
+            state.failure = p.get("error") or {"step": step, "message": "step failed"}
+    _write_ctx(state.ctx, p.get("ctx") or {})
+    for target in p.get("next", []):
+        merged = state.pending.setdefault(target["step"], {})
+        merged.update(target.get("args") or {})
+    if p.get("dead_end"):
+        state.dead_end = step
+
+
+def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
+    state.cancel_requested = True
+
+
+def _apply_terminal(status: str) -> Any:
+    def apply(state: ExecutionState, event: ev.Event) -> None:
+        state.status = status
+        state.ended_at = event.created_at
+        state.pending.clear()
+        if status == FAILED:
+            state.error = event.payload.get("error") or {"message": "execution failed"}
+
+    return apply
+
+
+def _apply_informative(state: ExecutionState, event: ev.Event) -> None:
+    """Events recorded for people and metrics that do not change the fold."""
+
+
+def _write_ctx(ctx: dict[str, Any], writes: dict[str, Any]) -> None:
+    """Apply `ctx.a.b` style writes (keys given without the `ctx.` prefix, dotted)."""
+    for key, value in writes.items():
+        parts = key.split(".")
+        target = ctx
+        for part in parts[:-1]:
+            nxt = target.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                target[part] = nxt
+            target = nxt
+        target[parts[-1]] = value
+
+
+_HANDLERS: dict[str, Any] = {
+    ev.EXECUTION_STARTED: _apply_execution_started,
+    ev.STEP_ENTER: _apply_step_enter,
+    ev.COMMAND_ISSUED: _apply_command_issued,
+    ev.COMMAND_COMPLETED: _apply_command_completed,
+    ev.COMMAND_FAILED: _apply_command_failed,
+    ev.COMMAND_RETRY_SCHEDULED: _apply_command_retry_scheduled,
+    ev.LOOP_DONE: _apply_loop_done,
+    ev.STEP_EXIT: _apply_step_exit,
+    ev.EXECUTION_CANCEL_REQUESTED: _apply_execution_cancel_requested,
+    ev.EXECUTION_COMPLETED: _apply_terminal(COMPLETED),
+    ev.EXECUTION_FAILED: _apply_terminal(FAILED),
+    ev.EXECUTION_CANCELLED: _apply_terminal(CANCELLED),
+    ev.COMMAND_CLAIMED: _apply_informative,
+    ev.COMMAND_STARTED: _apply_informative,
+    ev.COMMAND_HEARTBEAT: _apply_informative,
+    ev.CALL_DONE: _apply_informative,
+    ev.CALL_ERROR: _apply_informative,
+    ev.COMMAND_LEASE_EXPIRED: _apply_informative,
+    ev.APPROVAL_REQUESTED: _apply_informative,
+    ev.APPROVAL_GRANTED: _apply_informative,
+    ev.APPROVAL_DENIED: _apply_informative,
+    ev.APPROVAL_EXPIRED: _apply_informative,
+    ev.APPROVAL_INVALIDATED: _apply_informative,
+    ev.COMPENSATION_STARTED: _apply_informative,
+}

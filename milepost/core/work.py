@@ -1,0 +1,90 @@
+"""What a worker needs to run one command, and what it reports back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from milepost.core import context as cx
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.playbook import model
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One attempt of one step (one loop iteration), with its render context."""
+
+    command_id: int
+    execution_id: int
+    step: str
+    run: int
+    index: int
+    attempt: int
+    idempotency_key: str
+    context: dict[str, Any]
+    """The render context at issue time (DSL 9.2), loop variables included."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Extra input from a legacy arc `args`."""
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one attempt produced (DSL 5, 7): a result and the ctx writes to commit, or an error."""
+
+    ok: bool
+    result: Any = None
+    ctx: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    failed_ok: bool = False
+    """The attempt succeeded only because a policy let a task error through."""
+    duration_ms: float = 0.0
+
+
+def work_item(
+    state: st.ExecutionState, playbook: model.Playbook, command: st.Command, epoch: int = 0
+) -> WorkItem:
+    """Build the work item for a live command from the current state."""
+    context = cx.base_context(state)
+    # a snapshot of ctx: parallel writes landing later must not change what this attempt saw
+    context["ctx"] = dict(state.ctx)
+    sr = state.running.get(command.step)
+    args: dict[str, Any] = {}
+    if sr is not None:
+        args = sr.args
+        step = playbook.steps[command.step]
+        if sr.is_loop and step.loop is not None and command.index != st.NO_INDEX:
+            loop_vars = cx.iteration_vars(sr, step.loop.iterator, command.index)
+            context = cx.overlay(context, loop_vars)
+            context["iter"] = dict(loop_vars)
+    return WorkItem(
+        command_id=command.command_id,
+        execution_id=state.execution_id,
+        step=command.step,
+        run=command.run,
+        index=command.index,
+        attempt=command.attempt,
+        idempotency_key=command.idempotency_key,
+        context=context,
+        args=args,
+        epoch=epoch,
+    )
+
+
+def report_events(item: WorkItem, outcome: Outcome, event_id: int, now: float,
+                  worker_id: str | None = None) -> list[ev.Event]:  # fmt: skip
+    """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
+    base: dict[str, Any] = {"command_id": item.command_id, "run": item.run, "index": item.index,
+                            "attempt": item.attempt, "epoch": item.epoch}  # fmt: skip
+    meta = {"duration_ms": round(outcome.duration_ms, 3)}
+    if outcome.ok:
+        payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
+        if outcome.failed_ok:
+            payload["failed_ok"] = True
+        etype = ev.COMMAND_COMPLETED
+    else:
+        payload = {**base, "error": outcome.error, "result": outcome.result}
+        etype = ev.COMMAND_FAILED
+    return [ev.new_event(event_id, item.execution_id, etype, now, step=item.step, payload=payload,
+                         meta=meta, worker_id=worker_id)]  # fmt: skip

@@ -1,0 +1,249 @@
+"""The orchestrator: the single place that turns decisions into writes.
+
+For each execution it keeps the folded state in memory with the watermark (the `seq`
+of the last event folded) and applies only newer events. `process` takes reports from
+workers (or nothing, to just re-evaluate), folds them, asks `decide` until it has
+nothing more to say, and appends the reports and every decided event in ONE
+transaction. Only after that commit are the new commands handed out, so every event
+is durable before anything acts on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from milepost.core import decide as dc
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.core.ids import Snowflake
+from milepost.core.work import WorkItem, work_item
+from milepost.errors import ExecutionNotFound, PlaybookNotFound
+from milepost.playbook import load, model
+from milepost.store.port import Store
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 2000
+"""Save a snapshot of the fold after this many new events, so rebuilds stay bounded."""
+MAX_DECISIONS_PER_TRIGGER = 100_000
+_SNAPSHOT_VERSION = 1
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one `process` call produced."""
+
+    work: list[WorkItem] = field(default_factory=list)
+    finished: list[st.ExecutionState] = field(default_factory=list)
+    wake_at: dict[int, float] = field(default_factory=dict)
+    events: list[ev.Event] = field(default_factory=list)
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], int] | None = None,
+        machine_id: int = 0,
+        snapshot_every: int = SNAPSHOT_EVERY,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.new_id = new_id or Snowflake(machine_id, clock)
+        self.snapshot_every = snapshot_every
+        self._states: dict[int, st.ExecutionState] = {}
+        self._snapshotted: dict[int, int] = {}
+        self._playbooks: dict[tuple[str, int | None], model.Playbook] = {}
+
+    # -- playbooks -------------------------------------------------------------------------
+
+    def register(self, playbook_text: str, playbook: model.Playbook) -> tuple[str, int]:
+        entry = self.store.register_playbook(playbook.path, playbook_text, self.clock())
+        self._playbooks[(entry.path, entry.version)] = playbook
+        return entry.path, entry.version
+
+    def playbook_for(self, state: st.ExecutionState) -> model.Playbook:
+        key = (state.path, state.version)
+        pb = self._playbooks.get(key)
+        if pb is None:
+            entry = self.store.get_playbook(state.path, state.version)
+            if entry is None:
+                raise PlaybookNotFound(f"playbook {state.path!r} version {state.version} is not "
+                                       "in the catalog", path=state.path)  # fmt: skip
+            pb = load.load_text(entry.content, source=f"catalog:{entry.path}@{entry.version}")
+            self._playbooks[key] = pb
+        return pb
+
+    # -- executions ------------------------------------------------------------------------
+
+    def start(
+        self,
+        playbook: model.Playbook,
+        version: int,
+        workload: dict[str, Any],
+        *,
+        parent_execution_id: int | None = None,
+        execution_id: int | None = None,
+    ) -> tuple[int, Outcome]:
+        """Start an execution of a registered playbook; returns its id and the first work."""
+        xid = execution_id or self.new_id()
+        merged = deep_merge(playbook.workload, workload)
+        started = ev.new_event(
+            self.new_id(), xid, ev.EXECUTION_STARTED, self.clock(),
+            payload={"path": playbook.path, "version": version, "workload": merged,
+                     "entry_step": playbook.entry_step, "name": playbook.name,
+                     "parent_execution_id": parent_execution_id},
+        )  # fmt: skip
+        self._playbooks.setdefault((playbook.path, version), playbook)
+        self._states[xid] = st.ExecutionState(execution_id=xid)
+        return xid, self.process([started])
+
+    def state(self, execution_id: int) -> st.ExecutionState:
+        """The current state, rebuilt from the latest snapshot plus newer events if not cached."""
+        state = self._states.get(execution_id)
+        if state is None:
+            state = self._rebuild(execution_id)
+            self._states[execution_id] = state
+        return state
+
+    def _rebuild(self, execution_id: int) -> st.ExecutionState:
+        state: st.ExecutionState | None = None
+        snap = self.store.load_snapshot(execution_id)
+        if snap is not None:
+            try:
+                version, state = pickle.loads(snap[1])
+                if version != _SNAPSHOT_VERSION:
+                    state = None
+            except Exception:  # an unreadable snapshot is only a lost shortcut
+                log.warning("ignoring unreadable snapshot", extra={"execution_id": execution_id})
+                state = None
+        events = self.store.load(execution_id, after_seq=state.last_seq if state else 0)
+        if state is None and not events:
+            raise ExecutionNotFound(f"no execution {execution_id}", execution_id=str(execution_id))
+        state = st.fold(state, events)
+        self._snapshotted[execution_id] = state.event_count
+        return state
+
+    def forget(self, execution_id: int) -> None:
+        self._states.pop(execution_id, None)
+        self._snapshotted.pop(execution_id, None)
+
+    def open_work(self, execution_id: int) -> list[WorkItem]:
+        """Work items for every live command (to re-dispatch after a restart)."""
+        state = self.state(execution_id)
+        pb = self.playbook_for(state)
+        return [work_item(state, pb, cmd) for cmd in state.commands.values()]
+
+    def request_cancel(self, execution_id: int) -> Outcome:
+        event = ev.new_event(self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
+                             self.clock())  # fmt: skip
+        return self.process([event])
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
+                *, refresh: bool = False) -> Outcome:  # fmt: skip
+        """Fold reports, decide, append everything in one transaction, return new work.
+
+        `also` names executions to re-evaluate without a report (a retry timer, a resume);
+        `refresh` first folds whatever other writers appended since the watermark.
+        """
+        out = Outcome()
+        by_exec: dict[int, list[ev.Event]] = {}
+        for report in reports:
+            by_exec.setdefault(report.execution_id, []).append(report)
+        for xid in also:
+            by_exec.setdefault(xid, [])
+        now = self.clock()
+        to_append: list[ev.Event] = []
+        watermarks: dict[int, int] = {}
+        for xid, incoming in by_exec.items():
+            state = self._states.get(xid)
+            if state is None:
+                state = self._states[xid] = (
+                    st.ExecutionState(execution_id=xid) if _starts(incoming) else self._rebuild(xid)
+                )
+            if refresh and state.last_seq:
+                st.fold(state, self.store.load(xid, after_seq=state.last_seq))
+            watermarks[xid] = state.last_seq
+            st.fold(state, incoming)
+            to_append.extend(incoming)
+            decided = self._decide(state, now, out)
+            to_append.extend(decided)
+        try:
+            stored = self.store.append(to_append)
+        except Exception:
+            for xid in by_exec:
+                self.forget(xid)  # the cache may hold events that were never committed
+            raise
+        self._advance(stored, watermarks, out)
+        out.events = stored
+        return out
+
+    def _decide(self, state: st.ExecutionState, now: float, out: Outcome) -> list[ev.Event]:
+        if state.terminal:
+            return []
+        pb = self.playbook_for(state)
+        produced: list[ev.Event] = []
+        for _ in range(MAX_DECISIONS_PER_TRIGGER):
+            decision = dc.decide(state, pb, now, self.new_id)
+            if decision.wake_at is not None:
+                out.wake_at[state.execution_id] = decision.wake_at
+            if not decision.events:
+                break
+            st.fold(state, decision.events)
+            produced.extend(decision.events)
+        return produced
+
+    def _advance(self, stored: list[ev.Event], watermarks: dict[int, int], out: Outcome) -> None:
+        """Move watermarks past what was stored; fold anything another writer slipped in."""
+        seqs: dict[int, list[int]] = {}
+        for event in stored:
+            seqs.setdefault(event.execution_id, []).append(event.seq)
+        for xid, before in watermarks.items():
+            state = self._states[xid]
+            mine = seqs.get(xid, [])
+            if mine and mine != list(range(before + 1, before + 1 + len(mine))):
+                # another writer appended in between: fold its events (ours are already seen)
+                st.fold(state, self.store.load(xid, after_seq=before))
+            elif mine:
+                state.last_seq = mine[-1]
+            self._maybe_snapshot(state)
+            if state.terminal:
+                out.finished.append(state)
+        issued = [e for e in stored if e.event_type == ev.COMMAND_ISSUED]
+        for event in issued:
+            state = self._states[event.execution_id]
+            cmd = state.commands.get(int(event.payload["command_id"]))
+            if cmd is not None:
+                out.work.append(work_item(state, self.playbook_for(state), cmd))
+
+    def _maybe_snapshot(self, state: st.ExecutionState) -> None:
+        done = self._snapshotted.get(state.execution_id, 0)
+        if state.event_count - done < self.snapshot_every or state.last_seq == 0:
+            return
+        data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
+        self.store.save_snapshot(state.execution_id, state.last_seq, data)
+        self._snapshotted[state.execution_id] = state.event_count
+
+
+def _starts(events: list[ev.Event]) -> bool:
+    return bool(events) and events[0].event_type == ev.EXECUTION_STARTED
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key, other values are replaced; `over` wins (DSL 1, workload)."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

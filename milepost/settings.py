@@ -1,0 +1,47 @@
+"""One settings object, read from `MILEPOST_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from milepost.errors import MilepostError
+
+DEFAULT_DB = ".milepost/milepost.db"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MILEPOST_", extra="ignore")
+
+    database_url: str | None = None
+    """Where the embedded engine and the CLI keep their log: a path or `sqlite:///path`."""
+    sqlite_synchronous: str = "NORMAL"
+    """SQLite `synchronous` level: NORMAL survives process crashes, FULL also power loss."""
+    concurrency: int = 16
+    """In-process workers (commands run at once)."""
+    python_workers: int = 2
+    """Warm processes that run `python` tools."""
+    machine_id: int = 0
+    """Snowflake machine id (0-1023), distinct per process writing to one database."""
+
+
+class UnsupportedDatabase(MilepostError):
+    """This database URL is not supported."""
+
+    code = "unsupported_database"
+
+
+def sqlite_path(url: str | None, settings: Settings | None = None) -> str:
+    """The SQLite file for `--db`, else `MILEPOST_DATABASE_URL`, else `.milepost/milepost.db`."""
+    value = url or (settings or Settings()).database_url or DEFAULT_DB
+    if value.startswith("sqlite:///"):
+        return value[len("sqlite:///"):]
+    if value.startswith("sqlite://"):
+        return value[len("sqlite://"):] or ":memory:"
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        raise UnsupportedDatabase(
+            f"database URL scheme {scheme!r} is not supported by the embedded engine "
+            "(use a file path or sqlite:///path)", url=value)  # fmt: skip
+    return str(Path(value))

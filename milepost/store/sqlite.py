@@ -1,0 +1,428 @@
+"""The SQLite adapter: one file, WAL, IMMEDIATE transactions, versioned migrations.
+
+Durability: WAL with `synchronous=NORMAL` by default. Every commit is in the WAL file
+before `append` returns, so a crash of the process (SIGKILL included) loses nothing
+committed; a power loss or OS crash may lose the last transactions since the previous
+checkpoint. `synchronous=FULL` (setting `MILEPOST_SQLITE_SYNCHRONOUS=FULL`) survives
+those too, at the cost of an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from milepost.core import events as ev
+from milepost.errors import ClaimRefused, MilepostError
+from milepost.store import port
+
+_MIGRATIONS: list[str] = [
+    # 1: the log, its projections, snapshots, catalog, result store
+    """
+    CREATE TABLE event (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_id INTEGER NOT NULL UNIQUE,
+        execution_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        parent_event_id INTEGER,
+        event_type TEXT NOT NULL,
+        step TEXT,
+        status TEXT,
+        result TEXT,
+        meta TEXT,
+        worker_id TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE UNIQUE INDEX event_execution_seq ON event (execution_id, seq);
+    CREATE TABLE execution (
+        execution_id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL,
+        version INTEGER,
+        status TEXT NOT NULL,
+        parent_execution_id INTEGER,
+        error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX execution_status ON execution (status, created_at);
+    CREATE TABLE command (
+        command_id INTEGER PRIMARY KEY,
+        execution_id INTEGER NOT NULL,
+        step TEXT NOT NULL,
+        run INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        worker_id TEXT,
+        epoch INTEGER NOT NULL DEFAULT 0,
+        lease_expires_at REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX command_open ON command (status, execution_id);
+    CREATE TABLE snapshot (
+        execution_id INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        data BLOB NOT NULL
+    );
+    CREATE TABLE catalog (
+        path TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (path, version)
+    );
+    CREATE TABLE result_blob (
+        blob_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        execution_id INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
+]
+
+_BLOB_PREFIX = "milepost://results/"
+
+
+class SQLiteStore:
+    """Implements `port.Store` on one SQLite file (or `:memory:` for tests)."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # autocommit mode: transactions are opened explicitly with BEGIN IMMEDIATE so a
+        # writer takes the lock up front instead of failing to upgrade half-way through
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.RLock()
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._conn.execute("PRAGMA busy_timeout=10000")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self.migrate()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _txn(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def migrate(self) -> int:
+        with self._lock:
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+            )
+            row = self._conn.execute("SELECT max(version) FROM schema_version").fetchone()
+            current = row[0] or 0
+            for version, script in enumerate(_MIGRATIONS, start=1):
+                if version <= current:
+                    continue
+                # executescript commits; the version row goes in the same script so a crash
+                # cannot leave a migrated schema that claims to be older
+                self._conn.executescript(
+                    f"BEGIN;\n{script}\nINSERT INTO schema_version VALUES ({version});\nCOMMIT;"
+                )
+            return len(_MIGRATIONS)
+
+    def schema_version(self) -> int:
+        return int(self._query("SELECT max(version) FROM schema_version")[0][0] or 0)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+        if not events:
+            return []
+        stored: list[ev.Event] = []
+        last: dict[int, int] = {}
+        with self._txn() as conn:
+            for event in events:
+                xid = event.execution_id
+                if xid not in last:
+                    row = conn.execute("SELECT max(seq) FROM event WHERE execution_id=?",
+                                       (xid,)).fetchone()  # fmt: skip
+                    last[xid] = int(row[0] or 0)
+                seq = last[xid] + 1
+                result = self._encode_result_txn(conn, event)
+                cur = conn.execute(
+                    "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
+                    " step, status, result, meta, worker_id, created_at)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (event_id) DO NOTHING",
+                    (event.event_id, xid, seq, event.parent_event_id, event.event_type,
+                     event.step, event.status, result,
+                     json.dumps(event.meta) if event.meta else None, event.worker_id,
+                     event.created_at),
+                )  # fmt: skip
+                if cur.rowcount == 0:
+                    continue  # duplicate event id: accepted, not stored twice
+                last[xid] = seq
+                stored_event = _with_seq(event, seq)
+                self._project_txn(conn, stored_event)
+                stored.append(stored_event)
+        return stored
+
+    def _encode_result_txn(self, conn: sqlite3.Connection, event: ev.Event) -> str:
+        envelope = event.envelope_result()
+        text = json.dumps(envelope, default=str)
+        if len(text) <= port.BLOB_THRESHOLD:
+            return text
+        # large payloads live in the result store; the event keeps a reference
+        data = json.dumps(event.payload, default=str).encode()
+        cur = conn.execute(
+            "INSERT INTO result_blob (execution_id, data, created_at) VALUES (?,?,?)",
+            (event.execution_id, data, event.created_at),
+        )
+        ref = {"uri": f"{_BLOB_PREFIX}{cur.lastrowid}", "size": len(data)}
+        return json.dumps({"status": envelope["status"], "reference": ref})
+
+    def _project_txn(self, conn: sqlite3.Connection, event: ev.Event) -> None:
+        p = event.payload
+        t = event.event_type
+        if t == ev.EXECUTION_STARTED:
+            conn.execute(
+                "INSERT INTO execution (execution_id, path, version, status, parent_execution_id,"
+                " created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
+                " ON CONFLICT (execution_id) DO NOTHING",
+                (event.execution_id, p.get("path", ""), p.get("version"), "RUNNING",
+                 p.get("parent_execution_id"), event.created_at, event.created_at),
+            )  # fmt: skip
+        elif t in ev.TERMINAL_EXECUTION_EVENTS:
+            status = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
+                      ev.EXECUTION_CANCELLED: "CANCELLED"}[t]  # fmt: skip
+            error = p.get("error")
+            conn.execute(
+                "UPDATE execution SET status=?, error=?, updated_at=? WHERE execution_id=?",
+                (status, json.dumps(error) if error else None, event.created_at,
+                 event.execution_id),
+            )  # fmt: skip
+            conn.execute(
+                "UPDATE command SET status=?, updated_at=? WHERE execution_id=?"
+                " AND status IN (?, ?)",
+                (port.COMMAND_CANCELLED, event.created_at, event.execution_id,
+                 port.COMMAND_QUEUED, port.COMMAND_CLAIMED),
+            )  # fmt: skip
+        elif t == ev.COMMAND_ISSUED:
+            conn.execute(
+                "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
+                " idempotency_key, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (p["command_id"], event.execution_id, event.step, p["run"], p.get("index", -1),
+                 p.get("attempt", 1), p.get("idempotency_key", ""), port.COMMAND_QUEUED,
+                 event.created_at, event.created_at),
+            )  # fmt: skip
+        elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+            status = port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED else port.COMMAND_FAILED
+            conn.execute(
+                "UPDATE command SET status=?, updated_at=? WHERE command_id=?",
+                (status, event.created_at, p["command_id"]),
+            )
+
+    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
+        rows = self._query(
+            "SELECT seq, event_id, execution_id, parent_event_id, event_type, step, status,"
+            " result, meta, worker_id, created_at FROM event"
+            " WHERE execution_id=? AND seq>? ORDER BY seq",
+            (execution_id, after_seq),
+        )
+        return [self._decode(row) for row in rows]
+
+    def _decode(self, row: tuple[Any, ...]) -> ev.Event:
+        seq, event_id, execution_id, parent, etype, step, status, result, meta, worker, at = row
+        envelope = json.loads(result) if result else {}
+        if "reference" in envelope:
+            payload = json.loads(self.get_blob(envelope["reference"]["uri"]))
+        else:
+            payload = envelope.get("context") or {}
+        return ev.Event(
+            event_id=event_id, execution_id=execution_id, event_type=etype, created_at=at,
+            step=step, status=status, payload=payload, meta=json.loads(meta) if meta else {},
+            parent_event_id=parent, worker_id=worker, seq=seq,
+        )  # fmt: skip
+
+    def event_count(self, execution_id: int) -> int:
+        return int(self._query("SELECT count(*) FROM event WHERE execution_id=?",
+                               (execution_id,))[0][0])  # fmt: skip
+
+    # -- executions ------------------------------------------------------------------------
+
+    _EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
+                  " parent_execution_id, error")  # fmt: skip
+
+    @staticmethod
+    def _execution(row: tuple[Any, ...]) -> port.ExecutionRow:
+        *head, error = row
+        return port.ExecutionRow(*head, error=json.loads(error) if error else None)
+
+    def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
+        rows = self._query(f"SELECT {self._EXEC_COLS} FROM execution WHERE execution_id=?",
+                           (execution_id,))  # fmt: skip
+        return self._execution(rows[0]) if rows else None
+
+    def list_executions(self, *, status: str | None = None, path: str | None = None,
+                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+        where, params = [], []
+        if status:
+            where.append("status=?")
+            params.append(status.upper())
+        if path:
+            where.append("path=?")
+            params.append(path)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self._query(
+            f"SELECT {self._EXEC_COLS} FROM execution {clause}"
+            " ORDER BY created_at DESC, execution_id DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [self._execution(r) for r in rows]
+
+    # -- commands --------------------------------------------------------------------------
+
+    _CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
+                 " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+
+    def get_command(self, command_id: int) -> port.CommandRow | None:
+        rows = self._query(f"SELECT {self._CMD_COLS} FROM command WHERE command_id=?",
+                           (command_id,))  # fmt: skip
+        return port.CommandRow(*rows[0]) if rows else None
+
+    def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
+        sql = f"SELECT {self._CMD_COLS} FROM command WHERE status IN (?, ?)"
+        params: list[Any] = [port.COMMAND_QUEUED, port.COMMAND_CLAIMED]
+        if execution_id is not None:
+            sql += " AND execution_id=?"
+            params.append(execution_id)
+        return [port.CommandRow(*r) for r in self._query(sql + " ORDER BY command_id", params)]
+
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
+        with self._txn() as conn:
+            row = conn.execute(
+                "SELECT status, worker_id, epoch, lease_expires_at FROM command WHERE command_id=?",
+                (command_id,),
+            ).fetchone()
+            if row is None:
+                raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
+            status, owner, epoch, expires = row
+            if status == port.COMMAND_CLAIMED and owner == worker_id and (expires or 0) > now:
+                epoch_now = epoch  # a repeated claim by the holder renews it
+            elif status == port.COMMAND_QUEUED:
+                epoch_now = epoch + 1
+            elif status == port.COMMAND_CLAIMED:
+                raise ClaimRefused("command has an active claim", reason="active_claim",
+                                   command_id=str(command_id))  # fmt: skip
+            else:
+                raise ClaimRefused(f"command is {status}", reason="already_terminal",
+                                   command_id=str(command_id))  # fmt: skip
+            conn.execute(
+                "UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
+                " updated_at=? WHERE command_id=?",
+                (port.COMMAND_CLAIMED, worker_id, epoch_now, now + lease_s, now, command_id),
+            )
+        return port.Lease(command_id, worker_id, epoch_now, now + lease_s)
+
+    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
+                  lease_s: float) -> port.Lease:  # fmt: skip
+        with self._txn() as conn:
+            cur = conn.execute(
+                "UPDATE command SET lease_expires_at=?, updated_at=? WHERE command_id=?"
+                " AND status=? AND worker_id=? AND epoch=?",
+                (now + lease_s, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch),
+            )
+            if cur.rowcount == 0:
+                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
+                                   command_id=str(command_id))  # fmt: skip
+        return port.Lease(command_id, worker_id, epoch, now + lease_s)
+
+    def expired_claims(self, now: float) -> list[port.CommandRow]:
+        rows = self._query(
+            f"SELECT {self._CMD_COLS} FROM command WHERE status=? AND lease_expires_at<?",
+            (port.COMMAND_CLAIMED, now),
+        )
+        return [port.CommandRow(*r) for r in rows]
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        with self._txn() as conn:
+            conn.execute(
+                "INSERT INTO snapshot (execution_id, seq, data) VALUES (?,?,?)"
+                " ON CONFLICT (execution_id) DO UPDATE SET seq=excluded.seq, data=excluded.data"
+                " WHERE excluded.seq > snapshot.seq",
+                (execution_id, seq, data),
+            )
+
+    def load_snapshot(self, execution_id: int) -> tuple[int, bytes] | None:
+        rows = self._query("SELECT seq, data FROM snapshot WHERE execution_id=?", (execution_id,))
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    # -- catalog ---------------------------------------------------------------------------
+
+    def register_playbook(self, path: str, content: str, now: float) -> port.CatalogEntry:
+        with self._txn() as conn:
+            row = conn.execute(
+                "SELECT version, content, created_at FROM catalog WHERE path=?"
+                " ORDER BY version DESC LIMIT 1",
+                (path,),
+            ).fetchone()
+            if row is not None and row[1] == content:
+                return port.CatalogEntry(path, int(row[0]), content, float(row[2]))
+            version = (int(row[0]) if row else 0) + 1
+            conn.execute("INSERT INTO catalog (path, version, content, created_at) VALUES (?,?,?,?)",
+                         (path, version, content, now))  # fmt: skip
+        return port.CatalogEntry(path, version, content, now)
+
+    def get_playbook(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
+        if version is None:
+            rows = self._query("SELECT path, version, content, created_at FROM catalog"
+                               " WHERE path=? ORDER BY version DESC LIMIT 1", (path,))  # fmt: skip
+        else:
+            rows = self._query("SELECT path, version, content, created_at FROM catalog"
+                               " WHERE path=? AND version=?", (path, version))  # fmt: skip
+        return port.CatalogEntry(*rows[0]) if rows else None
+
+    def list_playbooks(self) -> list[port.CatalogEntry]:
+        rows = self._query("SELECT path, version, content, created_at FROM catalog"
+                           " ORDER BY path, version")  # fmt: skip
+        return [port.CatalogEntry(*r) for r in rows]
+
+    # -- result store ----------------------------------------------------------------------
+
+    def put_blob(self, execution_id: int, data: bytes, now: float) -> str:
+        with self._txn() as conn:
+            cur = conn.execute(
+                "INSERT INTO result_blob (execution_id, data, created_at) VALUES (?,?,?)",
+                (execution_id, data, now),
+            )
+        return f"{_BLOB_PREFIX}{cur.lastrowid}"
+
+    def get_blob(self, uri: str) -> bytes:
+        if not uri.startswith(_BLOB_PREFIX):
+            raise MilepostError(f"not a result reference: {uri!r}", uri=uri)
+        rows = self._query("SELECT data FROM result_blob WHERE blob_id=?",
+                           (int(uri[len(_BLOB_PREFIX):]),))  # fmt: skip
+        if not rows:
+            raise MilepostError(f"unknown result reference {uri!r}", uri=uri)
+        return bytes(rows[0][0])
+
+
+def _with_seq(event: ev.Event, seq: int) -> ev.Event:
+    return dataclasses.replace(event, seq=seq)

@@ -1,0 +1,255 @@
+"""Run one attempt of a step: its tool, or its pipeline of tasks with their policies.
+
+DSL 4 (pipelines), 5 (task policies and the output envelope), 7 (writes inside an
+attempt): writes go to an overlay that later tasks see at once and that is committed
+(returned as `Outcome.ctx`) only when the attempt succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from milepost.core import context as cx
+from milepost.core.policies import retry_delay
+from milepost.core.work import Outcome, WorkItem
+from milepost.errors import TemplateError
+from milepost.playbook import model, render
+from milepost.tools.base import ToolCall, ToolResult
+
+MAX_TASK_EXECUTIONS = 10_000
+_UNRENDERED_CONFIG = frozenset({"kind", "name"})
+
+
+class ToolRunner(Protocol):
+    async def run(self, call: ToolCall) -> ToolResult: ...
+
+
+class _TaskFailed(Exception):
+    def __init__(self, error: dict[str, Any], result: Any = None) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+        self.result = result
+
+
+@dataclass(slots=True)
+class _Pipeline:
+    """The mutable scratch of one attempt."""
+
+    item: WorkItem
+    step: model.Step
+    playbook: model.Playbook
+    deadline: float | None
+    locals: dict[str, Any] = field(default_factory=dict)
+    ctx_writes: dict[str, Any] = field(default_factory=dict)
+    iter_writes: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)
+    failed_ok: bool = False
+
+    def context(self) -> dict[str, Any]:
+        base = self.item.context
+        context = cx.overlay(base, self.locals) if self.locals else dict(base)
+        if self.ctx_writes:
+            context["ctx"] = cx.with_writes(base["ctx"], self.ctx_writes)
+        if self.iter_writes:
+            context["iter"] = cx.with_writes(base.get("iter", {}), self.iter_writes)
+        return context
+
+    def apply_set(self, values: dict[str, Any], context: dict[str, Any], where: str) -> None:
+        for key, template in values.items():
+            value = render.render_value(template, context, where=f"{where} '{key}'", mode="set")
+            scope, name = cx.split_set_key(key)
+            if scope == "ctx":
+                self.ctx_writes[name] = value
+                context["ctx"] = cx.with_writes(context["ctx"], {name: value})
+            elif scope == "iter":
+                self.iter_writes[name] = value
+                context["iter"] = cx.with_writes(context.get("iter", {}), {name: value})
+            else:
+                self.locals[name] = value
+                context[name] = value
+
+
+async def run_attempt(
+    playbook: model.Playbook,
+    item: WorkItem,
+    tools: ToolRunner,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> Outcome:
+    """Run one attempt; never raises for a task failure (it becomes `Outcome.error`)."""
+    step = playbook.steps[item.step]
+    started = time.monotonic()
+    timeout = step.spec.timeout
+    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None)
+    try:
+        if timeout:
+            # the tools enforce the remaining time themselves (python kills its process);
+            # this is the backstop for anything that does not
+            coro = _run_tasks(pipe, tools, sleep)
+            await asyncio.wait_for(coro, timeout + 1.0)
+        else:
+            await _run_tasks(pipe, tools, sleep)
+    except _TaskFailed as failed:
+        return Outcome(ok=False, result=failed.result, error=failed.error,
+                       duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+    except TimeoutError:
+        error = {"kind": "timeout", "message": f"step exceeded spec.timeout of {timeout:g}s",
+                 "retryable": True, "code": "TIMEOUT"}  # fmt: skip
+        return Outcome(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000)
+    return Outcome(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
+                   failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+
+
+def _step_result(pipe: _Pipeline) -> Any:
+    if not pipe.step.pipeline:
+        return pipe.results.get(pipe.step.tasks[0].name)
+    merged: dict[str, Any] = dict(pipe.results)
+    for name in pipe.finished:
+        value = pipe.results.get(name)
+        if isinstance(value, dict):
+            merged.update(value)
+    return merged
+
+
+async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
+                     sleep: Callable[[float], Awaitable[None]]) -> None:  # fmt: skip
+    tasks = pipe.step.tasks
+    names = [t.name for t in tasks]
+    position = 0
+    executions = 0
+    while position < len(tasks):
+        task = tasks[position]
+        attempt = 0
+        while True:
+            executions += 1
+            attempt += 1
+            if executions > MAX_TASK_EXECUTIONS:
+                raise _TaskFailed(_error(pipe, task, "policy", f"more than {MAX_TASK_EXECUTIONS} "
+                                         "task executions in one attempt"))  # fmt: skip
+            context = pipe.context()
+            result = await _execute(pipe, task, context, tools)
+            envelope = _envelope(result, attempt)
+            action = _decide_policy(pipe, task, context, envelope, attempt)
+            if action.do == "retry" and attempt < action.attempts:
+                wait = retry_delay(action.backoff, action.delay, attempt)
+                await sleep(max(wait, result.retry_after or 0.0))
+                continue
+            break
+        if action.do == "retry":  # attempts spent
+            raise _TaskFailed(_tool_error(pipe, task, result), result.data)
+        if action.do == "fail":
+            if result.ok:
+                raise _TaskFailed(_error(pipe, task, "policy", "policy requested fail"), result.data)
+            raise _TaskFailed(_tool_error(pipe, task, result), result.data)
+        # continue, break, jump: commit the task's result and its writes
+        output = result.data if result.ok else None
+        if not result.ok:
+            pipe.failed_ok = True
+        pipe.results[task.name] = result.data
+        if task.name in pipe.finished:
+            pipe.finished.remove(task.name)
+        pipe.finished.append(task.name)
+        if pipe.step.pipeline:
+            pipe.locals[task.name] = result.data
+        where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline else "")
+        try:
+            policy_context = dict(context, output=envelope, _attempt=attempt)
+            pipe.apply_set(action.set, policy_context, f"{where}: policy set")
+            set_context = pipe.context()
+            set_context["output"] = output
+            pipe.apply_set(task.set, set_context, f"{where}: set")
+        except TemplateError as exc:
+            raise _TaskFailed(_error(pipe, task, "template", exc.message)) from None
+        if action.do == "break":
+            return
+        if action.do == "jump":
+            target = action.to
+            position = position - 1 if target == "previous" else names.index(target or "")
+            position = max(position, 0)
+            continue
+        position += 1
+
+
+async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
+                   tools: ToolRunner) -> ToolResult:  # fmt: skip
+    """Render the task's input and fields, then run its tool."""
+    step = pipe.step
+    kind, config, input_templates = task.kind, task.config, dict(task.input)
+    if kind == "workbook":
+        entry = pipe.playbook.workbook[str(config.get("name"))]
+        kind, config = entry.task.kind, entry.task.config
+        input_templates = {**entry.task.input, **input_templates}
+    templates = {**step.input, **pipe.item.args, **input_templates}
+    prefix = f"step '{step.name}'" + (f" task '{task.name}'" if step.pipeline else "")
+    try:
+        inputs = {key: render.render_value(value, context, where=f"{prefix}: input '{key}'")
+                  for key, value in templates.items()}  # fmt: skip
+        field_context = cx.overlay(context, inputs) if inputs else context
+        fields = {key: value if key in _UNRENDERED_CONFIG else
+                  render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
+                  for key, value in config.items()}  # fmt: skip
+    except TemplateError as exc:
+        raise _TaskFailed(_error(pipe, task, "template", exc.message)) from None
+    call = ToolCall(
+        kind=kind, config=fields, input=inputs, context=context,
+        idempotency_key=pipe.item.idempotency_key, timeout=_remaining(pipe, task),
+        execution_id=str(pipe.item.execution_id), step=step.name,
+    )  # fmt: skip
+    return await tools.run(call)
+
+
+def _remaining(pipe: _Pipeline, task: model.Task) -> float | None:
+    limits = [t for t in (task.timeout,) if t]
+    if pipe.deadline is not None:
+        limits.append(max(0.001, pipe.deadline - time.monotonic()))
+    return min(limits) if limits else None
+
+
+def _envelope(result: ToolResult, attempt: int) -> dict[str, Any]:
+    envelope: dict[str, Any] = {
+        "status": "ok" if result.ok else "error",
+        "data": result.data,
+        "error": result.error.to_dict() if result.error else None,
+        "meta": {"attempt": attempt, "duration_ms": result.duration_ms},
+    }
+    if result.http is not None:
+        envelope["http"] = result.http
+    return envelope
+
+
+_CONTINUE = model.PolicyThen(do="continue")
+_FAIL = model.PolicyThen(do="fail")
+
+
+def _decide_policy(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
+                   envelope: dict[str, Any], attempt: int) -> model.PolicyThen:  # fmt: skip
+    policy = task.policy
+    if policy is not None and policy.rules:
+        rule_context = dict(context, output=envelope, _attempt=attempt)
+        for i, rule in enumerate(policy.rules):
+            if rule.when is None or render.render_when(
+                rule.when, rule_context,
+                where=f"step '{pipe.step.name}' task '{task.name}': policy.rules[{i}].when",
+            ):  # fmt: skip
+                return rule.then
+    if policy is not None and policy.on_unmatched:
+        return _CONTINUE if policy.on_unmatched == "continue" else _FAIL
+    return _CONTINUE if envelope["status"] == "ok" else _FAIL
+
+
+def _error(pipe: _Pipeline, task: model.Task, kind: str, message: str) -> dict[str, Any]:
+    return {"kind": kind, "message": message, "retryable": False,
+            "task": task.name if pipe.step.pipeline else None}  # fmt: skip
+
+
+def _tool_error(pipe: _Pipeline, task: model.Task, result: ToolResult) -> dict[str, Any]:
+    error = result.error.to_dict() if result.error else {"kind": "error", "message": "failed"}
+    error["task"] = task.name if pipe.step.pipeline else None
+    if result.retry_after:
+        error["retry_after"] = result.retry_after
+    return error

@@ -1,0 +1,89 @@
+"""A tiny driver for the pure core: events in, decisions out, no database, no event loop."""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from typing import Any
+
+from milepost.core import decide as dc
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.playbook import load, model
+
+HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: t}\n"
+
+
+def playbook(body: str) -> model.Playbook:
+    return load.load_text(HEADER + textwrap.dedent(body), source="test.yaml")
+
+
+class Sim:
+    """Folds decisions as the orchestrator would, and completes commands on request."""
+
+    def __init__(self, pb: model.Playbook, workload: dict[str, Any] | None = None,
+                 now: float = 1000.0) -> None:  # fmt: skip
+        self.pb = pb
+        self.now = now
+        self._ids = itertools.count(1)
+        self.log: list[ev.Event] = []
+        started = ev.new_event(self.new_id(), 77, ev.EXECUTION_STARTED, now, payload={
+            "path": pb.path, "version": 1, "workload": {**pb.workload, **(workload or {})},
+            "entry_step": pb.entry_step})  # fmt: skip
+        self.state = st.fold(None, [started])
+        self.log.append(started)
+        self.settle()
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def settle(self) -> list[ev.Event]:
+        """Ask decide until it has nothing more to say; returns what it produced."""
+        produced = []
+        for _ in range(1000):
+            decision = dc.decide(self.state, self.pb, self.now, self.new_id)
+            if not decision.events:
+                self.wake_at = decision.wake_at
+                break
+            st.fold(self.state, decision.events)
+            produced.extend(decision.events)
+        self.log.extend(produced)
+        return produced
+
+    def live(self, step: str | None = None) -> list[st.Command]:
+        cmds = sorted(self.state.commands.values(), key=lambda c: c.command_id)
+        return [c for c in cmds if step is None or c.step == step]
+
+    def report(self, cmd: st.Command, result: Any = None, *, error: dict[str, Any] | None = None,
+               ctx: dict[str, Any] | None = None) -> list[ev.Event]:  # fmt: skip
+        payload: dict[str, Any] = {"command_id": cmd.command_id, "run": cmd.run,
+                                   "index": cmd.index, "attempt": cmd.attempt}  # fmt: skip
+        if error is None:
+            payload.update(result=result, ctx=ctx or {})
+            etype = ev.COMMAND_COMPLETED
+        else:
+            payload.update(error=error)
+            etype = ev.COMMAND_FAILED
+        event = ev.new_event(self.new_id(), 77, etype, self.now, step=cmd.step, payload=payload)
+        st.fold(self.state, [event])
+        self.log.append(event)
+        return self.settle()
+
+    def complete(self, step: str, result: Any = None, **kw: Any) -> list[ev.Event]:
+        cmds = self.live(step)
+        assert cmds, f"no live command for {step}: {self.live()}"
+        return self.report(cmds[0], result, **kw)
+
+    def run_all(self, results: dict[str, Any] | None = None, limit: int = 500) -> None:
+        """Complete every live command (oldest first) until none is left."""
+        for _ in range(limit):
+            cmds = self.live()
+            if not cmds:
+                return
+            cmd = cmds[0]
+            value = (results or {}).get(cmd.step, {"step": cmd.step, "index": cmd.index})
+            self.report(cmd, value(cmd) if callable(value) else value)
+        raise AssertionError("run did not settle")
+
+    def types(self, events: list[ev.Event]) -> list[tuple[str, str | None]]:
+        return [(e.event_type, e.step) for e in events]

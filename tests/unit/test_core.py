@@ -1,0 +1,331 @@
+"""The pure core, table-driven: events -> state, state -> commands."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from milepost.core import events as ev
+from milepost.core import ids
+from milepost.core import state as st
+from milepost.core.policies import parse_duration, retry_delay
+from tests.unit.sim import Sim, playbook
+
+CORE = pathlib.Path(__file__).resolve().parents[2] / "milepost" / "core"
+FORBIDDEN = {"asyncio", "time", "datetime", "random", "uuid", "os", "sqlite3", "socket",
+             "threading", "subprocess", "httpx", "psycopg", "milepost.store", "milepost.engine",
+             "milepost.api", "milepost.worker", "milepost.tools", "milepost.playbook.load"}  # fmt: skip
+
+
+def test_core_imports_nothing_impure() -> None:
+    seen = []
+    for path in sorted(CORE.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                seen.append(name)
+                bad = [f for f in FORBIDDEN if name == f or name.startswith(f + ".")]
+                assert not bad, f"{path.name} imports {name}"
+    assert "milepost.core.events" in " ".join(seen)  # the walk really looked at imports
+
+
+LINEAR = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: a
+  - step: a
+    tool: {kind: noop}
+    set: {ctx.seen_a: "{{ a.value }}"}
+    next: {arcs: [{step: end, when: "{{ ctx.seen_a == 1 }}"}, {step: other}]}
+  - step: other
+    tool: {kind: noop}
+  - step: end
+    tool: {kind: noop}
+"""
+
+
+def test_linear_run_issues_one_command_per_step_and_completes() -> None:
+    sim = Sim(playbook(LINEAR))
+    assert [c.step for c in sim.live()] == ["start"]
+    sim.complete("start", {"ok": True})
+    assert [c.step for c in sim.live()] == ["a"]
+    produced = sim.complete("a", {"value": 1})
+    assert ("step.exit", "a") in sim.types(produced)
+    assert sim.state.ctx == {"seen_a": 1}
+    assert [c.step for c in sim.live()] == ["end"]
+    produced = sim.complete("end", {"done": True})
+    assert sim.types(produced)[-1] == ("execution.completed", None)
+    assert sim.state.status == st.COMPLETED
+    assert sim.state.results == {"start": {"ok": True}, "a": {"value": 1}, "end": {"done": True}}
+    assert "other" not in sim.state.step_status
+
+
+FANOUT = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {spec: {mode: inclusive}, arcs: [{step: left}, {step: right}, {step: never, when: "{{ false }}"}]}
+  - step: left
+    tool: {kind: noop}
+    next: [join]
+  - step: right
+    tool: {kind: noop}
+    next: mid
+  - step: mid
+    tool: {kind: noop}
+    next: join
+  - step: never
+    tool: {kind: noop}
+  - step: join
+    tool: {kind: noop}
+"""
+
+
+def test_inclusive_fanout_waits_at_the_join_until_every_branch_arrives() -> None:
+    sim = Sim(playbook(FANOUT))
+    sim.complete("start", {})
+    assert sorted(c.step for c in sim.live()) == ["left", "right"]
+    sim.complete("left", {})
+    assert "join" in sim.state.pending and not sim.live("join")  # right can still reach join
+    sim.complete("right", {})
+    assert not sim.live("join")  # mid still can
+    sim.complete("mid", {})
+    assert [c.step for c in sim.live()] == ["join"]
+    sim.complete("join", {})
+    assert sim.state.status == st.COMPLETED
+    assert sim.state.run_counts["join"] == 1
+    assert "never" not in sim.state.step_status
+
+
+LOOP = """
+workload: {items: [10, 20, 30, 40, 50]}
+workflow:
+  - step: start
+    loop: {in: "{{ items }}", iterator: n, spec: {mode: parallel, max_in_flight: 2}}
+    tool: {kind: noop}
+    next: {arcs: [{step: after, when: '{{ event.name == "loop.done" }}'}]}
+  - step: after
+    tool: {kind: noop}
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "first_wave"), [("parallel", 2), ("sequential", 1)],
+)  # fmt: skip
+def test_loop_keeps_at_most_max_in_flight_iterations_running(mode: str, first_wave: int) -> None:
+    sim = Sim(playbook(LOOP.replace("mode: parallel", f"mode: {mode}")))
+    assert [c.index for c in sim.live()] == list(range(first_wave))
+    # finish out of order: results still come back ordered by index
+    while sim.live("start"):
+        cmds = sim.live("start")
+        assert len(cmds) <= first_wave
+        cmd = cmds[-1]
+        sim.report(cmd, {"i": cmd.index})
+    assert sim.state.results["start"] == [{"i": i} for i in range(5)]
+    assert sim.state.results["start"].stats == {"total": 5, "success": 5, "failed": 0}
+    assert [c.step for c in sim.live()] == ["after"]  # the loop.done guard matched
+
+
+def test_loop_over_empty_list_runs_zero_iterations() -> None:
+    sim = Sim(playbook(LOOP), {"items": []})
+    assert sim.state.results["start"] == []
+    assert [c.step for c in sim.live()] == ["after"]
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [("{{ 5 }}", "rendered int, not a list"), ("{{ nothing }}", "undefined")],
+)
+def test_loop_in_that_is_not_a_list_fails_the_run(items: str, message: str) -> None:
+    sim = Sim(playbook(LOOP.replace('"{{ items }}"', f'"{items}"')))
+    assert sim.state.status == st.FAILED
+    assert message in sim.state.error["message"]
+    assert sim.state.error["reason"].startswith("step 'start' failed:")
+
+
+FAILING = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    spec: {retry: {max_attempts: 3, backoff: fixed, delay: 5, retry_on: [timeout]}}
+    next: end
+  - step: end
+    tool: {kind: noop}
+"""
+
+
+def test_retryable_failure_is_retried_after_its_delay_with_a_new_key() -> None:
+    sim = Sim(playbook(FAILING))
+    first = sim.live()[0]
+    produced = sim.report(first, error={"kind": "timeout", "message": "slow"})
+    assert sim.types(produced) == [("command.retry_scheduled", "start")]
+    assert sim.live() == [] and sim.wake_at == 1005.0
+    sim.now = 1005.0
+    sim.settle()
+    second = sim.live()[0]
+    assert second.attempt == 2 and second.idempotency_key != first.idempotency_key
+    sim.complete("start", {"ok": 1})
+    sim.complete("end", {})
+    assert sim.state.status == st.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("kind", "reports"), [("timeout", 3), ("exception", 1)],
+)  # fmt: skip
+def test_failure_that_no_policy_absorbs_fails_the_run(kind: str, reports: int) -> None:
+    sim = Sim(playbook(FAILING))
+    for _ in range(reports):
+        sim.now += 10
+        sim.settle()
+        sim.report(sim.live()[0], error={"kind": kind, "message": "boom", "task": None})
+    assert sim.state.status == st.FAILED
+    assert sim.state.error["reason"] == "step 'start' failed: boom"
+    assert sim.state.error["kind"] == kind
+    assert "end" not in sim.state.step_status
+
+
+def test_admission_refusal_skips_the_step_and_its_arcs() -> None:
+    pb = playbook("""
+    workload: {dry_run: true}
+    workflow:
+      - step: start
+        tool: {kind: noop}
+        next: guarded
+      - step: guarded
+        tool: {kind: noop}
+        spec: {policy: {admit: {rules: [{when: "{{ not workload.dry_run }}", then: {allow: true}}, {else: {then: {allow: false}}}]}}}
+        next: end
+      - step: end
+        tool: {kind: noop}
+    """)
+    sim = Sim(pb)
+    sim.complete("start", {})
+    assert sim.state.step_status["guarded"] == st.SKIPPED
+    assert sim.state.status == st.COMPLETED
+    assert "end" not in sim.state.step_status
+
+
+def test_bad_template_in_step_set_fails_the_run_not_hangs() -> None:
+    sim = Sim(playbook(LINEAR.replace('"{{ a.value }}"', '"{{ a.value +* }}"')))
+    sim.complete("start", {})
+    sim.complete("a", {"value": 1})
+    assert sim.state.status == st.FAILED
+    assert "step 'a'" in sim.state.error["reason"]
+
+
+def test_cancel_request_stops_new_work_and_ends_cancelled() -> None:
+    sim = Sim(playbook(LINEAR))
+    cancel = ev.new_event(sim.new_id(), 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)
+    st.fold(sim.state, [cancel])
+    assert sim.settle() == []  # start is still running
+    sim.complete("start", {})
+    assert sim.state.status == st.CANCELLED
+    assert "a" not in sim.state.step_status
+
+
+def test_duplicate_event_id_changes_nothing() -> None:
+    sim = Sim(playbook(LINEAR))
+    cmd = sim.live()[0]
+    sim.report(cmd, {"x": 1}, ctx={"k": 1})
+    completed = next(e for e in sim.log if e.event_type == ev.COMMAND_COMPLETED)
+    before = st.clone(sim.state)
+    st.fold(sim.state, [completed])
+    assert sim.state == before
+
+
+def test_late_report_for_a_settled_command_is_ignored() -> None:
+    sim = Sim(playbook(LINEAR))
+    cmd = sim.live()[0]
+    sim.report(cmd, {"first": True})
+    sim.report(cmd, {"second": True})  # a stale worker reporting the same command again
+    assert sim.state.results["start"] == {"first": True}
+    assert sim.state.run_counts["a"] == 1
+
+
+def test_back_edge_reruns_a_step_and_keeps_the_latest_result() -> None:
+    pb = playbook("""
+    workflow:
+      - step: start
+        tool: {kind: noop}
+        set: {ctx.n: "{{ (ctx.n | default(0)) + 1 }}"}
+        next: {arcs: [{step: start, when: "{{ ctx.n < 3 }}"}, {step: done}]}
+      - step: done
+        tool: {kind: noop}
+    """)
+    sim = Sim(pb)
+    sim.run_all({"start": lambda c: {"run": c.run}})
+    assert sim.state.run_counts["start"] == 3
+    assert sim.state.results["start"] == {"run": 3}
+    assert sim.state.status == st.COMPLETED
+
+
+def _log_of_fanout_run(order: list[int]) -> list[ev.Event]:
+    sim = Sim(playbook(LOOP))
+    while sim.live():
+        cmds = sim.live()
+        sim.report(cmds[order[len(sim.log) % len(order)] % len(cmds)], {"n": len(sim.log)})
+    return sim.log
+
+
+@settings(max_examples=40, deadline=None)
+@given(order=hs.lists(hs.integers(0, 5), min_size=1, max_size=8),
+       cuts=hs.lists(hs.integers(0, 60), max_size=6))  # fmt: skip
+def test_folding_in_any_split_equals_folding_at_once(order: list[int], cuts: list[int]) -> None:
+    log = _log_of_fanout_run(order)
+    whole = st.fold(None, log)
+    points = sorted({min(c, len(log)) for c in cuts} | {0, len(log)})
+    state = None
+    for a, b in zip(points, points[1:], strict=False):
+        if a < b:
+            state = st.fold(state, log[a:b])
+    assert state == whole
+    assert whole.status == st.COMPLETED
+
+
+def test_fold_rejects_unknown_event_types() -> None:
+    sim = Sim(playbook(LINEAR))
+    with pytest.raises(st.UnknownEvent):
+        st.fold(sim.state, [ev.new_event(999, 77, "step.teleported", 0.0)])
+
+
+def test_snowflake_ids_are_monotonic_even_when_the_clock_steps_back() -> None:
+    base = 1_800_000_000.0
+    times = iter([base, base, base - 1, base + 1] + [base + 1] * 5000)
+    gen = ids.Snowflake(3, lambda: next(times))
+    values = [gen() for _ in range(5004)]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert ids.timestamp_of(values[0]) == pytest.approx(base)
+
+
+@pytest.mark.parametrize(
+    ("backoff", "attempt", "expected"),
+    [("fixed", 3, 2.0), ("linear", 3, 6.0), ("exponential", 3, 8.0), ("none", 3, 0.0),
+     ("exponential", 10, 60.0)],
+)  # fmt: skip
+def test_retry_delay(backoff: str, attempt: int, expected: float) -> None:
+    assert retry_delay(backoff, 2.0, attempt, max_delay=60) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("5m", 300), ("2h", 7200), ("1d", 86400), (12, 12),
+                          ("250ms", 0.25), ("1.5", 1.5)],
+)  # fmt: skip
+def test_parse_duration(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_idempotency_key_is_stable_per_run_and_index_and_distinct_per_attempt() -> None:
+    a = ids.idempotency_key(1, "s", 1, None, 1)
+    assert a == ids.idempotency_key(1, "s", 1, None, 1)
+    assert len({a, ids.idempotency_key(1, "s", 1, None, 2), ids.idempotency_key(1, "s", 2, None, 1),
+                ids.idempotency_key(1, "s", 1, 0, 1)}) == 4  # fmt: skip
