@@ -27,7 +27,7 @@ from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
-out = Console()
+out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
 DbOption = Annotated[str | None, typer.Option(
@@ -292,6 +292,24 @@ def events(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
         table.add_row(str(e.seq), _iso(e.created_at)[11:], e.event_type, e.step or "",
                       e.status or "", _short(e.payload, 60))  # fmt: skip
     out.print(table)
+
+
+@app.command()
+def bench(
+    workload: Annotated[str, typer.Argument(help="W1 (chain), W2 (fan-out + sum) or W3 (N runs).")],
+    n: Annotated[int, typer.Argument(help="W1 chain length, W2 width, W3 number of runs.")],
+    reps: Annotated[int, typer.Option(help="Timed repetitions.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up runs of size min(N, 5).")] = 1,
+    variant: Annotated[str, typer.Option(help="default = embedded on SQLite.")] = "default",
+) -> None:
+    """Run a peer-harness workload and print its JSON lines (shared/bench/README.md)."""
+    from milepost import bench as bench_mod
+
+    try:
+        ok = bench_mod.run(workload.upper(), n, reps=reps, warmup=warmup, variant=variant)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(0 if ok else 1)
 
 
 def main() -> None:

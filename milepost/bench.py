@@ -1,0 +1,159 @@
+"""`milepost bench`: the peer harness's workloads (shared/bench/README.md), embedded mode.
+
+Prints the same JSON lines as the harness's `common.bench`: one per timed rep, then a
+summary with `steps_per_s_median` and the peak RSS. Durability stays on: every event is
+committed (SQLite WAL, `synchronous` as configured, NORMAL by default) before anything
+acts on it. The engine and its warm python processes are started once and reused across
+reps, as the peers reuse their connections and worker pools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from milepost import __version__
+from milepost.core import state as st
+from milepost.engine.embedded import EmbeddedEngine
+from milepost.playbook import load, model
+from milepost.settings import Settings
+from milepost.store.sqlite import SQLiteStore
+
+WORKLOADS = ("W1", "W2", "W3")
+W2_MAX_IN_FLIGHT = 256
+
+
+def steps_for(workload: str, n: int) -> int:
+    return n * 5 if workload == "W3" else n
+
+
+def expected(workload: str, n: int) -> int:
+    return {"W1": n, "W2": sum(range(n)), "W3": n * 5}[workload]
+
+
+def _doc(name: str, workflow: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump({"apiVersion": "noetl.io/v2", "kind": "Playbook",
+                           "metadata": {"name": name, "path": f"bench/{name}"},
+                           "workflow": workflow}, sort_keys=False)  # fmt: skip
+
+
+def chain(name: str, n: int) -> str:
+    """n sequential trivial python steps, each adding 1 to the previous result."""
+    steps = []
+    for i in range(n):
+        prev: Any = 0 if i == 0 else f"{{{{ s{i - 1} }}}}"
+        step: dict[str, Any] = {"step": f"s{i}", "tool": {
+            "kind": "python", "input": {"prev": prev}, "code": "result = prev + 1"}}  # fmt: skip
+        if i + 1 < n:
+            step["next"] = f"s{i + 1}"
+        steps.append(step)
+    return _doc(name, steps)
+
+
+def fanout(n: int) -> str:
+    """One parallel loop of n trivial python steps, joined by a sum."""
+    return _doc("w2", [
+        {"step": "fan", "loop": {"in": "{{ range(workload.n) | list }}", "iterator": "i",
+                                 "spec": {"mode": "parallel", "max_in_flight": W2_MAX_IN_FLIGHT}},
+         "tool": {"kind": "python", "input": {"i": "{{ i }}"}, "code": "result = i"},
+         "next": "total"},
+        {"step": "total", "tool": {"kind": "python", "input": {"values": "{{ fan }}"},
+                                   "code": "result = sum(values)"}},
+    ])  # fmt: skip
+
+
+class Bench:
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        self.engine = engine
+        self._cache: dict[tuple[str, int], tuple[model.Playbook, str]] = {}
+
+    def _playbook(self, workload: str, n: int) -> tuple[model.Playbook, str]:
+        key = (workload, n if workload == "W1" else 0)
+        if key not in self._cache:
+            text = {"W1": lambda: chain("w1", n), "W2": lambda: fanout(n),
+                    "W3": lambda: chain("w3", 5)}[workload]()  # fmt: skip
+            self._cache[key] = (load.load_text(text, source=f"bench:{workload}"), text)
+        return self._cache[key]
+
+    async def run_once(self, workload: str, n: int) -> Any:
+        pb, text = self._playbook(workload, n)
+        if workload == "W3":
+            xids = [self.engine.start(pb, text, {}) for _ in range(n)]
+            states = [await self.engine.wait(x) for x in xids]
+            return sum(_value(s, "s4") for s in states)
+        state = await self.engine.wait(self.engine.start(pb, text, {"n": n}))
+        return _value(state, f"s{n - 1}" if workload == "W1" else "total")
+
+
+def _value(state: st.ExecutionState, step: str) -> Any:
+    if state.status != st.COMPLETED:
+        raise RuntimeError(f"execution {state.execution_id} {state.status}: {state.error}")
+    return state.results[step]
+
+
+async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
+                 emit: Callable[[dict[str, Any]], None], db_dir: Path) -> bool:  # fmt: skip
+    settings = Settings()
+    store = SQLiteStore(db_dir / "bench.db", synchronous=settings.sqlite_synchronous)
+    note = f"embedded, SQLite WAL synchronous={settings.sqlite_synchronous}"
+    base = {"engine": "milepost", "version": __version__, "variant": variant,
+            "workload": workload, "n": n}  # fmt: skip
+    walls: list[float] = []
+    try:
+        async with EmbeddedEngine(store, concurrency=settings.concurrency,
+                                  python_workers=settings.python_workers) as engine:  # fmt: skip
+            bench = Bench(engine)
+            for _ in range(warmup):
+                await bench.run_once(workload, min(n, 5))
+            for rep in range(1, reps + 1):
+                t0 = time.perf_counter()
+                err = None
+                try:
+                    value = await bench.run_once(workload, n)
+                except Exception as exc:  # report and keep going, like the harness
+                    value, err = None, f"{type(exc).__name__}: {exc}"[:300]
+                wall = time.perf_counter() - t0
+                ok = err is None and value == expected(workload, n)
+                if ok:
+                    walls.append(wall)
+                steps = steps_for(workload, n)
+                emit({**base, "rep": rep, "ok": ok, "wall_s": round(wall, 4), "steps": steps,
+                      "steps_per_s": round(steps / wall, 1), "value": value, "error": err,
+                      "note": note})  # fmt: skip
+    finally:
+        store.close()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    summary: dict[str, Any] = {**base, "summary": True, "ok_reps": len(walls), "reps": reps,
+                               "driver_peak_rss_mb": round(rss_mb, 1),
+                               "python_worker_peak_rss_mb": round(children_mb, 1), "note": note}
+    if walls:
+        med = statistics.median(walls)
+        summary.update(median_s=round(med, 4), min_s=round(min(walls), 4),
+                       max_s=round(max(walls), 4),
+                       steps_per_s_median=round(steps_for(workload, n) / med, 1))  # fmt: skip
+    emit(summary)
+    return bool(walls)
+
+
+def run(workload: str, n: int, *, reps: int = 3, warmup: int = 1, variant: str = "default",
+        db_dir: Path | None = None) -> bool:  # fmt: skip
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r} (choose from {', '.join(WORKLOADS)})")
+    if variant != "default":
+        raise ValueError(f"variant {variant!r} is not available yet (only 'default': embedded)")
+
+    def emit(line: dict[str, Any]) -> None:
+        print(json.dumps(line), flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="milepost-bench-") as tmp:
+        return asyncio.run(_bench(workload, n, reps, warmup, variant, emit, db_dir or Path(tmp)))
