@@ -197,6 +197,9 @@ class EmbeddedEngine:
     async def _reporter(self) -> None:
         while True:
             first = await self._reports.get()
+            # one turn of the loop lets workers that are finishing right now add their
+            # reports, so one transaction carries many of them
+            await asyncio.sleep(0)
             batch = [first] if first is not None else []
             while not self._reports.empty():
                 nxt = self._reports.get_nowait()

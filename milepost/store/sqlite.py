@@ -9,7 +9,6 @@ those too, at the cost of an fsync per commit.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import threading
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.core import events as ev
-from milepost.errors import ClaimRefused, MilepostError
+from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import port
 
 _MIGRATIONS: list[str] = [
@@ -89,6 +88,11 @@ _MIGRATIONS: list[str] = [
 ]
 
 _BLOB_PREFIX = "milepost://results/"
+_INSERT_EVENT = (
+    "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
+    " result, meta, worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT (event_id) DO NOTHING"
+)
 
 
 class SQLiteStore:
@@ -102,6 +106,8 @@ class SQLiteStore:
         # writer takes the lock up front instead of failing to upgrade half-way through
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.RLock()
+        self._last_seq: dict[int, int] = {}
+        """execution -> last seq appended by this store; checked by the unique index."""
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA busy_timeout=10000")
@@ -154,32 +160,67 @@ class SQLiteStore:
     def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
         if not events:
             return []
+        for _ in range(3):
+            try:
+                with self._txn() as conn:
+                    return self._append_txn(conn, events)
+            except sqlite3.IntegrityError as exc:
+                # another process appended to one of these executions since we cached its
+                # last seq (the unique (execution_id, seq) index caught it): re-read, retry
+                self._last_seq.clear()
+                if "seq" not in str(exc):
+                    raise
+            except BaseException:
+                self._last_seq.clear()  # the cache may count rows that were rolled back
+                raise
+        raise ConcurrencyConflict("could not append: the log kept moving",
+                                  execution_ids=sorted({e.execution_id for e in events}))
+
+    def _append_txn(self, conn: sqlite3.Connection, events: Sequence[ev.Event]) -> list[ev.Event]:
+        last = self._last_seq
         stored: list[ev.Event] = []
-        last: dict[int, int] = {}
-        with self._txn() as conn:
-            for event in events:
-                xid = event.execution_id
-                if xid not in last:
-                    row = conn.execute("SELECT max(seq) FROM event WHERE execution_id=?",
-                                       (xid,)).fetchone()  # fmt: skip
-                    last[xid] = int(row[0] or 0)
-                seq = last[xid] + 1
-                result = self._encode_result_txn(conn, event)
-                cur = conn.execute(
-                    "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
-                    " step, status, result, meta, worker_id, created_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (event_id) DO NOTHING",
-                    (event.event_id, xid, seq, event.parent_event_id, event.event_type,
-                     event.step, event.status, result,
-                     json.dumps(event.meta) if event.meta else None, event.worker_id,
-                     event.created_at),
-                )  # fmt: skip
-                if cur.rowcount == 0:
-                    continue  # duplicate event id: accepted, not stored twice
-                last[xid] = seq
-                stored_event = _with_seq(event, seq)
-                self._project_txn(conn, stored_event)
-                stored.append(stored_event)
+        rows = []
+        for event in events:
+            xid = event.execution_id
+            if xid not in last:
+                row = conn.execute("SELECT max(seq) FROM event WHERE execution_id=?",
+                                   (xid,)).fetchone()  # fmt: skip
+                last[xid] = int(row[0] or 0)
+            last[xid] += 1
+            stored.append(_with_seq(event, last[xid]))
+            rows.append((event.event_id, xid, last[xid], event.parent_event_id,
+                         event.event_type, event.step, event.status,
+                         self._encode_result_txn(conn, event),
+                         json.dumps(event.meta) if event.meta else None, event.worker_id,
+                         event.created_at))  # fmt: skip
+        before = conn.total_changes
+        conn.executemany(_INSERT_EVENT, rows)
+        if conn.total_changes - before != len(rows):
+            # some event ids were already in the log: redo row by row to skip just those
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
+            self._last_seq.clear()
+            return self._append_one_by_one_txn(conn, events)
+        self._project_txn(conn, stored)
+        return stored
+
+    def _append_one_by_one_txn(self, conn: sqlite3.Connection,
+                               events: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
+        stored: list[ev.Event] = []
+        for event in events:
+            xid = event.execution_id
+            row = conn.execute("SELECT max(seq) FROM event WHERE execution_id=?",
+                               (xid,)).fetchone()  # fmt: skip
+            seq = int(row[0] or 0) + 1
+            cur = conn.execute(_INSERT_EVENT, (
+                event.event_id, xid, seq, event.parent_event_id, event.event_type, event.step,
+                event.status, self._encode_result_txn(conn, event),
+                json.dumps(event.meta) if event.meta else None, event.worker_id,
+                event.created_at))  # fmt: skip
+            if cur.rowcount == 0:
+                continue  # duplicate event id: accepted, not stored twice
+            stored.append(_with_seq(event, seq))
+        self._project_txn(conn, stored)
         return stored
 
     def _encode_result_txn(self, conn: sqlite3.Connection, event: ev.Event) -> str:
@@ -196,46 +237,56 @@ class SQLiteStore:
         ref = {"uri": f"{_BLOB_PREFIX}{cur.lastrowid}", "size": len(data)}
         return json.dumps({"status": envelope["status"], "reference": ref})
 
-    def _project_txn(self, conn: sqlite3.Connection, event: ev.Event) -> None:
-        p = event.payload
-        t = event.event_type
-        if t == ev.EXECUTION_STARTED:
-            conn.execute(
-                "INSERT INTO execution (execution_id, path, version, status, parent_execution_id,"
-                " created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
-                " ON CONFLICT (execution_id) DO NOTHING",
-                (event.execution_id, p.get("path", ""), p.get("version"), "RUNNING",
-                 p.get("parent_execution_id"), event.created_at, event.created_at),
-            )  # fmt: skip
-        elif t in ev.TERMINAL_EXECUTION_EVENTS:
-            status = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
-                      ev.EXECUTION_CANCELLED: "CANCELLED"}[t]  # fmt: skip
-            error = p.get("error")
-            conn.execute(
-                "UPDATE execution SET status=?, error=?, updated_at=? WHERE execution_id=?",
-                (status, json.dumps(error) if error else None, event.created_at,
-                 event.execution_id),
-            )  # fmt: skip
-            conn.execute(
-                "UPDATE command SET status=?, updated_at=? WHERE execution_id=?"
-                " AND status IN (?, ?)",
-                (port.COMMAND_CANCELLED, event.created_at, event.execution_id,
-                 port.COMMAND_QUEUED, port.COMMAND_CLAIMED),
-            )  # fmt: skip
-        elif t == ev.COMMAND_ISSUED:
-            conn.execute(
+    def _project_txn(self, conn: sqlite3.Connection, events: list[ev.Event]) -> None:
+        """Write the projections of stored events: the execution list and the command queue."""
+        issued, settled = [], []
+        for event in events:
+            p = event.payload
+            t = event.event_type
+            if t == ev.COMMAND_ISSUED:
+                issued.append((p["command_id"], event.execution_id, event.step, p["run"],
+                               p.get("index", -1), p.get("attempt", 1),
+                               p.get("idempotency_key", ""), port.COMMAND_QUEUED,
+                               event.created_at, event.created_at))  # fmt: skip
+            elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+                status = (port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED
+                          else port.COMMAND_FAILED)  # fmt: skip
+                settled.append((status, event.created_at, p["command_id"]))
+            elif t == ev.EXECUTION_STARTED:
+                conn.execute(
+                    "INSERT INTO execution (execution_id, path, version, status,"
+                    " parent_execution_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
+                    " ON CONFLICT (execution_id) DO NOTHING",
+                    (event.execution_id, p.get("path", ""), p.get("version"), "RUNNING",
+                     p.get("parent_execution_id"), event.created_at, event.created_at),
+                )  # fmt: skip
+            elif t in ev.TERMINAL_EXECUTION_EVENTS:
+                self._project_terminal_txn(conn, event)
+        if issued:
+            conn.executemany(
                 "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
                 " idempotency_key, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (p["command_id"], event.execution_id, event.step, p["run"], p.get("index", -1),
-                 p.get("attempt", 1), p.get("idempotency_key", ""), port.COMMAND_QUEUED,
-                 event.created_at, event.created_at),
-            )  # fmt: skip
-        elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
-            status = port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED else port.COMMAND_FAILED
-            conn.execute(
-                "UPDATE command SET status=?, updated_at=? WHERE command_id=?",
-                (status, event.created_at, p["command_id"]),
+                issued,
             )
+        if settled:
+            conn.executemany("UPDATE command SET status=?, updated_at=? WHERE command_id=?",
+                             settled)  # fmt: skip
+
+    def _project_terminal_txn(self, conn: sqlite3.Connection, event: ev.Event) -> None:
+        status = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
+                  ev.EXECUTION_CANCELLED: "CANCELLED"}[event.event_type]  # fmt: skip
+        error = event.payload.get("error")
+        conn.execute(
+            "UPDATE execution SET status=?, error=?, updated_at=? WHERE execution_id=?",
+            (status, json.dumps(error) if error else None, event.created_at, event.execution_id),
+        )
+        # whatever was still queued or claimed will never run now
+        conn.execute(
+            "UPDATE command SET status=?, updated_at=? WHERE execution_id=? AND status IN (?, ?)",
+            (port.COMMAND_CANCELLED, event.created_at, event.execution_id, port.COMMAND_QUEUED,
+             port.COMMAND_CLAIMED),
+        )  # fmt: skip
+        self._last_seq.pop(event.execution_id, None)
 
     def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
         rows = self._query(
@@ -425,4 +476,7 @@ class SQLiteStore:
 
 
 def _with_seq(event: ev.Event, seq: int) -> ev.Event:
-    return dataclasses.replace(event, seq=seq)
+    # positional construction: dataclasses.replace is several times slower on this hot path
+    return ev.Event(event.event_id, event.execution_id, event.event_type, event.created_at,
+                    event.step, event.status, event.payload, event.meta, event.parent_event_id,
+                    event.worker_id, seq)  # fmt: skip
