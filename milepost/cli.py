@@ -168,10 +168,12 @@ def run(
     try:
         playbook = load.load_text(text, source=str(file))
     except PlaybookInvalid as exc:
+        # refused before anything is written: no execution exists, the run simply failed
         if json_out:
-            typer.echo(json.dumps({"execution_id": None, "status": "INVALID",
-                                   "error": exc.to_dict(), "steps": {}}))  # fmt: skip
-        raise _fail(exc.message) from None
+            typer.echo(json.dumps({"execution_id": None, "status": "FAILED",
+                                   "error": {**exc.to_dict(), "reason": exc.message},
+                                   "steps": {}}))  # fmt: skip
+        raise _fail(exc.message, code=1) from None
     try:
         state = asyncio.run(_drive(db, json_out, lambda e: e.start(playbook, text, workload)))
     except MilepostError as exc:
@@ -292,6 +294,20 @@ def events(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
         table.add_row(str(e.seq), _iso(e.created_at)[11:], e.event_type, e.step or "",
                       e.status or "", _short(e.payload, 60))  # fmt: skip
     out.print(table)
+
+
+@app.command()
+def conformance(
+    directory: Annotated[Path, typer.Argument(help="Folder with expectations.yaml and playbooks/.")],
+    pg: Annotated[str, typer.Option("--pg", help="PostgreSQL for `postgres` fixtures.")] = (
+        "postgresql://postgres@127.0.0.1:5432/test"),
+    only: Annotated[list[str], typer.Option(help="Run only entries matching this (repeatable).")] = [],  # noqa: B006
+    json_out: JsonOption = False,
+) -> None:
+    """Run a NoETL conformance suite; one line per playbook, then `N passed, M failed, K skipped`."""
+    from milepost.conformance import runner
+
+    raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out, only=only or None))
 
 
 @app.command()

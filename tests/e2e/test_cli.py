@@ -1,0 +1,213 @@
+"""End to end through the `milepost` command, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.shared import PLAYBOOKS, needs_shared
+
+MILEPOST = str(Path(sys.executable).with_name("milepost"))
+HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/t}\n"
+
+
+def cli(*args: str, db: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([MILEPOST, *args, "--db", str(db)], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def write(tmp: Path, body: str, name: str = "pb.yaml") -> Path:
+    path = tmp / name
+    path.write_text(HEADER + textwrap.dedent(body))
+    return path
+
+
+def run_json(tmp: Path, body: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    proc = cli("run", str(write(tmp, body)), "--json", *extra, db=tmp / "m.db")
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@needs_shared
+def test_run_hello_world_prints_results_and_exits_zero(tmp_path: Path) -> None:
+    proc = cli("run", str(PLAYBOOKS / "hello_world" / "hello_world.yaml"), "--json",
+               db=tmp_path / "m.db")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "COMPLETED" and data["error"] is None
+    assert data["steps"]["test_step"]["result"] == {"status": "ok",
+                                                    "data": {"message": "Hello World"}}
+    listed = json.loads(cli("list", "--json", db=tmp_path / "m.db").stdout)
+    assert [x["execution_id"] for x in listed] == [data["execution_id"]]
+    assert listed[0]["status"] == "COMPLETED"
+
+
+def test_set_and_payload_reach_the_workload(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, """
+    workload: {a: 1, nested: {x: 1, y: 2}}
+    workflow:
+      - step: start
+        tool: {kind: python, input: {w: "{{ workload }}"}, code: "result = w"}
+    """, "--payload", '{"nested": {"y": 20}, "b": "p"}', "--set", "a=5", "--set", "nested.z=true")
+    assert code == 0
+    assert data["steps"]["start"]["result"] == {"a": 5, "b": "p",
+                                                "nested": {"x": 1, "y": 20, "z": True}}
+
+
+FAILURES = {
+    "bad template": ("""
+        workflow:
+          - step: start
+            tool: {kind: python, input: {v: "{{ nope.deeper }}"}, code: "result = 1"}
+        """, r"step 'start': input 'v': undefined"),
+    "python raises": ("""
+        workflow:
+          - step: start
+            tool: {kind: python, code: "result = 1 / 0"}
+        """, r"step 'start' failed: ZeroDivisionError: division by zero"),
+    "timeout": ("""
+        workflow:
+          - step: start
+            spec: {timeout: 1s}
+            tool: {kind: python, code: "import time; time.sleep(60)"}
+        """, r"step 'start' failed: .*timeout"),
+    "loop over a string": ("""
+        workflow:
+          - step: start
+            loop: {in: "{{ 'abc' }}"}
+            tool: {kind: noop}
+        """, r"'in' rendered str, not a list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_failing_runs_end_failed_with_the_reason_in_run_and_status(tmp_path: Path,
+                                                                   case: str) -> None:  # fmt: skip
+    body, pattern = FAILURES[case]
+    code, data = run_json(tmp_path, body)
+    assert code == 1
+    assert data["status"] == "FAILED"
+    assert data["error"]["reason"] and __import__("re").search(pattern, data["error"]["reason"])
+    status = cli("status", data["execution_id"], "--json", db=tmp_path / "m.db")
+    assert json.loads(status.stdout)["error"]["reason"] == data["error"]["reason"]
+    human = cli("status", data["execution_id"], db=tmp_path / "m.db")
+    assert "FAILED" in human.stdout and "reason" in human.stdout
+
+
+def test_invalid_playbook_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, """
+    workflow:
+      - step: start
+        tool: {kind: noop}
+        next: {arcs: [{step: nowhere}]}
+      - step: other
+    """)
+    assert code == 1 and data["status"] == "FAILED" and data["execution_id"] is None
+    problems = data["error"]["problems"]
+    assert any("unknown step 'nowhere'" in p for p in problems)
+    assert any("step 'other'" in p and "tool" in p for p in problems)
+    assert not (tmp_path / "m.db").exists()
+
+
+@needs_shared
+def test_validate_lists_every_problem(tmp_path: Path) -> None:
+    broken = PLAYBOOKS / "broken_playbooks" / "should_error_tool_is_required.yaml"
+    good = PLAYBOOKS / "hello_world" / "hello_world.yaml"
+    proc = subprocess.run([MILEPOST, "validate", str(good), str(broken)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1
+    assert "hello_world.yaml" in proc.stdout
+    assert "step 'end': field 'tool' is required" in proc.stderr
+    assert "unknown field 'command' (did you mean tool.command?)" in proc.stderr
+
+
+def test_events_lists_the_log(tmp_path: Path) -> None:
+    code, data = run_json(tmp_path, """
+    workflow:
+      - step: start
+        tool: {kind: noop}
+    """)
+    proc = cli("events", data["execution_id"], "--json", db=tmp_path / "m.db")
+    types = [json.loads(line)["event_type"] for line in proc.stdout.splitlines()]
+    assert types == ["execution.started", "step.enter", "command.issued", "command.completed",
+                     "step.exit", "execution.completed"]  # fmt: skip
+
+
+KILLABLE = """
+workload: {out: OUT, n: 40}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input: {out: "{{ workload.out }}"}
+      code: |
+        with open(out, "a") as f:
+            f.write(f"start {idempotency_key}\\n")
+        result = {"ok": True}
+    next: work
+  - step: work
+    loop: {in: "{{ range(workload.n) | list }}", iterator: i}
+    tool:
+      kind: python
+      input: {out: "{{ workload.out }}", i: "{{ i }}"}
+      code: |
+        import time
+        with open(out, "a") as f:
+            f.write(f"{i} {idempotency_key}\\n")
+        time.sleep(0.05)
+        result = i
+    next: done
+  - step: done
+    tool: {kind: python, input: {xs: "{{ work }}"}, code: "result = {'sum': sum(xs)}"}
+"""
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} side effects before the deadline")
+
+
+def test_sigkill_then_resume_continues_without_repeating_completed_steps(tmp_path: Path) -> None:
+    out = tmp_path / "effects.txt"
+    pb = write(tmp_path, KILLABLE.replace("OUT", str(out)))
+    db = tmp_path / "m.db"
+    proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_lines(out, 10, proc, time.monotonic() + 60)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    listed = json.loads(cli("list", "--json", db=db).stdout)
+    assert len(listed) == 1 and listed[0]["status"] == "RUNNING"
+    before = out.read_text().splitlines()
+    assert len(before) < 41  # really killed mid-run
+
+    resumed = cli("resume", listed[0]["execution_id"], "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(resumed.stdout)
+    assert data["status"] == "COMPLETED"
+    assert data["steps"]["done"]["result"] == {"sum": sum(range(40))}
+
+    lines = out.read_text().splitlines()
+    names = [line.split()[0] for line in lines]
+    assert names.count("start") == 1  # a completed step is not run again
+    assert sorted(set(names) - {"start"}, key=int) == [str(i) for i in range(40)]
+    repeats = {n for n in names if names.count(n) > 1}
+    # at most the iteration that was in flight at the kill runs twice, with the same key
+    assert len(repeats) <= 1
+    for n in repeats:
+        assert len({line for line in lines if line.split()[0] == n}) == 1
