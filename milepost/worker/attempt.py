@@ -8,6 +8,7 @@ attempt): writes go to an overlay that later tasks see at once and that is commi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,9 +17,11 @@ from typing import Any, Protocol
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
 from milepost.core.work import Outcome, WorkItem
-from milepost.errors import TemplateError
+from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
+from milepost.sanitize import Redactor, secret_strings
 from milepost.tools.base import ToolCall, ToolResult
+from milepost.worker import keychain
 
 MAX_TASK_EXECUTIONS = 10_000
 _UNRENDERED_CONFIG = frozenset({"kind", "name"})
@@ -80,8 +83,32 @@ async def run_attempt(
     tools: ToolRunner,
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    credentials: keychain.CredentialLookup | None = None,
 ) -> Outcome:
-    """Run one attempt; never raises for a task failure (it becomes `Outcome.error`)."""
+    """Run one attempt; never raises for a task failure (it becomes `Outcome.error`).
+
+    When the playbook has a keychain, its values are resolved here, for this attempt
+    only, and redacted from everything the attempt reports.
+    """
+    if not playbook.keychain:
+        return await _run(playbook, item, tools, sleep)
+    try:
+        resolved = keychain.resolve(playbook, item.context, credentials)
+    except MilepostError as exc:
+        error = {"kind": "keychain", "message": exc.message, "retryable": False}
+        return Outcome(ok=False, error=error)
+    redactor = Redactor(secret_strings(resolved))
+    item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
+    outcome = await _run(playbook, item, tools, sleep)
+    if not redactor:
+        return outcome
+    return dataclasses.replace(outcome, result=redactor.value(outcome.result),
+                               ctx=redactor.value(outcome.ctx),
+                               error=redactor.value(outcome.error))  # fmt: skip
+
+
+async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
+               sleep: Callable[[float], Awaitable[None]]) -> Outcome:  # fmt: skip
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
@@ -195,6 +222,8 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
                   for key, value in config.items()}  # fmt: skip
     except TemplateError as exc:
         raise _TaskFailed(_error(pipe, task, "template", exc.message)) from None
+    if "keychain" in context:  # python's `context` global is a snapshot without secrets
+        context = {k: v for k, v in context.items() if k != "keychain"}
     call = ToolCall(
         kind=kind, config=fields, input=inputs, context=context,
         idempotency_key=pipe.item.idempotency_key, timeout=_remaining(pipe, task),

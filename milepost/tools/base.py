@@ -1,0 +1,89 @@
+"""The values the tool executors take and return (DSL 3 and the envelope of DSL 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ERROR_KINDS = frozenset(
+    {
+        "exception",
+        "timeout",
+        "rate_limit",
+        "auth",
+        "not_found",
+        "client_error",
+        "server_error",
+        "connection",
+        "exit_code",
+        "db_error",
+        "invalid",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One execution of a tool, with every template already rendered."""
+
+    kind: str
+    """Tool kind: python, http, shell, duckdb, noop."""
+    config: dict[str, Any]
+    """Rendered tool fields other than kind/name/input/spec/set (url, method, code, libs...)."""
+    input: dict[str, Any]
+    """Rendered inputs."""
+    context: dict[str, Any]
+    """JSON-able snapshot of the render context (python's `context` global)."""
+    idempotency_key: str
+    """DSL 10.4; sent as `Idempotency-Key` by non-GET http calls."""
+    timeout: float | None = None
+    """Seconds; enforced by the executor (python kills its worker process)."""
+    execution_id: str = ""
+    step: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolError:
+    """Why a tool call failed: the `error` of the output envelope."""
+
+    kind: str
+    """One of ERROR_KINDS."""
+    message: str
+    code: str | None = None
+    retryable: bool = False
+    status: int | None = None
+    """HTTP status, http tool only."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "message": self.message,
+            "retryable": self.retryable,
+            "code": self.code,
+        }
+        if self.status is not None:
+            out["status"] = self.status
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What one tool call produced."""
+
+    data: Any = None
+    """The result; on error the partial result (e.g. the HTTP response) or None."""
+    error: ToolError | None = None
+    http: dict[str, Any] | None = None
+    """`{status, headers}` for http calls that got a response."""
+    retry_after: float | None = None
+    """Seconds, from a Retry-After response header."""
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def failure(kind: str, message: str, **fields: Any) -> ToolResult:
+    """A ToolResult carrying only an error."""
+    return ToolResult(error=ToolError(kind, message, **fields))

@@ -1,0 +1,220 @@
+"""The python tool's semantics (DSL 3.1), run in-process through the worker's Runner.
+
+The pool itself (processes, timeouts, isolation) is covered by
+tests/integration/test_tools_python_pool.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from typing import Any
+
+import pytest
+
+from milepost.tools import base, python_worker
+from milepost.tools.python import _decode
+
+
+def run(
+    code: str,
+    inputs: dict[str, Any] | None = None,
+    *,
+    libs: Any = None,
+    context: dict[str, Any] | None = None,
+) -> Any:
+    """The reply of one call: ("ok", value, output) or ("error", cls, text, output, tb)."""
+    payload = pickle.dumps((code, dict(inputs or {}), context or {}, "key-9", libs), protocol=5)
+    return pickle.loads(python_worker.Runner().handle(payload))
+
+
+def value(code: str, inputs: dict[str, Any] | None = None, **kw: Any) -> Any:
+    reply = run(code, inputs, **kw)
+    assert reply[0] == "ok", reply
+    return reply[1]
+
+
+def test_result_global() -> None:
+    assert value("result = {'double': n * 2}", {"n": 21}) == {"double": 42}
+
+
+def test_result_none_falls_back_to_main() -> None:
+    assert value("result = None\ndef main(n):\n    return n + 1", {"n": 1}) == 2
+
+
+def test_main_gets_matching_inputs_only() -> None:
+    assert value("def main(a, c=5):\n    return [a, c]", {"a": 1, "b": 2}) == [1, 5]
+
+
+def test_main_with_kwargs_gets_all_inputs() -> None:
+    assert value("def main(a, **rest):\n    return [a, rest]", {"a": 1, "b": 2}) == [1, {"b": 2}]
+
+
+def test_main_may_ask_for_input_data() -> None:
+    assert value("def main(input_data):\n    return sorted(input_data)", {"x": 1, "y": 2}) == [
+        "x",
+        "y",
+    ]
+
+
+def test_top_level_return() -> None:
+    assert value("if n > 1:\n    return 'big'\nreturn 'small'", {"n": 2}) == "big"
+
+
+def test_top_level_return__inputs_start_as_locals() -> None:
+    assert value("n = n + 1\nreturn n", {"n": 1}) == 2
+
+
+def test_top_level_return__nested_functions_and_imports() -> None:
+    code = "import json\ndef twice(x):\n    return x * k\nk = 2\nreturn json.dumps([twice(i) for i in items])"
+    assert value(code, {"items": [1, 2]}) == "[2, 4]"
+
+
+def test_top_level_return__falling_through_uses_result() -> None:
+    assert value("if n > 5:\n    return 'big'\nresult = 'small'", {"n": 1}) == "small"
+
+
+def test_duckdb_fixture_process_code() -> None:
+    code = (
+        "query_results = input_data.get('query_results', [])\n"
+        "if isinstance(query_results, list):\n"
+        "    total = sum(row.get('age', 0) for row in query_results)\n"
+        "    return {'status': 'success', 'total_users': len(query_results),"
+        " 'average_age': total / len(query_results)}\n"
+        "return {'status': 'error'}\n"
+    )
+    rows = [{"name": "Alice", "age": 30}, {"name": "Charlie", "age": 35}]
+    assert value(code, {"query_results": rows}) == {
+        "status": "success",
+        "total_users": 2,
+        "average_age": 32.5,
+    }
+
+
+def test_no_result_is_none() -> None:
+    assert value("x = 1") is None
+
+
+def test_globals() -> None:
+    code = "result = [a, input_data, args, context, idempotency_key, __name__ != '__main__']"
+    assert value(code, {"a": 1}, context={"workload": {"w": 1}}) == [
+        1,
+        {"a": 1},
+        {"a": 1},
+        {"workload": {"w": 1}},
+        "key-9",
+        True,
+    ]
+
+
+def test_input_named_input_data_is_used_as_is() -> None:
+    assert value("result = [input_data, args]", {"input_data": [1, 2], "b": 3}) == [
+        [1, 2],
+        {"input_data": [1, 2], "b": 3},
+    ]
+
+
+def test_libs_mapping_and_list() -> None:
+    assert value("result = [m.sqrt(16), p.join('a', 'b')]", libs={"m": "math", "p": "os.path"}) == [
+        4.0,
+        "a/b",
+    ]
+    assert value("result = os.path.basename('/x/y')", libs=["os.path"]) == "y"
+
+
+def test_missing_lib_is_an_exception() -> None:
+    reply = run("result = 1", libs={"x": "no_such_module_milepost"})
+    assert reply[:3] == (
+        "error",
+        "ModuleNotFoundError",
+        "No module named 'no_such_module_milepost'",
+    )
+
+
+def test_exception_shape() -> None:
+    result = _decode(
+        python_worker.Runner().handle(
+            pickle.dumps(("raise ValueError('bad value')", {}, {}, "k", None))
+        ),
+        base.ToolCall("python", {}, {}, {}, "k"),
+    )
+    assert result.error == base.ToolError("exception", "ValueError: bad value", code="ValueError")
+    assert result.data is None
+
+
+def test_syntax_error_is_an_exception() -> None:
+    reply = run("result = (")
+    assert reply[0] == "error" and reply[1] == "SyntaxError"
+
+
+def test_system_exit_is_an_exception() -> None:
+    assert run("import sys; sys.exit(3)")[:3] == ("error", "SystemExit", "3")
+
+
+def test_print_is_captured_not_written() -> None:
+    reply = run("print('hello'); import sys; print('oops', file=sys.stderr); result = 1")
+    assert reply == ("ok", 1, "hello\noops\n")
+
+
+def test_output_is_capped() -> None:
+    output = run(f"print('x' * {python_worker.OUTPUT_LIMIT + 10})")[2]
+    assert output.startswith("x" * 100)
+    assert output.endswith("... [11 characters dropped]")
+
+
+def test_result_is_converted_to_json_values() -> None:
+    code = "import datetime\nclass P:\n    def __str__(self): return 'P!'\nresult = {1: (1, 2), 'd': datetime.date(2020, 1, 2), 'p': P(), 's': 'x'}"
+    assert value(code) == {"1": [1, 2], "d": "2020-01-02", "p": "P!", "s": "x"}
+
+
+def test_compile_cache_reuses_code_objects() -> None:
+    runner = python_worker.Runner()
+    payload = pickle.dumps(("result = n", {"n": 1}, {}, "k", None))
+    runner.handle(payload)
+    runner.handle(payload)
+    assert list(runner._code) == ["result = n"]
+
+
+class Text(str):
+    pass
+
+
+class Number(int):
+    pass
+
+
+class Things(list):  # type: ignore[type-arg]
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ((1, (2, 3)), [1, [2, 3]]),
+        (Things([1, Things([2])]), [1, [2]]),
+        ({1: "a", None: "b", ("t",): "c"}, {"1": "a", "None": "b", "('t',)": "c"}),
+        (Text("abc"), "abc"),
+        (Number(5), 5),
+        ({"s": {1, 2}}, {"s": "{1, 2}"}),
+        (dt.date(2020, 1, 1), "2020-01-01"),
+        (b"ab", "b'ab'"),
+        (float("inf"), float("inf")),
+    ],
+)
+def test_to_jsonable(value: Any, expected: Any) -> None:
+    converted = python_worker.to_jsonable(value)
+    assert converted == expected
+    assert pickle.loads(pickle.dumps(converted)) == expected
+
+
+def test_to_jsonable__gives_exact_builtin_types() -> None:
+    converted = python_worker.to_jsonable([Text("a"), Number(1), Things()])
+    assert [type(x) for x in converted] == [str, int, list]
+
+
+def test_to_jsonable__cycle_is_an_error() -> None:
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    with pytest.raises(ValueError, match="cycle"):
+        python_worker.to_jsonable(cyclic)
