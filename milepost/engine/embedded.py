@@ -29,6 +29,7 @@ from milepost.worker.attempt import run_attempt
 log = logging.getLogger(__name__)
 
 EventListener = Callable[[ev.Event], None]
+GROUP_COMMIT_TURNS = 40
 POLL_INTERVAL = 1.0
 """How often running executions are re-read, to notice writes from other processes (cancel)."""
 
@@ -62,6 +63,8 @@ class EmbeddedEngine:
         self._listeners: list[EventListener] = []
         self._active: set[int] = set()
         self._error: BaseException | None = None
+        self._busy = 0
+        """Attempts running right now."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -184,12 +187,15 @@ class EmbeddedEngine:
             item = await self._queue.get()
             state = self.orchestrator.state(item.execution_id)
             playbook = self.orchestrator.playbook_for(state)
+            self._busy += 1
             try:
                 outcome = await run_attempt(playbook, item, self._tools)
             except Exception as exc:  # a bug in a tool must fail the step, not hang the run
                 log.exception("attempt crashed", extra={"step": item.step})
                 outcome = AttemptOutcome(ok=False, error={
                     "kind": "internal", "message": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+            finally:
+                self._busy -= 1
             for event in report_events(item, outcome, self.orchestrator.new_id(),
                                        self.orchestrator.clock(), self.worker_id):  # fmt: skip
                 self._reports.put_nowait(event)
@@ -197,9 +203,13 @@ class EmbeddedEngine:
     async def _reporter(self) -> None:
         while True:
             first = await self._reports.get()
-            # one turn of the loop lets workers that are finishing right now add their
-            # reports, so one transaction carries many of them
-            await asyncio.sleep(0)
+            # group commit: while other attempts are still running, give them a few turns
+            # of the loop to finish, so one transaction carries many reports. With nothing
+            # else running (a sequential chain) this costs nothing.
+            for _ in range(GROUP_COMMIT_TURNS):
+                if self._reports.qsize() >= self._busy:
+                    break
+                await asyncio.sleep(0)
             batch = [first] if first is not None else []
             while not self._reports.empty():
                 nxt = self._reports.get_nowait()

@@ -61,12 +61,18 @@ class Orchestrator:
         self._states: dict[int, st.ExecutionState] = {}
         self._snapshotted: dict[int, int] = {}
         self._playbooks: dict[tuple[str, int | None], model.Playbook] = {}
+        self._registered: dict[tuple[str, str], int] = {}
 
     # -- playbooks -------------------------------------------------------------------------
 
     def register(self, playbook_text: str, playbook: model.Playbook) -> tuple[str, int]:
+        """Store this text in the catalog (a new version only if it changed)."""
+        known = self._registered.get((playbook.path, playbook_text))
+        if known is not None:  # registering the same text again changes nothing
+            return playbook.path, known
         entry = self.store.register_playbook(playbook.path, playbook_text, self.clock())
         self._playbooks[(entry.path, entry.version)] = playbook
+        self._registered[(playbook.path, playbook_text)] = entry.version
         return entry.path, entry.version
 
     def playbook_for(self, state: st.ExecutionState) -> model.Playbook:
