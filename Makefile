@@ -36,7 +36,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check milepost tests examples
-	$(BIN)/mypy --strict milepost/core
+	$(BIN)/mypy --strict milepost/core milepost/store milepost/engine milepost/playbook milepost/tools
 
 clean:
 	rm -rf $(VENV) .milepost .pytest_cache

@@ -197,6 +197,28 @@ def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
 
 
 @app.command()
+def cancel(execution_id: int, db: DbOption = None) -> None:
+    """Ask a running execution to stop at the next step boundary.
+
+    The process running it (`milepost run` or `resume`) notices within a second, lets
+    running steps finish, issues nothing new and ends the run CANCELLED.
+    """
+    from milepost.engine.orchestrator import Orchestrator
+
+    store = _store(db)
+    try:
+        orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
+        state = orchestrator.state(execution_id)
+        if state.terminal:
+            raise _fail(f"execution {execution_id} is already {state.status}")
+        store.append([ev.new_event(orchestrator.new_id(), execution_id,
+                                   ev.EXECUTION_CANCEL_REQUESTED, orchestrator.clock())])  # fmt: skip
+    finally:
+        store.close()
+    out.print(f"cancel requested for execution {execution_id}")
+
+
+@app.command()
 def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")]) -> None:
     """Check playbooks without running them; lists every problem of every file."""
     bad = 0

@@ -26,8 +26,7 @@ from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
-from milepost.playbook import model
-from milepost.playbook import render
+from milepost.playbook import model, render
 
 
 @dataclass(slots=True)
@@ -78,7 +77,7 @@ def _retry_spec(playbook: model.Playbook, step: str) -> model.RetrySpec | None:
 
 
 def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Failure) -> bool:
-    if spec is None or state.failure is not None or state.cancel_requested:
+    if spec is None or _stopping(state):
         return False
     kind = f.error.get("kind")
     return kind != "approval" and kind in spec.retry_on and f.attempt < spec.max_attempts
@@ -109,20 +108,34 @@ def _final_failure(sr: st.StepRun) -> tuple[int, st.Failure] | None:
     return index, sr.failures[index]
 
 
-def _run_done(sr: st.StepRun) -> bool:
-    if sr.in_flight or sr.retry_at:
+def _run_done(state: st.ExecutionState, sr: st.StepRun) -> bool:
+    if sr.in_flight:
+        return False
+    if _stopping(state):
+        return True  # nothing new will be issued: what ran has finished
+    if sr.retry_at:
         return False
     if sr.failures:
         return True
     return len(sr.results) >= sr.total
 
 
+def _stopping(state: st.ExecutionState) -> bool:
+    return state.failure is not None or state.cancel_requested
+
+
 def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in list(out.state.running.values()):
-        if not _run_done(sr):
+        if not _run_done(out.state, sr):
             continue
         failed = _final_failure(sr)
-        if failed is not None:
+        if failed is None and _stopping(out.state) and len(sr.results) < sr.total:
+            # a loop cut short by a cancel or by a failure elsewhere: it neither
+            # completed nor failed, and its arcs are not followed
+            reason = "cancelled" if out.state.cancel_requested else "run failed elsewhere"
+            out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason=reason,
+                     done=len(sr.results), total=sr.total)  # fmt: skip
+        elif failed is not None:
             index, failure = failed
             _fail_step(out, sr, failure.error, index if sr.is_loop else None)
         else:

@@ -169,7 +169,7 @@ class EmbeddedEngine:
 
     def _wake(self, xid: int) -> None:
         self._timers.pop(xid, None)
-        self._process_safely((), [xid])
+        self._process_safely([], [xid])
 
     def _process_safely(self, reports: list[ev.Event], also: Iterable[int] = (),
                         refresh: bool = False) -> None:  # fmt: skip

@@ -321,8 +321,9 @@ class SQLiteStore:
 
     @staticmethod
     def _execution(row: tuple[Any, ...]) -> port.ExecutionRow:
-        *head, error = row
-        return port.ExecutionRow(*head, error=json.loads(error) if error else None)
+        xid, path, version, status, created, updated, parent, error = row
+        return port.ExecutionRow(xid, path, version, status, created, updated, parent,
+                                 json.loads(error) if error else None)  # fmt: skip
 
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
         rows = self._query(f"SELECT {self._EXEC_COLS} FROM execution WHERE execution_id=?",

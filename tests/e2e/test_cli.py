@@ -211,3 +211,27 @@ def test_sigkill_then_resume_continues_without_repeating_completed_steps(tmp_pat
     assert len(repeats) <= 1
     for n in repeats:
         assert len({line for line in lines if line.split()[0] == n}) == 1
+
+
+def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: Path) -> None:
+    out = tmp_path / "effects.txt"
+    pb = write(tmp_path, KILLABLE.replace("OUT", str(out)))
+    db = tmp_path / "m.db"
+    proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_lines(out, 5, proc, time.monotonic() + 60)
+        xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
+        asked = cli("cancel", xid, db=db)
+        assert asked.returncode == 0, asked.stderr
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    data = json.loads(stdout)
+    assert data["status"] == "CANCELLED"
+    assert "done" not in data["steps"]
+    assert len(out.read_text().splitlines()) < 41  # the loop stopped early
+    again = cli("cancel", xid, db=db)
+    assert again.returncode == 2 and "already CANCELLED" in again.stderr

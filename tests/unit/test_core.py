@@ -329,3 +329,41 @@ def test_idempotency_key_is_stable_per_run_and_index_and_distinct_per_attempt() 
     assert a == ids.idempotency_key(1, "s", 1, None, 1)
     assert len({a, ids.idempotency_key(1, "s", 1, None, 2), ids.idempotency_key(1, "s", 2, None, 1),
                 ids.idempotency_key(1, "s", 1, 0, 1)}) == 4  # fmt: skip
+
+
+TWO_BRANCHES = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {spec: {mode: inclusive}, arcs: [{step: looping}, {step: breaking}]}
+  - step: looping
+    loop: {in: "{{ range(10) | list }}", iterator: i}
+    tool: {kind: noop}
+  - step: breaking
+    tool: {kind: noop}
+"""
+
+
+def test_a_failure_elsewhere_stops_a_loop_at_its_next_iteration_and_fails_the_run() -> None:
+    sim = Sim(playbook(TWO_BRANCHES))
+    sim.complete("start", {})
+    sim.complete("looping", 0)
+    sim.report(sim.live("breaking")[0], error={"kind": "exception", "message": "boom"})
+    assert sim.state.status == st.RUNNING  # iteration 1 of the loop is still running
+    sim.complete("looping", 1)
+    assert sim.live() == []
+    assert sim.state.status == st.FAILED
+    assert sim.state.step_status["looping"] == st.CANCELLED
+    assert sim.state.error["reason"] == "step 'breaking' failed: boom"
+
+
+def test_cancel_during_a_loop_ends_the_run_cancelled_once_the_iteration_finishes() -> None:
+    sim = Sim(playbook(TWO_BRANCHES))
+    sim.complete("start", {})
+    st.fold(sim.state, [ev.new_event(sim.new_id(), 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)])
+    sim.settle()
+    sim.complete("looping", 0)
+    sim.complete("breaking", {})
+    assert sim.state.status == st.CANCELLED
+    assert sim.state.step_status["looping"] == st.CANCELLED
+    assert len(sim.state.results.get("looping") or []) == 0
