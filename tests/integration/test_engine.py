@@ -1,0 +1,159 @@
+"""The embedded engine on a real SQLite file: snapshots, retries, resume, big results."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.orchestrator import Orchestrator
+from milepost.playbook import load
+from milepost.store.sqlite import SQLiteStore
+
+HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
+
+
+def text_of(body: str) -> str:
+    return HEADER + textwrap.dedent(body)
+
+
+async def run(store: SQLiteStore, body: str, workload: dict[str, Any] | None = None,
+              **engine_kw: Any) -> st.ExecutionState:  # fmt: skip
+    text = text_of(body)
+    async with EmbeddedEngine(store, **engine_kw) as engine:
+        return await engine.run(load.load_text(text), text, workload, timeout=60)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = SQLiteStore(tmp_path / "engine.db")
+    yield s
+    s.close()
+
+
+LOOP = """
+workflow:
+  - step: start
+    loop: {in: "{{ range(30) | list }}", iterator: i, spec: {mode: parallel, max_in_flight: 4}}
+    tool: {kind: python, input: {i: "{{ i }}"}, code: "result = {'sq': i * i}"}
+    set: {ctx.count: "{{ start | length }}"}
+    next: total
+  - step: total
+    tool: {kind: python, input: {rows: "{{ start }}"}, code: "result = sum(r['sq'] for r in rows)"}
+"""
+
+
+def test_state_rebuilt_from_a_snapshot_equals_the_fold_of_the_whole_log(store: Any) -> None:
+    state = asyncio.run(run(store, LOOP))
+    assert state.status == st.COMPLETED and state.results["total"] == sum(i * i for i in range(30))
+    # force snapshots every few events, then rebuild twice: from the snapshot and from zero
+    orchestrator = Orchestrator(store, snapshot_every=7)
+    events = store.load(state.execution_id)
+    partial = st.fold(None, events[:40])
+    orchestrator._states[state.execution_id] = partial
+    orchestrator._maybe_snapshot(partial)
+    assert store.load_snapshot(state.execution_id)[0] == partial.last_seq
+    rebuilt = Orchestrator(store).state(state.execution_id)
+    assert rebuilt == st.fold(None, events)
+    assert rebuilt.ctx == {"count": 30}
+
+
+FLAKY = """
+workload: {marker: MARKER}
+workflow:
+  - step: start
+    spec: {timeout: 2s, retry: {max_attempts: 3, backoff: fixed, delay: 0.1, retry_on: [timeout]}}
+    tool:
+      kind: python
+      input: {marker: "{{ workload.marker }}"}
+      code: |
+        import os, time
+        first = not os.path.exists(marker)
+        open(marker, "a").write(idempotency_key + "\\n")
+        if first:
+            time.sleep(30)
+        result = {"ok": True}
+"""
+
+
+def test_spec_retry_reruns_a_timed_out_attempt_with_a_new_idempotency_key(store: Any,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    marker = tmp_path / "marker"
+    state = asyncio.run(run(store, FLAKY.replace("MARKER", str(marker))))
+    assert state.status == st.COMPLETED, state.error
+    keys = marker.read_text().split()
+    assert len(keys) == 2 and keys[0] != keys[1]
+    types = [e.event_type for e in store.load(state.execution_id)]
+    assert types.count(ev.COMMAND_RETRY_SCHEDULED) == 1
+    assert types.count(ev.COMMAND_FAILED) == 1 and types.count(ev.COMMAND_ISSUED) == 2
+
+
+def test_a_run_resumed_by_a_new_engine_reuses_the_live_command(store: Any, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    body = f"""
+    workflow:
+      - step: start
+        tool: {{kind: python, code: "result = 1"}}
+        next: wait
+      - step: wait
+        tool:
+          kind: python
+          code: |
+            import os, time
+            open("{tmp_path}/attempts", "a").write(idempotency_key + "\\n")
+            deadline = time.monotonic() + 60
+            while not os.path.exists("{gate}") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            result = 2
+    """
+    text = text_of(body)
+    pb = load.load_text(text)
+
+    async def first_life() -> int:
+        async with EmbeddedEngine(store) as engine:
+            engine.orchestrator.register(text, pb)
+            # start the run but leave before `wait` reports: the process "dies" there
+            xid, outcome = engine.orchestrator.start(pb, 1, {})
+            engine._handle(outcome)
+            attempts = tmp_path / "attempts"
+            while not attempts.exists():  # `wait` is running and will not report
+                await asyncio.sleep(0.01)
+            return xid
+
+    xid = asyncio.run(first_life())
+    assert Orchestrator(store).state(xid).status == st.RUNNING
+    gate.touch()
+
+    async def second_life() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            engine.resume(xid)
+            return await engine.wait(xid, timeout=30)
+
+    state = asyncio.run(second_life())
+    assert state.status == st.COMPLETED and state.results == {"start": 1, "wait": 2}
+    assert state.run_counts == {"start": 1, "wait": 1}
+    keys = (tmp_path / "attempts").read_text().split()
+    assert len(set(keys)) == 1  # the re-dispatched command kept its idempotency key
+
+
+def test_a_large_result_is_stored_by_reference_and_read_back_whole(store: Any) -> None:
+    state = asyncio.run(run(store, """
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = {'blob': 'x' * 600000}"}
+        next: size
+      - step: size
+        tool: {kind: python, input: {b: "{{ start.blob }}"}, code: "result = len(b)"}
+    """))
+    assert state.status == st.COMPLETED and state.results["size"] == 600000
+    assert store._query("SELECT count(*) FROM result_blob", ())[0][0] >= 1
+    biggest = store._query("SELECT max(length(result)) FROM event", ())[0][0]
+    assert biggest < 10_000  # the log itself stays small
+    reread = Orchestrator(store).state(state.execution_id)
+    assert reread.results["start"]["blob"] == "x" * 600000
