@@ -44,9 +44,9 @@ class _Emitter:
         self.decision = Decision()
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
-             **payload: Any) -> None:
+             event_id: int | None = None, **payload: Any) -> None:
         self.decision.events.append(ev.new_event(
-            self.new_id(), self.state.execution_id, event_type, self.now,
+            event_id or self.new_id(), self.state.execution_id, event_type, self.now,
             step=step, status=status, payload=payload,
         ))  # fmt: skip
 
@@ -76,10 +76,17 @@ def _retry_spec(playbook: model.Playbook, step: str) -> model.RetrySpec | None:
     return playbook.steps[step].spec.retry
 
 
+LOST_ATTEMPTS = 3
+"""Attempts a command gets when its worker vanished (error kind `lost`) and the step has no
+`spec.retry`: losing a worker is the infrastructure's fault, not the step's."""
+
+
 def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Failure) -> bool:
-    if spec is None or _stopping(state):
+    if _stopping(state):
         return False
     kind = f.error.get("kind")
+    if spec is None:
+        return kind == "lost" and f.attempt < LOST_ATTEMPTS
     return kind != "approval" and kind in spec.retry_on and f.attempt < spec.max_attempts
 
 
@@ -89,8 +96,7 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
         for index, failure in sorted(sr.failures.items()):
             if not _retryable(out.state, spec, failure):
                 continue
-            assert spec is not None
-            wait = retry_delay(spec.backoff, spec.delay, failure.attempt, spec.max_delay)
+            wait = retry_delay(spec.backoff, spec.delay, failure.attempt, spec.max_delay) if spec else 0.0
             wait = max(wait, float(failure.error.get("retry_after") or 0.0))
             out.emit(ev.COMMAND_RETRY_SCHEDULED, sr.step, run=sr.run, index=index,
                      attempt=failure.attempt + 1, not_before=out.now + wait,
@@ -318,8 +324,11 @@ def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], 
 def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None:
     key = ids.idempotency_key(out.state.execution_id, step, run,
                               None if index == st.NO_INDEX else index, attempt)  # fmt: skip
-    out.emit(ev.COMMAND_ISSUED, step, command_id=out.new_id(), run=run, index=index,
-             attempt=attempt, idempotency_key=key)  # fmt: skip
+    # a command is named by the id of the event that issued it, as in NoETL's API
+    # (`/api/commands/{event_id}`)
+    command_id = out.new_id()
+    out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
+             index=index, attempt=attempt, idempotency_key=key)  # fmt: skip
 
 
 # -- 5. more work for running steps ----------------------------------------------------------

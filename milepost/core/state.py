@@ -233,6 +233,18 @@ def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
     sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=p.get("error") or {})
 
 
+def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None:
+    """The claim lapsed without a report: the attempt is lost (a late report changes nothing)."""
+    p = event.payload
+    live = _live_run(state, int(p["command_id"]))
+    if live is None:
+        return
+    cmd, sr = live
+    error = {"kind": "lost", "message": p.get("message") or "worker lost (lease expired)",
+             "retryable": True}  # fmt: skip
+    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=error)
+
+
 def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
     sr = state.running.get(event.step or "")
@@ -325,7 +337,7 @@ _HANDLERS: dict[str, Any] = {
     ev.COMMAND_HEARTBEAT: _apply_informative,
     ev.CALL_DONE: _apply_informative,
     ev.CALL_ERROR: _apply_informative,
-    ev.COMMAND_LEASE_EXPIRED: _apply_informative,
+    ev.COMMAND_LEASE_EXPIRED: _apply_command_lease_expired,
     ev.APPROVAL_REQUESTED: _apply_informative,
     ev.APPROVAL_GRANTED: _apply_informative,
     ev.APPROVAL_DENIED: _apply_informative,

@@ -367,3 +367,20 @@ def test_cancel_during_a_loop_ends_the_run_cancelled_once_the_iteration_finishes
     assert sim.state.status == st.CANCELLED
     assert sim.state.step_status["looping"] == st.CANCELLED
     assert len(sim.state.results.get("looping") or []) == 0
+
+
+def test_a_lost_command_gets_new_attempts_even_without_spec_retry() -> None:
+    sim = Sim(playbook(LINEAR))
+    for attempt in (1, 2, 3):
+        cmd = sim.live()[0]
+        assert (cmd.step, cmd.attempt) == ("start", attempt)
+        assert cmd.command_id == next(e.event_id for e in sim.log
+                                      if e.payload.get("command_id") == cmd.command_id)
+        lost = ev.new_event(sim.new_id(), 77, ev.COMMAND_LEASE_EXPIRED, sim.now, step="start",
+                            payload={"command_id": cmd.command_id})  # fmt: skip
+        st.fold(sim.state, [lost])
+        sim.settle()
+        # a report from the vanished worker arriving late changes nothing
+        sim.report(cmd, {"late": True})
+        assert "start" not in sim.state.results
+    assert sim.state.status == st.FAILED and sim.state.error["kind"] == "lost"
