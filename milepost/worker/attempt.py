@@ -19,7 +19,7 @@ from milepost.core.policies import retry_delay
 from milepost.core.work import Outcome, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
-from milepost.sanitize import Redactor, secret_strings
+from milepost.sanitize import Redactor
 from milepost.tools.base import ToolCall, ToolResult
 from milepost.worker import keychain
 
@@ -97,7 +97,7 @@ async def run_attempt(
     except MilepostError as exc:
         error = {"kind": "keychain", "message": exc.message, "retryable": False}
         return Outcome(ok=False, error=error)
-    redactor = Redactor(secret_strings(resolved))
+    redactor = Redactor(keychain.secret_texts(playbook, resolved))
     item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
     outcome = await _run(playbook, item, tools, sleep)
     if not redactor:
@@ -168,10 +168,19 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
                 continue
             break
         if action.do == "retry":  # attempts spent
+            if result.ok:
+                # A retry asked for on an ok result (polling until a condition holds) has
+                # no tool error to report; `_tool_error` used to produce kind 'error' with
+                # the message 'failed', which told the user nothing.
+                raise _TaskFailed(_error(pipe, task, "policy", "policy retry exhausted: "
+                                         f"{attempt} attempts, the condition still held"),
+                                  result.data)  # fmt: skip
             raise _TaskFailed(_tool_error(pipe, task, result), result.data)
         if action.do == "fail":
             if result.ok:
-                raise _TaskFailed(_error(pipe, task, "policy", "policy requested fail"), result.data)
+                raise _TaskFailed(
+                    _error(pipe, task, "policy", "policy requested fail"), result.data
+                )
             raise _TaskFailed(_tool_error(pipe, task, result), result.data)
         # continue, break, jump: commit the task's result and its writes
         output = result.data if result.ok else None
@@ -207,16 +216,26 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
     """Render the task's input and fields, then run its tool."""
     step = pipe.step
     kind, config, input_templates = task.kind, task.config, dict(task.input)
+    tool_timeout = task.timeout
     if kind == "workbook":
         entry = pipe.playbook.workbook[str(config.get("name"))]
         kind, config = entry.task.kind, entry.task.config
         input_templates = {**entry.task.input, **input_templates}
+        # The entry's own tool `spec.timeout` is part of the tool it runs (DSL 3.6); it
+        # was accepted at load and then silently dropped. The caller's, if given, wins.
+        tool_timeout = task.timeout or entry.task.timeout
     templates = {**step.input, **pipe.item.args, **input_templates}
     prefix = f"step '{step.name}'" + (f" task '{task.name}'" if step.pipeline else "")
+    # DSL 10.4: every tool sees `{{ idempotency_key }}` (e.g. in an X-Request-Id header).
+    # It was only passed in ToolCall, so rendering it failed as an undefined name. It is
+    # a reserved name: the engine's value wins over input keys of the same name.
+    idem_key = pipe.item.idempotency_key
+    render_context = {**context, "idempotency_key": idem_key}
     try:
-        inputs = {key: render.render_value(value, context, where=f"{prefix}: input '{key}'")
+        inputs = {key: render.render_value(value, render_context, where=f"{prefix}: input '{key}'")
                   for key, value in templates.items()}  # fmt: skip
-        field_context = cx.overlay(context, inputs) if inputs else context
+        field_context = cx.overlay(render_context, inputs) if inputs else render_context
+        field_context["idempotency_key"] = idem_key
         fields = {key: value if key in _UNRENDERED_CONFIG else
                   render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
                   for key, value in config.items()}  # fmt: skip
@@ -226,14 +245,14 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         context = {k: v for k, v in context.items() if k != "keychain"}
     call = ToolCall(
         kind=kind, config=fields, input=inputs, context=context,
-        idempotency_key=pipe.item.idempotency_key, timeout=_remaining(pipe, task),
+        idempotency_key=idem_key, timeout=_remaining(pipe, tool_timeout),
         execution_id=str(pipe.item.execution_id), step=step.name,
     )  # fmt: skip
     return await tools.run(call)
 
 
-def _remaining(pipe: _Pipeline, task: model.Task) -> float | None:
-    limits = [t for t in (task.timeout,) if t]
+def _remaining(pipe: _Pipeline, tool_timeout: float | None) -> float | None:
+    limits = [t for t in (tool_timeout,) if t]
     if pipe.deadline is not None:
         limits.append(max(0.001, pipe.deadline - time.monotonic()))
     return min(limits) if limits else None
@@ -277,7 +296,9 @@ def _error(pipe: _Pipeline, task: model.Task, kind: str, message: str) -> dict[s
 
 
 def _tool_error(pipe: _Pipeline, task: model.Task, result: ToolResult) -> dict[str, Any]:
-    error = result.error.to_dict() if result.error else {"kind": "error", "message": "failed"}
+    error: dict[str, Any] = (
+        result.error.to_dict() if result.error else {"kind": "error", "message": "failed"}
+    )
     error["task"] = task.name if pipe.step.pipeline else None
     if result.retry_after:
         error["retry_after"] = result.retry_after

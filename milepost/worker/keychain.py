@@ -12,6 +12,7 @@ from typing import Any
 
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
+from milepost.sanitize import secret_strings
 
 CredentialLookup = Callable[[str], Mapping[str, Any] | None]
 
@@ -40,3 +41,34 @@ def resolve(playbook: model.Playbook, context: Mapping[str, Any],
                     credential=entry.credential)  # fmt: skip
             resolved[entry.name] = dict(data)
     return resolved
+
+
+def secret_texts(playbook: model.Playbook, resolved: Mapping[str, Any]) -> list[str]:
+    """Every text to mask for a resolved keychain: its strings, and for `static` and
+    `bearer` entries also the text of its numbers.
+
+    Those entries are rendered templates, and rendering coerces numeric-looking text
+    (DSL 9.3): a PIN or numeric API key `"98765432"` resolves to the int 98765432.
+    `secret_strings` collects only strings, so such a secret was never masked and leaked
+    through tool messages and results. Credential data keeps its registered types (a
+    `port: 5432` is not a secret), so only its strings are masked.
+    """
+    texts: list[str] = []
+    for entry in playbook.keychain:
+        value = resolved.get(entry.name)
+        texts.extend(secret_strings(value))
+        if entry.kind != "credential":
+            texts.extend(_number_texts(value))
+    return texts
+
+
+def _number_texts(value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [str(value)]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _number_texts(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _number_texts(v)]
+    return []
