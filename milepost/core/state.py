@@ -132,6 +132,10 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
         state.last_seq = max(state.last_seq, event.seq)
         if event.event_id in state.seen:
             continue
+        if event.meta.get("stale"):
+            # a report fenced off by its epoch: kept in the log for people, not for the run
+            state.seen.add(event.event_id)
+            continue
         handler = _HANDLERS.get(event.event_type)
         if handler is None:
             raise UnknownEvent(f"unknown event type {event.event_type!r} (event {event.event_id})")

@@ -10,6 +10,7 @@ is durable before anything acts on it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import time
@@ -53,8 +54,11 @@ class Orchestrator:
         new_id: Callable[[], int] | None = None,
         machine_id: int = 0,
         snapshot_every: int = SNAPSHOT_EVERY,
+        shared: bool = False,
     ) -> None:
         self.store = store
+        self.shared = shared
+        """Other processes write to the same executions (servers on one database)."""
         self.clock = clock
         self.new_id = new_id or Snowflake(machine_id, clock)
         self.snapshot_every = snapshot_every
@@ -160,13 +164,23 @@ class Orchestrator:
 
         `also` names executions to re-evaluate without a report (a retry timer, a resume);
         `refresh` first folds whatever other writers appended since the watermark.
+        With `shared=True` (several servers on one database) every execution is locked
+        across processes for the duration and always refreshed from the log first.
         """
-        out = Outcome()
         by_exec: dict[int, list[ev.Event]] = {}
         for report in reports:
             by_exec.setdefault(report.execution_id, []).append(report)
         for xid in also:
             by_exec.setdefault(xid, [])
+        if not self.shared:
+            return self._process(by_exec, refresh)
+        with contextlib.ExitStack() as locks:
+            for xid in sorted(by_exec):  # one order everywhere: no deadlock between servers
+                locks.enter_context(self.store.lock_execution(xid))
+            return self._process(by_exec, refresh=True)
+
+    def _process(self, by_exec: dict[int, list[ev.Event]], refresh: bool) -> Outcome:
+        out = Outcome()
         now = self.clock()
         to_append: list[ev.Event] = []
         watermarks: dict[int, int] = {}
