@@ -231,8 +231,10 @@ class Orchestrator:
             state = self._states[xid]
             mine = seqs.get(xid, [])
             if mine and mine != list(range(before + 1, before + 1 + len(mine))):
-                # another writer appended in between: fold its events (ours are already seen)
+                # another writer appended in between: fold its events (ours are already
+                # seen) and ask to be woken at once, so decide sees them too
                 st.fold(state, self.store.load(xid, after_seq=before))
+                out.wake_at[xid] = self.clock()
             elif mine:
                 state.last_seq = mine[-1]
             self._maybe_snapshot(state)
