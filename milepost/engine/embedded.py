@@ -22,9 +22,13 @@ from milepost.core.work import WorkItem, report_events
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.playbook import model
+from milepost.errors import PlaybookNotFound
+from milepost.playbook import load
 from milepost.store.port import Store
 from milepost.tools import ToolRuntime
+from milepost.tools.playbook import ChildRun
 from milepost.worker.attempt import run_attempt
+from milepost.worker.keychain import CredentialLookup
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class EmbeddedEngine:
         machine_id: int = 0,
         tools: Any = None,
         worker_id: str = "embedded",
+        credentials: CredentialLookup | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id)
@@ -54,6 +59,7 @@ class EmbeddedEngine:
         self.worker_id = worker_id
         self._tools = tools
         self._owns_tools = tools is None
+        self._credentials = credentials
         self._python_workers = python_workers
         self._queue: asyncio.Queue[WorkItem] = asyncio.Queue()
         self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
@@ -70,7 +76,8 @@ class EmbeddedEngine:
 
     async def __aenter__(self) -> EmbeddedEngine:
         if self._tools is None:
-            self._tools = ToolRuntime(python_workers=self._python_workers)
+            self._tools = ToolRuntime(python_workers=self._python_workers,
+                                      credentials=self._credentials, children=self)
         self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}")
                        for i in range(self.concurrency)]  # fmt: skip
         self._tasks.append(asyncio.create_task(self._reporter(), name="reporter"))
@@ -120,6 +127,33 @@ class EmbeddedEngine:
             self._queue.put_nowait(item)
         self._handle(self.orchestrator.process(also=[execution_id]))
         return state
+
+    async def run_child(self, path: str, workload: dict[str, Any], *, parent_execution_id: str,
+                        timeout: float) -> ChildRun:  # fmt: skip
+        """Start the latest catalog version of `path` as a child and wait for it (DSL 3.5)."""
+        entry = self.store.get_playbook(path)
+        if entry is None:
+            raise PlaybookNotFound(f"no playbook registered at path {path!r}", path=path)
+        playbook = load.load_text(entry.content, source=f"catalog:{path}@{entry.version}")
+        xid, outcome = self.orchestrator.start(playbook, entry.version, workload,
+                                               parent_execution_id=int(parent_execution_id))  # fmt: skip
+        self._done.setdefault(xid, asyncio.Event())
+        self._active.add(xid)
+        self._handle(outcome)
+        # the waiting parent holds a worker; lend one back so nested children cannot starve
+        release = asyncio.Event()
+        # it finishes the item it holds on its own time; shutdown cancels it with the rest
+        self._tasks.append(asyncio.create_task(self._worker(until=release), name=f"lent-{xid}"))
+        try:
+            state = await self.wait(xid, timeout)
+        except TimeoutError:
+            self.cancel(xid)
+            raise
+        finally:
+            release.set()
+        completed = tuple(step for step, _ in state.completed_runs)
+        results = {s: state.results[s] for s in completed if s in state.results}
+        return ChildRun(str(xid), state.status, state.error, results, completed)
 
     def cancel(self, execution_id: int) -> None:
         self._handle(self.orchestrator.request_cancel(execution_id))
@@ -181,15 +215,33 @@ class EmbeddedEngine:
             for done in self._done.values():
                 done.set()
 
-    async def _worker(self) -> None:
+    async def _next_item(self, until: asyncio.Event | None) -> WorkItem | None:
+        if until is None:
+            return await self._queue.get()
+        getter = asyncio.ensure_future(self._queue.get())
+        stopper = asyncio.ensure_future(until.wait())
+        try:
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def _worker(self, until: asyncio.Event | None = None) -> None:
+        """Run work items; a worker lent for a while (`until`) stops between items."""
         assert self._tools is not None
         while True:
-            item = await self._queue.get()
+            item = await self._next_item(until)
+            if item is None:
+                return
             state = self.orchestrator.state(item.execution_id)
             playbook = self.orchestrator.playbook_for(state)
             self._busy += 1
             try:
-                outcome = await run_attempt(playbook, item, self._tools)
+                outcome = await run_attempt(playbook, item, self._tools,
+                                            credentials=self._credentials)  # fmt: skip
             except Exception as exc:  # a bug in a tool must fail the step, not hang the run
                 log.exception("attempt crashed", extra={"step": item.step})
                 outcome = AttemptOutcome(ok=False, error={

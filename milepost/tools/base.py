@@ -17,6 +17,8 @@ ERROR_KINDS = frozenset(
         "connection",
         "exit_code",
         "db_error",
+        "db_connection",
+        "playbook",
         "invalid",
     }
 )

@@ -6,13 +6,18 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from milepost.tools import base, duckdb_tool, shell
 from milepost.tools import http as http_tool
 from milepost.tools import python as python_tool
+from milepost.tools.playbook import ChildRunner, PlaybookTool
+
+if TYPE_CHECKING:
+    from milepost.tools.postgres import PostgresTool
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +25,7 @@ Executor = Callable[[base.ToolCall], Awaitable[base.ToolResult]]
 
 
 class ToolRuntime:
-    """Runs tool calls: python, http, shell, duckdb, noop.
+    """Runs tool calls: python, http, postgres, shell, duckdb, noop.
 
     Owns the python worker pool and the http clients; `run` never raises for a tool failure.
 
@@ -28,6 +33,10 @@ class ToolRuntime:
         python_workers: size of the python worker pool (processes started lazily).
         http_transport: an httpx transport replacing the network (tests).
         python_start_method: `spawn` (default) or `forkserver`.
+        credentials: `name -> credential data (decrypted, with its "type") | None`, how
+            postgres resolves `auth`; None: no credential is registered.
+        children: how the `playbook` tool starts and waits for child executions (the
+            embedded engine, or the server through the HTTP worker); None: it cannot.
     """
 
     def __init__(
@@ -36,7 +45,12 @@ class ToolRuntime:
         *,
         http_transport: httpx.AsyncBaseTransport | None = None,
         python_start_method: str = "spawn",
+        credentials: Callable[[str], Mapping[str, Any] | None] | None = None,
+        children: ChildRunner | None = None,
     ) -> None:
+        self.credentials = credentials
+        self._postgres: PostgresTool | None = None
+        """Created on the first postgres call, so psycopg loads only when used."""
         self.python = python_tool.PythonPool(python_workers, start_method=python_start_method)
         self.http = http_tool.HttpTool(transport=http_transport)
         self._executors: dict[str, Executor] = {
@@ -44,6 +58,8 @@ class ToolRuntime:
             "http": self.http.run,
             "shell": shell.run,
             "duckdb": duckdb_tool.run,
+            "postgres": self._run_postgres,
+            "playbook": PlaybookTool(children).run,
             "noop": _noop,
         }
 
@@ -75,15 +91,32 @@ class ToolRuntime:
         return dataclasses.replace(result, duration_ms=(time.perf_counter() - started) * 1000.0)
 
     async def aclose(self) -> None:
-        """Close the http client of the running loop and stop the python workers."""
+        """Close the http client and postgres connections of the running loop and stop the
+        python workers."""
         try:
             await self.http.aclose()
         finally:
-            await asyncio.to_thread(self.python.close)
+            try:
+                if self._postgres is not None:
+                    await self._postgres.aclose()
+            finally:
+                await asyncio.to_thread(self.python.close)
 
     def close(self) -> None:
-        """Stop the python workers (sync; http clients need `aclose`)."""
-        self.python.close()
+        """Stop the python workers and close idle postgres connections (sync; http clients
+        need `aclose`)."""
+        try:
+            if self._postgres is not None:
+                self._postgres.close()
+        finally:
+            self.python.close()
+
+    async def _run_postgres(self, call: base.ToolCall) -> base.ToolResult:
+        if self._postgres is None:
+            from milepost.tools.postgres import PostgresTool
+
+            self._postgres = PostgresTool(self.credentials)
+        return await self._postgres.run(call)
 
     async def __aenter__(self) -> ToolRuntime:
         return self

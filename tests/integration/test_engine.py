@@ -157,3 +157,65 @@ def test_a_large_result_is_stored_by_reference_and_read_back_whole(store: Any) -
     assert biggest < 10_000  # the log itself stays small
     reread = Orchestrator(store).state(state.execution_id)
     assert reread.results["start"]["blob"] == "x" * 600000
+
+
+CHILD = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: tests/child}
+workload: {x: 1}
+workflow:
+  - step: start
+    tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
+    next: finish
+  - step: finish
+    tool: {kind: python, input: {d: "{{ start.double }}"}, code: "result = {'final': d + 1}"}
+"""
+
+PARENT = """
+workflow:
+  - step: start
+    loop: {in: "{{ [1, 2, 3] }}", iterator: n, spec: {mode: parallel, max_in_flight: 3}}
+    tool: {kind: playbook, path: tests/child, input: {x: "{{ n }}"}, return_step: start}
+    next: whole
+  - step: whole
+    tool: {kind: playbook, path: tests/child, input: {x: 10}, return_result: true}
+    next: plain
+  - step: plain
+    tool: {kind: playbook, path: tests/child}
+"""
+
+
+def test_playbook_tool_runs_children_and_returns_their_results(store: Any) -> None:
+    async def go() -> st.ExecutionState:
+        # one worker only: the parents waiting on children must lend theirs back
+        async with EmbeddedEngine(store, concurrency=1) as engine:
+            engine.orchestrator.register(CHILD, load.load_text(CHILD))
+            text = text_of(PARENT)
+            return await engine.run(load.load_text(text), text, timeout=60)
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    assert state.results["start"] == [{"double": 2}, {"double": 4}, {"double": 6}]
+    assert state.results["whole"] == {"final": 21}
+    assert state.results["plain"]["status"] == "COMPLETED"
+    children = [r for r in store.list_executions() if r.parent_execution_id == state.execution_id]
+    assert len(children) == 5
+
+
+def test_a_failing_child_fails_the_parent_step_with_its_reason(store: Any) -> None:
+    broken = CHILD.replace("x * 2", "x / 0")
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            engine.orchestrator.register(broken, load.load_text(broken))
+            text = text_of("""
+            workflow:
+              - step: start
+                tool: {kind: playbook, path: tests/child}
+            """)
+            return await engine.run(load.load_text(text), text, timeout=60)
+
+    state = asyncio.run(go())
+    assert state.status == st.FAILED
+    assert state.error["kind"] == "playbook"
+    assert "ZeroDivisionError" in state.error["reason"]

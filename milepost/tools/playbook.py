@@ -1,0 +1,94 @@
+"""The `playbook` tool (DSL 3.5): run a registered playbook as a child execution and wait.
+
+The tool itself only shapes the call and the result; starting and waiting is done by a
+`ChildRunner` that the host provides: the embedded engine runs the child in-process, the
+HTTP worker asks the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from milepost.tools import base
+
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    """What a finished (or abandoned) child execution looks like to its parent."""
+
+    execution_id: str
+    status: str
+    error: dict[str, Any] | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    """step -> latest result, for the steps that completed."""
+    completed: tuple[str, ...] = ()
+    """Completed steps in completion order."""
+
+
+class ChildRunner(Protocol):
+    async def run_child(self, path: str, workload: dict[str, Any], *, parent_execution_id: str,
+                        timeout: float) -> ChildRun: ...  # fmt: skip
+
+
+class PlaybookTool:
+    def __init__(self, runner: ChildRunner | None) -> None:
+        self.runner = runner
+
+    async def run(self, call: base.ToolCall) -> base.ToolResult:
+        started = time.monotonic()
+        result = await self._run(call)
+        return base.ToolResult(data=result.data, error=result.error,
+                               duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+
+    async def _run(self, call: base.ToolCall) -> base.ToolResult:
+        path = call.config.get("path")
+        if not isinstance(path, str) or not path:
+            return base.failure("invalid", "playbook tool needs `path` (a catalog path)")
+        if self.runner is None:
+            return base.failure("invalid", "this worker cannot start child playbooks")
+        timeout = _timeout(call)
+        try:
+            child = await self.runner.run_child(
+                path, dict(call.input), parent_execution_id=call.execution_id, timeout=timeout)
+        except TimeoutError:
+            return base.failure("timeout", f"child playbook {path!r} did not finish within "
+                                f"{timeout:g}s", retryable=True)  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the host could not start it: unknown path, invalid playbook
+            return base.failure("playbook", f"child playbook {path!r}: {exc}")
+        summary = {"execution_id": child.execution_id, "status": child.status}
+        if child.status != "COMPLETED":
+            reason = (child.error or {}).get("reason") or (child.error or {}).get("message") or ""
+            message = f"child playbook {path!r} ({child.execution_id}) {child.status}"
+            return base.ToolResult(data=summary, error=base.ToolError(
+                "playbook", f"{message}: {reason}" if reason else message))  # fmt: skip
+        return _shape(call.config, child, summary)
+
+
+def _timeout(call: base.ToolCall) -> float:
+    raw = call.config.get("timeout")
+    try:
+        value = float(raw) if raw is not None else DEFAULT_TIMEOUT
+    except (TypeError, ValueError):
+        value = DEFAULT_TIMEOUT
+    return min(value, call.timeout) if call.timeout else value
+
+
+def _shape(config: dict[str, Any], child: ChildRun, summary: dict[str, Any]) -> base.ToolResult:
+    """DSL 3.5: `return_step`, else `return_result`, else `{execution_id, status}`."""
+    step = config.get("return_step")
+    if step:
+        if step not in child.results:
+            return base.ToolResult(data=summary, error=base.ToolError(
+                "playbook", f"child playbook step {step!r} did not complete"))  # fmt: skip
+        return base.ToolResult(data=child.results[step])
+    if config.get("return_result") in (True, "true", "True"):
+        chosen = config.get("result_step") or (child.completed[-1] if child.completed else None)
+        return base.ToolResult(data=child.results.get(chosen) if chosen else None)
+    return base.ToolResult(data=summary)
