@@ -1,0 +1,66 @@
+"""Durations in a playbook: `30s`, `5m`, `2h`, `1d`, `500ms`, `1h30m` or plain seconds.
+
+The accepted forms are decided here, by the patterns below; turning one `<number><unit>`
+part into seconds is left to `core.policies.parse_duration`, so the unit factors live in
+one place. (Core alone would be too lenient for a playbook: it also takes `1e3`, `inf`
+and `-5s`, and not `1h30m`.)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from milepost.core import policies
+from milepost.playbook import problems
+
+_DURATION_RE = re.compile(r"(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d)\s*)+")
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
+def parse_duration(value: Any, where: str) -> float:
+    """Seconds in `value`: `30s`, `5m`, `2h`, `1d`, `500ms`, `1h30m`, or a plain number.
+
+    Raises:
+        ValueError: `"<where>: invalid duration ..."` when `value` is not a duration.
+    """
+    seconds: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = policies.parse_duration(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if _NUMBER_RE.fullmatch(text):
+            seconds = policies.parse_duration(text)
+        elif _DURATION_RE.fullmatch(text):
+            seconds = sum(
+                policies.parse_duration(f"{n}{unit}") for n, unit in _DURATION_PART_RE.findall(text)
+            )
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(
+            f"{prefix}invalid duration {value!r} "
+            "(expected e.g. 30s, 5m, 2h, 1d or a number of seconds)"
+        )
+    return seconds
+
+
+def check(raw: Any, w: problems.Where, *, positive: bool = True) -> float | None:
+    """`raw` in seconds, or None after reporting why it is not a (positive) duration."""
+    try:
+        seconds = parse_duration(raw, "")
+    except ValueError as exc:
+        w.error(str(exc))
+        return None
+    if positive and seconds <= 0:
+        w.error(f"must be greater than 0, got {raw!r}")
+        return None
+    return seconds
+
+
+def text(raw: Any) -> str:
+    """A duration as the user wrote it, for messages (a bare number gets an `s`)."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return f"{raw:g}s"
+    return str(raw)
