@@ -24,6 +24,23 @@ class Settings(BaseSettings):
     """Warm processes that run `python` tools."""
     machine_id: int = 0
     """Snowflake machine id (0-1023), distinct per process writing to one database."""
+    database_urls: str | None = None
+    """Several PostgreSQL URLs, comma-separated: executions shard across them by id, the
+    catalog lives on the first (`milepost server` and the CLI when `--db` is not given)."""
+    secret_key: str | None = None
+    """Fernet key encrypting credential data at rest (`milepost secret-key` makes one); the
+    server refuses to start without it."""
+    nats_url: str | None = None
+    """NATS JetStream for worker wake-ups (`nats://127.0.0.1:4222`); unset = no NATS, workers
+    poll."""
+    nats_pool: str = "default"
+    """Pool in the wake-up subject `milepost.commands.<pool>`."""
+    lease_seconds: float = 30.0
+    """Default lease of a claim; workers heartbeat every third of it."""
+    reconcile_interval: float = 1.0
+    """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
+    requeue_notice_after: float = 5.0
+    """Re-publish the wake-up of a command still queued after this many seconds."""
 
 
 class UnsupportedDatabase(MilepostError):

@@ -9,10 +9,12 @@ queue), so the projections can always be rebuilt from the log. Adapters: `sqlite
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from milepost.core.events import Event
+from milepost.errors import ClaimRefused, MilepostError
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -34,6 +36,8 @@ class ExecutionRow:
     updated_at: float
     parent_execution_id: int | None = None
     error: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    """An `execution.cancel_requested` event is in the log: claims are refused from then on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,78 @@ class CatalogEntry:
     version: int
     content: str
     created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialRow:
+    name: str
+    type: str
+    ciphertext: bytes | None
+    """The encrypted data; None in `list_credentials` (which never reads it)."""
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    token_hash: str
+    """SHA-256 (hex) of the bearer token; the token itself is never stored."""
+    role: str
+    name: str | None
+    created_at: float
+
+
+class StoreError(MilepostError):
+    """The database failed."""
+
+    code = "store_error"
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached."""
+
+    code = "store_unavailable"
+
+
+BLOB_PREFIX = "milepost://results/"
+
+
+def parse_blob_uri(uri: str) -> tuple[int | None, int]:
+    """`milepost://results/<blob_id>` or `milepost://results/<execution_id>/<blob_id>` ->
+    (execution_id or None, blob_id). The second form names the execution so a sharded store
+    can find the shard that holds it."""
+    parts = uri[len(BLOB_PREFIX):].split("/") if uri.startswith(BLOB_PREFIX) else []
+    try:
+        if len(parts) == 1:
+            return None, int(parts[0])
+        if len(parts) == 2:
+            return int(parts[0]), int(parts[1])
+    except ValueError:
+        pass
+    raise MilepostError(f"not a result reference: {uri!r}", uri=uri)
+
+
+def claim_epoch(command_id: int, worker_id: str, now: float, command: tuple[Any, ...],
+                execution: tuple[Any, ...] | None) -> int:  # fmt: skip
+    """The claim rule both adapters apply (the caller holds the command row): the epoch the
+    claim gets, or ClaimRefused.
+
+    `command` is `(status, worker_id, epoch, lease_expires_at)`, `execution` is
+    `(status, cancel_requested)` or None when the execution has no row yet.
+    """
+    status, owner, epoch, expires = command
+    if execution is not None and (execution[1] or execution[0] == "CANCELLED"):
+        raise ClaimRefused("the execution is cancelled", reason="execution_cancelled",
+                           command_id=str(command_id))  # fmt: skip
+    if status == COMMAND_CLAIMED and owner == worker_id and (expires or 0) > now:
+        return int(epoch)  # a repeated claim by the holder renews it
+    if status == COMMAND_QUEUED:
+        return int(epoch) + 1
+    if status == COMMAND_CLAIMED:
+        raise ClaimRefused("command has an active claim", reason="active_claim",
+                           command_id=str(command_id))  # fmt: skip
+    raise ClaimRefused(f"command is {status}", reason="already_terminal",
+                       command_id=str(command_id))  # fmt: skip
 
 
 class Store(Protocol):
@@ -128,3 +204,57 @@ class Store(Protocol):
     def put_blob(self, execution_id: int, data: bytes, now: float) -> str: ...
 
     def get_blob(self, uri: str) -> bytes: ...
+
+    # -- server additions (docs/server-contract.md, "Store additions") ---------------------
+
+    def schema_version(self) -> int:
+        """The version the database is at (0 before `migrate`)."""
+        ...
+
+    # credentials (data encrypted by the caller; the store never sees plain text)
+    def put_credential(self, name: str, type: str, ciphertext: bytes,
+                       now: float) -> CredentialRow:  # fmt: skip
+        """Create or replace; `created_at` survives a replace."""
+        ...
+
+    def get_credential(self, name: str) -> CredentialRow | None: ...
+
+    def list_credentials(self) -> list[CredentialRow]:
+        """Every credential by name, without its data (`ciphertext` None)."""
+        ...
+
+    def delete_credential(self, name: str) -> bool:
+        """True when there was one to delete."""
+        ...
+
+    # API tokens (only their hash is stored)
+    def create_token(self, token_hash: str, role: str, name: str | None,
+                     now: float) -> TokenRow:  # fmt: skip
+        """Raises ConcurrencyConflict if the hash is already known."""
+        ...
+
+    def get_token(self, token_hash: str) -> TokenRow | None: ...
+
+    # the polling claim path
+    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
+                   pool: str | None = None) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
+        """Claim up to `limit` of the oldest queued commands (epoch += 1) of RUNNING
+        executions with no cancel requested; `pool` None = any pool. Two workers never get
+        the same command."""
+        ...
+
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+        """Give back a live claim that was not started: the command is queued again, same
+        attempt and key (the next claim gets epoch + 1). Raises ClaimRefused
+        (`stale_epoch`) when `worker_id` holds no claim with that epoch."""
+        ...
+
+    def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
+        """RUNNING executions with no queued or claimed command whose last event is older
+        than `idle_s` (the reconciler re-evaluates them)."""
+        ...
+
+    def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:
+        """Hold the orchestrator's lock on one execution for the block. Reentrant within
+        one thread; excludes other threads and, on PostgreSQL, other processes."""
+        ...

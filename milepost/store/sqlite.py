@@ -9,83 +9,21 @@ those too, at the cost of an fsync per commit.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import port
+from milepost.store import migrations, port
 
-_MIGRATIONS: list[str] = [
-    # 1: the log, its projections, snapshots, catalog, result store
-    """
-    CREATE TABLE event (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        event_id INTEGER NOT NULL UNIQUE,
-        execution_id INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        parent_event_id INTEGER,
-        event_type TEXT NOT NULL,
-        step TEXT,
-        status TEXT,
-        result TEXT,
-        meta TEXT,
-        worker_id TEXT,
-        created_at REAL NOT NULL
-    );
-    CREATE UNIQUE INDEX event_execution_seq ON event (execution_id, seq);
-    CREATE TABLE execution (
-        execution_id INTEGER PRIMARY KEY,
-        path TEXT NOT NULL,
-        version INTEGER,
-        status TEXT NOT NULL,
-        parent_execution_id INTEGER,
-        error TEXT,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE INDEX execution_status ON execution (status, created_at);
-    CREATE TABLE command (
-        command_id INTEGER PRIMARY KEY,
-        execution_id INTEGER NOT NULL,
-        step TEXT NOT NULL,
-        run INTEGER NOT NULL,
-        idx INTEGER NOT NULL,
-        attempt INTEGER NOT NULL,
-        idempotency_key TEXT NOT NULL,
-        status TEXT NOT NULL,
-        worker_id TEXT,
-        epoch INTEGER NOT NULL DEFAULT 0,
-        lease_expires_at REAL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE INDEX command_open ON command (status, execution_id);
-    CREATE TABLE snapshot (
-        execution_id INTEGER PRIMARY KEY,
-        seq INTEGER NOT NULL,
-        data BLOB NOT NULL
-    );
-    CREATE TABLE catalog (
-        path TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        content TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        PRIMARY KEY (path, version)
-    );
-    CREATE TABLE result_blob (
-        blob_id INTEGER PRIMARY KEY AUTOINCREMENT,
-        execution_id INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        created_at REAL NOT NULL
-    );
-    """,
-]
+_MIGRATIONS: list[str] = [m.sql for m in migrations.scripts("sqlite")]
+"""Version n is `_MIGRATIONS[n - 1]`; the DDL lives in `migrations/sqlite/NNNN_*.sql`."""
 
 _BLOB_PREFIX = "milepost://results/"
 _INSERT_EVENT = (
@@ -116,7 +54,7 @@ class SQLiteStore:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    @contextmanager
+    @contextlib.contextmanager
     def _txn(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -238,20 +176,30 @@ class SQLiteStore:
         return json.dumps({"status": envelope["status"], "reference": ref})
 
     def _project_txn(self, conn: sqlite3.Connection, events: list[ev.Event]) -> None:
-        """Write the projections of stored events: the execution list and the command queue."""
-        issued, settled = [], []
+        """Write the projections of stored events: the execution list and the command queue.
+        A stale report (`meta.stale`, fenced by the server) changes none of them."""
+        issued, settled, expired = [], [], []
+        terminal: list[ev.Event] = []
         for event in events:
+            if event.meta.get("stale"):
+                continue
             p = event.payload
             t = event.event_type
             if t == ev.COMMAND_ISSUED:
                 issued.append((p["command_id"], event.execution_id, event.step, p["run"],
                                p.get("index", -1), p.get("attempt", 1),
                                p.get("idempotency_key", ""), port.COMMAND_QUEUED,
-                               event.created_at, event.created_at))  # fmt: skip
+                               p.get("pool") or "default", event.created_at,
+                               event.created_at))  # fmt: skip
             elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
                 status = (port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED
                           else port.COMMAND_FAILED)  # fmt: skip
                 settled.append((status, event.created_at, p["command_id"]))
+            elif t == ev.COMMAND_LEASE_EXPIRED:
+                # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
+                epoch = p.get("epoch", event.meta.get("epoch"))
+                expired.append((port.COMMAND_FAILED, event.created_at, p["command_id"],
+                                port.COMMAND_CLAIMED, epoch, epoch))  # fmt: skip
             elif t == ev.EXECUTION_STARTED:
                 conn.execute(
                     "INSERT INTO execution (execution_id, path, version, status,"
@@ -260,17 +208,26 @@ class SQLiteStore:
                     (event.execution_id, p.get("path", ""), p.get("version"), "RUNNING",
                      p.get("parent_execution_id"), event.created_at, event.created_at),
                 )  # fmt: skip
+            elif t == ev.EXECUTION_CANCEL_REQUESTED:
+                conn.execute("UPDATE execution SET cancel_requested=1 WHERE execution_id=?",
+                             (event.execution_id,))  # fmt: skip
             elif t in ev.TERMINAL_EXECUTION_EVENTS:
-                self._project_terminal_txn(conn, event)
+                terminal.append(event)  # after the command rows of the same batch exist
         if issued:
             conn.executemany(
                 "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
-                " idempotency_key, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, status, pool, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 issued,
             )
         if settled:
             conn.executemany("UPDATE command SET status=?, updated_at=? WHERE command_id=?",
                              settled)  # fmt: skip
+        if expired:
+            conn.executemany("UPDATE command SET status=?, updated_at=? WHERE command_id=?"
+                             " AND status=? AND (? IS NULL OR epoch=?)", expired)  # fmt: skip
+        for event in terminal:
+            self._project_terminal_txn(conn, event)
 
     def _project_terminal_txn(self, conn: sqlite3.Connection, event: ev.Event) -> None:
         status = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
@@ -317,13 +274,13 @@ class SQLiteStore:
     # -- executions ------------------------------------------------------------------------
 
     _EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
-                  " parent_execution_id, error")  # fmt: skip
+                  " parent_execution_id, error, cancel_requested")  # fmt: skip
 
     @staticmethod
     def _execution(row: tuple[Any, ...]) -> port.ExecutionRow:
-        xid, path, version, status, created, updated, parent, error = row
+        xid, path, version, status, created, updated, parent, error, cancel = row
         return port.ExecutionRow(xid, path, version, status, created, updated, parent,
-                                 json.loads(error) if error else None)  # fmt: skip
+                                 json.loads(error) if error else None, bool(cancel))  # fmt: skip
 
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
         rows = self._query(f"SELECT {self._EXEC_COLS} FROM execution WHERE execution_id=?",
@@ -368,22 +325,15 @@ class SQLiteStore:
     def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
         with self._txn() as conn:
             row = conn.execute(
-                "SELECT status, worker_id, epoch, lease_expires_at FROM command WHERE command_id=?",
+                "SELECT c.status, c.worker_id, c.epoch, c.lease_expires_at, x.status,"
+                " x.cancel_requested FROM command c LEFT JOIN execution x"
+                " ON x.execution_id = c.execution_id WHERE c.command_id=?",
                 (command_id,),
             ).fetchone()
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
-            status, owner, epoch, expires = row
-            if status == port.COMMAND_CLAIMED and owner == worker_id and (expires or 0) > now:
-                epoch_now = epoch  # a repeated claim by the holder renews it
-            elif status == port.COMMAND_QUEUED:
-                epoch_now = epoch + 1
-            elif status == port.COMMAND_CLAIMED:
-                raise ClaimRefused("command has an active claim", reason="active_claim",
-                                   command_id=str(command_id))  # fmt: skip
-            else:
-                raise ClaimRefused(f"command is {status}", reason="already_terminal",
-                                   command_id=str(command_id))  # fmt: skip
+            execution = None if row[4] is None else (row[4], bool(row[5]))
+            epoch_now = port.claim_epoch(command_id, worker_id, now, row[:4], execution)
             conn.execute(
                 "UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
                 " updated_at=? WHERE command_id=?",
@@ -467,13 +417,154 @@ class SQLiteStore:
         return f"{_BLOB_PREFIX}{cur.lastrowid}"
 
     def get_blob(self, uri: str) -> bytes:
-        if not uri.startswith(_BLOB_PREFIX):
-            raise MilepostError(f"not a result reference: {uri!r}", uri=uri)
-        rows = self._query("SELECT data FROM result_blob WHERE blob_id=?",
-                           (int(uri[len(_BLOB_PREFIX):]),))  # fmt: skip
-        if not rows:
+        # this adapter writes `<blob_id>`; `<execution_id>/<blob_id>` (PostgreSQL's form) is
+        # read too, and then the execution must match
+        xid, blob_id = port.parse_blob_uri(uri)
+        rows = self._query("SELECT data, execution_id FROM result_blob WHERE blob_id=?",
+                           (blob_id,))  # fmt: skip
+        if not rows or (xid is not None and rows[0][1] != xid):
             raise MilepostError(f"unknown result reference {uri!r}", uri=uri)
         return bytes(rows[0][0])
+
+    # -- credentials and tokens ------------------------------------------------------------
+
+    def put_credential(self, name: str, type: str, ciphertext: bytes,
+                       now: float) -> port.CredentialRow:  # fmt: skip
+        with self._txn() as conn:
+            conn.execute(
+                "INSERT INTO credential (name, type, ciphertext, created_at, updated_at)"
+                " VALUES (?,?,?,?,?) ON CONFLICT (name) DO UPDATE SET type=excluded.type,"
+                " ciphertext=excluded.ciphertext, updated_at=excluded.updated_at",
+                (name, type, ciphertext, now, now),
+            )
+            created = conn.execute("SELECT created_at FROM credential WHERE name=?",
+                                   (name,)).fetchone()[0]  # fmt: skip
+        return port.CredentialRow(name, type, bytes(ciphertext), float(created), now)
+
+    def get_credential(self, name: str) -> port.CredentialRow | None:
+        rows = self._query("SELECT name, type, ciphertext, created_at, updated_at"
+                           " FROM credential WHERE name=?", (name,))  # fmt: skip
+        if not rows:
+            return None
+        name_, type_, data, created, updated = rows[0]
+        return port.CredentialRow(name_, type_, bytes(data), created, updated)
+
+    def list_credentials(self) -> list[port.CredentialRow]:
+        rows = self._query("SELECT name, type, NULL, created_at, updated_at FROM credential"
+                           " ORDER BY name")  # fmt: skip
+        return [port.CredentialRow(*r) for r in rows]
+
+    def delete_credential(self, name: str) -> bool:
+        with self._txn() as conn:
+            return conn.execute("DELETE FROM credential WHERE name=?", (name,)).rowcount > 0
+
+    def create_token(self, token_hash: str, role: str, name: str | None,
+                     now: float) -> port.TokenRow:  # fmt: skip
+        with self._txn() as conn:
+            cur = conn.execute(
+                "INSERT INTO token (token_hash, role, name, created_at) VALUES (?,?,?,?)"
+                " ON CONFLICT (token_hash) DO NOTHING",
+                (token_hash, role, name, now),
+            )
+            if cur.rowcount == 0:
+                raise ConcurrencyConflict("a token with that hash exists", constraint="token")
+        return port.TokenRow(token_hash, role, name, now)
+
+    def get_token(self, token_hash: str) -> port.TokenRow | None:
+        rows = self._query("SELECT token_hash, role, name, created_at FROM token"
+                           " WHERE token_hash=?", (token_hash,))  # fmt: skip
+        return port.TokenRow(*rows[0]) if rows else None
+
+    # -- the polling claim path, the reconciler, the orchestrator lock ---------------------
+
+    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
+                   pool: str | None = None) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
+        if limit <= 0:
+            return []
+        sql = ("SELECT c.command_id FROM command c JOIN execution x"
+               " ON x.execution_id = c.execution_id WHERE c.status=? AND x.status='RUNNING'"
+               " AND x.cancel_requested=0")  # fmt: skip
+        params: list[Any] = [port.COMMAND_QUEUED]
+        if pool is not None:
+            sql += " AND c.pool=?"
+            params.append(pool)
+        # the IMMEDIATE transaction holds the write lock: no other claimer reads in between
+        with self._txn() as conn:
+            ids = [r[0] for r in conn.execute(
+                sql + " ORDER BY c.created_at, c.command_id LIMIT ?", (*params, limit))]  # fmt: skip
+            if not ids:
+                return []
+            conn.executemany(
+                "UPDATE command SET status=?, worker_id=?, epoch=epoch+1, lease_expires_at=?,"
+                " updated_at=? WHERE command_id=?",
+                [(port.COMMAND_CLAIMED, worker_id, now + lease_s, now, cid) for cid in ids],
+            )
+            marks = ",".join("?" * len(ids))
+            rows = conn.execute(f"SELECT {self._CMD_COLS} FROM command WHERE command_id IN"
+                                f" ({marks}) ORDER BY created_at, command_id", ids).fetchall()  # fmt: skip
+        commands = [port.CommandRow(*r) for r in rows]
+        return [(c, port.Lease(c.command_id, worker_id, c.epoch, now + lease_s)) for c in commands]
+
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+        with self._txn() as conn:
+            cur = conn.execute(
+                "UPDATE command SET status=?, worker_id=NULL, lease_expires_at=NULL,"
+                " updated_at=? WHERE command_id=? AND status=? AND worker_id=? AND epoch=?",
+                (port.COMMAND_QUEUED, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch),
+            )
+            if cur.rowcount == 0:
+                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
+                                   command_id=str(command_id))  # fmt: skip
+        return True
+
+    def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
+        rows = self._query(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
+        return [int(r[0]) for r in rows]
+
+    def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
+        """An in-process reentrant lock per (database file, execution), shared by every
+        SQLiteStore of this process on that file. Other processes are not excluded: SQLite's
+        write lock already serializes their appends, and the embedded engine is the only
+        orchestrator of its file (`milepost cancel` from another process only appends)."""
+        key = self.path if self.path != ":memory:" else f":memory:{id(self)}"
+        return _EXECUTION_LOCKS.hold((os.path.realpath(key), execution_id))
+
+
+_REDRIVE = (
+    "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
+    " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
+    " AND c.status IN (?, ?))"
+    " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
+    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
+    " ORDER BY x.execution_id"
+)
+
+
+class _LockTable:
+    """Reentrant locks by key, created on first use and dropped when nobody holds them."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: dict[Any, tuple[threading.RLock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, key: Any) -> Iterator[None]:
+        with self._mutex:
+            lock, users = self._locks.get(key) or (threading.RLock(), 0)
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._mutex:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+
+_EXECUTION_LOCKS = _LockTable()
 
 
 def _with_seq(event: ev.Event, seq: int) -> ev.Event:

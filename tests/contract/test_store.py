@@ -1,41 +1,31 @@
-"""The store contract: one suite for every adapter (SQLite now; PostgreSQL joins the list)."""
+"""The store contract: one suite for every adapter (SQLite, PostgreSQL, sharded PostgreSQL)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from milepost.core import events as ev
-from milepost.errors import ClaimRefused, MilepostError
-from milepost.store import port
+from milepost.core.ids import Snowflake
+from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.settings import UnsupportedDatabase
+from milepost.store import factory, migrations, port
+from milepost.store.postgres import PostgresStore, mask_url
+from milepost.store.sharded import ShardedStore, shard_of
 from milepost.store.sqlite import SQLiteStore
 
 StoreFactory = Callable[[], Any]
-
-
-@pytest.fixture(params=["sqlite"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
-    """A factory of stores on ONE database (several instances = several processes)."""
-    opened: list[Any] = []
-
-    def factory() -> Any:
-        store = SQLiteStore(tmp_path / "contract.db")
-        opened.append(store)
-        return store
-
-    yield factory
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(make_store: StoreFactory) -> Any:
-    return make_store()
+"""`make_store` and `store` (sqlite, postgres, sharded) come from conftest.py."""
 
 
 _ids = itertools.count(1_000)
@@ -181,3 +171,501 @@ def test_two_writers_on_one_execution_lose_nothing(make_store: StoreFactory) -> 
     log = first.load(12)
     assert [e.seq for e in log] == list(range(1, 202))
     assert sum(1 for e in log if e.step == "a") == sum(1 for e in log if e.step == "b") == 100
+
+
+# -- server additions: credentials, tokens, claim_next, cancel, redrive, locks ---------------
+
+
+def at(event_: ev.Event, created_at: float) -> ev.Event:
+    return dataclasses.replace(event_, created_at=created_at)
+
+
+def test_credentials_are_upserted_listed_without_their_data_and_deleted(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    assert store.get_credential("db") is None and store.list_credentials() == []
+    first = store.put_credential("db", "postgres", b"\x00cipher-1", 10.0)
+    assert first == port.CredentialRow("db", "postgres", b"\x00cipher-1", 10.0, 10.0)
+    store.put_credential("api", "http", b"cipher-a", 11.0)
+    again = store.put_credential("db", "postgres_v2", b"cipher-2\xff", 12.0)
+    assert (again.created_at, again.updated_at) == (10.0, 12.0)  # created_at survives
+    other = make_store()  # another process sees it
+    assert other.get_credential("db") == port.CredentialRow("db", "postgres_v2",
+                                                            b"cipher-2\xff", 10.0, 12.0)  # fmt: skip
+    assert [(c.name, c.type, c.ciphertext) for c in other.list_credentials()] == [
+        ("api", "http", None), ("db", "postgres_v2", None)]  # fmt: skip
+    assert other.delete_credential("db") is True
+    assert store.delete_credential("db") is False
+    assert store.get_credential("db") is None
+    assert [c.name for c in store.list_credentials()] == ["api"]
+
+
+def test_tokens_are_found_by_their_hash(make_store: StoreFactory) -> None:
+    store, other = make_store(), make_store()
+    row = store.create_token("a" * 64, "worker", "w1", 5.0)
+    assert row == port.TokenRow("a" * 64, "worker", "w1", 5.0)
+    store.create_token("b" * 64, "viewer", None, 6.0)
+    assert other.get_token("a" * 64) == row
+    assert other.get_token("b" * 64) == port.TokenRow("b" * 64, "viewer", None, 6.0)
+    assert other.get_token("c" * 64) is None
+    with pytest.raises(ConcurrencyConflict):
+        other.create_token("a" * 64, "admin", None, 7.0)
+    assert store.get_token("a" * 64).role == "worker"  # the first one stands
+
+
+def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store: Any) -> None:
+    # issued newest-id-first: "oldest" is by issue time, not by id
+    store.append([started(20), issued(20, 203), issued(20, 202), issued(20, 201)])
+    store.append([started(21), event(21, ev.EXECUTION_FAILED, error={"message": "x"})])
+    store.append([issued(21, 211)])  # queued, but its execution is not RUNNING
+    store.append([issued(22, 221)])  # queued, and no execution row at all
+    first = store.claim_next("w1", now=50.0, lease_s=10.0, limit=2)
+    assert [(c.command_id, c.status, c.worker_id, c.epoch) for c, _ in first] == [
+        (203, port.COMMAND_CLAIMED, "w1", 1), (202, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
+    assert [(le.command_id, le.worker_id, le.epoch, le.expires_at) for _, le in first] == [
+        (203, "w1", 1, 60.0), (202, "w1", 1, 60.0)]  # fmt: skip
+    rest = store.claim_next("w2", now=51.0, lease_s=10.0, limit=5)
+    assert [c.command_id for c, _ in rest] == [201]
+    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=5) == []
+    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=0) == []
+    # the claims are real: heartbeat and claim know them
+    assert store.heartbeat(203, "w1", 1, now=55.0, lease_s=10.0).expires_at == 65.0
+    with pytest.raises(ClaimRefused) as refused:
+        store.claim(201, "w1", now=52.0, lease_s=10.0)
+    assert refused.value.fields["reason"] == "active_claim"
+    assert store.get_command(211).status == store.get_command(221).status == port.COMMAND_QUEUED
+
+
+def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
+    store.append([started(23), issued(23, 231),
+                  event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,
+                        idempotency_key="g" * 64, pool="gpu")])  # fmt: skip
+    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="gpu")] == [232]
+    assert store.claim_next("w", 1.0, 5.0, 5, pool="gpu") == []
+    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="default")] == [231]
+
+
+def test_racing_workers_claim_every_command_exactly_once(
+    make_store: StoreFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup = make_store()
+    expected: set[int] = set()
+    for x in range(20):  # 20 executions x 10 commands
+        xid = 300 + x
+        ids = [30_000 + x * 100 + i for i in range(10)]
+        expected.update(ids)
+        setup.append([started(xid)] + [issued(xid, cid) for cid in ids])
+    workers = 8
+    stores = [make_store() for _ in range(workers)]  # one store (pool) per "process"
+    claimed: dict[int, list[tuple[int, int]]] = {w: [] for w in range(workers)}
+    errors: list[BaseException] = []
+    gate = threading.Barrier(workers)
+
+    def work(w: int) -> None:
+        try:
+            gate.wait()
+            while True:
+                got = stores[w].claim_next(f"w{w}", now=1000.0, lease_s=60.0, limit=w % 3 + 1)
+                if not got:
+                    return
+                claimed[w].extend((c.command_id, lease.epoch) for c, lease in got)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - began
+    assert errors == []
+    every = [cid for got in claimed.values() for cid, _ in got]
+    assert len(every) == len(expected) == 200 and set(every) == expected  # each exactly once
+    assert {epoch for got in claimed.values() for _, epoch in got} == {1}
+    rows = {c.command_id: c for c in setup.open_commands()}
+    assert all(rows[cid].worker_id == f"w{w}" and rows[cid].status == port.COMMAND_CLAIMED
+               for w, got in claimed.items() for cid, _ in got)  # fmt: skip
+    with capsys.disabled():
+        print(f"\nclaim race [{getattr(make_store, 'kind', '?')}]: 200 commands, {workers} workers,"
+              f" {elapsed:.3f}s, per worker {[len(claimed[w]) for w in range(workers)]}")
+
+
+def test_claims_are_refused_for_a_cancelled_execution(store: Any) -> None:
+    store.append([started(40), issued(40, 401), issued(40, 402), issued(40, 403)])
+    lease = store.claim(401, "w1", now=50.0, lease_s=10.0)
+    assert store.get_execution(40).cancel_requested is False
+    store.append([event(40, ev.EXECUTION_CANCEL_REQUESTED)])
+    row = store.get_execution(40)
+    assert (row.cancel_requested, row.status) == (True, "RUNNING")
+    for cid, worker in ((402, "w2"), (401, "w1")):  # a queued one, and the holder's repeat
+        with pytest.raises(ClaimRefused) as refused:
+            store.claim(cid, worker, now=51.0, lease_s=10.0)
+        assert refused.value.fields["reason"] == "execution_cancelled"
+    assert store.claim_next("w3", now=51.0, lease_s=10.0, limit=10) == []
+    # the holder still heartbeats (and reads the flag to learn it should stop)
+    assert store.heartbeat(401, "w1", lease.epoch, now=52.0, lease_s=10.0).expires_at == 62.0
+    store.append([event(40, ev.EXECUTION_CANCELLED)])
+    with pytest.raises(ClaimRefused) as refused:
+        store.claim(403, "w2", now=53.0, lease_s=10.0)
+    assert refused.value.fields["reason"] == "execution_cancelled"
+    # cancelled without a request first: refused for the same reason
+    store.append([started(42), issued(42, 421)])
+    store.append([event(42, ev.EXECUTION_CANCELLED)])
+    with pytest.raises(ClaimRefused) as refused:
+        store.claim(421, "w2", now=53.0, lease_s=10.0)
+    assert refused.value.fields["reason"] == "execution_cancelled"
+    # other executions are unaffected
+    store.append([started(41), issued(41, 411)])
+    assert [c.command_id for c, _ in store.claim_next("w3", 54.0, 10.0, limit=10)] == [411]
+
+
+def test_executions_to_redrive_are_running_idle_and_without_live_commands(store: Any) -> None:
+    store.append([at(started(50), 200.0)])  # running, nothing to do: re-drive once idle
+    store.append([at(started(51), 200.0), at(issued(51, 511), 200.0)])  # queued work
+    store.append([at(started(52), 200.0), at(issued(52, 521), 200.0)])
+    store.claim(521, "w", now=200.0, lease_s=1.0)  # claimed (even lapsed): the reconciler's
+    store.append([at(started(53), 200.0), at(issued(53, 531), 200.0)])
+    store.append([at(event(53, ev.COMMAND_COMPLETED, "s", command_id=531, result=1), 300.0)])
+    store.append([at(started(54), 200.0), at(event(54, ev.EXECUTION_COMPLETED), 200.0)])
+    store.append([at(started(55), 200.0), at(event(55, ev.EXECUTION_CANCEL_REQUESTED), 200.0)])
+    assert store.executions_to_redrive(now=204.0) == []  # idle 4 s < 5 s
+    assert store.executions_to_redrive(now=206.0) == [50, 55]
+    assert store.executions_to_redrive(now=306.0) == [50, 53, 55]
+    assert store.executions_to_redrive(now=306.0, idle_s=60.0) == [50, 55]
+
+
+def test_lock_execution_excludes_a_second_holder(make_store: StoreFactory) -> None:
+    first, second = make_store(), make_store()
+    holding, release = threading.Event(), threading.Event()
+    trying = [threading.Event(), threading.Event()]
+    order: list[str] = []
+
+    def hold() -> None:
+        with first.lock_execution(60):
+            order.append("first in")
+            holding.set()
+            release.wait(30)
+            order.append("first out")
+
+    def contend(store: Any, name: str, ready: threading.Event) -> None:
+        holding.wait(30)
+        ready.set()
+        with store.lock_execution(60):
+            order.append(name)
+
+    threads = [threading.Thread(target=hold),
+               threading.Thread(target=contend, args=(second, "other store in", trying[0])),
+               threading.Thread(target=contend, args=(first, "other thread in", trying[1]))]  # fmt: skip
+    for t in threads:
+        t.start()
+    assert holding.wait(30) and trying[0].wait(30) and trying[1].wait(30)
+    with second.lock_execution(61), first.lock_execution(62), first.lock_execution(62):
+        order.append("other executions, reentrant")  # not blocked by 60, nor by itself
+    threads[1].join(0.5)
+    threads[2].join(0.1)
+    assert threads[1].is_alive() and threads[2].is_alive()  # both still waiting for 60
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert order[:3] == ["first in", "other executions, reentrant", "first out"]
+    assert sorted(order[3:]) == ["other store in", "other thread in"]
+
+
+def test_the_same_events_from_two_writers_are_stored_once(make_store: StoreFactory) -> None:
+    first, second = make_store(), make_store()
+    first.append([started(70)])
+    batch = [event(70, ev.COMMAND_HEARTBEAT, "s", i=i) for i in range(50)]
+    results: list[list[ev.Event]] = []
+    gate = threading.Barrier(2)
+
+    def write(store: Any) -> None:
+        gate.wait()
+        results.append(store.append(batch))
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0, 50]  # one batch is one transaction
+    log = first.load(70)
+    assert [e.seq for e in log] == list(range(1, 52))
+    assert [e.event_id for e in log[1:]] == [e.event_id for e in batch]
+
+
+# -- migrations: both dialects, from zero and from version 1 ---------------------------------
+
+
+def _sqlite_columns(store: SQLiteStore) -> set[tuple[str, str, bool]]:
+    tables = [r[0] for r in store._query("SELECT name FROM sqlite_master WHERE type='table'"
+                                         " AND name NOT LIKE 'sqlite_%'")]  # fmt: skip
+    return {(t, r[1], bool(r[3] or r[5]))
+            for t in tables for r in store._query(f"PRAGMA table_info({t})")}  # fmt: skip
+
+
+def _pg_columns(store: PostgresStore) -> set[tuple[str, str, bool]]:
+    rows = store._query("SELECT table_name, column_name, is_nullable FROM"
+                        " information_schema.columns WHERE table_schema='public'")  # fmt: skip
+    return {(t, c, nullable == "NO") for t, c, nullable in rows}
+
+
+def test_both_dialects_describe_the_same_tables_and_columns(pg: Any, tmp_path: Path) -> None:
+    lite = SQLiteStore(tmp_path / "schema.db")
+    url = pg.create(empty=True)  # migrate from zero, not the template
+    pgs = PostgresStore(url, min_size=1, max_size=1)
+    try:
+        assert lite.schema_version() == pgs.schema_version() == len(migrations.scripts("sqlite"))
+        assert len(migrations.scripts("sqlite")) == len(migrations.scripts("postgres"))
+        columns = _sqlite_columns(lite)
+        assert columns == _pg_columns(pgs)  # names and NOT NULL alike
+        assert {("execution", "cancel_requested", True), ("credential", "ciphertext", True),
+                ("token", "token_hash", True), ("command", "pool", True)} <= columns  # fmt: skip
+        lite_idx = {r[0] for r in lite._query("SELECT name FROM sqlite_master WHERE type='index'"
+                                              " AND sql IS NOT NULL")}  # fmt: skip
+        pg_idx = {r[0] for r in pgs._query("SELECT indexname FROM pg_indexes WHERE"
+                                           " schemaname='public' AND indexname NOT LIKE"
+                                           " '%%_pkey' AND indexname NOT LIKE '%%_key'")}  # fmt: skip
+        assert lite_idx == pg_idx and "command_queue" in lite_idx
+    finally:
+        lite.close()
+        pgs.close()
+        pg.drop(url)
+
+
+_V1_ROWS = [
+    ("INSERT INTO execution (execution_id, path, version, status, created_at, updated_at)"
+     " VALUES (80, 'p', 1, 'RUNNING', 1.0, 1.0)"),
+    ("INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
+     " idempotency_key, status, created_at, updated_at)"
+     " VALUES (801, 80, 's', 1, -1, 1, 'k', 'queued', 1.0, 1.0)"),
+    ("INSERT INTO event (event_id, execution_id, seq, event_type, status, created_at)"
+     " VALUES (1, 80, 1, 'execution.cancel_requested', 'RUNNING', 2.0)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
+    dialect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    v1 = migrations.scripts(dialect)[0].sql
+    if dialect == "sqlite":
+        path = tmp_path / "v1.db"
+        conn = sqlite3.connect(path)
+        conn.executescript(v1 + "\nCREATE TABLE schema_version (version INTEGER NOT NULL);"
+                           "\nINSERT INTO schema_version VALUES (1);\n"
+                           + ";\n".join(_V1_ROWS) + ";")  # fmt: skip
+        conn.close()
+        store: Any = SQLiteStore(path)
+    else:
+        pg = request.getfixturevalue("pg")
+        url = pg.create(empty=True)
+        request.addfinalizer(lambda: pg.drop(url))
+        with psycopg.connect(url, autocommit=True) as conn_pg:
+            conn_pg.execute(v1.encode())
+            conn_pg.execute("CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                            " INSERT INTO schema_version VALUES (1)")  # fmt: skip
+            for sql in _V1_ROWS:
+                conn_pg.execute(sql.encode())
+        store = PostgresStore(url, min_size=1, max_size=1)
+    try:
+        assert store.schema_version() == len(migrations.scripts(dialect)) >= 2
+        assert store.get_execution(80).cancel_requested is True
+        with pytest.raises(ClaimRefused) as refused:
+            store.claim(801, "w", now=3.0, lease_s=1.0)
+        assert refused.value.fields["reason"] == "execution_cancelled"
+        assert store.get_command(801).status == port.COMMAND_QUEUED
+    finally:
+        store.close()
+
+
+# -- factory, upgrade, sharding --------------------------------------------------------------
+
+
+def test_open_store_picks_the_adapter_by_url(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv(factory.URLS_ENV, raising=False)
+    for url in (str(tmp_path / "a.db"), f"sqlite:///{tmp_path / 'b.db'}"):
+        opened = factory.open_store(url)
+        assert isinstance(opened, SQLiteStore) and opened.path == str(tmp_path / url[-4:])
+        opened.close()
+    with pytest.raises(UnsupportedDatabase) as bad:
+        factory.open_store("mysql://root:hunter2@db/x")
+    assert "mysql://root:***@db/x" in str(bad.value) and "hunter2" not in str(bad.value)
+    monkeypatch.setenv(factory.URLS_ENV, f"{tmp_path / 'c.db'}, {tmp_path / 'd.db'}")
+    sharded = factory.open_store()
+    assert isinstance(sharded, ShardedStore)
+    assert [s.path for s in sharded.stores] == [str(tmp_path / "c.db"), str(tmp_path / "d.db")]
+    sharded.close()
+    monkeypatch.setenv(factory.URLS_ENV, "")
+    monkeypatch.setenv("MILEPOST_DATABASE_URL", str(tmp_path / "e.db"))
+    single = factory.open_store()
+    assert isinstance(single, SQLiteStore) and single.path == str(tmp_path / "e.db")
+    single.close()
+    assert factory.upgrade(str(tmp_path / "e.db")) == (
+        f"database sqlite:///{tmp_path / 'e.db'} at schema version {len(migrations.scripts('sqlite'))}")
+
+
+def test_open_store_and_upgrade_on_postgresql(pg: Any) -> None:
+    urls = [pg.create(empty=True), pg.create(empty=True)]
+    names = [urlsplit(u).path.lstrip("/") for u in urls]
+    try:
+        for scheme in ("postgresql", "postgres"):
+            opened = factory.open_store(scheme + urls[0][urls[0].index("://"):])
+            assert isinstance(opened, PostgresStore)
+            opened.close()
+        secret = [pg.url(name, password="s3cret") for name in names]
+        lines = factory.upgrade(urls=secret).splitlines()
+        version = len(migrations.scripts("postgres"))
+        assert lines == [f"database {mask_url(u)} at schema version {version}" for u in secret]
+        assert all("s3cret" not in line and ":***@" in line for line in lines)
+        assert lines[0].endswith(f"/{names[0]} at schema version {version}")
+        assert factory.upgrade(secret[0]) == lines[0]  # idempotent
+    finally:
+        for url in urls:
+            pg.drop(url)
+
+
+def test_an_unreachable_postgresql_is_a_milepost_error() -> None:
+    began = time.monotonic()
+    with pytest.raises(port.StoreUnavailable) as down:
+        PostgresStore("postgresql://postgres:pw@127.0.0.1:1/nowhere", connect_timeout=1.0)
+    assert "pw" not in str(down.value) and isinstance(down.value, MilepostError)
+    assert isinstance(down.value.__cause__, psycopg.Error) and time.monotonic() - began < 15
+
+
+def test_shard_placement_spreads_snowflakes() -> None:
+    clock = itertools.count(1_800_000_000_000)
+    snowflake = Snowflake(0, lambda: next(clock) / 1000)  # one id per millisecond: seq 0
+    ids = [snowflake() for _ in range(1000)]
+    assert {x % 2 for x in ids} == {0}  # why plain modulo would not do
+    counts = [sum(1 for x in ids if shard_of(x, 2) == k) for k in (0, 1)]
+    assert min(counts) > 400
+    assert [shard_of(x, 3) for x in ids[:50]] == [shard_of(x, 3) for x in ids[:50]]
+    assert {shard_of(x, 3) for x in ids} == {0, 1, 2}
+
+
+def test_a_sharded_store_keeps_each_execution_on_one_shard(pg: Any) -> None:
+    urls = [pg.create(), pg.create()]
+    store = ShardedStore([PostgresStore(u, min_size=1, max_size=2) for u in urls])
+    try:
+        _check_sharding(store)
+    finally:
+        store.close()
+        for url in urls:
+            pg.drop(url)
+
+
+def _check_sharding(store: ShardedStore) -> None:
+    xids = list(range(90, 110))
+    homes = {x: shard_of(x, 2) for x in xids}
+    assert set(homes.values()) == {0, 1}
+    for n, xid in enumerate(xids):
+        store.append([at(started(xid), 500.0 + n), at(issued(xid, xid * 10), 500.0 + n)])
+    for xid in xids:
+        mine, theirs = store.stores[homes[xid]], store.stores[1 - homes[xid]]
+        assert mine.get_execution(xid) is not None and theirs.get_execution(xid) is None
+        assert [e.seq for e in mine.load(xid)] == [1, 2] and theirs.load(xid) == []
+        assert store.get_command(xid * 10).execution_id == xid
+    # the list merges the shards, newest first, and pages after the merge
+    newest_first = list(reversed(xids))
+    assert [r.execution_id for r in store.list_executions(limit=5, offset=3)] == newest_first[3:8]
+    assert [r.execution_id for r in store.list_executions(limit=100)] == newest_first
+    # claim_next finds work on every shard; claim and heartbeat reach the right one
+    got = store.claim_next("w", now=1.0, lease_s=5.0, limit=100)
+    assert sorted(c.command_id for c, _ in got) == [x * 10 for x in xids]
+    assert store.heartbeat(900, "w", 1, now=2.0, lease_s=5.0).expires_at == 7.0
+    # results live with their execution; the catalog and secrets on the first shard
+    xid = next(x for x in xids if homes[x] == 1)
+    uri = store.put_blob(xid, b"blob", 1.0)
+    assert store.get_blob(uri) == b"blob"
+    with pytest.raises(MilepostError):
+        store.stores[0].get_blob(uri)
+    store.register_playbook("a/b", "text", 1.0)
+    store.put_credential("c", "t", b"x", 1.0)
+    store.create_token("h" * 64, "admin", None, 1.0)
+    assert store.stores[0].get_playbook("a/b") is not None
+    assert store.stores[1].get_playbook("a/b") is None and store.stores[1].get_credential("c") is None
+    assert store.stores[1].get_token("h" * 64) is None and store.get_token("h" * 64) is not None
+
+
+def test_release_gives_a_live_claim_back_to_the_queue(store: Any) -> None:
+    store.append([started(24), issued(24, 241)])
+    lease = store.claim(241, "w1", now=10.0, lease_s=5.0)
+    for worker, epoch in (("w2", lease.epoch), ("w1", lease.epoch + 1)):
+        with pytest.raises(ClaimRefused) as refused:
+            store.release(241, worker, epoch, now=11.0)
+        assert refused.value.fields["reason"] == "stale_epoch"
+    assert store.release(241, "w1", lease.epoch, now=11.0) is True
+    row = store.get_command(241)
+    assert (row.status, row.worker_id, row.lease_expires_at, row.attempt) == (
+        port.COMMAND_QUEUED, None, None, 1)  # fmt: skip
+    with pytest.raises(ClaimRefused):
+        store.heartbeat(241, "w1", lease.epoch, now=12.0, lease_s=5.0)  # the claim is gone
+    [(again, second)] = store.claim_next("w2", now=12.0, lease_s=5.0)
+    assert (again.command_id, second.worker_id, second.epoch) == (241, "w2", lease.epoch + 1)
+
+
+def test_one_leader_per_postgresql_database(pg: Any) -> None:
+    url = pg.create()
+    first, second = (PostgresStore(url, min_size=1, max_size=1) for _ in range(2))
+    try:
+        assert first.try_leader_lock() is True and first.try_leader_lock() is True
+        assert second.try_leader_lock() is False
+        sharded = ShardedStore([second])
+        assert sharded.try_leader_lock() is False
+        first.close()  # the leader goes away: its session, and the lock, end
+        assert second.try_leader_lock() is True
+    finally:
+        first.close()
+        second.close()
+        pg.drop(url)
+
+
+def stale(event_: ev.Event) -> ev.Event:
+    return dataclasses.replace(event_, meta={"epoch": 0, "stale": True, "stale_reason": "epoch"})
+
+
+def test_a_stale_report_changes_no_projection(store: Any) -> None:
+    store.append([started(25), issued(25, 251), issued(25, 252)])
+    store.claim(251, "w1", now=10.0, lease_s=5.0)
+    stored = store.append([
+        stale(event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=1)),
+        stale(event(25, ev.COMMAND_FAILED, "s", command_id=252, error={"message": "x"})),
+        stale(event(25, ev.EXECUTION_FAILED, error={"message": "late"})),
+    ])  # fmt: skip
+    assert len(stored) == 3 and all(e.meta["stale"] for e in store.load(25)[-3:])  # in the log
+    one, two = store.get_command(251), store.get_command(252)
+    assert (one.status, one.worker_id, two.status) == (port.COMMAND_CLAIMED, "w1",
+                                                       port.COMMAND_QUEUED)  # fmt: skip
+    assert store.get_execution(25).status == "RUNNING" and store.get_execution(25).error is None
+    store.append([event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=2)])  # the live one
+    assert store.get_command(251).status == port.COMMAND_COMPLETED
+
+
+def test_a_lease_expiry_settles_the_lapsed_claim_only(store: Any) -> None:
+    store.append([started(26), issued(26, 261), issued(26, 262)])
+    store.claim(261, "w1", now=10.0, lease_s=5.0)
+    first = store.claim(262, "w1", now=10.0, lease_s=5.0)
+    store.release(262, "w1", first.epoch, now=11.0)
+    store.claim(262, "w2", now=12.0, lease_s=50.0)  # epoch 2, live
+    assert [c.command_id for c in store.expired_claims(now=20.0)] == [261]
+    store.append([
+        event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=261, epoch=1),
+        event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=262, epoch=1),  # late, old epoch
+    ])  # fmt: skip
+    assert store.get_command(261).status == port.COMMAND_FAILED
+    assert (store.get_command(262).status, store.get_command(262).epoch) == (
+        port.COMMAND_CLAIMED, 2)  # fmt: skip
+    assert store.expired_claims(now=20.0) == []  # no longer listed
+    assert [c.command_id for c in store.open_commands(26)] == [262]
+    store.append([event(26, ev.COMMAND_COMPLETED, "s", command_id=262, result=None)])
+    last = store.load(26)[-1].created_at
+    assert store.executions_to_redrive(now=last + 6.0) == [26]  # the run is visible again
+
+
+def test_a_run_that_ends_in_the_batch_that_issued_commands_leaves_none_queued(store: Any) -> None:
+    store.append([started(13), issued(13, 131), event(13, ev.EXECUTION_CANCELLED)])
+    assert store.open_commands(13) == []
+    assert store.get_command(131).status == port.COMMAND_CANCELLED

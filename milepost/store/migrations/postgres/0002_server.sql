@@ -1,0 +1,20 @@
+-- 2: what the server needs: cancel flag, worker pools, credentials, API tokens
+ALTER TABLE execution ADD COLUMN cancel_requested BOOLEAN NOT NULL DEFAULT false;
+-- the projection follows the log: executions already asked to cancel
+UPDATE execution SET cancel_requested = true WHERE execution_id IN
+    (SELECT execution_id FROM event WHERE event_type = 'execution.cancel_requested');
+ALTER TABLE command ADD COLUMN pool TEXT NOT NULL DEFAULT 'default';
+CREATE INDEX command_queue ON command (status, created_at, command_id);
+CREATE TABLE credential (
+    name TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    ciphertext BYTEA NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE token (
+    token_hash TEXT PRIMARY KEY,
+    role TEXT NOT NULL,
+    name TEXT,
+    created_at DOUBLE PRECISION NOT NULL
+);

@@ -1,0 +1,221 @@
+"""Executions spread over several stores (`MILEPOST_DATABASE_URLS`), one `port.Store`.
+
+Placement: execution `x` lives on `stores[shard_of(x, n)]`, where `shard_of` mixes the
+64-bit id (the splitmix64 finalizer) and takes it modulo `n`. Plain `x % n` would not
+spread snowflakes: their low bits are the per-millisecond sequence, almost always 0, so
+nearly every execution would land on shard 0. Everything of an execution (events,
+projections, snapshots, result blobs) is on its shard, so per-execution guarantees (one
+transaction per append, seq without gaps, claims) are the shard's own. The rule depends
+on `n` and the order of the URLs: changing either moves executions, so a deployment
+keeps both fixed (there is no rebalancing).
+
+The catalog, credentials and tokens live on the first store. A batch of events for
+executions on different shards is one transaction per shard, not one in all.
+Commands are found by asking every shard (a command id does not name its execution).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any, cast
+
+from milepost.core import events as ev
+from milepost.errors import MilepostError
+from milepost.store import port
+
+_MASK64 = (1 << 64) - 1
+_COUNT = re.compile(r"^\s*select\s+count\s*\(", re.IGNORECASE)
+
+
+def shard_of(execution_id: int, n: int) -> int:
+    """The index of the store that holds `execution_id` among `n` (stable forever)."""
+    z = execution_id & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) % n
+
+
+class ShardedStore:
+    """Implements `port.Store` over `stores` (at least one); it owns and closes them."""
+
+    def __init__(self, stores: Sequence[port.Store]) -> None:
+        if not stores:
+            raise MilepostError("a sharded store needs at least one store")
+        self.stores: list[port.Store] = list(stores)
+        self.first = self.stores[0]
+        self._turn = itertools.count()
+        self._turn_lock = threading.Lock()
+
+    def shard(self, execution_id: int) -> port.Store:
+        return self.stores[shard_of(execution_id, len(self.stores))]
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+    def migrate(self) -> int:
+        return min(store.migrate() for store in self.stores)
+
+    def schema_version(self) -> int:
+        return min(store.schema_version() for store in self.stores)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Test hook: the statement on every shard, rows concatenated in shard order; a
+        `SELECT count(...)` answers one row of sums instead."""
+        answers = [cast(Any, store)._query(sql, params) for store in self.stores]
+        if _COUNT.match(sql) and all(len(rows) == 1 for rows in answers):
+            return [tuple(sum(col) for col in zip(*(rows[0] for rows in answers), strict=True))]
+        return [row for rows in answers for row in rows]
+
+    # -- events ----------------------------------------------------------------------------
+
+    def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+        by_shard: dict[int, list[ev.Event]] = {}
+        n = len(self.stores)
+        for event in events:
+            by_shard.setdefault(shard_of(event.execution_id, n), []).append(event)
+        stored: dict[int, ev.Event] = {}
+        for index in sorted(by_shard):
+            for event in self.stores[index].append(by_shard[index]):
+                stored[event.event_id] = event
+        # in the caller's order, as a single store returns them
+        return [stored.pop(e.event_id) for e in events if e.event_id in stored]
+
+    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
+        return self.shard(execution_id).load(execution_id, after_seq)
+
+    def event_count(self, execution_id: int) -> int:
+        return self.shard(execution_id).event_count(execution_id)
+
+    # -- executions ------------------------------------------------------------------------
+
+    def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
+        return self.shard(execution_id).get_execution(execution_id)
+
+    def list_executions(self, *, status: str | None = None, path: str | None = None,
+                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+        # every shard's first offset+limit rows hold the merged page
+        rows: list[port.ExecutionRow] = []
+        for store in self.stores:
+            rows.extend(store.list_executions(status=status, path=path, limit=offset + limit,
+                                              offset=0))  # fmt: skip
+        rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
+        return rows[offset:offset + limit]
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _shard_of_command(self, command_id: int) -> port.Store | None:
+        for store in self.stores:
+            if store.get_command(command_id) is not None:
+                return store
+        return None
+
+    def get_command(self, command_id: int) -> port.CommandRow | None:
+        store = self._shard_of_command(command_id)
+        return None if store is None else store.get_command(command_id)
+
+    def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
+        if execution_id is not None:
+            return self.shard(execution_id).open_commands(execution_id)
+        rows = [c for store in self.stores for c in store.open_commands()]
+        return sorted(rows, key=lambda c: c.command_id)
+
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
+        store = self._shard_of_command(command_id)
+        if store is None:
+            raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
+        return store.claim(command_id, worker_id, now, lease_s)
+
+    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
+                  lease_s: float) -> port.Lease:  # fmt: skip
+        store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
+        return store.heartbeat(command_id, worker_id, epoch, now, lease_s)
+
+    def expired_claims(self, now: float) -> list[port.CommandRow]:
+        rows = [c for store in self.stores for c in store.expired_claims(now)]
+        return sorted(rows, key=lambda c: c.command_id)
+
+    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
+                   pool: str | None = None) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
+        """Shards in rotation: each call starts one shard further, so no shard starves."""
+        with self._turn_lock:
+            start = next(self._turn)
+        n = len(self.stores)
+        claimed: list[tuple[port.CommandRow, port.Lease]] = []
+        for i in range(n):
+            if len(claimed) >= limit:
+                break
+            store = self.stores[(start + i) % n]
+            claimed.extend(store.claim_next(worker_id, now, lease_s, limit - len(claimed), pool))
+        return claimed
+
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+        store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
+        return store.release(command_id, worker_id, epoch, now)
+
+    def try_leader_lock(self) -> bool:
+        """The first store's leader lock; a store without one (SQLite) leads in-process."""
+        leader = getattr(self.first, "try_leader_lock", None)
+        return True if leader is None else bool(leader())
+
+    def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
+        return sorted(x for store in self.stores for x in store.executions_to_redrive(now, idle_s))
+
+    def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
+        return self.shard(execution_id).lock_execution(execution_id)
+
+    # -- snapshots and results: on the execution's shard ----------------------------------
+
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        self.shard(execution_id).save_snapshot(execution_id, seq, data)
+
+    def load_snapshot(self, execution_id: int) -> tuple[int, bytes] | None:
+        return self.shard(execution_id).load_snapshot(execution_id)
+
+    def put_blob(self, execution_id: int, data: bytes, now: float) -> str:
+        return self.shard(execution_id).put_blob(execution_id, data, now)
+
+    def get_blob(self, uri: str) -> bytes:
+        xid, _ = port.parse_blob_uri(uri)
+        if xid is not None:
+            return self.shard(xid).get_blob(uri)
+        # the old `<blob_id>` form (SQLite) does not name its shard: the first that has it
+        for store in self.stores:
+            with contextlib.suppress(MilepostError):
+                return store.get_blob(uri)
+        raise MilepostError(f"unknown result reference {uri!r}", uri=uri)
+
+    # -- on the first store: catalog, credentials, tokens ----------------------------------
+
+    def register_playbook(self, path: str, content: str, now: float) -> port.CatalogEntry:
+        return self.first.register_playbook(path, content, now)
+
+    def get_playbook(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
+        return self.first.get_playbook(path, version)
+
+    def list_playbooks(self) -> list[port.CatalogEntry]:
+        return self.first.list_playbooks()
+
+    def put_credential(self, name: str, type: str, ciphertext: bytes,
+                       now: float) -> port.CredentialRow:  # fmt: skip
+        return self.first.put_credential(name, type, ciphertext, now)
+
+    def get_credential(self, name: str) -> port.CredentialRow | None:
+        return self.first.get_credential(name)
+
+    def list_credentials(self) -> list[port.CredentialRow]:
+        return self.first.list_credentials()
+
+    def delete_credential(self, name: str) -> bool:
+        return self.first.delete_credential(name)
+
+    def create_token(self, token_hash: str, role: str, name: str | None,
+                     now: float) -> port.TokenRow:  # fmt: skip
+        return self.first.create_token(token_hash, role, name, now)
+
+    def get_token(self, token_hash: str) -> port.TokenRow | None:
+        return self.first.get_token(token_hash)
