@@ -1,0 +1,1 @@
+"""The HTTP server: `create_app(settings)` (docs/server-contract.md is its contract)."""

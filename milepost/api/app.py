@@ -1,0 +1,133 @@
+"""`create_app(settings)`: the FastAPI server of docs/server-contract.md.
+
+The lifespan refuses to start without `MILEPOST_SECRET_KEY`, opens and migrates the
+store, builds the orchestrator (shared with other servers on PostgreSQL), the vault, the
+NATS publisher (optional) and runs the reconciler every `reconcile_interval` seconds.
+Routes are sync functions: FastAPI runs them in its thread pool, so the synchronous
+store never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from milepost.api import errors
+from milepost.api.deps import Services
+from milepost.api.metrics import Metrics
+from milepost.api.routers import (
+    catalog,
+    commands,
+    credentials,
+    events,
+    execute,
+    executions,
+    health,
+    metrics,
+)
+from milepost.api.runtime import Runtime
+from milepost.credentials import SecretKeyMissing, Vault
+from milepost.engine import notify
+from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.reconciler import Reconciler
+from milepost.settings import DEFAULT_DB, Settings
+from milepost.store import factory, port
+from milepost.store.sqlite import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+ROUTERS = (health, metrics, catalog, execute, executions, events, commands, credentials)
+
+
+def create_app(settings: Settings | None = None, *,
+               clock: Callable[[], float] = time.time) -> FastAPI:  # fmt: skip
+    """The app; nothing is opened until its lifespan starts (uvicorn or TestClient)."""
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await run_in_threadpool(_open, settings, clock)
+        try:
+            services.runtime.publisher = await notify.connect(settings.nats_url)
+            services.reconciler.publisher = services.runtime.publisher
+            app.state.services = services
+            task = None
+            if settings.reconcile_interval > 0:
+                task = asyncio.create_task(_reconcile_forever(services, clock),
+                                           name="milepost-reconciler")  # fmt: skip
+            try:
+                yield
+            finally:
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                await services.runtime.publisher.close()
+        finally:
+            await run_in_threadpool(services.store.close)
+
+    app = FastAPI(title="milepost", version="0.1.0", lifespan=lifespan,
+                  description="Durable workflow engine for NoETL playbooks "
+                  "(docs/server-contract.md).")  # fmt: skip
+    app.state.settings = settings
+    errors.install(app)
+    for module in ROUTERS:
+        app.include_router(module.router)
+    return app
+
+
+def _open(settings: Settings, clock: Callable[[], float]) -> Services:
+    if not (settings.secret_key or "").strip():
+        raise SecretKeyMissing()  # refuse before touching the database
+    store = open_store(settings)
+    try:
+        store.migrate()
+        vault = Vault(store, settings.secret_key or "", clock=clock)
+        shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
+        orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id,
+                                    shared=shared)  # fmt: skip
+        app_metrics = Metrics()
+        publisher: notify.Publisher = notify.NullPublisher()
+        runtime = Runtime(store, orchestrator, publisher=publisher, metrics=app_metrics,
+                          pool=settings.nats_pool)  # fmt: skip
+        reconciler = Reconciler(store, runtime, publisher,
+                                requeue_after=settings.requeue_notice_after,
+                                pool=settings.nats_pool,
+                                on_expired=lambda _cid: app_metrics.leases_expired.inc())  # fmt: skip
+        runtime.on_wake = reconciler.schedule
+        app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
+                                            if row.status == port.COMMAND_QUEUED))  # fmt: skip
+    except BaseException:
+        store.close()
+        raise
+    log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
+    return Services(settings=settings, store=store, runtime=runtime, vault=vault,
+                    metrics=app_metrics, reconciler=reconciler, shared=shared)  # fmt: skip
+
+
+def open_store(settings: Settings) -> port.Store:
+    """`MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file."""
+    urls = [u.strip() for u in (settings.database_urls or "").split(",") if u.strip()]
+    if urls:
+        return factory.open_store(urls=urls, settings=settings)
+    return factory.open_store(settings.database_url or DEFAULT_DB, settings=settings)
+
+
+async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:
+    reconciler = services.reconciler
+    try:
+        await run_in_threadpool(reconciler.recover)
+    except Exception:
+        log.exception("reconciler: recovery failed", extra={"action": "recover_failed"})
+    while True:
+        await asyncio.sleep(services.settings.reconcile_interval)
+        try:
+            await run_in_threadpool(reconciler.tick, clock())
+        except Exception:  # the next tick tries again; a crash here would stop all leases
+            log.exception("reconciler tick failed", extra={"action": "reconcile_tick_failed"})

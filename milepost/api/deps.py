@@ -1,0 +1,57 @@
+"""What routes receive: the app's services, as `Annotated` dependency aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from milepost.api.metrics import Metrics
+from milepost.api.runtime import Runtime
+from milepost.credentials import Vault
+from milepost.engine.reconciler import Reconciler
+from milepost.settings import Settings
+from milepost.store import port
+
+
+@dataclass(slots=True)
+class Services:
+    """Everything the lifespan opened; `app.state.services`."""
+
+    settings: Settings
+    store: port.Store
+    runtime: Runtime
+    vault: Vault
+    metrics: Metrics
+    reconciler: Reconciler
+    shared: bool
+    """Several servers may share this database (PostgreSQL)."""
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def get_store(request: Request) -> port.Store:
+    return get_services(request).store
+
+
+def get_runtime(request: Request) -> Runtime:
+    return get_services(request).runtime
+
+
+def get_vault(request: Request) -> Vault:
+    return get_services(request).vault
+
+
+def get_metrics(request: Request) -> Metrics:
+    return get_services(request).metrics
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+StoreDep = Annotated[port.Store, Depends(get_store)]
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+VaultDep = Annotated[Vault, Depends(get_vault)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]

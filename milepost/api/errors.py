@@ -1,0 +1,126 @@
+"""Errors as the API speaks them, and the one table that maps exceptions to responses.
+
+Every error body is `{"code", "message", ...fields}` (docs/server-contract.md, Errors).
+Routes raise `ApiError` (or a `MilepostError` from below); `install` registers the
+handlers once for the whole app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from milepost import errors
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error answered with `status` and `{code, message, **fields}`."""
+
+    def __init__(self, status: int, code: str, message: str, /, **fields: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = fields
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.fields}
+
+
+def not_found(code: str, message: str, /, **fields: Any) -> ApiError:
+    return ApiError(404, code, message, **fields)
+
+
+def conflict(code: str, message: str, /, **fields: Any) -> ApiError:
+    return ApiError(409, code, message, **fields)
+
+
+def invalid(errs: Sequence[dict[str, Any]], message: str | None = None) -> ApiError:
+    """422 `validation_error` with `errors: [{loc, msg}]`; the message names the first field."""
+    first = errs[0] if errs else {"loc": [], "msg": "invalid"}
+    where = ".".join(str(p) for p in first["loc"])
+    return ApiError(422, "validation_error", message or f"{where}: {first['msg']}",
+                    errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errs])  # fmt: skip
+
+
+# MilepostError codes that come up from the engine or the store -> HTTP status
+_STATUS_OF_CODE: dict[str, int] = {
+    errors.ExecutionNotFound.code: 404,
+    errors.PlaybookNotFound.code: 404,
+    errors.PlaybookInvalid.code: 422,
+    errors.ConcurrencyConflict.code: 409,
+    "credential_unreadable": 500,
+}
+
+
+def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.MilepostError)
+    if isinstance(exc, errors.ClaimRefused):
+        body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
+        body.pop("reason", None)
+        return JSONResponse(body, status_code=409)
+    status = _STATUS_OF_CODE.get(exc.code)
+    if status is None:
+        log.error("unhandled milepost error: %s", exc.message, exc_info=exc,
+                  extra={"action": "api_error", "code": exc.code})  # fmt: skip
+        return JSONResponse({"code": "internal", "message": exc.message}, status_code=500)
+    return JSONResponse(exc.to_dict(), status_code=status)
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    services = getattr(request.app.state, "services", None)
+    if services is not None and request.url.path.startswith("/api/events"):
+        services.metrics.events_ingested.labels("unparsed", "rejected").inc()
+    errs = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))}
+            for e in exc.errors()]  # fmt: skip
+    return _api_error(request, invalid(errs))
+
+
+_HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 413: "too_large"}  # fmt: skip
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))  # fmt: skip
+
+
+def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc,
+              extra={"action": "api_internal_error"})  # fmt: skip
+    return JSONResponse({"code": "internal", "message": f"internal error: {type(exc).__name__}"},
+                        status_code=500)  # fmt: skip
+
+
+Handler = Callable[[Request, Exception], JSONResponse | Awaitable[JSONResponse]]
+
+HANDLERS: dict[type[Exception], Handler] = {
+    ApiError: _api_error,
+    errors.MilepostError: _milepost_error,
+    RequestValidationError: _validation_error,
+    StarletteHTTPException: _http_error,
+    Exception: _internal,
+}
+"""The exception-handler table: one place for every error the API answers."""
+
+
+def install(app: FastAPI) -> None:
+    for exc_type, handler in HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)

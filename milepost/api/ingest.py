@@ -1,0 +1,235 @@
+"""Events posted by workers: checked, sanitized, fenced, then folded with the decisions.
+
+The whole batch is checked before anything is written (all or nothing), then goes to the
+orchestrator in ONE `process` call: the reports and every event decided from them are
+appended in one transaction. A report whose epoch is not the command's live epoch (the
+lease expired and the command was re-issued, or it was already settled) is kept in the
+log with `meta.stale = true`; the fold skips it, so it changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from milepost import sanitize
+from milepost.api import errors as api_errors
+from milepost.api.runtime import Runtime
+from milepost.api.schemas import EventIn
+from milepost.core import events as ev
+from milepost.errors import MilepostError
+from milepost.store import port
+
+ENGINE_TYPES = frozenset({
+    ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.STEP_EXIT,
+    ev.COMMAND_RETRY_SCHEDULED, ev.COMMAND_LEASE_EXPIRED, ev.LOOP_DONE,
+    ev.COMPENSATION_STARTED, ev.EXECUTION_CANCELLED, ev.EXECUTION_COMPLETED,
+    ev.EXECUTION_FAILED,
+})  # fmt: skip
+"""Written by the engine itself: a client cannot start, step or end a run by posting them."""
+
+REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE, ev.CALL_ERROR})
+"""Reports for a command: they carry `context.command_id` and an epoch, and are fenced."""
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(slots=True)
+class Ingested:
+    events: list[ev.Event]
+    stored_ids: set[int] = field(default_factory=set)
+    stale_ids: set[int] = field(default_factory=set)
+
+
+def mask(value: Any) -> Any:
+    """Values under sensitive keys (`password`, `token`, ...) replaced, at any depth."""
+    if isinstance(value, dict):
+        return {k: sanitize.MASK if isinstance(k, str) and sanitize.is_sensitive_key(k)
+                and v not in (None, "") else mask(v) for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list):
+        return [mask(v) for v in value]
+    return value
+
+
+def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,
+            batch: bool) -> list[ev.Event]:  # fmt: skip
+    """Wire events -> core events; raises one 422 naming every bad field of every event."""
+    problems: list[dict[str, Any]] = []
+    out: list[ev.Event] = []
+    now = runtime.clock()
+    for i, item in enumerate(items):
+        loc: Loc = ("body", "events", i) if batch else ("body",)
+        context, found = _resolve_context(item, store, loc)
+        found += _problems(item, context, loc)
+        if found:
+            problems.extend(found)
+            continue
+        out.append(_event(item, context, runtime, now))
+    if problems:
+        raise api_errors.invalid(problems)
+    return out
+
+
+def _resolve_context(item: EventIn, store: port.Store,
+                     loc: Loc) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+    """The event's context: top level (`context`/`payload`), `result.context`, or the
+    result-store entry that `result.reference.uri` names."""
+    result = item.result
+    if item.context is not None:
+        if result is not None and (result.context is not None or result.reference is not None):
+            return {}, [{"loc": [*loc, "context"],
+                         "msg": "give the context once: top-level `context`/`payload` or "
+                                "`result.context`/`result.reference`"}]  # fmt: skip
+        return item.context, []
+    if result is None:
+        return {}, []
+    if result.context is not None:
+        return result.context, []
+    if result.reference is None:
+        return {}, []
+    uri = result.reference.get("uri")
+    where = [*loc, "result", "reference", "uri"]
+    if not isinstance(uri, str):
+        return {}, [{"loc": where, "msg": "a reference names its result by `uri`"}]
+    try:
+        value = json.loads(store.get_blob(uri))
+    except (MilepostError, ValueError):
+        return {}, [{"loc": where, "msg": f"{uri!r} is not in this server's result store"}]
+    if not isinstance(value, dict):
+        return {}, [{"loc": where, "msg": "the referenced result is not a JSON object"}]
+    return value, []
+
+
+def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    etype = ev.canonical_type(item.event_type)
+    if etype not in ev.EVENT_TYPES:
+        found.append({"loc": [*loc, "event_type"], "msg": f"unknown event type {item.event_type!r}"})
+    elif etype in ENGINE_TYPES:
+        found.append({"loc": [*loc, "event_type"],
+                      "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
+    if etype in REPORT_TYPES:
+        found.extend(_report_problems(item, context, loc))
+    return found
+
+
+def _report_problems(item: EventIn, context: dict[str, Any],
+                     loc: Loc) -> list[dict[str, Any]]:  # fmt: skip
+    meta = item.meta or {}
+    found: list[dict[str, Any]] = []
+    cid = context.get("command_id")
+    if cid is None:
+        found.append({"loc": [*loc, "context", "command_id"],
+                      "msg": "a report names its command: context.command_id"})  # fmt: skip
+    elif _as_id(cid) is None:
+        found.append({"loc": [*loc, "context", "command_id"],
+                      "msg": "an id is an integer or a string of digits"})  # fmt: skip
+    epoch = meta.get("epoch", context.get("epoch"))
+    if epoch is None:
+        found.append({"loc": [*loc, "meta", "epoch"],
+                      "msg": "a report carries the epoch of its lease: meta.epoch or "
+                             "context.epoch"})  # fmt: skip
+    elif isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        where = "meta" if "epoch" in meta else "context"
+        found.append({"loc": [*loc, where, "epoch"], "msg": "the epoch is a non-negative integer"})
+    return found
+
+
+def _as_id(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float) -> ev.Event:
+    etype = ev.canonical_type(item.event_type)
+    payload = mask(dict(context))
+    meta = mask(dict(item.meta or {}))
+    if etype in REPORT_TYPES:
+        # the fold and the projections read these as integers
+        payload["command_id"] = _as_id(payload["command_id"])
+        meta["epoch"] = int(meta.get("epoch", payload.get("epoch")))
+    status = item.status or (item.result.status if item.result else None)
+    return ev.new_event(
+        item.event_id or runtime.new_id(), item.execution_id, etype,
+        item.created_at if item.created_at is not None else now, step=item.step,
+        status=status.upper() if status else ev.default_status(etype), payload=payload,
+        meta=meta, parent_event_id=item.parent_event_id, worker_id=item.worker_id,
+    )  # fmt: skip
+
+
+def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn],
+           batch: bool) -> Ingested:  # fmt: skip
+    """Check, fence and process a batch; nothing is written unless every event is valid."""
+    events = convert(items, runtime, store, batch)
+    for xid in sorted({e.execution_id for e in events}):
+        if store.get_execution(xid) is None:
+            raise api_errors.not_found("execution_not_found", f"no execution {xid}",
+                                       execution_id=str(xid))  # fmt: skip
+    with runtime.lock:  # the epochs read here must not move before the append
+        fenced = _fence(runtime, store, events)
+        outcome = runtime.process(fenced)
+    result = Ingested(events=fenced)
+    stored = {e.event_id for e in outcome.events}
+    submitted = {e.event_id for e in fenced}
+    result.stored_ids = stored & submitted
+    result.stale_ids = {e.event_id for e in fenced
+                        if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
+    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
+    if cancels:
+        runtime.settle_cancelled(cancels)
+    return result
+
+
+def _fence(runtime: Runtime, store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
+    """Mark reports that are not from the command's live attempt as stale.
+
+    Live means: the fold still waits for the command (no report or lost lease settled it),
+    the lease epoch is the command's current epoch, and it was claimed (a queued command
+    has no attempt running).
+    """
+    rows: dict[int, port.CommandRow | None] = {}
+    waiting: dict[int, set[int]] = {}
+    out: list[ev.Event] = []
+    for event in events:
+        if event.event_type not in REPORT_TYPES:
+            out.append(event)
+            continue
+        cid = int(event.payload["command_id"])
+        if cid not in rows:
+            rows[cid] = store.get_command(cid)
+        row = rows[cid]
+        if row is None:
+            raise api_errors.not_found("command_not_found", f"no command {cid}",
+                                       command_id=str(cid))  # fmt: skip
+        if row.execution_id != event.execution_id:
+            raise api_errors.invalid([{"loc": ["context", "command_id"],
+                                       "msg": f"command {cid} belongs to execution "
+                                              f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
+        xid = event.execution_id
+        if xid not in waiting:
+            waiting[xid] = runtime.read(xid, lambda state, _pb: set(state.commands))
+        why = _stale_reason(row, int(event.meta["epoch"]), cid in waiting[xid])
+        if why is None:
+            out.append(event)
+            if event.event_type in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+                waiting[xid].discard(cid)  # a second report in this batch comes too late
+        else:
+            out.append(replace(event, meta={**event.meta, "stale": True, "stale_reason": why}))
+    return out
+
+
+def _stale_reason(row: port.CommandRow, epoch: int, waited_for: bool) -> str | None:
+    if row.epoch != epoch:
+        return f"epoch {epoch} is not the live epoch {row.epoch}"
+    if not waited_for:
+        return "the command was already settled (reported, lost or cancelled)"
+    if row.status == port.COMMAND_QUEUED:
+        return "the command is queued: no attempt holds it"
+    return None

@@ -1,0 +1,45 @@
+"""Prometheus metrics of one app (a registry per app, so tests and apps never share counts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.events_ingested = Counter(
+            "milepost_events_ingested", "Events posted to the API, by type and outcome "
+            "(stored, duplicate, stale, rejected).", ["event_type", "outcome"], registry=r)  # fmt: skip
+        self.ingest_seconds = Histogram(
+            "milepost_event_ingest_seconds", "Time to validate, store and process one POST of "
+            "events.", registry=r)  # fmt: skip
+        self.commands_issued = Counter(
+            "milepost_commands_issued", "Commands issued by the orchestrator.", registry=r)
+        self.commands_claimed = Counter(
+            "milepost_commands_claimed", "Claims granted to workers.", registry=r)
+        self.commands_completed = Counter(
+            "milepost_commands_completed", "Command reports folded, by outcome "
+            "(completed, failed).", ["outcome"], registry=r)  # fmt: skip
+        self.claim_conflicts = Counter(
+            "milepost_claim_conflicts", "Claims refused, by code.", ["code"], registry=r)
+        self.leases_expired = Counter(
+            "milepost_leases_expired", "Claims the reconciler found expired.", registry=r)
+        self.evaluation_seconds = Histogram(
+            "milepost_orchestrator_evaluation_seconds", "One orchestrator process() call: fold, "
+            "decide and the transaction that stores both.", registry=r)  # fmt: skip
+        self.queue_depth = Gauge(
+            "milepost_command_queue_depth", "Commands queued and not yet claimed (read from the "
+            "store at scrape time).", registry=r)  # fmt: skip
+
+    def watch_queue(self, depth: Callable[[], int]) -> None:
+        """Compute the queue depth from the store whenever the metrics are scraped."""
+        self.queue_depth.set_function(lambda: float(depth()))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,52 @@
+"""The catalog: register playbooks, list them, read one back."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from milepost.api import errors, schemas, views
+from milepost.api.auth import OperateAuth, ReadWorkAuth
+from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.playbook import load
+from milepost.store import port
+
+router = APIRouter(prefix="/api/catalog", tags=["catalog"])
+
+
+@router.post("/register")
+def register(body: schemas.RegisterIn, runtime: RuntimeDep, _: OperateAuth) -> schemas.CatalogEntryOut:
+    """Validate and store a playbook; a new version only if its text changed."""
+    playbook = load.load_text(body.content, source="api")  # PlaybookInvalid -> 422 + problems
+    path, version = runtime.register(body.content, playbook)
+    entry = runtime.store.get_playbook(path, version)
+    assert entry is not None
+    return views.catalog_entry(entry)
+
+
+@router.post("/list")
+def list_entries(body: schemas.ListIn, store: StoreDep, _: ReadWorkAuth) -> schemas.CatalogListOut:
+    entries = [views.catalog_entry(e) for e in store.list_playbooks()
+               if body.path is None or e.path == body.path]  # fmt: skip
+    return schemas.CatalogListOut(entries=entries)
+
+
+@router.post("/resource")
+def resource(body: schemas.CatalogRef, store: StoreDep,
+             _: ReadWorkAuth) -> schemas.CatalogResourceOut:  # fmt: skip
+    entry = find(store, body)
+    return schemas.CatalogResourceOut(**views.catalog_entry(entry).model_dump(),
+                                      content=entry.content)  # fmt: skip
+
+
+def find(store: port.Store, ref: schemas.CatalogRef) -> port.CatalogEntry:
+    """The catalog entry `ref` names, or 422 (malformed catalog_id) / 404."""
+    try:
+        path, version = ref.key()
+    except ValueError as exc:
+        raise errors.invalid([{"loc": ["body", "catalog_id"], "msg": str(exc)}]) from None
+    entry = store.get_playbook(path, version)
+    if entry is None:
+        which = f"{path!r}" + (f" version {version}" if version is not None else "")
+        raise errors.not_found("playbook_not_found", f"no playbook {which} in the catalog",
+                               path=path, version=version)  # fmt: skip
+    return entry

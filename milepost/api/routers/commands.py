@@ -1,0 +1,122 @@
+"""Commands: read, claim (by id or the next queued), heartbeat, release.
+
+A claim answers the command with its render context built from the execution's state at
+claim time and a lease `{epoch, expires_at}`; every report must carry that epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from milepost.api import errors, schemas, views
+from milepost.api.auth import ReadWorkAuth, WorkAuth
+from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
+from milepost.api.metrics import Metrics
+from milepost.api.runtime import Runtime
+from milepost.core import state as st
+from milepost.errors import ClaimRefused
+from milepost.playbook import model
+from milepost.settings import Settings
+from milepost.store import port
+
+router = APIRouter(prefix="/api/commands", tags=["commands"])
+
+CommandId = Annotated[str, Path(description="The command id = the event id of its command.issued.")]
+
+
+def existing(store: port.Store, value: str) -> port.CommandRow:
+    try:
+        cid = schemas.parse_id(value)
+    except ValueError as exc:
+        raise errors.invalid([{"loc": ["path", "event_id"], "msg": str(exc)}]) from None
+    row = store.get_command(cid)
+    if row is None:
+        raise errors.not_found("command_not_found", f"no command {cid}", command_id=str(cid))
+    return row
+
+
+def _lease_s(settings: Settings, asked: float | None) -> float:
+    return asked if asked is not None else settings.lease_seconds
+
+
+def _out(runtime: Runtime, row: port.CommandRow,
+         lease: port.Lease | None) -> schemas.CommandOut:  # fmt: skip
+    def view(state: st.ExecutionState, playbook: model.Playbook) -> schemas.CommandOut:
+        return views.command_out(state, playbook, row, lease)
+
+    return runtime.read(row.execution_id, view)
+
+
+@router.post("/claim")
+def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: MetricsDep,
+               _: WorkAuth) -> schemas.ClaimNextOut:  # fmt: skip
+    """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
+    runtime, store = services.runtime, services.store
+    now = runtime.clock()
+    claimed = store.claim_next(body.worker_id, now, _lease_s(services.settings, body.lease_seconds),
+                               body.limit, body.pool)  # fmt: skip
+    if not claimed:
+        return schemas.ClaimNextOut(commands=[])
+    # a cancel may have landed between the store's check and now: settle those ourselves
+    cancelled = runtime.settle_cancelled((), claimed=[
+        (row, lease) for row, lease in claimed
+        if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested)])  # fmt: skip
+    out = [_out(runtime, row, lease) for row, lease in claimed if row.execution_id not in cancelled]
+    metrics.commands_claimed.inc(len(out))
+    return schemas.ClaimNextOut(commands=out)
+
+
+@router.get("/{event_id}")
+def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
+                _: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
+    return _out(runtime, existing(store, event_id), None)
+
+
+@router.post("/{event_id}/claim")
+def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, metrics: MetricsDep,
+          _: WorkAuth) -> schemas.CommandOut:  # fmt: skip
+    runtime, store = services.runtime, services.store
+    row = existing(store, event_id)
+    if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested or s.status == st.CANCELLED):
+        _refuse(metrics, "execution_cancelled", f"execution {row.execution_id} is cancelled", row)
+    try:
+        lease = store.claim(row.command_id, body.worker_id, runtime.clock(),
+                            _lease_s(services.settings, body.lease_seconds))  # fmt: skip
+    except ClaimRefused as exc:
+        metrics.claim_conflicts.labels(str(exc.fields.get("reason") or exc.code)).inc()
+        raise
+    metrics.commands_claimed.inc()
+    return _out(runtime, row, lease)
+
+
+def _refuse(metrics: Metrics, code: str, message: str, row: port.CommandRow) -> None:
+    metrics.claim_conflicts.labels(code).inc()
+    raise errors.conflict(code, message, command_id=str(row.command_id))
+
+
+@router.post("/{event_id}/heartbeat")
+def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep,
+              _: WorkAuth) -> schemas.HeartbeatOut:  # fmt: skip
+    runtime, store = services.runtime, services.store
+    row = existing(store, event_id)
+    lease = store.heartbeat(row.command_id, body.worker_id, body.epoch, runtime.clock(),
+                            _lease_s(services.settings, body.lease_seconds))  # fmt: skip
+    cancelled = runtime.read(row.execution_id,
+                             lambda s, _pb: s.cancel_requested or s.status == st.CANCELLED)  # fmt: skip
+    return schemas.HeartbeatOut(lease=views.lease_out(lease), cancelled=cancelled)
+
+
+@router.post("/{event_id}/release")
+def release(event_id: CommandId, body: schemas.ReleaseIn, services: ServicesDep,
+            _: WorkAuth) -> schemas.ReleaseOut:  # fmt: skip
+    """[milepost extension] Give back a claimed command that was not started: it is queued
+    again for another worker, same attempt and key."""
+    runtime, store = services.runtime, services.store
+    row = existing(store, event_id)
+    released = store.release(row.command_id, body.worker_id, body.epoch, runtime.clock())
+    # a worker gives back the commands of a cancelled run: settle them so the run can end
+    if released and not runtime.settle_cancelled([row.execution_id]):
+        runtime.publisher.notify([runtime.notice(row)])
+    return schemas.ReleaseOut(released=bool(released))

@@ -1,0 +1,61 @@
+"""`POST /api/events` and `/api/events/batch`: worker reports, in one transaction."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+
+from milepost.api import errors, ingest, schemas
+from milepost.api.auth import WorkAuth
+from milepost.api.deps import MetricsDep, RuntimeDep, StoreDep
+from milepost.api.metrics import Metrics
+from milepost.api.runtime import Runtime
+from milepost.core import events as ev
+from milepost.store import port
+
+router = APIRouter(prefix="/api/events", tags=["events"])
+
+
+@router.post("")
+def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
+               metrics: MetricsDep, _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
+    return _ingest([body], store, runtime, metrics, batch=False)
+
+
+@router.post("/batch")
+def post_batch(body: schemas.EventBatchIn, store: StoreDep, runtime: RuntimeDep,
+               metrics: MetricsDep, _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
+    return _ingest(body.events, store, runtime, metrics, batch=True)
+
+
+def _ingest(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
+            metrics: Metrics, *, batch: bool) -> schemas.IngestOut:  # fmt: skip
+    started = time.perf_counter()
+    try:
+        done = ingest.ingest(runtime, store, items, batch)
+    except errors.ApiError:
+        for item in items:
+            metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
+        raise
+    finally:
+        metrics.ingest_seconds.observe(time.perf_counter() - started)
+    for event in done.events:
+        if event.event_id in done.stale_ids:
+            outcome = "stale"
+        elif event.event_id in done.stored_ids:
+            outcome = "stored"
+        else:
+            outcome = "duplicate"
+        metrics.events_ingested.labels(event.event_type, outcome).inc()
+    return schemas.IngestOut(
+        accepted=len(done.events), stored=len(done.stored_ids),
+        event_ids=[str(e.event_id) for e in done.events],
+        stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
+    )  # fmt: skip
+
+
+def _type_label(name: str) -> str:
+    """Known types by name; anything else as `unknown` (labels must stay few)."""
+    etype = ev.canonical_type(name)
+    return etype if etype in ev.EVENT_TYPES else "unknown"

@@ -1,0 +1,90 @@
+"""Executions: the list view, one execution with its events, its status, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from milepost.api import errors, schemas, views
+from milepost.api.auth import OperateAuth, ReadAuth
+from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.core import state as st
+from milepost.engine import report
+from milepost.playbook import model
+from milepost.store import port
+
+router = APIRouter(prefix="/api/executions", tags=["executions"])
+
+ExecutionId = Annotated[str, Path(description="Execution id (digits).")]
+
+
+def parse_execution_id(value: str) -> int:
+    try:
+        return schemas.parse_id(value)
+    except ValueError as exc:
+        raise errors.invalid([{"loc": ["path", "execution_id"], "msg": str(exc)}]) from None
+
+
+def existing(store: port.Store, value: str) -> port.ExecutionRow:
+    xid = parse_execution_id(value)
+    row = store.get_execution(xid)
+    if row is None:
+        raise errors.not_found("execution_not_found", f"no execution {xid}", execution_id=str(xid))
+    return row
+
+
+@router.get("")
+def list_executions(
+    store: StoreDep, _: ReadAuth,
+    status: Annotated[str | None, Query(max_length=40)] = None,
+    path: Annotated[str | None, Query(max_length=500)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> schemas.ExecutionList:
+    rows = store.list_executions(status=status, path=path, limit=limit, offset=offset)
+    return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
+                                 offset=offset)  # fmt: skip
+
+
+def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
+    return report.summary(state)
+
+
+@router.get("/{execution_id}")
+def get_execution(
+    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
+    events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
+    events_after: Annotated[int, Query(ge=0, description="Return events with seq > this.")] = 0,
+) -> schemas.ExecutionOut:
+    row = existing(store, execution_id)
+    summary = runtime.read(row.execution_id, _summary)
+    page = store.load(row.execution_id, after_seq=events_after)
+    more = len(page) > events_limit
+    page = page[:events_limit]
+    return schemas.ExecutionOut(
+        **views.execution_item(row).model_dump(), error=summary["error"],
+        steps=summary["steps"], events=[views.event_out(e) for e in page],
+        events_next=page[-1].seq if more and page else None,
+    )  # fmt: skip
+
+
+@router.get("/{execution_id}/status")
+def get_status(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
+               _: ReadAuth) -> schemas.StatusOut:  # fmt: skip
+    row = existing(store, execution_id)
+    summary = runtime.read(row.execution_id, _summary)
+    return schemas.StatusOut(execution_id=str(row.execution_id), status=summary["status"],
+                             error=summary["error"], steps=summary["steps"])  # fmt: skip
+
+
+@router.post("/{execution_id}/cancel")
+def cancel(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
+           _: OperateAuth) -> schemas.CancelOut:  # fmt: skip
+    row = existing(store, execution_id)
+    status = runtime.read(row.execution_id, lambda state, _pb: state.status)
+    if status in st.TERMINAL:
+        raise errors.conflict("already_terminal", f"execution {row.execution_id} is already "
+                              f"{status}", execution_id=str(row.execution_id), status=status)  # fmt: skip
+    state = runtime.cancel(row.execution_id)
+    return schemas.CancelOut(execution_id=str(row.execution_id), status=state.status)

@@ -1,0 +1,167 @@
+"""The server's orchestrator: one lock around it, and what follows each `process` call.
+
+Routes run in a thread pool and the orchestrator's cached states are plain objects, so
+every orchestrator call of this process goes through `Runtime` under one lock. Across
+servers, the orchestrator itself serializes executions (`shared=True` takes the store's
+per-execution lock). After each call the runtime publishes the wake-ups of the commands
+it issued, schedules retry timers with the reconciler and counts what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from milepost.api.metrics import Metrics
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.engine import notify
+from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.playbook import model
+from milepost.store import port
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CANCELLED_BEFORE_CLAIM = {"kind": "cancelled", "retryable": False,
+                          "message": "execution cancelled before the command ran"}  # fmt: skip
+
+
+class Runtime:
+    def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
+                 publisher: notify.Publisher, metrics: Metrics,
+                 pool: str = notify.DEFAULT_POOL) -> None:  # fmt: skip
+        self.store = store
+        self.orchestrator = orchestrator
+        self.publisher = publisher
+        self.metrics = metrics
+        self.pool = pool
+        self.lock = threading.RLock()
+        self.on_wake: Callable[[int, float], None] = lambda xid, at: None
+        """Called with (execution_id, time) for every retry timer a decision set."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.orchestrator.clock
+
+    def new_id(self) -> int:
+        with self.lock:
+            return self.orchestrator.new_id()
+
+    # -- the orchestrator, locked ----------------------------------------------------------
+
+    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
+                *, refresh: bool = True) -> Outcome:  # fmt: skip
+        """`Orchestrator.process`, refreshed from the log by default (other writers exist)."""
+        with self.lock:
+            started = time.perf_counter()
+            outcome = self.orchestrator.process(reports, also, refresh=refresh)
+            self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
+        self._after(outcome)
+        return outcome
+
+    def register(self, text: str, playbook: model.Playbook) -> tuple[str, int]:
+        with self.lock:
+            return self.orchestrator.register(text, playbook)
+
+    def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
+              parent_execution_id: int | None = None) -> tuple[int, Outcome]:  # fmt: skip
+        with self.lock:
+            started = time.perf_counter()
+            xid, outcome = self.orchestrator.start(playbook, version, workload,
+                                                   parent_execution_id=parent_execution_id)  # fmt: skip
+            self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
+        self._after(outcome)
+        return xid, outcome
+
+    def playbook(self, path: str, version: int) -> model.Playbook:
+        """The playbook of a catalog entry (parsed once, then cached by the orchestrator)."""
+        with self.lock:
+            probe = st.ExecutionState(execution_id=0, path=path, version=version)
+            return self.orchestrator.playbook_for(probe)
+
+    def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T]) -> T:
+        """`view(state, playbook)` of an execution brought up to date with the log, under the
+        lock (the state object is shared: never keep it past `view`)."""
+        with self.lock:
+            state = self._fresh(execution_id)
+            try:
+                return view(state, self.orchestrator.playbook_for(state))
+            finally:
+                if state.terminal:
+                    self.orchestrator.forget(execution_id)  # keep only live runs in memory
+
+    def _fresh(self, execution_id: int) -> st.ExecutionState:
+        state = self.orchestrator.state(execution_id)
+        newer = self.store.load(execution_id, after_seq=state.last_seq)
+        if newer:
+            st.fold(state, newer)  # what other writers appended since this cache last looked
+        return state
+
+    # -- cancellation ----------------------------------------------------------------------
+
+    def cancel(self, execution_id: int) -> st.ExecutionState:
+        """Request a cancel and settle the commands nobody claimed yet; returns the state."""
+        with self.lock:
+            state = self._fresh(execution_id)
+            if not state.cancel_requested and not state.terminal:
+                event = ev.new_event(self.orchestrator.new_id(), execution_id,
+                                     ev.EXECUTION_CANCEL_REQUESTED, self.clock())  # fmt: skip
+                self.process([event])
+            self.settle_cancelled([execution_id])
+            return self.orchestrator.state(execution_id)
+
+    def settle_cancelled(self, execution_ids: Iterable[int],
+                         claimed: Sequence[tuple[port.CommandRow, port.Lease]] = ()) -> set[int]:  # fmt: skip
+        """Fail the queued commands of cancel-requested executions (claims are refused for
+        them, so no worker would ever report them), plus `claimed`: commands this server
+        claimed for a worker and will not hand out. Returns the executions cancelled."""
+        with self.lock:
+            cancelled: set[int] = set()
+            reports: list[ev.Event] = []
+            for xid in sorted(set(execution_ids) | {row.execution_id for row, _ in claimed}):
+                state = self._fresh(xid)
+                if not state.cancel_requested or state.terminal:
+                    continue
+                cancelled.add(xid)
+                rows = [(row, row.epoch) for row in self.store.open_commands(xid)
+                        if row.status == port.COMMAND_QUEUED]  # fmt: skip
+                rows += [(row, lease.epoch) for row, lease in claimed if row.execution_id == xid]
+                reports += [self._cancelled_report(row, epoch) for row, epoch in rows
+                            if row.command_id in state.commands]  # fmt: skip
+            if reports:
+                self.process(reports)
+            return cancelled
+
+    def _cancelled_report(self, row: port.CommandRow, epoch: int) -> ev.Event:
+        payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
+                   "attempt": row.attempt, "epoch": epoch, "error": dict(CANCELLED_BEFORE_CLAIM)}  # fmt: skip
+        return ev.new_event(self.orchestrator.new_id(), row.execution_id, ev.COMMAND_FAILED,
+                            self.clock(), step=row.step, payload=payload,
+                            meta={"epoch": epoch, "source": "server"})  # fmt: skip
+
+    def notice(self, row: port.CommandRow) -> notify.Notice:
+        return notify.Notice(row.command_id, row.execution_id, self.pool)
+
+    # -- after each call -------------------------------------------------------------------
+
+    def _after(self, outcome: Outcome) -> None:
+        if outcome.work:
+            self.metrics.commands_issued.inc(len(outcome.work))
+            self.publisher.notify([notify.Notice(w.command_id, w.execution_id, self.pool)
+                                   for w in outcome.work])  # fmt: skip
+        for event in outcome.events:
+            if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
+                self.metrics.commands_completed.labels("completed").inc()
+            elif event.event_type == ev.COMMAND_FAILED and not event.meta.get("stale"):
+                self.metrics.commands_completed.labels("failed").inc()
+        for xid, at in outcome.wake_at.items():
+            self.on_wake(xid, at)
+        if outcome.finished:
+            with self.lock:  # a finished run is rebuilt from the log if anyone asks again
+                for state in outcome.finished:
+                    self.orchestrator.forget(state.execution_id)

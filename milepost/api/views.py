@@ -1,0 +1,83 @@
+"""Core values -> wire models (ids as strings, times as ISO-8601)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from milepost.api import schemas
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.core.work import work_item
+from milepost.playbook import model
+from milepost.playbook.render import LoopResult
+from milepost.store import port
+
+
+def sid(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def event_out(event: ev.Event) -> schemas.EventOut:
+    return schemas.EventOut(
+        event_id=str(event.event_id), execution_id=str(event.execution_id), seq=event.seq,
+        event_type=event.event_type, step=event.step, status=event.status,
+        result=event.envelope_result(), meta=event.meta, worker_id=event.worker_id,
+        parent_event_id=sid(event.parent_event_id), created_at=schemas.iso(event.created_at),
+    )  # fmt: skip
+
+
+def execution_item(row: port.ExecutionRow) -> schemas.ExecutionItem:
+    return schemas.ExecutionItem(
+        execution_id=str(row.execution_id), path=row.path, version=row.version,
+        status=row.status, created_at=schemas.iso(row.created_at),
+        updated_at=schemas.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
+    )  # fmt: skip
+
+
+def catalog_entry(entry: port.CatalogEntry) -> schemas.CatalogEntryOut:
+    return schemas.CatalogEntryOut(path=entry.path, version=entry.version,
+                                   catalog_id=f"{entry.path}@{entry.version}",
+                                   created_at=schemas.iso(entry.created_at))  # fmt: skip
+
+
+def loop_steps(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, dict[str, int]]:
+    """Every loop step of the playbook with the failed count of its latest result."""
+    out: dict[str, dict[str, int]] = {}
+    for name, step in playbook.steps.items():
+        if step.loop is None:
+            continue
+        result = state.results.get(name)
+        out[name] = {"failed": result.failed if isinstance(result, LoopResult) else 0}
+    return out
+
+
+def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.CommandRow,
+                lease: port.Lease | None = None) -> schemas.CommandOut:  # fmt: skip
+    """The command with its render context built from the state now (claim time)."""
+    command = state.commands.get(row.command_id) or st.Command(
+        command_id=row.command_id, step=row.step, run=row.run, index=row.index,
+        attempt=row.attempt, idempotency_key=row.idempotency_key)  # fmt: skip
+    item = work_item(state, playbook, command, lease.epoch if lease else row.epoch)
+    return schemas.CommandOut(
+        command_id=str(row.command_id), event_id=str(row.command_id),
+        execution_id=str(row.execution_id), step=row.step, run=row.run, index=row.index,
+        attempt=row.attempt, idempotency_key=row.idempotency_key,
+        status=port.COMMAND_CLAIMED if lease else row.status,
+        playbook=schemas.PlaybookRef(path=state.path, version=state.version),
+        context=_plain(item.context), loop_steps=loop_steps(state, playbook),
+        args=_plain(item.args),
+        lease=lease_out(lease) if lease else None,
+    )  # fmt: skip
+
+
+def lease_out(lease: port.Lease) -> schemas.LeaseOut:
+    return schemas.LeaseOut(epoch=lease.epoch, expires_at=schemas.iso(lease.expires_at))
+
+
+def _plain(value: Any) -> Any:
+    """Loop results travel as plain lists (the worker wraps them again by `loop_steps`)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,164 @@
+"""Worker wake-ups on NATS JetStream: a hint that work is queued, never the truth.
+
+When commands are issued the server publishes `{"command_id", "execution_id"}` on
+`milepost.commands.<pool>` (stream `MILEPOST_COMMANDS`, created if missing). Workers
+also poll the claim route, so a lost notice only delays work: every failure here is
+logged (once until the next success) and otherwise ignored. `notify` never blocks the
+caller; it hands the publish to the event loop the publisher was connected on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+log = logging.getLogger(__name__)
+
+STREAM = "MILEPOST_COMMANDS"
+SUBJECT_PREFIX = "milepost.commands"
+DEFAULT_POOL = "default"
+STREAM_MAX_AGE = 3600.0
+"""Seconds a notice is kept: an old notice is useless (polling found the work long ago)."""
+
+
+def subject(pool: str = DEFAULT_POOL) -> str:
+    return f"{SUBJECT_PREFIX}.{pool}"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Command `command_id` of `execution_id` is queued in `pool`."""
+
+    command_id: int
+    execution_id: int
+    pool: str = DEFAULT_POOL
+
+    def body(self) -> bytes:
+        return json.dumps({"command_id": str(self.command_id),
+                           "execution_id": str(self.execution_id)}).encode()  # fmt: skip
+
+
+class Publisher(Protocol):
+    def notify(self, notices: Sequence[Notice]) -> None:
+        """Publish wake-ups without blocking; failures are logged, never raised."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class NullPublisher:
+    """No NATS configured (or reachable): workers find work by polling."""
+
+    def notify(self, notices: Sequence[Notice]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class NatsPublisher:
+    """Publishes notices on JetStream from any thread, on the loop it was connected on."""
+
+    def __init__(self, client: NatsClient, js: JetStreamContext,
+                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+        self._client = client
+        self._js = js
+        self._loop = loop
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failing = False
+        self._lock = threading.Lock()
+        self.published = 0
+        """Notices acknowledged by JetStream (for tests and metrics)."""
+        self.failed = 0
+
+    @classmethod
+    async def connect(cls, url: str, *, timeout: float = 2.0) -> NatsPublisher:
+        """Connect and make sure the stream exists; raises when NATS cannot be reached."""
+        # one attempt per server at start-up (an absent NATS must not delay the server)...
+        client = await asyncio.wait_for(nats.connect(
+            url, connect_timeout=max(1, int(timeout)), max_reconnect_attempts=1,
+            reconnect_time_wait=1, error_cb=_quiet_error, name="milepost-server",
+        ), timeout * 2)  # fmt: skip
+        # ...and, once connected, reconnect for as long as it takes after a drop
+        client.options["max_reconnect_attempts"] = -1
+        try:
+            js = client.jetstream(timeout=timeout)
+            try:
+                await js.stream_info(STREAM)
+            except NotFoundError:
+                await js.add_stream(StreamConfig(
+                    name=STREAM, subjects=[f"{SUBJECT_PREFIX}.>"], max_age=STREAM_MAX_AGE))  # fmt: skip
+        except BaseException:
+            await client.close()
+            raise
+        return cls(client, js, asyncio.get_running_loop())
+
+    def notify(self, notices: Sequence[Notice]) -> None:
+        if not notices or self._loop.is_closed():
+            return
+        batch = list(notices)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._spawn(batch)
+        else:
+            self._loop.call_soon_threadsafe(self._spawn, batch)
+
+    def _spawn(self, batch: list[Notice]) -> None:
+        task = self._loop.create_task(self._publish(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish(self, batch: list[Notice]) -> None:
+        for notice in batch:
+            try:
+                await self._js.publish(subject(notice.pool), notice.body(), timeout=2.0)
+            except Exception as exc:  # a hint that did not arrive: polling covers it
+                self.failed += 1
+                with self._lock:
+                    first, self._failing = not self._failing, True
+                if first:
+                    log.warning("cannot publish wake-ups on NATS (%s); workers fall back to "
+                                "polling", exc, extra={"action": "nats_publish_failed"})  # fmt: skip
+                continue
+            self.published += 1
+            with self._lock:
+                recovered, self._failing = self._failing, False
+            if recovered:
+                log.info("publishing wake-ups on NATS again", extra={"action": "nats_recovered"})
+
+    async def close(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._client.close()
+
+
+async def connect(url: str | None, *, timeout: float = 2.0) -> Publisher:
+    """A publisher for `url`, or a `NullPublisher` (logged once) when unset or unreachable."""
+    if not url:
+        return NullPublisher()
+    try:
+        return await NatsPublisher.connect(url, timeout=timeout)
+    except Exception as exc:
+        log.warning("NATS at %s is not reachable (%s: %s); workers will find work by "
+                    "polling", url, type(exc).__name__, exc,
+                    extra={"action": "nats_unavailable"})  # fmt: skip
+        return NullPublisher()
+
+
+async def _quiet_error(exc: Any) -> None:
+    # nats-py prints a traceback per reconnect attempt by default; one line is enough
+    log.debug("nats: %s", exc)

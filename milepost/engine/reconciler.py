@@ -1,0 +1,206 @@
+"""The reconciler: what the server does on a clock rather than on a request.
+
+`tick(now)` runs once a second in the server (docs/server-contract.md, "Leases, fencing,
+reconciler"):
+
+1. wakes executions whose retry timer is due (every server: the timers come from this
+   server's own `process` outcomes, and waking twice is harmless);
+2. then, on the leader only (a PostgreSQL advisory lock, `store.try_leader_lock()`, when
+   the store has one):
+   - appends `command.lease_expired` for each expired claim, through the orchestrator, so
+     the fold counts the attempt as lost and decide issues a new one (new key);
+   - re-publishes the wake-up of commands queued for more than `requeue_after` seconds,
+     and settles the queued commands of executions whose cancel was requested;
+   - re-drives executions the store reports as stuck (`executions_to_redrive`), but for
+     those waiting for a retry timer this server holds.
+
+Every action is an append through the orchestrator, which serializes executions, so two
+reconcilers at once waste work but cannot corrupt a run. Time comes in as `now`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from milepost.core import events as ev
+from milepost.engine import notify
+from milepost.engine.orchestrator import Outcome
+from milepost.store import port
+
+log = logging.getLogger(__name__)
+
+REQUEUE_AFTER = 5.0
+RECOVER_BATCH = 100
+
+
+class Driver(Protocol):
+    """The server's orchestrator as the reconciler uses it (`milepost.api.runtime.Runtime`)."""
+
+    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
+                *, refresh: bool = True) -> Outcome: ...  # fmt: skip
+
+    def new_id(self) -> int: ...
+
+    def settle_cancelled(self, execution_ids: Iterable[int]) -> set[int]: ...
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one tick did (for tests, logs and metrics)."""
+
+    leader: bool = True
+    woken: list[int] = field(default_factory=list)
+    expired: list[int] = field(default_factory=list)
+    """Command ids whose lease expired and were reported lost."""
+    republished: list[int] = field(default_factory=list)
+    redriven: list[int] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    errors: int = 0
+
+
+class Reconciler:
+    def __init__(self, store: port.Store, driver: Driver, publisher: notify.Publisher, *,
+                 requeue_after: float = REQUEUE_AFTER, pool: str = notify.DEFAULT_POOL,
+                 on_expired: Callable[[int], None] | None = None) -> None:  # fmt: skip
+        self.store = store
+        self.driver = driver
+        self.publisher = publisher
+        self.requeue_after = requeue_after
+        self.pool = pool
+        self.on_expired = on_expired
+        self._timers: list[tuple[float, int]] = []
+        self._timer_set: set[tuple[float, int]] = set()
+        self._timers_lock = threading.Lock()
+        self._reported: set[int] = set()
+        """Expired claims already reported, in case the store still lists them as claimed."""
+        self._noticed: dict[int, float] = {}
+        """command id -> when its wake-up was last re-published."""
+
+    # -- retry timers ----------------------------------------------------------------------
+
+    def schedule(self, execution_id: int, at: float) -> None:
+        """Wake `execution_id` at `at` (thread-safe; Outcome.wake_at feeds this)."""
+        with self._timers_lock:
+            if (at, execution_id) not in self._timer_set:
+                self._timer_set.add((at, execution_id))
+                heapq.heappush(self._timers, (at, execution_id))
+
+    def pending_timers(self) -> list[tuple[float, int]]:
+        with self._timers_lock:
+            return sorted(self._timers)
+
+    def _due(self, now: float) -> list[int]:
+        due: list[int] = []
+        with self._timers_lock:
+            while self._timers and self._timers[0][0] <= now:
+                entry = heapq.heappop(self._timers)
+                self._timer_set.discard(entry)
+                xid = entry[1]
+                if xid not in due:
+                    due.append(xid)
+        return due
+
+    # -- the tick --------------------------------------------------------------------------
+
+    def tick(self, now: float) -> TickReport:
+        report = TickReport()
+        report.woken = self._each(self._due(now), report, lambda xid: self.driver.process(
+            also=[xid], refresh=True))  # fmt: skip
+        leader_lock = getattr(self.store, "try_leader_lock", None)
+        if leader_lock is not None and not leader_lock():
+            report.leader = False
+            return report
+        self._expire(now, report)
+        self._requeue(now, report)
+        with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
+            waiting = {xid for at, xid in self._timers if at > now}
+        redrive = [x for x in self.store.executions_to_redrive(now) if x not in waiting]
+        report.redriven = self._each(redrive, report, lambda xid: self.driver.process(
+            also=[xid], refresh=True))  # fmt: skip
+        return report
+
+    def recover(self) -> int:
+        """Re-evaluate every RUNNING execution once (after a restart: retry timers lived in
+        the memory of the server that stopped). Returns how many were evaluated."""
+        count, offset = 0, 0
+        while True:
+            rows = self.store.list_executions(status="RUNNING", limit=RECOVER_BATCH,
+                                              offset=offset)  # fmt: skip
+            if not rows:
+                return count
+            offset += len(rows)
+            scratch = TickReport()
+            count += len(self._each([r.execution_id for r in rows], scratch,
+                                    lambda xid: self.driver.process(also=[xid], refresh=True)))  # fmt: skip
+
+    def _expire(self, now: float, report: TickReport) -> None:
+        rows = self.store.expired_claims(now)
+        self._reported &= {row.command_id for row in rows}
+        fresh = [row for row in rows if row.command_id not in self._reported]
+        by_exec: dict[int, list[port.CommandRow]] = {}
+        for row in fresh:
+            by_exec.setdefault(row.execution_id, []).append(row)
+
+        def expire(xid: int) -> Any:
+            events = [self._lease_expired(row, now) for row in by_exec[xid]]
+            outcome = self.driver.process(events)
+            for row in by_exec[xid]:
+                self._reported.add(row.command_id)
+                report.expired.append(row.command_id)
+                if self.on_expired is not None:
+                    self.on_expired(row.command_id)
+            return outcome
+
+        self._each(sorted(by_exec), report, expire)
+
+    def _lease_expired(self, row: port.CommandRow, now: float) -> ev.Event:
+        message = (f"worker {row.worker_id!r} lost: its lease (epoch {row.epoch}) expired "
+                   "without a report")  # fmt: skip
+        payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
+                   "attempt": row.attempt, "epoch": row.epoch, "worker_id": row.worker_id,
+                   "lease_expires_at": row.lease_expires_at, "message": message}  # fmt: skip
+        return ev.new_event(self.driver.new_id(), row.execution_id, ev.COMMAND_LEASE_EXPIRED,
+                            now, step=row.step, payload=payload,
+                            meta={"epoch": row.epoch, "source": "reconciler"})  # fmt: skip
+
+    def _requeue(self, now: float, report: TickReport) -> None:
+        queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]
+        self._noticed = {cid: at for cid, at in self._noticed.items()
+                         if cid in {row.command_id for row in queued}}  # fmt: skip
+        stale = [row for row in queued if now - row.created_at >= self.requeue_after
+                 and now - self._noticed.get(row.command_id, 0.0) >= self.requeue_after]  # fmt: skip
+        if not stale:
+            return
+        try:
+            report.cancelled = sorted(self.driver.settle_cancelled(
+                {row.execution_id for row in stale}))  # fmt: skip
+        except Exception:
+            report.errors += 1
+            log.exception("reconciler: settling cancelled executions failed",
+                          extra={"action": "reconcile_cancel_failed"})  # fmt: skip
+        notices = [notify.Notice(row.command_id, row.execution_id, self.pool) for row in stale
+                   if row.execution_id not in report.cancelled]  # fmt: skip
+        self.publisher.notify(notices)
+        for notice in notices:
+            self._noticed[notice.command_id] = now
+            report.republished.append(notice.command_id)
+
+    def _each(self, xids: Iterable[int], report: TickReport,
+              action: Callable[[int], Any]) -> list[int]:  # fmt: skip
+        """Run `action` per execution; one broken execution must not stop the others."""
+        done: list[int] = []
+        for xid in xids:
+            try:
+                action(xid)
+            except Exception:
+                report.errors += 1
+                log.exception("reconciler: execution %s failed", xid,
+                              extra={"action": "reconcile_failed", "execution_id": xid})  # fmt: skip
+                continue
+            done.append(xid)
+        return done

@@ -1,0 +1,203 @@
+"""Event ingest: aliases, ids, statuses, idempotency, envelope, sanitizing, fencing, batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.support import HELLO, Api, error, ok, report_wire
+
+
+def count(api: Api, xid: str) -> int:
+    return int(api.store.event_count(int(xid)))
+
+
+def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
+    xid = api.execute(HELLO)
+    reply = ok(api.post("/api/events", {
+        "event_id": 42, "execution_id": int(xid), "name": "command.started", "step": "start",
+        "payload": {"note": "hi"}, "worker_id": "w1", "created_at": "2024-05-01T12:00:00Z",
+    }, role="worker"))  # fmt: skip
+    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": []}
+    stored = api.store.load(int(xid))[-1]
+    assert (stored.event_id, stored.event_type, stored.status) == (42, "command.started", "RUNNING")
+    assert stored.payload == {"note": "hi"} and stored.worker_id == "w1"
+    assert stored.created_at == 1714564800.0
+    page = ok(api.get(f"/api/executions/{xid}", params={"events_after": stored.seq - 1}))
+    assert page["events"][0]["event_id"] == "42"
+    assert page["events"][0]["result"] == {"status": "RUNNING", "context": {"note": "hi"}}
+    assert page["events"][0]["created_at"].startswith("2024-05-01T12:00:00")
+
+
+def test_result_context_explicit_status_epoch_seconds_and_a_server_id(api: Api) -> None:
+    xid = api.execute(HELLO)
+    reply = ok(api.post("/api/events/batch", {"events": [{
+        "execution_id": xid, "event_type": "command.heartbeat", "status": "running",
+        "result": {"status": "RUNNING", "context": {"n": 1}}, "created_at": 1700000000.5,
+        "meta": {"k": "v"}, "parent_event_id": "7",
+    }]}, role="worker"))  # fmt: skip
+    [eid] = reply["event_ids"]
+    stored = api.store.load(int(xid))[-1]
+    assert str(stored.event_id) == eid and stored.status == "RUNNING"
+    assert stored.created_at == 1700000000.5 and stored.parent_event_id == 7
+    assert stored.payload == {"n": 1} and stored.meta == {"k": "v"}
+
+
+def test_an_event_id_already_stored_is_accepted_and_not_stored_twice(api: Api) -> None:
+    xid = api.execute(HELLO)
+    event = {"event_id": "9001", "execution_id": xid, "event_type": "call.done", "step": "start"}
+    command = api.claim_one()
+    event["context"] = {"command_id": command["command_id"]}
+    event["meta"] = {"epoch": command["lease"]["epoch"]}
+    first = ok(api.post("/api/events", event, role="worker"))
+    n = count(api, xid)
+    again = ok(api.post("/api/events", event, role="worker"))
+    assert first["stored"] == 1 and again == {"accepted": 1, "stored": 0, "event_ids": ["9001"],
+                                              "stale": []}  # fmt: skip
+    assert count(api, xid) == n
+    both = ok(api.post("/api/events/batch", {"events": [event, {**event, "event_id": 9002}]},
+                       role="worker"))  # fmt: skip
+    assert both["accepted"] == 2 and both["stored"] == 1 and count(api, xid) == n + 1
+
+
+def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> None:
+    xid = api.execute(HELLO)
+    ok(api.post("/api/events", {
+        "execution_id": xid, "event_type": "command.started",
+        "context": {"db": {"password": "hunter22", "user": "ada"}, "rows": [{"api_key": "k-123"}]},
+        "meta": {"Authorization": "Bearer abc", "attempt": 1},
+    }, role="worker"))  # fmt: skip
+    stored = api.store.load(int(xid))[-1]
+    assert stored.payload == {"db": {"password": "***", "user": "ada"}, "rows": [{"api_key": "***"}]}
+    assert stored.meta == {"Authorization": "***", "attempt": 1}
+
+
+BAD_EVENTS: list[tuple[str, dict[str, Any], list[Any]]] = [
+    ("extra key in result", {"result": {"status": "OK", "data": 1}}, ["result", "data"]),
+    ("context twice", {"context": {"a": 1}, "result": {"context": {"b": 2}}}, ["context"]),
+    ("context and reference", {"result": {"context": {}, "reference": {"uri": "x"}}}, ["result"]),
+    ("unknown reference", {"result": {"reference": {"uri": "milepost://results/99999"}}},
+     ["result", "reference", "uri"]),
+    ("result not an object", {"result": [1]}, ["result"]),
+    ("context not an object", {"context": "text"}, ["context"]),
+    ("meta not an object", {"meta": [1]}, ["meta"]),
+    ("bad event id", {"event_id": "12ab"}, ["event_id"]),
+    ("negative event id", {"event_id": -4}, ["event_id"]),
+    ("boolean parent id", {"parent_event_id": True}, ["parent_event_id"]),
+    ("bad time", {"created_at": "yesterday"}, ["created_at"]),
+    ("step not text", {"step": {"x": 1}}, ["step"]),
+    ("unknown type", {"event_type": "command.exploded"}, ["event_type"]),
+    ("engine type", {"event_type": "execution.completed"}, ["event_type"]),
+    ("engine type by alias", {"event_type": "playbook.completed"}, ["event_type"]),
+    ("no type", {"event_type": None}, ["event_type"]),
+    ("report without command", {"event_type": "command.completed", "meta": {"epoch": 1}},
+     ["context", "command_id"]),
+    ("report without epoch", {"event_type": "call.done", "context": {"command_id": "5"}},
+     ["meta", "epoch"]),
+    ("report with a text epoch", {"event_type": "command.failed", "meta": {"epoch": "1"},
+                                  "context": {"command_id": 5}}, ["meta", "epoch"]),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "loc"), BAD_EVENTS, ids=[c[0] for c in BAD_EVENTS])
+def test_a_malformed_event_is_422_naming_the_field_and_nothing_is_stored(
+    api: Api, case: str, change: dict[str, Any], loc: list[Any]
+) -> None:
+    xid = api.execute(HELLO)
+    event = {"execution_id": xid, "event_type": "command.started", **change}
+    if event["event_type"] is None:
+        del event["event_type"]
+    before = count(api, xid)
+    single = error(api.post("/api/events", event, role="worker"), 422, "validation_error")
+    assert any(e["loc"][1:] == loc for e in single["errors"]), single["errors"]
+    assert ".".join(str(p) for p in single["errors"][0]["loc"]) in single["message"]
+    batch = error(api.post("/api/events/batch", {"events": [event]}, role="worker"), 422,
+                  "validation_error")  # fmt: skip
+    assert any(e["loc"][3:] == loc and e["loc"][:3] == ["body", "events", 0]
+               for e in batch["errors"]), batch["errors"]  # fmt: skip
+    assert count(api, xid) == before
+
+
+def test_a_batch_is_all_or_nothing(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    good = report_wire(command, {"greeting": "hi"})[0]
+    bad = {"execution_id": xid, "event_type": "command.started", "result": {"oops": 1}}
+    before = count(api, xid)
+    body = error(api.post("/api/events/batch", {"events": [good, bad]}, role="worker"), 422,
+                 "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "events", 1, "result", "oops"]
+    assert count(api, xid) == before and api.status(xid)["steps"]["start"]["status"] == "RUNNING"
+    other = {"execution_id": "999", "event_type": "command.started"}
+    error(api.post("/api/events/batch", {"events": [good, other]}, role="worker"), 404,
+          "execution_not_found")  # fmt: skip
+    assert count(api, xid) == before
+    error(api.post("/api/events/batch", {"events": []}, role="worker"), 422, "validation_error")
+    error(api.post("/api/events/batch", {"events": [good, 5]}, role="worker"), 422,
+          "validation_error")  # fmt: skip
+    assert count(api, xid) == before
+    ok(api.post("/api/events/batch", {"events": [good]}, role="worker"))
+    assert api.status(xid)["steps"]["start"]["status"] == "COMPLETED"
+
+
+def test_unknown_execution_and_unknown_command_are_404(api: Api) -> None:
+    body = error(api.post("/api/events", {"execution_id": "12345", "event_type": "command.started"},
+                          role="worker"), 404, "execution_not_found")  # fmt: skip
+    assert body["execution_id"] == "12345"
+    xid = api.execute(HELLO)
+    before = count(api, xid)
+    body = error(api.post("/api/events", {"execution_id": xid, "event_type": "command.completed",
+                                          "context": {"command_id": 777, "epoch": 1}},
+                          role="worker"), 404, "command_not_found")  # fmt: skip
+    assert body["command_id"] == "777" and count(api, xid) == before
+
+
+def test_a_report_for_a_command_of_another_execution_is_422(api: Api) -> None:
+    first = api.execute(HELLO)
+    command = api.claim_one()
+    second = api.execute(HELLO)
+    [report] = report_wire(command, {"greeting": "x"})
+    report["execution_id"] = second
+    error(api.post("/api/events", report, role="worker"), 422, "validation_error")
+    assert api.status(first)["steps"]["start"]["status"] == "RUNNING"
+
+
+def test_a_stale_epoch_report_is_stored_marked_stale_and_changes_nothing(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    epoch = command["lease"]["epoch"]
+    stale = ok(api.post("/api/events/batch",
+                        {"events": report_wire(command, {"greeting": "old"}, epoch=epoch - 1)},
+                        role="worker"))  # fmt: skip
+    assert stale["stored"] == 1 and stale["stale"] == stale["event_ids"]
+    stored = api.store.load(int(xid))[-1]
+    assert stored.meta["stale"] is True and "epoch" in stored.meta["stale_reason"]
+    state = api.status(xid)
+    assert state["steps"]["start"]["status"] == "RUNNING" and "shout" not in state["steps"]
+    live = api.complete(command, {"greeting": "new"})
+    assert live["stale"] == []
+    assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "new"}
+    # a second report for the settled command is stale too: the first one won
+    again = api.complete(command, {"greeting": "twice"})
+    assert again["stale"] == again["event_ids"]
+    assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "new"}
+
+
+def test_a_stale_report_leaves_the_command_row_alone(api: Api) -> None:
+    api.execute(HELLO)
+    command = api.claim_one()
+    stale = report_wire(command, {"greeting": "old"}, epoch=command["lease"]["epoch"] + 1)
+    assert ok(api.post("/api/events/batch", {"events": stale}, role="worker"))["stale"]
+    row = api.store.get_command(int(command["command_id"]))
+    assert (row.status, row.worker_id) == ("claimed", "w1")
+
+
+def test_of_two_reports_for_one_command_in_a_batch_the_second_is_stale(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    first = report_wire(command, {"greeting": "one"})
+    second = report_wire(command, {"greeting": "two"})
+    reply = ok(api.post("/api/events/batch", {"events": first + second}, role="worker"))
+    assert reply["stored"] == 2 and reply["stale"] == [second[0]["event_id"]]
+    assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "one"}

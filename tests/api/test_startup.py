@@ -1,0 +1,105 @@
+"""Start-up: the secret key is required, NATS is optional, OpenAPI is served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+
+import pytest
+from fastapi.testclient import TestClient
+
+from milepost.api.app import create_app
+from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
+from milepost.engine import notify
+from tests.api.conftest import in_ci
+from tests.api.support import HELLO, eventually, settings_for, start_server
+
+NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
+
+
+@pytest.mark.parametrize("key", [None, "", "   "])
+def test_the_server_refuses_to_start_without_a_secret_key(tmp_path: object, key: str | None) -> None:
+    db = tmp_path / "x.db"  # type: ignore[operator]
+    app = create_app(settings_for(f"sqlite:///{db}", secret_key=key))
+    with pytest.raises(SecretKeyMissing, match="MILEPOST_SECRET_KEY"), TestClient(app):
+        pass
+    assert not db.exists()  # refused before the database was touched
+
+
+def test_the_server_refuses_a_malformed_secret_key(tmp_path: object) -> None:
+    app = create_app(settings_for(f"sqlite:///{tmp_path}/x.db", secret_key="not-a-key"))
+    with pytest.raises(SecretKeyInvalid), TestClient(app):
+        pass
+
+
+def test_openapi_is_served_at_docs(db_url: str) -> None:
+    with start_server(db_url) as api:
+        assert api.client.get("/docs").status_code == 200
+        spec = api.client.get("/openapi.json").json()
+        for path in ("/api/events/batch", "/api/commands/{event_id}/claim", "/api/execute"):
+            assert path in spec["paths"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_nats_is_logged_and_the_server_works(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"nats://127.0.0.1:{_free_port()}"
+    with start_server(f"sqlite:///{tmp_path}/n.db", nats_url=url) as api:
+        assert isinstance(api.services.runtime.publisher, notify.NullPublisher)
+        xid = api.execute(HELLO)
+        assert api.claim_one()["execution_id"] == xid
+    assert any("not reachable" in r.getMessage() for r in caplog.records)
+
+
+def _nats_or_skip() -> None:
+    host, port = NATS_URL.rsplit("//", 1)[1].split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError as exc:
+        if in_ci():
+            pytest.fail(f"NATS at {NATS_URL} is unreachable and CI=true: {exc}")
+        pytest.skip(f"NATS at {NATS_URL} is unreachable ({exc})")
+
+
+def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
+    _nats_or_skip()
+    import nats
+
+    received: list[dict[str, str]] = []
+    loop = asyncio.new_event_loop()
+
+    async def subscribe() -> object:
+        client = await nats.connect(NATS_URL)
+
+        async def on_message(msg: object) -> None:
+            received.append(json.loads(msg.data))  # type: ignore[attr-defined]
+
+        await client.subscribe(notify.subject("default"), cb=on_message)
+        await client.flush()
+        return client
+
+    client = loop.run_until_complete(subscribe())
+    try:
+        with start_server(f"sqlite:///{tmp_path}/n.db", nats_url=NATS_URL) as api:
+            publisher = api.services.runtime.publisher
+            assert isinstance(publisher, notify.NatsPublisher)
+            xid = api.execute(HELLO)
+            [row] = api.store.open_commands(int(xid))
+
+            def arrived() -> bool:
+                loop.run_until_complete(asyncio.sleep(0.02))
+                return {"command_id": str(row.command_id), "execution_id": xid} in received
+
+            eventually(arrived)
+            assert publisher.published >= 1 and publisher.failed == 0
+    finally:
+        loop.run_until_complete(client.close())  # type: ignore[attr-defined]
+        loop.close()
