@@ -19,11 +19,11 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.work import Outcome as AttemptOutcome
 from milepost.core.work import WorkItem, report_events
+from milepost.credentials import Vault
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
-from milepost.playbook import model
-from milepost.errors import PlaybookNotFound
-from milepost.playbook import load
+from milepost.errors import MilepostError, PlaybookNotFound
+from milepost.playbook import load, model
 from milepost.store.port import Store
 from milepost.tools import ToolRuntime
 from milepost.tools.playbook import ChildRun
@@ -52,6 +52,7 @@ class EmbeddedEngine:
         tools: Any = None,
         worker_id: str = "embedded",
         credentials: CredentialLookup | None = None,
+        vault: Vault | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id)
@@ -59,7 +60,8 @@ class EmbeddedEngine:
         self.worker_id = worker_id
         self._tools = tools
         self._owns_tools = tools is None
-        self._credentials = credentials
+        self.vault = vault
+        self._credentials = credentials or (vault.get if vault is not None else None)
         self._python_workers = python_workers
         self._queue: asyncio.Queue[WorkItem] = asyncio.Queue()
         self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
@@ -154,6 +156,12 @@ class EmbeddedEngine:
         completed = tuple(step for step, _ in state.completed_runs)
         results = {s: state.results[s] for s in completed if s in state.results}
         return ChildRun(str(xid), state.status, state.error, results, completed)
+
+    def register_credential(self, name: str, type_: str, data: dict[str, Any]) -> None:
+        """Store a credential, encrypted, for `auth:` and keychain entries to use."""
+        if self.vault is None:
+            raise MilepostError("this engine has no credential vault (set MILEPOST_SECRET_KEY)")
+        self.vault.put(name, type_, data)
 
     def cancel(self, execution_id: int) -> None:
         self._handle(self.orchestrator.request_cancel(execution_id))
