@@ -1,0 +1,138 @@
+"""Credentials for the HTTP worker, resolved through the server and cached briefly.
+
+The tools take a *synchronous* lookup (`keychain.CredentialLookup`, `ToolRuntime(
+credentials=...)`) and call it on the event loop. So before an attempt the worker
+fetches, asynchronously, every credential the step can be seen to need (keychain
+entries, postgres `auth` names, rendered when they are templates); the lookup answers
+from that cache. A name it could not foresee is fetched with a short blocking request
+(rare; it holds the loop for one round trip). Values are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from milepost.client import ApiError, ServerUnavailable
+from milepost.errors import MilepostError
+from milepost.playbook import model, render
+
+log = logging.getLogger(__name__)
+
+TTL = 30.0
+AsyncFetch = Callable[[str], Awaitable[dict[str, Any] | None]]
+SyncFetch = Callable[[str], dict[str, Any] | None]
+
+
+class CredentialsUnavailable(MilepostError):
+    """The server could not be asked for a credential (it may come back)."""
+
+    code = "credentials_unavailable"
+
+
+class CredentialRefused(MilepostError):
+    """The server refused to hand out a credential."""
+
+    code = "credential_refused"
+
+
+class RemoteCredentials:
+    """A short-lived cache of credential data fetched from the server.
+
+    Args:
+        fetch: the async fetch (`AsyncMilepostClient.credential`).
+        fetch_sync: the blocking fetch for names not prefetched; None = such names fail.
+        clock: seconds, for the time-to-live.
+        ttl: how long a value (or its absence) is kept.
+    """
+
+    def __init__(self, fetch: AsyncFetch, fetch_sync: SyncFetch | None, clock: Callable[[], float],
+                 ttl: float = TTL) -> None:  # fmt: skip
+        self._fetch = fetch
+        self._fetch_sync = fetch_sync
+        self._clock = clock
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self.fetches = 0
+
+    def _fresh(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] > self._clock():
+            return True, cached[1]
+        return False, None
+
+    async def prefetch(self, names: Iterable[str]) -> None:
+        """Fetch every name not cached. Raises CredentialsUnavailable (transient) or
+        CredentialRefused."""
+        for name in sorted(set(names)):
+            if self._fresh(name)[0]:
+                continue
+            try:
+                data = await self._fetch(name)
+            except (ApiError, ServerUnavailable) as exc:
+                raise _problem(name, exc) from exc
+            self._store(name, data)
+
+    def __call__(self, name: str) -> Mapping[str, Any] | None:
+        """The sync lookup the tools call: the cached data (with its `type`), or None."""
+        hit, data = self._fresh(name)
+        if hit:
+            return data
+        if self._fetch_sync is None:
+            raise CredentialsUnavailable(f"credential {name!r} was not fetched before the "
+                                         "attempt", credential=name)  # fmt: skip
+        log.info("fetching credential %r during the attempt", name,
+                 extra={"action": "credential_fetch_blocking", "credential": name})  # fmt: skip
+        try:
+            data = self._fetch_sync(name)
+        except (ApiError, ServerUnavailable) as exc:
+            raise _problem(name, exc) from exc
+        self._store(name, data)
+        return data
+
+    def _store(self, name: str, data: dict[str, Any] | None) -> None:
+        self.fetches += 1
+        self._cache[name] = (self._clock() + self.ttl, data)
+
+
+def _problem(name: str, exc: ApiError | ServerUnavailable) -> MilepostError:
+    if isinstance(exc, ServerUnavailable) or exc.transient:
+        return CredentialsUnavailable(f"credential {name!r}: the server is unavailable",
+                                      credential=name)  # fmt: skip
+    return CredentialRefused(f"credential {name!r} cannot be read: {exc.code} ({exc.message})",
+                             credential=name)  # fmt: skip
+
+
+def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -> set[str]:
+    """The credentials an attempt of `step` can be seen to need before it runs."""
+    names = {e.credential for e in playbook.keychain if e.kind == "credential" and e.credential}
+    target = playbook.steps.get(step)
+    if target is None:
+        return names
+    for task in target.tasks:
+        kind, config = task.kind, task.config
+        if kind == "workbook":
+            entry = playbook.workbook.get(str(config.get("name")))
+            if entry is None:
+                continue
+            kind, config = entry.task.kind, entry.task.config
+        if kind == "postgres" and config.get("auth"):
+            name = _auth_name(config["auth"], context)
+            if name:
+                names.add(name)
+    return names
+
+
+def _auth_name(auth: Any, context: Mapping[str, Any]) -> str | None:
+    if render.is_template(auth) or isinstance(auth, Mapping):
+        try:
+            auth = render.render_value(auth, context, where="postgres auth")
+        except Exception:  # noqa: BLE001 - only a guess; the tool reports its own errors
+            return None
+    if isinstance(auth, Mapping):
+        for key in ("credential", "key", "name"):
+            if isinstance(auth.get(key), str) and auth[key]:
+                return str(auth[key])
+        return None
+    return auth if isinstance(auth, str) and auth else None

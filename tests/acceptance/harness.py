@@ -1,0 +1,286 @@
+"""Processes for the acceptance tests: a `milepost server` and `milepost.worker.http` workers.
+
+Everything runs as subprocesses, as on real machines: the server on SQLite or on a fresh
+PostgreSQL database (created and dropped here), workers in their own process groups so a
+"kill -9" takes their python tool processes down with them, like a machine dying.
+Conditions are awaited with deadlines (`eventually`), never with fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from milepost.client import MilepostClient
+from tests.shared import IN_CI
+
+T = TypeVar("T")
+
+PYTHON = sys.executable
+MILEPOST = str(Path(sys.executable).with_name("milepost"))
+PG_ADMIN_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://127.0.0.1:5432/postgres")
+NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
+WORKER_ENTRY = ("import sys; from milepost.worker.http import worker_main; "
+                "sys.exit(worker_main())")  # fmt: skip
+
+
+def eventually(check: Callable[[], T | None], timeout: float, what: str,
+               interval: float = 0.05) -> T:  # fmt: skip
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- databases -----------------------------------------------------------------------------
+
+
+def _pg_connect(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True, connect_timeout=3)
+
+
+def pg_available() -> bool:
+    try:
+        with _pg_connect(PG_ADMIN_URL):
+            return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def nats_available() -> bool:
+    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
+    try:
+        with socket.create_connection((host, int(port or 4222)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def database(kind: str, tmp: Path) -> Iterator[str]:
+    """A fresh database URL: a SQLite file, or a PostgreSQL database dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp / 'milepost.db'}"
+        return
+    if not pg_available():
+        if IN_CI:
+            pytest.fail(f"CI needs PostgreSQL at {PG_ADMIN_URL} (set MILEPOST_TEST_PG_URL)")
+        pytest.skip(f"no PostgreSQL at {PG_ADMIN_URL}")
+    name = f"milepost_acc_{uuid.uuid4().hex[:12]}"
+    with _pg_connect(PG_ADMIN_URL) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with _pg_connect(PG_ADMIN_URL) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+class Proc:
+    """A subprocess in its own process group, its output in a log file."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        self._out = log.open("ab")
+        self.popen = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int, group: bool = False) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(self.popen.pid, sig)
+            else:
+                os.kill(self.popen.pid, sig)
+
+    def kill9(self) -> None:
+        """SIGKILL the whole group (the worker and its python tool processes)."""
+        self.signal(signal.SIGKILL, group=True)
+        self.popen.wait(10)
+        self._out.close()
+
+    def stop(self, timeout: float = 15) -> int | None:
+        if self.alive():
+            self.signal(signal.SIGCONT, group=True)
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL, group=True)
+                self.popen.wait(10)
+        self.signal(signal.SIGKILL, group=True)  # python tool processes left behind
+        self._out.close()
+        return self.popen.returncode
+
+
+def _token_of(output: str) -> str:
+    found = re.findall(r"mp_[A-Za-z0-9_\-]+", output)
+    return found[-1] if found else output.strip().splitlines()[-1].strip()
+
+
+class Cluster:
+    """One server and its workers on one database, plus an admin client."""
+
+    def __init__(self, db_url: str, tmp: Path, *, lease_seconds: float = 30.0,
+                 use_nats: bool | None = None) -> None:  # fmt: skip
+        self.db_url = db_url
+        self.tmp = tmp
+        self.lease_seconds = lease_seconds
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.use_nats = nats_available() if use_nats is None else use_nats
+        self.env = self._base_env()
+        # the first token migrates the database; the key needs none: those two at once
+        key = self._start_cli("secret-key")
+        admin = self._start_cli(*self._token_args("admin"))
+        self.env["MILEPOST_SECRET_KEY"] = self._finish_cli(key).strip().splitlines()[-1]
+        self.admin_token = _token_of(self._finish_cli(admin))
+        self.worker_token = self.token("worker")
+        self.server: Proc | None = None
+        self.workers: list[Proc] = []
+        self._server_runs = 0
+        self.client = MilepostClient(self.url, self.admin_token, timeout=30)
+
+    def _base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+        env.update({
+            "MILEPOST_DATABASE_URL": self.db_url,
+            "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
+            "MILEPOST_MACHINE_ID": "0",
+            "MILEPOST_LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+        })  # fmt: skip
+        if self.use_nats:
+            env["MILEPOST_NATS_URL"] = NATS_URL
+        return env
+
+    def _start_cli(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([MILEPOST, *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    @staticmethod
+    def _finish_cli(proc: subprocess.Popen[str]) -> str:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, f"{' '.join(map(str, proc.args))}: {err}"  # type: ignore[arg-type]
+        return out
+
+    def _token_args(self, role: str) -> list[str]:
+        return ["token", "create", "--role", role, "--name", f"acc-{role}", "--db", self.db_url]
+
+    def token(self, role: str) -> str:
+        """A new token of `role`, from `milepost token create`."""
+        return _token_of(self._finish_cli(self._start_cli(*self._token_args(role))))
+
+    # -- server --------------------------------------------------------------------------
+
+    def start_server(self) -> Proc:
+        self._server_runs += 1
+        log = self.tmp / f"server-{self._server_runs}.log"
+        args = [MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
+                "--db", self.db_url]  # fmt: skip
+        self.server = Proc("server", args, self.env, log)
+        eventually(self._healthy, 30, f"the server to answer /health (log: {tail(log)})")
+        return self.server
+
+    def _healthy(self) -> bool:
+        assert self.server is not None
+        if not self.server.alive():
+            pytest.fail(f"the server exited: {tail(self.server.log)}")
+        try:
+            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill_server(self) -> None:
+        assert self.server is not None
+        self.server.kill9()
+
+    # -- workers -------------------------------------------------------------------------
+
+    def start_worker(self, *, concurrency: int = 4, python_workers: int = 2,
+                     grace_seconds: float = 10.0) -> Proc:  # fmt: skip
+        index = len(self.workers) + 1
+        env = dict(self.env)
+        env.update({
+            "MILEPOST_SERVER_URL": self.url,
+            "MILEPOST_TOKEN": self.worker_token,
+            "MILEPOST_WORKER_CONCURRENCY": str(concurrency),
+            "MILEPOST_PYTHON_WORKERS": str(python_workers),
+            "MILEPOST_GRACE_SECONDS": str(grace_seconds),
+            "MILEPOST_WORKER_ID": f"worker-{index}",
+            "MILEPOST_MACHINE_ID": str(100 + index),
+        })  # fmt: skip
+        proc = Proc(f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env,
+                    self.tmp / f"worker-{index}.log")  # fmt: skip
+        self.workers.append(proc)
+        return proc
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def run(self, playbook: str, workload: dict[str, Any] | None = None) -> str:
+        entry = self.client.register(playbook)
+        return self.client.execute(entry["path"], workload, version=entry["version"])
+
+    def wait(self, execution_id: str, timeout: float = 45) -> dict[str, Any]:
+        try:
+            return self.client.wait(execution_id, timeout=timeout)
+        except Exception:
+            print(self.diagnostics())
+            raise
+
+    def diagnostics(self) -> str:
+        parts = []
+        for proc in ([self.server] if self.server else []) + self.workers:
+            parts.append(f"--- {proc.name} (alive={proc.alive()}) ---\n{tail(proc.log)}")
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        if self.server is not None:
+            self.server.stop()
+        self.client.close()

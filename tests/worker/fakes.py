@@ -1,0 +1,241 @@
+"""In-process stand-ins for the server, the clock and the tools, scripted by the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from milepost.client import ApiError
+from milepost.tools.base import ToolCall, ToolResult
+from milepost.worker.http import Worker
+
+PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: w, path: tests/w}
+workflow:
+  - step: start
+    tool: {kind: python, input: {key: "{{ idempotency_key }}"}, code: "result = key"}
+    next: fetch_all
+  - step: fetch_all
+    loop: {in: "{{ [1, 2, 3] }}", iterator: i}
+    tool: {kind: python, input: {i: "{{ i }}"}, code: "result = i"}
+    next: total
+  - step: total
+    tool:
+      kind: python
+      input: {n: "{{ fetch_all | length }}", failed: "{{ fetch_all.stats.failed }}"}
+      code: "result = n"
+"""
+
+SECRET_PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: s, path: tests/s}
+keychain:
+  - {name: db, kind: credential, credential: pg_main}
+workflow:
+  - step: start
+    tool: {kind: python, input: {pw: "{{ keychain.db.password }}"}, code: "result = pw"}
+"""
+
+
+async def settle(turns: int = 50) -> None:
+    """Let every task that can run, run (the fakes never do real I/O)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+class FakeClock:
+    """Time that moves only when the test says so; sleeps wake in time order."""
+
+    def __init__(self, start: float = 1_750_000_000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now + seconds, next(self._seq), future))
+        await future
+
+    def pending(self) -> list[float]:
+        return sorted(at - self.now for at, _, f in self._sleepers if not f.done())
+
+    async def advance(self, seconds: float) -> None:
+        target = self.now + seconds
+        await settle()
+        while self._sleepers and self._sleepers[0][0] <= target:
+            at, _, future = heapq.heappop(self._sleepers)
+            if future.done():
+                continue
+            self.now = max(self.now, at)
+            future.set_result(None)
+            await settle()
+        self.now = target
+        await settle()
+
+    async def next(self) -> float:
+        """Advance to the earliest live sleeper; returns how far time moved."""
+        await settle()
+        live = self.pending()
+        assert live, "nothing is sleeping"
+        await self.advance(live[0])
+        return live[0]
+
+
+def command(command_id: int, *, execution_id: int = 500, step: str = "start", epoch: int = 1,
+            index: int = -1, attempt: int = 1, path: str = "tests/w", version: int = 1,
+            context: dict[str, Any] | None = None,
+            loop_steps: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A command in the wire shape of a claim."""
+    return {
+        "command_id": str(command_id), "event_id": str(command_id),
+        "execution_id": str(execution_id), "step": step, "run": 1, "index": index,
+        "attempt": attempt, "idempotency_key": f"key-{command_id}-{attempt}",
+        "status": "claimed", "playbook": {"path": path, "version": version},
+        "context": context if context is not None else {
+            "workload": {}, "ctx": {}, "iter": {}, "execution_id": str(execution_id)},
+        "loop_steps": loop_steps or {}, "args": {},
+        "lease": {"epoch": epoch, "expires_at": "2030-01-01T00:00:00Z"},
+    }  # fmt: skip
+
+
+LEASE = 30.0
+HEARTBEAT = LEASE / 3
+
+
+def make(client: FakeClient | None = None, tools: FakeTools | None = None,
+         **kwargs: Any) -> tuple[Worker, FakeClient, FakeTools, FakeClock]:  # fmt: skip
+    client = client or FakeClient()
+    tools = tools or FakeTools()
+    clock = FakeClock()
+    ids = iter(range(9_000_000, 10_000_000))
+    options: dict[str, Any] = {"concurrency": 4, "worker_id": "w-1", "lease_seconds": LEASE,
+                               "grace_seconds": 5.0, **kwargs}  # fmt: skip
+    worker = Worker(client, tools, clock=clock, new_id=lambda: next(ids), **options)
+    return worker, client, tools, clock
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.run())
+    await settle()
+    try:
+        yield task
+    finally:
+        worker.kill()
+        await asyncio.wait_for(task, 5)
+
+
+async def until(condition: Callable[[], bool], clock: FakeClock | None = None,
+                steps: int = 200) -> None:  # fmt: skip
+    """Let the loop run (advancing the fake clock by the next sleep, if given) until true."""
+    for _ in range(steps):
+        if condition():
+            return
+        await settle()
+        if clock is not None and not condition() and clock.pending():
+            await clock.next()
+    assert condition()
+
+
+HeartbeatScript = Callable[[int, int], dict[str, Any]]
+
+
+class FakeClient:
+    """The server as the worker sees it: a queue of commands, and a record of every call."""
+
+    def __init__(self, playbooks: dict[tuple[str, int], str] | None = None) -> None:
+        self.playbooks = playbooks or {("tests/w", 1): PLAYBOOK}
+        self.queue: list[dict[str, Any]] = []
+        self.claim_limits: list[int] = []
+        self.heartbeats: list[tuple[int, int, str]] = []
+        self.releases: list[tuple[int, int]] = []
+        self.reports: list[list[dict[str, Any]]] = []
+        self.resources: list[tuple[str, int | None]] = []
+        self.credentials: dict[str, dict[str, Any]] = {}
+        self.credential_calls: list[str] = []
+        self.on_heartbeat: HeartbeatScript | None = None
+        self.report_failures: list[Exception] = []
+        self.resource_gate: asyncio.Event | None = None
+        self.reported = asyncio.Event()
+
+    async def claim_next(self, worker_id: str, limit: int = 1,
+                         lease_seconds: float | None = None,
+                         pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        self.claim_limits.append(limit)
+        out, self.queue = self.queue[:limit], self.queue[limit:]
+        return out
+
+    async def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
+                        lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+        self.heartbeats.append((int(event_id), epoch, worker_id))
+        if self.on_heartbeat is not None:
+            return self.on_heartbeat(int(event_id), epoch)
+        return {"lease": {"epoch": epoch, "expires_at": None}, "cancelled": False}
+
+    async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
+        self.releases.append((int(event_id), epoch))
+        return {"released": True}
+
+    async def post_events(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.report_failures:
+            raise self.report_failures.pop(0)
+        self.reports.append(events)
+        self.reported.set()
+        return {"accepted": len(events), "stored": len(events),
+                "event_ids": [e["event_id"] for e in events]}  # fmt: skip
+
+    async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
+        self.resources.append((path, version))
+        if self.resource_gate is not None:
+            await self.resource_gate.wait()
+        key = (path, version or 1)
+        if key not in self.playbooks:
+            raise ApiError(404, "playbook_not_found", f"no playbook {path}@{version}")
+        return {"path": path, "version": key[1], "catalog_id": f"{path}@{key[1]}",
+                "content": self.playbooks[key]}  # fmt: skip
+
+    async def credential(self, name: str) -> dict[str, Any] | None:
+        self.credential_calls.append(name)
+        return self.credentials.get(name)
+
+    def reported_events(self) -> list[dict[str, Any]]:
+        return [e for batch in self.reports for e in batch]
+
+
+def stale(event_id: int, epoch: int) -> dict[str, Any]:
+    raise ApiError(409, "stale_epoch", f"command {event_id}: epoch {epoch} is not live")
+
+
+class FakeTools:
+    """Records tool calls; a call of a gated step waits for its gate to open."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.cancelled: list[str] = []
+
+    def gate(self, step: str) -> asyncio.Event:
+        return self.gates.setdefault(step, asyncio.Event())
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        self.calls.append(call)
+        gate = self.gates.get(call.step)
+        if gate is not None:
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(call.idempotency_key)
+                raise
+        return ToolResult(data={"step": call.step, "input": call.input})

@@ -1,0 +1,134 @@
+"""NATS wake-ups against a real NATS server (MILEPOST_TEST_NATS_URL, default localhost).
+
+Skipped when NATS is unreachable, except under CI, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import uuid
+
+import nats
+import pytest
+from nats.js.errors import NotFoundError
+
+from milepost.worker.http import Worker
+from milepost.worker.nats_wakeup import NatsWakeup, parse_notice, subject
+from tests.shared import IN_CI
+from tests.worker.fakes import FakeClient, FakeTools, command
+
+NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def _reachable() -> bool:
+    # a TCP probe: nats-py retries a refused first connection forever
+    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
+    try:
+        with socket.create_connection((host, int(port or 4222)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def nats_url() -> str:
+    if not _reachable():
+        if IN_CI:
+            pytest.fail(f"CI needs NATS at {NATS_URL} (set MILEPOST_TEST_NATS_URL)")
+        pytest.skip(f"no NATS at {NATS_URL}")
+    return NATS_URL
+
+
+async def _until(condition: object, timeout: float = 10.0) -> None:
+    assert callable(condition)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats_url: str) -> None:
+    pool = f"test-{uuid.uuid4().hex[:12]}"
+    stream = f"MILEPOST_TEST_{pool.replace('-', '_').upper()}"
+
+    async def scenario() -> None:
+        client, tools = FakeClient(), FakeTools()
+        # polls are 60 s apart: only a notice can cause a second poll within the test
+        worker = Worker(client, tools, worker_id="w-nats", min_poll=60.0, max_poll=60.0)
+        wakeup = NatsWakeup(nats_url, pool, worker.notify)
+        wakeup.start()
+        await asyncio.wait_for(wakeup.connected.wait(), 10)
+        task = asyncio.create_task(worker.run())
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        created = False
+        try:
+            try:  # the server's stream (milepost.commands.>) may already capture the subject
+                await js.find_stream_name_by_subject(subject(pool))
+            except NotFoundError:
+                await js.add_stream(name=stream, subjects=[subject(pool)])
+                created = True
+            await _until(lambda: worker.polls == 1)
+            await asyncio.sleep(0.2)
+            assert worker.polls == 1, "the worker is waiting out its poll interval"
+            client.queue.append(command(801))
+            notice = {"command_id": "801", "execution_id": "500"}
+            await js.publish(subject(pool), json.dumps(notice).encode())
+            await _until(lambda: bool(client.reports))
+            assert worker.polls >= 2 and wakeup.notices == 1
+            assert client.reported_events()[0]["result"]["context"]["command_id"] == 801
+        finally:
+            worker.kill()
+            await asyncio.wait_for(task, 10)
+            await wakeup.close()
+            if created:
+                await js.delete_stream(stream)
+            await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_notices_on_another_pool_do_not_wake_the_worker(nats_url: str) -> None:
+    pool = f"test-{uuid.uuid4().hex[:12]}"
+
+    async def scenario() -> None:
+        woken: list[dict[str, object]] = []
+        wakeup = NatsWakeup(nats_url, pool, woken.append)
+        wakeup.start()
+        await asyncio.wait_for(wakeup.connected.wait(), 10)
+        nc = await nats.connect(nats_url)
+        try:
+            await nc.publish(subject(pool + "-other"), b"{}")
+            await nc.publish(subject(pool), b"not json")
+            await nc.flush()
+            await _until(lambda: len(woken) == 1)
+            await asyncio.sleep(0.1)
+            assert woken == [{}]
+        finally:
+            await wakeup.close()
+            await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_unreachable_nats_leaves_the_worker_polling(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        wakeup = NatsWakeup("nats://127.0.0.1:1", "default", lambda notice: None)
+        wakeup.start()
+        await _until(lambda: "polling only" in caplog.text)
+        assert not wakeup.connected.is_set()
+        await wakeup.close()
+
+    with caplog.at_level(logging.WARNING, logger="milepost.worker.nats_wakeup"):
+        asyncio.run(scenario())
+    assert caplog.text.count("NATS unreachable") == 1
+
+
+def test_parse_notice() -> None:
+    assert parse_notice(b'{"command_id": "1"}') == {"command_id": "1"}
+    assert parse_notice(b"[1]") == {} and parse_notice(b"\xff") == {}

@@ -1,0 +1,396 @@
+"""The HTTP worker's loop against a scripted in-process server, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from milepost.client import ApiError, ServerUnavailable
+from milepost.playbook.render import LoopResult
+from milepost.worker import http as worker_http
+from milepost.worker.http import wire_event, work_item
+from tests.worker.fakes import (
+    HEARTBEAT,
+    LEASE,
+    SECRET_PLAYBOOK,
+    FakeClient,
+    command,
+    make,
+    running,
+    settle,
+    stale,
+    until,
+)
+
+
+def run(coro: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(coro(), 20))
+
+
+# -- reports -------------------------------------------------------------------------------
+
+
+def test_the_report_carries_the_lease_epoch_and_the_attempt() -> None:
+    async def scenario() -> None:
+        worker, client, tools, _ = make()
+        client.queue.append(command(101, epoch=7))
+        async with running(worker):
+            await until(lambda: bool(client.reports))
+        [event] = client.reported_events()
+        assert event["event_type"] == "command.completed"
+        assert event["meta"]["epoch"] == 7
+        context = event["result"]["context"]
+        assert context["epoch"] == 7 and context["command_id"] == 101
+        assert context["attempt"] == 1 and context["index"] == -1
+        assert context["result"] == {"step": "start", "input": {"key": "key-101-1"}}
+        assert event["execution_id"] == "500" and event["parent_event_id"] == "101"
+        assert event["worker_id"] == "w-1" and event["event_id"] == "9000000"
+        assert tools.calls[0].idempotency_key == "key-101-1"
+
+    run(scenario)
+
+
+def test_a_failed_attempt_is_reported_as_command_failed_with_its_epoch() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        client.queue.append(command(102, epoch=3, path="tests/missing"))
+        async with running(worker):
+            await until(lambda: bool(client.reports))
+        [event] = client.reported_events()
+        assert event["event_type"] == "command.failed" and event["meta"]["epoch"] == 3
+        assert event["result"]["context"]["error"]["kind"] == "playbook"
+
+    run(scenario)
+
+
+def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
+    async def scenario() -> None:
+        worker, client, tools, _ = make()
+        context = {"workload": {}, "ctx": {}, "iter": {}, "fetch_all": [10, 20, 30]}
+        client.queue.append(command(103, step="total", context=context,
+                                    loop_steps={"fetch_all": {"failed": 1}}))  # fmt: skip
+        async with running(worker):
+            await until(lambda: bool(client.reports))
+        assert tools.calls[0].input == {"n": 3, "failed": 1}
+        assert client.reported_events()[0]["event_type"] == "command.completed"
+
+    run(scenario)
+
+
+def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
+    cmd = command(104, epoch=9, index=2, attempt=3,
+                  context={"a": [1], "b": [2]}, loop_steps={"a": {"failed": 2}})  # fmt: skip
+    item = work_item(cmd)
+    assert (item.command_id, item.execution_id, item.index, item.attempt, item.epoch) == \
+        (104, 500, 2, 3, 9)  # fmt: skip
+    assert isinstance(item.context["a"], LoopResult) and item.context["a"].failed == 2
+    assert not isinstance(item.context["b"], LoopResult)
+    assert item.context["ctx"] == {} and item.context["execution_id"] == "500"
+
+
+def test_wire_event_is_fenced_by_meta_epoch() -> None:
+    from milepost.core.work import Outcome, report_events
+
+    item = work_item(command(105, epoch=4))
+    [event] = report_events(item, Outcome(ok=True, result=1), 77, 1.0, "w")
+    wire = wire_event(event, item.epoch, item.command_id)
+    assert wire["meta"]["epoch"] == wire["result"]["context"]["epoch"] == 4
+    assert wire["event_id"] == "77" and wire["created_at"] == 1.0
+
+
+def test_a_report_is_retried_while_the_server_is_unreachable() -> None:
+    async def scenario() -> None:
+        worker, client, _, clock = make()
+        client.report_failures = [ServerUnavailable("down"), ApiError(503, "internal", "busy")]
+        client.queue.append(command(106))
+        async with running(worker):
+            await until(lambda: bool(client.reports), clock)
+        assert len(client.reports) == 1
+        assert {0.2, 0.4} <= set(clock.sleeps), "report retries back off"
+
+    run(scenario)
+
+
+def test_a_refused_report_is_not_retried() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        client.report_failures = [ApiError(422, "validation_error", "bad")]
+        client.queue.append(command(107))
+        async with running(worker):
+            await until(lambda: not worker.jobs and len(client.claim_limits) > 1)
+        assert client.reports == []
+
+    run(scenario)
+
+
+# -- heartbeats and leases -------------------------------------------------------------------
+
+
+def test_heartbeats_every_third_of_the_lease_while_the_attempt_runs() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        client.queue.append(command(201, epoch=5))
+        async with running(worker):
+            await until(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT - 0.1)
+            assert client.heartbeats == []
+            await clock.advance(0.2)
+            assert client.heartbeats == [(201, 5, "w-1")]
+            await clock.advance(HEARTBEAT)
+            assert len(client.heartbeats) == 2
+            gate.set()
+            await until(lambda: bool(client.reports))
+            await clock.advance(3 * HEARTBEAT)
+        assert len(client.heartbeats) == 2, "no heartbeats once the command is reported"
+        assert client.reported_events()[0]["meta"]["epoch"] == 5
+
+    run(scenario)
+
+
+def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        tools.gate("start")  # never opened
+        client.on_heartbeat = stale
+        client.queue.append(command(202, epoch=2))
+        async with running(worker):
+            await until(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT)
+            await until(lambda: not worker.jobs)
+            assert tools.cancelled == ["key-202-1"]
+            await clock.advance(LEASE)
+        assert client.reports == [] and client.releases == []
+
+    run(scenario)
+
+
+def test_a_cancelled_execution_finishes_its_attempt_and_gets_no_more_claims() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch}, "cancelled": True}
+        client.queue.append(command(203, execution_id=600))
+        async with running(worker):
+            await until(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT)
+            gate.set()
+            await until(lambda: bool(client.reports))
+            client.queue += [command(204, execution_id=600), command(205, execution_id=700)]
+            worker.notify()
+            await until(lambda: len(client.reports) == 2)
+        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
+            [203, 205]  # fmt: skip
+        assert client.releases == [(204, 1)]
+
+    run(scenario)
+
+
+# -- claiming ------------------------------------------------------------------------------
+
+
+def test_claims_ask_only_for_free_slots() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make(concurrency=2)
+        gate = tools.gate("start")
+        client.queue += [command(300 + i) for i in range(5)]
+        async with running(worker):
+            await until(lambda: len(tools.calls) == 2)
+            await clock.advance(60)  # polls would happen now if slots were free
+            assert client.claim_limits == [2]
+            gate.set()
+            await until(lambda: len(client.reports) == 5, clock)
+        assert client.claim_limits[:2] == [2, 2]
+        assert max(client.claim_limits) <= 2
+
+    run(scenario)
+
+
+def test_poll_backoff_doubles_to_two_seconds_and_resets_when_work_arrives() -> None:
+    async def scenario() -> None:
+        worker, client, _, clock = make()
+        async with running(worker):
+            for _ in range(8):
+                await clock.next()
+            assert clock.sleeps[:8] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+            assert worker.polls == 9
+            client.queue.append(command(310))
+            mark = len(clock.sleeps)
+            await clock.next()  # the 2 s wait ends: this poll finds the command
+            await until(lambda: bool(client.reports))
+            for _ in range(3):
+                await clock.next()
+        polls = [s for s in clock.sleeps[mark:] if s != HEARTBEAT]
+        assert polls[0] == 0.05, "work resets the back-off"
+        assert polls[-3:] == [0.1, 0.2, 0.4], polls
+
+    run(scenario)
+
+
+def test_notify_wakes_a_waiting_worker_before_its_poll_interval() -> None:
+    async def scenario() -> None:
+        worker, client, tools, _ = make(min_poll=60.0, max_poll=60.0)
+        gate = tools.gate("start")
+        async with running(worker):
+            assert worker.polls == 1
+            await settle()
+            assert worker.polls == 1
+            client.queue.append(command(320))
+            worker.notify({"command_id": "320", "execution_id": "500"})
+            await until(lambda: bool(tools.calls))
+            assert worker.polls == 2
+            gate.set()
+            await until(lambda: bool(client.reports))
+
+    run(scenario)
+
+
+def test_a_failing_claim_backs_off_and_recovers() -> None:
+    async def scenario() -> None:
+        class Flaky(FakeClient):
+            fail = 3
+
+            async def claim_next(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+                if self.fail:
+                    self.fail -= 1
+                    raise ServerUnavailable("down")
+                return await super().claim_next(*args, **kwargs)
+
+        worker, client, _, clock = make(Flaky())
+        client.queue.append(command(330))
+        async with running(worker):
+            await until(lambda: bool(client.reports), clock)
+        assert clock.sleeps[:3] == [0.05, 0.1, 0.2]
+
+    run(scenario)
+
+
+def test_the_playbook_is_fetched_once_per_version() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        client.queue += [command(340), command(341), command(342)]
+        async with running(worker):
+            await until(lambda: len(client.reports) == 3)
+        assert client.resources == [("tests/w", 1)]
+
+    run(scenario)
+
+
+def test_credentials_come_from_the_server_are_cached_and_never_leave_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "hunter2-secret-value"
+
+    async def scenario() -> None:
+        client = FakeClient({("tests/s", 1): SECRET_PLAYBOOK})
+        client.credentials["pg_main"] = {"user": "app", "password": secret}
+        worker, client, tools, _ = make(client)
+        client.queue += [command(350, path="tests/s"), command(351, path="tests/s")]
+        async with running(worker):
+            await until(lambda: len(client.reports) == 2)
+        assert tools.calls[0].input == {"pw": secret}  # the tool sees it...
+        assert secret not in repr(client.reports)  # ...the report does not
+        assert client.reported_events()[0]["result"]["context"]["result"]["input"]["pw"] == "***"
+        assert client.credential_calls == ["pg_main"]
+
+    with caplog.at_level(logging.DEBUG):
+        run(scenario)
+    assert secret not in caplog.text
+
+
+def test_a_missing_credential_fails_the_attempt() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make(FakeClient({("tests/s", 1): SECRET_PLAYBOOK}))
+        client.queue.append(command(360, path="tests/s"))
+        async with running(worker):
+            await until(lambda: bool(client.reports))
+        [event] = client.reported_events()
+        assert event["event_type"] == "command.failed"
+        assert event["result"]["context"]["error"]["kind"] == "keychain"
+
+    run(scenario)
+
+
+# -- shutdown ------------------------------------------------------------------------------
+
+
+def test_stop_releases_unstarted_claims_and_finishes_running_attempts() -> None:
+    async def scenario() -> None:
+        client = FakeClient({("tests/w", 1): fakes_playbook(), ("tests/slow", 1): fakes_playbook()})
+        worker, client, tools, clock = make(client)
+        gate = tools.gate("start")
+        client.queue.append(command(401, epoch=3))
+        task = asyncio.create_task(worker.run())
+        await until(lambda: bool(tools.calls))  # 401 is running
+        client.resource_gate = asyncio.Event()  # the next playbook fetch hangs
+        client.queue.append(command(402, epoch=4, path="tests/slow"))
+        worker.notify()
+        await until(lambda: 402 in worker.jobs)
+        polls = worker.polls
+        worker.stop()
+        await settle()
+        assert client.releases == [(402, 4)]
+        assert not task.done(), "401 is still running"
+        await clock.advance(2.0)  # well inside the grace
+        gate.set()
+        await asyncio.wait_for(task, 5)
+        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == [401]
+        assert worker.polls == polls, "no claims after stop"
+
+    run(scenario)
+
+
+def test_after_the_grace_running_attempts_are_cancelled_unreported() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make(grace_seconds=5.0)
+        tools.gate("start")  # never opened
+        client.queue.append(command(410))
+        task = asyncio.create_task(worker.run())
+        await until(lambda: bool(tools.calls))
+        worker.stop()
+        await clock.advance(4.9)
+        assert not task.done()
+        await clock.advance(0.2)
+        await asyncio.wait_for(task, 5)
+        assert client.reports == [] and client.releases == []
+        assert tools.cancelled == ["key-410-1"]
+
+    run(scenario)
+
+
+def test_commands_claimed_while_stopping_are_given_back() -> None:
+    async def scenario() -> None:
+        class SlowClaim(FakeClient):
+            gate = asyncio.Event()
+
+            async def claim_next(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+                await self.gate.wait()
+                return await super().claim_next(*args, **kwargs)
+
+        worker, client, tools, _ = make(SlowClaim())
+        client.queue.append(command(420, epoch=6))
+        task = asyncio.create_task(worker.run())
+        await settle()
+        worker.stop()
+        SlowClaim.gate.set()
+        await asyncio.wait_for(task, 5)
+        assert client.releases == [(420, 6)] and tools.calls == []
+
+    run(scenario)
+
+
+def test_machine_id_comes_from_the_environment_or_the_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
+    assert worker_http.machine_id() == 17
+    monkeypatch.delenv("MILEPOST_MACHINE_ID")
+    assert 1 <= worker_http.machine_id() <= 1023
+
+
+def fakes_playbook() -> str:
+    from tests.worker.fakes import PLAYBOOK
+
+    return PLAYBOOK
