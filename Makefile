@@ -24,19 +24,27 @@ unit: install
 
 conformance: install
 	$(BIN)/milepost conformance $(CONFORMANCE)
+	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 
+# the conformance suite runs twice: embedded (SQLite, in-process workers) and through a
+# server on a fresh PostgreSQL database with two worker processes
 test: install
 	$(PY) -m pytest -q
 	$(BIN)/milepost conformance $(CONFORMANCE)
+	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 
 bench: install
 	$(BIN)/milepost bench W1 200
 	$(BIN)/milepost bench W2 1000
 	$(BIN)/milepost bench W3 200
+	$(BIN)/milepost bench W1 200 --variant server
+	$(BIN)/milepost bench W2 1000 --variant server
+	$(BIN)/milepost bench W3 200 --variant server
+	$(BIN)/milepost bench INGEST 200
 
 lint: install
 	$(BIN)/ruff check milepost tests examples
-	$(BIN)/mypy --strict milepost/core milepost/store milepost/engine milepost/playbook milepost/tools
+	$(BIN)/mypy --strict milepost/core milepost/store milepost/engine milepost/playbook milepost/tools milepost/api
 
 clean:
 	rm -rf $(VENV) .milepost .pytest_cache

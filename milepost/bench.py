@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import statistics
 import tempfile
@@ -146,15 +147,113 @@ async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
     return bool(walls)
 
 
+class ServerBench:
+    """The same workloads through `milepost server` on PostgreSQL with two worker processes."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._registered: set[str] = set()
+
+    def _path(self, workload: str, n: int) -> str:
+        text = {"W1": lambda: chain("w1", n), "W2": lambda: fanout(n),
+                "W3": lambda: chain("w3", 5)}[workload]()  # fmt: skip
+        if text not in self._registered:
+            self.client.register(text)
+            self._registered.add(text)
+        return f"bench/{workload.lower()}"
+
+    def run_once(self, workload: str, n: int) -> Any:
+        path = self._path(workload, n)
+        if workload == "W3":
+            xids = [self.client.execute(path, {}) for _ in range(n)]
+            return sum(self._value(x, "s4") for x in xids)
+        xid = self.client.execute(path, {"n": n})
+        return self._value(xid, f"s{n - 1}" if workload == "W1" else "total")
+
+    def _value(self, xid: Any, step: str) -> Any:
+        self.client.wait(xid, timeout=600)
+        status = self.client.status(xid)
+        if status["status"] != st.COMPLETED:
+            raise RuntimeError(f"execution {xid} {status['status']}: {status.get('error')}")
+        return status["steps"][step]["result"]
+
+
+def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
+                  emit: Callable[[dict[str, Any]], None]) -> bool:  # fmt: skip
+    from milepost.client import MilepostClient
+    from milepost.conformance.cluster import LocalCluster
+
+    pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    note = "server on PostgreSQL (synchronous_commit on), 2 worker processes, polling + NATS"
+    base = {"engine": "milepost", "version": __version__, "variant": variant,
+            "workload": workload, "n": n}  # fmt: skip
+    walls: list[float] = []
+    with LocalCluster(pg, workers=2) as cluster, \
+            MilepostClient(cluster.url, cluster.token, timeout=120) as client:  # fmt: skip
+        bench = ServerBench(client)
+        for _ in range(warmup):
+            bench.run_once(workload, min(n, 5))
+        for rep in range(1, reps + 1):
+            t0 = time.perf_counter()
+            err = None
+            try:
+                value = bench.run_once(workload, n)
+            except Exception as exc:  # report and keep going, like the harness
+                value, err = None, f"{type(exc).__name__}: {exc}"[:300]
+            wall = time.perf_counter() - t0
+            ok = err is None and value == expected(workload, n)
+            if ok:
+                walls.append(wall)
+            steps = steps_for(workload, n)
+            emit({**base, "rep": rep, "ok": ok, "wall_s": round(wall, 4), "steps": steps,
+                  "steps_per_s": round(steps / wall, 1), "value": value, "error": err,
+                  "note": note})  # fmt: skip
+    summary: dict[str, Any] = {**base, "summary": True, "ok_reps": len(walls), "reps": reps,
+                               "driver_peak_rss_mb": round(
+                                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                               "note": note}  # fmt: skip
+    if walls:
+        med = statistics.median(walls)
+        summary.update(median_s=round(med, 4), min_s=round(min(walls), 4),
+                       max_s=round(max(walls), 4),
+                       steps_per_s_median=round(steps_for(workload, n) / med, 1))  # fmt: skip
+    emit(summary)
+    return bool(walls)
+
+
+def ingest(batches: int = 200, size: int = 100) -> dict[str, Any]:
+    """Events/s that `POST /api/events/batch` sustains (informative events of one run)."""
+    from milepost.client import MilepostClient
+    from milepost.conformance.cluster import LocalCluster
+
+    pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    with LocalCluster(pg, workers=0) as cluster, \
+            MilepostClient(cluster.url, cluster.token, timeout=120) as client:  # fmt: skip
+        client.register(chain("ingest", 1))
+        xid = client.execute("bench/ingest", {})
+        batch = [{"execution_id": str(xid), "event_type": "command.heartbeat", "step": "s0",
+                  "meta": {"i": i}} for i in range(size)]  # fmt: skip
+        client.post_events(batch)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            client.post_events(batch)
+        wall = time.perf_counter() - t0
+    return {"engine": "milepost", "variant": "server", "measure": "events_batch_ingest",
+            "batches": batches, "batch_size": size, "wall_s": round(wall, 4),
+            "events_per_s": round(batches * size / wall, 1)}
+
+
 def run(workload: str, n: int, *, reps: int = 3, warmup: int = 1, variant: str = "default",
         db_dir: Path | None = None) -> bool:  # fmt: skip
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r} (choose from {', '.join(WORKLOADS)})")
-    if variant != "default":
-        raise ValueError(f"variant {variant!r} is not available yet (only 'default': embedded)")
 
     def emit(line: dict[str, Any]) -> None:
         print(json.dumps(line), flush=True)
 
+    if variant == "server":
+        return _bench_server(workload, n, reps, warmup, variant, emit)
+    if variant != "default":
+        raise ValueError(f"unknown variant {variant!r} (default = embedded, server)")
     with tempfile.TemporaryDirectory(prefix="milepost-bench-") as tmp:
         return asyncio.run(_bench(workload, n, reps, warmup, variant, emit, db_dir or Path(tmp)))

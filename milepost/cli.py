@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from milepost.client import MilepostClient
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import report
@@ -22,7 +26,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
-from milepost.settings import Settings, sqlite_path
+from milepost.settings import DEFAULT_DB, Settings, sqlite_path
 from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -34,6 +38,8 @@ DbOption = Annotated[str | None, typer.Option(
     "--db", help="Database: a SQLite path or sqlite:///path "
     "[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]")]  # fmt: skip
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+ServerOption = Annotated[str | None, typer.Option(
+    "--server", help="A milepost server URL [env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
 
 
 def _store(db: str | None) -> SQLiteStore:
@@ -197,13 +203,20 @@ def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
 
 
 @app.command()
-def cancel(execution_id: int, db: DbOption = None) -> None:
+def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) -> None:
     """Ask a running execution to stop at the next step boundary.
 
-    The process running it (`milepost run` or `resume`) notices within a second, lets
-    running steps finish, issues nothing new and ends the run CANCELLED.
+    The process running it (`milepost run` or `resume`, or the server) notices within
+    seconds, lets running steps finish, issues nothing new and ends the run CANCELLED.
     """
     from milepost.engine.orchestrator import Orchestrator
+
+    client = _client(server, db)
+    if client is not None:
+        with client:
+            _remote(lambda: client.cancel(execution_id))
+        out.print(f"cancel requested for execution {execution_id}")
+        return
 
     store = _store(db)
     try:
@@ -275,27 +288,66 @@ def _load_state(db: str | None, execution_id: int) -> st.ExecutionState:
     return st.fold(None, events)
 
 
-@app.command()
-def status(execution_id: int, db: DbOption = None, json_out: JsonOption = False) -> None:
-    """Show an execution's status, error and steps."""
-    state = _load_state(db, execution_id)
-    data = report.summary(state)
+def _client(server: str | None, db: str | None) -> MilepostClient | None:
+    """A client when the command should talk to a server: `--server`, or
+    MILEPOST_SERVER_URL when no `--db` was given; None means the local database."""
+    url = server or (None if db else os.environ.get("MILEPOST_SERVER_URL"))
+    return MilepostClient(url) if url else None
+
+
+def _print_status(data: dict[str, Any], json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(data, default=str))
         return
-    out.print(f"execution {execution_id} {state.path}: [bold]{state.status}[/bold]",
-              highlight=False)  # fmt: skip
-    if state.status == st.FAILED:
-        out.print(f"[red]reason:[/red] {report.reason(state)}", highlight=False)
+    out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
+              f"[bold]{data['status']}[/bold]", highlight=False)  # fmt: skip
+    if data["status"] == st.FAILED and data.get("error"):
+        error = data["error"]
+        out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
+                  highlight=False)  # fmt: skip
     table = Table("step", "status", "runs", "result")
     for name, step in data["steps"].items():
-        table.add_row(name, step["status"], str(step["runs"]), _short(step["result"], 70))
+        table.add_row(name, step["status"], str(step.get("runs", "")), _short(step["result"], 70))
     out.print(table)
 
 
 @app.command()
-def events(execution_id: int, db: DbOption = None, json_out: JsonOption = False) -> None:
-    """Print an execution's event log."""
+def status(execution_id: int, db: DbOption = None, server: ServerOption = None,
+           json_out: JsonOption = False) -> None:  # fmt: skip
+    """Show an execution's status, error and steps (local database or a server)."""
+    client = _client(server, db)
+    if client is not None:
+        with client:
+            _print_status(_remote(lambda: client.status(execution_id)), json_out)
+        return
+    _print_status(report.summary(_load_state(db, execution_id)), json_out)
+
+
+def _remote(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except MilepostError as exc:
+        raise _fail(exc.message) from None
+
+
+@app.command()
+def events(execution_id: int, db: DbOption = None, server: ServerOption = None,
+           json_out: JsonOption = False) -> None:  # fmt: skip
+    """Print an execution's event log (local database or a server)."""
+    client = _client(server, db)
+    if client is not None:
+        with client:
+            items = _remote(lambda: client.events(execution_id))
+        if json_out:
+            for item in items:
+                typer.echo(json.dumps(item, default=str))
+            return
+        table = Table("seq", "event", "step", "status", "result")
+        for item in items:
+            table.add_row(str(item.get("seq", "")), item["event_type"], item.get("step") or "",
+                          item.get("status") or "", _short(item.get("result"), 60))  # fmt: skip
+        out.print(table)
+        return
     store = _store(db)
     try:
         log = store.load(execution_id)
@@ -319,17 +371,83 @@ def events(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
 
 
 @app.command()
+def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
+             server: ServerOption = None) -> None:  # fmt: skip
+    """Register a playbook in a server's catalog (a new version when its text changed)."""
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise _fail(f"cannot read {file}: {exc.strerror}") from None
+    with MilepostClient(server) as client:
+        entry = _remote(lambda: client.register(text))
+    out.print(f"registered {entry['path']} version {entry['version']}", highlight=False)
+
+
+@app.command()
+def execute(
+    path: Annotated[str, typer.Argument(help="Catalog path of a registered playbook.")],
+    payload: Annotated[str | None, typer.Option(help="Workload as a JSON object.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Workload value KEY=VALUE.")] = [],  # noqa: B006
+    version: Annotated[int | None, typer.Option(help="Catalog version (default: latest).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the end; exit 0 if COMPLETED.")] = False,
+    server: ServerOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Start an execution on a server."""
+    workload = _workload(payload, set_)
+    with MilepostClient(server) as client:
+        xid = _remote(lambda: client.execute(path, workload, version=version))
+        if not wait:
+            typer.echo(json.dumps({"execution_id": str(xid)}) if json_out else f"execution {xid}")
+            return
+        _remote(lambda: client.wait(xid))
+        data = _remote(lambda: client.status(xid))
+    _print_status(data, json_out)
+    raise typer.Exit(0 if data["status"] == st.COMPLETED else 1)
+
+
+@app.command()
+def worker(
+    server: ServerOption = None,
+    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_WORKER_CONCURRENCY; 4].")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool to serve [env: MILEPOST_POOL; default].")] = None,
+) -> None:
+    """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
+    from milepost.worker.http import worker_main
+
+    raise typer.Exit(worker_main(server, concurrency=concurrency, pool=pool))
+
+
+@app.command()
 def conformance(
     directory: Annotated[Path, typer.Argument(help="Folder with expectations.yaml and playbooks/.")],
     pg: Annotated[str, typer.Option("--pg", help="PostgreSQL for `postgres` fixtures.")] = (
         "postgresql://postgres@127.0.0.1:5432/test"),
     only: Annotated[list[str], typer.Option(help="Run only entries matching this (repeatable).")] = [],  # noqa: B006
+    server: ServerOption = None,
+    cluster: Annotated[bool, typer.Option(
+        "--cluster", help="Start a server on a fresh database of --pg and two workers, "
+        "run through them, remove them.")] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """Run a NoETL conformance suite; one line per playbook, then `N passed, M failed, K skipped`."""
+    """Run a NoETL conformance suite; one line per playbook, then `N passed, M failed, K skipped`.
+
+    Embedded by default; `--server URL` (token from MILEPOST_TOKEN) runs it through a
+    running server and its workers; `--cluster` starts such a server itself.
+    """
     from milepost.conformance import runner
 
-    raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out, only=only or None))
+    if cluster:
+        from milepost.conformance.cluster import LocalCluster
+
+        with LocalCluster(pg) as local:
+            out.print(f"cluster: server {local.url}, database {local.database}, "
+                      f"{local.workers} workers", highlight=False)  # fmt: skip
+            raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out,
+                                         only=only or None, server=local.url,
+                                         token=local.token))  # fmt: skip
+    raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out, only=only or None,
+                                 server=server))  # fmt: skip
 
 
 @app.command()
@@ -338,16 +456,118 @@ def bench(
     n: Annotated[int, typer.Argument(help="W1 chain length, W2 width, W3 number of runs.")],
     reps: Annotated[int, typer.Option(help="Timed repetitions.")] = 3,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up runs of size min(N, 5).")] = 1,
-    variant: Annotated[str, typer.Option(help="default = embedded on SQLite.")] = "default",
+    variant: Annotated[str, typer.Option(
+        help="default = embedded on SQLite; server = milepost server on PostgreSQL + 2 workers.")] = "default",
 ) -> None:
-    """Run a peer-harness workload and print its JSON lines (shared/bench/README.md)."""
+    """Run a peer-harness workload and print its JSON lines (shared/bench/README.md).
+
+    `milepost bench INGEST N` instead measures the events/s that a server's
+    `POST /api/events/batch` sustains (N batches of 100 events).
+    """
     from milepost import bench as bench_mod
 
+    if workload.upper() == "INGEST":
+        typer.echo(json.dumps(bench_mod.ingest(batches=n)))
+        return
     try:
         ok = bench_mod.run(workload.upper(), n, reps=reps, warmup=warmup, variant=variant)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     raise typer.Exit(0 if ok else 1)
+
+
+# -- server side: `server`, `token create`, `db upgrade`, `secret-key` ---------------------
+
+ServerDbOption = Annotated[str | None, typer.Option(
+    "--db", help="Database URL: a SQLite path, sqlite:///path or postgresql://user@host/db "
+    "[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
+    ".milepost/milepost.db]")]  # fmt: skip
+
+
+def _server_settings(db: str | None) -> Settings:
+    """Settings from the environment, with `--db` (when given) replacing both URL variables."""
+    if db:
+        return Settings(database_url=db, database_urls=None)
+    return Settings()
+
+
+def _open_server_store(db: str | None) -> Any:
+    from milepost.api.app import open_store
+
+    return open_store(_server_settings(db))
+
+
+@app.command()
+def server(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8082,
+    db: ServerDbOption = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Run the HTTP server (docs/server-contract.md); needs MILEPOST_SECRET_KEY.
+
+    Other settings: MILEPOST_NATS_URL (worker wake-ups), MILEPOST_LEASE_SECONDS,
+    MILEPOST_MACHINE_ID (distinct per server on one database).
+    """
+    import uvicorn
+
+    from milepost.api.app import create_app
+    from milepost.credentials import SecretKeyMissing, parse_keys
+
+    settings = _server_settings(db)
+    if not (settings.secret_key or "").strip():
+        raise _fail(SecretKeyMissing().message)
+    parse_keys(settings.secret_key or "")  # a malformed key fails here, before the port opens
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    role: Annotated[str, typer.Option(help="admin, operator, approver, worker or viewer.")],
+    name: Annotated[str | None, typer.Option(help="A label for the token.")] = None,
+    db: ServerDbOption = None,
+) -> None:
+    """Create an API token and print it (once: only its SHA-256 is stored)."""
+    from milepost.api import auth
+
+    if role not in auth.ROLES:
+        raise _fail(f"unknown role {role!r}: use one of {', '.join(auth.ROLES)}")
+    store = _open_server_store(db)
+    try:
+        store.migrate()
+        token = auth.create_token(store, role, name, time.time())
+    finally:
+        store.close()
+    typer.echo(token)
+
+
+db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: ServerDbOption = None) -> None:
+    """Migrate the database (every shard) to the latest schema."""
+    from milepost.store import factory
+
+    settings = _server_settings(db)
+    urls = [u.strip() for u in (settings.database_urls or "").split(",") if u.strip()]
+    if urls:
+        typer.echo(factory.upgrade(urls=urls))
+    else:
+        typer.echo(factory.upgrade(settings.database_url or DEFAULT_DB))
+
+
+@app.command("secret-key")
+def secret_key() -> None:
+    """Print a new key for MILEPOST_SECRET_KEY (encrypts credentials at rest)."""
+    from milepost.credentials import new_key
+
+    typer.echo(new_key())
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 import tempfile
@@ -29,13 +30,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from milepost.client import MilepostClient, WaitTimeout
 from milepost.conformance.matching import match
 from milepost.core import state as st
+from milepost.credentials import Vault, new_key
 from milepost.engine import report
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.errors import PlaybookInvalid
@@ -131,6 +134,8 @@ def run_suite(
     pg_url: str = DEFAULT_PG_URL,
     only: list[str] | None = None,
     progress: Callable[[EntryResult], None] | None = None,
+    server: str | None = None,
+    token: str | None = None,
 ) -> SuiteResult:
     """Run the entries of `directory/expectations.yaml` one at a time and check each.
 
@@ -140,6 +145,8 @@ def run_suite(
         only: run only entries whose playbook path equals, glob-matches or has the stem
             of one of these; the others are left out of the result.
         progress: called with each entry's result as soon as it is known.
+        server: run through this milepost server (its workers run the tools) instead of
+            an embedded engine; `token` (else MILEPOST_TOKEN) authenticates.
 
     Raises:
         SuiteError: the suite cannot be read, or an `only` pattern selects nothing.
@@ -149,12 +156,17 @@ def run_suite(
     catalog = _Catalog.load(root / "playbooks")
     needed = {n for e in entries for n in _needs(e)}
     with (
-        _services(needed, pg_url) as services,
+        _services(needed, pg_url, engine_url=server) as services,
         tempfile.TemporaryDirectory(prefix="milepost-conformance-") as tmp,
     ):
+        if server is not None:
+            with MilepostClient(server, token) as client:
+                target: _Target = _ServerTarget(catalog, client)
+                return asyncio.run(_run_all(entries, root, catalog, services, target, progress))
         store = SQLiteStore(Path(tmp) / "conformance.db")
         try:
-            return asyncio.run(_run_all(entries, root, catalog, services, store, progress))
+            target = _EmbeddedTarget(catalog, store)
+            return asyncio.run(_run_all(entries, root, catalog, services, target, progress))
         finally:
             store.close()
 
@@ -175,6 +187,8 @@ def main(
     pg_url: str = DEFAULT_PG_URL,
     json_out: bool = False,
     only: list[str] | None = None,
+    server: str | None = None,
+    token: str | None = None,
 ) -> int:
     """Run the suite and print it; 0 when nothing failed, 1 when an entry failed, 2 on error.
 
@@ -187,7 +201,7 @@ def main(
         print(format_line(r), flush=True)
 
     try:
-        result = run_suite(directory, pg_url=pg_url, only=only,
+        result = run_suite(directory, pg_url=pg_url, only=only, server=server, token=token,
                            progress=None if json_out else show)  # fmt: skip
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -252,7 +266,7 @@ class _Services:
 
 
 @contextlib.contextmanager
-def _services(needed: set[str], pg_url: str) -> Iterator[_Services]:
+def _services(needed: set[str], pg_url: str, engine_url: str | None = None) -> Iterator[_Services]:
     """Start what the selected entries need (the mock API) and probe the rest."""
     placeholders = {"PG_AUTH": PG_AUTH, **_pg_placeholders(pg_url)}
     unavailable: dict[str, str] = {}
@@ -269,9 +283,10 @@ def _services(needed: set[str], pg_url: str) -> Iterator[_Services]:
             unavailable.update({"mock_api": why, "engine_http": why})
         else:
             placeholders["MOCK_API_URL"] = server.url
-            # the engine has no HTTP front end yet; README: any server whose /health
-            # answers 200 JSON will do, and the mock's does
-            placeholders["ENGINE_URL"] = server.url
+            # the engine's own HTTP front end when running through a server; embedded
+            # there is none, and README says any server whose /health answers 200 JSON
+            # will do: the mock's does
+            placeholders["ENGINE_URL"] = (engine_url or server.url).rstrip("/")
     if "duckdb" in needed and importlib.util.find_spec("duckdb") is None:
         unavailable["duckdb"] = "the duckdb package is not installed"
     postgres = False
@@ -383,14 +398,14 @@ async def _run_all(
     root: Path,
     catalog: _Catalog,
     services: _Services,
-    store: SQLiteStore,
+    target: _Target,
     progress: Callable[[EntryResult], None] | None,
 ) -> SuiteResult:
     suite = SuiteResult()
     for entry in entries:
         started = time.perf_counter()
         try:
-            result = await _run_entry(entry, root, catalog, services, store)
+            result = await _run_entry(entry, root, catalog, services, target)
         except Exception as exc:  # a runner or engine bug fails this entry, not the suite
             log.exception("conformance entry crashed", extra={"playbook": entry["playbook"]})
             result = EntryResult(entry["playbook"], FAILED,
@@ -403,7 +418,7 @@ async def _run_all(
 
 
 async def _run_entry(
-    entry: dict[str, Any], root: Path, catalog: _Catalog, services: _Services, store: SQLiteStore
+    entry: dict[str, Any], root: Path, catalog: _Catalog, services: _Services, target: _Target
 ) -> EntryResult:
     name = entry["playbook"]
     problems = _entry_problems(entry, root, catalog)
@@ -423,8 +438,7 @@ async def _run_entry(
     else:
         text, playbook = catalog.loaded[name]
         try:
-            run, xid = await _execute(catalog, store, text, playbook, workload, credentials,
-                                      timeout)  # fmt: skip
+            run, xid = await target.execute(text, playbook, workload, credentials, timeout)
         except Exception as exc:  # the engine failing on one entry fails that entry only
             log.exception("conformance run crashed", extra={"playbook": name})
             return EntryResult(name, FAILED, [f"engine error: {type(exc).__name__}: {exc}"])
@@ -457,51 +471,96 @@ def _entry_problems(entry: dict[str, Any], root: Path, catalog: _Catalog) -> lis
     return problems
 
 
-async def _execute(
-    catalog: _Catalog,
-    store: SQLiteStore,
-    text: str,
-    playbook: model.Playbook,
-    workload: dict[str, Any],
-    credentials: dict[str, Any],
-    timeout: float,
-) -> tuple[_Run, int | None]:
-    async with EmbeddedEngine(store) as engine:
-        catalog.register_all(engine)
-        _register_credentials(engine, credentials)
-        xid = engine.start(playbook, text, workload)
+class _Target(Protocol):
+    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
+                      credentials: dict[str, Any], timeout: float) -> tuple[_Run, int | None]: ...
+
+
+@dataclass
+class _EmbeddedTarget:
+    """Each entry in its own embedded engine on the suite's SQLite file."""
+
+    catalog: _Catalog
+    store: SQLiteStore
+
+    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
+                      credentials: dict[str, Any], timeout: float) -> tuple[_Run, int | None]:
+        # the suite's credentials live only as long as the suite: an ephemeral key unless
+        # the environment provides one
+        vault = Vault(self.store, os.environ.get("MILEPOST_SECRET_KEY") or new_key())
+        async with EmbeddedEngine(self.store, vault=vault) as engine:
+            self.catalog.register_all(engine)
+            _register_credentials(engine, credentials)
+            xid = engine.start(playbook, text, workload)
+            try:
+                state = await engine.wait(xid, timeout=timeout)
+            except TimeoutError:
+                state = engine.state(xid)
+                with contextlib.suppress(Exception):  # best effort: leave a terminal record
+                    engine.cancel(xid)
+                return _Run(summary=report.summary(state), timed_out=True), xid
+            return _Run(summary=report.summary(state), reason=report.reason(state),
+                        children=_count_children(self.store.list_executions, xid)), xid  # fmt: skip
+
+
+class _ServerTarget:
+    """Through a milepost server: register, execute, wait, read the status over HTTP."""
+
+    def __init__(self, catalog: _Catalog, client: MilepostClient) -> None:
+        self.client = client
+        self.registered = False
+        self.catalog = catalog
+
+    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
+                      credentials: dict[str, Any], timeout: float) -> tuple[_Run, int | None]:
+        return await asyncio.to_thread(self._execute, playbook, workload, credentials, timeout)
+
+    def _execute(self, playbook: model.Playbook, workload: dict[str, Any],
+                 credentials: dict[str, Any], timeout: float) -> tuple[_Run, int | None]:
+        if not self.registered:
+            for text, _ in self.catalog.loaded.values():
+                self.client.register(text)
+            self.registered = True
+        for name, spec in credentials.items():
+            self.client.put_credential(name, spec.get("type"), spec.get("data") or {})
+        xid = int(self.client.execute(playbook.path, workload))
         try:
-            state = await engine.wait(xid, timeout=timeout)
-        except TimeoutError:
-            state = engine.state(xid)
-            with contextlib.suppress(Exception):  # best effort: leave a terminal record
-                engine.cancel(xid)
-            return _Run(summary=report.summary(state), timed_out=True), xid
-        return _Run(summary=report.summary(state), reason=report.reason(state),
-                    children=_count_children(store, xid)), xid  # fmt: skip
+            self.client.wait(xid, timeout=timeout)
+        except WaitTimeout:
+            status = self.client.status(xid)
+            with contextlib.suppress(Exception):
+                self.client.cancel(xid)
+            return _Run(summary=status, timed_out=True), xid
+        status = self.client.status(xid)
+        error = status.get("error") or {}
+        reason = error.get("reason") or error.get("message") if status["status"] == "FAILED" else None
+        return _Run(summary=status, reason=reason,
+                    children=_count_children(self._executions, xid)), xid  # fmt: skip
+
+    def _executions(self, *, limit: int, offset: int) -> list[Any]:
+        return [_Row(int(i["parent_execution_id"]) if i.get("parent_execution_id") else None)
+                for i in self.client.executions(limit=limit, offset=offset)]  # fmt: skip
+
+
+@dataclass
+class _Row:
+    parent_execution_id: int | None
 
 
 def _register_credentials(engine: EmbeddedEngine, credentials: dict[str, Any]) -> None:
     """Register `name -> {type, data}` credentials before the run.
 
-    The engine has no credential store yet; only the postgres entries use credentials and
-    they are skipped until the postgres tool exists. When a credential API lands
-    (`register_credential(name, type, data)` on the engine), it is used here.
+    They are encrypted in the engine's vault and resolved only when a step needs them.
     """
-    if not credentials:
-        return
-    register = getattr(engine, "register_credential", None)
-    if register is None:
-        raise RuntimeError("the engine cannot register credentials yet")
     for cred_name, spec in credentials.items():
-        register(cred_name, spec.get("type"), spec.get("data") or {})
+        engine.register_credential(cred_name, spec.get("type"), spec.get("data") or {})
 
 
-def _count_children(store: SQLiteStore, xid: int) -> int:
-    """Executions whose parent is `xid` (the store lists all; filter here)."""
+def _count_children(list_executions: Callable[..., list[Any]], xid: int) -> int:
+    """Executions whose parent is `xid` (the listing has every execution; filter here)."""
     count, offset, page = 0, 0, 500
     while True:
-        rows = store.list_executions(limit=page, offset=offset)
+        rows = list_executions(limit=page, offset=offset)
         count += sum(1 for r in rows if r.parent_execution_id == xid)
         if len(rows) < page:
             return count
