@@ -7,6 +7,7 @@ HTTP. Everything it creates (database, processes) is removed when it exits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -123,7 +124,6 @@ class LocalCluster:
                 proc.kill()
                 proc.wait()
         self.processes.clear()
-        try:
+        # best effort: never mask the error that brought us here
+        with contextlib.suppress(Exception):
             self._admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-        except Exception:  # best effort: never mask the error that brought us here
-            pass
