@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,53 @@ def _value(state: st.ExecutionState, step: str) -> Any:
     return state.results[step]
 
 
+@dataclass
+class _Reps:
+    """Prints the harness's JSON lines: one per timed rep, then the summary."""
+
+    workload: str
+    n: int
+    variant: str
+    note: str
+    emit: Callable[[dict[str, Any]], None]
+    walls: list[float] = field(default_factory=list)
+
+    def _base(self) -> dict[str, Any]:
+        return {"engine": "milepost", "version": __version__, "variant": self.variant,
+                "workload": self.workload, "n": self.n}  # fmt: skip
+
+    def record(self, rep: int, wall: float, value: Any, error: BaseException | None) -> None:
+        err = None if error is None else f"{type(error).__name__}: {error}"[:300]
+        ok = err is None and value == expected(self.workload, self.n)
+        if ok:
+            self.walls.append(wall)
+        steps = steps_for(self.workload, self.n)
+        self.emit({**self._base(), "rep": rep, "ok": ok, "wall_s": round(wall, 4),
+                   "steps": steps, "steps_per_s": round(steps / wall, 1), "value": value,
+                   "error": err, "note": self.note})  # fmt: skip
+
+    def close(self, reps: int, **extra: Any) -> bool:
+        summary: dict[str, Any] = {**self._base(), "summary": True, "ok_reps": len(self.walls),
+                                   "reps": reps, **extra, "note": self.note}  # fmt: skip
+        if self.walls:
+            med = statistics.median(self.walls)
+            summary.update(median_s=round(med, 4), min_s=round(min(self.walls), 4),
+                           max_s=round(max(self.walls), 4),
+                           steps_per_s_median=round(steps_for(self.workload, self.n) / med, 1))
+        self.emit(summary)
+        return bool(self.walls)
+
+
+def _rss_mb(who: int) -> float:
+    return round(resource.getrusage(who).ru_maxrss / 1024, 1)
+
+
 async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
                  emit: Callable[[dict[str, Any]], None], db_dir: Path) -> bool:  # fmt: skip
     settings = Settings()
     store = SQLiteStore(db_dir / "bench.db", synchronous=settings.sqlite_synchronous)
-    note = f"embedded, SQLite WAL synchronous={settings.sqlite_synchronous}"
-    base = {"engine": "milepost", "version": __version__, "variant": variant,
-            "workload": workload, "n": n}  # fmt: skip
-    walls: list[float] = []
+    out = _Reps(workload, n, variant,
+                f"embedded, SQLite WAL synchronous={settings.sqlite_synchronous}", emit)
     try:
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers) as engine:  # fmt: skip
@@ -118,33 +158,16 @@ async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
                 await bench.run_once(workload, min(n, 5))
             for rep in range(1, reps + 1):
                 t0 = time.perf_counter()
-                err = None
+                value, error = None, None
                 try:
                     value = await bench.run_once(workload, n)
                 except Exception as exc:  # report and keep going, like the harness
-                    value, err = None, f"{type(exc).__name__}: {exc}"[:300]
-                wall = time.perf_counter() - t0
-                ok = err is None and value == expected(workload, n)
-                if ok:
-                    walls.append(wall)
-                steps = steps_for(workload, n)
-                emit({**base, "rep": rep, "ok": ok, "wall_s": round(wall, 4), "steps": steps,
-                      "steps_per_s": round(steps / wall, 1), "value": value, "error": err,
-                      "note": note})  # fmt: skip
+                    error = exc
+                out.record(rep, time.perf_counter() - t0, value, error)
     finally:
         store.close()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    summary: dict[str, Any] = {**base, "summary": True, "ok_reps": len(walls), "reps": reps,
-                               "driver_peak_rss_mb": round(rss_mb, 1),
-                               "python_worker_peak_rss_mb": round(children_mb, 1), "note": note}
-    if walls:
-        med = statistics.median(walls)
-        summary.update(median_s=round(med, 4), min_s=round(min(walls), 4),
-                       max_s=round(max(walls), 4),
-                       steps_per_s_median=round(steps_for(workload, n) / med, 1))  # fmt: skip
-    emit(summary)
-    return bool(walls)
+    return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF),
+                     python_worker_peak_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN))
 
 
 class ServerBench:
@@ -184,10 +207,8 @@ def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
     from milepost.conformance.cluster import LocalCluster
 
     pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    note = "server on PostgreSQL (synchronous_commit on), 2 worker processes, polling + NATS"
-    base = {"engine": "milepost", "version": __version__, "variant": variant,
-            "workload": workload, "n": n}  # fmt: skip
-    walls: list[float] = []
+    out = _Reps(workload, n, variant, "server on PostgreSQL (synchronous_commit on), "
+                "2 worker processes, NATS wake-ups + polling", emit)  # fmt: skip
     with LocalCluster(pg, workers=2) as cluster, \
             MilepostClient(cluster.url, cluster.token, timeout=120) as client:  # fmt: skip
         bench = ServerBench(client)
@@ -195,30 +216,13 @@ def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
             bench.run_once(workload, min(n, 5))
         for rep in range(1, reps + 1):
             t0 = time.perf_counter()
-            err = None
+            value, error = None, None
             try:
                 value = bench.run_once(workload, n)
             except Exception as exc:  # report and keep going, like the harness
-                value, err = None, f"{type(exc).__name__}: {exc}"[:300]
-            wall = time.perf_counter() - t0
-            ok = err is None and value == expected(workload, n)
-            if ok:
-                walls.append(wall)
-            steps = steps_for(workload, n)
-            emit({**base, "rep": rep, "ok": ok, "wall_s": round(wall, 4), "steps": steps,
-                  "steps_per_s": round(steps / wall, 1), "value": value, "error": err,
-                  "note": note})  # fmt: skip
-    summary: dict[str, Any] = {**base, "summary": True, "ok_reps": len(walls), "reps": reps,
-                               "driver_peak_rss_mb": round(
-                                   resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                               "note": note}  # fmt: skip
-    if walls:
-        med = statistics.median(walls)
-        summary.update(median_s=round(med, 4), min_s=round(min(walls), 4),
-                       max_s=round(max(walls), 4),
-                       steps_per_s_median=round(steps_for(workload, n) / med, 1))  # fmt: skip
-    emit(summary)
-    return bool(walls)
+                error = exc
+            out.record(rep, time.perf_counter() - t0, value, error)
+    return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF))
 
 
 def ingest(batches: int = 200, size: int = 100) -> dict[str, Any]:

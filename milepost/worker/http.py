@@ -47,6 +47,7 @@ from milepost.playbook.render import LoopResult
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
+from milepost.worker.children import ServerChildren
 from milepost.worker.nats_wakeup import NatsWakeup, Notice
 from milepost.worker.remote_credentials import RemoteCredentials
 
@@ -635,7 +636,8 @@ async def run_worker(
     async with AsyncMilepostClient(server, token) as client:
         blocking = MilepostClient(server, token, timeout=CREDENTIAL_FETCH_TIMEOUT)
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
-        tools = ToolRuntime(python_workers=python_workers, credentials=credentials)
+        tools = ToolRuntime(python_workers=python_workers, credentials=credentials,
+                            children=ServerChildren(client))
         try:
             worker = Worker(client, tools, concurrency=concurrency, pool=pool,
                             worker_id=worker_id, lease_seconds=lease_seconds,
