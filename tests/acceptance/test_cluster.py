@@ -138,6 +138,29 @@ def test_a_registered_playbook_runs_to_completion_on_workers(make_cluster: Calla
     assert all(e["meta"]["epoch"] >= 1 and not e["meta"].get("stale") for e in reports)
     for worker in cluster.workers:
         assert secret not in worker.log.read_text()
+    # no table holds the secret in clear: not the log, not the projections, not the vault
+    assert _tables_containing(cluster.db_url, secret) == []
+
+
+def _tables_containing(db_url: str, needle: str) -> list[str]:
+    """Every table whose rows, as text, contain `needle` (ciphertext included)."""
+    from milepost.store.factory import open_store
+
+    store = open_store(db_url)
+    try:
+        if db_url.startswith("postgres"):
+            names = [r[0] for r in store._query("SELECT table_name FROM information_schema.tables"
+                                                " WHERE table_schema='public'", ())]  # fmt: skip
+            rows = {n: store._query(f"SELECT t::text FROM {n} t", ()) for n in names}
+        else:
+            names = [r[0] for r in store._query("SELECT name FROM sqlite_master"
+                                                " WHERE type='table'", ())]  # fmt: skip
+            rows = {n: store._query(f"SELECT * FROM {n}", ()) for n in names}
+    finally:
+        store.close()
+    found = [n for n, content in rows.items() if needle in repr(content)]
+    assert names, "no tables read"
+    return sorted(found)
 
 
 def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
