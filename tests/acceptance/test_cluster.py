@@ -140,6 +140,7 @@ def test_a_registered_playbook_runs_to_completion_on_workers(make_cluster: Calla
         assert secret not in worker.log.read_text()
     # no table holds the secret in clear: not the log, not the projections, not the vault
     assert _tables_containing(cluster.db_url, secret) == []
+    assert "event" in _tables_containing(cluster.db_url, str(xid))  # the scan does read rows
 
 
 def _tables_containing(db_url: str, needle: str) -> list[str]:
