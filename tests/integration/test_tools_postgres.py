@@ -455,8 +455,12 @@ def test_cached_connection_is_reused_reset_and_replaced_when_dropped(
                 call({"auth": "pg", "command": f"SET application_name = 'mp_x'; {pid_query}"})
             )
             second = await runtime.run(call({"auth": "pg", "command": pid_query}))
-            admin.execute("SELECT pg_terminate_backend(%s)", [ok(second)["rows"][0]["pid"]])
-            await asyncio.sleep(0.2)
+            dropped = ok(second)["rows"][0]["pid"]
+            admin.execute("SELECT pg_terminate_backend(%s)", [dropped])
+            deadline = time.monotonic() + 5  # until the server has really let it go
+            while one(admin, f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(dropped)}"):
+                assert time.monotonic() < deadline, "the terminated backend is still there"
+                await asyncio.sleep(0.02)
             third = await runtime.run(call({"auth": "pg", "command": pid_query}))
             lost = await runtime.run(
                 call({"auth": "pg", "command": "SELECT pg_terminate_backend(pg_backend_pid())"})
