@@ -21,6 +21,7 @@ from rich.table import Table
 from milepost.client import MilepostClient
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.credentials import Vault
 from milepost.engine import report
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import deep_merge
@@ -123,10 +124,13 @@ async def _drive(db: str | None, json_out: bool, start: Any) -> st.ExecutionStat
     settings = Settings()
     store = _store(db)
     progress = Progress()
+    # credentials need the key; without one a playbook that names a credential fails
+    # with a message saying it is not registered
+    vault = Vault.from_env(store) if os.environ.get("MILEPOST_SECRET_KEY") else None
     try:
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers,
-                                  machine_id=settings.machine_id) as engine:  # fmt: skip
+                                  machine_id=settings.machine_id, vault=vault) as engine:  # fmt: skip
             if not json_out and out.is_terminal:
                 engine.subscribe(progress)
                 with Live(progress.table(), console=out, refresh_per_second=8) as live:
@@ -560,6 +564,72 @@ def db_upgrade(db: ServerDbOption = None) -> None:
         typer.echo(factory.upgrade(urls=urls))
     else:
         typer.echo(factory.upgrade(settings.database_url or DEFAULT_DB))
+
+
+credential_app = typer.Typer(no_args_is_help=True,
+                             help="Credentials of the local database, encrypted with MILEPOST_SECRET_KEY.")
+app.add_typer(credential_app, name="credential")
+
+
+def _vault(db: str | None) -> tuple[Any, Vault]:
+    store = _store(db)
+    try:
+        return store, Vault.from_env(store)
+    except MilepostError:
+        store.close()
+        raise
+
+
+@credential_app.command("set")
+def credential_set(
+    name: str,
+    type_: Annotated[str, typer.Option("--type", help="postgres, generic, ...")],
+    data: Annotated[str, typer.Option(help="The fields as a JSON object.")],
+    db: DbOption = None,
+) -> None:
+    """Register or replace a credential for `auth:` and keychain entries."""
+    try:
+        fields = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--data") from None
+    if not isinstance(fields, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--data")
+    store, vault = _vault(db)
+    try:
+        vault.put(name, type_, fields)
+    finally:
+        store.close()
+    out.print(f"credential {name} ({type_}) stored, encrypted", highlight=False)
+
+
+@credential_app.command("list")
+def credential_list(db: DbOption = None, json_out: JsonOption = False) -> None:
+    """Names and types of the stored credentials (never their values)."""
+    store, vault = _vault(db)
+    try:
+        items = vault.list()
+    finally:
+        store.close()
+    if json_out:
+        typer.echo(json.dumps(items, default=str))
+        return
+    table = Table("name", "type")
+    for item in items:
+        table.add_row(item["name"], item["type"])
+    out.print(table)
+
+
+@credential_app.command("delete")
+def credential_delete(name: str, db: DbOption = None) -> None:
+    """Remove a credential."""
+    store, vault = _vault(db)
+    try:
+        deleted = vault.delete(name)
+    finally:
+        store.close()
+    if not deleted:
+        raise _fail(f"no credential {name!r}")
+    out.print(f"credential {name} deleted", highlight=False)
 
 
 @app.command("secret-key")

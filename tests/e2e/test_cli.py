@@ -236,3 +236,39 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: 
     assert len(out.read_text().splitlines()) < 401  # the loop stopped early
     again = cli("cancel", xid, db=db)
     assert again.returncode == 2 and "already CANCELLED" in again.stderr
+
+
+def test_a_registered_credential_reaches_the_step_and_never_the_log(tmp_path: Path) -> None:
+    key = subprocess.run([MILEPOST, "secret-key"], capture_output=True, text=True,
+                         timeout=60).stdout.strip()  # fmt: skip
+    env = dict(os.environ, MILEPOST_SECRET_KEY=key)
+    db = tmp_path / "m.db"
+    secret = "cli-Secret-0042"
+    made = subprocess.run([MILEPOST, "credential", "set", "api", "--type", "generic", "--data",
+                           json.dumps({"user": "ada", "password": secret}), "--db", str(db)],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    pb = write(tmp_path, """
+    keychain: [{name: api, kind: credential, credential: api}]
+    workflow:
+      - step: start
+        tool: {kind: python, input: {pw: "{{ keychain.api.password }}"},
+               code: "result = {'said': 'pw=' + pw, 'n': len(pw)}"}
+    """)
+    proc = subprocess.run([MILEPOST, "run", str(pb), "--json", "--db", str(db)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["steps"]["start"]["result"] == {"said": "pw=***", "n": len(secret)}
+    files = sorted(tmp_path.glob("m.db*"))  # the database and its WAL
+    assert db in files and all(secret.encode() not in f.read_bytes() for f in files)
+    assert any(b"keychain" in f.read_bytes() or b"execution.started" in f.read_bytes()
+               for f in files)  # the files read do hold the run
+    listed = subprocess.run([MILEPOST, "credential", "list", "--json", "--db", str(db)], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert [(c["name"], c["type"]) for c in json.loads(listed.stdout)] == [("api", "generic")]
+    without = subprocess.run([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                             env={k: v for k, v in env.items() if k != "MILEPOST_SECRET_KEY"},
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert without.returncode == 1
+    assert "not registered" in json.loads(without.stdout)["error"]["reason"]
