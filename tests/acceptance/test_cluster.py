@@ -258,9 +258,10 @@ def test_a_late_report_from_a_paused_worker_changes_nothing(
         block.unlink()
         status = cluster.wait(xid)
         assert status["status"] == "COMPLETED", status
+        # read while the paused worker cannot report yet: after SIGCONT it may at once
+        before = events_of(cluster, xid)
     finally:
         paused.signal(signal.SIGCONT, group=True)
-    before = events_of(cluster, xid)
     log = paused.log
 
     def settled() -> str | None:
