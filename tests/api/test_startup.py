@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from milepost.api.app import create_app
 from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
 from milepost.engine import notify
-from tests.api.conftest import in_ci
 from tests.api.support import HELLO, eventually, settings_for, start_server
+from tests.shared import IN_CI
 
 NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -64,7 +64,7 @@ def _nats_or_skip() -> None:
     try:
         socket.create_connection((host, int(port)), timeout=2).close()
     except OSError as exc:
-        if in_ci():
+        if IN_CI:
             pytest.fail(f"NATS at {NATS_URL} is unreachable and CI=true: {exc}")
         pytest.skip(f"NATS at {NATS_URL} is unreachable ({exc})")
 
