@@ -73,6 +73,15 @@ def fanout(n: int) -> str:
     ])  # fmt: skip
 
 
+def playbook_text(workload: str, n: int) -> str:
+    """W1: a chain of n steps; W2: an n-wide loop and a sum; W3: a chain of 5 (run n times)."""
+    if workload == "W1":
+        return chain("w1", n)
+    if workload == "W2":
+        return fanout(n)
+    return chain("w3", 5)
+
+
 class Bench:
     def __init__(self, engine: EmbeddedEngine) -> None:
         self.engine = engine
@@ -81,8 +90,7 @@ class Bench:
     def _playbook(self, workload: str, n: int) -> tuple[model.Playbook, str]:
         key = (workload, n if workload == "W1" else 0)
         if key not in self._cache:
-            text = {"W1": lambda: chain("w1", n), "W2": lambda: fanout(n),
-                    "W3": lambda: chain("w3", 5)}[workload]()  # fmt: skip
+            text = playbook_text(workload, n)
             self._cache[key] = (load.load_text(text, source=f"bench:{workload}"), text)
         return self._cache[key]
 
@@ -178,8 +186,7 @@ class ServerBench:
         self._registered: set[str] = set()
 
     def _path(self, workload: str, n: int) -> str:
-        text = {"W1": lambda: chain("w1", n), "W2": lambda: fanout(n),
-                "W3": lambda: chain("w3", 5)}[workload]()  # fmt: skip
+        text = playbook_text(workload, n)
         if text not in self._registered:
             self.client.register(text)
             self._registered.add(text)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,6 +42,15 @@ DbOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 ServerOption = Annotated[str | None, typer.Option(
     "--server", help="A milepost server URL [env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
+
+
+@contextlib.contextmanager
+def _opened(db: str | None) -> Iterator[SQLiteStore]:
+    store = _store(db)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _store(db: str | None) -> SQLiteStore:
@@ -222,16 +232,13 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         out.print(f"cancel requested for execution {execution_id}")
         return
 
-    store = _store(db)
-    try:
+    with _opened(db) as store:
         orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
         state = orchestrator.state(execution_id)
         if state.terminal:
             raise _fail(f"execution {execution_id} is already {state.status}")
         store.append([ev.new_event(orchestrator.new_id(), execution_id,
                                    ev.EXECUTION_CANCEL_REQUESTED, orchestrator.clock())])  # fmt: skip
-    finally:
-        store.close()
     out.print(f"cancel requested for execution {execution_id}")
 
 
@@ -265,11 +272,8 @@ def list_(db: DbOption = None, json_out: JsonOption = False,
           status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
           limit: int = 50) -> None:  # fmt: skip
     """List executions, newest first."""
-    store = _store(db)
-    try:
+    with _opened(db) as store:
         rows = store.list_executions(status=status, limit=limit)
-    finally:
-        store.close()
     items = [{"execution_id": str(r.execution_id), "playbook": r.path, "status": r.status,
               "start": _iso(r.created_at)} for r in rows]  # fmt: skip
     if json_out:
@@ -282,11 +286,8 @@ def list_(db: DbOption = None, json_out: JsonOption = False,
 
 
 def _load_state(db: str | None, execution_id: int) -> st.ExecutionState:
-    store = _store(db)
-    try:
+    with _opened(db) as store:
         events = store.load(execution_id)
-    finally:
-        store.close()
     if not events:
         raise _fail(f"no execution {execution_id}")
     return st.fold(None, events)
@@ -352,11 +353,8 @@ def events(execution_id: int, db: DbOption = None, server: ServerOption = None,
                           item.get("status") or "", _short(item.get("result"), 60))  # fmt: skip
         out.print(table)
         return
-    store = _store(db)
-    try:
+    with _opened(db) as store:
         log = store.load(execution_id)
-    finally:
-        store.close()
     if not log:
         raise _fail(f"no execution {execution_id}")
     if json_out:

@@ -150,10 +150,10 @@ class Runtime:
     # -- after each call -------------------------------------------------------------------
 
     def _after(self, outcome: Outcome) -> None:
-        if outcome.work:
-            self.metrics.commands_issued.inc(len(outcome.work))
-            self.publisher.notify([notify.Notice(w.command_id, w.execution_id, self.pool)
-                                   for w in outcome.work])  # fmt: skip
+        if outcome.issued:
+            self.metrics.commands_issued.inc(len(outcome.issued))
+            self.publisher.notify([notify.Notice(cmd.command_id, xid, self.pool)
+                                   for xid, cmd in outcome.issued])  # fmt: skip
         for event in outcome.events:
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.metrics.commands_completed.labels("completed").inc()

@@ -190,8 +190,8 @@ class EmbeddedEngine:
         for event in outcome.events:
             for listener in self._listeners:
                 listener(event)
-        for item in outcome.work:
-            self._queue.put_nowait(item)
+        for xid, cmd in outcome.issued:
+            self._queue.put_nowait(self.orchestrator.work_for(xid, cmd))
         for xid, at in outcome.wake_at.items():
             self._schedule(xid, at)
         for state in outcome.finished:

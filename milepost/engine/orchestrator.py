@@ -39,7 +39,9 @@ _SNAPSHOT_VERSION = 1
 class Outcome:
     """What one `process` call produced."""
 
-    work: list[WorkItem] = field(default_factory=list)
+    issued: list[tuple[int, st.Command]] = field(default_factory=list)
+    """Commands issued by this call; an in-process dispatcher turns them into work items
+    (`Orchestrator.work_for`), a server only announces them."""
     finished: list[st.ExecutionState] = field(default_factory=list)
     wake_at: dict[int, float] = field(default_factory=dict)
     events: list[ev.Event] = field(default_factory=list)
@@ -240,12 +242,16 @@ class Orchestrator:
             self._maybe_snapshot(state)
             if state.terminal:
                 out.finished.append(state)
-        issued = [e for e in stored if e.event_type == ev.COMMAND_ISSUED]
-        for event in issued:
-            state = self._states[event.execution_id]
-            cmd = state.commands.get(int(event.payload["command_id"]))
-            if cmd is not None:
-                out.work.append(work_item(state, self.playbook_for(state), cmd))
+        for event in stored:
+            if event.event_type == ev.COMMAND_ISSUED:
+                cmd = self._states[event.execution_id].commands.get(int(event.payload["command_id"]))
+                if cmd is not None:
+                    out.issued.append((event.execution_id, cmd))
+
+    def work_for(self, execution_id: int, cmd: st.Command) -> WorkItem:
+        """The work item of a live command, with the render context as it is now."""
+        state = self.state(execution_id)
+        return work_item(state, self.playbook_for(state), cmd)
 
     def _maybe_snapshot(self, state: st.ExecutionState) -> None:
         done = self._snapshotted.get(state.execution_id, 0)
