@@ -22,8 +22,12 @@ from milepost.errors import MilepostError
 
 TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 EVENTS_PAGE = 1000
+WAIT_LONG_POLL = 30.0
+"""Longest `wait` the client asks `GET /api/executions/{id}/status` to hold a reply (the
+server takes up to 60 s); a long-poll is asked again until the run ends or time is up."""
 WAIT_FIRST_POLL = 0.05
 WAIT_MAX_POLL = 1.0
+"""Back-off between asks when the server answers at once (one that ignores `wait`)."""
 
 
 class ApiError(MilepostError):
@@ -84,6 +88,8 @@ class _Call:
     params: dict[str, Any] = field(default_factory=dict)
     parse: Callable[[Any], Any] = _identity
     none_on_404: bool = False
+    hold: float = 0.0
+    """Seconds the server may hold the reply (a long-poll): added to the read timeout."""
 
 
 def _key(value: int | str) -> str:
@@ -125,8 +131,12 @@ def _executions(status: str | None, path: str | None, limit: int, offset: int) -
     return _Call("GET", "/api/executions", params=params, parse=lambda b: b["items"])
 
 
-def _status(execution_id: int | str) -> _Call:
-    return _Call("GET", f"/api/executions/{_key(execution_id)}/status")
+def _status(execution_id: int | str, wait: float | None = None) -> _Call:
+    if not wait or wait <= 0:
+        return _Call("GET", f"/api/executions/{_key(execution_id)}/status")
+    wait = round(wait, 3)
+    return _Call("GET", f"/api/executions/{_key(execution_id)}/status", params={"wait": wait},
+                 hold=wait)  # fmt: skip
 
 
 def _execution(execution_id: int | str, events_limit: int | None,
@@ -177,8 +187,11 @@ def _release(event_id: int | str, worker_id: str, epoch: int) -> _Call:
     return _Call("POST", f"/api/commands/{_key(event_id)}/release", body)
 
 
-def _post_events(events: list[dict[str, Any]]) -> _Call:
-    return _Call("POST", "/api/events/batch", {"events": events})
+def _post_events(events: list[dict[str, Any]], claim: dict[str, Any] | None = None) -> _Call:
+    body: dict[str, Any] = {"events": events}
+    if claim is not None:
+        body["claim"] = claim  # milepost extension: the reply carries `commands`
+    return _Call("POST", "/api/events/batch", body)
 
 
 def _credential(name: str) -> _Call:
@@ -257,6 +270,50 @@ def _wait_timeout(execution_id: int | str, status: dict[str, Any],
                        f"{timeout or 0:g}s", execution_id=str(execution_id))  # fmt: skip
 
 
+def _timeout(default: httpx.Timeout, call: _Call) -> httpx.Timeout:
+    """The client's timeouts, with the read timeout stretched by what the call may be held."""
+    if call.hold <= 0:
+        return default
+    read = None if default.read is None else default.read + call.hold
+    return httpx.Timeout(connect=default.connect, read=read, write=default.write,
+                         pool=default.pool)  # fmt: skip
+
+
+class _Wait:
+    """How `wait` long-polls, for both clients: what `wait` to ask, how long to pause.
+
+    Each ask holds on the server until the run ends or `min(time left, WAIT_LONG_POLL)`
+    passes, so the end is seen as soon as the server sees it. A reply that is not terminal
+    and came back in much less than the wait asked is from a server that ignores `wait`:
+    then pause with back-off (as the client did before long-polls) so it never busy-loops.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.delay = WAIT_FIRST_POLL
+        self.asked = 0.0
+        self.sent_at = 0.0
+
+    def ask(self) -> float:
+        """The `wait` of the next status call."""
+        self.sent_at = time.monotonic()
+        left = WAIT_LONG_POLL if self.deadline is None else self.deadline - self.sent_at
+        self.asked = max(0.0, min(left, WAIT_LONG_POLL))
+        return self.asked
+
+    def pause(self) -> float | None:
+        """Seconds to sleep before asking again (the reply was not terminal); None: time's up."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return None
+        if now - self.sent_at >= self.asked / 2:  # the server held the reply: ask again now
+            self.delay = WAIT_FIRST_POLL
+            return 0.0
+        pause = self.delay
+        self.delay = min(self.delay * 2, WAIT_MAX_POLL)
+        return pause if self.deadline is None else min(pause, self.deadline - now)
+
+
 def _events_page(body: dict[str, Any]) -> list[dict[str, Any]]:
     return list(body.get("events") or [])
 
@@ -309,7 +366,8 @@ class MilepostClient:
     def _do(self, call: _Call) -> Any:
         try:
             response = self._http.request(call.method, call.path, json=call.json,
-                                          params=call.params or None)  # fmt: skip
+                                          params=call.params or None,
+                                          timeout=_timeout(self._http.timeout, call))  # fmt: skip
         except httpx.HTTPError as exc:
             raise _unreachable(call, self.base_url, exc) from exc
         return _reply(call, response)
@@ -344,8 +402,10 @@ class MilepostClient:
         result: list[dict[str, Any]] = self._do(_executions(status, path, limit, offset))
         return result
 
-    def status(self, execution_id: int | str) -> dict[str, Any]:
-        result: dict[str, Any] = self._do(_status(execution_id))
+    def status(self, execution_id: int | str, *, wait: float | None = None) -> dict[str, Any]:
+        """The run's status; with `wait`, held by the server until the run ends or `wait`
+        seconds pass (at most 60)."""
+        result: dict[str, Any] = self._do(_status(execution_id, wait))
         return result
 
     def execution(self, execution_id: int | str, events_limit: int | None = None,
@@ -368,21 +428,20 @@ class MilepostClient:
         return result
 
     def wait(self, execution_id: int | str, timeout: float | None = None) -> dict[str, Any]:
-        """Poll the status (with back-off) until the run ends; returns the status reply.
+        """Long-poll the status (`_Wait`) until the run ends; returns the status reply.
 
         Raises:
             WaitTimeout: the run did not end within `timeout` seconds.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = WAIT_FIRST_POLL
+        plan = _Wait(timeout)
         while True:
-            status = self.status(execution_id)
+            status = self.status(execution_id, wait=plan.ask())
             if status.get("status") in TERMINAL_STATUSES:
                 return status
-            if deadline is not None and time.monotonic() + delay > deadline:
+            if (pause := plan.pause()) is None:
                 raise _wait_timeout(execution_id, status, timeout)
-            time.sleep(delay)
-            delay = min(delay * 2, WAIT_MAX_POLL)
+            if pause > 0:
+                time.sleep(pause)
 
     def command(self, event_id: int | str) -> dict[str, Any]:
         result: dict[str, Any] = self._do(_command(event_id))
@@ -407,8 +466,9 @@ class MilepostClient:
         result: dict[str, Any] = self._do(_release(event_id, worker_id, epoch))
         return result
 
-    def post_events(self, events: list[dict[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = self._do(_post_events(events))
+    def post_events(self, events: list[dict[str, Any]],
+                    claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(_post_events(events, claim))
         return result
 
     def credential(self, name: str) -> dict[str, Any] | None:
@@ -447,7 +507,8 @@ class AsyncMilepostClient:
     async def _do(self, call: _Call) -> Any:
         try:
             response = await self._http.request(call.method, call.path, json=call.json,
-                                                params=call.params or None)  # fmt: skip
+                                                params=call.params or None,
+                                                timeout=_timeout(self._http.timeout, call))  # fmt: skip
         except httpx.HTTPError as exc:
             raise _unreachable(call, self.base_url, exc) from exc
         return _reply(call, response)
@@ -479,8 +540,9 @@ class AsyncMilepostClient:
         result: list[dict[str, Any]] = await self._do(_executions(status, path, limit, offset))
         return result
 
-    async def status(self, execution_id: int | str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._do(_status(execution_id))
+    async def status(self, execution_id: int | str, *,
+                     wait: float | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(_status(execution_id, wait))
         return result
 
     async def execution(self, execution_id: int | str, events_limit: int | None = None,
@@ -503,16 +565,15 @@ class AsyncMilepostClient:
         return result
 
     async def wait(self, execution_id: int | str, timeout: float | None = None) -> dict[str, Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = WAIT_FIRST_POLL
+        plan = _Wait(timeout)
         while True:
-            status = await self.status(execution_id)
+            status = await self.status(execution_id, wait=plan.ask())
             if status.get("status") in TERMINAL_STATUSES:
                 return status
-            if deadline is not None and time.monotonic() + delay > deadline:
+            if (pause := plan.pause()) is None:
                 raise _wait_timeout(execution_id, status, timeout)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, WAIT_MAX_POLL)
+            if pause > 0:
+                await asyncio.sleep(pause)
 
     async def command(self, event_id: int | str) -> dict[str, Any]:
         result: dict[str, Any] = await self._do(_command(event_id))
@@ -540,8 +601,9 @@ class AsyncMilepostClient:
         result: dict[str, Any] = await self._do(_release(event_id, worker_id, epoch))
         return result
 
-    async def post_events(self, events: list[dict[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._do(_post_events(events))
+    async def post_events(self, events: list[dict[str, Any]],
+                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(_post_events(events, claim))
         return result
 
     async def credential(self, name: str) -> dict[str, Any] | None:

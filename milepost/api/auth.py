@@ -3,16 +3,23 @@
 A token is 32 random bytes in url-safe base64; the store keeps only its SHA-256, so a
 leaked database does not hand out access. Each route declares what it needs with one of
 the `*Auth` aliases below; `GET /health` needs nothing.
+
+Lookups are cached per app for `TOKEN_CACHE_TTL` seconds (`TokenCache`), so a request
+costs no database round trip for a token seen recently.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from milepost.api.errors import ApiError
 
@@ -61,21 +68,86 @@ RESOLVE = frozenset({"admin", "worker"})
 """Decrypted credential data."""
 
 
-def authenticate(request: Request) -> Principal:
+TOKEN_CACHE_TTL = 5.0
+"""Seconds a token lookup is reused without asking the store. The price: a token revoked or
+deleted in the store keeps working for at most this long on a server that saw it."""
+TOKEN_CACHE_SIZE = 10_000
+"""Most tokens one cache remembers; past it the oldest entry goes."""
+
+
+class TokenCache:
+    """Token hash -> (principal, expiry), for `TOKEN_CACHE_TTL` seconds.
+
+    Only tokens the store knows are kept: an unknown token is asked about every time, so a
+    token created a moment ago works at once and garbage tokens cannot crowd out real ones.
+    It lives on `app.state` (one per app, for the app's store) and is used only from the
+    event loop, so it needs no lock.
+    """
+
+    def __init__(self, store: Any, *, ttl: float = TOKEN_CACHE_TTL,
+                 size: int = TOKEN_CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.store = store
+        self.ttl = ttl
+        self.size = size
+        self.clock = clock
+        self._entries: OrderedDict[str, tuple[Principal, float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> Principal | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        principal, expires = entry
+        if self.clock() >= expires:
+            del self._entries[key]
+            return None
+        return principal
+
+    def put(self, key: str, principal: Principal) -> None:
+        self._entries[key] = (principal, self.clock() + self.ttl)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    async def lookup(self, key: str) -> Principal | None:
+        """The principal of a token hash: from the cache, else the store (in the thread pool)."""
+        principal = self.get(key)
+        if principal is None:
+            row = await run_in_threadpool(self.store.get_token, key)
+            if row is None:
+                return None
+            principal = Principal(role=str(row.role), name=getattr(row, "name", None))
+            self.put(key, principal)
+        return principal
+
+
+def token_cache(request: Request) -> TokenCache:
+    """The app's cache, made on first use; a new one when a new lifespan opened another store."""
+    store = request.app.state.services.store
+    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
+    if cache is None or cache.store is not store:
+        cache = TokenCache(store)
+        request.app.state.token_cache = cache
+    return cache
+
+
+async def authenticate(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer <token>)")
-    store = request.app.state.services.store
-    row = store.get_token(token_hash(token.strip()))
-    if row is None:
+    principal = await token_cache(request).lookup(token_hash(token.strip()))
+    if principal is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token")
-    return Principal(role=str(row.role), name=getattr(row, "name", None))
+    return principal
 
 
 def _require(allowed: frozenset[str], what: str) -> Any:
-    def check(request: Request) -> Principal:
-        principal = authenticate(request)
+    async def check(request: Request) -> Principal:
+        principal = await authenticate(request)
         if principal.role not in allowed:
             raise ApiError(403, "forbidden", f"role {principal.role!r} may not {what}",
                            role=principal.role)  # fmt: skip

@@ -41,6 +41,9 @@ class Ingested:
     events: list[ev.Event]
     stored_ids: set[int] = field(default_factory=set)
     stale_ids: set[int] = field(default_factory=set)
+    claimed: port.Claimed = field(default_factory=list)
+    written: set[int] = field(default_factory=set)
+    """Executions this call appended to: the runtime's states of them are the log's head."""
 
 
 def mask(value: Any) -> Any:
@@ -164,38 +167,40 @@ def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float)
     )  # fmt: skip
 
 
-def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn],
-           batch: bool) -> Ingested:  # fmt: skip
-    """Check, fence and process a batch; nothing is written unless every event is valid."""
+def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch: bool,
+           claim: port.ClaimRequest | None = None) -> Ingested:  # fmt: skip
+    """Check, fence and process a batch; nothing is written unless every event is valid.
+    `claim`: claim the reporting worker's next commands in the same transaction."""
     events = convert(items, runtime, store, batch)
-    for xid in sorted({e.execution_id for e in events}):
-        if store.get_execution(xid) is None:
-            raise api_errors.not_found("execution_not_found", f"no execution {xid}",
-                                       execution_id=str(xid))  # fmt: skip
     with runtime.lock:  # the epochs read here must not move before the append
-        fenced = _fence(runtime, store, events)
-        outcome = runtime.process(fenced)
-    result = Ingested(events=fenced)
-    stored = {e.event_id for e in outcome.events}
-    submitted = {e.event_id for e in fenced}
-    result.stored_ids = stored & submitted
-    result.stale_ids = {e.event_id for e in fenced
+        fenced, known = _fence(store, events)
+        for xid in sorted({e.execution_id for e in events} - known):
+            if store.get_execution(xid) is None:
+                raise api_errors.not_found("execution_not_found", f"no execution {xid}",
+                                           execution_id=str(xid))  # fmt: skip
+        outcome = runtime.process(fenced, claim=claim)
+    # what went in: the server's fence (epochs) and the orchestrator's (settled commands)
+    stored = {e.event_id: e for e in outcome.events}
+    result = Ingested(events=[stored.get(e.event_id, e) for e in fenced])
+    result.stored_ids = set(stored) & {e.event_id for e in fenced}
+    result.stale_ids = {e.event_id for e in result.events
                         if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
+    result.claimed = outcome.claimed
+    result.written = {e.execution_id for e in outcome.events}
     cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
     if cancels:
         runtime.settle_cancelled(cancels)
     return result
 
 
-def _fence(runtime: Runtime, store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
-    """Mark reports that are not from the command's live attempt as stale.
-
-    Live means: the fold still waits for the command (no report or lost lease settled it),
-    the lease epoch is the command's current epoch, and it was claimed (a queued command
-    has no attempt running).
-    """
+def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], set[int]]:
+    """Mark reports that are not from the command's live claim as stale: the lease epoch
+    is not the command's current epoch (it expired and the command was re-issued, or was
+    released), or the command is queued (no attempt holds it). Reports for commands the
+    run no longer waits for are marked by the orchestrator, on the state it decides on.
+    Returns the events and the executions their command rows proved to exist."""
     rows: dict[int, port.CommandRow | None] = {}
-    waiting: dict[int, set[int]] = {}
+    known: set[int] = set()
     out: list[ev.Event] = []
     for event in events:
         if event.event_type not in REPORT_TYPES:
@@ -212,24 +217,18 @@ def _fence(runtime: Runtime, store: port.Store, events: list[ev.Event]) -> list[
             raise api_errors.invalid([{"loc": ["context", "command_id"],
                                        "msg": f"command {cid} belongs to execution "
                                               f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
-        xid = event.execution_id
-        if xid not in waiting:
-            waiting[xid] = runtime.read(xid, lambda state, _pb: set(state.commands))
-        why = _stale_reason(row, int(event.meta["epoch"]), cid in waiting[xid])
+        known.add(row.execution_id)
+        why = _stale_reason(row, int(event.meta["epoch"]))
         if why is None:
             out.append(event)
-            if event.event_type in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
-                waiting[xid].discard(cid)  # a second report in this batch comes too late
         else:
             out.append(replace(event, meta={**event.meta, "stale": True, "stale_reason": why}))
-    return out
+    return out, known
 
 
-def _stale_reason(row: port.CommandRow, epoch: int, waited_for: bool) -> str | None:
+def _stale_reason(row: port.CommandRow, epoch: int) -> str | None:
     if row.epoch != epoch:
         return f"epoch {epoch} is not the live epoch {row.epoch}"
-    if not waited_for:
-        return "the command was already settled (reported, lost or cancelled)"
     if row.status == port.COMMAND_QUEUED:
         return "the command is queued: no attempt holds it"
     return None

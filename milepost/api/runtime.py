@@ -9,6 +9,8 @@ it issued, schedules retry timers with the reconciler and counts what happened.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -43,6 +45,8 @@ class Runtime:
         self.lock = threading.RLock()
         self.on_wake: Callable[[int, float], None] = lambda xid, at: None
         """Called with (execution_id, time) for every retry timer a decision set."""
+        self._waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._waiters_lock = threading.Lock()
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -55,11 +59,12 @@ class Runtime:
     # -- the orchestrator, locked ----------------------------------------------------------
 
     def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = True) -> Outcome:  # fmt: skip
-        """`Orchestrator.process`, refreshed from the log by default (other writers exist)."""
+                *, refresh: bool = True, claim: port.ClaimRequest | None = None) -> Outcome:  # fmt: skip
+        """`Orchestrator.process`, refreshed from the log by default (other writers exist).
+        Commands claimed through `claim` are not announced: their worker has them."""
         with self.lock:
             started = time.perf_counter()
-            outcome = self.orchestrator.process(reports, also, refresh=refresh)
+            outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim)
             self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
         self._after(outcome)
         return outcome
@@ -84,11 +89,13 @@ class Runtime:
             probe = st.ExecutionState(execution_id=0, path=path, version=version)
             return self.orchestrator.playbook_for(probe)
 
-    def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T]) -> T:
+    def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
+             *, refresh: bool = True) -> T:  # fmt: skip
         """`view(state, playbook)` of an execution brought up to date with the log, under the
-        lock (the state object is shared: never keep it past `view`)."""
+        lock (the state object is shared: never keep it past `view`). `refresh=False` skips
+        the look at the log, for an execution this runtime has just appended to."""
         with self.lock:
-            state = self._fresh(execution_id)
+            state = self._fresh(execution_id) if refresh else self.orchestrator.state(execution_id)
             try:
                 return view(state, self.orchestrator.playbook_for(state))
             finally:
@@ -147,13 +154,43 @@ class Runtime:
     def notice(self, row: port.CommandRow) -> notify.Notice:
         return notify.Notice(row.command_id, row.execution_id, self.pool)
 
+    # -- who waits for a run to end ---------------------------------------------------------
+
+    def watch(self, execution_id: int, loop: asyncio.AbstractEventLoop,
+              event: asyncio.Event) -> None:  # fmt: skip
+        """Set `event` (on `loop`, from whichever thread ends the run) when a call of this
+        runtime finishes `execution_id`: the status long-poll wakes at once instead of at
+        its next look at the store. Runs ended elsewhere are not seen: callers re-check."""
+        with self._waiters_lock:
+            self._waiters.setdefault(execution_id, []).append((loop, event))
+
+    def unwatch(self, execution_id: int, event: asyncio.Event) -> None:
+        with self._waiters_lock:
+            waiters = [w for w in self._waiters.get(execution_id, ()) if w[1] is not event]
+            if waiters:
+                self._waiters[execution_id] = waiters
+            else:
+                self._waiters.pop(execution_id, None)
+
+    def _wake_watchers(self, finished: Iterable[st.ExecutionState]) -> None:
+        with self._waiters_lock:
+            woken = [w for state in finished for w in self._waiters.pop(state.execution_id, ())]
+        for loop, event in woken:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits on it any more
+                loop.call_soon_threadsafe(event.set)
+
     # -- after each call -------------------------------------------------------------------
 
     def _after(self, outcome: Outcome) -> None:
         if outcome.issued:
             self.metrics.commands_issued.inc(len(outcome.issued))
-            self.publisher.notify([notify.Notice(cmd.command_id, xid, self.pool)
-                                   for xid, cmd in outcome.issued])  # fmt: skip
+            taken = {row.command_id for row, _ in outcome.claimed}
+            notices = [notify.Notice(cmd.command_id, xid, self.pool)
+                       for xid, cmd in outcome.issued if cmd.command_id not in taken]  # fmt: skip
+            if notices:
+                self.publisher.notify(notices)
+        if outcome.claimed:
+            self.metrics.commands_claimed.inc(len(outcome.claimed))
         for event in outcome.events:
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.metrics.commands_completed.labels("completed").inc()
@@ -165,3 +202,4 @@ class Runtime:
             with self.lock:  # a finished run is rebuilt from the log if anyone asks again
                 for state in outcome.finished:
                     self.orchestrator.forget(state.execution_id)
+            self._wake_watchers(outcome.finished)

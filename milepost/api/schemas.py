@@ -216,18 +216,6 @@ class EventIn(BaseModel):
     created_at: WireTime | None = None
 
 
-class EventBatchIn(_In):
-    events: list[EventIn] = Field(min_length=1, max_length=10_000)
-
-
-class IngestOut(BaseModel):
-    accepted: int
-    stored: int
-    event_ids: list[str]
-    stale: list[str] = Field(default_factory=list,
-                             description="[milepost extension] ids stored as stale reports.")  # fmt: skip
-
-
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -275,6 +263,27 @@ class CommandOut(BaseModel):
     loop_steps: dict[str, dict[str, int]]
     args: dict[str, Any]
     lease: LeaseOut | None = None
+
+
+# a batch of events comes after the commands: a report may claim the next ones
+
+
+class EventBatchIn(_In):
+    events: list[EventIn] = Field(min_length=1, max_length=10_000)
+    claim: ClaimNextIn | None = Field(
+        default=None, description="[milepost extension] claim the reporting worker's next "
+        "commands in the same transaction; they come back in `commands`.")  # fmt: skip
+
+
+class IngestOut(BaseModel):
+    accepted: int
+    stored: int
+    event_ids: list[str]
+    stale: list[str] = Field(default_factory=list,
+                             description="[milepost extension] ids stored as stale reports.")  # fmt: skip
+    commands: list[CommandOut] | None = Field(
+        default=None, description="[milepost extension] the commands claimed for `claim` "
+        "(left out without it).")  # fmt: skip
 
 
 class ClaimNextOut(BaseModel):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milepost.core import events as ev
@@ -145,6 +145,33 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
     if state is None:
         raise ValueError("fold needs a state or at least one event")
     return state
+
+
+SETTLED = "the command was already settled (reported, lost or cancelled)"
+
+
+def fold_reports(state: ExecutionState, events: Iterable[ev.Event]) -> list[ev.Event]:
+    """Fold incoming events and return them as they are to be stored: a report for a
+    command this run no longer waits for (a second report, or one after a lost lease or a
+    cancel settled it) is marked stale. The fold would ignore it anyway; the mark keeps the
+    projections and the people reading the log from taking it for the command's outcome."""
+    out: list[ev.Event] = []
+    for event in events:
+        if (event.event_type in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED)
+                and event.event_id not in state.seen and not event.meta.get("stale")
+                and _command_id(event) not in state.commands):  # fmt: skip
+            event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})
+        fold(state, [event])
+        out.append(event)
+    return out
+
+
+def _command_id(event: ev.Event) -> int | None:
+    value = event.payload.get("command_id")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def clone(state: ExecutionState) -> ExecutionState:

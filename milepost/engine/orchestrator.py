@@ -23,8 +23,9 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
-from milepost.errors import ExecutionNotFound, PlaybookNotFound
+from milepost.errors import ConcurrencyConflict, ExecutionNotFound, PlaybookNotFound
 from milepost.playbook import load, model
+from milepost.store import port
 from milepost.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 SNAPSHOT_EVERY = 2000
 """Save a snapshot of the fold after this many new events, so rebuilds stay bounded."""
 MAX_DECISIONS_PER_TRIGGER = 100_000
+OPTIMISTIC_TRIES = 3
+"""Shared mode: decisions made on the cached state before the executions are locked."""
+LOCKED_TRIES = 10
 _SNAPSHOT_VERSION = 1
 
 
@@ -45,6 +49,8 @@ class Outcome:
     finished: list[st.ExecutionState] = field(default_factory=list)
     wake_at: dict[int, float] = field(default_factory=dict)
     events: list[ev.Event] = field(default_factory=list)
+    claimed: port.Claimed = field(default_factory=list)
+    """Commands claimed for the worker named by `process(..., claim=...)`."""
 
 
 class Orchestrator:
@@ -161,13 +167,17 @@ class Orchestrator:
     # -- the loop --------------------------------------------------------------------------
 
     def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = False) -> Outcome:  # fmt: skip
+                *, refresh: bool = False, claim: port.ClaimRequest | None = None) -> Outcome:  # fmt: skip
         """Fold reports, decide, append everything in one transaction, return new work.
 
         `also` names executions to re-evaluate without a report (a retry timer, a resume);
-        `refresh` first folds whatever other writers appended since the watermark.
-        With `shared=True` (several servers on one database) every execution is locked
-        across processes for the duration and always refreshed from the log first.
+        `refresh` first folds whatever other writers appended since the watermark; `claim`
+        claims queued commands for a worker in the same transaction (`Outcome.claimed`).
+
+        With `shared=True` (several servers on one database) decisions are optimistic:
+        made on the cached state, appended only if no other writer moved those logs since
+        (`expect`), else made again on the fresh log. After a few lost races the
+        executions are locked across processes so one writer cannot starve.
         """
         by_exec: dict[int, list[ev.Event]] = {}
         for report in reports:
@@ -175,32 +185,44 @@ class Orchestrator:
         for xid in also:
             by_exec.setdefault(xid, [])
         if not self.shared:
-            return self._process(by_exec, refresh)
+            return self._process(by_exec, refresh, claim, expect=False)
+        for _ in range(OPTIMISTIC_TRIES):
+            try:
+                return self._process(by_exec, False, claim, expect=True)
+            except port.LogMoved:
+                continue  # `_process` dropped the states it had folded into: rebuilt next
         with contextlib.ExitStack() as locks:
             for xid in sorted(by_exec):  # one order everywhere: no deadlock between servers
                 locks.enter_context(self.store.lock_execution(xid))
-            return self._process(by_exec, refresh=True)
+            for _ in range(LOCKED_TRIES):
+                try:
+                    return self._process(by_exec, True, claim, expect=True)
+                except port.LogMoved:
+                    continue  # an optimistic writer got in first; it cannot keep doing so
+        raise ConcurrencyConflict("the log of these executions kept moving",
+                                  execution_ids=[str(x) for x in sorted(by_exec)])  # fmt: skip
 
-    def _process(self, by_exec: dict[int, list[ev.Event]], refresh: bool) -> Outcome:
+    def _process(self, by_exec: dict[int, list[ev.Event]], refresh: bool,
+                 claim: port.ClaimRequest | None, *, expect: bool) -> Outcome:  # fmt: skip
         out = Outcome()
         now = self.clock()
         to_append: list[ev.Event] = []
         watermarks: dict[int, int] = {}
-        for xid, incoming in by_exec.items():
-            state = self._states.get(xid)
-            if state is None:
-                state = self._states[xid] = (
-                    st.ExecutionState(execution_id=xid) if _starts(incoming) else self._rebuild(xid)
-                )
-            if refresh and state.last_seq:
-                st.fold(state, self.store.load(xid, after_seq=state.last_seq))
-            watermarks[xid] = state.last_seq
-            st.fold(state, incoming)
-            to_append.extend(incoming)
-            decided = self._decide(state, now, out)
-            to_append.extend(decided)
         try:
-            stored = self.store.append(to_append)
+            for xid, incoming in by_exec.items():
+                state = self._states.get(xid)
+                if state is None:
+                    state = self._states[xid] = (
+                        st.ExecutionState(execution_id=xid) if _starts(incoming)
+                        else self._rebuild(xid)
+                    )  # fmt: skip
+                if refresh and state.last_seq:
+                    st.fold(state, self.store.load(xid, after_seq=state.last_seq))
+                watermarks[xid] = state.last_seq
+                to_append.extend(st.fold_reports(state, incoming))
+                to_append.extend(self._decide(state, now, out))
+            stored, out.claimed = self.store.append_and_claim(
+                to_append, claim, expect=watermarks if expect else None)
         except Exception:
             for xid in by_exec:
                 self.forget(xid)  # the cache may hold events that were never committed

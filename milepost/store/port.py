@@ -8,13 +8,13 @@ queue), so the projections can always be rebuilt from the log. Adapters: `sqlite
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from milepost.core.events import Event
-from milepost.errors import ClaimRefused, MilepostError
+from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -105,6 +105,27 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
 
 
+class LogMoved(ConcurrencyConflict):
+    """`append(..., expect=...)`: another writer appended to one of these executions since
+    the caller last read it, so decisions made on the older state must be made again."""
+
+    code = "log_moved"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Claim queued commands in the transaction of an append: a worker's report is answered
+    with its next commands in one commit instead of two (`append_and_claim`)."""
+
+    worker_id: str
+    now: float
+    lease_s: float
+    limit: int
+    pool: str | None = None
+
+
+Claimed = list[tuple[CommandRow, Lease]]
+
 BLOB_PREFIX = "milepost://results/"
 
 
@@ -154,9 +175,20 @@ class Store(Protocol):
     def close(self) -> None: ...
 
     # events
-    def append(self, events: Sequence[Event]) -> list[Event]:
+    def append(self, events: Sequence[Event], *,
+               expect: Mapping[int, int] | None = None) -> list[Event]:  # fmt: skip
         """Append in one transaction with the projections; returns the events stored (with
-        `seq`), leaving out those whose `event_id` the log already had."""
+        `seq`), leaving out those whose `event_id` the log already had.
+
+        `expect` maps executions to the last `seq` the caller folded: if the log of an
+        execution these events write to has moved past it, nothing is written and LogMoved
+        is raised (optimistic concurrency between orchestrators on one database)."""
+        ...
+
+    def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None) -> tuple[list[Event], Claimed]:  # fmt: skip
+        """`append`, then `claim_next` as `claim` asks, in the same transaction where the
+        database allows it (the commands just issued are claimable at once)."""
         ...
 
     def load(self, execution_id: int, after_seq: int = 0) -> list[Event]: ...

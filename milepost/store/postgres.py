@@ -24,7 +24,7 @@ import contextlib
 import json
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,13 +44,12 @@ _NS_APPEND = 0x6D70_0002
 _NS_CATALOG = 0x6D70_0003
 _NS_LEADER = 0x6D70_0004  # the one session lock in this space (see try_leader_lock)
 
-_INSERT_EVENTS = (
+_INSERT_EVENT = (
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
-    " result, meta, worker_id, created_at)"
-    " SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::text[],"
-    " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[])"
-    " ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+    " result, meta, worker_id, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+    " ON CONFLICT (event_id) DO NOTHING"
 )
+"""Row by row in a pipeline: cheaper in Python than dumping one array per column."""
 _EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
                " meta, worker_id, created_at")  # fmt: skip
 _EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
@@ -143,7 +142,10 @@ class PostgresStore:
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             self.url, min_size=min_size, max_size=max_size, open=False, name=name,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self._connect_timeout))},
-            check=psycopg_pool.ConnectionPool.check_connection, reset=reset,
+            # no `check` on every borrow (a round trip per query): a connection that broke
+            # (database restarted) fails its one call, which callers see as StoreUnavailable
+            # and retry, and the pool drops it when it comes back
+            reset=reset,
             timeout=max(self._connect_timeout, 30.0),
         )  # fmt: skip
         try:
@@ -208,28 +210,60 @@ class PostgresStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
-        if not events:
-            return []
+    def append(self, events: Sequence[ev.Event], *,
+               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect)[0]
+
+    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None,
+                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+        if not events and claim is None:
+            return [], []
+        # first try: nothing read before writing (one pipelined round trip); a repeated
+        # event id shows in the insert's count, and the retry reads the known ids first
+        check_known = False
         for _ in range(3):
             try:
-                with self._txn() as conn:
-                    return self._append_txn(conn, events)
+                with self._conn() as conn, conn.pipeline() as pipe, conn.transaction():
+                    stored, check = self._append_txn(conn, events, expect, check_known)
+                    claimed = self._claim_next_txn(conn, claim) if claim is not None else []
+                    pipe.sync()  # every statement above in one round trip, then the check
+                    check()
+                    return stored, claimed
             except _EventIdRace:
-                continue  # rolled back; the other writer's rows are visible on the next try
+                check_known = True  # rolled back; the other writer's rows are visible now
+            except ConcurrencyConflict as exc:
+                if expect and exc.fields.get("constraint") == "event_execution_seq":
+                    # a seq taken from `expect` was taken by another writer in between
+                    raise port.LogMoved("another writer appended to these executions first",
+                                        execution_ids=sorted({str(e.execution_id)
+                                                              for e in events})) from exc  # fmt: skip
+                raise
         raise ConcurrencyConflict("could not append: the log kept moving",
                                   execution_ids=sorted({e.execution_id for e in events}))
 
-    def _append_txn(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
+    def _append_txn(self, conn: Conn, events: Sequence[ev.Event], expect: Mapping[int, int] | None,
+                    check_known: bool) -> tuple[list[ev.Event], Callable[[], None]]:  # fmt: skip
+        """Queue the writes; returns the events stored and a check to call before the
+        commit (it raises _EventIdRace if an event id was already in the log)."""
+        if not events:
+            return [], lambda: None
         xids = sorted({e.execution_id for e in events})
         for key in sorted({_fold(x) for x in xids}):
             conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (_NS_APPEND, key))
-        known = {r[0] for r in conn.execute(
-            "SELECT event_id FROM event WHERE event_id = ANY(%s::bigint[])",
-            ([e.event_id for e in events],))}  # fmt: skip
-        last: dict[int, int] = dict(conn.execute(
-            "SELECT execution_id, max(seq) FROM event WHERE execution_id = ANY(%s::bigint[])"
-            " GROUP BY execution_id", (xids,)).fetchall())  # fmt: skip
+        # `expect` names the last seq the caller saw: no need to read it (the unique
+        # (execution_id, seq) index refuses the insert if another writer took it)
+        last = {x: expect[x] for x in xids if expect and x in expect}
+        unknown = [x for x in xids if x not in last]
+        if unknown:
+            last.update(conn.execute(
+                "SELECT execution_id, max(seq) FROM event WHERE execution_id = ANY(%s::bigint[])"
+                " GROUP BY execution_id", (unknown,)).fetchall())  # fmt: skip
+        known: set[int] = set()
+        if check_known:
+            known = {r[0] for r in conn.execute(
+                "SELECT event_id FROM event WHERE event_id = ANY(%s::bigint[])",
+                ([e.event_id for e in events],))}  # fmt: skip
         stored: list[ev.Event] = []
         rows: list[tuple[Any, ...]] = []
         for event in events:
@@ -244,12 +278,16 @@ class PostgresStore:
                          json.dumps(event.meta) if event.meta else None, event.worker_id,
                          event.created_at))  # fmt: skip
         if not stored:
-            return []
-        inserted = conn.execute(_INSERT_EVENTS, [list(col) for col in zip(*rows, strict=True)])
-        if len(inserted.fetchall()) != len(stored):
-            raise _EventIdRace()
+            return [], lambda: None
+        inserted = conn.cursor()
+        inserted.executemany(_INSERT_EVENT, rows)
         self._project_txn(conn, stored)
-        return stored
+
+        def check() -> None:
+            if inserted.rowcount != len(stored):
+                raise _EventIdRace()
+
+        return stored, check
 
     def _encode_result_txn(self, conn: Conn, event: ev.Event) -> str:
         envelope = event.envelope_result()
@@ -443,7 +481,14 @@ class PostgresStore:
                    pool: str | None = None) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
         if limit <= 0:
             return []
-        pool_clause = "" if pool is None else " AND c.pool=%s"
+        with self._txn() as conn:
+            return self._claim_next_txn(conn, port.ClaimRequest(worker_id, now, lease_s, limit,
+                                                                pool))  # fmt: skip
+
+    def _claim_next_txn(self, conn: Conn, req: port.ClaimRequest) -> port.Claimed:
+        if req.limit <= 0:
+            return []
+        pool_clause = "" if req.pool is None else " AND c.pool=%s"
         # SKIP LOCKED: a claimer never waits for, nor takes, a row another one is taking;
         # `OF c` locks the command rows only, not the executions they belong to
         sql = (
@@ -455,16 +500,16 @@ class PostgresStore:
             " ORDER BY c.created_at, c.command_id LIMIT %s FOR UPDATE OF c SKIP LOCKED)"
             f" RETURNING {_CMD_COLS}"
         )
-        params: list[Any] = [port.COMMAND_CLAIMED, worker_id, now + lease_s, now,
+        expires = req.now + req.lease_s
+        params: list[Any] = [port.COMMAND_CLAIMED, req.worker_id, expires, req.now,
                              port.COMMAND_QUEUED, port.COMMAND_QUEUED]  # fmt: skip
-        if pool is not None:
-            params.append(pool)
-        params.append(limit)
-        with self._txn() as conn:
-            rows = conn.execute(sql, params).fetchall()
+        if req.pool is not None:
+            params.append(req.pool)
+        params.append(req.limit)
+        rows = conn.execute(sql, params).fetchall()
         commands = sorted((port.CommandRow(*r) for r in rows),
                           key=lambda c: (c.created_at, c.command_id))  # fmt: skip
-        return [(c, port.Lease(c.command_id, worker_id, c.epoch, now + lease_s)) for c in commands]
+        return [(c, port.Lease(c.command_id, req.worker_id, c.epoch, expires)) for c in commands]
 
     def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
         with self._txn() as conn:

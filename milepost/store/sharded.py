@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from milepost.core import events as ev
@@ -73,17 +73,33 @@ class ShardedStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+    def append(self, events: Sequence[ev.Event], *,
+               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
         by_shard: dict[int, list[ev.Event]] = {}
         n = len(self.stores)
         for event in events:
             by_shard.setdefault(shard_of(event.execution_id, n), []).append(event)
         stored: dict[int, ev.Event] = {}
         for index in sorted(by_shard):
-            for event in self.stores[index].append(by_shard[index]):
+            for event in self.stores[index].append(by_shard[index], expect=expect):
                 stored[event.event_id] = event
         # in the caller's order, as a single store returns them
         return [stored.pop(e.event_id) for e in events if e.event_id in stored]
+
+    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None,
+                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+        """Events of one shard: one transaction there, claiming that shard's commands (the
+        other shards' are announced and polled as usual). Across shards the claim is its own
+        rotating step."""
+        shards = {shard_of(e.execution_id, len(self.stores)) for e in events}
+        if len(shards) == 1:
+            return self.stores[shards.pop()].append_and_claim(events, claim, expect=expect)
+        stored = self.append(events, expect=expect)
+        if claim is None:
+            return stored, []
+        return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,
+                                       claim.pool)  # fmt: skip
 
     def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
         return self.shard(execution_id).load(execution_id, after_seq)

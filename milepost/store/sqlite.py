@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +95,21 @@ class SQLiteStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event]) -> list[ev.Event]:
-        if not events:
-            return []
+    def append(self, events: Sequence[ev.Event], *,
+               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect)[0]
+
+    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None,
+                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+        if not events and claim is None:
+            return [], []
         for _ in range(3):
             try:
                 with self._txn() as conn:
-                    return self._append_txn(conn, events)
+                    stored = self._append_txn(conn, events, expect) if events else []
+                    claimed = self._claim_next_txn(conn, claim) if claim is not None else []
+                    return stored, claimed
             except sqlite3.IntegrityError as exc:
                 # another process appended to one of these executions since we cached its
                 # last seq (the unique (execution_id, seq) index caught it): re-read, retry
@@ -114,16 +122,23 @@ class SQLiteStore:
         raise ConcurrencyConflict("could not append: the log kept moving",
                                   execution_ids=sorted({e.execution_id for e in events}))
 
-    def _append_txn(self, conn: sqlite3.Connection, events: Sequence[ev.Event]) -> list[ev.Event]:
+    def _append_txn(self, conn: sqlite3.Connection, events: Sequence[ev.Event],
+                    expect: Mapping[int, int] | None) -> list[ev.Event]:  # fmt: skip
         last = self._last_seq
-        stored: list[ev.Event] = []
-        rows = []
-        for event in events:
-            xid = event.execution_id
+        for xid in {e.execution_id for e in events}:
             if xid not in last:
                 row = conn.execute("SELECT max(seq) FROM event WHERE execution_id=?",
                                    (xid,)).fetchone()  # fmt: skip
                 last[xid] = int(row[0] or 0)
+            if expect and xid in expect and last[xid] != expect[xid]:
+                # the cache may be behind another process: then the unique index fails the
+                # insert below, the retry re-reads, and this check sees the real seq
+                raise port.LogMoved("another writer appended to this execution first",
+                                    execution_ids=[str(xid)])  # fmt: skip
+        stored: list[ev.Event] = []
+        rows = []
+        for event in events:
+            xid = event.execution_id
             last[xid] += 1
             stored.append(_with_seq(event, last[xid]))
             rows.append((event.event_id, xid, last[xid], event.parent_event_id,
@@ -481,29 +496,36 @@ class SQLiteStore:
                    pool: str | None = None) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
         if limit <= 0:
             return []
+        # the IMMEDIATE transaction holds the write lock: no other claimer reads in between
+        with self._txn() as conn:
+            return self._claim_next_txn(conn, port.ClaimRequest(worker_id, now, lease_s, limit,
+                                                                pool))  # fmt: skip
+
+    def _claim_next_txn(self, conn: sqlite3.Connection, req: port.ClaimRequest) -> port.Claimed:
+        if req.limit <= 0:
+            return []
         sql = ("SELECT c.command_id FROM command c JOIN execution x"
                " ON x.execution_id = c.execution_id WHERE c.status=? AND x.status='RUNNING'"
                " AND x.cancel_requested=0")  # fmt: skip
         params: list[Any] = [port.COMMAND_QUEUED]
-        if pool is not None:
+        if req.pool is not None:
             sql += " AND c.pool=?"
-            params.append(pool)
-        # the IMMEDIATE transaction holds the write lock: no other claimer reads in between
-        with self._txn() as conn:
-            ids = [r[0] for r in conn.execute(
-                sql + " ORDER BY c.created_at, c.command_id LIMIT ?", (*params, limit))]  # fmt: skip
-            if not ids:
-                return []
-            conn.executemany(
-                "UPDATE command SET status=?, worker_id=?, epoch=epoch+1, lease_expires_at=?,"
-                " updated_at=? WHERE command_id=?",
-                [(port.COMMAND_CLAIMED, worker_id, now + lease_s, now, cid) for cid in ids],
-            )
-            marks = ",".join("?" * len(ids))
-            rows = conn.execute(f"SELECT {self._CMD_COLS} FROM command WHERE command_id IN"
-                                f" ({marks}) ORDER BY created_at, command_id", ids).fetchall()  # fmt: skip
+            params.append(req.pool)
+        ids = [r[0] for r in conn.execute(
+            sql + " ORDER BY c.created_at, c.command_id LIMIT ?", (*params, req.limit))]  # fmt: skip
+        if not ids:
+            return []
+        expires = req.now + req.lease_s
+        conn.executemany(
+            "UPDATE command SET status=?, worker_id=?, epoch=epoch+1, lease_expires_at=?,"
+            " updated_at=? WHERE command_id=?",
+            [(port.COMMAND_CLAIMED, req.worker_id, expires, req.now, cid) for cid in ids],
+        )
+        marks = ",".join("?" * len(ids))
+        rows = conn.execute(f"SELECT {self._CMD_COLS} FROM command WHERE command_id IN"
+                            f" ({marks}) ORDER BY created_at, command_id", ids).fetchall()  # fmt: skip
         commands = [port.CommandRow(*r) for r in rows]
-        return [(c, port.Lease(c.command_id, worker_id, c.epoch, now + lease_s)) for c in commands]
+        return [(c, port.Lease(c.command_id, req.worker_id, c.epoch, expires)) for c in commands]
 
     def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
         with self._txn() as conn:

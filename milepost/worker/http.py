@@ -14,8 +14,12 @@ One `Worker` runs up to `concurrency` attempts at once on one event loop:
   with 409/404 means the lease is lost: the attempt is abandoned and never reported (the
   server has re-issued it). `cancelled: true` lets the attempt finish but no more of
   that execution's commands are taken.
-- **reporting**: one `POST /api/events/batch` carrying the lease epoch, retried while
-  the server is unreachable (event ids make the retry idempotent).
+- **reporting**: attempts that finish while a report is on its way go together in the
+  next `POST /api/events/batch` (each event carries its lease epoch), and that request
+  also claims the commands for the slots it frees (`claim`): the server answers with the
+  next commands, claimed in the transaction that stored the reports, so a chain of steps
+  costs one round trip per step. Retried while the server is unreachable (event ids make
+  the retry idempotent; a retry claims nothing, since the first try may have).
 - **shutdown** (`stop()`, SIGTERM/SIGINT): stop claiming, give back claimed commands not
   yet started, let running attempts finish within `grace_seconds`, then cancel the rest
   unreported (their leases expire and the server re-issues them).
@@ -82,7 +86,8 @@ class WorkerClient(Protocol):
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
-    async def post_events(self, events: list[dict[str, Any]]) -> dict[str, Any]: ...
+    async def post_events(self, events: list[dict[str, Any]],
+                          claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]: ...
 
@@ -191,7 +196,19 @@ class _Job:
     """claimed (not started; released on shutdown) -> running -> reporting."""
     lost: bool = False
     """The lease was lost: abandon, never report."""
+    refilled: bool = False
+    """Its report claimed the next commands: the claim loop need not poll for its slot."""
     task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Report:
+    """One attempt's events waiting for the reporter, and who waits for them to go."""
+
+    job: _Job
+    outcome: Outcome
+    wire: list[dict[str, Any]]
+    sent: asyncio.Future[None]
 
 
 class Worker:
@@ -259,6 +276,12 @@ class Worker:
             collections.OrderedDict())  # fmt: skip
         self._claim_failures = 0
         self._deferrals = 0
+        self._outbox: list[_Report] = []
+        self._outbox_ready = asyncio.Event()
+        self._claiming = 0
+        """Slots a claim on its way may fill (the claim loop's and the reporter's add up)."""
+        self._full = False
+        """The claim loop waits for a slot to free (no timer runs: someone must wake it)."""
 
     # -- control ---------------------------------------------------------------------------
 
@@ -288,20 +311,30 @@ class Worker:
         log.info("worker %s claiming from pool %r (concurrency %d, lease %gs)", self.worker_id,
                  self.pool, self.concurrency, self.lease_seconds,
                  extra={"action": "worker_started", "worker_id": self.worker_id})  # fmt: skip
+        reporter = asyncio.create_task(self._reporter(), name="reporter")
         try:
             await self._claim_loop()
         finally:
-            await self._shutdown()
+            try:
+                await self._shutdown()
+            finally:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
 
     # -- claiming --------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
         delay = self.min_poll
         while not self._stopping:
-            free = self.concurrency - len(self.jobs)
+            free = self.concurrency - len(self.jobs) - self._claiming
             if free <= 0:
                 self._wake.clear()
-                await self._wait(None)  # a slot frees, or stop
+                self._full = True
+                try:
+                    await self._wait(None)  # a slot frees, or stop
+                finally:
+                    self._full = False
                 continue
             self._wake.clear()
             started = await self._claim(min(free, MAX_CLAIM))
@@ -319,6 +352,7 @@ class Worker:
     async def _claim(self, limit: int) -> int | None:
         """Claim up to `limit` commands and start them; the number started, None on error."""
         self.polls += 1
+        self._claiming += limit
         try:
             commands = await self.client.claim_next(self.worker_id, limit=limit,
                                                     lease_seconds=self.lease_seconds,
@@ -331,10 +365,17 @@ class Worker:
                     type(exc).__name__, exc, exc_info=unexpected,
                     extra={"action": "claim_failed"})  # fmt: skip
             return None
+        finally:
+            self._claiming -= limit
         if self._claim_failures:
             log.info("claiming again after %d failure(s)", self._claim_failures,
                      extra={"action": "claim_recovered"})  # fmt: skip
             self._claim_failures = 0
+        return await self._accept(commands)
+
+    async def _accept(self, commands: list[dict[str, Any]]) -> int:
+        """Start claimed commands (give them back when stopping or cancelled); the number
+        started."""
         started = 0
         for command in commands:
             job = self._job(command)
@@ -397,7 +438,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeats
             self.jobs.pop(job.command_id, None)
-            self._wake.set()
+            if not job.refilled or self._full:  # a report that refilled its slot is a poll
+                self._wake.set()
 
     async def _attempt(self, job: _Job) -> tuple[WorkItem, Outcome] | None:
         try:
@@ -483,36 +525,101 @@ class Worker:
             self._cancelled.popitem(last=False)
 
     async def _report(self, job: _Job, item: WorkItem, outcome: Outcome) -> None:
+        """Hand the attempt's events to the reporter; returns once they went (or were
+        given up on)."""
         events = report_events(item, outcome, self._new_id(), self.clock.time(), self.worker_id)
         wire = _jsonable([wire_event(e, job.epoch, job.command_id) for e in events])
+        entry = _Report(job, outcome, wire, asyncio.get_running_loop().create_future())
+        self._outbox.append(entry)
+        self._outbox_ready.set()
+        await asyncio.shield(entry.sent)
+
+    async def _reporter(self) -> None:
+        """Send what the attempts report, everything that finished meanwhile in one batch."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            batch, self._outbox = self._outbox, []
+            if batch:
+                try:
+                    await self._send(batch)
+                except Exception:  # a bug here must not stop every later report
+                    log.exception("reporter failed; %d report(s) not sent (their leases will "
+                                  "lapse)", len(batch), extra={"action": "reporter_failed"})
+                finally:
+                    for entry in batch:
+                        if not entry.sent.done():
+                            entry.sent.set_result(None)
+
+    def _refill(self, freed: int) -> dict[str, Any] | None:
+        """The `claim` of a report that frees `freed` slots (None when nothing may be taken)."""
+        if self._stopping:
+            return None
+        free = min(self.concurrency - len(self.jobs) - self._claiming + freed, MAX_CLAIM)
+        if free <= 0:
+            return None
+        return {"worker_id": self.worker_id, "limit": free, "pool": self.pool,
+                "lease_seconds": self.lease_seconds}  # fmt: skip
+
+    async def _send(self, batch: list[_Report]) -> None:
+        wire = [event for entry in batch for event in entry.wire]
+        claim = self._refill(len(batch))
+        limit = int(claim["limit"]) if claim else 0
         delay, waited = REPORT_RETRY_FIRST, 0.0
         while True:
+            self._claiming += limit
             try:
-                reply = await self.client.post_events(wire)
+                reply = await self.client.post_events(wire, claim) if claim \
+                    else await self.client.post_events(wire)  # fmt: skip
             except ApiError as exc:
                 if not exc.transient:
-                    self._log(job, logging.ERROR, "report_refused",
-                              "report refused: %s %s", exc.code, exc.message)
+                    await self._refused(batch, exc)
                     return
                 problem: MilepostError = exc
             except ServerUnavailable as exc:
                 problem = exc
             else:
-                status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
-                stale = isinstance(reply, Mapping) and bool(reply.get("stale"))
-                self._log(job, logging.WARNING if stale else logging.INFO, "attempt_reported",
-                          "reported %s (epoch %d)%s", status, job.epoch,
-                          ", stored stale: it changed nothing" if stale else "")  # fmt: skip
+                await self._delivered(batch, reply, claim is not None)
                 return
+            finally:
+                self._claiming -= limit
             if waited >= self.report_timeout:
-                self._log(job, logging.ERROR, "report_dropped",
-                          "report dropped after %.0fs of failures: %s", waited, problem)
+                for entry in batch:
+                    self._log(entry.job, logging.ERROR, "report_dropped",
+                              "report dropped after %.0fs of failures: %s", waited, problem)
                 return
-            self._log(job, logging.WARNING, "report_retry",
-                      "report failed, retrying in %.1fs: %s", delay, problem)
+            for entry in batch:
+                self._log(entry.job, logging.WARNING, "report_retry",
+                          "report failed, retrying in %.1fs: %s", delay, problem)
             await self.clock.sleep(delay)
             waited += delay
             delay = min(delay * 2, REPORT_RETRY_MAX)
+            # the first try may have claimed commands before its reply was lost: a retry
+            # claims nothing more (those leases lapse and the commands are re-issued)
+            claim, limit = None, 0
+
+    async def _delivered(self, batch: list[_Report], reply: Any, claimed: bool) -> None:
+        commands = reply.get("commands") if isinstance(reply, Mapping) else None
+        if claimed and isinstance(commands, list):
+            await self._accept(commands)  # before the slots of `batch` free up
+        stale = set(reply.get("stale") or ()) if isinstance(reply, Mapping) else set()
+        for entry in batch:
+            entry.job.refilled = claimed
+            outcome = entry.outcome
+            status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
+            late = any(str(e.get("event_id")) in stale for e in entry.wire)
+            self._log(entry.job, logging.WARNING if late else logging.INFO, "attempt_reported",
+                      "reported %s (epoch %d)%s", status, entry.job.epoch,
+                      ", stored stale: it changed nothing" if late else "")  # fmt: skip
+
+    async def _refused(self, batch: list[_Report], exc: ApiError) -> None:
+        """A 4xx names one bad report at most: send the others on their own."""
+        if len(batch) > 1:
+            for entry in batch:
+                await self._send([entry])
+            return
+        self._log(batch[0].job, logging.ERROR, "report_refused", "report refused: %s %s",
+                  exc.code, exc.message)  # fmt: skip
 
     async def _release(self, job: _Job) -> None:
         try:

@@ -237,6 +237,38 @@ def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store
     assert store.get_command(211).status == store.get_command(221).status == port.COMMAND_QUEUED
 
 
+def test_append_and_claim_hands_out_the_commands_it_just_issued(store: Any) -> None:
+    store.append([started(24), issued(24, 241)])
+    req = port.ClaimRequest("w1", now=10.0, lease_s=5.0, limit=3)
+    stored, claimed = store.append_and_claim([issued(24, 242), issued(24, 243)], req)
+    assert [e.seq for e in stored] == [3, 4]
+    # oldest first: the command queued before the append, then the two it issued
+    assert [(c.command_id, c.status, c.worker_id, c.epoch) for c, _ in claimed] == [
+        (241, port.COMMAND_CLAIMED, "w1", 1), (242, port.COMMAND_CLAIMED, "w1", 1),
+        (243, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
+    assert all(lease.expires_at == 15.0 for _, lease in claimed)
+    assert store.claim_next("w2", now=11.0, lease_s=5.0, limit=5) == []
+    # nothing to append: a plain claim; nothing queued: nothing claimed
+    assert store.append_and_claim([], req) == ([], [])
+
+
+def test_append_with_an_expected_seq_refuses_when_the_log_moved(store: Any) -> None:
+    store.append([started(25), issued(25, 251)])
+    with pytest.raises(port.LogMoved) as moved:
+        store.append([issued(25, 252)], expect={25: 1})  # the caller has not seen seq 2
+    assert moved.value.fields["execution_ids"] == ["25"]
+    assert [e.seq for e in store.load(25)] == [1, 2]  # nothing written
+    assert store.get_command(252) is None
+    stored = store.append([issued(25, 252)], expect={25: 2, 99: 7})  # 99: not written to
+    assert [e.seq for e in stored] == [3]
+    # a new execution is expected at 0; a claim in a refused append is rolled back too
+    with pytest.raises(port.LogMoved):
+        store.append_and_claim([issued(25, 253)], port.ClaimRequest("w", 1.0, 5.0, 5),
+                               expect={25: 2})  # fmt: skip
+    assert store.get_command(251).status == port.COMMAND_QUEUED
+    assert [e.seq for e in store.append([started(26)], expect={26: 0})] == [1]
+
+
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
     store.append([started(23), issued(23, 231),
                   event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,

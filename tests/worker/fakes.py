@@ -166,7 +166,11 @@ class FakeClient:
         self.credentials: dict[str, dict[str, Any]] = {}
         self.credential_calls: list[str] = []
         self.on_heartbeat: HeartbeatScript | None = None
-        self.report_failures: list[Exception] = []
+        self.report_failures: list[Exception | None] = []
+        """What the next reports raise, in order (None: that one goes through)."""
+        self.report_claims: list[int | None] = []
+        """The `claim.limit` of each report (None: it claimed nothing)."""
+        self.report_gate: asyncio.Event | None = None
         self.resource_gate: asyncio.Event | None = None
         self.reported = asyncio.Event()
 
@@ -188,13 +192,22 @@ class FakeClient:
         self.releases.append((int(event_id), epoch))
         return {"released": True}
 
-    async def post_events(self, events: list[dict[str, Any]]) -> dict[str, Any]:
-        if self.report_failures:
-            raise self.report_failures.pop(0)
+    async def post_events(self, events: list[dict[str, Any]],
+                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        self.report_claims.append(None if claim is None else int(claim["limit"]))
+        if self.report_gate is not None:
+            await self.report_gate.wait()
+        failure = self.report_failures.pop(0) if self.report_failures else None
+        if failure is not None:
+            raise failure
         self.reports.append(events)
         self.reported.set()
-        return {"accepted": len(events), "stored": len(events),
-                "event_ids": [e["event_id"] for e in events]}  # fmt: skip
+        reply: dict[str, Any] = {"accepted": len(events), "stored": len(events),
+                                 "event_ids": [e["event_id"] for e in events]}  # fmt: skip
+        if claim is not None:  # as the server: the next commands, claimed with the report
+            limit = int(claim["limit"])
+            reply["commands"], self.queue = self.queue[:limit], self.queue[limit:]
+        return reply
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
         self.resources.append((path, version))
@@ -219,7 +232,7 @@ def stale(event_id: int, epoch: int) -> dict[str, Any]:
 
 
 class FakeTools:
-    """Records tool calls; a call of a gated step waits for its gate to open."""
+    """Records tool calls; a call of a gated step (or idempotency key) waits for its gate."""
 
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
@@ -231,7 +244,7 @@ class FakeTools:
 
     async def run(self, call: ToolCall) -> ToolResult:
         self.calls.append(call)
-        gate = self.gates.get(call.step)
+        gate = self.gates.get(call.step) or self.gates.get(call.idempotency_key)
         if gate is not None:
             try:
                 await gate.wait()

@@ -127,6 +127,84 @@ def test_a_refused_report_is_not_retried() -> None:
     run(scenario)
 
 
+def test_a_report_claims_the_next_command_in_the_same_request() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make(concurrency=1)
+        first, second = tools.gate("key-110-1"), tools.gate("key-111-1")
+        client.queue.append(command(110))
+        async with running(worker):
+            await until(lambda: len(tools.calls) == 1)
+            client.queue.append(command(111))  # issued while 110 runs
+            first.set()
+            await until(lambda: len(tools.calls) == 2)
+            assert client.claim_limits == [1], "111 came with 110's report, not from a poll"
+            assert client.report_claims == [1]
+            second.set()
+            await until(lambda: len(client.reported_events()) == 2, clock)
+        assert [c.idempotency_key for c in tools.calls] == ["key-110-1", "key-111-1"]
+
+    run(scenario)
+
+
+def test_attempts_that_finish_while_a_report_is_on_its_way_go_in_one_batch() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make(concurrency=3)
+        client.report_gate = asyncio.Event()
+        first, rest = tools.gate("key-120-1"), tools.gate("key-121-1")
+        tools.gates["key-122-1"] = rest
+        client.queue += [command(120), command(121), command(122)]
+        async with running(worker):
+            await until(lambda: len(tools.calls) == 3)
+            first.set()  # 120 finishes first and its report waits at the server ...
+            await until(lambda: len(client.report_claims) == 1)
+            rest.set()  # ... while 121 and 122 finish
+            await settle()
+            client.report_gate.set()
+            await until(lambda: len(client.reported_events()) == 3, clock)
+        assert [len(batch) for batch in client.reports] == [1, 2]
+        # each report asks for the slots it frees; nothing was queued, nothing came back
+        assert client.report_claims == [1, 2]
+
+    run(scenario)
+
+
+def test_a_retried_report_claims_nothing() -> None:
+    async def scenario() -> None:
+        worker, client, _, clock = make(concurrency=1)
+        client.report_failures = [ServerUnavailable("reply lost")]
+        client.queue.append(command(130))
+        async with running(worker):
+            await until(lambda: bool(client.reports), clock)
+        # the first try may have claimed before its reply was lost: those leases lapse
+        assert client.report_claims == [1, None]
+
+    run(scenario)
+
+
+def test_a_refused_batch_is_sent_again_report_by_report() -> None:
+    async def scenario() -> None:
+        worker, client, tools, clock = make(concurrency=3)
+        client.report_gate = asyncio.Event()
+        first, rest = tools.gate("key-140-1"), tools.gate("key-141-1")
+        tools.gates["key-142-1"] = rest
+        client.queue += [command(140), command(141), command(142)]
+        async with running(worker):
+            await until(lambda: len(tools.calls) == 3)
+            first.set()
+            await until(lambda: len(client.report_claims) == 1)
+            rest.set()
+            await settle()
+            # the first report goes through; the batch of two is refused, then each alone
+            client.report_failures = [None, ApiError(422, "validation_error", "one bad event")]
+            client.report_gate.set()
+            await until(lambda: len(client.report_claims) == 4, clock)
+            await until(lambda: not worker.jobs)
+        assert [len(batch) for batch in client.reports] == [1, 1, 1]
+        assert len(client.reported_events()) == 3
+
+    run(scenario)
+
+
 # -- heartbeats and leases -------------------------------------------------------------------
 
 
@@ -203,9 +281,11 @@ def test_claims_ask_only_for_free_slots() -> None:
             await clock.advance(60)  # polls would happen now if slots were free
             assert client.claim_limits == [2]
             gate.set()
-            await until(lambda: len(client.reports) == 5, clock)
-        assert client.claim_limits[:2] == [2, 2]
+            await until(lambda: len(client.reported_events()) == 5, clock)
+        # the rest came with the reports, each asking only for the slots it freed
+        assert client.claim_limits[0] == 2
         assert max(client.claim_limits) <= 2
+        assert max(limit or 0 for limit in client.report_claims) <= 2
 
     run(scenario)
 
@@ -226,7 +306,8 @@ def test_poll_backoff_doubles_to_two_seconds_and_resets_when_work_arrives() -> N
                 await clock.next()
         polls = [s for s in clock.sleeps[mark:] if s != HEARTBEAT]
         assert polls[0] == 0.05, "work resets the back-off"
-        assert polls[-3:] == [0.1, 0.2, 0.4], polls
+        # the report asked for more work and got none: no extra poll, the back-off goes on
+        assert polls[-3:] == [0.05, 0.1, 0.2], polls
 
     run(scenario)
 
@@ -274,7 +355,7 @@ def test_the_playbook_is_fetched_once_per_version() -> None:
         worker, client, _, _ = make()
         client.queue += [command(340), command(341), command(342)]
         async with running(worker):
-            await until(lambda: len(client.reports) == 3)
+            await until(lambda: len(client.reported_events()) == 3)
         assert client.resources == [("tests/w", 1)]
 
     run(scenario)
@@ -291,7 +372,7 @@ def test_credentials_come_from_the_server_are_cached_and_never_leave_the_worker(
         worker, client, tools, _ = make(client)
         client.queue += [command(350, path="tests/s"), command(351, path="tests/s")]
         async with running(worker):
-            await until(lambda: len(client.reports) == 2)
+            await until(lambda: len(client.reported_events()) == 2)
         assert tools.calls[0].input == {"pw": secret}  # the tool sees it...
         assert secret not in repr(client.reports)  # ...the report does not
         assert client.reported_events()[0]["result"]["context"]["result"]["input"]["pw"] == "***"

@@ -6,6 +6,7 @@ claim time and a lease `{epoch, expires_at}`; every report must carry that epoch
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -41,12 +42,26 @@ def _lease_s(settings: Settings, asked: float | None) -> float:
     return asked if asked is not None else settings.lease_seconds
 
 
-def _out(runtime: Runtime, row: port.CommandRow,
-         lease: port.Lease | None) -> schemas.CommandOut:  # fmt: skip
+def _out(runtime: Runtime, row: port.CommandRow, lease: port.Lease | None, *,
+         refresh: bool = True) -> schemas.CommandOut:  # fmt: skip
     def view(state: st.ExecutionState, playbook: model.Playbook) -> schemas.CommandOut:
         return views.command_out(state, playbook, row, lease)
 
-    return runtime.read(row.execution_id, view)
+    return runtime.read(row.execution_id, view, refresh=refresh)
+
+
+def hand_out(runtime: Runtime, claimed: port.Claimed,
+             fresh: Collection[int] = ()) -> list[schemas.CommandOut]:  # fmt: skip
+    """The claimed commands as a worker gets them, each with the render context of its
+    execution now. `fresh`: executions this runtime has just appended to (no need to look at
+    the log again). A cancel may have landed between the store's check and now: those
+    commands are settled here instead of handed out."""
+    cancelled = runtime.settle_cancelled((), claimed=[
+        (row, lease) for row, lease in claimed
+        if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested,
+                        refresh=row.execution_id not in fresh)])  # fmt: skip
+    return [_out(runtime, row, lease, refresh=row.execution_id not in fresh)
+            for row, lease in claimed if row.execution_id not in cancelled]  # fmt: skip
 
 
 @router.post("/claim")
@@ -57,13 +72,7 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: Metric
     now = runtime.clock()
     claimed = store.claim_next(body.worker_id, now, _lease_s(services.settings, body.lease_seconds),
                                body.limit, body.pool)  # fmt: skip
-    if not claimed:
-        return schemas.ClaimNextOut(commands=[])
-    # a cancel may have landed between the store's check and now: settle those ourselves
-    cancelled = runtime.settle_cancelled((), claimed=[
-        (row, lease) for row, lease in claimed
-        if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested)])  # fmt: skip
-    out = [_out(runtime, row, lease) for row, lease in claimed if row.execution_id not in cancelled]
+    out = hand_out(runtime, claimed)
     metrics.commands_claimed.inc(len(out))
     return schemas.ClaimNextOut(commands=out)
 

@@ -8,8 +8,9 @@ from fastapi import APIRouter
 
 from milepost.api import errors, ingest, schemas
 from milepost.api.auth import WorkAuth
-from milepost.api.deps import MetricsDep, RuntimeDep, StoreDep
+from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
 from milepost.api.metrics import Metrics
+from milepost.api.routers import commands
 from milepost.api.runtime import Runtime
 from milepost.core import events as ev
 from milepost.store import port
@@ -17,23 +18,33 @@ from milepost.store import port
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-@router.post("")
+@router.post("", response_model_exclude_none=True)
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
                metrics: MetricsDep, _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
     return _ingest([body], store, runtime, metrics, batch=False)
 
 
-@router.post("/batch")
-def post_batch(body: schemas.EventBatchIn, store: StoreDep, runtime: RuntimeDep,
-               metrics: MetricsDep, _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
-    return _ingest(body.events, store, runtime, metrics, batch=True)
+@router.post("/batch", response_model_exclude_none=True)
+def post_batch(body: schemas.EventBatchIn, services: ServicesDep, metrics: MetricsDep,
+               _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
+    """The events in one transaction. With `claim` (a worker reporting its attempts), the
+    worker's next commands are claimed in that transaction and come back in `commands`:
+    one round trip per step instead of a report and a claim."""
+    claim = None
+    if body.claim is not None:
+        lease_s = body.claim.lease_seconds or services.settings.lease_seconds
+        claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
+                                  body.claim.limit, body.claim.pool)  # fmt: skip
+    return _ingest(body.events, services.store, services.runtime, metrics, batch=True,
+                   claim=claim)  # fmt: skip
 
 
 def _ingest(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
-            metrics: Metrics, *, batch: bool) -> schemas.IngestOut:  # fmt: skip
+            metrics: Metrics, *, batch: bool,
+            claim: port.ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
     started = time.perf_counter()
     try:
-        done = ingest.ingest(runtime, store, items, batch)
+        done = ingest.ingest(runtime, store, items, batch, claim)
     except errors.ApiError:
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
@@ -52,6 +63,8 @@ def _ingest(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
         accepted=len(done.events), stored=len(done.stored_ids),
         event_ids=[str(e.event_id) for e in done.events],
         stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
+        commands=None if claim is None else commands.hand_out(runtime, done.claimed,
+                                                              fresh=done.written),
     )  # fmt: skip
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
+from starlette.concurrency import run_in_threadpool
 
 from milepost.api import errors, schemas, views
 from milepost.api.auth import OperateAuth, ReadAuth
 from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.engine import report
 from milepost.playbook import model
@@ -69,13 +72,63 @@ def get_execution(
     )  # fmt: skip
 
 
-@router.get("/{execution_id}/status")
-def get_status(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
-               _: ReadAuth) -> schemas.StatusOut:  # fmt: skip
-    row = existing(store, execution_id)
-    summary = runtime.read(row.execution_id, _summary)
-    return schemas.StatusOut(execution_id=str(row.execution_id), status=summary["status"],
+MAX_STATUS_WAIT = 60.0
+"""Longest `wait` of the status route, in seconds (the client asks for at most 30)."""
+STATUS_RECHECK = 0.2
+"""While a status long-poll waits, how often it looks at the store: this server's runtime
+wakes it at once when it ends the run, but another server or the CLI may end it too."""
+
+
+def _status_out(runtime: Runtime, execution_id: int) -> schemas.StatusOut:
+    summary = runtime.read(execution_id, _summary)
+    return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
                              error=summary["error"], steps=summary["steps"])  # fmt: skip
+
+
+def _ended(store: port.Store, execution_id: int) -> bool:
+    """The projection's status (one row, no runtime lock): cheap enough to poll."""
+    row = store.get_execution(execution_id)
+    return row is None or row.status in st.TERMINAL
+
+
+@router.get("/{execution_id}/status")
+async def get_status(
+    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
+    wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
+        "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
+        "CANCELLED); after that the current status. 0: answer at once."))] = 0,
+) -> schemas.StatusOut:  # fmt: skip
+    """The status, at once or long-polled with `wait`.
+
+    Async so a waiting request holds no thread: the store and the runtime are synchronous,
+    so every read goes through the thread pool, and the wait itself is an `asyncio.Event`
+    that `Runtime` sets when it finishes the run, with a look at the store every
+    `STATUS_RECHECK` seconds for runs ended elsewhere.
+    """
+    row = await run_in_threadpool(existing, store, execution_id)
+    xid = row.execution_id
+    if wait <= 0:
+        return await run_in_threadpool(_status_out, runtime, xid)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    ended = asyncio.Event()
+    runtime.watch(xid, loop, ended)  # before the first read: an end in between still wakes us
+    try:
+        out = await run_in_threadpool(_status_out, runtime, xid)
+        while out.status not in st.TERMINAL:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return out
+            try:
+                await asyncio.wait_for(ended.wait(), min(STATUS_RECHECK, remaining))
+                ended.clear()  # set once per end; from now on only the store re-checks count
+            except TimeoutError:
+                if not await run_in_threadpool(_ended, store, xid) and loop.time() < deadline:
+                    continue
+            out = await run_in_threadpool(_status_out, runtime, xid)
+        return out
+    finally:
+        runtime.unwatch(xid, ended)
 
 
 @router.post("/{execution_id}/cancel")
