@@ -179,30 +179,45 @@ async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
 
 
 class ServerBench:
-    """The same workloads through `milepost server` on PostgreSQL with two worker processes."""
+    """The same workloads through `milepost server` on PostgreSQL with two worker processes.
+
+    The driver is a client like any other: it submits W3's runs concurrently (as a user
+    starting many runs would) and waits for each with the status long-poll."""
+
+    SUBMITTERS = 16
+    """Requests the driver keeps in flight at once."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self._registered: set[str] = set()
 
-    def _path(self, workload: str, n: int) -> str:
+    async def _path(self, workload: str, n: int) -> str:
         text = playbook_text(workload, n)
         if text not in self._registered:
-            self.client.register(text)
+            await self.client.register(text)
             self._registered.add(text)
         return f"bench/{workload.lower()}"
 
-    def run_once(self, workload: str, n: int) -> Any:
-        path = self._path(workload, n)
-        if workload == "W3":
-            xids = [self.client.execute(path, {}) for _ in range(n)]
-            return sum(self._value(x, "s4") for x in xids)
-        xid = self.client.execute(path, {"n": n})
-        return self._value(xid, f"s{n - 1}" if workload == "W1" else "total")
+    async def run_once(self, workload: str, n: int) -> Any:
+        path = await self._path(workload, n)
+        if workload != "W3":
+            xid = await self.client.execute(path, {"n": n})
+            return await self._value(xid, f"s{n - 1}" if workload == "W1" else "total")
+        gate = asyncio.Semaphore(self.SUBMITTERS)  # one for the submissions, then the waits
 
-    def _value(self, xid: Any, step: str) -> Any:
-        self.client.wait(xid, timeout=600)
-        status = self.client.status(xid)
+        async def submit() -> Any:
+            async with gate:
+                return await self.client.execute(path, {})
+
+        async def value(xid: Any) -> Any:
+            async with gate:
+                return await self._value(xid, "s4")
+
+        xids = await asyncio.gather(*(submit() for _ in range(n)))
+        return sum(await asyncio.gather(*(value(x) for x in xids)))
+
+    async def _value(self, xid: Any, step: str) -> Any:
+        status = await self.client.wait(xid, timeout=600)
         if status["status"] != st.COMPLETED:
             raise RuntimeError(f"execution {xid} {status['status']}: {status.get('error')}")
         return status["steps"][step]["result"]
@@ -210,25 +225,29 @@ class ServerBench:
 
 def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
                   emit: Callable[[dict[str, Any]], None]) -> bool:  # fmt: skip
-    from milepost.client import MilepostClient
+    from milepost.client import AsyncMilepostClient
     from milepost.conformance.cluster import LocalCluster
 
     pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     out = _Reps(workload, n, variant, "server on PostgreSQL (synchronous_commit on), "
                 "2 worker processes, NATS wake-ups + polling", emit)  # fmt: skip
-    with LocalCluster(pg, workers=2) as cluster, \
-            MilepostClient(cluster.url, cluster.token, timeout=120) as client:  # fmt: skip
-        bench = ServerBench(client)
-        for _ in range(warmup):
-            bench.run_once(workload, min(n, 5))
-        for rep in range(1, reps + 1):
-            t0 = time.perf_counter()
-            value, error = None, None
-            try:
-                value = bench.run_once(workload, n)
-            except Exception as exc:  # report and keep going, like the harness
-                error = exc
-            out.record(rep, time.perf_counter() - t0, value, error)
+
+    async def main(url: str, token: str) -> None:
+        async with AsyncMilepostClient(url, token, timeout=120) as client:
+            bench = ServerBench(client)
+            for _ in range(warmup):
+                await bench.run_once(workload, min(n, 5))
+            for rep in range(1, reps + 1):
+                t0 = time.perf_counter()
+                value, error = None, None
+                try:
+                    value = await bench.run_once(workload, n)
+                except Exception as exc:  # report and keep going, like the harness
+                    error = exc
+                out.record(rep, time.perf_counter() - t0, value, error)
+
+    with LocalCluster(pg, workers=2) as cluster:
+        asyncio.run(main(cluster.url, cluster.token))
     return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF))
 
 

@@ -505,6 +505,9 @@ def server(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8082,
     db: ServerDbOption = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option(
+        help="Log every request (workers make several per step: off by default; the "
+             "server logs what it does, and /metrics counts requests).")] = False,
 ) -> None:
     """Run the HTTP server (docs/server-contract.md); needs MILEPOST_SECRET_KEY.
 
@@ -520,7 +523,8 @@ def server(
     if not (settings.secret_key or "").strip():
         raise _fail(SecretKeyMissing().message)
     parse_keys(settings.secret_key or "")  # a malformed key fails here, before the port opens
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
+                access_log=access_log)  # fmt: skip
 
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens.")

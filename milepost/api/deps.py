@@ -1,4 +1,8 @@
-"""What routes receive: the app's services, as `Annotated` dependency aliases."""
+"""What routes receive: the app's services, as `Annotated` dependency aliases.
+
+They are `async` on purpose: FastAPI runs a sync dependency in its thread pool, one hop per
+dependency per request, for what is an attribute read.
+"""
 
 from __future__ import annotations
 
@@ -29,25 +33,29 @@ class Services:
     """Several servers may share this database (PostgreSQL)."""
 
 
-def get_services(request: Request) -> Services:
+def services_of(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def get_store(request: Request) -> port.Store:
-    return get_services(request).store
+async def get_services(request: Request) -> Services:
+    return services_of(request)
 
 
-def get_runtime(request: Request) -> Runtime:
-    return get_services(request).runtime
+async def get_store(request: Request) -> port.Store:
+    return services_of(request).store
 
 
-def get_vault(request: Request) -> Vault:
-    return get_services(request).vault
+async def get_runtime(request: Request) -> Runtime:
+    return services_of(request).runtime
 
 
-def get_metrics(request: Request) -> Metrics:
-    return get_services(request).metrics
+async def get_vault(request: Request) -> Vault:
+    return services_of(request).vault
+
+
+async def get_metrics(request: Request) -> Metrics:
+    return services_of(request).metrics
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

@@ -172,7 +172,8 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     """Check, fence and process a batch; nothing is written unless every event is valid.
     `claim`: claim the reporting worker's next commands in the same transaction."""
     events = convert(items, runtime, store, batch)
-    with runtime.lock:  # the epochs read here must not move before the append
+    # the epochs read here must not move before the append
+    with runtime.locked({e.execution_id for e in events}):
         fenced, known = _fence(store, events)
         for xid in sorted({e.execution_id for e in events} - known):
             if store.get_execution(xid) is None:

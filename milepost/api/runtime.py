@@ -1,10 +1,12 @@
-"""The server's orchestrator: one lock around it, and what follows each `process` call.
+"""The server's orchestrator: a lock per execution around it, and what follows each call.
 
 Routes run in a thread pool and the orchestrator's cached states are plain objects, so
-every orchestrator call of this process goes through `Runtime` under one lock. Across
-servers, the orchestrator itself serializes executions (`shared=True` takes the store's
-per-execution lock). After each call the runtime publishes the wake-ups of the commands
-it issued, schedules retry timers with the reconciler and counts what happened.
+every call that reads or changes an execution's state goes through `Runtime` holding that
+execution's lock (`ExecutionLocks`): calls for different executions run side by side,
+their database waits included. Across servers the orchestrator is optimistic (`shared=True`:
+an append fails if another writer moved the log first). After each call the runtime
+publishes the wake-ups of the commands it issued, schedules retry timers with the
+reconciler and counts what happened.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from milepost.api.metrics import Metrics
@@ -29,6 +31,53 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+class ExecutionLocks:
+    """One reentrant lock per execution, made on demand and dropped when nobody holds or
+    waits for it. `hold` takes several in id order, so two callers cannot deadlock (a
+    thread that already holds some may take more only in that order too)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[int, tuple[threading.RLock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, execution_ids: Iterable[int]) -> Iterator[None]:
+        taken: list[int] = []
+        try:
+            for xid in sorted(set(execution_ids)):
+                with self._guard:
+                    lock, users = self._locks.get(xid) or (threading.RLock(), 0)
+                    self._locks[xid] = (lock, users + 1)
+                taken.append(xid)
+                lock.acquire()
+            yield
+        finally:
+            for xid in reversed(taken):
+                with self._guard:
+                    lock, users = self._locks[xid]
+                    if users > 1:
+                        self._locks[xid] = (lock, users - 1)
+                    else:
+                        del self._locks[xid]
+                with contextlib.suppress(RuntimeError):  # not acquired: the acquire raised
+                    lock.release()
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)
+
+
+def _locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
+    """The orchestrator's id generator, safe to call from the route threads at once."""
+    lock = threading.Lock()
+
+    def locked() -> int:
+        with lock:
+            return new_id()
+
+    return locked
+
+
 CANCELLED_BEFORE_CLAIM = {"kind": "cancelled", "retryable": False,
                           "message": "execution cancelled before the command ran"}  # fmt: skip
 
@@ -42,7 +91,10 @@ class Runtime:
         self.publisher = publisher
         self.metrics = metrics
         self.pool = pool
-        self.lock = threading.RLock()
+        self.locks = ExecutionLocks()
+        self._catalog = threading.Lock()
+        """Registering and parsing playbooks (the orchestrator's catalog caches)."""
+        orchestrator.new_id = _locked_ids(orchestrator.new_id)
         self.on_wake: Callable[[int, float], None] = lambda xid, at: None
         """Called with (execution_id, time) for every retry timer a decision set."""
         self._waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
@@ -53,8 +105,11 @@ class Runtime:
         return self.orchestrator.clock
 
     def new_id(self) -> int:
-        with self.lock:
-            return self.orchestrator.new_id()
+        return self.orchestrator.new_id()
+
+    def locked(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
+        """Hold these executions' locks (for a read-then-process that must not interleave)."""
+        return self.locks.hold(execution_ids)
 
     # -- the orchestrator, locked ----------------------------------------------------------
 
@@ -62,7 +117,8 @@ class Runtime:
                 *, refresh: bool = True, claim: port.ClaimRequest | None = None) -> Outcome:  # fmt: skip
         """`Orchestrator.process`, refreshed from the log by default (other writers exist).
         Commands claimed through `claim` are not announced: their worker has them."""
-        with self.lock:
+        xids = {e.execution_id for e in reports} | set(also)
+        with self.locks.hold(xids):
             started = time.perf_counter()
             outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim)
             self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
@@ -70,32 +126,39 @@ class Runtime:
         return outcome
 
     def register(self, text: str, playbook: model.Playbook) -> tuple[str, int]:
-        with self.lock:
+        with self._catalog:
             return self.orchestrator.register(text, playbook)
 
     def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
               parent_execution_id: int | None = None) -> tuple[int, Outcome]:  # fmt: skip
-        with self.lock:
-            started = time.perf_counter()
-            xid, outcome = self.orchestrator.start(playbook, version, workload,
-                                                   parent_execution_id=parent_execution_id)  # fmt: skip
-            self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
+        # no lock: nobody knows the new execution's id before this returns
+        started = time.perf_counter()
+        xid, outcome = self.orchestrator.start(playbook, version, workload,
+                                               parent_execution_id=parent_execution_id)  # fmt: skip
+        self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
         self._after(outcome)
         return xid, outcome
 
     def playbook(self, path: str, version: int) -> model.Playbook:
         """The playbook of a catalog entry (parsed once, then cached by the orchestrator)."""
-        with self.lock:
+        with self._catalog:
             probe = st.ExecutionState(execution_id=0, path=path, version=version)
             return self.orchestrator.playbook_for(probe)
 
     def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
-             *, refresh: bool = True) -> T:  # fmt: skip
+             *, refresh: bool = True, knows: int | None = None) -> T:  # fmt: skip
         """`view(state, playbook)` of an execution brought up to date with the log, under the
         lock (the state object is shared: never keep it past `view`). `refresh=False` skips
-        the look at the log, for an execution this runtime has just appended to."""
-        with self.lock:
-            state = self._fresh(execution_id) if refresh else self.orchestrator.state(execution_id)
+        the look at the log, for an execution this runtime has just appended to; `knows`
+        skips it when the cached state already holds that live command (a claimed
+        command's render context is the state it was issued from, which that cache has)."""
+        with self.locks.hold([execution_id]):
+            cached = self.orchestrator.cached(execution_id)
+            if not refresh or (knows is not None and cached is not None
+                               and knows in cached.commands):  # fmt: skip
+                state = cached or self.orchestrator.state(execution_id)
+            else:
+                state = self._fresh(execution_id)
             try:
                 return view(state, self.orchestrator.playbook_for(state))
             finally:
@@ -113,7 +176,7 @@ class Runtime:
 
     def cancel(self, execution_id: int) -> st.ExecutionState:
         """Request a cancel and settle the commands nobody claimed yet; returns the state."""
-        with self.lock:
+        with self.locks.hold([execution_id]):
             state = self._fresh(execution_id)
             if not state.cancel_requested and not state.terminal:
                 event = ev.new_event(self.orchestrator.new_id(), execution_id,
@@ -127,10 +190,11 @@ class Runtime:
         """Fail the queued commands of cancel-requested executions (claims are refused for
         them, so no worker would ever report them), plus `claimed`: commands this server
         claimed for a worker and will not hand out. Returns the executions cancelled."""
-        with self.lock:
+        xids = sorted(set(execution_ids) | {row.execution_id for row, _ in claimed})
+        with self.locks.hold(xids):
             cancelled: set[int] = set()
             reports: list[ev.Event] = []
-            for xid in sorted(set(execution_ids) | {row.execution_id for row, _ in claimed}):
+            for xid in xids:
                 state = self._fresh(xid)
                 if not state.cancel_requested or state.terminal:
                     continue
@@ -199,7 +263,8 @@ class Runtime:
         for xid, at in outcome.wake_at.items():
             self.on_wake(xid, at)
         if outcome.finished:
-            with self.lock:  # a finished run is rebuilt from the log if anyone asks again
-                for state in outcome.finished:
-                    self.orchestrator.forget(state.execution_id)
+            finished = [state.execution_id for state in outcome.finished]
+            with self.locks.hold(finished):  # rebuilt from the log if anyone asks again
+                for xid in finished:
+                    self.orchestrator.forget(xid)
             self._wake_watchers(outcome.finished)

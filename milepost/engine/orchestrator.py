@@ -131,6 +131,10 @@ class Orchestrator:
             self._states[execution_id] = state
         return state
 
+    def cached(self, execution_id: int) -> st.ExecutionState | None:
+        """The state in memory, as of this orchestrator's last look at the log (or None)."""
+        return self._states.get(execution_id)
+
     def _rebuild(self, execution_id: int) -> st.ExecutionState:
         state: st.ExecutionState | None = None
         snap = self.store.load_snapshot(execution_id)

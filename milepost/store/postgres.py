@@ -226,8 +226,11 @@ class PostgresStore:
             try:
                 with self._conn() as conn, conn.pipeline() as pipe, conn.transaction():
                     stored, check = self._append_txn(conn, events, expect, check_known)
-                    claimed = self._claim_next_txn(conn, claim) if claim is not None else []
-                    pipe.sync()  # every statement above in one round trip, then the check
+                    if claim is not None:
+                        claimed = self._claim_next_txn(conn, claim)  # its fetch syncs all above
+                    else:
+                        claimed = []
+                        pipe.sync()  # every statement above in one round trip
                     check()
                     return stored, claimed
             except _EventIdRace:

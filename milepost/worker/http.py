@@ -466,7 +466,7 @@ class Worker:
             return item, Outcome(ok=False, error=error)
         self._deferrals = 0
         job.phase = "running"
-        self._log(job, logging.INFO, "attempt_started", "running")
+        self._log(job, logging.DEBUG, "attempt_started", "running")
         try:
             outcome = await attempt_mod.run_attempt(playbook, item, self.tools,
                                                     sleep=self.clock.sleep,
@@ -608,7 +608,8 @@ class Worker:
             outcome = entry.outcome
             status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
             late = any(str(e.get("event_id")) in stale for e in entry.wire)
-            self._log(entry.job, logging.WARNING if late else logging.INFO, "attempt_reported",
+            # DEBUG when all is well: a line per step costs a busy worker real time
+            self._log(entry.job, logging.WARNING if late else logging.DEBUG, "attempt_reported",
                       "reported %s (epoch %d)%s", status, entry.job.epoch,
                       ", stored stale: it changed nothing" if late else "")  # fmt: skip
 
@@ -754,9 +755,13 @@ async def run_worker(
             if wakeup is not None:
                 wakeup.start()
             remove = _install_signals(worker) if handle_signals else None
+            # a long-lived worker starts its python processes now, not on its first command
+            # (a spawn costs most of a second); claims go on meanwhile
+            warming = asyncio.create_task(_warm(tools), name="warm-python")
             try:
                 await worker.run()
             finally:
+                warming.cancel()
                 if remove is not None:
                     remove()
                 if wakeup is not None:
@@ -764,6 +769,14 @@ async def run_worker(
         finally:
             await tools.aclose()
             blocking.close()
+
+
+async def _warm(tools: ToolRuntime) -> None:
+    try:
+        await tools.python.start()
+    except Exception as exc:  # noqa: BLE001 - the first python command will try again
+        log.warning("could not start the python processes ahead of time: %s", exc,
+                    extra={"action": "python_warm_failed"})  # fmt: skip
 
 
 def _install_signals(worker: Worker) -> Callable[[], None]:
@@ -823,17 +836,29 @@ def worker_main(
     else:
         logging.getLogger().setLevel(level)
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    asyncio.run(run_worker(
-        server or env.get("MILEPOST_SERVER_URL"),
-        token=token or env.get("MILEPOST_TOKEN"),
-        concurrency=concurrency or int(env.get("MILEPOST_WORKER_CONCURRENCY") or 4),
-        pool=pool or env.get("MILEPOST_POOL") or env.get("MILEPOST_NATS_POOL") or "default",
-        worker_id=worker_id or env.get("MILEPOST_WORKER_ID"),
-        nats_url=nats_url or env.get("MILEPOST_NATS_URL") or None,
-        lease_seconds=lease_seconds or _env_float("MILEPOST_LEASE_SECONDS", 30.0),
-        grace_seconds=grace_seconds if grace_seconds is not None
-        else _env_float("MILEPOST_GRACE_SECONDS", 30.0),
-        python_workers=python_workers or int(env.get("MILEPOST_PYTHON_WORKERS") or 2),
-        handle_signals=True,
-    ))  # fmt: skip
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(run_worker(
+            server or env.get("MILEPOST_SERVER_URL"),
+            token=token or env.get("MILEPOST_TOKEN"),
+            concurrency=concurrency or int(env.get("MILEPOST_WORKER_CONCURRENCY") or 4),
+            pool=pool or env.get("MILEPOST_POOL") or env.get("MILEPOST_NATS_POOL") or "default",
+            worker_id=worker_id or env.get("MILEPOST_WORKER_ID"),
+            nats_url=nats_url or env.get("MILEPOST_NATS_URL") or None,
+            lease_seconds=lease_seconds or _env_float("MILEPOST_LEASE_SECONDS", 30.0),
+            grace_seconds=grace_seconds if grace_seconds is not None
+            else _env_float("MILEPOST_GRACE_SECONDS", 30.0),
+            python_workers=python_workers or int(env.get("MILEPOST_PYTHON_WORKERS") or 2),
+            handle_signals=True,
+            ))  # fmt: skip
     return 0
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when it is installed (it is a dependency): a worker's time goes to the event
+    loop and HTTP; the standard loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

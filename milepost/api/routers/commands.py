@@ -47,21 +47,17 @@ def _out(runtime: Runtime, row: port.CommandRow, lease: port.Lease | None, *,
     def view(state: st.ExecutionState, playbook: model.Playbook) -> schemas.CommandOut:
         return views.command_out(state, playbook, row, lease)
 
-    return runtime.read(row.execution_id, view, refresh=refresh)
+    return runtime.read(row.execution_id, view, refresh=refresh, knows=row.command_id)
 
 
 def hand_out(runtime: Runtime, claimed: port.Claimed,
              fresh: Collection[int] = ()) -> list[schemas.CommandOut]:  # fmt: skip
-    """The claimed commands as a worker gets them, each with the render context of its
-    execution now. `fresh`: executions this runtime has just appended to (no need to look at
-    the log again). A cancel may have landed between the store's check and now: those
-    commands are settled here instead of handed out."""
-    cancelled = runtime.settle_cancelled((), claimed=[
-        (row, lease) for row, lease in claimed
-        if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested,
-                        refresh=row.execution_id not in fresh)])  # fmt: skip
+    """The claimed commands as a worker gets them, each with the render context of the
+    state it was issued from. `fresh`: executions this runtime has just appended to.
+    The claim itself skipped executions with a cancel requested; a cancel that lands
+    after it is seen by the worker's heartbeat, like any cancel of a running command."""
     return [_out(runtime, row, lease, refresh=row.execution_id not in fresh)
-            for row, lease in claimed if row.execution_id not in cancelled]  # fmt: skip
+            for row, lease in claimed]  # fmt: skip
 
 
 @router.post("/claim")

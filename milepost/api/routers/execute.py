@@ -23,5 +23,5 @@ def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
     playbook = runtime.playbook(entry.path, entry.version)
     xid, _outcome = runtime.start(playbook, entry.version, body.workload,
                                   parent_execution_id=parent)  # fmt: skip
-    status = runtime.read(xid, lambda state, _pb: state.status)
+    status = runtime.read(xid, lambda state, _pb: state.status, refresh=False)  # just written
     return schemas.ExecuteOut(execution_id=str(xid), status=status)
