@@ -32,6 +32,8 @@ from milepost.store.sqlite import SQLiteStore
 
 WORKLOADS = ("W1", "W2", "W3")
 W2_MAX_IN_FLIGHT = 256
+SERVER_CONCURRENCY = 32
+"""Commands each of the two workers of the server variant runs at once."""
 
 
 def steps_for(workload: str, n: int) -> int:
@@ -246,7 +248,8 @@ def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
                     error = exc
                 out.record(rep, time.perf_counter() - t0, value, error)
 
-    with LocalCluster(pg, workers=2) as cluster:
+    concurrency = int(os.environ.get("MILEPOST_BENCH_WORKER_CONCURRENCY") or SERVER_CONCURRENCY)
+    with LocalCluster(pg, workers=2, concurrency=concurrency) as cluster:
         asyncio.run(main(cluster.url, cluster.token))
     return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF))
 

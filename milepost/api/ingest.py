@@ -200,7 +200,8 @@ def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], s
     released), or the command is queued (no attempt holds it). Reports for commands the
     run no longer waits for are marked by the orchestrator, on the state it decides on.
     Returns the events and the executions their command rows proved to exist."""
-    rows: dict[int, port.CommandRow | None] = {}
+    rows = store.get_commands([int(e.payload["command_id"]) for e in events
+                               if e.event_type in REPORT_TYPES])  # fmt: skip
     known: set[int] = set()
     out: list[ev.Event] = []
     for event in events:
@@ -208,9 +209,7 @@ def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], s
             out.append(event)
             continue
         cid = int(event.payload["command_id"])
-        if cid not in rows:
-            rows[cid] = store.get_command(cid)
-        row = rows[cid]
+        row = rows.get(cid)
         if row is None:
             raise api_errors.not_found("command_not_found", f"no command {cid}",
                                        command_id=str(cid))  # fmt: skip

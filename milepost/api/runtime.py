@@ -154,16 +154,18 @@ class Runtime:
         command's render context is the state it was issued from, which that cache has)."""
         with self.locks.hold([execution_id]):
             cached = self.orchestrator.cached(execution_id)
-            if not refresh or (knows is not None and cached is not None
-                               and knows in cached.commands):  # fmt: skip
-                state = cached or self.orchestrator.state(execution_id)
+            if cached is not None and (not refresh or cached.terminal or (
+                    knows is not None and knows in cached.commands)):  # fmt: skip
+                state = cached  # an ended run's state never changes: no need to look again
+            elif not refresh:
+                state = self.orchestrator.state(execution_id)
             else:
                 state = self._fresh(execution_id)
             try:
                 return view(state, self.orchestrator.playbook_for(state))
             finally:
                 if state.terminal:
-                    self.orchestrator.forget(execution_id)  # keep only live runs in memory
+                    self.orchestrator.retire(execution_id)  # only live runs stay live
 
     def _fresh(self, execution_id: int) -> st.ExecutionState:
         state = self.orchestrator.state(execution_id)
@@ -264,7 +266,7 @@ class Runtime:
             self.on_wake(xid, at)
         if outcome.finished:
             finished = [state.execution_id for state in outcome.finished]
-            with self.locks.hold(finished):  # rebuilt from the log if anyone asks again
+            with self.locks.hold(finished):
                 for xid in finished:
-                    self.orchestrator.forget(xid)
+                    self.orchestrator.retire(xid)
             self._wake_watchers(outcome.finished)

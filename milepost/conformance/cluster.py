@@ -47,11 +47,12 @@ class LocalCluster:
     """`with LocalCluster(pg_url) as c:` -> `c.url`, `c.token`; `workers` worker processes."""
 
     def __init__(self, pg_url: str, *, workers: int = 2, startup_timeout: float = 60.0,
-                 nats_url: str = "nats://127.0.0.1:4222") -> None:
+                 nats_url: str = "nats://127.0.0.1:4222", concurrency: int = 8) -> None:
         self.admin_url = _with_database(pg_url, "postgres")
         self.database = f"milepost_cluster_{os.getpid()}_{secrets.token_hex(3)}"
         self.db_url = _with_database(pg_url, self.database)
         self.workers = workers
+        self.concurrency = concurrency
         self.startup_timeout = startup_timeout
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -93,7 +94,8 @@ class LocalCluster:
                      "--db", self.db_url])  # fmt: skip
         self._wait_healthy()
         for _ in range(self.workers):
-            self._spawn([MILEPOST, "worker", "--server", self.url, "--concurrency", "8"])
+            self._spawn([MILEPOST, "worker", "--server", self.url, "--concurrency",
+                         str(self.concurrency)])  # fmt: skip
 
     def _spawn(self, argv: list[str]) -> None:
         self.processes.append(subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL,

@@ -10,6 +10,7 @@ is durable before anything acts on it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import pickle
@@ -36,6 +37,7 @@ MAX_DECISIONS_PER_TRIGGER = 100_000
 OPTIMISTIC_TRIES = 3
 """Shared mode: decisions made on the cached state before the executions are locked."""
 LOCKED_TRIES = 10
+ENDED_KEPT = 256
 _SNAPSHOT_VERSION = 1
 
 
@@ -71,6 +73,8 @@ class Orchestrator:
         self.new_id = new_id or Snowflake(machine_id, clock)
         self.snapshot_every = snapshot_every
         self._states: dict[int, st.ExecutionState] = {}
+        self._ended: collections.OrderedDict[int, st.ExecutionState] = collections.OrderedDict()
+        """The last ended executions' states: their status is asked for right after the end."""
         self._snapshotted: dict[int, int] = {}
         self._playbooks: dict[tuple[str, int | None], model.Playbook] = {}
         self._registered: dict[tuple[str, str], int] = {}
@@ -125,7 +129,7 @@ class Orchestrator:
 
     def state(self, execution_id: int) -> st.ExecutionState:
         """The current state, rebuilt from the latest snapshot plus newer events if not cached."""
-        state = self._states.get(execution_id)
+        state = self.cached(execution_id)
         if state is None:
             state = self._rebuild(execution_id)
             self._states[execution_id] = state
@@ -133,7 +137,7 @@ class Orchestrator:
 
     def cached(self, execution_id: int) -> st.ExecutionState | None:
         """The state in memory, as of this orchestrator's last look at the log (or None)."""
-        return self._states.get(execution_id)
+        return self._states.get(execution_id) or self._ended.get(execution_id)
 
     def _rebuild(self, execution_id: int) -> st.ExecutionState:
         state: st.ExecutionState | None = None
@@ -154,8 +158,21 @@ class Orchestrator:
         return state
 
     def forget(self, execution_id: int) -> None:
+        """Drop the cached state (it is rebuilt from the log when next asked for)."""
         self._states.pop(execution_id, None)
+        self._ended.pop(execution_id, None)
         self._snapshotted.pop(execution_id, None)
+
+    def retire(self, execution_id: int) -> None:
+        """An execution ended: keep its state among the last `ENDED_KEPT` ended ones (an
+        ended run's state never changes, so it needs no refresh), not among the live ones."""
+        state = self._states.pop(execution_id, None)
+        self._snapshotted.pop(execution_id, None)
+        if state is None or not state.terminal:
+            return
+        self._ended[execution_id] = state
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
 
     def open_work(self, execution_id: int) -> list[WorkItem]:
         """Work items for every live command (to re-dispatch after a restart)."""

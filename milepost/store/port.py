@@ -206,6 +206,10 @@ class Store(Protocol):
     # commands
     def get_command(self, command_id: int) -> CommandRow | None: ...
 
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, CommandRow]:
+        """The commands of these ids that exist, by id (one query for a batch of reports)."""
+        ...
+
     def open_commands(self, execution_id: int | None = None) -> list[CommandRow]:
         """Commands queued or claimed (not yet completed, failed or cancelled)."""
         ...

@@ -430,6 +430,13 @@ class PostgresStore:
 
     # -- commands --------------------------------------------------------------------------
 
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
+        if not command_ids:
+            return {}
+        rows = self._rows(f"SELECT {_CMD_COLS} FROM command WHERE command_id = ANY(%s::bigint[])",
+                          (list(command_ids),))  # fmt: skip
+        return {int(r[0]): port.CommandRow(*r) for r in rows}
+
     def get_command(self, command_id: int) -> port.CommandRow | None:
         rows = self._rows(f"SELECT {_CMD_COLS} FROM command WHERE command_id=%s", (command_id,))
         return port.CommandRow(*rows[0]) if rows else None

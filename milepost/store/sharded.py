@@ -130,6 +130,15 @@ class ShardedStore:
                 return store
         return None
 
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
+        found: dict[int, port.CommandRow] = {}
+        for store in self.stores:  # a command id does not name its shard: ask each
+            missing = [c for c in command_ids if c not in found]
+            if not missing:
+                break
+            found.update(store.get_commands(missing))
+        return found
+
     def get_command(self, command_id: int) -> port.CommandRow | None:
         store = self._shard_of_command(command_id)
         return None if store is None else store.get_command(command_id)

@@ -324,6 +324,15 @@ class SQLiteStore:
     _CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
                  " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
 
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
+        ids = list(dict.fromkeys(command_ids))
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._query(f"SELECT {self._CMD_COLS} FROM command WHERE command_id IN ({marks})",
+                           ids)  # fmt: skip
+        return {int(r[0]): port.CommandRow(*r) for r in rows}
+
     def get_command(self, command_id: int) -> port.CommandRow | None:
         rows = self._query(f"SELECT {self._CMD_COLS} FROM command WHERE command_id=?",
                            (command_id,))  # fmt: skip

@@ -237,6 +237,14 @@ def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store
     assert store.get_command(211).status == store.get_command(221).status == port.COMMAND_QUEUED
 
 
+def test_get_commands_reads_a_batch_by_id(store: Any) -> None:
+    store.append([started(27), issued(27, 271), issued(27, 272)])
+    rows = store.get_commands([272, 999, 271, 272])
+    assert sorted(rows) == [271, 272]
+    assert rows[271] == store.get_command(271)
+    assert store.get_commands([]) == {}
+
+
 def test_append_and_claim_hands_out_the_commands_it_just_issued(store: Any) -> None:
     store.append([started(24), issued(24, 241)])
     req = port.ClaimRequest("w1", now=10.0, lease_s=5.0, limit=3)
