@@ -186,7 +186,7 @@ class ServerBench:
     The driver is a client like any other: it submits W3's runs concurrently (as a user
     starting many runs would) and waits for each with the status long-poll."""
 
-    SUBMITTERS = 16
+    SUBMITTERS = 8
     """Requests the driver keeps in flight at once."""
 
     def __init__(self, client: Any) -> None:

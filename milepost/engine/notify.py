@@ -1,9 +1,11 @@
 """Worker wake-ups on NATS JetStream: a hint that work is queued, never the truth.
 
 When commands are issued the server publishes `{"command_id", "execution_id"}` on
-`milepost.commands.<pool>` (stream `MILEPOST_COMMANDS`, created if missing). Workers
-also poll the claim route, so a lost notice only delays work: every failure here is
-logged (once until the next success) and otherwise ignored. `notify` never blocks the
+`milepost.commands.<pool>` (stream `MILEPOST_COMMANDS`, created if missing); the commands
+one call issued in a pool go in one message, `{"commands": [{...}, ...]}`. Workers also
+poll the claim route, so a lost notice only delays work: every failure here is logged
+(once until the next success) and otherwise ignored, and a publish does not wait for
+JetStream's acknowledgement (the stream still records it). `notify` never blocks the
 caller; it hands the publish to the event loop the publisher was connected on.
 """
 
@@ -19,7 +21,6 @@ from typing import Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
-from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
@@ -44,9 +45,22 @@ class Notice:
     execution_id: int
     pool: str = DEFAULT_POOL
 
+    def fields(self) -> dict[str, str]:
+        return {"command_id": str(self.command_id), "execution_id": str(self.execution_id)}
+
     def body(self) -> bytes:
-        return json.dumps({"command_id": str(self.command_id),
-                           "execution_id": str(self.execution_id)}).encode()  # fmt: skip
+        return json.dumps(self.fields()).encode()
+
+
+def messages(notices: Sequence[Notice]) -> list[tuple[str, bytes, int]]:
+    """(subject, body, notices in it): one message per pool, a lone notice as it is,
+    several as `{"commands": [...]}`."""
+    by_pool: dict[str, list[Notice]] = {}
+    for notice in notices:
+        by_pool.setdefault(notice.pool, []).append(notice)
+    return [(subject(pool), group[0].body() if len(group) == 1 else
+             json.dumps({"commands": [n.fields() for n in group]}).encode(), len(group))
+            for pool, group in by_pool.items()]  # fmt: skip
 
 
 class Publisher(Protocol):
@@ -70,10 +84,8 @@ class NullPublisher:
 class NatsPublisher:
     """Publishes notices on JetStream from any thread, on the loop it was connected on."""
 
-    def __init__(self, client: NatsClient, js: JetStreamContext,
-                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+    def __init__(self, client: NatsClient, loop: asyncio.AbstractEventLoop) -> None:
         self._client = client
-        self._js = js
         self._loop = loop
         self._tasks: set[asyncio.Task[None]] = set()
         self._failing = False
@@ -102,7 +114,7 @@ class NatsPublisher:
         except BaseException:
             await client.close()
             raise
-        return cls(client, js, asyncio.get_running_loop())
+        return cls(client, asyncio.get_running_loop())
 
     def notify(self, notices: Sequence[Notice]) -> None:
         if not notices or self._loop.is_closed():
@@ -123,9 +135,12 @@ class NatsPublisher:
         task.add_done_callback(self._tasks.discard)
 
     async def _publish(self, batch: list[Notice]) -> None:
-        for notice in batch:
+        for subject_, body, count in messages(batch):
             try:
-                await self._js.publish(subject(notice.pool), notice.body(), timeout=2.0)
+                # a plain publish: the stream records it, and a hint needs no acknowledgement
+                # (a JetStream publish waits for one per message: most of a busy server's
+                # time in notices)
+                await self._client.publish(subject_, body)
             except Exception as exc:  # a hint that did not arrive: polling covers it
                 self.failed += 1
                 with self._lock:
@@ -134,7 +149,7 @@ class NatsPublisher:
                     log.warning("cannot publish wake-ups on NATS (%s); workers fall back to "
                                 "polling", exc, extra={"action": "nats_publish_failed"})  # fmt: skip
                 continue
-            self.published += 1
+            self.published += count
             with self._lock:
                 recovered, self._failing = self._failing, False
             if recovered:
