@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import Response
+from pydantic import BaseModel
+
 from milepost.api import schemas
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -11,6 +14,15 @@ from milepost.core.work import work_item
 from milepost.playbook import model
 from milepost.playbook.render import LoopResult
 from milepost.store import port
+
+
+def as_json(model: BaseModel, *, exclude_none: bool = False) -> Response:
+    """`model` as the JSON reply, serialized once. FastAPI would validate a returned model
+    against the route's response model again before serializing it; the hot routes (a
+    worker's report, a claim, a status poll) build theirs from typed values already. The
+    route's annotation still documents the shape."""
+    return Response(model.model_dump_json(exclude_none=exclude_none),
+                    media_type="application/json")  # fmt: skip
 
 
 def sid(value: int | None) -> str | None:

@@ -237,6 +237,18 @@ def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store
     assert store.get_command(211).status == store.get_command(221).status == port.COMMAND_QUEUED
 
 
+def test_a_batch_larger_than_one_statement_is_stored_whole(store: Any) -> None:
+    # PostgreSQL writes rows 500 to a statement: 1,201 events and 1,200 commands span three
+    first = [started(28)] + [issued(28, 280_000 + i) for i in range(1200)]
+    stored = store.append(first)
+    assert [e.seq for e in stored] == list(range(1, 1202))
+    assert len(store.open_commands(28)) == 1200
+    # repeated ids among new ones: only the new are stored, numbered on from the last
+    again = [first[5], issued(28, 290_000), first[700], issued(28, 290_001)]
+    assert [(e.event_id, e.seq) for e in store.append(again)] == [
+        (again[1].event_id, 1202), (again[3].event_id, 1203)]  # fmt: skip
+
+
 def test_get_commands_reads_a_batch_by_id(store: Any) -> None:
     store.append([started(27), issued(27, 271), issued(27, 272)])
     rows = store.get_commands([272, 999, 271, 272])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 
 from milepost.api import errors, schemas, views
 from milepost.api.auth import ReadWorkAuth, WorkAuth
@@ -60,9 +60,9 @@ def hand_out(runtime: Runtime, claimed: port.Claimed,
             for row, lease in claimed]  # fmt: skip
 
 
-@router.post("/claim")
+@router.post("/claim", response_model=schemas.ClaimNextOut)
 def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: MetricsDep,
-               _: WorkAuth) -> schemas.ClaimNextOut:  # fmt: skip
+               _: WorkAuth) -> Response:  # fmt: skip
     """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
     runtime, store = services.runtime, services.store
     now = runtime.clock()
@@ -70,7 +70,7 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: Metric
                                body.limit, body.pool)  # fmt: skip
     out = hand_out(runtime, claimed)
     metrics.commands_claimed.inc(len(out))
-    return schemas.ClaimNextOut(commands=out)
+    return views.as_json(schemas.ClaimNextOut(commands=out))
 
 
 @router.get("/{event_id}")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
-from milepost.api import errors, ingest, schemas
+from milepost.api import errors, ingest, schemas, views
 from milepost.api.auth import WorkAuth
 from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
 from milepost.api.metrics import Metrics
@@ -18,15 +18,16 @@ from milepost.store import port
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-@router.post("", response_model_exclude_none=True)
+@router.post("", response_model=schemas.IngestOut, response_model_exclude_none=True)
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
-               metrics: MetricsDep, _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
-    return _ingest([body], store, runtime, metrics, batch=False)
+               metrics: MetricsDep, _: WorkAuth) -> Response:  # fmt: skip
+    return views.as_json(_ingest([body], store, runtime, metrics, batch=False),
+                         exclude_none=True)  # fmt: skip
 
 
-@router.post("/batch", response_model_exclude_none=True)
+@router.post("/batch", response_model=schemas.IngestOut, response_model_exclude_none=True)
 def post_batch(body: schemas.EventBatchIn, services: ServicesDep, metrics: MetricsDep,
-               _: WorkAuth) -> schemas.IngestOut:  # fmt: skip
+               _: WorkAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
     worker's next commands are claimed in that transaction and come back in `commands`:
     one round trip per step instead of a report and a claim."""
@@ -35,8 +36,8 @@ def post_batch(body: schemas.EventBatchIn, services: ServicesDep, metrics: Metri
         lease_s = body.claim.lease_seconds or services.settings.lease_seconds
         claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
                                   body.claim.limit, body.claim.pool)  # fmt: skip
-    return _ingest(body.events, services.store, services.runtime, metrics, batch=True,
-                   claim=claim)  # fmt: skip
+    return views.as_json(_ingest(body.events, services.store, services.runtime, metrics,
+                                 batch=True, claim=claim), exclude_none=True)  # fmt: skip
 
 
 def _ingest(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from milepost.api import errors, schemas, views
@@ -91,13 +91,13 @@ def _ended(store: port.Store, execution_id: int) -> bool:
     return row is None or row.status in st.TERMINAL
 
 
-@router.get("/{execution_id}/status")
+@router.get("/{execution_id}/status", response_model=schemas.StatusOut)
 async def get_status(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
         "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
         "CANCELLED); after that the current status. 0: answer at once."))] = 0,
-) -> schemas.StatusOut:  # fmt: skip
+) -> Response:  # fmt: skip
     """The status, at once or long-polled with `wait`.
 
     Async so a waiting request holds no thread: the store and the runtime are synchronous,
@@ -106,7 +106,11 @@ async def get_status(
     `STATUS_RECHECK` seconds for runs ended elsewhere.
     """
     row = await run_in_threadpool(existing, store, execution_id)
-    xid = row.execution_id
+    return views.as_json(await _status(store, runtime, row.execution_id, wait))
+
+
+async def _status(store: port.Store, runtime: Runtime, xid: int,
+                  wait: float) -> schemas.StatusOut:  # fmt: skip
     if wait <= 0:
         return await run_in_threadpool(_status_out, runtime, xid)
     loop = asyncio.get_running_loop()
