@@ -492,6 +492,9 @@ class AsyncMilepostClient:
                  timeout: float = 30,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
         self.base_url, headers = _settings(server_url, token)
+        self.headers = headers
+        """What every request carries (the bearer token): other channels to the server use it."""
+        self.timeout = timeout
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
                                        transport=transport)  # fmt: skip
 

@@ -23,6 +23,7 @@ from milepost.api.deps import Services
 from milepost.api.metrics import Metrics
 from milepost.api.routers import (
     catalog,
+    channel,
     commands,
     credentials,
     events,
@@ -42,7 +43,8 @@ from milepost.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (health, metrics, catalog, execute, executions, events, commands, credentials)
+ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
+           credentials)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

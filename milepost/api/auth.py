@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
 
 from milepost.api.errors import ApiError
 
@@ -124,7 +125,7 @@ class TokenCache:
         return principal
 
 
-def token_cache(request: Request) -> TokenCache:
+def token_cache(request: HTTPConnection) -> TokenCache:
     """The app's cache, made on first use; a new one when a new lifespan opened another store."""
     store = request.app.state.services.store
     cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
@@ -134,7 +135,8 @@ def token_cache(request: Request) -> TokenCache:
     return cache
 
 
-async def authenticate(request: Request) -> Principal:
+async def authenticate(request: HTTPConnection) -> Principal:
+    """The caller of a request or of a WebSocket (its handshake's header)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

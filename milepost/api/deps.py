@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from milepost.api.metrics import Metrics
 from milepost.api.runtime import Runtime
@@ -33,7 +34,7 @@ class Services:
     """Several servers may share this database (PostgreSQL)."""
 
 
-def services_of(request: Request) -> Services:
+def services_of(request: HTTPConnection) -> Services:
     services: Services = request.app.state.services
     return services
 

@@ -67,18 +67,24 @@ def _api_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
-def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, errors.MilepostError)
+def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body that answer a MilepostError (HTTP and the worker channel)."""
     if isinstance(exc, errors.ClaimRefused):
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
-        return JSONResponse(body, status_code=409)
+        return 409, body
     status = _STATUS_OF_CODE.get(exc.code)
     if status is None:
         log.error("unhandled milepost error: %s", exc.message, exc_info=exc,
                   extra={"action": "api_error", "code": exc.code})  # fmt: skip
-        return JSONResponse({"code": "internal", "message": exc.message}, status_code=500)
-    return JSONResponse(exc.to_dict(), status_code=status)
+        return 500, {"code": "internal", "message": exc.message}
+    return status, exc.to_dict()
+
+
+def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, errors.MilepostError)
+    status, body = milepost_reply(exc)
+    return JSONResponse(body, status_code=status)
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook must be registered before ours
+import os
 import pickle
 import threading
 import weakref
@@ -332,12 +333,17 @@ async def _exchange(worker: _Worker, payload: bytes | None, timeout: float | Non
         if fut.done():
             return
         try:
+            os.set_blocking(fd, True)  # a reply larger than the socket buffer arrives in parts
             fut.set_result(conn.recv_bytes())
         except (EOFError, OSError) as exc:
             fut.set_exception(WorkerDied(str(exc) or type(exc).__name__))
 
     if payload is not None:
         try:
+            # the loop only tells us when the reply is readable; sends and receives block.
+            # Some loops (uvloop) leave a watched fd non-blocking: a large payload would
+            # then fail half-sent with EAGAIN
+            os.set_blocking(fd, True)
             conn.send_bytes(payload)
         except OSError as exc:
             raise WorkerDied(str(exc)) from exc

@@ -51,6 +51,7 @@ from milepost.playbook.render import LoopResult
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
+from milepost.worker.channel import ChannelClient
 from milepost.worker.children import ServerChildren
 from milepost.worker.nats_wakeup import NatsWakeup, Notice
 from milepost.worker.remote_credentials import RemoteCredentials
@@ -742,12 +743,13 @@ async def run_worker(
             the second ends the grace period.
     """
     async with AsyncMilepostClient(server, token) as client:
+        reports = ChannelClient(client)  # reports over the worker channel, the rest over HTTP
         blocking = MilepostClient(server, token, timeout=CREDENTIAL_FETCH_TIMEOUT)
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
         tools = ToolRuntime(python_workers=python_workers, credentials=credentials,
                             children=ServerChildren(client))
         try:
-            worker = Worker(client, tools, concurrency=concurrency, pool=pool,
+            worker = Worker(reports, tools, concurrency=concurrency, pool=pool,
                             worker_id=worker_id, lease_seconds=lease_seconds,
                             grace_seconds=grace_seconds, credentials=credentials)  # fmt: skip
             wakeup = NatsWakeup(nats_url, pool, worker.notify, name=worker.worker_id) \
@@ -767,6 +769,7 @@ async def run_worker(
                 if wakeup is not None:
                     await wakeup.close()
         finally:
+            await reports.aclose()
             await tools.aclose()
             blocking.close()
 

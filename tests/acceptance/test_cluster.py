@@ -177,7 +177,10 @@ def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
     worker.signal(signal.SIGTERM)
     block.unlink()
     assert worker.popen.wait(30) == 0, tail(worker.log)
-    assert "reported ok" in worker.log.read_text()
+    reported = [e for e in cluster.client.events(xid) if e["event_type"] == "command.completed"]
+    assert [(e["step"], e["worker_id"]) for e in reported] == [("start", "worker-1")], \
+        "the draining worker reported its attempt before it exited"  # fmt: skip
+    assert not (reported[0].get("meta") or {}).get("stale")
     cluster.start_worker()  # runs the next step
     assert cluster.wait(xid)["status"] == "COMPLETED"
     assert len(lines(out)) == 1

@@ -232,3 +232,24 @@ def test_one_pool_serves_event_loops_in_several_threads() -> None:
     finally:
         pool.close()
     assert results == {n: [[n, i] for i in range(20)] for n in range(3)}
+
+
+def test_large_payloads_both_ways_on_uvloop() -> None:
+    """uvloop leaves a watched fd non-blocking: a payload over the socket buffer must still
+    go out and come back whole, call after call on the same process."""
+    import uvloop
+
+    big = "x" * 3_000_000
+    pool = PythonPool(1)
+
+    async def go() -> list[base.ToolResult]:
+        return [await pool.run(call("result = {'n': len(s), 's': s}", {"s": big}))
+                for _ in range(3)]  # fmt: skip
+
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            results = runner.run(go())
+    finally:
+        pool.close()
+    assert [r.ok for r in results] == [True, True, True], [r.error for r in results]
+    assert all(r.data == {"n": len(big), "s": big} for r in results)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 
 from milepost.api import errors, ingest, schemas, views
 from milepost.api.auth import WorkAuth
-from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
+from milepost.api.deps import MetricsDep, RuntimeDep, Services, ServicesDep, StoreDep
 from milepost.api.metrics import Metrics
 from milepost.api.routers import commands
 from milepost.api.runtime import Runtime
@@ -21,28 +21,33 @@ router = APIRouter(prefix="/api/events", tags=["events"])
 @router.post("", response_model=schemas.IngestOut, response_model_exclude_none=True)
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
                metrics: MetricsDep, _: WorkAuth) -> Response:  # fmt: skip
-    return views.as_json(_ingest([body], store, runtime, metrics, batch=False),
+    return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False),
                          exclude_none=True)  # fmt: skip
 
 
 @router.post("/batch", response_model=schemas.IngestOut, response_model_exclude_none=True)
-def post_batch(body: schemas.EventBatchIn, services: ServicesDep, metrics: MetricsDep,
+def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
                _: WorkAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
     worker's next commands are claimed in that transaction and come back in `commands`:
     one round trip per step instead of a report and a claim."""
+    return views.as_json(report(body, services), exclude_none=True)
+
+
+def report(body: schemas.EventBatchIn, services: Services) -> schemas.IngestOut:
+    """A batch and its `claim`: the body of this route and of the worker channel's messages."""
     claim = None
     if body.claim is not None:
         lease_s = body.claim.lease_seconds or services.settings.lease_seconds
         claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
                                   body.claim.limit, body.claim.pool)  # fmt: skip
-    return views.as_json(_ingest(body.events, services.store, services.runtime, metrics,
-                                 batch=True, claim=claim), exclude_none=True)  # fmt: skip
+    return ingest_batch(body.events, services.store, services.runtime, services.metrics,
+                        batch=True, claim=claim)  # fmt: skip
 
 
-def _ingest(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
-            metrics: Metrics, *, batch: bool,
-            claim: port.ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
+def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
+                 metrics: Metrics, *, batch: bool,
+                 claim: port.ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
     started = time.perf_counter()
     try:
         done = ingest.ingest(runtime, store, items, batch, claim)

@@ -1,0 +1,105 @@
+"""`WS /api/worker/channel` [milepost extension]: a worker's reports over one WebSocket.
+
+Each message is a request of `POST /api/events/batch`, `{"id": n, "body": {events,
+claim?}}`, and is answered in order by `{"id": n, "status": <HTTP status>, "body": <that
+route's reply or error body>}`. Same checks, same transaction, same errors; only the
+framing differs. Why: a worker reports once per step, and an HTTP request costs the
+worker and the server more CPU than the step's own work (headers, routing, dependency
+resolution, the client's connection pool), where a message on an open socket costs about
+a tenth of it. The handshake carries the bearer token like any request; it is checked
+again (from the token cache) for every message, so revoking it stops the socket too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from milepost import errors
+from milepost.api import auth, schemas
+from milepost.api.deps import Services, services_of
+from milepost.api.errors import ApiError, invalid, milepost_reply
+from milepost.api.routers import events
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["events"])
+
+PATH = "/api/worker/channel"
+
+
+@router.websocket(PATH)
+async def channel(websocket: WebSocket) -> None:
+    try:
+        await _authorize(websocket)
+    except ApiError as exc:
+        # refused before the socket opens: the client sees the handshake fail (HTTP 403)
+        await websocket.close(code=1008, reason=f"{exc.code}: {exc.message}"[:120])
+        return
+    await websocket.accept()
+    services = services_of(websocket)
+    try:
+        while True:
+            text = await websocket.receive_text()
+            try:
+                await _authorize(websocket)
+            except ApiError as exc:
+                await websocket.send_text(_reply(_id_of(text), exc.status, exc.body()))
+                await websocket.close(code=1008, reason=exc.code)
+                return
+            await websocket.send_text(await run_in_threadpool(answer, services, text))
+    except WebSocketDisconnect:
+        return
+
+
+async def _authorize(websocket: WebSocket) -> None:
+    principal = await auth.authenticate(websocket)
+    if principal.role not in auth.WORK:
+        raise ApiError(403, "forbidden", f"role {principal.role!r} may not report events",
+                       role=principal.role)  # fmt: skip
+
+
+def answer(services: Services, text: str) -> str:
+    """The reply to one message (never raises: every failure is a reply)."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        return _reply(None, 422, invalid([{"loc": ["message"], "msg": f"not JSON: {exc}"}]).body())
+    msg_id = raw.get("id") if isinstance(raw, dict) else None
+    try:
+        if not isinstance(raw, dict) or not isinstance(raw.get("body"), dict):
+            raise invalid([{"loc": ["message"], "msg": 'a message is {"id": n, "body": {...}}'}])
+        try:
+            body = schemas.EventBatchIn.model_validate(raw["body"])
+        except ValidationError as exc:
+            raise invalid([{"loc": ["body", *e["loc"]], "msg": e["msg"]}
+                           for e in exc.errors()]) from None  # fmt: skip
+        out = events.report(body, services)
+        return _reply(msg_id, 200, out.model_dump(mode="json", exclude_none=True))
+    except ApiError as exc:
+        return _reply(msg_id, exc.status, exc.body())
+    except errors.MilepostError as exc:
+        status, err = milepost_reply(exc)
+        return _reply(msg_id, status, err)
+    except Exception as exc:  # the socket must outlive one bad batch
+        log.error("worker channel: unhandled error", exc_info=exc,
+                  extra={"action": "api_internal_error"})  # fmt: skip
+        return _reply(msg_id, 500, {"code": "internal",
+                                    "message": f"internal error: {type(exc).__name__}"})
+
+
+def _id_of(text: str) -> Any:
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    return raw.get("id") if isinstance(raw, dict) else None
+
+
+def _reply(msg_id: Any, status: int, body: dict[str, Any]) -> str:
+    return json.dumps({"id": msg_id, "status": status, "body": body})
