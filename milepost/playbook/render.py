@@ -259,7 +259,7 @@ _SINGLE_EXPR = re.compile(r"\s*\{\{(.*)\}\}\s*", re.DOTALL)
 class _Compiled:
     """One cached source string: an expression or a text template, or its compile error."""
 
-    __slots__ = ("error", "is_expr", "needs_scrub", "template")
+    __slots__ = ("error", "is_expr", "name", "needs_scrub", "template")
 
     def __init__(
         self,
@@ -268,6 +268,7 @@ class _Compiled:
         is_expr: bool = False,
         needs_scrub: bool = False,
         error: Exception | None = None,
+        name: str | None = None,
     ) -> None:
         self.template = template
         self.is_expr = is_expr
@@ -275,6 +276,16 @@ class _Compiled:
         # from the context and cannot contain undefineds, so the result walk is skipped.
         self.needs_scrub = needs_scrub
         self.error = error
+        self.name = name
+        """`{{ name }}` alone: looked up directly when the context has it (the commonest
+        template, e.g. a previous step's result); Jinja compiles it only for the rest."""
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_JINJA_WORDS = frozenset({"true", "false", "none", "True", "False", "None", "and", "or", "not",
+                          "in", "is", "if", "else", "for", "recursive", "import", "from",
+                          "with", "without", "context", "as", "block", "endblock"})  # fmt: skip
+_MISSING = object()
 
 
 _cache: dict[str, _Compiled] = {}
@@ -308,6 +319,9 @@ def _compile(source: str) -> _Compiled:
     match = _SINGLE_EXPR.fullmatch(source)
     if match is not None:
         inner = match.group(1)
+        name = inner.strip()
+        if _NAME.fullmatch(name) and name not in _JINJA_WORDS:
+            return _Compiled(is_expr=True, name=name)  # compiled on first need (`_full`)
         if "{{" not in inner and "{%" not in inner:
             # Whitespace-control markers (`{{- x -}}`) belong to the tag, not the expression.
             if inner[:1] in ("-", "+"):
@@ -471,8 +485,23 @@ def _scrub(value: Any, strict: bool) -> Any:
     return value
 
 
+def _full(compiled: _Compiled) -> _Compiled:
+    """A plain-name template compiled by Jinja (for a name the context lacks)."""
+    if compiled.template is None and compiled.name is not None:
+        compiled.template = _compile_expression(compiled.name).template
+    return compiled
+
+
 def _render_str(text: str, context: Mapping[str, Any], where: str, mode: _RenderMode) -> Any:
     compiled = _lookup(text)
+    if compiled.name is not None:
+        value = context.get(compiled.name, _MISSING)
+        if value is _MISSING:
+            value = _GLOBALS.get(compiled.name, _MISSING)
+        if value is not _MISSING:
+            # what Jinja would give: a plain path needs no scrub, text is coerced
+            return coerce(value) if isinstance(value, str) else value
+        compiled = _full(compiled)  # undefined: Jinja's own error and `set`-mode handling
     if compiled.error is not None:
         raise _template_error(where, text, compiled.error)
     template = compiled.template

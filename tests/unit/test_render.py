@@ -507,3 +507,27 @@ def test_compiled_templates_are_cached() -> None:
     assert after["hits"] == before["hits"] + 1
     assert after["misses"] == before["misses"]
     assert 0 < after["size"] <= after["max_size"]
+
+
+@pytest.mark.parametrize("value", [7, "42", "text", None, [1, {"a": 2}], {"k": [3]}, 1.5, True,
+                                   LoopResult([1, 2], failed=1)])  # fmt: skip
+def test_a_plain_name_renders_as_jinja_would(value: Any) -> None:
+    # `{{ name }}` is looked up without Jinja when the context has it: same result as the
+    # compiled path, which `{{ (name) }}` takes
+    ctx = {"probe_name_fast": value}
+    fast = render_value("{{ probe_name_fast }}", ctx, where=WHERE)
+    slow = render_value("{{ (probe_name_fast) }}", ctx, where=WHERE)
+    assert fast == slow and type(fast) is type(slow)
+    if isinstance(value, LoopResult):
+        assert fast is value and fast.stats == value.stats
+
+
+def test_a_plain_name_the_context_lacks_fails_like_any_undefined() -> None:
+    template = "{{ probe_name_missing }}"
+    with pytest.raises(UndefinedValue) as info:
+        render_value(template, {}, where=WHERE)
+    assert "probe_name_missing" in str(info.value)
+    assert render_value(template, {}, where=WHERE, mode="set") is None
+    # the same (cached) template with the name present afterwards
+    assert render_value(template, {"probe_name_missing": 5}, where=WHERE) == 5
+    assert render_value("{{ true }}", {"true": 0}, where=WHERE) is True  # a Jinja literal
