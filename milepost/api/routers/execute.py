@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
-from milepost.api import errors, schemas
+from milepost.api import errors, schemas, views
 from milepost.api.auth import OperateAuth
 from milepost.api.deps import RuntimeDep, StoreDep
 from milepost.api.routers.catalog import find
@@ -12,9 +12,9 @@ from milepost.api.routers.catalog import find
 router = APIRouter(prefix="/api", tags=["executions"])
 
 
-@router.post("/execute")
+@router.post("/execute", response_model=schemas.ExecuteOut)
 def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
-            _: OperateAuth) -> schemas.ExecuteOut:  # fmt: skip
+            _: OperateAuth) -> Response:  # fmt: skip
     entry = find(store, body)
     parent = body.parent_execution_id
     if parent is not None and store.get_execution(parent) is None:
@@ -24,4 +24,4 @@ def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
     xid, _outcome = runtime.start(playbook, entry.version, body.workload,
                                   parent_execution_id=parent)  # fmt: skip
     status = runtime.read(xid, lambda state, _pb: state.status, refresh=False)  # just written
-    return schemas.ExecuteOut(execution_id=str(xid), status=status)
+    return views.as_json(schemas.ExecuteOut(execution_id=str(xid), status=status))

@@ -105,8 +105,10 @@ async def get_status(
     that `Runtime` sets when it finishes the run, with a look at the store every
     `STATUS_RECHECK` seconds for runs ended elsewhere.
     """
-    row = await run_in_threadpool(existing, store, execution_id)
-    return views.as_json(await _status(store, runtime, row.execution_id, wait))
+    xid = parse_execution_id(execution_id)
+    if runtime.orchestrator.cached(xid) is None:  # this server knows it: no need to ask
+        await run_in_threadpool(existing, store, execution_id)
+    return views.as_json(await _status(store, runtime, xid, wait))
 
 
 async def _status(store: port.Store, runtime: Runtime, xid: int,
