@@ -1,10 +1,12 @@
-"""`milepost bench`: the peer harness's workloads (shared/bench/README.md), embedded mode.
+"""`milepost bench`: the peer harness's workloads (shared/bench/README.md).
 
 Prints the same JSON lines as the harness's `common.bench`: one per timed rep, then a
 summary with `steps_per_s_median` and the peak RSS. Durability stays on: every event is
-committed (SQLite WAL, `synchronous` as configured, NORMAL by default) before anything
-acts on it. The engine and its warm python processes are started once and reused across
-reps, as the peers reuse their connections and worker pools.
+committed before anything acts on it. The default variant runs embedded (SQLite WAL,
+`synchronous` as configured, NORMAL by default); `--variant server` runs the workloads
+through `milepost server` on a fresh PostgreSQL database with two worker processes
+(`LocalCluster`). Engines, servers and worker processes are started once and reused
+across reps, as the peers reuse their connections and worker pools.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,21 @@ class _Reps:
         return bool(self.walls)
 
 
+async def _reps(run_once: Callable[[str, int], Awaitable[Any]], workload: str, n: int,
+                reps: int, warmup: int, out: _Reps) -> None:  # fmt: skip
+    """The harness's protocol: `warmup` untimed runs of size min(n, 5), then `reps` timed."""
+    for _ in range(warmup):
+        await run_once(workload, min(n, 5))
+    for rep in range(1, reps + 1):
+        t0 = time.perf_counter()
+        value, error = None, None
+        try:
+            value = await run_once(workload, n)
+        except Exception as exc:  # report and keep going, like the harness
+            error = exc
+        out.record(rep, time.perf_counter() - t0, value, error)
+
+
 def _rss_mb(who: int) -> float:
     return round(resource.getrusage(who).ru_maxrss / 1024, 1)
 
@@ -164,16 +181,7 @@ async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
                                   python_workers=settings.python_workers) as engine:  # fmt: skip
             bench = Bench(engine)
             bench._playbook(workload, n)  # parsing the playbook is not part of a run
-            for _ in range(warmup):
-                await bench.run_once(workload, min(n, 5))
-            for rep in range(1, reps + 1):
-                t0 = time.perf_counter()
-                value, error = None, None
-                try:
-                    value = await bench.run_once(workload, n)
-                except Exception as exc:  # report and keep going, like the harness
-                    error = exc
-                out.record(rep, time.perf_counter() - t0, value, error)
+            await _reps(bench.run_once, workload, n, reps, warmup, out)
     finally:
         store.close()
     return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF),
@@ -231,24 +239,15 @@ def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
     from milepost.conformance.cluster import LocalCluster
 
     pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    concurrency = int(os.environ.get("MILEPOST_BENCH_WORKER_CONCURRENCY") or SERVER_CONCURRENCY)
     out = _Reps(workload, n, variant, "server on PostgreSQL (synchronous_commit on), "
-                "2 worker processes, NATS wake-ups + polling", emit)  # fmt: skip
+                f"2 worker processes x {concurrency}, reports over the worker channel, "
+                "NATS wake-ups + polling", emit)  # fmt: skip
 
     async def main(url: str, token: str) -> None:
         async with AsyncMilepostClient(url, token, timeout=120) as client:
-            bench = ServerBench(client)
-            for _ in range(warmup):
-                await bench.run_once(workload, min(n, 5))
-            for rep in range(1, reps + 1):
-                t0 = time.perf_counter()
-                value, error = None, None
-                try:
-                    value = await bench.run_once(workload, n)
-                except Exception as exc:  # report and keep going, like the harness
-                    error = exc
-                out.record(rep, time.perf_counter() - t0, value, error)
+            await _reps(ServerBench(client).run_once, workload, n, reps, warmup, out)
 
-    concurrency = int(os.environ.get("MILEPOST_BENCH_WORKER_CONCURRENCY") or SERVER_CONCURRENCY)
     with LocalCluster(pg, workers=2, concurrency=concurrency) as cluster:
         asyncio.run(main(cluster.url, cluster.token))
     return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF))
