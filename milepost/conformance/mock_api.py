@@ -419,7 +419,10 @@ def create_app(
         request_id, active_at_start = state.probe_start(label, delay_seconds)
         began = time.perf_counter()
         try:
-            await asyncio.sleep(delay_seconds)
+            # the loop's timers may fire a little early (uvloop rounds to the millisecond):
+            # the probe promises at least the delay, measured on the clock it reports
+            while (left := delay_seconds - (time.perf_counter() - began)) > 0:
+                await asyncio.sleep(left)
         except BaseException:
             state.probe_abort()
             raise
