@@ -570,8 +570,7 @@ class Worker:
         while True:
             self._claiming += limit
             try:
-                reply = await self.client.post_events(wire, claim) if claim \
-                    else await self.client.post_events(wire)  # fmt: skip
+                reply = await self.client.post_events(wire, claim)
             except ApiError as exc:
                 if not exc.transient:
                     await self._refused(batch, exc)
