@@ -44,7 +44,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check milepost tests examples
-	$(BIN)/mypy --strict milepost/core milepost/store milepost/engine milepost/playbook milepost/tools milepost/api
+	$(BIN)/mypy --strict milepost
 
 clean:
 	rm -rf $(VENV) .milepost .pytest_cache
