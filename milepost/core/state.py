@@ -151,14 +151,17 @@ SETTLED = "the command was already settled (reported, lost or cancelled)"
 
 
 def fold_reports(state: ExecutionState, events: Iterable[ev.Event]) -> list[ev.Event]:
-    """Fold incoming events and return them as they are to be stored: a report for a
-    command this run no longer waits for (a second report, or one after a lost lease or a
-    cancel settled it) is marked stale. The fold would ignore it anyway; the mark keeps the
-    projections and the people reading the log from taking it for the command's outcome."""
+    """Fold incoming events and return those to store: not the ones the state has already
+    seen (a retried report: the log holds it), and a report for a command this run no
+    longer waits for (a second report, or one after a lost lease or a cancel settled it)
+    marked stale. The fold would ignore it anyway; the mark keeps the projections and the
+    people reading the log from taking it for the command's outcome."""
     out: list[ev.Event] = []
     for event in events:
+        if event.event_id in state.seen:
+            continue
         if (event.event_type in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED)
-                and event.event_id not in state.seen and not event.meta.get("stale")
+                and not event.meta.get("stale")
                 and _command_id(event) not in state.commands):  # fmt: skip
             event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})
         fold(state, [event])

@@ -182,7 +182,10 @@ class Store(Protocol):
 
         `expect` maps executions to the last `seq` the caller folded: if the log of an
         execution these events write to has moved past it, nothing is written and LogMoved
-        is raised (optimistic concurrency between orchestrators on one database)."""
+        is raised (optimistic concurrency between orchestrators on one database). When it
+        covers every execution written to, the caller vouches that the events are new (it
+        has folded those logs and left out the ids they hold), which lets a store skip its
+        check for repeated ids."""
         ...
 
     def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
