@@ -402,8 +402,7 @@ def execute(
         if not wait:
             typer.echo(json.dumps({"execution_id": str(xid)}) if json_out else f"execution {xid}")
             return
-        _remote(lambda: client.wait(xid))
-        data = _remote(lambda: client.status(xid))
+        data = _remote(lambda: client.wait(xid))  # the final status reply
     _print_status(data, json_out)
     raise typer.Exit(0 if data["status"] == st.COMPLETED else 1)
 
@@ -542,9 +541,8 @@ def token_create(
 
     if role not in auth.ROLES:
         raise _fail(f"unknown role {role!r}: use one of {', '.join(auth.ROLES)}")
-    store = _open_server_store(db)
+    store = _open_server_store(db)  # migrated as it opens
     try:
-        store.migrate()
         token = auth.create_token(store, role, name, time.time())
     finally:
         store.close()

@@ -227,10 +227,15 @@ def _error_of(response: httpx.Response) -> ApiError:
         text = response.text.strip()[:500] or response.reason_phrase
         code = "internal" if response.status_code >= 500 else f"http_{response.status_code}"
         return ApiError(response.status_code, code, text)
-    code = str(body.get("code") or f"http_{response.status_code}")
-    message = str(body.get("message") or body.get("detail") or response.reason_phrase)
+    return error_of_body(response.status_code, body, response.reason_phrase)
+
+
+def error_of_body(status: int, body: dict[str, Any], fallback: str = "") -> ApiError:
+    """The ApiError of an error body `{code, message, ...fields}` (HTTP or the worker channel)."""
+    code = str(body.get("code") or f"http_{status}")
+    message = str(body.get("message") or body.get("detail") or fallback)
     fields = {k: v for k, v in body.items() if k not in ("code", "message")}
-    return ApiError(response.status_code, code, message, **fields)
+    return ApiError(status, code, message, **fields)
 
 
 def _reply(call: _Call, response: httpx.Response) -> Any:

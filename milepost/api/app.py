@@ -87,9 +87,8 @@ def create_app(settings: Settings | None = None, *,
 def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     if not (settings.secret_key or "").strip():
         raise SecretKeyMissing()  # refuse before touching the database
-    store = open_store(settings)
+    store = open_store(settings)  # migrated as it opens
     try:
-        store.migrate()
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
         orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id,

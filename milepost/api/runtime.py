@@ -168,11 +168,13 @@ class Runtime:
                     self.orchestrator.retire(execution_id)  # only live runs stay live
 
     def _fresh(self, execution_id: int) -> st.ExecutionState:
-        state = self.orchestrator.state(execution_id)
-        newer = self.store.load(execution_id, after_seq=state.last_seq)
+        cached = self.orchestrator.cached(execution_id)
+        if cached is None:
+            return self.orchestrator.state(execution_id)  # rebuilt from the log just now
+        newer = self.store.load(execution_id, after_seq=cached.last_seq)
         if newer:
-            st.fold(state, newer)  # what other writers appended since this cache last looked
-        return state
+            st.fold(cached, newer)  # what other writers appended since this cache last looked
+        return cached
 
     # -- cancellation ----------------------------------------------------------------------
 
@@ -187,12 +189,10 @@ class Runtime:
             self.settle_cancelled([execution_id])
             return self.orchestrator.state(execution_id)
 
-    def settle_cancelled(self, execution_ids: Iterable[int],
-                         claimed: Sequence[tuple[port.CommandRow, port.Lease]] = ()) -> set[int]:  # fmt: skip
+    def settle_cancelled(self, execution_ids: Iterable[int]) -> set[int]:
         """Fail the queued commands of cancel-requested executions (claims are refused for
-        them, so no worker would ever report them), plus `claimed`: commands this server
-        claimed for a worker and will not hand out. Returns the executions cancelled."""
-        xids = sorted(set(execution_ids) | {row.execution_id for row, _ in claimed})
+        them, so no worker would ever report them). Returns the executions cancelled."""
+        xids = sorted(set(execution_ids))
         with self.locks.hold(xids):
             cancelled: set[int] = set()
             reports: list[ev.Event] = []
@@ -201,16 +201,15 @@ class Runtime:
                 if not state.cancel_requested or state.terminal:
                     continue
                 cancelled.add(xid)
-                rows = [(row, row.epoch) for row in self.store.open_commands(xid)
-                        if row.status == port.COMMAND_QUEUED]  # fmt: skip
-                rows += [(row, lease.epoch) for row, lease in claimed if row.execution_id == xid]
-                reports += [self._cancelled_report(row, epoch) for row, epoch in rows
-                            if row.command_id in state.commands]  # fmt: skip
+                reports += [self._cancelled_report(row) for row in self.store.open_commands(xid)
+                            if row.status == port.COMMAND_QUEUED
+                            and row.command_id in state.commands]  # fmt: skip
             if reports:
                 self.process(reports)
             return cancelled
 
-    def _cancelled_report(self, row: port.CommandRow, epoch: int) -> ev.Event:
+    def _cancelled_report(self, row: port.CommandRow) -> ev.Event:
+        epoch = row.epoch
         payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
                    "attempt": row.attempt, "epoch": epoch, "error": dict(CANCELLED_BEFORE_CLAIM)}  # fmt: skip
         return ev.new_event(self.orchestrator.new_id(), row.execution_id, ev.COMMAND_FAILED,

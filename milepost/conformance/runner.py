@@ -525,13 +525,12 @@ class _ServerTarget:
             self.client.put_credential(name, spec.get("type"), spec.get("data") or {})
         xid = int(self.client.execute(playbook.path, workload))
         try:
-            self.client.wait(xid, timeout=timeout)
+            status = self.client.wait(xid, timeout=timeout)  # the final status reply
         except WaitTimeout:
             status = self.client.status(xid)
             with contextlib.suppress(Exception):
                 self.client.cancel(xid)
             return _Run(summary=status, timed_out=True), xid
-        status = self.client.status(xid)
         error = status.get("error") or {}
         reason = error.get("reason") or error.get("message") if status["status"] == "FAILED" else None
         return _Run(summary=status, reason=reason,

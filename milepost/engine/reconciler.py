@@ -170,8 +170,8 @@ class Reconciler:
 
     def _requeue(self, now: float, report: TickReport) -> None:
         queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]
-        self._noticed = {cid: at for cid, at in self._noticed.items()
-                         if cid in {row.command_id for row in queued}}  # fmt: skip
+        still = {row.command_id for row in queued}
+        self._noticed = {cid: at for cid, at in self._noticed.items() if cid in still}
         stale = [row for row in queued if now - row.created_at >= self.requeue_after
                  and now - self._noticed.get(row.command_id, 0.0) >= self.requeue_after]  # fmt: skip
         if not stale:

@@ -73,12 +73,11 @@ def describe(store: port.Store) -> str:
 def upgrade(url: str | None = None, *, urls: list[str] | None = None) -> str:
     """Migrate the database(s) to the latest schema; one line per database, such as
     `database postgresql://milepost:***@db/milepost at schema version 2`."""
-    store = open_store(url, urls=urls)
+    store = open_store(url, urls=urls)  # every adapter migrates as it opens
     try:
         shards = store.stores if isinstance(store, ShardedStore) else [store]
         lines = []
         for shard in shards:
-            shard.migrate()
             lines.append(f"database {describe(shard)} at schema version {shard.schema_version()}")
         return "\n".join(lines)
     finally:

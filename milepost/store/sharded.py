@@ -124,11 +124,16 @@ class ShardedStore:
 
     # -- commands --------------------------------------------------------------------------
 
-    def _shard_of_command(self, command_id: int) -> port.Store | None:
-        for store in self.stores:
-            if store.get_command(command_id) is not None:
-                return store
+    def _find_command(self, command_id: int) -> tuple[port.Store, port.CommandRow] | None:
+        for store in self.stores:  # a command id does not name its shard: ask each
+            row = store.get_command(command_id)
+            if row is not None:
+                return store, row
         return None
+
+    def _shard_of_command(self, command_id: int) -> port.Store | None:
+        found = self._find_command(command_id)
+        return None if found is None else found[0]
 
     def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
         found: dict[int, port.CommandRow] = {}
@@ -140,8 +145,8 @@ class ShardedStore:
         return found
 
     def get_command(self, command_id: int) -> port.CommandRow | None:
-        store = self._shard_of_command(command_id)
-        return None if store is None else store.get_command(command_id)
+        found = self._find_command(command_id)
+        return None if found is None else found[1]
 
     def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
         if execution_id is not None:

@@ -7,8 +7,6 @@ HTTP worker asks the server.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,12 +38,7 @@ class PlaybookTool:
         self.runner = runner
 
     async def run(self, call: base.ToolCall) -> base.ToolResult:
-        started = time.monotonic()
-        result = await self._run(call)
-        return base.ToolResult(data=result.data, error=result.error,
-                               duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
-
-    async def _run(self, call: base.ToolCall) -> base.ToolResult:
+        """The child's outcome; `ToolRuntime.run` times every call, this one included."""
         path = call.config.get("path")
         if not isinstance(path, str) or not path:
             return base.failure("invalid", "playbook tool needs `path` (a catalog path)")
@@ -58,8 +51,6 @@ class PlaybookTool:
         except TimeoutError:
             return base.failure("timeout", f"child playbook {path!r} did not finish within "
                                 f"{timeout:g}s", retryable=True)  # fmt: skip
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # the host could not start it: unknown path, invalid playbook
             return base.failure("playbook", f"child playbook {path!r}: {exc}")
         summary = {"execution_id": child.execution_id, "status": child.status}

@@ -24,7 +24,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
-from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable
+from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable, error_of_body
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,4 @@ def _result(reply: dict[str, Any]) -> dict[str, Any]:
         return body
     if not isinstance(body, dict):
         raise ApiError(status, "invalid_response", "worker channel: a reply without a body")
-    fields = {k: v for k, v in body.items() if k not in ("code", "message")}
-    raise ApiError(status, str(body.get("code") or f"http_{status}"),
-                   str(body.get("message") or ""), **fields)
+    raise error_of_body(status, body)

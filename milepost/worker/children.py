@@ -24,14 +24,13 @@ class ServerChildren:
                         timeout: float) -> ChildRun:  # fmt: skip
         xid = await self.client.execute(path, workload, parent_execution_id=parent_execution_id)
         try:
-            await self.client.wait(xid, timeout=timeout)
+            status = await self.client.wait(xid, timeout=timeout)  # the final status reply
         except WaitTimeout:
             await self._cancel(xid)
             raise TimeoutError(f"child {xid} still running after {timeout:g}s") from None
         except asyncio.CancelledError:  # the parent's attempt is being abandoned
             await asyncio.shield(self._cancel(xid))
             raise
-        status = await self.client.status(xid)
         steps: dict[str, Any] = status.get("steps") or {}
         completed = tuple(name for name, s in steps.items() if s.get("status") == "COMPLETED")
         results = {name: steps[name].get("result") for name in completed}

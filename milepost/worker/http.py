@@ -267,7 +267,6 @@ class Worker:
         self.jobs: dict[int, _Job] = {}
         self.polls = 0
         """Calls of claim_next (tests assert on it)."""
-        self.heartbeats = 0
         self._wake = asyncio.Event()
         self._hard = asyncio.Event()
         self._stopping = False
@@ -502,7 +501,6 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - keep the lease alive through a bad reply
                 self._heartbeat_failed(job, exc)
                 continue
-            self.heartbeats += 1
             if isinstance(reply, Mapping) and reply.get("cancelled"):
                 self._mark_cancelled(job)
 

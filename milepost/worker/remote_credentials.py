@@ -54,7 +54,6 @@ class RemoteCredentials:
         self._clock = clock
         self.ttl = ttl
         self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
-        self.fetches = 0
 
     def _fresh(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         cached = self._cache.get(name)
@@ -92,7 +91,6 @@ class RemoteCredentials:
         return data
 
     def _store(self, name: str, data: dict[str, Any] | None) -> None:
-        self.fetches += 1
         self._cache[name] = (self._clock() + self.ttl, data)
 
 

@@ -14,7 +14,6 @@ from fastapi import APIRouter, Path, Response
 from milepost.api import errors, schemas, views
 from milepost.api.auth import ReadWorkAuth, WorkAuth
 from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
-from milepost.api.metrics import Metrics
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.errors import ClaimRefused
@@ -84,9 +83,7 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
           _: WorkAuth) -> schemas.CommandOut:  # fmt: skip
     runtime, store = services.runtime, services.store
     row = existing(store, event_id)
-    if runtime.read(row.execution_id, lambda s, _pb: s.cancel_requested or s.status == st.CANCELLED):
-        _refuse(metrics, "execution_cancelled", f"execution {row.execution_id} is cancelled", row)
-    try:
+    try:  # the store refuses a cancelled execution's command (`execution_cancelled`) itself
         lease = store.claim(row.command_id, body.worker_id, runtime.clock(),
                             _lease_s(services.settings, body.lease_seconds))  # fmt: skip
     except ClaimRefused as exc:
@@ -96,11 +93,6 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
     return _out(runtime, row, lease)
 
 
-def _refuse(metrics: Metrics, code: str, message: str, row: port.CommandRow) -> None:
-    metrics.claim_conflicts.labels(code).inc()
-    raise errors.conflict(code, message, command_id=str(row.command_id))
-
-
 @router.post("/{event_id}/heartbeat")
 def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep,
               _: WorkAuth) -> schemas.HeartbeatOut:  # fmt: skip
@@ -108,8 +100,10 @@ def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: Services
     row = existing(store, event_id)
     lease = store.heartbeat(row.command_id, body.worker_id, body.epoch, runtime.clock(),
                             _lease_s(services.settings, body.lease_seconds))  # fmt: skip
-    cancelled = runtime.read(row.execution_id,
-                             lambda s, _pb: s.cancel_requested or s.status == st.CANCELLED)  # fmt: skip
+    # the projection (one row), not the log: a heartbeat comes every lease/3 per command
+    execution = store.get_execution(row.execution_id)
+    cancelled = execution is not None and (execution.cancel_requested
+                                           or execution.status == st.CANCELLED)  # fmt: skip
     return schemas.HeartbeatOut(lease=views.lease_out(lease), cancelled=cancelled)
 
 

@@ -18,14 +18,14 @@ from milepost.store import port
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-@router.post("", response_model=schemas.IngestOut, response_model_exclude_none=True)
+@router.post("", response_model=schemas.IngestOut)
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
                metrics: MetricsDep, _: WorkAuth) -> Response:  # fmt: skip
     return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False),
                          exclude_none=True)  # fmt: skip
 
 
-@router.post("/batch", response_model=schemas.IngestOut, response_model_exclude_none=True)
+@router.post("/batch", response_model=schemas.IngestOut)
 def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
                _: WorkAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
