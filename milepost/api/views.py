@@ -52,11 +52,13 @@ def catalog_entry(entry: port.CatalogEntry) -> schemas.CatalogEntryOut:
                                    created_at=schemas.iso(entry.created_at))  # fmt: skip
 
 
-def loop_steps(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, dict[str, int]]:
-    """Every loop step of the playbook with the failed count of its latest result."""
+def loop_steps(state: st.ExecutionState, playbook: model.Playbook,
+               context: dict[str, Any]) -> dict[str, dict[str, int]]:  # fmt: skip
+    """The loop steps named in `context`, with the failed count of their latest result."""
     out: dict[str, dict[str, int]] = {}
-    for name, step in playbook.steps.items():
-        if step.loop is None:
+    for name in context:
+        step = playbook.steps.get(name)
+        if step is None or step.loop is None:
             continue
         result = state.results.get(name)
         out[name] = {"failed": result.failed if isinstance(result, LoopResult) else 0}
@@ -76,7 +78,7 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
         attempt=row.attempt, idempotency_key=row.idempotency_key,
         status=port.COMMAND_CLAIMED if lease else row.status,
         playbook=schemas.PlaybookRef(path=state.path, version=state.version),
-        context=_plain(item.context), loop_steps=loop_steps(state, playbook),
+        context=_plain(item.context), loop_steps=loop_steps(state, playbook, item.context),
         args=_plain(item.args),
         lease=lease_out(lease) if lease else None,
     )  # fmt: skip

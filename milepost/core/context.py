@@ -7,16 +7,29 @@ names always mean the engine's values, so they are written last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.core.state import ExecutionState, StepRun
 
 
-def base_context(state: ExecutionState) -> dict[str, Any]:
-    """Workload keys, `workload`, step results, `ctx`, empty `iter`, `execution_id`."""
-    context: dict[str, Any] = dict(state.workload)
-    context.update(state.results)
+def base_context(state: ExecutionState, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Workload keys, `workload`, step results, `ctx`, empty `iter`, `execution_id`.
+
+    With `names`, only those workload keys and step results (the reserved names are always
+    there): what one step reads (`playbook.reads`).
+    """
+    context: dict[str, Any]
+    if names is None:
+        context = dict(state.workload)
+        context.update(state.results)
+    else:
+        context = {}
+        for name in names:
+            if name in state.results:
+                context[name] = state.results[name]
+            elif name in state.workload:
+                context[name] = state.workload[name]
     context["workload"] = state.workload
     context["ctx"] = state.ctx
     context["iter"] = {}

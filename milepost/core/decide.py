@@ -177,7 +177,7 @@ def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> N
     step = playbook.steps[sr.step]
     result = _step_result(sr)
     view = render.LoopResult(result, failed=sr.failed_ok) if sr.is_loop else result
-    context = cx.base_context(out.state)
+    context = cx.base_context(out.state, playbook.reads_of(sr.step).exit)
     context[sr.step] = view
     context["output"] = view
     event_name = ev.LOOP_DONE if sr.is_loop else ev.STEP_EXIT
@@ -278,7 +278,7 @@ def _admitted(step: model.Step, context: dict[str, Any]) -> bool:
 def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
                 args: dict[str, Any]) -> None:  # fmt: skip
     state = out.state
-    context = cx.base_context(state)
+    context = cx.base_context(state, playbook.reads_of(step.name).start)
     if not _admitted(step, context):
         out.emit(ev.STEP_EXIT, step.name, st.SKIPPED, run=state.run_counts.get(step.name, 0))
         return

@@ -8,7 +8,7 @@ from typing import Any
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.playbook import model
+from milepost.playbook import model, render
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +45,19 @@ class Outcome:
 def work_item(
     state: st.ExecutionState, playbook: model.Playbook, command: st.Command, epoch: int = 0
 ) -> WorkItem:
-    """Build the work item for a live command from the current state."""
-    context = cx.base_context(state)
+    """Build the work item for a live command from the current state.
+
+    Its context holds what the step's attempts read (`playbook.reads`), not every step's
+    result.
+    """
+    sr = state.running.get(command.step)
+    names = playbook.reads_of(command.step).attempt
+    if names is not None and sr is not None and sr.args:
+        args_read = render.names_read(sr.args)  # a legacy arc's args render with the input
+        names = None if args_read is None else names | args_read
+    context = cx.base_context(state, names)
     # a snapshot of ctx: parallel writes landing later must not change what this attempt saw
     context["ctx"] = dict(state.ctx)
-    sr = state.running.get(command.step)
     args: dict[str, Any] = {}
     if sr is not None:
         args = sr.args

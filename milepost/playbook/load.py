@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from milepost.errors import PlaybookInvalid
-from milepost.playbook import document, fields, graph, model, problems, steps, tools, yamllines
+from milepost.playbook import (
+    document,
+    fields,
+    graph,
+    model,
+    problems,
+    reads,
+    steps,
+    tools,
+    yamllines,
+)
 from milepost.playbook.context import LoadContext, RawStep
 from milepost.playbook.document import API_VERSION
 from milepost.playbook.durations import parse_duration
@@ -133,6 +143,7 @@ def _sections(ctx: LoadContext, doc: dict[str, Any]) -> dict[str, Any]:
         "entry_step": entry,
         "joins": joins,
         "reaches": reaches,
+        "reads": reads.playbook_reads(built, workbook, keychain),
     }
 
 

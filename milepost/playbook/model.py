@@ -8,6 +8,7 @@ between the orchestrator and workers without copies.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -175,6 +176,22 @@ class ExecutorSpec(BaseModel):
     cancel_grace: float = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class StepReads:
+    """The render-context names a step's templates read, by who renders them and when
+    (`playbook.reads`); None: any name (the whole context)."""
+
+    start: frozenset[str] | None = None
+    """The server, as the step starts: admission rules, `loop.in`, `max_in_flight`."""
+    attempt: frozenset[str] | None = None
+    """The worker, for each attempt: what its command's context must carry."""
+    exit: frozenset[str] | None = None
+    """The server, as the step completes: its `set` and its arcs."""
+
+
+READS_ALL = StepReads()
+
+
 class Playbook(BaseModel):
     model_config = _FROZEN
     metadata: Metadata
@@ -189,6 +206,9 @@ class Playbook(BaseModel):
     """Steps targeted by arcs of more than one step (DSL 8, join barrier)."""
     reaches: dict[str, frozenset[str]] = Field(default_factory=dict)
     """For each join J: the steps that can reach J through arcs without passing through J."""
+    reads: dict[str, StepReads] = Field(default_factory=dict)
+    """For each step: the render-context names its templates read. A step missing here
+    reads the whole context."""
     warnings: tuple[str, ...] = ()
     source: str | None = None
     """The file it was loaded from, for messages."""
@@ -203,3 +223,6 @@ class Playbook(BaseModel):
 
     def step(self, name: str) -> Step:
         return self.steps[name]
+
+    def reads_of(self, step: str) -> StepReads:
+        return self.reads.get(step, READS_ALL)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import base64
 import contextlib
+import functools
 import json
 import math
 import re
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, NoReturn, SupportsIndex, overload
 
-from jinja2 import nodes
+from jinja2 import meta, nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.parser import Parser
 from jinja2.runtime import ChainableUndefined, Undefined
@@ -42,6 +43,7 @@ __all__ = [
     "coerce",
     "compile_cache_info",
     "is_template",
+    "names_read",
     "render_value",
     "render_when",
 ]
@@ -416,6 +418,44 @@ def coerce(text: str) -> Any:
 # Rendering
 
 _RenderMode = Literal["strict", "set", "when"]
+
+
+def names_read(value: Any) -> frozenset[str] | None:
+    """The context names the templates in `value` read (nested mappings and lists walked;
+    keys are never rendered), or None when one of them does not parse: its render reports
+    the error, and until then any name may be read."""
+    names: set[str] = set()
+    for text in _template_strings(value):
+        found = _names_in(text)
+        if found is None:
+            return None
+        names |= found
+    return frozenset(names)
+
+
+def _template_strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        if "{{" in value or "{%" in value:
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _template_strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _template_strings(item)
+
+
+@functools.lru_cache(maxsize=_CACHE_MAX)
+def _names_in(source: str) -> frozenset[str] | None:
+    match = _SINGLE_EXPR.fullmatch(source)
+    if match is not None:
+        name = match.group(1).strip()
+        if _NAME.fullmatch(name) and name not in _JINJA_WORDS:
+            return frozenset((name,))
+    try:
+        return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
+    except TemplateSyntaxError:
+        return None
 
 
 def _shorten(template: str) -> str:

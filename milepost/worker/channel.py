@@ -108,8 +108,11 @@ class ChannelClient:
     async def _open(self) -> ClientConnection:
         if self._ws is None:
             try:
+                # compression=None: the messages are small JSON; deflating each one cost
+                # both ends more CPU than the bytes it saved (py-spy, W1 through a server)
                 self._ws = await connect(self.url, additional_headers=self.http.headers,
-                                         open_timeout=self.timeout, max_size=None)  # fmt: skip
+                                         open_timeout=self.timeout, max_size=None,
+                                         compression=None)  # fmt: skip
             except websockets.InvalidStatus as exc:
                 raise _Refused(f"HTTP {exc.response.status_code}") from exc
             except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:

@@ -20,7 +20,8 @@ def test_get_a_command_without_a_lease(api: Api) -> None:
     assert command["execution_id"] == xid and command["step"] == "start"
     assert command["status"] == "queued" and command["lease"] is None
     assert command["playbook"] == {"path": "tests/hello", "version": 1}
-    assert command["context"]["workload"] == {"name": "Ada"} and command["context"]["name"] == "Ada"
+    # the context carries what the step reads (`workload.name`), not every workload key
+    assert command["context"]["workload"] == {"name": "Ada"} and "name" not in command["context"]
     assert command["idempotency_key"] == row.idempotency_key and command["attempt"] == 1
 
 
@@ -79,11 +80,16 @@ def test_claim_next_takes_the_oldest_queued_commands_up_to_the_limit(api: Api) -
     got = api.claim_next("w1", limit=2, lease_seconds=10)
     assert [c["index"] for c in got] == [0, 1]
     assert all(c["lease"]["epoch"] == 1 and c["execution_id"] == xid for c in got)
-    assert got[0]["loop_steps"] == {"each": {"failed": 0}}
+    assert got[0]["loop_steps"] == {}  # an iteration reads no loop step's result
     assert got[1]["context"]["n"] == 2 and got[1]["context"]["iter"]["n"] == 2
     rest = api.claim_next("w2", limit=5)
     assert [c["index"] for c in rest] == [2]
     assert api.claim_next("w3") == []
+    for command in got + rest:
+        api.complete(command, int(command["context"]["n"]) * 10)
+    total = api.claim_one("w3")  # `total` reads `each`: its failed count comes along
+    assert total["step"] == "total" and total["loop_steps"] == {"each": {"failed": 0}}
+    assert total["context"]["each"] == [10, 20, 30]
     error(api.post("/api/commands/claim", {"worker_id": "w", "limit": 0}, role="worker"), 422,
           "validation_error")  # fmt: skip
     error(api.post("/api/commands/claim", {}, role="worker"), 422, "validation_error")
