@@ -5,10 +5,15 @@ orchestrator in ONE `process` call: the reports and every event decided from the
 appended in one transaction. A report whose epoch is not the command's live epoch (the
 lease expired and the command was re-issued, or it was already settled) is kept in the
 log with `meta.stale = true`; the fold skips it, so it changes nothing.
+
+Reports of claims this server handed out (`Runtime.handed`) skip the read of their
+command rows: the append checks the claims in its transaction and, if one moved, writes
+nothing, and the batch takes the careful way (read the rows, mark stale, process again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +24,7 @@ from milepost.api import errors as api_errors
 from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn
 from milepost.core import events as ev
+from milepost.engine.orchestrator import Outcome
 from milepost.errors import MilepostError
 from milepost.store import port
 
@@ -174,12 +180,20 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     events = convert(items, runtime, store, batch)
     # the epochs read here must not move before the append
     with runtime.locked({e.execution_id for e in events}):
-        fenced, known = _fence(store, events)
-        for xid in sorted({e.execution_id for e in events} - known):
-            if store.get_execution(xid) is None:
-                raise api_errors.not_found("execution_not_found", f"no execution {xid}",
-                                           execution_id=str(xid))  # fmt: skip
-        outcome = runtime.process(fenced, claim=claim)
+        outcome: Outcome | None = None
+        fenced = events
+        if runtime.handed.vouches(events):
+            # reports of claims handed out here: the append checks them in its transaction
+            with contextlib.suppress(port.ClaimMoved):
+                outcome = runtime.process(events, claim=claim, check_claims=True)
+        if outcome is None:
+            fenced, known = _fence(store, events)
+            for xid in sorted({e.execution_id for e in events} - known):
+                if store.get_execution(xid) is None:
+                    raise api_errors.not_found("execution_not_found", f"no execution {xid}",
+                                               execution_id=str(xid))  # fmt: skip
+            outcome = runtime.process(fenced, claim=claim)
+        runtime.handed.forget(events)
     # what went in: the server's fence (epochs) and the orchestrator's (settled commands)
     stored = {e.event_id: e for e in outcome.events}
     result = Ingested(events=[stored.get(e.event_id, e) for e in fenced])

@@ -12,6 +12,7 @@ reconciler and counts what happened.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
@@ -78,6 +79,55 @@ def _locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
     return locked
 
 
+HANDED_OUT_KEPT = 100_000
+"""Claims `HandedOut` remembers; past it the oldest go (their reports take the careful
+path: one more read)."""
+
+
+class HandedOut:
+    """The claims this server handed out lately: command id -> (execution id, epoch).
+
+    A worker's report normally comes back to the server that handed its command out, with
+    that claim's epoch. Such a report needs no read of its command row before the append:
+    the store checks the claim in the append's own transaction (`check_claims`), and a
+    claim that moved in between (released, re-claimed, expired) fails that append, after
+    which the report is fenced the careful way. Anything else (another server's claim, a
+    forgotten one, an unexpected event type) takes the careful way at once."""
+
+    def __init__(self, size: int = HANDED_OUT_KEPT) -> None:
+        self._size = size
+        self._claims: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+        self._guard = threading.Lock()
+
+    def remember(self, claimed: port.Claimed) -> None:
+        with self._guard:
+            for row, lease in claimed:
+                self._claims[row.command_id] = (row.execution_id, lease.epoch)
+            while len(self._claims) > self._size:
+                self._claims.popitem(last=False)
+
+    def vouches(self, events: Sequence[ev.Event]) -> bool:
+        """True when every event is a settling report of a claim handed out here, with
+        that claim's execution and epoch."""
+        with self._guard:
+            for event in events:
+                if event.event_type not in port.REPORTS_SETTLING:
+                    return False
+                held = self._claims.get(int(event.payload["command_id"]))
+                if held != (event.execution_id, int(event.meta["epoch"])):
+                    return False
+        return bool(events)
+
+    def forget(self, events: Sequence[ev.Event]) -> None:
+        with self._guard:
+            for event in events:
+                if event.event_type in port.REPORTS_SETTLING:
+                    self._claims.pop(int(event.payload["command_id"]), None)
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+
 CANCELLED_BEFORE_CLAIM = {"kind": "cancelled", "retryable": False,
                           "message": "execution cancelled before the command ran"}  # fmt: skip
 
@@ -92,6 +142,7 @@ class Runtime:
         self.metrics = metrics
         self.pool = pool
         self.locks = ExecutionLocks()
+        self.handed = HandedOut()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""
         orchestrator.new_id = _locked_ids(orchestrator.new_id)
@@ -114,13 +165,15 @@ class Runtime:
     # -- the orchestrator, locked ----------------------------------------------------------
 
     def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = True, claim: port.ClaimRequest | None = None) -> Outcome:  # fmt: skip
+                *, refresh: bool = True, claim: port.ClaimRequest | None = None,
+                check_claims: bool = False) -> Outcome:  # fmt: skip
         """`Orchestrator.process`, refreshed from the log by default (other writers exist).
         Commands claimed through `claim` are not announced: their worker has them."""
         xids = {e.execution_id for e in reports} | set(also)
         with self.locks.hold(xids):
             started = time.perf_counter()
-            outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim)
+            outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim,
+                                                check_claims=check_claims)  # fmt: skip
             self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
         self._after(outcome)
         return outcome
@@ -256,6 +309,7 @@ class Runtime:
                 self.publisher.notify(notices)
         if outcome.claimed:
             self.metrics.commands_claimed.inc(len(outcome.claimed))
+            self.handed.remember(outcome.claimed)
         for event in outcome.events:
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.metrics.commands_completed.labels("completed").inc()

@@ -188,12 +188,15 @@ class Orchestrator:
     # -- the loop --------------------------------------------------------------------------
 
     def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = False, claim: port.ClaimRequest | None = None) -> Outcome:  # fmt: skip
+                *, refresh: bool = False, claim: port.ClaimRequest | None = None,
+                check_claims: bool = False) -> Outcome:  # fmt: skip
         """Fold reports, decide, append everything in one transaction, return new work.
 
         `also` names executions to re-evaluate without a report (a retry timer, a resume);
         `refresh` first folds whatever other writers appended since the watermark; `claim`
-        claims queued commands for a worker in the same transaction (`Outcome.claimed`).
+        claims queued commands for a worker in the same transaction (`Outcome.claimed`);
+        `check_claims` has the store check the reports' claims in that transaction
+        (`port.ClaimMoved` comes through: nothing was written).
 
         With `shared=True` (several servers on one database) decisions are optimistic:
         made on the cached state, appended only if no other writer moved those logs since
@@ -206,10 +209,10 @@ class Orchestrator:
         for xid in also:
             by_exec.setdefault(xid, [])
         if not self.shared:
-            return self._process(by_exec, refresh, claim, expect=False)
+            return self._process(by_exec, refresh, claim, check_claims, expect=False)
         for _ in range(OPTIMISTIC_TRIES):
             try:
-                return self._process(by_exec, False, claim, expect=True)
+                return self._process(by_exec, False, claim, check_claims, expect=True)
             except port.LogMoved:
                 continue  # `_process` dropped the states it had folded into: rebuilt next
         with contextlib.ExitStack() as locks:
@@ -217,14 +220,15 @@ class Orchestrator:
                 locks.enter_context(self.store.lock_execution(xid))
             for _ in range(LOCKED_TRIES):
                 try:
-                    return self._process(by_exec, True, claim, expect=True)
+                    return self._process(by_exec, True, claim, check_claims, expect=True)
                 except port.LogMoved:
                     continue  # an optimistic writer got in first; it cannot keep doing so
         raise ConcurrencyConflict("the log of these executions kept moving",
                                   execution_ids=[str(x) for x in sorted(by_exec)])  # fmt: skip
 
     def _process(self, by_exec: dict[int, list[ev.Event]], refresh: bool,
-                 claim: port.ClaimRequest | None, *, expect: bool) -> Outcome:  # fmt: skip
+                 claim: port.ClaimRequest | None, check_claims: bool, *,
+                 expect: bool) -> Outcome:  # fmt: skip
         out = Outcome()
         now = self.clock()
         to_append: list[ev.Event] = []
@@ -243,7 +247,8 @@ class Orchestrator:
                 to_append.extend(st.fold_reports(state, incoming))
                 to_append.extend(self._decide(state, now, out))
             stored, out.claimed = self.store.append_and_claim(
-                to_append, claim, expect=watermarks if expect else None)
+                to_append, claim, expect=watermarks if expect else None,
+                check_claims=check_claims)  # fmt: skip
         except Exception:
             for xid in by_exec:
                 self.forget(xid)  # the cache may hold events that were never committed

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from milepost.core import events as ev
 from milepost.core.events import Event
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 
@@ -112,6 +113,24 @@ class LogMoved(ConcurrencyConflict):
     code = "log_moved"
 
 
+class ClaimMoved(ConcurrencyConflict):
+    """`append(..., check_claims=True)`: a command reported on is no longer claimed with the
+    report's epoch (released, re-claimed, settled), so nothing was written; the caller
+    fences the reports against the command rows and decides again."""
+
+    code = "claim_moved"
+
+
+REPORTS_SETTLING = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED})
+"""The reports that settle their command (and that `check_claims` checks)."""
+
+
+def claims_reported(events: Sequence[Event]) -> dict[int, int]:
+    """command_id -> epoch of the reports that settle a command, stale ones left out."""
+    return {int(e.payload["command_id"]): int(e.meta["epoch"]) for e in events
+            if e.event_type in REPORTS_SETTLING and not e.meta.get("stale")}  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """Claim queued commands in the transaction of an append: a worker's report is answered
@@ -175,8 +194,8 @@ class Store(Protocol):
     def close(self) -> None: ...
 
     # events
-    def append(self, events: Sequence[Event], *,
-               expect: Mapping[int, int] | None = None) -> list[Event]:  # fmt: skip
+    def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[Event]:  # fmt: skip
         """Append in one transaction with the projections; returns the events stored (with
         `seq`), leaving out those whose `event_id` the log already had.
 
@@ -185,11 +204,17 @@ class Store(Protocol):
         is raised (optimistic concurrency between orchestrators on one database). When it
         covers every execution written to, the caller vouches that the events are new (it
         has folded those logs and left out the ids they hold), which lets a store skip its
-        check for repeated ids."""
+        check for repeated ids.
+
+        `check_claims`: every command a non-stale `command.completed`/`failed` settles must
+        be claimed with that report's `meta.epoch`, checked (and held) in the transaction;
+        else nothing is written and ClaimMoved is raised. The server fences reports this way
+        without reading the command rows first."""
         ...
 
     def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None) -> tuple[list[Event], Claimed]:  # fmt: skip
+                         expect: Mapping[int, int] | None = None,
+                         check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
         """`append`, then `claim_next` as `claim` asks, in the same transaction where the
         database allows it (the commands just issued are claimable at once)."""
         ...

@@ -50,6 +50,8 @@ _EVENT_ROW = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 _COMMAND_INSERT = ("INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
                    " idempotency_key, status, pool, created_at, updated_at) VALUES ")
 _COMMAND_ROW = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+_CLAIM_MOVED = "MP409"
+"""The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
 _ROWS_PER_STATEMENT = 500
 """Rows of one multi-row INSERT: one statement (and one parameter conversion) per batch is
 far cheaper in Python than a statement per row, and 500 x 11 stays under the protocol's
@@ -113,6 +115,9 @@ def _driver_errors(url: str) -> Iterator[None]:
         raise port.StoreUnavailable(f"database {url}: {exc}", url=url,
                                     sqlstate=exc.sqlstate) from exc  # fmt: skip
     except psycopg.Error as exc:
+        if exc.sqlstate == _CLAIM_MOVED:  # raised by milepost_check_claims (migration 3)
+            raise port.ClaimMoved(exc.diag.message_primary or "a reported claim moved",
+                                  sqlstate=exc.sqlstate) from exc  # fmt: skip
         raise port.StoreError(f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate) from exc
 
 
@@ -225,12 +230,12 @@ class PostgresStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event], *,
-               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
-        return self.append_and_claim(events, None, expect=expect)[0]
+    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
 
     def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None,
+                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
                          ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
         if not events and claim is None:
             return [], []
@@ -241,11 +246,15 @@ class PostgresStore:
         # same round trip as everything else.
         xids = {e.execution_id for e in events}
         trusted = expect is not None and xids <= expect.keys()
+        claims = port.claims_reported(events) if check_claims else {}
         check_known = False
         for _ in range(3):
             try:
                 with self._conn() as conn:
                     with conn.pipeline() as pipe, conn.transaction():
+                        if claims:  # first: it holds the command rows until the commit
+                            conn.execute("SELECT milepost_check_claims(%s::bigint[],"
+                                         " %s::bigint[])", (list(claims), list(claims.values())))  # fmt: skip
                         stored, check = self._append_txn(conn, events, expect, check_known)
                         collect = self._queue_claim(conn, claim) if claim is not None else None
                         if not trusted or check_known:
@@ -254,6 +263,8 @@ class PostgresStore:
                     return stored, collect() if collect is not None else []
             except _EventIdRace:
                 check_known = True  # rolled back; the other writer's rows are visible now
+            except port.ClaimMoved:
+                raise
             except ConcurrencyConflict as exc:
                 if expect and exc.fields.get("constraint") == "event_execution_seq":
                     # a seq taken from `expect` was taken by another writer in between

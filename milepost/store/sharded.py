@@ -73,29 +73,36 @@ class ShardedStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event], *,
-               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
+    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
         by_shard: dict[int, list[ev.Event]] = {}
         n = len(self.stores)
         for event in events:
             by_shard.setdefault(shard_of(event.execution_id, n), []).append(event)
+        if check_claims and len(by_shard) > 1 and port.claims_reported(events):
+            # one transaction per shard: a claim that moved on the second shard would be
+            # found after the first had committed. Ask the caller to fence first instead.
+            raise port.ClaimMoved("reports on several shards: their claims are not checked "
+                                  "in one transaction")  # fmt: skip
         stored: dict[int, ev.Event] = {}
         for index in sorted(by_shard):
-            for event in self.stores[index].append(by_shard[index], expect=expect):
+            for event in self.stores[index].append(by_shard[index], expect=expect,
+                                                   check_claims=check_claims):
                 stored[event.event_id] = event
         # in the caller's order, as a single store returns them
         return [stored.pop(e.event_id) for e in events if e.event_id in stored]
 
     def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None,
+                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
                          ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
         """Events of one shard: one transaction there, claiming that shard's commands (the
         other shards' are announced and polled as usual). Across shards the claim is its own
         rotating step."""
         shards = {shard_of(e.execution_id, len(self.stores)) for e in events}
         if len(shards) == 1:
-            return self.stores[shards.pop()].append_and_claim(events, claim, expect=expect)
-        stored = self.append(events, expect=expect)
+            return self.stores[shards.pop()].append_and_claim(events, claim, expect=expect,
+                                                              check_claims=check_claims)  # fmt: skip
+        stored = self.append(events, expect=expect, check_claims=check_claims)
         if claim is None:
             return stored, []
         return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,

@@ -95,19 +95,20 @@ class SQLiteStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event], *,
-               expect: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
-        return self.append_and_claim(events, None, expect=expect)[0]
+    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
 
     def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None,
+                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
                          ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
         if not events and claim is None:
             return [], []
         for _ in range(3):
             try:
                 with self._txn() as conn:
-                    stored = self._append_txn(conn, events, expect) if events else []
+                    claims = port.claims_reported(events) if check_claims else {}
+                    stored = self._append_txn(conn, events, expect, claims) if events else []
                     claimed = self._claim_next_txn(conn, claim) if claim is not None else []
                     return stored, claimed
             except sqlite3.IntegrityError as exc:
@@ -122,8 +123,23 @@ class SQLiteStore:
         raise ConcurrencyConflict("could not append: the log kept moving",
                                   execution_ids=sorted({e.execution_id for e in events}))
 
+    def _check_claims_txn(self, conn: sqlite3.Connection, claims: Mapping[int, int]) -> None:
+        """Raise ClaimMoved unless every command is claimed with that epoch (the IMMEDIATE
+        transaction holds the database, so nothing moves before the commit)."""
+        if not claims:
+            return
+        marks = ",".join("?" * len(claims))
+        live = {int(r[0]): int(r[1]) for r in conn.execute(
+            f"SELECT command_id, epoch FROM command WHERE command_id IN ({marks})"
+            " AND status=?", (*claims, port.COMMAND_CLAIMED))}  # fmt: skip
+        if any(live.get(cid) != epoch for cid, epoch in claims.items()):
+            raise port.ClaimMoved("a reported claim is no longer live",
+                                  command_ids=sorted(str(c) for c in claims))  # fmt: skip
+
     def _append_txn(self, conn: sqlite3.Connection, events: Sequence[ev.Event],
-                    expect: Mapping[int, int] | None) -> list[ev.Event]:  # fmt: skip
+                    expect: Mapping[int, int] | None,
+                    claims: Mapping[int, int]) -> list[ev.Event]:  # fmt: skip
+        self._check_claims_txn(conn, claims)
         last = self._last_seq
         for xid in {e.execution_id for e in events}:
             if xid not in last:
@@ -153,6 +169,7 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
             self._last_seq.clear()
+            self._check_claims_txn(conn, claims)  # a new transaction: check again
             return self._append_one_by_one_txn(conn, events)
         self._project_txn(conn, stored)
         return stored

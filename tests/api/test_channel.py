@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
+from milepost.api.routers import channel
 from tests.api.support import Api, report_wire
 
 PATH = "/api/worker/channel"
@@ -66,3 +67,19 @@ def test_only_workers_and_admins_may_open_it(api: Api, role: str | None) -> None
     with pytest.raises(WebSocketDisconnect), \
             api.client.websocket_connect(PATH, headers=api.headers(role)) as ws:  # fmt: skip
         ws.receive_text()
+
+
+def test_a_revoked_token_stops_an_open_socket(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    xid = api.execute()
+    heartbeat = {"events": [{"execution_id": xid, "event_type": "command.heartbeat"}]}
+    with api.client.websocket_connect(PATH, headers=api.headers("worker")) as ws:
+        assert ask(ws, 1, heartbeat)["status"] == 200
+        api.store._query("DELETE FROM token WHERE role = 'worker'")
+        api.client.app.state.token_cache = None  # what its lifetime would do, at once
+        assert ask(ws, 2, heartbeat)["status"] == 200  # one check holds RECHECK_SECONDS
+        monkeypatch.setattr(channel, "RECHECK_SECONDS", 0.0)
+        refused = ask(ws, 3, heartbeat)
+        assert (refused["id"], refused["status"]) == (3, 401)
+        assert refused["body"]["code"] == "unauthorized"
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -201,3 +202,37 @@ def test_of_two_reports_for_one_command_in_a_batch_the_second_is_stale(api: Api)
     reply = ok(api.post("/api/events/batch", {"events": first + second}, role="worker"))
     assert reply["stored"] == 2 and reply["stale"] == [second[0]["event_id"]]
     assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "one"}
+
+
+def test_a_report_of_a_claim_handed_out_here_needs_no_read_before_its_append(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    reads: list[object] = []
+    store = api.store
+    original = store.get_commands
+    monkeypatch.setattr(store, "get_commands", lambda ids: reads.append(ids) or original(ids))
+    reply = api.complete(command, {"greeting": "hi"})
+    assert reply["stale"] == [] and reads == []  # the append checked the claim itself
+    assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "hi"}
+    # a report this server did not hand out (or no longer remembers) is fenced by a read
+    again = api.complete(command, {"greeting": "twice"})
+    assert again["stale"] == again["event_ids"] and len(reads) == 1
+
+
+def test_a_claim_that_moved_behind_the_servers_back_makes_the_report_stale(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one("w1")
+    cid = int(command["command_id"])
+    # another server gives the command back and hands it to w2: this one still remembers
+    # w1's claim, so w1's report goes to the append, which finds the claim moved
+    assert api.store.release(cid, "w1", command["lease"]["epoch"], time.time())
+    lease = api.store.claim(cid, "w2", time.time(), 60.0)
+    late = api.complete(command, {"greeting": "late"})
+    assert late["stored"] == 1 and late["stale"] == late["event_ids"]
+    row = api.store.get_command(cid)
+    assert (row.status, row.worker_id, row.epoch) == ("claimed", "w2", lease.epoch)
+    assert api.status(xid)["steps"]["start"]["status"] == "RUNNING"
+    live = api.complete(command, {"greeting": "w2"}, epoch=lease.epoch)
+    assert live["stale"] == []
+    assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "w2"}

@@ -289,6 +289,54 @@ def test_append_with_an_expected_seq_refuses_when_the_log_moved(store: Any) -> N
     assert [e.seq for e in store.append([started(26)], expect={26: 0})] == [1]
 
 
+def report(xid: int, command_id: int, epoch: int, **meta: Any) -> ev.Event:
+    return dataclasses.replace(
+        event(xid, ev.COMMAND_COMPLETED, "s", command_id=command_id, run=1, index=-1, attempt=1,
+              epoch=epoch, result=1, ctx={}),
+        meta={"epoch": epoch, **meta})  # fmt: skip
+
+
+def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(
+        store: Any) -> None:  # fmt: skip
+    store.append([started(28), issued(28, 281), issued(28, 282)])
+    [(_, lease)] = store.claim_next("w1", 10.0, 60.0, 1)  # 281, epoch 1
+    assert store.release(281, "w1", lease.epoch, 11.0)
+    [(_, again)] = store.claim_next("w2", 12.0, 60.0, 1)  # 281 again: epoch 2
+    assert again.epoch == 2
+    for moved in (report(28, 281, 1),  # the released claim's epoch
+                  report(28, 282, 0)):  # a queued command: nobody holds it
+        with pytest.raises(port.ClaimMoved):
+            store.append_and_claim([moved, issued(28, 283)], port.ClaimRequest("w", 13.0, 5.0, 5),
+                                   check_claims=True)  # fmt: skip
+        assert [e.seq for e in store.load(28)] == [1, 2, 3]  # nothing written, nothing claimed
+        assert store.get_command(283) is None
+        assert store.get_command(282).status == port.COMMAND_QUEUED
+    # a report the caller marked stale is not checked: it settles nothing
+    stored = store.append([report(28, 281, 1, stale=True)], check_claims=True)
+    assert len(stored) == 1 and store.get_command(281).status == port.COMMAND_CLAIMED
+    # the live claim's report goes in and settles its command
+    stored = store.append([report(28, 281, 2)], check_claims=True)
+    assert [e.seq for e in stored] == [5]
+    assert store.get_command(281).status == port.COMMAND_COMPLETED
+
+
+def test_a_sharded_store_does_not_check_claims_across_shards(pg: Any) -> None:
+    shards = ShardedStore([PostgresStore(pg.create(), min_size=1, max_size=2) for _ in range(2)])
+    try:
+        xids = [x for x in range(1, 200) if shard_of(x, 2) == 0][:1] + \
+            [x for x in range(1, 200) if shard_of(x, 2) == 1][:1]
+        shards.append([started(x) for x in xids] + [issued(x, x * 10) for x in xids])
+        claimed = shards.claim_next("w", 1.0, 60.0, 2)
+        assert len(claimed) == 2
+        reports = [report(row.execution_id, row.command_id, lease.epoch) for row, lease in claimed]
+        with pytest.raises(port.ClaimMoved):  # one transaction per shard: not checkable
+            shards.append(reports, check_claims=True)
+        assert all(shards.get_command(x * 10).status == port.COMMAND_CLAIMED for x in xids)
+        assert len(shards.append(reports[:1], check_claims=True)) == 1  # one shard: checked
+    finally:
+        shards.close()
+
+
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
     store.append([started(23), issued(23, 231),
                   event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,

@@ -69,6 +69,7 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: Metric
                                body.limit, body.pool)  # fmt: skip
     out = hand_out(runtime, claimed)
     metrics.commands_claimed.inc(len(out))
+    runtime.handed.remember(claimed)
     return views.as_json(schemas.ClaimNextOut(commands=out))
 
 
@@ -90,6 +91,7 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
         metrics.claim_conflicts.labels(str(exc.fields.get("reason") or exc.code)).inc()
         raise
     metrics.commands_claimed.inc()
+    runtime.handed.remember([(row, lease)])
     return _out(runtime, row, lease)
 
 
