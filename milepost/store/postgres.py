@@ -250,14 +250,20 @@ class PostgresStore:
         check_known = False
         for _ in range(3):
             try:
+                careful = not trusted or check_known
                 with self._conn() as conn:
-                    with conn.pipeline() as pipe, conn.transaction():
+                    # A pipeline's Sync ends the implicit transaction of everything sent
+                    # before it (an autocommit connection sends no BEGIN): the trusted
+                    # path, which reads nothing before the end, needs no BEGIN and COMMIT
+                    # statements of its own. The careful one syncs to check, so it does.
+                    txn = conn.transaction() if careful else contextlib.nullcontext()
+                    with conn.pipeline() as pipe, txn:
                         if claims:  # first: it holds the command rows until the commit
                             conn.execute("SELECT milepost_check_claims(%s::bigint[],"
                                          " %s::bigint[])", (list(claims), list(claims.values())))  # fmt: skip
                         stored, check = self._append_txn(conn, events, expect, check_known)
                         collect = self._queue_claim(conn, claim) if claim is not None else None
-                        if not trusted or check_known:
+                        if careful:
                             pipe.sync()
                             check()  # before the commit
                     return stored, collect() if collect is not None else []
@@ -336,11 +342,13 @@ class PostgresStore:
         # large payloads live in the result store; the event keeps a reference that names
         # the execution, so a sharded store finds the database that holds it
         data = json.dumps(event.payload, default=str).encode()
-        row = conn.execute(
-            "INSERT INTO result_blob (execution_id, data, created_at) VALUES (%s,%s,%s)"
-            " RETURNING blob_id", (event.execution_id, data, event.created_at)).fetchone()  # fmt: skip
-        assert row is not None
-        ref = {"uri": f"{port.BLOB_PREFIX}{event.execution_id}/{row[0]}", "size": len(data)}
+        # the event's id is the blob's: no RETURNING to wait for, which in a pipeline would
+        # send a Sync and so end the implicit transaction of `append_and_claim` early
+        conn.execute(
+            "INSERT INTO result_blob (blob_id, execution_id, data, created_at)"
+            " VALUES (%s,%s,%s,%s)", (event.event_id, event.execution_id, data, event.created_at))  # fmt: skip
+        ref = {"uri": f"{port.BLOB_PREFIX}{event.execution_id}/{event.event_id}",
+               "size": len(data)}  # fmt: skip
         return json.dumps({"status": envelope["status"], "reference": ref})
 
     def _project_txn(self, conn: Conn, events: list[ev.Event]) -> None:

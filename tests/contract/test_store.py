@@ -337,6 +337,20 @@ def test_a_sharded_store_does_not_check_claims_across_shards(pg: Any) -> None:
         shards.close()
 
 
+def test_an_append_that_fails_late_writes_nothing_even_when_the_caller_vouches(
+        store: Any) -> None:  # fmt: skip
+    # `expect` covering the execution is the path that sends everything in one go (on
+    # PostgreSQL: no BEGIN/COMMIT, one pipeline Sync): a failure in its last statements
+    # must still undo the first ones
+    store.append([started(29), issued(29, 291)])
+    reused = issued(29, 291)  # a new event issuing a command id that exists: refused
+    with pytest.raises((MilepostError, sqlite3.IntegrityError)):
+        store.append_and_claim([event(29, ev.STEP_ENTER, "t", run=1), reused],
+                               port.ClaimRequest("w", 1.0, 5.0, 5), expect={29: 2})  # fmt: skip
+    assert [e.seq for e in store.load(29)] == [1, 2]
+    assert store.get_command(291).status == port.COMMAND_QUEUED  # nor was anything claimed
+
+
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
     store.append([started(23), issued(23, 231),
                   event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,
