@@ -89,7 +89,8 @@ def answer(services: Services, text: str) -> str:
             raise invalid([{"loc": ["body", *e["loc"]], "msg": e["msg"]}
                            for e in exc.errors()]) from None  # fmt: skip
         out = events.report(body, services)
-        return _reply(msg_id, 200, out.model_dump(mode="json", exclude_none=True))
+        # pydantic writes the body's JSON itself, as the batch route has it do
+        return _framed(msg_id, 200, out.model_dump_json(exclude_none=True))
     except ApiError as exc:
         return _reply(msg_id, exc.status, exc.body())
     except errors.MilepostError as exc:
@@ -111,4 +112,8 @@ def _id_of(text: str) -> Any:
 
 
 def _reply(msg_id: Any, status: int, body: dict[str, Any]) -> str:
-    return json.dumps({"id": msg_id, "status": status, "body": body})
+    return _framed(msg_id, status, json.dumps(body))
+
+
+def _framed(msg_id: Any, status: int, body_json: str) -> str:
+    return f'{{"id": {json.dumps(msg_id)}, "status": {status}, "body": {body_json}}}'
