@@ -220,7 +220,8 @@ class ShardedStore:
         xid, _ = port.parse_blob_uri(uri)
         if xid is not None:
             return self.shard(xid).get_blob(uri)
-        # the old `<blob_id>` form (SQLite) does not name its shard: the first that has it
+        # the old `<blob_id>` form (SQLite's, before it named the execution) does not name
+        # its shard: the first that has it
         for store in self.stores:
             with contextlib.suppress(MilepostError):
                 return store.get_blob(uri)

@@ -198,13 +198,14 @@ class SQLiteStore:
         text = json.dumps(envelope, default=str)
         if len(text) <= port.BLOB_THRESHOLD:
             return text
-        # large payloads live in the result store; the event keeps a reference
+        # large payloads live in the result store; the event keeps a reference that names
+        # the execution, so a sharded store finds the database that holds it
         data = json.dumps(event.payload, default=str).encode()
         cur = conn.execute(
             "INSERT INTO result_blob (execution_id, data, created_at) VALUES (?,?,?)",
             (event.execution_id, data, event.created_at),
         )
-        ref = {"uri": f"{_BLOB_PREFIX}{cur.lastrowid}", "size": len(data)}
+        ref = {"uri": f"{_BLOB_PREFIX}{event.execution_id}/{cur.lastrowid}", "size": len(data)}
         return json.dumps({"status": envelope["status"], "reference": ref})
 
     def _project_txn(self, conn: sqlite3.Connection, events: list[ev.Event]) -> None:
@@ -455,11 +456,11 @@ class SQLiteStore:
                 "INSERT INTO result_blob (execution_id, data, created_at) VALUES (?,?,?)",
                 (execution_id, data, now),
             )
-        return f"{_BLOB_PREFIX}{cur.lastrowid}"
+        return f"{_BLOB_PREFIX}{execution_id}/{cur.lastrowid}"
 
     def get_blob(self, uri: str) -> bytes:
-        # this adapter writes `<blob_id>`; `<execution_id>/<blob_id>` (PostgreSQL's form) is
-        # read too, and then the execution must match
+        # `<execution_id>/<blob_id>`, and the execution must match; `<blob_id>` alone is
+        # what this adapter wrote before the execution was named, still read
         xid, blob_id = port.parse_blob_uri(uri)
         rows = self._query("SELECT data, execution_id FROM result_blob WHERE blob_id=?",
                            (blob_id,))  # fmt: skip
