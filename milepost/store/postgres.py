@@ -44,29 +44,51 @@ _NS_APPEND = 0x6D70_0002
 _NS_CATALOG = 0x6D70_0003
 _NS_LEADER = 0x6D70_0004  # the one session lock in this space (see try_leader_lock)
 
-_EVENT_INSERT = ("INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
-                 " step, status, result, meta, worker_id, created_at) VALUES ")
-_EVENT_ROW = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-_COMMAND_INSERT = ("INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
-                   " idempotency_key, status, pool, created_at, updated_at) VALUES ")
-_COMMAND_ROW = "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+class _Rows:
+    """A statement over rows, its `{rows}` written for their number.
+
+    Up to `VALUES_MAX` rows: a VALUES list, one statement text per row count (psycopg
+    caches each one's parsing, and prepares it once it recurs). More: one array per column
+    (`unnest`), one text for any number, where a long VALUES list would be a new text for
+    every count and, past 4 KB, parsed by psycopg again on every call (a quarter of the
+    server's CPU in W3). Arrays cost more to build per statement, so small batches (a W1
+    step's four events) keep VALUES."""
+
+    VALUES_MAX = 16
+
+    def __init__(self, sql: str, types: Sequence[str]) -> None:
+        self.sql = sql
+        row = "(" + ",".join(f"%s::{t}" for t in types) + ")"
+        self._values = {n: sql.format(rows="(VALUES " + ",".join([row] * n) + ")").encode()
+                        for n in range(1, self.VALUES_MAX + 1)}  # fmt: skip
+        self._unnest = sql.format(rows="unnest(" + ",".join(f"%s::{t}[]" for t in types) + ")")
+
+    def execute(self, conn: Conn, rows: Sequence[tuple[Any, ...]]) -> psycopg.Cursor[Any]:
+        """Queue the statement for `rows` (not empty; in each column, values of one Python
+        type: psycopg will not dump a list of mixed types)."""
+        if len(rows) <= self.VALUES_MAX:
+            return conn.execute(self._values[len(rows)], [v for r in rows for v in r])
+        return conn.execute(self._unnest, [list(column) for column in zip(*rows, strict=True)])
+
+
+_EVENT_INSERT = _Rows(
+    "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
+    " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v"
+    " ON CONFLICT (event_id) DO NOTHING",
+    ("bigint", "bigint", "bigint", "bigint", "text", "text", "text", "text", "text", "text",
+     "float8"))  # fmt: skip
+_COMMAND_INSERT = _Rows(
+    "INSERT INTO command (command_id, execution_id, step, run, idx, attempt, idempotency_key,"
+    " status, pool, created_at, updated_at) SELECT * FROM {rows} AS v",
+    ("bigint", "bigint", "text", "int", "int", "int", "text", "text", "text", "float8",
+     "float8"))  # fmt: skip
+_COMMAND_SETTLE = _Rows(
+    "UPDATE command SET status=v.status, updated_at=v.at FROM {rows} AS v(status, at, id)"
+    " WHERE command.command_id = v.id", ("text", "float8", "bigint"))
 _CLAIM_MOVED = "MP409"
 """The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
-_ROWS_PER_STATEMENT = 500
-"""Rows of one multi-row INSERT: one statement (and one parameter conversion) per batch is
-far cheaper in Python than a statement per row, and 500 x 11 stays under the protocol's
-65,535 parameters."""
 
 
-def _multi_row(conn: Conn, head: str, row: str, rows: Sequence[tuple[Any, ...]],
-               tail: str = "") -> list[psycopg.Cursor[Any]]:
-    """Queue `head VALUES row, row, ... tail` in chunks; returns the cursors (for rowcount)."""
-    cursors = []
-    for i in range(0, len(rows), _ROWS_PER_STATEMENT):
-        chunk = rows[i:i + _ROWS_PER_STATEMENT]
-        sql = head + ",".join([row] * len(chunk)) + tail
-        cursors.append(conn.execute(sql.encode(), [v for r in chunk for v in r]))
-    return cursors
 _EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
                " meta, worker_id, created_at")  # fmt: skip
 _EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
@@ -321,15 +343,14 @@ class PostgresStore:
                          event.event_type, event.step, event.status,
                          self._encode_result_txn(conn, event),
                          json.dumps(event.meta) if event.meta else None, event.worker_id,
-                         event.created_at))  # fmt: skip
+                         float(event.created_at)))  # fmt: skip
         if not stored:
             return [], lambda: None
-        inserted = _multi_row(conn, _EVENT_INSERT, _EVENT_ROW, rows,
-                              " ON CONFLICT (event_id) DO NOTHING")  # fmt: skip
+        inserted = _EVENT_INSERT.execute(conn, rows)
         self._project_txn(conn, stored)
 
         def check() -> None:
-            if sum(cur.rowcount for cur in inserted) != len(stored):
+            if inserted.rowcount != len(stored):
                 raise _EventIdRace()
 
         return stored, check
@@ -362,15 +383,15 @@ class PostgresStore:
             p = event.payload
             t = event.event_type
             if t == ev.COMMAND_ISSUED:
-                issued.append((p["command_id"], event.execution_id, event.step, p["run"],
-                               p.get("index", -1), p.get("attempt", 1),
-                               p.get("idempotency_key", ""), port.COMMAND_QUEUED,
-                               p.get("pool") or "default", event.created_at,
-                               event.created_at))  # fmt: skip
+                issued.append((int(p["command_id"]), event.execution_id, event.step,
+                               int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
+                               str(p.get("idempotency_key", "")), port.COMMAND_QUEUED,
+                               str(p.get("pool") or "default"), float(event.created_at),
+                               float(event.created_at)))  # fmt: skip
             elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
                 status = (port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED
                           else port.COMMAND_FAILED)  # fmt: skip
-                settled.append((status, event.created_at, p["command_id"]))
+                settled.append((status, float(event.created_at), int(p["command_id"])))
             elif t == ev.COMMAND_LEASE_EXPIRED:
                 # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
                 epoch = p.get("epoch", event.meta.get("epoch"))
@@ -390,11 +411,9 @@ class PostgresStore:
             elif t in ev.TERMINAL_EXECUTION_EVENTS:
                 terminal.append(event)  # after the command rows of the same batch exist
         if issued:
-            _multi_row(conn, _COMMAND_INSERT, _COMMAND_ROW, issued)
+            _COMMAND_INSERT.execute(conn, issued)
         if settled:
-            _multi_row(conn, "UPDATE command SET status=v.status, updated_at=v.at FROM (VALUES ",
-                       "(%s::text,%s::float8,%s::bigint)",
-                       settled, ") AS v(status, at, id) WHERE command.command_id = v.id")  # fmt: skip
+            _COMMAND_SETTLE.execute(conn, settled)
         with conn.cursor() as cur:
             if expired:
                 cur.executemany("UPDATE command SET status=%s, updated_at=%s WHERE command_id=%s"
