@@ -47,30 +47,32 @@ _NS_LEADER = 0x6D70_0004  # the one session lock in this space (see try_leader_l
 class _Rows:
     """A statement over rows, its `{rows}` written for their number.
 
-    Up to `VALUES_MAX` rows: a VALUES list, one statement text per row count (psycopg
-    caches each one's parsing, and prepares it once it recurs). More: one array per column
-    (`unnest`), one text for any number, where a long VALUES list would be a new text for
-    every count and, past 4 KB, parsed by psycopg again on every call (a quarter of the
-    server's CPU in W3). Arrays cost more to build per statement, so small batches (a W1
-    step's four events) keep VALUES."""
-
-    VALUES_MAX = 16
+    A few rows: a VALUES list, one statement text per row count, small enough for psycopg
+    to cache its parsing (at most `_CACHED_PARAMS` parameters) and to prepare it once it
+    recurs. More: one binary array per column (`unnest`), one text for any number. A long
+    VALUES list was parsed by psycopg again on every call (a quarter of the server's CPU in
+    W3), and arrays in text form escape every element with a regular expression (4x the
+    binary form's cost). Arrays cost more to build than a cached VALUES statement, so a W1
+    step's four events keep VALUES."""
 
     def __init__(self, sql: str, types: Sequence[str]) -> None:
-        self.sql = sql
+        self.values_max = max(1, _CACHED_PARAMS // len(types))
         row = "(" + ",".join(f"%s::{t}" for t in types) + ")"
         self._values = {n: sql.format(rows="(VALUES " + ",".join([row] * n) + ")").encode()
-                        for n in range(1, self.VALUES_MAX + 1)}  # fmt: skip
-        self._unnest = sql.format(rows="unnest(" + ",".join(f"%s::{t}[]" for t in types) + ")")
+                        for n in range(1, self.values_max + 1)}  # fmt: skip
+        self._unnest = sql.format(rows="unnest(" + ",".join(f"%b::{t}[]" for t in types) + ")")
 
     def execute(self, conn: Conn, rows: Sequence[tuple[Any, ...]]) -> psycopg.Cursor[Any]:
         """Queue the statement for `rows` (not empty; in each column, values of one Python
         type: psycopg will not dump a list of mixed types)."""
-        if len(rows) <= self.VALUES_MAX:
+        if len(rows) <= self.values_max:
             return conn.execute(self._values[len(rows)], [v for r in rows for v in r])
         return conn.execute(self._unnest, [list(column) for column in zip(*rows, strict=True)])
 
 
+_CACHED_PARAMS = 50
+"""psycopg caches the parsing of a statement with at most this many parameters
+(`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`)."""
 _EVENT_INSERT = _Rows(
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
     " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v"

@@ -10,6 +10,7 @@ import socket
 import pytest
 from fastapi.testclient import TestClient
 
+from milepost.api import app as app_module
 from milepost.api.app import create_app
 from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
 from milepost.engine import notify
@@ -103,3 +104,16 @@ def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
     finally:
         loop.run_until_complete(client.close())  # type: ignore[attr-defined]
         loop.close()
+
+
+def test_fastapis_telemetry_is_off_unless_opentelemetry_is_configured(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER",
+                 "OTEL_PYTHON_LOGGER_PROVIDER", "FASTAPI_OTEL_AUTO_CONFIGURE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    assert app_module.telemetry() == {"tracing": False, "metrics": False, "logs": False}
+    monkeypatch.setenv("FASTAPI_OTEL_AUTO_CONFIGURE", "true")
+    assert app_module.telemetry() == {}  # FastAPI's defaults: on
+    monkeypatch.delenv("FASTAPI_OTEL_AUTO_CONFIGURE")
+    monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
+    assert app_module.telemetry() == {}
