@@ -68,15 +68,5 @@ def playbook_reads(steps: Mapping[str, model.Step], workbook: Mapping[str, model
 
 def _sees_context(config: Mapping[str, Any]) -> bool:
     """True when python code (`code`, or `script.source.code`) may read `context`."""
-    return any("context" in text or render.is_template(text) for text in _strings(config))
-
-
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
+    return any("context" in text or render.is_template(text)
+               for text in render.strings_in(config))  # fmt: skip

@@ -25,7 +25,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, NoReturn, SupportsIndex, overload
 
@@ -45,6 +45,7 @@ __all__ = [
     "is_template",
     "names_read",
     "render_value",
+    "strings_in",
     "render_when",
 ]
 
@@ -425,7 +426,9 @@ def names_read(value: Any) -> frozenset[str] | None:
     keys are never rendered), or None when one of them does not parse: its render reports
     the error, and until then any name may be read."""
     names: set[str] = set()
-    for text in _template_strings(value):
+    for text in strings_in(value):
+        if not is_template(text):
+            continue
         found = _names_in(text)
         if found is None:
             return None
@@ -433,16 +436,16 @@ def names_read(value: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _template_strings(value: Any) -> Iterable[str]:
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string in `value`, walking the values of mappings and the items of lists."""
     if isinstance(value, str):
-        if "{{" in value or "{%" in value:
-            yield value
+        yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _template_strings(item)
+            yield from strings_in(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _template_strings(item)
+            yield from strings_in(item)
 
 
 @functools.lru_cache(maxsize=_CACHE_MAX)
