@@ -28,7 +28,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
-from milepost.settings import DEFAULT_DB, Settings, sqlite_path
+from milepost.settings import Settings, sqlite_path
 from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -558,12 +558,7 @@ def db_upgrade(db: ServerDbOption = None) -> None:
     """Migrate the database (every shard) to the latest schema."""
     from milepost.store import factory
 
-    settings = _server_settings(db)
-    urls = [u.strip() for u in (settings.database_urls or "").split(",") if u.strip()]
-    if urls:
-        typer.echo(factory.upgrade(urls=urls))
-    else:
-        typer.echo(factory.upgrade(settings.database_url or DEFAULT_DB))
+    typer.echo(factory.upgrade(settings=_server_settings(db)))
 
 
 credential_app = typer.Typer(no_args_is_help=True,

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     requeue_notice_after: float = 5.0
     """Re-publish the wake-up of a command still queued after this many seconds."""
 
+    def shard_urls(self) -> list[str]:
+        """The URLs of `database_urls`, in their order (the order places executions)."""
+        return [url.strip() for url in (self.database_urls or "").split(",") if url.strip()]
+
 
 class UnsupportedDatabase(MilepostError):
     """This database URL is not supported."""

@@ -40,7 +40,7 @@ from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.reconciler import Reconciler
-from milepost.settings import DEFAULT_DB, Settings
+from milepost.settings import Settings
 from milepost.store import factory, port
 from milepost.store.sqlite import SQLiteStore
 
@@ -134,10 +134,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
 
 def open_store(settings: Settings) -> port.Store:
     """`MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file."""
-    urls = [u.strip() for u in (settings.database_urls or "").split(",") if u.strip()]
-    if urls:
-        return factory.open_store(urls=urls, settings=settings)
-    return factory.open_store(settings.database_url or DEFAULT_DB, settings=settings)
+    return factory.open_store(settings=settings)
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:

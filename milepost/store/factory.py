@@ -5,13 +5,11 @@
 - several URLs (`urls=`, or `MILEPOST_DATABASE_URLS`, comma-separated) -> ShardedStore
   over them, in that order (the order places executions: keep it fixed)
 
-Without arguments: `MILEPOST_DATABASE_URLS` if set, else `MILEPOST_DATABASE_URL`, else
-the embedded default `.milepost/milepost.db`.
+Without a URL: the settings' `database_urls` (`MILEPOST_DATABASE_URLS`) if set, else their
+`database_url` (`MILEPOST_DATABASE_URL`), else the embedded default `.milepost/milepost.db`.
 """
 
 from __future__ import annotations
-
-import os
 
 from milepost.errors import MilepostError
 from milepost.settings import DEFAULT_DB, Settings, UnsupportedDatabase, sqlite_path
@@ -21,17 +19,18 @@ from milepost.store.sharded import ShardedStore
 from milepost.store.sqlite import SQLiteStore
 
 URLS_ENV = "MILEPOST_DATABASE_URLS"
+"""Read through `Settings.database_urls`; named here for tests and messages."""
 
 
 def open_store(url: str | None = None, *, urls: list[str] | None = None,
                settings: Settings | None = None) -> port.Store:  # fmt: skip
-    """The store for `url`, or a ShardedStore over `urls` when there are several."""
+    """The store for `url`, or a ShardedStore over `urls` when there are several; with
+    neither, the one `settings` (default: the environment's) name."""
     if url is not None and urls is not None:
         raise MilepostError("give one database URL or a list of them, not both")
     settings = settings or Settings()
     if url is None and urls is None:
-        listed = [u.strip() for u in os.environ.get(URLS_ENV, "").split(",") if u.strip()]
-        urls = listed or None
+        urls = settings.shard_urls() or None
     if urls is None:
         return _open_one(url or settings.database_url or DEFAULT_DB, settings)
     if not urls:
@@ -70,10 +69,11 @@ def describe(store: port.Store) -> str:
     return type(store).__name__
 
 
-def upgrade(url: str | None = None, *, urls: list[str] | None = None) -> str:
-    """Migrate the database(s) to the latest schema; one line per database, such as
-    `database postgresql://milepost:***@db/milepost at schema version 2`."""
-    store = open_store(url, urls=urls)  # every adapter migrates as it opens
+def upgrade(url: str | None = None, *, urls: list[str] | None = None,
+            settings: Settings | None = None) -> str:  # fmt: skip
+    """Migrate the database(s) to the latest schema (those of `open_store`); one line per
+    database, such as `database postgresql://milepost:***@db/milepost at schema version 2`."""
+    store = open_store(url, urls=urls, settings=settings)  # every adapter migrates as it opens
     try:
         shards = store.stores if isinstance(store, ShardedStore) else [store]
         lines = []
