@@ -26,9 +26,9 @@ from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import load, model
 from milepost.store.port import Store
 from milepost.tools import ToolRuntime
+from milepost.tools.base import CredentialLookup
 from milepost.tools.playbook import ChildRun
 from milepost.worker.attempt import run_attempt
-from milepost.worker.keychain import CredentialLookup
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+CredentialLookup = Callable[[str], Mapping[str, Any] | None]
+"""A registered credential's data by name (None: not registered), resolved in the worker:
+the postgres tool's `auth` and the keychain's `kind: credential` entries take one."""
 
 ERROR_KINDS = frozenset(
     {
@@ -35,7 +40,9 @@ class ToolCall:
     input: dict[str, Any]
     """Rendered inputs."""
     context: dict[str, Any]
-    """JSON-able snapshot of the render context (python's `context` global)."""
+    """JSON-able snapshot of the render context (python's `context` global): the names the
+    step's templates read, or all of them when its python code mentions `context`
+    (`playbook.reads`)."""
     idempotency_key: str
     """DSL 10.4; sent as `Idempotency-Key` by non-GET http calls."""
     timeout: float | None = None

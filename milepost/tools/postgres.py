@@ -44,7 +44,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,6 @@ from milepost.tools import base, sql
 
 log = logging.getLogger(__name__)
 
-CredentialLookup = Callable[[str], Mapping[str, Any] | None]
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
 CREDENTIAL_TYPES = frozenset({"postgres", "postgresql"})
@@ -145,7 +144,7 @@ class PostgresTool:
 
     def __init__(
         self,
-        credentials: CredentialLookup | None = None,
+        credentials: base.CredentialLookup | None = None,
         *,
         max_idle: int = 4,
         idle_timeout: float = 60.0,
@@ -364,7 +363,7 @@ def _connection_lost(exc: psycopg.Error) -> bool:
 
 
 def connection_params(
-    config: Mapping[str, Any], credentials: CredentialLookup | None
+    config: Mapping[str, Any], credentials: base.CredentialLookup | None
 ) -> dict[str, Any]:
     """libpq parameters from `auth` (a credential name) and/or `connection_string`."""
     params: dict[str, Any] = {}
@@ -384,18 +383,26 @@ def connection_params(
     return params
 
 
-def _credential_name(auth: Any) -> str:
+def auth_credential(auth: Any) -> str | None:
+    """The credential a rendered postgres `auth` names: the string itself, or a mapping's
+    `credential`, `key` or `name`; None when it names none."""
     if isinstance(auth, Mapping):
         for key in ("credential", "key", "name"):
             if isinstance(auth.get(key), str) and auth[key]:
                 return str(auth[key])
-        raise ToolInvalid("postgres `auth` must name a registered credential")
-    if not isinstance(auth, str):
-        raise ToolInvalid("postgres `auth` must name a registered credential (a string)")
-    return auth
+        return None
+    return auth if isinstance(auth, str) and auth else None
 
 
-def _credential_params(name: str, credentials: CredentialLookup | None) -> dict[str, Any]:
+def _credential_name(auth: Any) -> str:
+    name = auth_credential(auth)
+    if name is None:
+        raise ToolInvalid("postgres `auth` must name a registered credential"
+                          + ("" if isinstance(auth, Mapping) else " (a string)"))  # fmt: skip
+    return name
+
+
+def _credential_params(name: str, credentials: base.CredentialLookup | None) -> dict[str, Any]:
     try:
         data = credentials(name) if credentials is not None else None
     except MilepostError as exc:  # e.g. credential_unreadable: the key changed

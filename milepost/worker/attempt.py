@@ -20,7 +20,7 @@ from milepost.core.work import Outcome, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
 from milepost.sanitize import Redactor
-from milepost.tools.base import ToolCall, ToolResult
+from milepost.tools.base import CredentialLookup, ToolCall, ToolResult
 from milepost.worker import keychain
 
 MAX_TASK_EXECUTIONS = 10_000
@@ -83,7 +83,7 @@ async def run_attempt(
     tools: ToolRunner,
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    credentials: keychain.CredentialLookup | None = None,
+    credentials: CredentialLookup | None = None,
 ) -> Outcome:
     """Run one attempt; never raises for a task failure (it becomes `Outcome.error`).
 

@@ -7,14 +7,13 @@ reports (see `sanitize`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
 from milepost.sanitize import secret_strings
-
-CredentialLookup = Callable[[str], Mapping[str, Any] | None]
+from milepost.tools.base import CredentialLookup
 
 
 class CredentialMissing(MilepostError):

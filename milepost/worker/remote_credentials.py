@@ -1,6 +1,6 @@
 """Credentials for the HTTP worker, resolved through the server and cached briefly.
 
-The tools take a *synchronous* lookup (`keychain.CredentialLookup`, `ToolRuntime(
+The tools take a *synchronous* lookup (`tools.base.CredentialLookup`, `ToolRuntime(
 credentials=...)`) and call it on the event loop. So before an attempt the worker
 fetches, asynchronously, every credential the step can be seen to need (keychain
 entries, postgres `auth` names, rendered when they are templates); the lookup answers
@@ -17,6 +17,7 @@ from typing import Any
 from milepost.client import ApiError, ServerUnavailable
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
+from milepost.tools.postgres import auth_credential
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,4 @@ def _auth_name(auth: Any, context: Mapping[str, Any]) -> str | None:
             auth = render.render_value(auth, context, where="postgres auth")
         except Exception:  # noqa: BLE001 - only a guess; the tool reports its own errors
             return None
-    if isinstance(auth, Mapping):
-        for key in ("credential", "key", "name"):
-            if isinstance(auth.get(key), str) and auth[key]:
-                return str(auth[key])
-        return None
-    return auth if isinstance(auth, str) and auth else None
+    return auth_credential(auth)
