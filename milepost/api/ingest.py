@@ -22,7 +22,7 @@ from typing import Any
 from milepost import sanitize
 from milepost.api import errors as api_errors
 from milepost.api.runtime import Runtime
-from milepost.api.schemas import EventIn
+from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
 from milepost.engine.orchestrator import Outcome
 from milepost.errors import MilepostError
@@ -147,13 +147,10 @@ def _report_problems(item: EventIn, context: dict[str, Any],
 
 
 def _as_id(value: Any) -> int | None:
-    if isinstance(value, bool):
+    try:
+        return parse_id(value)
+    except ValueError:
         return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
 
 
 def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float) -> ev.Event:

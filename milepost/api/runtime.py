@@ -195,8 +195,7 @@ class Runtime:
     def playbook(self, path: str, version: int) -> model.Playbook:
         """The playbook of a catalog entry (parsed once, then cached by the orchestrator)."""
         with self._catalog:
-            probe = st.ExecutionState(execution_id=0, path=path, version=version)
-            return self.orchestrator.playbook_for(probe)
+            return self.orchestrator.catalog_playbook(path, version)
 
     def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
              *, refresh: bool = True, knows: int | None = None) -> T:  # fmt: skip

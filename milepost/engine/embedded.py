@@ -23,7 +23,7 @@ from milepost.credentials import Vault
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.errors import MilepostError, PlaybookNotFound
-from milepost.playbook import load, model
+from milepost.playbook import model
 from milepost.store.port import Store
 from milepost.tools import ToolRuntime
 from milepost.tools.base import CredentialLookup
@@ -136,7 +136,7 @@ class EmbeddedEngine:
         entry = self.store.get_playbook(path)
         if entry is None:
             raise PlaybookNotFound(f"no playbook registered at path {path!r}", path=path)
-        playbook = load.load_text(entry.content, source=f"catalog:{path}@{entry.version}")
+        playbook = self.orchestrator.catalog_playbook(path, entry.version)
         xid, outcome = self.orchestrator.start(playbook, entry.version, workload,
                                                parent_execution_id=int(parent_execution_id))  # fmt: skip
         self._done.setdefault(xid, asyncio.Event())

@@ -92,13 +92,17 @@ class Orchestrator:
         return entry.path, entry.version
 
     def playbook_for(self, state: st.ExecutionState) -> model.Playbook:
-        key = (state.path, state.version)
+        return self.catalog_playbook(state.path, state.version)
+
+    def catalog_playbook(self, path: str, version: int | None) -> model.Playbook:
+        """A catalog entry's playbook, parsed once and then cached."""
+        key = (path, version)
         pb = self._playbooks.get(key)
         if pb is None:
-            entry = self.store.get_playbook(state.path, state.version)
+            entry = self.store.get_playbook(path, version)
             if entry is None:
-                raise PlaybookNotFound(f"playbook {state.path!r} version {state.version} is not "
-                                       "in the catalog", path=state.path)  # fmt: skip
+                raise PlaybookNotFound(f"playbook {path!r} version {version} is not in the "
+                                       "catalog", path=path)  # fmt: skip
             pb = load.load_text(entry.content, source=f"catalog:{entry.path}@{entry.version}")
             self._playbooks[key] = pb
         return pb
