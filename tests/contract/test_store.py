@@ -323,19 +323,27 @@ def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(
     assert store.get_command(281).status == port.COMMAND_COMPLETED
 
 
-def test_a_sharded_store_does_not_check_claims_across_shards(pg: Any) -> None:
+def test_a_sharded_store_checks_each_shards_claims_in_that_shards_transaction(pg: Any) -> None:
     shards = ShardedStore([PostgresStore(pg.create(), min_size=1, max_size=2) for _ in range(2)])
     try:
-        xids = [x for x in range(1, 200) if shard_of(x, 2) == 0][:1] + \
-            [x for x in range(1, 200) if shard_of(x, 2) == 1][:1]
+        xids = [next(x for x in range(1, 200) if shard_of(x, 2) == i) for i in (0, 1)]
         shards.append([started(x) for x in xids] + [issued(x, x * 10) for x in xids])
-        claimed = shards.claim_next("w", 1.0, 60.0, 2)
-        assert len(claimed) == 2
-        reports = [report(row.execution_id, row.command_id, lease.epoch) for row, lease in claimed]
-        with pytest.raises(port.ClaimMoved):  # one transaction per shard: not checkable
-            shards.append(reports, check_claims=True)
-        assert all(shards.get_command(x * 10).status == port.COMMAND_CLAIMED for x in xids)
-        assert len(shards.append(reports[:1], check_claims=True)) == 1  # one shard: checked
+        claimed = {row.execution_id: lease for row, lease in shards.claim_next("w", 1.0, 60.0, 2)}
+        assert sorted(claimed) == sorted(xids)
+        first, second = xids
+        # the second shard's claim moves: its append refuses, writing nothing there
+        assert shards.release(second * 10, "w", claimed[second].epoch, 2.0)
+        with pytest.raises(port.ClaimMoved):
+            shards.append([report(first, first * 10, claimed[first].epoch),
+                           report(second, second * 10, claimed[second].epoch)],
+                          check_claims=True)  # fmt: skip
+        assert shards.get_command(second * 10).status == port.COMMAND_QUEUED
+        assert [e.event_type for e in shards.load(second)] == [ev.EXECUTION_STARTED,
+                                                               ev.COMMAND_ISSUED]  # fmt: skip
+        # each shard's live claim goes in, checked there
+        [(_, again)] = shards.claim_next("w", 3.0, 60.0, 1)
+        stored = shards.append([report(second, second * 10, again.epoch)], check_claims=True)
+        assert len(stored) == 1 and shards.get_command(second * 10).status == "completed"
     finally:
         shards.close()
 
