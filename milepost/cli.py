@@ -493,9 +493,9 @@ def _server_settings(db: str | None) -> Settings:
 
 
 def _open_server_store(db: str | None) -> Any:
-    from milepost.api.app import open_store
+    from milepost.store import factory
 
-    return open_store(_server_settings(db))
+    return factory.open_store(settings=_server_settings(db))
 
 
 @app.command()

@@ -187,11 +187,17 @@ def _release(event_id: int | str, worker_id: str, epoch: int) -> _Call:
     return _Call("POST", f"/api/commands/{_key(event_id)}/release", body)
 
 
-def _post_events(events: list[dict[str, Any]], claim: dict[str, Any] | None = None) -> _Call:
+def batch_body(events: list[dict[str, Any]],
+               claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The body of `POST /api/events/batch` (and of a worker channel message)."""
     body: dict[str, Any] = {"events": events}
     if claim is not None:
         body["claim"] = claim  # milepost extension: the reply carries `commands`
-    return _Call("POST", "/api/events/batch", body)
+    return body
+
+
+def _post_events(events: list[dict[str, Any]], claim: dict[str, Any] | None = None) -> _Call:
+    return _Call("POST", "/api/events/batch", batch_body(events, claim))
 
 
 def _credential(name: str) -> _Call:

@@ -8,7 +8,7 @@ keys (`password`, `token`, ...) whose values are never shown, for logs and setti
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 MASK = "***"
@@ -51,10 +51,16 @@ class Redactor:
 
 def secret_strings(value: Any) -> list[str]:
     """Every string inside a resolved secret (a credential's fields, a keychain entry)."""
+    return list(strings_in(value))
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string in `value`, walking the values of mappings and the items of lists."""
     if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in secret_strings(v)]
-    if isinstance(value, list | tuple):
-        return [s for v in value for s in secret_strings(v)]
-    return []
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from strings_in(item)

@@ -107,7 +107,9 @@ def telemetry() -> TelemetryConfig:
 def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     if not (settings.secret_key or "").strip():
         raise SecretKeyMissing()  # refuse before touching the database
-    store = open_store(settings)  # migrated as it opens
+    # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
+    # migrated as it opens
+    store = factory.open_store(settings=settings)
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
@@ -130,11 +132,6 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
     return Services(settings=settings, store=store, runtime=runtime, vault=vault,
                     metrics=app_metrics, reconciler=reconciler, shared=shared)  # fmt: skip
-
-
-def open_store(settings: Settings) -> port.Store:
-    """`MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file."""
-    return factory.open_store(settings=settings)
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:

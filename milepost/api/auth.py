@@ -147,13 +147,17 @@ async def authenticate(request: HTTPConnection) -> Principal:
     return principal
 
 
+def authorize(principal: Principal, allowed: frozenset[str], what: str) -> Principal:
+    """`principal`, or 403 when its role is not among `allowed` (`what`: the action)."""
+    if principal.role not in allowed:
+        raise ApiError(403, "forbidden", f"role {principal.role!r} may not {what}",
+                       role=principal.role)  # fmt: skip
+    return principal
+
+
 def _require(allowed: frozenset[str], what: str) -> Any:
     async def check(request: Request) -> Principal:
-        principal = await authenticate(request)
-        if principal.role not in allowed:
-            raise ApiError(403, "forbidden", f"role {principal.role!r} may not {what}",
-                           role=principal.role)  # fmt: skip
-        return principal
+        return authorize(await authenticate(request), allowed, what)
 
     return Depends(check)
 

@@ -111,7 +111,7 @@ class HandedOut:
         that claim's execution and epoch."""
         with self._guard:
             for event in events:
-                if event.event_type not in port.REPORTS_SETTLING:
+                if event.event_type not in ev.SETTLING_REPORTS:
                     return False
                 held = self._claims.get(int(event.payload["command_id"]))
                 if held != (event.execution_id, int(event.meta["epoch"])):
@@ -121,11 +121,8 @@ class HandedOut:
     def forget(self, events: Sequence[ev.Event]) -> None:
         with self._guard:
             for event in events:
-                if event.event_type in port.REPORTS_SETTLING:
+                if event.event_type in ev.SETTLING_REPORTS:
                     self._claims.pop(int(event.payload["command_id"]), None)
-
-    def __len__(self) -> int:
-        return len(self._claims)
 
 
 CANCELLED_BEFORE_CLAIM = {"kind": "cancelled", "retryable": False,
@@ -209,10 +206,8 @@ class Runtime:
             if cached is not None and (not refresh or cached.terminal or (
                     knows is not None and knows in cached.commands)):  # fmt: skip
                 state = cached  # an ended run's state never changes: no need to look again
-            elif not refresh:
-                state = self.orchestrator.state(execution_id)
             else:
-                state = self._fresh(execution_id)
+                state = self._fresh(execution_id)  # rebuilt from the log when not cached
             try:
                 return view(state, self.orchestrator.playbook_for(state))
             finally:
@@ -298,6 +293,11 @@ class Runtime:
 
     # -- after each call -------------------------------------------------------------------
 
+    def claimed(self, claimed: port.Claimed) -> None:
+        """Count commands handed to a worker and remember their claims (`handed`)."""
+        self.metrics.commands_claimed.inc(len(claimed))
+        self.handed.remember(claimed)
+
     def _after(self, outcome: Outcome) -> None:
         if outcome.issued:
             self.metrics.commands_issued.inc(len(outcome.issued))
@@ -307,8 +307,7 @@ class Runtime:
             if notices:
                 self.publisher.notify(notices)
         if outcome.claimed:
-            self.metrics.commands_claimed.inc(len(outcome.claimed))
-            self.handed.remember(outcome.claimed)
+            self.claimed(outcome.claimed)
         for event in outcome.events:
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.metrics.commands_completed.labels("completed").inc()

@@ -54,6 +54,8 @@ ALIASES = {
 }
 
 TERMINAL_EXECUTION_EVENTS = frozenset({EXECUTION_COMPLETED, EXECUTION_FAILED, EXECUTION_CANCELLED})
+SETTLING_REPORTS = frozenset({COMMAND_COMPLETED, COMMAND_FAILED})
+"""A worker's reports that settle their command (a projection, a fence, a stale mark)."""
 
 # Statuses an event carries when its producer gave none (NoETL derives them from the name).
 _DEFAULT_STATUS = {

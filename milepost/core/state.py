@@ -160,7 +160,7 @@ def fold_reports(state: ExecutionState, events: Iterable[ev.Event]) -> list[ev.E
     for event in events:
         if event.event_id in state.seen:
             continue
-        if (event.event_type in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED)
+        if (event.event_type in ev.SETTLING_REPORTS
                 and not event.meta.get("stale")
                 and _command_id(event) not in state.commands):  # fmt: skip
             event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})

@@ -239,14 +239,13 @@ class Orchestrator:
         watermarks: dict[int, int] = {}
         try:
             for xid, incoming in by_exec.items():
-                state = self._states.get(xid)
-                if state is None:
-                    state = self._states[xid] = (
-                        st.ExecutionState(execution_id=xid) if _starts(incoming)
-                        else self._rebuild(xid)
-                    )  # fmt: skip
-                if refresh and state.last_seq:
+                state = self._states.get(xid) or self._ended.pop(xid, None)
+                if state is None:  # rebuilt from the log as it is now: nothing to refresh
+                    state = (st.ExecutionState(execution_id=xid) if _starts(incoming)
+                             else self._rebuild(xid))  # fmt: skip
+                elif refresh and state.last_seq:
                     st.fold(state, self.store.load(xid, after_seq=state.last_seq))
+                self._states[xid] = state
                 watermarks[xid] = state.last_seq
                 to_append.extend(st.fold_reports(state, incoming))
                 to_append.extend(self._decide(state, now, out))

@@ -99,6 +99,8 @@ def _load(ctx: LoadContext, data: Any, source: str | None) -> model.Playbook:
     parts = _sections(ctx, fields.mapping(data, ctx.root))
     if ctx.report.problems:
         _raise(ctx, source)
+    # only for a playbook that loaded: its workbook entries exist, its templates are final
+    parts["reads"] = reads.playbook_reads(parts["steps"], parts["workbook"], parts["keychain"])
     for text in ctx.report.warnings:
         logger.info("playbook %s: %s", source or parts["metadata"].get("name"), text)
     playbook = fields.build(
@@ -143,7 +145,6 @@ def _sections(ctx: LoadContext, doc: dict[str, Any]) -> dict[str, Any]:
         "entry_step": entry,
         "joins": joins,
         "reaches": reaches,
-        "reads": reads.playbook_reads(built, workbook, keychain),
     }
 
 

@@ -25,48 +25,50 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.playbook import model, render
+from milepost.sanitize import strings_in
 
 
 def step_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
-               keychain: Iterable[model.KeychainEntry]) -> model.StepReads:  # fmt: skip
+               keychain_reads: frozenset[str] | None) -> model.StepReads:  # fmt: skip
     """What `step`'s templates read when it starts, in each attempt and when it ends."""
-    start: list[Any] = [[(rule.when,) for rule in step.spec.admit]]
+    start: list[Any] = [rule.when for rule in step.spec.admit]
     if step.loop is not None:
         start += [step.loop.in_, step.loop.max_in_flight]
     exit_ = [step.set, [(arc.when, arc.set, arc.args) for arc in step.next.arcs]]
     return model.StepReads(start=render.names_read(start),
-                           attempt=attempt_reads(step, workbook, keychain),
+                           attempt=attempt_reads(step, workbook, keychain_reads),
                            exit=render.names_read(exit_))  # fmt: skip
 
 
 def attempt_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
-                  keychain: Iterable[model.KeychainEntry]) -> frozenset[str] | None:  # fmt: skip
-    """The names an attempt of `step` can read, or None (the whole context)."""
+                  keychain_reads: frozenset[str] | None) -> frozenset[str] | None:  # fmt: skip
+    """The names an attempt of `step` can read, or None (the whole context);
+    `keychain_reads`: those of the playbook's keychain, which every attempt resolves."""
+    if keychain_reads is None:
+        return None
     values: list[Any] = [step.input]
     for task in step.tasks:
         tasks = [task]
-        if task.kind == "workbook":
-            entry = workbook.get(str(task.config.get("name")))
-            if entry is None:  # the loader rejects this; the worker reports it
-                return None
-            tasks.append(entry.task)
+        if task.kind == "workbook":  # the loader has checked that the entry exists
+            tasks.append(workbook[str(task.config.get("name"))].task)
         for each in tasks:
             if each.kind == "python" and _sees_context(each.config):
                 return None
             values += [each.input, each.config, each.set]
             if each.policy is not None:
                 values += [(rule.when, rule.then.set) for rule in each.policy.rules]
-    values += [(entry.map, entry.token) for entry in keychain]
-    return render.names_read(values)
+    names = render.names_read(values)
+    return None if names is None else names | keychain_reads
 
 
 def playbook_reads(steps: Mapping[str, model.Step], workbook: Mapping[str, model.WorkbookEntry],
                    keychain: Iterable[model.KeychainEntry]) -> dict[str, model.StepReads]:  # fmt: skip
-    keychain = tuple(keychain)
-    return {name: step_reads(step, workbook, keychain) for name, step in steps.items()}
+    """Every step's reads, for a playbook the loader has checked."""
+    keychain_reads = render.names_read([(entry.map, entry.token) for entry in keychain])
+    return {name: step_reads(step, workbook, keychain_reads) for name, step in steps.items()}
 
 
 def _sees_context(config: Mapping[str, Any]) -> bool:
     """True when python code (`code`, or `script.source.code`) may read `context`."""
     return any("context" in text or render.is_template(text)
-               for text in render.strings_in(config))  # fmt: skip
+               for text in strings_in(config))  # fmt: skip

@@ -25,7 +25,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, NoReturn, SupportsIndex, overload
 
@@ -36,6 +36,7 @@ from jinja2.runtime import ChainableUndefined, Undefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from milepost.errors import TemplateError, UndefinedValue
+from milepost.sanitize import strings_in
 
 __all__ = [
     "LoopResult",
@@ -45,7 +46,6 @@ __all__ = [
     "is_template",
     "names_read",
     "render_value",
-    "strings_in",
     "render_when",
 ]
 
@@ -318,12 +318,18 @@ def _compile_expression(source: str) -> _Compiled:
     return _Compiled(template, is_expr=True, needs_scrub=not _is_path(expr))
 
 
+def _plain_name(inner: str) -> str | None:
+    """The name, when the expression of a `{{ ... }}` template is one plain name."""
+    name = inner.strip()
+    return name if _NAME.fullmatch(name) and name not in _JINJA_WORDS else None
+
+
 def _compile(source: str) -> _Compiled:
     match = _SINGLE_EXPR.fullmatch(source)
     if match is not None:
         inner = match.group(1)
-        name = inner.strip()
-        if _NAME.fullmatch(name) and name not in _JINJA_WORDS:
+        name = _plain_name(inner)
+        if name is not None:
             return _Compiled(is_expr=True, name=name)  # compiled on first need (`_full`)
         if "{{" not in inner and "{%" not in inner:
             # Whitespace-control markers (`{{- x -}}`) belong to the tag, not the expression.
@@ -436,25 +442,12 @@ def names_read(value: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def strings_in(value: Any) -> Iterator[str]:
-    """Every string in `value`, walking the values of mappings and the items of lists."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from strings_in(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from strings_in(item)
-
-
 @functools.lru_cache(maxsize=_CACHE_MAX)
 def _names_in(source: str) -> frozenset[str] | None:
     match = _SINGLE_EXPR.fullmatch(source)
-    if match is not None:
-        name = match.group(1).strip()
-        if _NAME.fullmatch(name) and name not in _JINJA_WORDS:
-            return frozenset((name,))
+    name = None if match is None else _plain_name(match.group(1))
+    if name is not None:
+        return frozenset((name,))
     try:
         return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
     except TemplateSyntaxError:

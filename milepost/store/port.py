@@ -121,14 +121,10 @@ class ClaimMoved(ConcurrencyConflict):
     code = "claim_moved"
 
 
-REPORTS_SETTLING = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED})
-"""The reports that settle their command (and that `check_claims` checks)."""
-
-
 def claims_reported(events: Sequence[Event]) -> dict[int, int]:
     """command_id -> epoch of the reports that settle a command, stale ones left out."""
     return {int(e.payload["command_id"]): int(e.meta["epoch"]) for e in events
-            if e.event_type in REPORTS_SETTLING and not e.meta.get("stale")}  # fmt: skip
+            if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

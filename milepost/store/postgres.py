@@ -390,7 +390,7 @@ class PostgresStore:
                                str(p.get("idempotency_key", "")), port.COMMAND_QUEUED,
                                str(p.get("pool") or "default"), float(event.created_at),
                                float(event.created_at)))  # fmt: skip
-            elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+            elif t in ev.SETTLING_REPORTS:
                 status = (port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED
                           else port.COMMAND_FAILED)  # fmt: skip
                 settled.append((status, float(event.created_at), int(p["command_id"])))
@@ -555,11 +555,8 @@ class PostgresStore:
         if limit <= 0:
             return []
         with self._txn() as conn:
-            return self._claim_next_txn(conn, port.ClaimRequest(worker_id, now, lease_s, limit,
-                                                                pool))  # fmt: skip
-
-    def _claim_next_txn(self, conn: Conn, req: port.ClaimRequest) -> port.Claimed:
-        return self._queue_claim(conn, req)()
+            return self._queue_claim(conn, port.ClaimRequest(worker_id, now, lease_s, limit,
+                                                             pool))()  # fmt: skip
 
     def _queue_claim(self, conn: Conn, req: port.ClaimRequest) -> Callable[[], port.Claimed]:
         """Queue the claim; the returned call reads what it claimed (after a pipeline's

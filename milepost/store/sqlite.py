@@ -104,10 +104,10 @@ class SQLiteStore:
                          ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
         if not events and claim is None:
             return [], []
+        claims = port.claims_reported(events) if check_claims else {}
         for _ in range(3):
             try:
                 with self._txn() as conn:
-                    claims = port.claims_reported(events) if check_claims else {}
                     stored = self._append_txn(conn, events, expect, claims) if events else []
                     claimed = self._claim_next_txn(conn, claim) if claim is not None else []
                     return stored, claimed
@@ -224,7 +224,7 @@ class SQLiteStore:
                                p.get("idempotency_key", ""), port.COMMAND_QUEUED,
                                p.get("pool") or "default", event.created_at,
                                event.created_at))  # fmt: skip
-            elif t in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+            elif t in ev.SETTLING_REPORTS:
                 status = (port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED
                           else port.COMMAND_FAILED)  # fmt: skip
                 settled.append((status, event.created_at, p["command_id"]))

@@ -10,6 +10,18 @@ CredentialLookup = Callable[[str], Mapping[str, Any] | None]
 """A registered credential's data by name (None: not registered), resolved in the worker:
 the postgres tool's `auth` and the keychain's `kind: credential` entries take one."""
 
+
+def auth_credential(auth: Any) -> str | None:
+    """The credential a rendered postgres `auth` names: the string itself, or a mapping's
+    `credential`, `key` or `name`; None when it names none. Here, not in the postgres tool,
+    so a worker can foresee its credentials without importing psycopg."""
+    if isinstance(auth, Mapping):
+        for key in ("credential", "key", "name"):
+            if isinstance(auth.get(key), str) and auth[key]:
+                return str(auth[key])
+        return None
+    return auth if isinstance(auth, str) and auth else None
+
 ERROR_KINDS = frozenset(
     {
         "exception",

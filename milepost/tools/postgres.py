@@ -383,19 +383,8 @@ def connection_params(
     return params
 
 
-def auth_credential(auth: Any) -> str | None:
-    """The credential a rendered postgres `auth` names: the string itself, or a mapping's
-    `credential`, `key` or `name`; None when it names none."""
-    if isinstance(auth, Mapping):
-        for key in ("credential", "key", "name"):
-            if isinstance(auth.get(key), str) and auth[key]:
-                return str(auth[key])
-        return None
-    return auth if isinstance(auth, str) and auth else None
-
-
 def _credential_name(auth: Any) -> str:
-    name = auth_credential(auth)
+    name = base.auth_credential(auth)
     if name is None:
         raise ToolInvalid("postgres `auth` must name a registered credential"
                           + ("" if isinstance(auth, Mapping) else " (a string)"))  # fmt: skip

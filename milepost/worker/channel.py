@@ -24,7 +24,13 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
-from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable, error_of_body
+from milepost.client import (
+    ApiError,
+    AsyncMilepostClient,
+    ServerUnavailable,
+    batch_body,
+    error_of_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +86,7 @@ class ChannelClient:
                           claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
         if self.refused is not None:
             return await self.http.post_events(events, claim)
-        body: dict[str, Any] = {"events": events}
-        if claim is not None:
-            body["claim"] = claim
+        body = batch_body(events, claim)
         async with self._lock:  # one request at a time: replies come in order
             try:
                 ws = await self._open()

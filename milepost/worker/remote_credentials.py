@@ -17,7 +17,7 @@ from typing import Any
 from milepost.client import ApiError, ServerUnavailable
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
-from milepost.tools.postgres import auth_credential
+from milepost.tools.base import auth_credential
 
 log = logging.getLogger(__name__)
 

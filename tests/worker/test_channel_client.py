@@ -4,7 +4,6 @@ the batch route's errors, HTTP when the socket is refused, ServerUnavailable whe
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,22 +17,17 @@ from milepost.api import auth
 from milepost.api.app import create_app
 from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable
 from milepost.worker.channel import ChannelClient, ws_url
+from tests.acceptance.harness import free_port
 from tests.api.support import HELLO, report_wire, settings_for
 
 DEADLINE = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(server url, worker token) of a server on a fresh SQLite file."""
     app = create_app(settings_for(f"sqlite:///{tmp_path / 'live.db'}"))
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -104,7 +98,7 @@ def test_a_refused_socket_falls_back_to_http_for_good(live: tuple[str, str]) -> 
 
 def test_an_unreachable_server_is_server_unavailable() -> None:
     async def scenario() -> None:
-        async with AsyncMilepostClient(f"http://127.0.0.1:{_free_port()}", "t") as http:
+        async with AsyncMilepostClient(f"http://127.0.0.1:{free_port()}", "t") as http:
             reports = ChannelClient(http, timeout=2.0)
             with pytest.raises(ServerUnavailable):
                 await reports.post_events([{"execution_id": "1", "event_type": "x"}])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -12,12 +13,13 @@ import pytest
 from milepost.client import ApiError, ServerUnavailable
 from milepost.playbook.render import LoopResult
 from milepost.worker import http as worker_http
-from milepost.worker.http import wire_event, work_item
+from milepost.worker.http import Worker, wire_event, work_item
 from tests.worker.fakes import (
     HEARTBEAT,
     LEASE,
     SECRET_PLAYBOOK,
     FakeClient,
+    FakeTools,
     command,
     make,
     running,
@@ -146,19 +148,28 @@ def test_a_report_claims_the_next_command_in_the_same_request() -> None:
     run(scenario)
 
 
+@contextlib.asynccontextmanager
+async def one_report_held_two_finished(worker: Worker, client: FakeClient, tools: FakeTools,
+                                       base: int) -> AsyncIterator[None]:  # fmt: skip
+    """Three commands from `base` running on `worker`: the first finishes and its report is
+    held at the server (`client.report_gate`) while the other two finish."""
+    client.report_gate = asyncio.Event()
+    first, rest = tools.gate(f"key-{base}-1"), tools.gate(f"key-{base + 1}-1")
+    tools.gates[f"key-{base + 2}-1"] = rest
+    client.queue += [command(base), command(base + 1), command(base + 2)]
+    async with running(worker):
+        await until(lambda: len(tools.calls) == 3)
+        first.set()
+        await until(lambda: len(client.report_claims) == 1)
+        rest.set()
+        await settle()
+        yield
+
+
 def test_attempts_that_finish_while_a_report_is_on_its_way_go_in_one_batch() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make(concurrency=3)
-        client.report_gate = asyncio.Event()
-        first, rest = tools.gate("key-120-1"), tools.gate("key-121-1")
-        tools.gates["key-122-1"] = rest
-        client.queue += [command(120), command(121), command(122)]
-        async with running(worker):
-            await until(lambda: len(tools.calls) == 3)
-            first.set()  # 120 finishes first and its report waits at the server ...
-            await until(lambda: len(client.report_claims) == 1)
-            rest.set()  # ... while 121 and 122 finish
-            await settle()
+        async with one_report_held_two_finished(worker, client, tools, 120):
             client.report_gate.set()
             await until(lambda: len(client.reported_events()) == 3, clock)
         assert [len(batch) for batch in client.reports] == [1, 2]
@@ -184,16 +195,7 @@ def test_a_retried_report_claims_nothing() -> None:
 def test_a_refused_batch_is_sent_again_report_by_report() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make(concurrency=3)
-        client.report_gate = asyncio.Event()
-        first, rest = tools.gate("key-140-1"), tools.gate("key-141-1")
-        tools.gates["key-142-1"] = rest
-        client.queue += [command(140), command(141), command(142)]
-        async with running(worker):
-            await until(lambda: len(tools.calls) == 3)
-            first.set()
-            await until(lambda: len(client.report_claims) == 1)
-            rest.set()
-            await settle()
+        async with one_report_held_two_finished(worker, client, tools, 140):
             # the first report goes through; the batch of two is refused, then each alone
             client.report_failures = [None, ApiError(422, "validation_error", "one bad event")]
             client.report_gate.set()

@@ -67,10 +67,7 @@ async def channel(websocket: WebSocket) -> None:
 
 
 async def _authorize(websocket: WebSocket) -> None:
-    principal = await auth.authenticate(websocket)
-    if principal.role not in auth.WORK:
-        raise ApiError(403, "forbidden", f"role {principal.role!r} may not report events",
-                       role=principal.role)  # fmt: skip
+    auth.authorize(await auth.authenticate(websocket), auth.WORK, "report events")
 
 
 def answer(services: Services, text: str) -> str:

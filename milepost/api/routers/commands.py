@@ -37,7 +37,7 @@ def existing(store: port.Store, value: str) -> port.CommandRow:
     return row
 
 
-def _lease_s(settings: Settings, asked: float | None) -> float:
+def lease_s(settings: Settings, asked: float | None) -> float:
     return asked if asked is not None else settings.lease_seconds
 
 
@@ -60,16 +60,15 @@ def hand_out(runtime: Runtime, claimed: port.Claimed,
 
 
 @router.post("/claim", response_model=schemas.ClaimNextOut)
-def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, metrics: MetricsDep,
+def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
                _: WorkAuth) -> Response:  # fmt: skip
     """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
     runtime, store = services.runtime, services.store
     now = runtime.clock()
-    claimed = store.claim_next(body.worker_id, now, _lease_s(services.settings, body.lease_seconds),
+    claimed = store.claim_next(body.worker_id, now, lease_s(services.settings, body.lease_seconds),
                                body.limit, body.pool)  # fmt: skip
     out = hand_out(runtime, claimed)
-    metrics.commands_claimed.inc(len(out))
-    runtime.handed.remember(claimed)
+    runtime.claimed(claimed)
     return views.as_json(schemas.ClaimNextOut(commands=out))
 
 
@@ -86,12 +85,11 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
     row = existing(store, event_id)
     try:  # the store refuses a cancelled execution's command (`execution_cancelled`) itself
         lease = store.claim(row.command_id, body.worker_id, runtime.clock(),
-                            _lease_s(services.settings, body.lease_seconds))  # fmt: skip
+                            lease_s(services.settings, body.lease_seconds))  # fmt: skip
     except ClaimRefused as exc:
         metrics.claim_conflicts.labels(str(exc.fields.get("reason") or exc.code)).inc()
         raise
-    metrics.commands_claimed.inc()
-    runtime.handed.remember([(row, lease)])
+    runtime.claimed([(row, lease)])
     return _out(runtime, row, lease)
 
 
@@ -101,7 +99,7 @@ def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: Services
     runtime, store = services.runtime, services.store
     row = existing(store, event_id)
     lease = store.heartbeat(row.command_id, body.worker_id, body.epoch, runtime.clock(),
-                            _lease_s(services.settings, body.lease_seconds))  # fmt: skip
+                            lease_s(services.settings, body.lease_seconds))  # fmt: skip
     # the projection (one row), not the log: a heartbeat comes every lease/3 per command
     execution = store.get_execution(row.execution_id)
     cancelled = execution is not None and (execution.cancel_requested

@@ -38,7 +38,7 @@ def report(body: schemas.EventBatchIn, services: Services) -> schemas.IngestOut:
     """A batch and its `claim`: the body of this route and of the worker channel's messages."""
     claim = None
     if body.claim is not None:
-        lease_s = body.claim.lease_seconds or services.settings.lease_seconds
+        lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
         claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
                                   body.claim.limit, body.claim.pool)  # fmt: skip
     return ingest_batch(body.events, services.store, services.runtime, services.metrics,
