@@ -93,6 +93,9 @@ def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Fai
 def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in out.state.running.values():
         spec = _retry_spec(playbook, sr.step)
+        if _final_failure(out.state, spec, sr) is not None:
+            # the step is failing (DSL 6): siblings in flight may finish, none is retried
+            continue
         for index, failure in sorted(sr.failures.items()):
             if not _retryable(out.state, spec, failure):
                 continue
@@ -106,12 +109,15 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
 # -- 2. finished step runs ---------------------------------------------------------------
 
 
-def _final_failure(sr: st.StepRun) -> tuple[int, st.Failure] | None:
-    # after phase 1 every failure left is final
-    if not sr.failures:
-        return None
-    index = min(sr.failures)
-    return index, sr.failures[index]
+def _final_failure(state: st.ExecutionState, spec: model.RetrySpec | None,
+                   sr: st.StepRun) -> tuple[int, st.Failure] | None:  # fmt: skip
+    """The first failure, in the order they arrived, that no retry absorbs: the one whose
+    reason fails the step. `failures` keeps arrival order (an index is a new key each time:
+    its previous failure left when its retry was scheduled)."""
+    for index, failure in sr.failures.items():
+        if not _retryable(state, spec, failure):
+            return index, failure
+    return None
 
 
 def _run_done(state: st.ExecutionState, sr: st.StepRun) -> bool:
@@ -119,10 +125,12 @@ def _run_done(state: st.ExecutionState, sr: st.StepRun) -> bool:
         return False
     if _stopping(state):
         return True  # nothing new will be issued: what ran has finished
+    if sr.failures:
+        # after phase 1 a failure left is final: a sibling's scheduled retry is dropped,
+        # else it would wait for a retry that `_issue_work` never issues
+        return True
     if sr.retry_at:
         return False
-    if sr.failures:
-        return True
     return len(sr.results) >= sr.total
 
 
@@ -134,7 +142,7 @@ def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in list(out.state.running.values()):
         if not _run_done(out.state, sr):
             continue
-        failed = _final_failure(sr)
+        failed = _final_failure(out.state, _retry_spec(playbook, sr.step), sr)
         if failed is None and _stopping(out.state) and len(sr.results) < sr.total:
             # a loop cut short by a cancel or by a failure elsewhere: it neither
             # completed nor failed, and its arcs are not followed

@@ -69,6 +69,26 @@ class Sim:
         self.log.append(event)
         return self.settle()
 
+    def lose(self, cmd: st.Command) -> list[ev.Event]:
+        """The command's lease expired without a report (the reconciler's event)."""
+        return self.fold_and_settle(ev.COMMAND_LEASE_EXPIRED, cmd.step,
+                                    command_id=cmd.command_id)  # fmt: skip
+
+    def cancel(self) -> list[ev.Event]:
+        return self.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None)
+
+    def fire(self) -> list[ev.Event]:
+        """The retry timer decide asked for went off."""
+        assert self.wake_at is not None, "no timer set"
+        self.now = max(self.now, self.wake_at)
+        return self.settle()
+
+    def fold_and_settle(self, event_type: str, step: str | None, **payload: Any) -> list[ev.Event]:
+        event = ev.new_event(self.new_id(), 77, event_type, self.now, step=step, payload=payload)
+        st.fold(self.state, [event])
+        self.log.append(event)
+        return self.settle()
+
     def complete(self, step: str, result: Any = None, **kw: Any) -> list[ev.Event]:
         cmds = self.live(step)
         assert cmds, f"no live command for {step}: {self.live()}"

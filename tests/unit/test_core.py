@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -384,3 +386,162 @@ def test_a_lost_command_gets_new_attempts_even_without_spec_retry() -> None:
         sim.report(cmd, {"late": True})
         assert "start" not in sim.state.results
     assert sim.state.status == st.FAILED and sim.state.error["kind"] == "lost"
+
+
+PAIR = """
+workflow:
+  - step: start
+    loop: {in: "{{ [0, 1] }}", iterator: n, spec: {mode: parallel, max_in_flight: 2}}
+    tool: {kind: noop}
+    RETRY
+"""
+BOOM = {"kind": "exception", "message": "boom"}
+
+
+def _pair(retry: str = "") -> Sim:
+    return Sim(playbook(PAIR.replace("RETRY", retry)))
+
+
+def _live_index(sim: Sim, index: int) -> st.Command:
+    return next(c for c in sim.live() if c.index == index)
+
+
+def test_a_stuck_log_of_a_failed_loop_with_a_sibling_retry_scheduled_ends_failed() -> None:
+    # the log an older engine wrote and then never moved (issue 8, item 2): iteration 0
+    # failed for good, iteration 1 lost its worker and got a retry that was never issued
+    sim = _pair()
+    first, second = sim.live()
+    history = [
+        ev.new_event(sim.new_id(), 77, ev.COMMAND_FAILED, sim.now, step="start",
+                     payload={"command_id": first.command_id, "error": BOOM}),
+        ev.new_event(sim.new_id(), 77, ev.COMMAND_LEASE_EXPIRED, sim.now, step="start",
+                     payload={"command_id": second.command_id}),
+        ev.new_event(sim.new_id(), 77, ev.COMMAND_RETRY_SCHEDULED, sim.now, step="start",
+                     payload={"run": 1, "index": 1, "attempt": 2, "not_before": sim.now}),
+    ]  # fmt: skip
+    st.fold(sim.state, history)
+    sim.settle()
+    assert sim.state.status == st.FAILED
+    assert sim.state.error["reason"] == "step 'start' failed: iteration 0: boom"
+    assert sim.live() == []
+
+
+LOST = {"kind": "lost"}
+TIMEOUT = {"kind": "timeout", "message": "slow"}
+DELAYED = "spec: {retry: {max_attempts: 3, backoff: fixed, delay: 5, retry_on: [timeout, lost]}}"
+
+
+@pytest.mark.parametrize(
+    ("retry", "outcomes"),
+    [
+        # the issue's order: a final failure, then the sibling in flight loses its worker
+        ("", [(0, BOOM), (1, LOST)]),
+        (DELAYED, [(0, BOOM), (1, LOST)]),
+        # the sibling fails first, retryably, and waits for its delay when 0 fails for good
+        (DELAYED, [(1, LOST), (0, BOOM)]),
+        (DELAYED, [(1, TIMEOUT), (0, BOOM)]),
+        # the sibling in flight fails retryably after the final failure: not retried
+        (DELAYED, [(0, BOOM), (1, TIMEOUT)]),
+        # the sibling in flight finishes: its result is kept, the step still fails
+        (DELAYED, [(0, BOOM), (1, None)]),
+    ],
+)  # fmt: skip
+def test_a_final_iteration_failure_ends_the_loop_failed_whatever_its_siblings_do(
+    retry: str, outcomes: list[tuple[int, dict[str, str] | None]]
+) -> None:
+    sim = _pair(retry)
+    for index, error in outcomes:
+        cmd = _live_index(sim, index)
+        if error is LOST:
+            sim.lose(cmd)
+        else:
+            sim.report(cmd, {"n": index}, error=error)
+    assert sim.live() == [] and sim.wake_at is None
+    assert sim.state.status == st.FAILED
+    assert sim.state.error["reason"] == "step 'start' failed: iteration 0: boom"
+    issued = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED]
+    assert len(issued) == 2  # no retry was issued once iteration 0 had failed for good
+
+
+# -- liveness: no reachable state is both non-terminal and without anything to move it --
+
+LIVENESS = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {spec: {mode: inclusive}, arcs: [{step: work}, {step: side, when: "{{ SIDE }}"}]}
+  - step: work
+    loop: {in: "{{ range(ITEMS) | list }}", iterator: i, spec: LOOP}
+    tool: {kind: noop}
+    RETRY
+    next: after
+  - step: side
+    tool: {kind: noop}
+    RETRY
+  - step: after
+    tool: {kind: noop}
+    RETRY
+"""
+RETRIES = ("", DELAYED, "spec: {retry: {max_attempts: 2, backoff: none, retry_on: [timeout]}}")
+OUTCOMES = ({}, BOOM, TIMEOUT, LOST)
+
+
+@functools.cache
+def _liveness_playbook(items: int, loop: str, retry: str, side: bool) -> Any:
+    text = (LIVENESS.replace("ITEMS", str(items)).replace("LOOP", loop)
+            .replace("RETRY", retry).replace("SIDE", str(side).lower()))  # fmt: skip
+    return playbook(text)
+
+
+def _moves(sim: Sim) -> list[tuple[str, st.Command | None, dict[str, str]]]:
+    moves: list[tuple[str, st.Command | None, dict[str, str]]] = [
+        ("report", cmd, outcome) for cmd in sim.live() for outcome in OUTCOMES]
+    if sim.wake_at is not None:
+        moves.append(("fire", None, {}))
+    if not sim.state.cancel_requested:
+        moves.append(("cancel", None, {}))
+    return moves
+
+
+def _move(sim: Sim, kind: str, cmd: st.Command | None, outcome: dict[str, str]) -> None:
+    if kind == "fire":
+        assert sim.fire(), "a timer went off and nothing moved"
+    elif kind == "cancel":
+        sim.cancel()
+    else:
+        assert cmd is not None
+        if outcome is LOST:
+            sim.lose(cmd)
+        else:
+            sim.report(cmd, {"i": cmd.index}, error=outcome or None)
+
+
+def _assert_movable(sim: Sim) -> None:
+    state = sim.state
+    assert state.terminal or state.commands or sim.wake_at is not None, (
+        f"stuck RUNNING: {[(e.event_type, e.step, e.payload.get('index')) for e in sim.log]}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(items=hs.integers(0, 3),
+       loop=hs.sampled_from(["{mode: sequential}", "{mode: parallel, max_in_flight: 1}",
+                             "{mode: parallel, max_in_flight: 2}",
+                             "{mode: parallel, max_in_flight: 3}"]),
+       retry=hs.sampled_from(RETRIES), side=hs.booleans(), data=hs.data())  # fmt: skip
+def test_no_reachable_state_is_running_with_nothing_to_move_it(
+    items: int, loop: str, retry: str, side: bool, data: hs.DataObject
+) -> None:
+    sim = Sim(_liveness_playbook(items, loop, retry, side))
+    _assert_movable(sim)
+    for _ in range(25):
+        if sim.state.terminal:
+            break
+        _move(sim, *data.draw(hs.sampled_from(_moves(sim))))
+        _assert_movable(sim)
+    # then every worker succeeds: the run must end, not go round forever
+    for _ in range(100):
+        if sim.state.terminal:
+            break
+        _move(sim, "report", sim.live()[0], {}) if sim.live() else _move(sim, "fire", None, {})
+        _assert_movable(sim)
+    assert sim.state.terminal
