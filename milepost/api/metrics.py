@@ -33,6 +33,9 @@ class Metrics:
         self.evaluation_seconds = Histogram(
             "milepost_orchestrator_evaluation_seconds", "One orchestrator process() call: fold, "
             "decide and the transaction that stores both.", registry=r)  # fmt: skip
+        self.engine_errors = Counter(
+            "milepost_engine_errors", "Runs ended FAILED because the orchestrator raised while "
+            "deciding (error kind `engine`; the log has the traceback).", registry=r)  # fmt: skip
         self.queue_depth = Gauge(
             "milepost_command_queue_depth", "Commands queued and not yet claimed (read from the "
             "store at scrape time).", registry=r)  # fmt: skip

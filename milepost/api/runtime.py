@@ -308,6 +308,8 @@ class Runtime:
                 self.publisher.notify(notices)
         if outcome.claimed:
             self.claimed(outcome.claimed)
+        if outcome.engine_errors:
+            self.metrics.engine_errors.inc(len(outcome.engine_errors))
         for event in outcome.events:
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.metrics.commands_completed.labels("completed").inc()

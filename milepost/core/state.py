@@ -329,6 +329,9 @@ def _apply_terminal(status: str) -> Any:
         state.status = status
         state.ended_at = event.created_at
         state.pending.clear()
+        # as in the store's projection: a command still live will never run now, so a late
+        # report of it is stale (an engine error ends a run with commands out)
+        state.commands.clear()
         if status == FAILED:
             state.error = event.payload.get("error") or {"message": "execution failed"}
 

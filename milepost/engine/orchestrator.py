@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 SNAPSHOT_EVERY = 2000
 """Save a snapshot of the fold after this many new events, so rebuilds stay bounded."""
 MAX_DECISIONS_PER_TRIGGER = 100_000
+ENGINE_ERROR = "engine_error"
+"""The `code` of the error of a run ended because deciding raised."""
 OPTIMISTIC_TRIES = 3
 """Shared mode: decisions made on the cached state before the executions are locked."""
 LOCKED_TRIES = 10
@@ -53,6 +55,8 @@ class Outcome:
     events: list[ev.Event] = field(default_factory=list)
     claimed: port.Claimed = field(default_factory=list)
     """Commands claimed for the worker named by `process(..., claim=...)`."""
+    engine_errors: list[int] = field(default_factory=list)
+    """Executions this call ended FAILED because deciding raised (`kind: engine`)."""
 
 
 class Orchestrator:
@@ -247,8 +251,9 @@ class Orchestrator:
                     st.fold(state, self.store.load(xid, after_seq=state.last_seq))
                 self._states[xid] = state
                 watermarks[xid] = state.last_seq
-                to_append.extend(st.fold_reports(state, incoming))
-                to_append.extend(self._decide(state, now, out))
+                reports = st.fold_reports(state, incoming)
+                to_append.extend(reports)
+                to_append.extend(self._decide(state, now, out, reports))
             stored, out.claimed = self.store.append_and_claim(
                 to_append, claim, expect=watermarks if expect else None,
                 check_claims=check_claims)  # fmt: skip
@@ -256,14 +261,26 @@ class Orchestrator:
             for xid in by_exec:
                 self.forget(xid)  # the cache may hold events that were never committed
             raise
+        for xid in out.engine_errors:
+            out.wake_at.pop(xid, None)  # the run has ended: no timer of its decisions stands
         self._advance(stored, watermarks, out)
         out.events = stored
         return out
 
-    def _decide(self, state: st.ExecutionState, now: float, out: Outcome) -> list[ev.Event]:
+    def _decide(self, state: st.ExecutionState, now: float, out: Outcome,
+                reports: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
         if state.terminal:
             return []
         pb = self.playbook_for(state)
+        try:
+            return self._decide_all(state, pb, now, out)
+        except (port.StoreError, ConcurrencyConflict):
+            raise  # the store's trouble, not the run's: the caller retries the report
+        except Exception as exc:
+            return [self._engine_failure(state, reports, exc, now, out)]
+
+    def _decide_all(self, state: st.ExecutionState, pb: model.Playbook, now: float,
+                    out: Outcome) -> list[ev.Event]:  # fmt: skip
         produced: list[ev.Event] = []
         for _ in range(MAX_DECISIONS_PER_TRIGGER):
             decision = dc.decide(state, pb, now, self.new_id)
@@ -274,6 +291,27 @@ class Orchestrator:
             st.fold(state, decision.events)
             produced.extend(decision.events)
         return produced
+
+    def _engine_failure(self, state: st.ExecutionState, reports: Sequence[ev.Event],
+                        exc: Exception, now: float, out: Outcome) -> ev.Event:  # fmt: skip
+        """Deciding raised (a bug in decide, a render error that escaped): the reports are
+        kept, the run ends FAILED naming the exception, the worker's call succeeds. A run
+        that cannot be decided would otherwise stay RUNNING and refuse every report."""
+        xid = state.execution_id
+        log.error("engine error: execution %s failed while deciding", xid, exc_info=exc,
+                  extra={"execution_id": xid, "action": "engine_error"})  # fmt: skip
+        message = f"{type(exc).__name__}: {exc}"
+        error = {"step": None, "task": None, "kind": "engine", "code": ENGINE_ERROR,
+                 "message": message, "reason": f"engine error: {message}"}  # fmt: skip
+        failed = ev.new_event(self.new_id(), xid, ev.EXECUTION_FAILED, now,
+                              payload={"error": error, "reason": error["reason"]})  # fmt: skip
+        # the decide loop may have folded part of a decision: start again from the log
+        # plus this call's reports (as stored: stale marks included)
+        fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
+        st.fold(fresh, [*reports, failed])
+        self._states[xid] = fresh
+        out.engine_errors.append(xid)
+        return failed
 
     def _advance(self, stored: list[ev.Event], watermarks: dict[int, int], out: Outcome) -> None:
         """Move watermarks past what was stored; fold anything another writer slipped in."""
@@ -308,9 +346,15 @@ class Orchestrator:
         done = self._snapshotted.get(state.execution_id, 0)
         if state.event_count - done < self.snapshot_every or state.last_seq == 0:
             return
-        data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
-        self.store.save_snapshot(state.execution_id, state.last_seq, data)
+        # the next try comes after as many events again, whether this one is saved or not
         self._snapshotted[state.execution_id] = state.event_count
+        try:
+            data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
+            self.store.save_snapshot(state.execution_id, state.last_seq, data)
+        except Exception:  # a snapshot only shortens rebuilds: the run goes on without it
+            log.warning("snapshot of execution %s not saved", state.execution_id,
+                        exc_info=True, extra={"execution_id": state.execution_id,
+                                              "action": "snapshot_failed"})  # fmt: skip
 
 
 def _starts(events: list[ev.Event]) -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from milepost.core import decide as decide_module
 from tests.api.support import HELLO, LOOP, Api, ok, report_wire
 
 
@@ -71,3 +74,25 @@ def test_a_failed_command_fails_the_run_with_its_error(api: Api) -> None:
     status = api.status(xid)
     assert status["status"] == "FAILED" and "kaboom" in status["error"]["message"]
     assert api.store.get_execution(int(xid)).status == "FAILED"
+
+
+def test_an_engine_error_ends_the_run_failed_and_keeps_the_report(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise ZeroDivisionError("a bug in decide")
+
+    monkeypatch.setattr(decide_module, "decide", broken)
+    reply = api.complete(command, {"greeting": "hi"})  # the worker's call succeeds
+    assert reply["stored"] == 1
+    status = api.status(xid)
+    assert status["status"] == "FAILED"
+    assert status["error"]["kind"] == "engine" and status["error"]["code"] == "engine_error"
+    assert status["error"]["message"] == "ZeroDivisionError: a bug in decide"
+    assert api.event_types(xid)[-2:] == ["command.completed", "execution.failed"]
+    assert api.store.get_execution(int(xid)).status == "FAILED"
+    assert api.store.open_commands(int(xid)) == []
+    metrics = api.get("/metrics", role="viewer").text
+    assert "milepost_engine_errors_total 1.0" in metrics.splitlines()

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
+from milepost.store.port import StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
@@ -219,3 +222,84 @@ def test_a_failing_child_fails_the_parent_step_with_its_reason(store: Any) -> No
     assert state.status == st.FAILED
     assert state.error["kind"] == "playbook"
     assert "ZeroDivisionError" in state.error["reason"]
+
+
+class BrokenSnapshots(SQLiteStore):
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        raise StoreUnavailable("disk full", execution_id=str(execution_id))
+
+
+def test_a_failed_snapshot_write_is_logged_and_the_run_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    broken = BrokenSnapshots(tmp_path / "broken.db")
+    text = text_of(LOOP)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(broken) as engine:
+            engine.orchestrator.snapshot_every = 5
+            return await engine.run(load.load_text(text), text, timeout=60)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="milepost.engine.orchestrator"):
+            state = asyncio.run(go())
+        assert state.status == st.COMPLETED
+        assert state.results["total"] == sum(i * i for i in range(30))
+        warned = [r for r in caplog.records if r.message.startswith("snapshot of execution")]
+        assert warned and all(r.execution_id == state.execution_id for r in warned)  # type: ignore[attr-defined]
+        assert broken.load_snapshot(state.execution_id) is None
+    finally:
+        broken.close()
+
+
+TWO_STEPS = """
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 1"}
+    next: after
+  - step: after
+    tool: {kind: python, code: "result = 2"}
+"""
+
+
+def _raise_once_start_is_done(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    real = dc.decide
+
+    def decide(state: st.ExecutionState, *args: Any) -> dc.Decision:
+        if "start" in state.results:
+            raise exc
+        return real(state, *args)
+
+    monkeypatch.setattr(dc, "decide", decide)
+
+
+def test_an_engine_error_in_the_embedded_mode_ends_the_run_failed(
+        store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    _raise_once_start_is_done(monkeypatch, KeyError("missing"))
+    with caplog.at_level(logging.ERROR, logger="milepost.engine.orchestrator"):
+        state = asyncio.run(run(store, TWO_STEPS))
+    assert state.status == st.FAILED
+    assert state.error is not None
+    assert (state.error["kind"], state.error["message"]) == ("engine", "KeyError: 'missing'")
+    events = store.load(state.execution_id)
+    assert [e.event_type for e in events][-2:] == [ev.COMMAND_COMPLETED, ev.EXECUTION_FAILED]
+    assert state == st.fold(None, events)  # the cached state is the fold of what was stored
+    [logged] = [r for r in caplog.records if r.message.startswith("engine error")]
+    assert logged.exc_info is not None and logged.exc_info[0] is KeyError
+
+
+def test_a_store_error_while_deciding_is_not_an_engine_error(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    text = text_of(TWO_STEPS)
+    pb = load.load_text(text)
+    orchestrator = Orchestrator(store)
+    _, version = orchestrator.register(text, pb)
+    xid, outcome = orchestrator.start(pb, version, {})
+    [(_, cmd)] = outcome.issued
+    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
+                          step="start", payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    _raise_once_start_is_done(monkeypatch, StoreUnavailable("database down"))
+    before = len(store.load(xid))
+    with pytest.raises(StoreUnavailable):
+        orchestrator.process([report])
+    assert len(store.load(xid)) == before  # nothing half written: the worker retries the report
+    assert orchestrator.state(xid).status == st.RUNNING
