@@ -545,3 +545,16 @@ def test_no_reachable_state_is_running_with_nothing_to_move_it(
         _move(sim, "report", sim.live()[0], {}) if sim.live() else _move(sim, "fire", None, {})
         _assert_movable(sim)
     assert sim.state.terminal
+
+
+def test_a_report_of_a_command_still_live_when_the_run_ended_is_stale() -> None:
+    # an engine error ends a run with commands out; the store cancels them, so must the fold
+    sim = _pair()
+    cmd = sim.live()[0]
+    st.fold(sim.state, [ev.new_event(sim.new_id(), 77, ev.EXECUTION_FAILED, sim.now,
+                                     payload={"error": {"kind": "engine"}})])  # fmt: skip
+    late = ev.new_event(sim.new_id(), 77, ev.COMMAND_COMPLETED, sim.now, step="start",
+                        payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    [stored] = st.fold_reports(sim.state, [late])
+    assert stored.meta["stale"] is True
+    assert sim.state.commands == {} and sim.state.status == st.FAILED
