@@ -10,7 +10,7 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.engine import notify
-from tests.api.support import HELLO, RETRY, Api, eventually, ok, report_wire, start_server
+from tests.api.support import HELLO, LOOP, RETRY, Api, eventually, ok, report_wire, start_server
 
 
 class FakeClock:
@@ -190,3 +190,18 @@ def test_a_lost_command_is_no_longer_listed_as_claimed(fake: Api, clock: FakeClo
     fake.services.reconciler.tick(clock.advance(2))
     assert fake.store.get_command(int(command["command_id"])).status != "claimed"
     assert fake.store.expired_claims(clock.advance(1)) == []
+
+
+def test_a_loop_failed_for_good_ends_failed_when_a_sibling_then_loses_its_lease(
+        fake: Api, clock: FakeClock) -> None:  # fmt: skip
+    # issue 8, item 2: this run used to hang RUNNING with a retry of index 1 never issued
+    xid = fake.execute(LOOP, workload={"items": [1, 2]})
+    commands = {c["index"]: c for c in fake.claim_next(limit=2, lease_seconds=5)}
+    fake.complete(commands[0], ok_=False, error={"kind": "error", "message": "kaboom"})
+    assert fake.status(xid)["status"] == "RUNNING"  # index 1 is still in flight
+    report = fake.services.reconciler.tick(clock.advance(6))
+    assert report.expired == [int(commands[1]["command_id"])]
+    status = fake.status(xid)
+    assert status["status"] == "FAILED"
+    assert status["error"]["reason"] == "step 'each' failed: iteration 0: kaboom"
+    assert len(issued(fake, xid)) == 2 and fake.store.open_commands(int(xid)) == []
