@@ -53,6 +53,9 @@ class Outcome:
     events: list[ev.Event] = field(default_factory=list)
     claimed: port.Claimed = field(default_factory=list)
     """Commands claimed for the worker named by `process(..., claim=...)`."""
+    ignored: list[ev.Event] = field(default_factory=list)
+    """Incoming events of executions that had already ended: not stored, so that a run's
+    log always ends with its terminal event (a late report, a cancel after the end)."""
 
 
 class Orchestrator:
@@ -247,6 +250,10 @@ class Orchestrator:
                     st.fold(state, self.store.load(xid, after_seq=state.last_seq))
                 self._states[xid] = state
                 watermarks[xid] = state.last_seq
+                if state.terminal:
+                    # an ended run's log ends with its end: nothing goes after it
+                    out.ignored.extend(e for e in incoming if e.event_id not in state.seen)
+                    continue
                 to_append.extend(st.fold_reports(state, incoming))
                 to_append.extend(self._decide(state, now, out))
             stored, out.claimed = self.store.append_and_claim(
