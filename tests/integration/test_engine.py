@@ -263,3 +263,29 @@ def test_a_server_that_did_not_see_the_end_appends_nothing_after_it(store: Any) 
     outcome = first.request_cancel(xid)
     assert outcome.events == [] and len(outcome.ignored) == 1
     assert store.load(xid)[-1].event_type == ev.EXECUTION_COMPLETED
+
+
+def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import typer
+
+    from milepost import cli
+
+    xid = asyncio.run(run(store, ONE_STEP)).execution_id
+    log = store.load(xid)
+    real = Orchestrator.state
+    reads: list[int] = []
+
+    def read_before_the_end(self: Orchestrator, execution_id: int) -> st.ExecutionState:
+        # the first read happens just before the engine (another process) appends the end
+        reads.append(execution_id)
+        if len(reads) > 1:
+            return real(self, execution_id)
+        state = st.fold(None, log[:-1])
+        self._states[execution_id] = state
+        return state
+
+    monkeypatch.setattr(Orchestrator, "state", read_before_the_end)
+    with pytest.raises(typer.Exit):
+        cli._request_cancel(store, xid)
+    assert len(reads) == 2 and store.load(xid) == log
