@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.support import HELLO, Api, error, ok, report_wire
+from milepost.core.work import Outcome, report_events
+from milepost.engine.orchestrator import Orchestrator
+from tests.api.support import HELLO, Api, error, ok, report_wire, work_item
 
 
 def count(api: Api, xid: str) -> int:
@@ -271,6 +273,8 @@ def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: s
         [why] = reply["ignored_reasons"].values()
         assert xid in why and how in why
     assert api.store.load(int(xid)) == log
+    counted = api.services.metrics.events_ingested.labels("command.completed", "ignored")
+    assert counted._value.get() == 2
 
 
 def client_events(api: Api, xid: str, command: dict[str, Any]) -> list[dict[str, Any]]:
@@ -339,3 +343,28 @@ def test_an_event_naming_an_unknown_or_foreign_command_is_refused(api: Api) -> N
                           role="worker"), 422, "validation_error")  # fmt: skip
     assert body["errors"][0]["loc"] == ["body", "context", "command_id"]
     assert count(api, xid) == before and count(api, other) == before
+
+
+def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    api.complete(api.claim_one(), {"greeting": "hi"})
+    last = api.claim_one()
+    runtime = api.services.runtime
+    real = runtime.process
+
+    def ended_elsewhere(reports: Any = (), *args: Any, **kw: Any) -> Any:
+        if reports and reports[0].event_type == "command.heartbeat":
+            # another server (or process) ends the run after the check, before the append
+            other = Orchestrator(api.store, machine_id=9)
+            report = report_events(work_item(last), Outcome(ok=True, result={"loud": "HI"}),
+                                   other.new_id(), time.time(), "w2")  # fmt: skip
+            assert other.process(report).finished
+        return real(reports, *args, **kw)
+
+    monkeypatch.setattr(runtime, "process", ended_elsewhere)
+    beat = {"execution_id": xid, "event_type": "command.heartbeat", "step": "shout"}
+    reply = ok(api.post("/api/events", beat, role="worker"))
+    assert reply["stored"] == 0 and reply["ignored"] == reply["event_ids"]
+    assert "COMPLETED" in reply["ignored_reasons"][reply["event_ids"][0]]
+    assert api.event_types(xid)[-1] == "execution.completed"
