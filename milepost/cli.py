@@ -223,8 +223,6 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
     The process running it (`milepost run` or `resume`, or the server) notices within
     seconds, lets running steps finish, issues nothing new and ends the run CANCELLED.
     """
-    from milepost.engine.orchestrator import Orchestrator
-
     client = _client(server, db)
     if client is not None:
         with client:
@@ -233,13 +231,33 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         return
 
     with _opened(db) as store:
-        orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
+        _request_cancel(store, execution_id)
+    out.print(f"cancel requested for execution {execution_id}")
+
+
+CANCEL_TRIES = 100
+"""Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
+
+
+def _request_cancel(store: SQLiteStore, execution_id: int) -> None:
+    """Append the request only to the log as it was read: a run that ended in between
+    (another process writes it) takes nothing after its terminal event."""
+    from milepost.engine.orchestrator import Orchestrator
+    from milepost.store.port import LogMoved
+
+    orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
+    for _ in range(CANCEL_TRIES):
         state = orchestrator.state(execution_id)
         if state.terminal:
             raise _fail(f"execution {execution_id} is already {state.status}")
-        store.append([ev.new_event(orchestrator.new_id(), execution_id,
-                                   ev.EXECUTION_CANCEL_REQUESTED, orchestrator.clock())])  # fmt: skip
-    out.print(f"cancel requested for execution {execution_id}")
+        event = ev.new_event(orchestrator.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
+                             orchestrator.clock())  # fmt: skip
+        try:
+            store.append([event], expect={execution_id: state.last_seq})
+            return
+        except LogMoved:
+            orchestrator.forget(execution_id)
+    raise _fail(f"execution {execution_id} kept moving; cancel again")
 
 
 @app.command()

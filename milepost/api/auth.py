@@ -14,7 +14,7 @@ import hashlib
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from milepost.api.errors import ApiError
+from milepost.core import events as ev
 
 ROLES = ("admin", "operator", "approver", "worker", "viewer")
 TOKEN_PREFIX = "mp_"
@@ -168,3 +169,40 @@ WorkAuth = Annotated[Principal, _require(WORK, "claim commands or report events"
 OperateAuth = Annotated[Principal, _require(OPERATE, "register, execute or cancel")]
 CredentialWriteAuth = Annotated[Principal, _require(OPERATE, "write credentials")]
 CredentialReadAuth = Annotated[Principal, _require(READ_WORK, "read credentials")]
+
+
+# -- who may post which event --------------------------------------------------------------
+
+APPROVE = frozenset({"admin", "approver"})
+"""Approval decisions."""
+
+EVENT_ROLES: dict[str, frozenset[str]] = {
+    ev.COMMAND_CLAIMED: WORK, ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
+    ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
+    ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
+    ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
+    ev.APPROVAL_EXPIRED: APPROVE, ev.APPROVAL_INVALIDATED: APPROVE,
+}  # fmt: skip
+"""The roles that may post each client event type, through `POST /api/events[/batch]` and
+the worker channel: those of the route that makes the same change (a cancel request:
+`POST /api/executions/{id}/cancel`), so the event routes are no way around a route's role.
+Types not listed are written by the engine only (422, `milepost.api.ingest`)."""
+POST_EVENTS = frozenset().union(*EVENT_ROLES.values())
+"""Who may call the event routes at all: everyone who may post some event type."""
+
+
+def authorize_events(principal: Principal, event_types: Sequence[str], batch: bool) -> None:
+    """403 naming the role, the event type and where, for the first event of a request that
+    `principal` may not post (nothing of the request is stored)."""
+    for i, name in enumerate(event_types):
+        etype = ev.canonical_type(name)
+        allowed = EVENT_ROLES.get(etype)
+        if allowed is None or principal.role in allowed:
+            continue  # an engine or unknown type is the validation's to refuse
+        loc: list[str | int] = ["body", "events", i, "event_type"] if batch else ["body", "event_type"]
+        raise ApiError(403, "forbidden", f"role {principal.role!r} may not post {etype!r} "
+                       f"events ({'.'.join(map(str, loc))})", role=principal.role,
+                       event_type=etype, loc=loc)  # fmt: skip
+
+
+EventAuth = Annotated[Principal, _require(POST_EVENTS, "post events")]

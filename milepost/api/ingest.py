@@ -9,11 +9,17 @@ log with `meta.stale = true`; the fold skips it, so it changes nothing.
 Reports of claims this server handed out (`Runtime.handed`) skip the read of their
 command rows: the append checks the claims in its transaction and, if one moved, writes
 nothing, and the batch takes the careful way (read the rows, mark stale, process again).
+
+After the end of a run its log ends with its terminal event: reports for an ended
+execution are accepted but not stored (`Ingested.ignored`: a late worker must not retry),
+any other event for it is refused (409 `execution_terminal`). An event naming a step its
+execution's playbook does not have, or a command that does not exist, is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -24,8 +30,10 @@ from milepost.api import errors as api_errors
 from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
+from milepost.core import state as st
 from milepost.engine.orchestrator import Outcome
-from milepost.errors import MilepostError
+from milepost.errors import ExecutionNotFound, MilepostError
+from milepost.playbook import model
 from milepost.store import port
 
 ENGINE_TYPES = frozenset({
@@ -50,6 +58,8 @@ class Ingested:
     claimed: port.Claimed = field(default_factory=list)
     written: set[int] = field(default_factory=set)
     """Executions this call appended to: the runtime's states of them are the log's head."""
+    ignored: dict[int, str] = field(default_factory=dict)
+    """Event id -> why it was accepted but not stored (its execution had ended)."""
 
 
 def mask(value: Any) -> Any:
@@ -121,6 +131,9 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
                       "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
     if etype in REPORT_TYPES:
         found.extend(_report_problems(item, context, loc))
+    elif context.get("command_id") is not None and _as_id(context["command_id"]) is None:
+        found.append({"loc": [*loc, "context", "command_id"],
+                      "msg": "an id is an integer or a string of digits"})  # fmt: skip
     return found
 
 
@@ -177,6 +190,8 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     events = convert(items, runtime, store, batch)
     # the epochs read here must not move before the append
     with runtime.locked({e.execution_id for e in events}):
+        _check_executions(runtime, events, batch)
+        _check_named_commands(store, events, batch)
         outcome: Outcome | None = None
         fenced = events
         if runtime.handed.vouches(events):
@@ -199,10 +214,76 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
                         if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
     result.claimed = outcome.claimed
     result.written = {e.execution_id for e in outcome.events}
-    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
+    ended = {state.execution_id: state.status for state in outcome.finished}
+    result.ignored = {e.event_id: f"execution {e.execution_id} is "
+                      f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
+                      for e in outcome.ignored}  # fmt: skip
+    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
+               and e.event_id not in result.ignored}  # fmt: skip
     if cancels:
         runtime.settle_cancelled(cancels)
     return result
+
+
+def _loc(batch: bool, index: int, *field: str) -> list[str | int]:
+    return ["body", "events", index, *field] if batch else ["body", *field]
+
+
+def _check_executions(runtime: Runtime, events: list[ev.Event], batch: bool) -> None:
+    """Every execution exists (404), every `step` is one of its playbook (422), and none has
+    ended unless the events are reports (stored as nothing, later) or already in its log
+    (409 `execution_terminal`). The state is looked up again only for non-reports: a report
+    for an ended run is the orchestrator's to leave out, on the state it decides on."""
+    positions: dict[int, list[int]] = {}
+    for i, event in enumerate(events):
+        positions.setdefault(event.execution_id, []).append(i)
+    problems: list[dict[str, Any]] = []
+    ended: list[tuple[int, str]] = []
+    for xid, at in sorted(positions.items()):
+        steps = {step for i in at if (step := events[i].step) is not None}
+        others = [events[i].event_id for i in at if events[i].event_type not in REPORT_TYPES]
+        try:
+            status, unknown, new = runtime.read(xid, functools.partial(_look, steps, others),
+                                                refresh=bool(others))  # fmt: skip
+        except ExecutionNotFound:
+            raise api_errors.not_found("execution_not_found", f"no execution {xid}",
+                                       execution_id=str(xid)) from None  # fmt: skip
+        problems += [{"loc": _loc(batch, i, "step"),
+                      "msg": f"execution {xid} has no step {events[i].step!r}"}
+                     for i in at if events[i].step in unknown]  # fmt: skip
+        if status in st.TERMINAL and new:
+            ended.append((xid, status))
+    if problems:
+        raise api_errors.invalid(problems)
+    if ended:
+        xid, status = ended[0]
+        raise api_errors.conflict("execution_terminal", f"execution {xid} is {status}: it "
+                                  "takes no more events", execution_id=str(xid), status=status)  # fmt: skip
+
+
+def _look(steps: set[str], ids: list[int], state: st.ExecutionState,
+          playbook: model.Playbook) -> tuple[str, set[str], bool]:  # fmt: skip
+    """The status, which of `steps` the playbook lacks, and whether any of `ids` is new."""
+    return state.status, steps - set(playbook.steps), any(i not in state.seen for i in ids)
+
+
+def _check_named_commands(store: port.Store, events: list[ev.Event], batch: bool) -> None:
+    """An event that is not a report but names a command (`context.command_id`) names one
+    of its own execution (reports are checked by the fence)."""
+    named = {i: int(cid) for i, e in enumerate(events) if e.event_type not in REPORT_TYPES
+             and (cid := _as_id(e.payload.get("command_id"))) is not None}  # fmt: skip
+    if not named:
+        return
+    rows = store.get_commands(sorted(set(named.values())))
+    for i, cid in named.items():
+        row = rows.get(cid)
+        if row is None:
+            raise api_errors.not_found("command_not_found", f"no command {cid}",
+                                       command_id=str(cid))  # fmt: skip
+        if row.execution_id != events[i].execution_id:
+            raise api_errors.invalid([{"loc": _loc(batch, i, "context", "command_id"),
+                                       "msg": f"command {cid} belongs to execution "
+                                              f"{row.execution_id}, not {events[i].execution_id}"}])  # fmt: skip
 
 
 def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], set[int]]:

@@ -281,6 +281,12 @@ class IngestOut(BaseModel):
     event_ids: list[str]
     stale: list[str] = Field(default_factory=list,
                              description="[milepost extension] ids stored as stale reports.")  # fmt: skip
+    ignored: list[str] = Field(
+        default_factory=list, description="[milepost extension] ids of reports accepted but "
+        "not stored: their execution had already ended, and its log ends with its end.")  # fmt: skip
+    ignored_reasons: dict[str, str] | None = Field(
+        default=None, description="[milepost extension] why each id of `ignored` was not "
+        "stored (left out when nothing was ignored).")  # fmt: skip
     commands: list[CommandOut] | None = Field(
         default=None, description="[milepost extension] the commands claimed for `claim` "
         "(left out without it).")  # fmt: skip

@@ -57,6 +57,9 @@ class Outcome:
     """Commands claimed for the worker named by `process(..., claim=...)`."""
     engine_errors: list[int] = field(default_factory=list)
     """Executions this call ended FAILED because deciding raised (`kind: engine`)."""
+    ignored: list[ev.Event] = field(default_factory=list)
+    """Incoming events of executions that had already ended: not stored, so that a run's
+    log always ends with its terminal event (a late report, a cancel after the end)."""
 
 
 class Orchestrator:
@@ -251,6 +254,10 @@ class Orchestrator:
                     st.fold(state, self.store.load(xid, after_seq=state.last_seq))
                 self._states[xid] = state
                 watermarks[xid] = state.last_seq
+                if state.terminal:
+                    # an ended run's log ends with its end: nothing goes after it
+                    out.ignored.extend(e for e in incoming if e.event_id not in state.seen)
+                    continue
                 reports = st.fold_reports(state, incoming)
                 to_append.extend(reports)
                 to_append.extend(self._decide(state, now, out, reports))

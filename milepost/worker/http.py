@@ -601,15 +601,18 @@ class Worker:
         if claimed and isinstance(commands, list):
             await self._accept(commands)  # before the slots of `batch` free up
         stale = set(reply.get("stale") or ()) if isinstance(reply, Mapping) else set()
+        ignored = set(reply.get("ignored") or ()) if isinstance(reply, Mapping) else set()
         for entry in batch:
             entry.job.refilled = claimed
             outcome = entry.outcome
             status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
             late = any(str(e.get("event_id")) in stale for e in entry.wire)
+            after = any(str(e.get("event_id")) in ignored for e in entry.wire)
+            note = (", stored stale: it changed nothing" if late else
+                    ", not stored: its run had ended" if after else "")  # fmt: skip
             # DEBUG when all is well: a line per step costs a busy worker real time
-            self._log(entry.job, logging.WARNING if late else logging.DEBUG, "attempt_reported",
-                      "reported %s (epoch %d)%s", status, entry.job.epoch,
-                      ", stored stale: it changed nothing" if late else "")  # fmt: skip
+            self._log(entry.job, logging.WARNING if note else logging.DEBUG, "attempt_reported",
+                      "reported %s (epoch %d)%s", status, entry.job.epoch, note)  # fmt: skip
 
     async def _refused(self, batch: list[_Report], exc: ApiError) -> None:
         """A 4xx names one bad report at most: send the others on their own."""

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.support import HELLO, Api, error, ok, report_wire
+from milepost.core.work import Outcome, report_events
+from milepost.engine.orchestrator import Orchestrator
+from tests.api.support import HELLO, Api, error, ok, report_wire, work_item
 
 
 def count(api: Api, xid: str) -> int:
@@ -20,7 +22,7 @@ def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
         "event_id": 42, "execution_id": int(xid), "name": "command.started", "step": "start",
         "payload": {"note": "hi"}, "worker_id": "w1", "created_at": "2024-05-01T12:00:00Z",
     }, role="worker"))  # fmt: skip
-    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": []}
+    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": [], "ignored": []}
     stored = api.store.load(int(xid))[-1]
     assert (stored.event_id, stored.event_type, stored.status) == (42, "command.started", "RUNNING")
     assert stored.payload == {"note": "hi"} and stored.worker_id == "w1"
@@ -55,6 +57,7 @@ def test_an_event_id_already_stored_is_accepted_and_not_stored_twice(api: Api) -
     n = count(api, xid)
     again = ok(api.post("/api/events", event, role="worker"))
     assert first["stored"] == 1 and again == {"accepted": 1, "stored": 0, "event_ids": ["9001"],
+                                              "ignored": [],
                                               "stale": []}  # fmt: skip
     assert count(api, xid) == n
     both = ok(api.post("/api/events/batch", {"events": [event, {**event, "event_id": 9002}]},
@@ -236,3 +239,132 @@ def test_a_claim_that_moved_behind_the_servers_back_makes_the_report_stale(api: 
     live = api.complete(command, {"greeting": "w2"}, epoch=lease.epoch)
     assert live["stale"] == []
     assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "w2"}
+
+
+# -- after the end: a run's log ends with its terminal event ----------------------------------
+
+
+def ended(api: Api, how: str) -> tuple[str, dict[str, Any]]:
+    """A run of HELLO ended `how`, and the claimed command whose report is late."""
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    if how == "COMPLETED":
+        api.complete(command, {"greeting": "hi"})
+        api.complete(api.claim_one(), {"loud": "HI"})
+    elif how == "FAILED":
+        api.complete(command, ok_=False)
+    else:
+        ok(api.post(f"/api/executions/{xid}/cancel"))
+        api.complete(command, {"greeting": "hi"})
+    assert api.status(xid)["status"] == how
+    assert api.event_types(xid)[-1] == f"execution.{how.lower()}"
+    return xid, command
+
+
+@pytest.mark.parametrize("how", ["COMPLETED", "FAILED", "CANCELLED"])
+def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: str) -> None:
+    xid, command = ended(api, how)
+    log = api.store.load(int(xid))
+    [late] = report_wire(command, {"greeting": "late"})
+    for reply in (ok(api.post("/api/events", late, role="worker")),
+                  api.complete(command, {"greeting": "later"})):  # fmt: skip
+        assert reply["accepted"] == 1 and reply["stored"] == 0 and reply["stale"] == []
+        assert reply["ignored"] == reply["event_ids"]
+        [why] = reply["ignored_reasons"].values()
+        assert xid in why and how in why
+    assert api.store.load(int(xid)) == log
+    counted = api.services.metrics.events_ingested.labels("command.completed", "ignored")
+    assert counted._value.get() == 2
+
+
+def client_events(api: Api, xid: str, command: dict[str, Any]) -> list[dict[str, Any]]:
+    named = {"execution_id": xid, "step": "start", "context": {"command_id": command["command_id"]}}
+    return [{**named, "event_type": "command.heartbeat"},
+            {**named, "event_type": "command.started"},
+            {"execution_id": xid, "event_type": "execution.cancel_requested"},
+            {"execution_id": xid, "event_type": "approval.granted", "step": "start"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["COMPLETED", "FAILED", "CANCELLED"])
+def test_any_other_event_after_the_end_is_409_and_nothing_is_stored(api: Api, how: str) -> None:
+    xid, command = ended(api, how)
+    log = api.store.load(int(xid))
+    [late] = report_wire(command, {"greeting": "late"})
+    for event in client_events(api, xid, command):
+        for route, body in (("/api/events", event), ("/api/events/batch", {"events": [late, event]})):
+            refused = error(api.post(route, body, role="admin"), 409, "execution_terminal")
+            assert (refused["execution_id"], refused["status"]) == (xid, how), refused
+            assert xid in refused["message"] and how in refused["message"]
+    assert api.store.load(int(xid)) == log
+
+
+def test_an_event_stored_before_the_end_is_a_duplicate_after_it_not_a_conflict(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one()
+    beat = {"event_id": "777001", "execution_id": xid, "event_type": "command.heartbeat",
+            "context": {"command_id": command["command_id"]}}  # fmt: skip
+    assert ok(api.post("/api/events", beat, role="worker"))["stored"] == 1
+    api.complete(command, {"greeting": "hi"})
+    api.complete(api.claim_one(), {"loud": "HI"})
+    again = ok(api.post("/api/events", beat, role="worker"))
+    assert again["stored"] == 0 and again["ignored"] == []
+    assert api.event_types(xid)[-1] == "execution.completed"
+
+
+def test_an_event_naming_a_step_the_playbook_lacks_is_422_naming_the_step(api: Api) -> None:
+    xid = api.execute(HELLO)
+    before = count(api, xid)
+    grant = {"execution_id": xid, "event_type": "approval.granted", "step": "nowhere"}
+    single = error(api.post("/api/events", grant, role="approver"), 422, "validation_error")
+    assert single["errors"] == [{"loc": ["body", "step"],
+                                 "msg": f"execution {xid} has no step 'nowhere'"}]  # fmt: skip
+    good = {**grant, "step": "start"}
+    batch = error(api.post("/api/events/batch", {"events": [good, grant]}, role="approver"),
+                  422, "validation_error")  # fmt: skip
+    assert [e["loc"] for e in batch["errors"]] == [["body", "events", 1, "step"]]
+    assert count(api, xid) == before
+    assert ok(api.post("/api/events", good, role="approver"))["stored"] == 1
+
+
+def test_an_event_naming_an_unknown_or_foreign_command_is_refused(api: Api) -> None:
+    xid = api.execute(HELLO)
+    mine = api.claim_one()
+    other = api.execute(HELLO)
+    before = count(api, xid)
+    beat = {"execution_id": xid, "event_type": "command.heartbeat"}
+    body = error(api.post("/api/events", {**beat, "context": {"command_id": "4242"}},
+                          role="worker"), 404, "command_not_found")  # fmt: skip
+    assert body["command_id"] == "4242"
+    foreign = {**beat, "execution_id": other, "context": {"command_id": mine["command_id"]}}
+    body = error(api.post("/api/events/batch", {"events": [foreign]}, role="worker"), 422,
+                 "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "events", 0, "context", "command_id"]
+    body = error(api.post("/api/events", {**beat, "context": {"command_id": "x1"}},
+                          role="worker"), 422, "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "context", "command_id"]
+    assert count(api, xid) == before and count(api, other) == before
+
+
+def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    api.complete(api.claim_one(), {"greeting": "hi"})
+    last = api.claim_one()
+    runtime = api.services.runtime
+    real = runtime.process
+
+    def ended_elsewhere(reports: Any = (), *args: Any, **kw: Any) -> Any:
+        if reports and reports[0].event_type == "command.heartbeat":
+            # another server (or process) ends the run after the check, before the append
+            other = Orchestrator(api.store, machine_id=9)
+            report = report_events(work_item(last), Outcome(ok=True, result={"loud": "HI"}),
+                                   other.new_id(), time.time(), "w2")  # fmt: skip
+            assert other.process(report).finished
+        return real(reports, *args, **kw)
+
+    monkeypatch.setattr(runtime, "process", ended_elsewhere)
+    beat = {"execution_id": xid, "event_type": "command.heartbeat", "step": "shout"}
+    reply = ok(api.post("/api/events", beat, role="worker"))
+    assert reply["stored"] == 0 and reply["ignored"] == reply["event_ids"]
+    assert "COMPLETED" in reply["ignored_reasons"][reply["event_ids"][0]]
+    assert api.event_types(xid)[-1] == "execution.completed"

@@ -303,3 +303,73 @@ def test_a_store_error_while_deciding_is_not_an_engine_error(
         orchestrator.process([report])
     assert len(store.load(xid)) == before  # nothing half written: the worker retries the report
     assert orchestrator.state(xid).status == st.RUNNING
+
+
+ONE_STEP = """
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 1"}
+"""
+
+
+def _late_report(store: Any, xid: int, new_id: Any, now: float) -> ev.Event:
+    [issued] = [e for e in store.load(xid) if e.event_type == ev.COMMAND_ISSUED]
+    payload = {"command_id": issued.payload["command_id"], "run": 1, "index": -1, "attempt": 1,
+               "epoch": 1, "result": 2}  # fmt: skip
+    return ev.new_event(new_id(), xid, ev.COMMAND_COMPLETED, now, step="start", payload=payload,
+                        meta={"epoch": 1})  # fmt: skip
+
+
+def test_nothing_is_appended_after_a_runs_terminal_event(store: Any) -> None:
+    state = asyncio.run(run(store, ONE_STEP))
+    xid = state.execution_id
+    before = store.load(xid)
+    assert before[-1].event_type == ev.EXECUTION_COMPLETED
+    orchestrator = Orchestrator(store, machine_id=3)
+    cancel = orchestrator.request_cancel(xid)
+    late = orchestrator.process([_late_report(store, xid, orchestrator.new_id, 1.0)])
+    assert cancel.events == [] and [e.event_type for e in cancel.ignored] == [
+        ev.EXECUTION_CANCEL_REQUESTED]  # fmt: skip
+    assert late.events == [] and [e.event_type for e in late.ignored] == [ev.COMMAND_COMPLETED]
+    assert store.load(xid) == before
+
+
+def test_a_server_that_did_not_see_the_end_appends_nothing_after_it(store: Any) -> None:
+    text = text_of(ONE_STEP)
+    first = Orchestrator(store, machine_id=1, shared=True)
+    _, version = first.register(text, load.load_text(text))
+    xid, _ = first.start(load.load_text(text), version, {})
+    # another server ends the run; `first` still holds the RUNNING state in its cache
+    other = Orchestrator(store, machine_id=2, shared=True)
+    assert other.process([_late_report(store, xid, other.new_id, 1.0)]).finished
+    assert store.load(xid)[-1].event_type == ev.EXECUTION_COMPLETED
+    assert first.cached(xid) is not None and not first.cached(xid).terminal
+    outcome = first.request_cancel(xid)
+    assert outcome.events == [] and len(outcome.ignored) == 1
+    assert store.load(xid)[-1].event_type == ev.EXECUTION_COMPLETED
+
+
+def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import typer
+
+    from milepost import cli
+
+    xid = asyncio.run(run(store, ONE_STEP)).execution_id
+    log = store.load(xid)
+    real = Orchestrator.state
+    reads: list[int] = []
+
+    def read_before_the_end(self: Orchestrator, execution_id: int) -> st.ExecutionState:
+        # the first read happens just before the engine (another process) appends the end
+        reads.append(execution_id)
+        if len(reads) > 1:
+            return real(self, execution_id)
+        state = st.fold(None, log[:-1])
+        self._states[execution_id] = state
+        return state
+
+    monkeypatch.setattr(Orchestrator, "state", read_before_the_end)
+    with pytest.raises(typer.Exit):
+        cli._request_cancel(store, xid)
+    assert len(reads) == 2 and store.load(xid) == log

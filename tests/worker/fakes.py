@@ -173,6 +173,8 @@ class FakeClient:
         self.report_gate: asyncio.Event | None = None
         self.resource_gate: asyncio.Event | None = None
         self.reported = asyncio.Event()
+        self.ignore_reports = False
+        """Reply as the server does to reports for a run that had ended: not stored."""
 
     async def claim_next(self, worker_id: str, limit: int = 1,
                          lease_seconds: float | None = None,
@@ -204,6 +206,8 @@ class FakeClient:
         self.reported.set()
         reply: dict[str, Any] = {"accepted": len(events), "stored": len(events),
                                  "event_ids": [e["event_id"] for e in events]}  # fmt: skip
+        if self.ignore_reports:
+            reply["stored"], reply["ignored"] = 0, reply["event_ids"]
         if claim is not None:  # as the server: the next commands, claimed with the report
             limit = int(claim["limit"])
             reply["commands"], self.queue = self.queue[:limit], self.queue[limit:]

@@ -56,6 +56,21 @@ def test_the_report_carries_the_lease_epoch_and_the_attempt() -> None:
     run(scenario)
 
 
+def test_a_report_the_server_did_not_store_because_the_run_ended_is_logged_so(
+        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        client.ignore_reports = True
+        client.queue.append(command(104))
+        async with running(worker):
+            await until(lambda: bool(client.reports))
+            await settle()
+
+    with caplog.at_level(logging.WARNING, logger="milepost.worker"):
+        run(scenario)
+    assert "not stored: its run had ended" in caplog.text
+
+
 def test_a_failed_attempt_is_reported_as_command_failed_with_its_epoch() -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()

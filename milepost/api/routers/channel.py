@@ -39,7 +39,7 @@ RECHECK_SECONDS = auth.TOKEN_CACHE_TTL
 @router.websocket(PATH)
 async def channel(websocket: WebSocket) -> None:
     try:
-        await _authorize(websocket)
+        principal = await _authorize(websocket)
     except ApiError as exc:
         # refused before the socket opens: the client sees the handshake fail (HTTP 403)
         await websocket.close(code=1008, reason=f"{exc.code}: {exc.message}"[:120])
@@ -53,7 +53,7 @@ async def channel(websocket: WebSocket) -> None:
             text = await websocket.receive_text()
             if loop.time() - checked >= RECHECK_SECONDS:
                 try:
-                    await _authorize(websocket)
+                    principal = await _authorize(websocket)
                 except ApiError as exc:
                     await websocket.send_text(_reply(_id_of(text), exc.status, exc.body()))
                     await websocket.close(code=1008, reason=exc.code)
@@ -61,17 +61,19 @@ async def channel(websocket: WebSocket) -> None:
                 checked = loop.time()
             # the default executor, not starlette's thread pool: a plain hand-off costs less
             # per message than anyio's, and a worker's messages come one at a time
-            await websocket.send_text(await loop.run_in_executor(None, answer, services, text))
+            await websocket.send_text(await loop.run_in_executor(None, answer, services, text,
+                                                                 principal))  # fmt: skip
     except WebSocketDisconnect:
         return
 
 
-async def _authorize(websocket: WebSocket) -> None:
-    auth.authorize(await auth.authenticate(websocket), auth.WORK, "report events")
+async def _authorize(websocket: WebSocket) -> auth.Principal:
+    return auth.authorize(await auth.authenticate(websocket), auth.WORK, "report events")
 
 
-def answer(services: Services, text: str) -> str:
-    """The reply to one message (never raises: every failure is a reply)."""
+def answer(services: Services, text: str, principal: auth.Principal) -> str:
+    """The reply to one message (never raises: every failure is a reply); `principal`: the
+    socket's, whose role decides which event types it may send (`auth.EVENT_ROLES`)."""
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -85,7 +87,7 @@ def answer(services: Services, text: str) -> str:
         except ValidationError as exc:
             raise invalid([{"loc": ["body", *e["loc"]], "msg": e["msg"]}
                            for e in exc.errors()]) from None  # fmt: skip
-        out = events.report(body, services)
+        out = events.report(body, services, principal)
         # pydantic writes the body's JSON itself, as the batch route has it do
         return _framed(msg_id, 200, out.model_dump_json(exclude_none=True))
     except ApiError as exc:

@@ -7,7 +7,7 @@ import time
 from fastapi import APIRouter, Response
 
 from milepost.api import errors, ingest, schemas, views
-from milepost.api.auth import WorkAuth
+from milepost.api.auth import EventAuth, Principal, authorize_events
 from milepost.api.deps import MetricsDep, RuntimeDep, Services, ServicesDep, StoreDep
 from milepost.api.metrics import Metrics
 from milepost.api.routers import commands
@@ -20,36 +20,39 @@ router = APIRouter(prefix="/api/events", tags=["events"])
 
 @router.post("", response_model=schemas.IngestOut)
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
-               metrics: MetricsDep, _: WorkAuth) -> Response:  # fmt: skip
-    return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False),
-                         exclude_none=True)  # fmt: skip
+               metrics: MetricsDep, principal: EventAuth) -> Response:  # fmt: skip
+    return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False,
+                                      principal=principal), exclude_none=True)  # fmt: skip
 
 
 @router.post("/batch", response_model=schemas.IngestOut)
 def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
-               _: WorkAuth) -> Response:  # fmt: skip
+               principal: EventAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
     worker's next commands are claimed in that transaction and come back in `commands`:
     one round trip per step instead of a report and a claim."""
-    return views.as_json(report(body, services), exclude_none=True)
+    return views.as_json(report(body, services, principal), exclude_none=True)
 
 
-def report(body: schemas.EventBatchIn, services: Services) -> schemas.IngestOut:
-    """A batch and its `claim`: the body of this route and of the worker channel's messages."""
+def report(body: schemas.EventBatchIn, services: Services,
+           principal: Principal) -> schemas.IngestOut:  # fmt: skip
+    """A batch and its `claim`: the body of this route and of the worker channel's messages
+    (`principal`: who sent it, for `auth.EVENT_ROLES`)."""
     claim = None
     if body.claim is not None:
         lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
         claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
                                   body.claim.limit, body.claim.pool)  # fmt: skip
     return ingest_batch(body.events, services.store, services.runtime, services.metrics,
-                        batch=True, claim=claim)  # fmt: skip
+                        batch=True, principal=principal, claim=claim)  # fmt: skip
 
 
 def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
-                 metrics: Metrics, *, batch: bool,
+                 metrics: Metrics, *, batch: bool, principal: Principal,
                  claim: port.ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
     started = time.perf_counter()
     try:
+        authorize_events(principal, [item.event_type for item in items], batch)
         done = ingest.ingest(runtime, store, items, batch, claim)
     except errors.ApiError:
         for item in items:
@@ -58,7 +61,9 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
     finally:
         metrics.ingest_seconds.observe(time.perf_counter() - started)
     for event in done.events:
-        if event.event_id in done.stale_ids:
+        if event.event_id in done.ignored:
+            outcome = "ignored"
+        elif event.event_id in done.stale_ids:
             outcome = "stale"
         elif event.event_id in done.stored_ids:
             outcome = "stored"
@@ -69,6 +74,8 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
         accepted=len(done.events), stored=len(done.stored_ids),
         event_ids=[str(e.event_id) for e in done.events],
         stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
+        ignored=[str(e.event_id) for e in done.events if e.event_id in done.ignored],
+        ignored_reasons={str(k): why for k, why in done.ignored.items()} or None,
         commands=None if claim is None else commands.hand_out(runtime, done.claimed,
                                                               fresh=done.written),
     )  # fmt: skip

@@ -1,0 +1,122 @@
+"""Who may post which event: the event routes change nothing a role may not change through
+the route made for it (`auth.EVENT_ROLES`), on `POST /api/events`, `/api/events/batch` and
+the worker channel."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from milepost.api import auth, ingest
+from milepost.core import events as ev
+from tests.api.support import HELLO, ROLES, Api, error, ok
+
+WORK = {"admin", "worker"}
+OPERATE = {"admin", "operator"}
+APPROVE = {"admin", "approver"}
+
+# every event type -> the roles that may post it (None: nobody, the engine writes it)
+EXPECTED: dict[str, set[str] | None] = {
+    ev.COMMAND_CLAIMED: WORK, ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
+    ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
+    ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
+    ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
+    ev.APPROVAL_EXPIRED: APPROVE, ev.APPROVAL_INVALIDATED: APPROVE,
+    **{etype: None for etype in ingest.ENGINE_TYPES},
+}  # fmt: skip
+
+
+def test_the_table_covers_every_event_type_and_only_client_ones() -> None:
+    assert set(EXPECTED) == ev.EVENT_TYPES
+    assert {t: set(r) for t, r in auth.EVENT_ROLES.items()} == {
+        t: r for t, r in EXPECTED.items() if r is not None}  # fmt: skip
+    assert set(auth.POST_EVENTS) == {"admin", "operator", "approver", "worker"}
+
+
+def first_command(api: Api, xid: str) -> int:
+    return next(int(e.payload["command_id"]) for e in api.store.load(int(xid))
+                if e.event_type == ev.COMMAND_ISSUED)  # fmt: skip
+
+
+def valid_event(api: Api, xid: str, etype: str) -> dict[str, Any]:
+    """An event of `etype` that the server stores when the role may post it."""
+    event: dict[str, Any] = {"execution_id": xid, "event_type": etype}
+    if etype == ev.EXECUTION_CANCEL_REQUESTED:
+        return event
+    # a report of the queued command with epoch 0 is valid and stored stale: changes nothing
+    return {**event, "step": "start", "meta": {"epoch": 0},
+            "context": {"command_id": str(first_command(api, xid))}}
+
+
+def post(api: Api, route: str, event: dict[str, Any], role: str) -> Any:
+    if route == "/api/events":
+        return api.post(route, event, role=role)
+    return api.post(route, {"events": [event]}, role=role)
+
+
+@pytest.mark.parametrize("route", ["/api/events", "/api/events/batch"])
+def test_every_role_and_event_type_on_both_event_routes(api: Api, route: str) -> None:
+    shared = api.execute(HELLO)
+    for etype, allowed in EXPECTED.items():
+        for role in ROLES:
+            # a cancel that goes through ends the run: it gets a run of its own
+            xid = api.execute(HELLO) if etype == ev.EXECUTION_CANCEL_REQUESTED else shared
+            event = valid_event(api, xid, etype)
+            before = api.store.load(int(xid))
+            response = post(api, route, event, role)
+            case = (route, etype, role, response.text)
+            if allowed is not None and role in allowed:
+                reply = ok(response)
+                assert reply["stored"] == 1, case
+                [eid] = reply["event_ids"]
+                assert any(str(e.event_id) == eid for e in api.store.load(int(xid))), case
+                continue
+            if role not in auth.POST_EVENTS:
+                body = error(response, 403, "forbidden")  # the route itself refuses
+                assert body["role"] == role, case
+            elif allowed is None:
+                body = error(response, 422, "validation_error")  # no role may
+                assert body["errors"][0]["loc"][-1] == "event_type", case
+            else:
+                body = error(response, 403, "forbidden")
+                assert (body["role"], body["event_type"]) == (role, etype), case
+                assert role in body["message"] and etype in body["message"], case
+                where = ["body", "event_type"] if route == "/api/events" else [
+                    "body", "events", 0, "event_type"]  # fmt: skip
+                assert body["loc"] == where, case
+            assert api.store.load(int(xid)) == before, case
+
+
+def test_a_worker_token_cannot_cancel_a_run_through_the_events(api: Api) -> None:
+    xid = api.execute(HELLO)
+    error(api.post(f"/api/executions/{xid}/cancel", role="worker"), 403, "forbidden")
+    cancel = {"execution_id": xid, "event_type": ev.EXECUTION_CANCEL_REQUESTED}
+    for route, body in (("/api/events", cancel), ("/api/events/batch", {"events": [cancel]})):
+        refused = error(api.post(route, body, role="worker"), 403, "forbidden")
+        assert refused["event_type"] == ev.EXECUTION_CANCEL_REQUESTED
+    with api.client.websocket_connect("/api/worker/channel", headers=api.headers("worker")) as ws:
+        ws.send_text(json.dumps({"id": 1, "body": {"events": [cancel]}}))
+        reply = json.loads(ws.receive_text())
+    assert reply["status"] == 403 and reply["body"]["role"] == "worker", reply
+    assert reply["body"]["loc"] == ["body", "events", 0, "event_type"]
+    assert ev.EXECUTION_CANCEL_REQUESTED not in api.event_types(xid)
+    assert api.status(xid)["status"] == "RUNNING"
+    # the operator may, through either way
+    ok(api.post("/api/events", cancel, role="operator"))
+    assert api.status(xid)["status"] == "CANCELLED"
+
+
+def test_one_refused_event_refuses_the_whole_batch(api: Api) -> None:
+    xid = api.execute(HELLO)
+    before = api.store.load(int(xid))
+    heartbeat = valid_event(api, xid, ev.COMMAND_HEARTBEAT)
+    grant = valid_event(api, xid, ev.APPROVAL_GRANTED)
+    body = error(api.post("/api/events/batch", {"events": [heartbeat, grant]}, role="worker"),
+                 403, "forbidden")  # fmt: skip
+    assert body["loc"] == ["body", "events", 1, "event_type"]
+    assert body["event_type"] == ev.APPROVAL_GRANTED
+    assert api.store.load(int(xid)) == before
+    both = ok(api.post("/api/events/batch", {"events": [heartbeat, grant]}, role="admin"))
+    assert both["stored"] == 2
