@@ -29,6 +29,9 @@ ROUTES = [
     ("GET", "/api/credentials", None, set(ROLES)),
     ("GET", "/api/credentials/c", None, set(ROLES)),
     ("DELETE", "/api/credentials/c", None, {"admin", "operator"}),
+    ("GET", "/docs", None, set(ROLES)),
+    ("GET", "/redoc", None, set(ROLES)),
+    ("GET", "/openapi.json", None, set(ROLES)),
 ]
 
 
