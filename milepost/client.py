@@ -96,6 +96,22 @@ def _key(value: int | str) -> str:
     return str(value)
 
 
+@dataclass(frozen=True, slots=True)
+class ParentClaim:
+    """The live claim of the command that starts a child (`playbook` tool): a `worker` token
+    may start, watch and cancel executions only with it (docs/server-contract.md, Auth)."""
+
+    command_id: int | str
+    epoch: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"parent_command_id": _key(self.command_id), "parent_epoch": self.epoch}
+
+
+def _proof(claim: ParentClaim | None) -> dict[str, Any]:
+    return {} if claim is None else claim.fields()
+
+
 def _register(content: str) -> _Call:
     return _Call("POST", "/api/catalog/register", {"content": content})
 
@@ -113,8 +129,9 @@ def _resource(path: str, version: int | None) -> _Call:
 
 
 def _execute(path: str, workload: dict[str, Any] | None, version: int | None,
-             parent_execution_id: int | str | None) -> _Call:  # fmt: skip
-    body: dict[str, Any] = {"path": path, "workload": workload or {}}
+             parent_execution_id: int | str | None,
+             claim: ParentClaim | None = None) -> _Call:  # fmt: skip
+    body: dict[str, Any] = {"path": path, "workload": workload or {}, **_proof(claim)}
     if version is not None:
         body["version"] = version
     if parent_execution_id is not None:
@@ -131,12 +148,13 @@ def _executions(status: str | None, path: str | None, limit: int, offset: int) -
     return _Call("GET", "/api/executions", params=params, parse=lambda b: b["items"])
 
 
-def _status(execution_id: int | str, wait: float | None = None) -> _Call:
+def _status(execution_id: int | str, wait: float | None = None,
+            claim: ParentClaim | None = None) -> _Call:  # fmt: skip
+    path = f"/api/executions/{_key(execution_id)}/status"
     if not wait or wait <= 0:
-        return _Call("GET", f"/api/executions/{_key(execution_id)}/status")
+        return _Call("GET", path, params=_proof(claim))
     wait = round(wait, 3)
-    return _Call("GET", f"/api/executions/{_key(execution_id)}/status", params={"wait": wait},
-                 hold=wait)  # fmt: skip
+    return _Call("GET", path, params={"wait": wait, **_proof(claim)}, hold=wait)
 
 
 def _execution(execution_id: int | str, events_limit: int | None,
@@ -149,8 +167,9 @@ def _execution(execution_id: int | str, events_limit: int | None,
     return _Call("GET", f"/api/executions/{_key(execution_id)}", params=params)
 
 
-def _cancel(execution_id: int | str) -> _Call:
-    return _Call("POST", f"/api/executions/{_key(execution_id)}/cancel", {})
+def _cancel(execution_id: int | str, claim: ParentClaim | None = None) -> _Call:
+    return _Call("POST", f"/api/executions/{_key(execution_id)}/cancel", {},
+                 params=_proof(claim))  # fmt: skip
 
 
 def _command(event_id: int | str) -> _Call:
@@ -402,10 +421,10 @@ class MilepostClient:
         return result
 
     def execute(self, path: str, workload: dict[str, Any] | None = None,
-                version: int | None = None, *,
-                parent_execution_id: int | str | None = None) -> str:  # fmt: skip
-        """Start a run; returns its execution id."""
-        result: str = self._do(_execute(path, workload, version, parent_execution_id))
+                version: int | None = None, *, parent_execution_id: int | str | None = None,
+                claim: ParentClaim | None = None) -> str:  # fmt: skip
+        """Start a run; returns its execution id. `claim`: a worker's proof (a child)."""
+        result: str = self._do(_execute(path, workload, version, parent_execution_id, claim))
         return result
 
     def executions(self, status: str | None = None, path: str | None = None,
@@ -413,10 +432,11 @@ class MilepostClient:
         result: list[dict[str, Any]] = self._do(_executions(status, path, limit, offset))
         return result
 
-    def status(self, execution_id: int | str, *, wait: float | None = None) -> dict[str, Any]:
+    def status(self, execution_id: int | str, *, wait: float | None = None,
+               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
         """The run's status; with `wait`, held by the server until the run ends or `wait`
         seconds pass (at most 60)."""
-        result: dict[str, Any] = self._do(_status(execution_id, wait))
+        result: dict[str, Any] = self._do(_status(execution_id, wait, claim))
         return result
 
     def execution(self, execution_id: int | str, events_limit: int | None = None,
@@ -434,11 +454,13 @@ class MilepostClient:
             if (after := _next_after(body)) is None:
                 return events
 
-    def cancel(self, execution_id: int | str) -> dict[str, Any]:
-        result: dict[str, Any] = self._do(_cancel(execution_id))
+    def cancel(self, execution_id: int | str, *,
+               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(_cancel(execution_id, claim))
         return result
 
-    def wait(self, execution_id: int | str, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, execution_id: int | str, timeout: float | None = None, *,
+             claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
         """Long-poll the status (`_Wait`) until the run ends; returns the status reply.
 
         Raises:
@@ -446,7 +468,7 @@ class MilepostClient:
         """
         plan = _Wait(timeout)
         while True:
-            status = self.status(execution_id, wait=plan.ask())
+            status = self.status(execution_id, wait=plan.ask(), claim=claim)
             if status.get("status") in TERMINAL_STATUSES:
                 return status
             if (pause := plan.pause()) is None:
@@ -545,8 +567,10 @@ class AsyncMilepostClient:
 
     async def execute(self, path: str, workload: dict[str, Any] | None = None,
                       version: int | None = None, *,
-                      parent_execution_id: int | str | None = None) -> str:  # fmt: skip
-        result: str = await self._do(_execute(path, workload, version, parent_execution_id))
+                      parent_execution_id: int | str | None = None,
+                      claim: ParentClaim | None = None) -> str:  # fmt: skip
+        call = _execute(path, workload, version, parent_execution_id, claim)
+        result: str = await self._do(call)
         return result
 
     async def executions(self, status: str | None = None, path: str | None = None,
@@ -554,9 +578,9 @@ class AsyncMilepostClient:
         result: list[dict[str, Any]] = await self._do(_executions(status, path, limit, offset))
         return result
 
-    async def status(self, execution_id: int | str, *,
-                     wait: float | None = None) -> dict[str, Any]:  # fmt: skip
-        result: dict[str, Any] = await self._do(_status(execution_id, wait))
+    async def status(self, execution_id: int | str, *, wait: float | None = None,
+                     claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(_status(execution_id, wait, claim))
         return result
 
     async def execution(self, execution_id: int | str, events_limit: int | None = None,
@@ -574,14 +598,16 @@ class AsyncMilepostClient:
             if (after := _next_after(body)) is None:
                 return events
 
-    async def cancel(self, execution_id: int | str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._do(_cancel(execution_id))
+    async def cancel(self, execution_id: int | str, *,
+                     claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(_cancel(execution_id, claim))
         return result
 
-    async def wait(self, execution_id: int | str, timeout: float | None = None) -> dict[str, Any]:
+    async def wait(self, execution_id: int | str, timeout: float | None = None, *,
+                   claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
         plan = _Wait(timeout)
         while True:
-            status = await self.status(execution_id, wait=plan.ask())
+            status = await self.status(execution_id, wait=plan.ask(), claim=claim)
             if status.get("status") in TERMINAL_STATUSES:
                 return status
             if (pause := plan.pause()) is None:

@@ -29,6 +29,7 @@ from milepost.api.routers import (
     channel,
     commands,
     credentials,
+    docs,
     events,
     execute,
     executions,
@@ -47,7 +48,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials)  # fmt: skip
+           credentials, docs)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,
@@ -77,9 +78,11 @@ def create_app(settings: Settings | None = None, *,
         finally:
             await run_in_threadpool(services.store.close)
 
+    # the documentation routes are the `docs` router's: behind a token, assets from a package
     app = FastAPI(title="milepost", version="0.1.0", lifespan=lifespan,
                   description="Durable workflow engine for NoETL playbooks "
-                  "(docs/server-contract.md).", telemetry=telemetry())  # fmt: skip
+                  "(docs/server-contract.md).", telemetry=telemetry(),
+                  docs_url=None, redoc_url=None, openapi_url=None)  # fmt: skip
     app.state.settings = settings
     errors.install(app)
     for module in ROUTERS:

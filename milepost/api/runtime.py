@@ -180,11 +180,13 @@ class Runtime:
             return self.orchestrator.register(text, playbook)
 
     def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
-              parent_execution_id: int | None = None) -> tuple[int, Outcome]:  # fmt: skip
+              parent_execution_id: int | None = None,
+              parent_command_id: int | None = None) -> tuple[int, Outcome]:  # fmt: skip
         # no lock: nobody knows the new execution's id before this returns
         started = time.perf_counter()
         xid, outcome = self.orchestrator.start(playbook, version, workload,
-                                               parent_execution_id=parent_execution_id)  # fmt: skip
+                                               parent_execution_id=parent_execution_id,
+                                               parent_command_id=parent_command_id)  # fmt: skip
         self.metrics.evaluation_seconds.observe(time.perf_counter() - started)
         self._after(outcome)
         return xid, outcome

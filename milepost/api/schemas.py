@@ -124,6 +124,17 @@ class ExecuteIn(CatalogRef):
     workload: dict[str, Any] = Field(default_factory=dict,
                                      validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
     parent_execution_id: WireId | None = None
+    parent_command_id: WireId | None = Field(default=None, description=(
+        "[milepost extension] The command that starts this child; with `parent_epoch`, the "
+        "proof a worker token needs (the live claim of that command)."))
+    parent_epoch: int | None = Field(default=None, ge=1, description=(
+        "[milepost extension] The epoch of the claim of `parent_command_id`."))
+
+    @model_validator(mode="after")
+    def _proof_whole(self) -> ExecuteIn:
+        if (self.parent_command_id is None) != (self.parent_epoch is None):
+            raise ValueError("give `parent_command_id` and `parent_epoch` together")
+        return self
 
 
 class ExecuteOut(BaseModel):

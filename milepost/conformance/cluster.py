@@ -44,7 +44,8 @@ def _with_database(url: str, database: str) -> str:
 
 
 class LocalCluster:
-    """`with LocalCluster(pg_url) as c:` -> `c.url`, `c.token`; `workers` worker processes."""
+    """`with LocalCluster(pg_url) as c:` -> `c.url`, `c.token` (admin); `workers` worker
+    processes, each with a `worker` token as an installation gives them (`c.worker_token`)."""
 
     def __init__(self, pg_url: str, *, workers: int = 2, startup_timeout: float = 60.0,
                  nats_url: str = "nats://127.0.0.1:4222", concurrency: int = 8) -> None:
@@ -57,6 +58,7 @@ class LocalCluster:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = ""
+        self.worker_token = ""
         self.env = dict(os.environ, MILEPOST_SECRET_KEY=new_key(), MILEPOST_DATABASE_URL="")
         # NATS wakes workers the moment commands are issued; polling remains the fallback
         self.env.setdefault("MILEPOST_NATS_URL", nats_url)
@@ -83,22 +85,28 @@ class LocalCluster:
 
     def _start(self) -> None:
         self._admin(f'CREATE DATABASE "{self.database}"')
-        made = subprocess.run([MILEPOST, "token", "create", "--role", "admin", "--name",
-                               "conformance", "--db", self.db_url], env=self.env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-        if made.returncode != 0:
-            raise ClusterError(f"milepost token create failed: {made.stderr.strip()}")
-        self.token = made.stdout.strip().splitlines()[-1].strip()
+        self.token = self._new_token("admin", "conformance")  # the first one migrates
+        self.worker_token = self._new_token("worker", "conformance-worker")
         self.env["MILEPOST_TOKEN"] = self.token
         self._spawn([MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
                      "--db", self.db_url])  # fmt: skip
         self._wait_healthy()
+        workers = dict(self.env, MILEPOST_TOKEN=self.worker_token)
         for _ in range(self.workers):
             self._spawn([MILEPOST, "worker", "--server", self.url, "--concurrency",
-                         str(self.concurrency)])  # fmt: skip
+                         str(self.concurrency)], workers)  # fmt: skip
 
-    def _spawn(self, argv: list[str]) -> None:
-        self.processes.append(subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL,
+    def _new_token(self, role: str, name: str) -> str:
+        made = subprocess.run([MILEPOST, "token", "create", "--role", role, "--name", name,
+                               "--db", self.db_url], env=self.env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        if made.returncode != 0:
+            raise ClusterError(f"milepost token create failed: {made.stderr.strip()}")
+        return made.stdout.strip().splitlines()[-1].strip()
+
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.processes.append(subprocess.Popen(argv, env=env or self.env,
+                                               stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL))  # fmt: skip
 
     def _wait_healthy(self) -> None:

@@ -96,6 +96,8 @@ class ExecutionState:
     version: int | None = None
     workload: dict[str, Any] = field(default_factory=dict)
     parent_execution_id: int | None = None
+    parent_command_id: int | None = None
+    """The command of the parent that started this run (a `playbook` tool call)."""
     started_at: float = 0.0
     ended_at: float | None = None
     ctx: dict[str, Any] = field(default_factory=dict)
@@ -189,6 +191,7 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.version = p.get("version")
     state.workload = p.get("workload", {})
     state.parent_execution_id = p.get("parent_execution_id")
+    state.parent_command_id = p.get("parent_command_id")
     state.started_at = event.created_at
     state.ctx = dict(p.get("ctx", {}))
     state.entry_step = p.get("entry_step", "")

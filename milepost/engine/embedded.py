@@ -27,7 +27,7 @@ from milepost.playbook import model
 from milepost.store.port import Store
 from milepost.tools import ToolRuntime
 from milepost.tools.base import CredentialLookup
-from milepost.tools.playbook import ChildRun
+from milepost.tools.playbook import ChildRun, Parent
 from milepost.worker.attempt import run_attempt
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class EmbeddedEngine:
         self._handle(self.orchestrator.process(also=[execution_id]))
         return state
 
-    async def run_child(self, path: str, workload: dict[str, Any], *, parent_execution_id: str,
+    async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
                         timeout: float) -> ChildRun:  # fmt: skip
         """Start the latest catalog version of `path` as a child and wait for it (DSL 3.5)."""
         entry = self.store.get_playbook(path)
@@ -138,7 +138,8 @@ class EmbeddedEngine:
             raise PlaybookNotFound(f"no playbook registered at path {path!r}", path=path)
         playbook = self.orchestrator.catalog_playbook(path, entry.version)
         xid, outcome = self.orchestrator.start(playbook, entry.version, workload,
-                                               parent_execution_id=int(parent_execution_id))  # fmt: skip
+                                               parent_execution_id=int(parent.execution_id),
+                                               parent_command_id=parent.command_id or None)  # fmt: skip
         self._done.setdefault(xid, asyncio.Event())
         self._active.add(xid)
         self._handle(outcome)

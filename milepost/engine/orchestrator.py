@@ -40,7 +40,7 @@ OPTIMISTIC_TRIES = 3
 """Shared mode: decisions made on the cached state before the executions are locked."""
 LOCKED_TRIES = 10
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2  # 2: ExecutionState.parent_command_id
 
 
 @dataclass(slots=True)
@@ -124,15 +124,18 @@ class Orchestrator:
         *,
         parent_execution_id: int | None = None,
         execution_id: int | None = None,
+        parent_command_id: int | None = None,
     ) -> tuple[int, Outcome]:
         """Start an execution of a registered playbook; returns its id and the first work."""
         xid = execution_id or self.new_id()
         merged = deep_merge(playbook.workload, workload)
+        # only children of a command carry it: the started event of every other run is unchanged
+        parent = {} if parent_command_id is None else {"parent_command_id": parent_command_id}
         started = ev.new_event(
             self.new_id(), xid, ev.EXECUTION_STARTED, self.clock(),
             payload={"path": playbook.path, "version": version, "workload": merged,
                      "entry_step": playbook.entry_step, "name": playbook.name,
-                     "parent_execution_id": parent_execution_id},
+                     "parent_execution_id": parent_execution_id, **parent},
         )  # fmt: skip
         self._playbooks.setdefault((playbook.path, version), playbook)
         self._states[xid] = st.ExecutionState(execution_id=xid)

@@ -61,6 +61,9 @@ class ToolCall:
     """Seconds; enforced by the executor (python kills its worker process)."""
     execution_id: str = ""
     step: str = ""
+    command_id: int = 0
+    epoch: int = 0
+    """The claim this attempt runs under: the `playbook` tool shows it to start children."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,18 @@ class ChildRun:
     """Completed steps in completion order."""
 
 
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """The command that starts a child: a worker's token may start, watch and cancel only
+    the children of a command it holds, and shows this claim to prove it."""
+
+    execution_id: str
+    command_id: int
+    epoch: int
+
+
 class ChildRunner(Protocol):
-    async def run_child(self, path: str, workload: dict[str, Any], *, parent_execution_id: str,
+    async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
                         timeout: float) -> ChildRun: ...  # fmt: skip
 
 
@@ -46,8 +56,9 @@ class PlaybookTool:
             return base.failure("invalid", "this worker cannot start child playbooks")
         timeout = _timeout(call)
         try:
-            child = await self.runner.run_child(
-                path, dict(call.input), parent_execution_id=call.execution_id, timeout=timeout)
+            parent = Parent(call.execution_id, call.command_id, call.epoch)
+            child = await self.runner.run_child(path, dict(call.input), parent=parent,
+                                                timeout=timeout)  # fmt: skip
         except TimeoutError:
             return base.failure("timeout", f"child playbook {path!r} did not finish within "
                                 f"{timeout:g}s", retryable=True)  # fmt: skip

@@ -247,6 +247,7 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         kind=kind, config=fields, input=inputs, context=context,
         idempotency_key=idem_key, timeout=_remaining(pipe, tool_timeout),
         execution_id=str(pipe.item.execution_id), step=step.name,
+        command_id=pipe.item.command_id, epoch=pipe.item.epoch,
     )  # fmt: skip
     return await tools.run(call)
 

@@ -1,10 +1,11 @@
-"""The `playbook` tool through a server: children are started over the API and linked."""
+"""The `playbook` tool through a server: children are started over the API and linked, by
+workers that hold `worker` tokens, as an installation gives them."""
 
 from __future__ import annotations
 
 import pytest
 
-from milepost.client import MilepostClient
+from milepost.client import ApiError, MilepostClient
 from milepost.conformance.cluster import LocalCluster
 from tests.acceptance.harness import PG_ADMIN_URL, pg_available
 from tests.shared import IN_CI
@@ -37,6 +38,10 @@ def test_playbook_tool_starts_children_through_the_server() -> None:
         pytest.skip("PostgreSQL is not reachable")
     with LocalCluster(PG_ADMIN_URL, workers=1) as cluster, \
             MilepostClient(cluster.url, cluster.token) as client:  # fmt: skip
+        with MilepostClient(cluster.url, cluster.worker_token) as worker:
+            with pytest.raises(ApiError) as refused:  # the workers' token may not execute
+                worker.execute("tests/child", {})
+            assert refused.value.status == 403
         client.register(CHILD)
         client.register(PARENT)
         xid = client.execute("tests/parent", {})

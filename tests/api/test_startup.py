@@ -37,8 +37,8 @@ def test_the_server_refuses_a_malformed_secret_key(tmp_path: object) -> None:
 
 def test_openapi_is_served_at_docs(db_url: str) -> None:
     with start_server(db_url) as api:
-        assert api.client.get("/docs").status_code == 200
-        spec = api.client.get("/openapi.json").json()
+        assert api.get("/docs", role="viewer").status_code == 200
+        spec = api.get("/openapi.json", role="viewer").json()
         for path in ("/api/events/batch", "/api/commands/{event_id}/claim", "/api/execute"):
             assert path in spec["paths"]
 

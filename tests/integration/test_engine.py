@@ -203,6 +203,11 @@ def test_playbook_tool_runs_children_and_returns_their_results(store: Any) -> No
     assert state.results["plain"]["status"] == "COMPLETED"
     children = [r for r in store.list_executions() if r.parent_execution_id == state.execution_id]
     assert len(children) == 5
+    # each child names the command (one per loop iteration and step) that started it
+    issued = {e.event_id for e in store.load(state.execution_id)
+              if e.event_type == ev.COMMAND_ISSUED}  # fmt: skip
+    started_by = {store.load(c.execution_id)[0].payload["parent_command_id"] for c in children}
+    assert len(started_by) == 5 and started_by <= issued
 
 
 def test_a_failing_child_fails_the_parent_step_with_its_reason(store: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from milepost.api import errors, schemas, views
-from milepost.api.auth import OperateAuth
+from milepost.api.child_access import ExecuteAuth, parent_claim
 from milepost.api.deps import RuntimeDep, StoreDep
 from milepost.api.routers.catalog import find
 
@@ -14,14 +14,19 @@ router = APIRouter(prefix="/api", tags=["executions"])
 
 @router.post("/execute", response_model=schemas.ExecuteOut)
 def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
-            _: OperateAuth) -> Response:  # fmt: skip
+            principal: ExecuteAuth) -> Response:  # fmt: skip
+    # the proof first: a worker learns nothing about the catalog without one
+    command = parent_claim(store, runtime.clock(), principal, "start executions",
+                           parent_execution_id=body.parent_execution_id,
+                           command_id=body.parent_command_id, epoch=body.parent_epoch)  # fmt: skip
     entry = find(store, body)
-    parent = body.parent_execution_id
+    parent = body.parent_execution_id if command is None else command.execution_id
     if parent is not None and store.get_execution(parent) is None:
         raise errors.not_found("execution_not_found", f"no parent execution {parent}",
                                execution_id=str(parent))  # fmt: skip
     playbook = runtime.playbook(entry.path, entry.version)
     xid, _outcome = runtime.start(playbook, entry.version, body.workload,
-                                  parent_execution_id=parent)  # fmt: skip
+                                  parent_execution_id=parent,
+                                  parent_command_id=None if command is None else command.command_id)  # fmt: skip
     status = runtime.read(xid, lambda state, _pb: state.status, refresh=False)  # just written
     return views.as_json(schemas.ExecuteOut(execution_id=str(xid), status=status))

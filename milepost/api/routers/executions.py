@@ -9,7 +9,8 @@ from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from milepost.api import errors, schemas, views
-from milepost.api.auth import OperateAuth, ReadAuth
+from milepost.api.auth import ReadAuth
+from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import RuntimeDep, StoreDep
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
@@ -93,7 +94,7 @@ def _ended(store: port.Store, execution_id: int) -> bool:
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut)
 async def get_status(
-    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
+    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ChildStatusAuth,
     wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
         "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
         "CANCELLED); after that the current status. 0: answer at once."))] = 0,
@@ -139,7 +140,7 @@ async def _status(store: port.Store, runtime: Runtime, xid: int,
 
 @router.post("/{execution_id}/cancel")
 def cancel(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
-           _: OperateAuth) -> schemas.CancelOut:  # fmt: skip
+           _: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
     row = existing(store, execution_id)
     status = runtime.read(row.execution_id, lambda state, _pb: state.status)
     if status in st.TERMINAL:

@@ -1,0 +1,142 @@
+"""What a `worker` token may do with child executions (docs/server-contract.md, Auth).
+
+A worker runs the `playbook` tool of a command it claimed: it has to start the child, wait
+for it and, when its attempt is abandoned, cancel it. Its role may not execute or cancel
+anything else, so each of those requests carries a proof: the parent command's id and the
+epoch of the claim (`parent_command_id`, `parent_epoch`). The server admits the request
+only while that command is claimed with that epoch and its lease has not run out, and only
+for the children that command started (`execution.started` records `parent_command_id`).
+Everything else a worker asks there is 403 `forbidden`, with a `reason`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from milepost.api import errors, schemas
+from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
+from milepost.api.deps import services_of
+from milepost.api.errors import ApiError
+from milepost.api.runtime import Runtime
+from milepost.store import port
+
+CHILD_ROLE = "worker"
+"""The role admitted with a proof where it is otherwise refused."""
+
+
+def refused(principal: Principal, what: str, reason: str, detail: str,
+            **fields: Any) -> ApiError:  # fmt: skip
+    return ApiError(403, "forbidden", f"role {principal.role!r} may {what} only for the "
+                    f"children of a command it holds the live claim of: {detail}",
+                    role=principal.role, reason=reason, **fields)  # fmt: skip
+
+
+def parent_claim(store: port.Store, now: float, principal: Principal, what: str, *,
+                 parent_execution_id: int | None, command_id: int | None,
+                 epoch: int | None) -> port.CommandRow | None:  # fmt: skip
+    """The parent command the proof names, checked; None when there is no proof and the
+    role needs none. 403 when the role needs one and it is missing or does not hold."""
+    if command_id is None or epoch is None:
+        if principal.role in OPERATE:
+            return None
+        raise refused(principal, what, "no_claim_proof", "give parent_command_id and "
+                      "parent_epoch (the claim of the command that runs the playbook tool)")  # fmt: skip
+    row = store.get_command(command_id)
+    ids = {"parent_command_id": str(command_id)}
+    if row is None:
+        raise refused(principal, what, "command_not_found", f"no command {command_id}", **ids)
+    if row.status != port.COMMAND_CLAIMED:
+        raise refused(principal, what, "not_claimed",
+                      f"command {command_id} is {row.status}, not claimed", **ids)  # fmt: skip
+    if row.epoch != epoch:
+        raise refused(principal, what, "stale_epoch", f"command {command_id} is claimed with "
+                      f"another epoch than {epoch}", **ids)  # fmt: skip
+    if (row.lease_expires_at or 0.0) <= now:
+        raise refused(principal, what, "lease_expired",
+                      f"the claim of command {command_id} has expired", **ids)  # fmt: skip
+    if parent_execution_id is not None and parent_execution_id != row.execution_id:
+        raise refused(principal, what, "other_execution", f"command {command_id} belongs to "
+                      f"execution {row.execution_id}, not {parent_execution_id}", **ids,
+                      parent_execution_id=str(parent_execution_id))  # fmt: skip
+    return row
+
+
+def check_child(runtime: Runtime, principal: Principal, what: str, execution_id: int,
+                parent: port.CommandRow) -> None:  # fmt: skip
+    """403 unless `execution_id` is a child that the command `parent` started."""
+    row = runtime.store.get_execution(execution_id)
+    if row is None:
+        raise errors.not_found("execution_not_found", f"no execution {execution_id}",
+                               execution_id=str(execution_id))  # fmt: skip
+    started_by = None
+    if row.parent_execution_id == parent.execution_id:
+        # the parent never changes once a run started: the cached state will do
+        started_by = runtime.read(execution_id, lambda state, _pb: state.parent_command_id,
+                                  refresh=False)  # fmt: skip
+    if started_by != parent.command_id:
+        raise refused(principal, what, "not_a_child", f"execution {execution_id} was not "
+                      f"started by command {parent.command_id}",
+                      parent_command_id=str(parent.command_id),
+                      execution_id=str(execution_id))  # fmt: skip
+
+
+def _child_route(allowed: frozenset[str], what: str) -> Any:
+    """A dependency for a route on one execution: the roles in `allowed`, or a worker with
+    the proof (query parameters) for a child of the command it holds."""
+
+    async def check(
+        request: Request,
+        execution_id: Annotated[str, Path(description="Execution id (digits).")],
+        parent_command_id: Annotated[str | None, Query(description=(
+            "[milepost extension] For a worker token: the command whose child this is."))] = None,
+        parent_epoch: Annotated[int | None, Query(ge=1, description=(
+            "[milepost extension] For a worker token: the epoch of its claim."))] = None,
+    ) -> Principal:  # fmt: skip
+        principal = await authenticate(request)
+        if principal.role in allowed:
+            return principal
+        if principal.role != CHILD_ROLE:
+            return authorize(principal, allowed, what)  # raises: 403
+        xid = _id(execution_id, ["path", "execution_id"])
+        cid = None if parent_command_id is None else _id(parent_command_id,
+                                                         ["query", "parent_command_id"])  # fmt: skip
+        runtime = services_of(request).runtime
+        await run_in_threadpool(_check_child_request, runtime, principal, what, xid, cid,
+                                parent_epoch)  # fmt: skip
+        return principal
+
+    return Depends(check)
+
+
+def _id(value: str, loc: list[str]) -> int:
+    try:
+        return schemas.parse_id(value)
+    except ValueError as exc:
+        raise errors.invalid([{"loc": loc, "msg": str(exc)}]) from None
+
+
+def _check_child_request(runtime: Runtime, principal: Principal, what: str, execution_id: int,
+                         command_id: int | None, epoch: int | None) -> None:  # fmt: skip
+    parent = parent_claim(runtime.store, runtime.clock(), principal, what,
+                          parent_execution_id=None, command_id=command_id, epoch=epoch)  # fmt: skip
+    assert parent is not None  # a worker is never in OPERATE: no proof was refused above
+    check_child(runtime, principal, what, execution_id, parent)
+
+
+def _start_check() -> Any:
+    async def check(request: Request) -> Principal:
+        principal = await authenticate(request)
+        if principal.role == CHILD_ROLE:
+            return principal  # the route checks its proof (in the body)
+        return authorize(principal, OPERATE, "register, execute or cancel")
+
+    return Depends(check)
+
+
+ExecuteAuth = Annotated[Principal, _start_check()]
+"""`POST /api/execute`: admin, operator; a worker with a proof, checked by the route."""
+ChildStatusAuth = Annotated[Principal, _child_route(READ, "read executions")]
+ChildCancelAuth = Annotated[Principal, _child_route(OPERATE, "register, execute or cancel")]
