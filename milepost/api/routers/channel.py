@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -24,10 +23,8 @@ from pydantic import ValidationError
 from milepost import errors
 from milepost.api import auth, schemas
 from milepost.api.deps import Services, services_of
-from milepost.api.errors import ApiError, invalid, milepost_reply
+from milepost.api.errors import ApiError, internal, invalid, milepost_reply, too_large
 from milepost.api.routers import events
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["events"])
 
@@ -72,6 +69,11 @@ async def _authorize(websocket: WebSocket) -> None:
 
 def answer(services: Services, text: str) -> str:
     """The reply to one message (never raises: every failure is a reply)."""
+    limit = services.settings.max_body_bytes
+    # uvicorn refuses frames over `ws_max_size` (`milepost server` sets it to the limit);
+    # this holds for any other ASGI server too. A character is at most 4 bytes.
+    if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
+        return _reply(_id_of(text[:100]), 413, too_large(limit).body())
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -94,10 +96,7 @@ def answer(services: Services, text: str) -> str:
         status, err = milepost_reply(exc)
         return _reply(msg_id, status, err)
     except Exception as exc:  # the socket must outlive one bad batch
-        log.error("worker channel: unhandled error", exc_info=exc,
-                  extra={"action": "api_internal_error"})  # fmt: skip
-        return _reply(msg_id, 500, {"code": "internal",
-                                    "message": f"internal error: {type(exc).__name__}"})
+        return _reply(msg_id, 500, internal(exc, "a worker channel message"))
 
 
 def _id_of(text: str) -> Any:
