@@ -307,12 +307,12 @@ class ClaimNextIn(ClaimIn):
 
 
 class HeartbeatIn(ClaimIn):
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_ID)
 
 
 class ReleaseIn(_In):
     worker_id: str = Field(min_length=1, max_length=200)
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_ID)
 
 
 class LeaseOut(BaseModel):

@@ -179,6 +179,11 @@ def test_offsets_past_64_bits_are_refused(api: Api) -> None:
     [err] = _errors(api.post("/api/catalog/resource", {"path": "tests/hello", "version": 2**63}))
     assert err["loc"] == ["body", "version"]
     assert ok(api.get("/api/executions", params={"offset": 2**63 - 1}))["items"] == []
+    command = api.claim_one()
+    for action in ("heartbeat", "release"):
+        [err] = _errors(api.post(f"/api/commands/{command['command_id']}/{action}",
+                                 {"worker_id": "w1", "epoch": 2**63}, role="worker"))  # fmt: skip
+        assert err["loc"] == ["body", "epoch"]
 
 
 def test_a_500_says_nothing_of_the_exception_but_a_request_id(
@@ -273,3 +278,12 @@ def test_the_cli_and_the_vault_refuse_a_bad_credential_name(tmp_path: Path) -> N
     assert "not starting with a dot" in done.stderr
     with pytest.raises(CredentialNameInvalid, match="not starting with a dot"):
         Vault(SQLiteStore(str(tmp_path / "v.db")), env["MILEPOST_SECRET_KEY"]).put("..", "t", {})
+
+
+def test_validate_prints_the_limit_and_exits_1(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_bomb(6))
+    done = subprocess.run([MILEPOST, "validate", str(bomb)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert "MILEPOST_MAX_YAML_ALIASES" in done.stderr
