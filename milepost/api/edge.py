@@ -7,10 +7,16 @@ present and future (the bodies' strings are checked by the request models,
 `schemas._Checked`). The body is refused from its `Content-Length` before it is read, and
 counted as it streams when it has none. Not FastAPI's `max_body_size`: it answers 413 in
 plain text, replacing the JSON error body.
+
+`NaN`, `Infinity` and `-Infinity` are no JSON, but Python's parser (FastAPI's) takes them;
+a body that contains one of those words is parsed strictly once it is complete, and a
+literal one is refused (422 naming where it is) before any route sees it.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
@@ -19,13 +25,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from milepost.api import errors, schemas
 
 
-class BodyTooLarge(HTTPException):
-    """Raised from `receive` once a streamed body passes the limit; FastAPI lets an
-    HTTPException through its body parsing, so the app's handler answers it (413)."""
+class Refused(HTTPException):
+    """Raised from `receive`: FastAPI lets an HTTPException through its body parsing, so
+    the app's handler answers `error` (`errors._http_error`)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is over {limit} bytes")
-        self.limit = limit
+    def __init__(self, error: errors.ApiError) -> None:
+        super().__init__(error.status, error.message)
+        self.error = error
 
 
 class Edge:
@@ -44,18 +50,7 @@ class Edge:
         if refused is not None:
             await errors.as_response(refused)(scope, receive, send)
             return
-        limit, seen = self.max_body_bytes, 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge(limit)
-            return message
-
-        await self.app(scope, limited, send)
+        await self.app(scope, _Body(receive, self.max_body_bytes).receive, send)
 
     def _refused(self, scope: Scope) -> errors.ApiError | None:
         length = _content_length(scope)
@@ -65,6 +60,63 @@ class Edge:
         if loc is not None:
             return errors.invalid([{"loc": loc, "msg": schemas.NUL_MESSAGE}])
         return None
+
+
+class _Body:
+    """The request's `receive`, counting its bytes and watching for non-JSON constants."""
+
+    def __init__(self, receive: Receive, limit: int) -> None:
+        self._receive = receive
+        self.limit = limit
+        self.seen = 0
+        self.chunks: list[bytes] = []  # the same objects starlette keeps: no copy
+        self.suspect = False
+        self.tail = b""  # a word split across two chunks
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] != "http.request":
+            return message
+        chunk: bytes = message.get("body", b"")
+        self.seen += len(chunk)
+        if self.seen > self.limit:
+            raise Refused(errors.too_large(self.limit))
+        self.chunks.append(chunk)
+        window = self.tail + chunk[:8]
+        self.suspect = self.suspect or any(word in window or word in chunk for word in _WORDS)
+        self.tail = chunk[-8:]
+        if self.suspect and not message.get("more_body", False):
+            loc = _constant_at(b"".join(self.chunks))
+            if loc is not None:
+                raise Refused(errors.invalid([{"loc": loc, "msg": _CONSTANT_MESSAGE}]))
+        return message
+
+
+_WORDS = (b"NaN", b"Infinity")
+_CONSTANT_MESSAGE = "NaN and Infinity are not JSON: numbers must be finite"
+
+
+class _Constant:
+    """Stands for `NaN`/`Infinity` in a strict parse, to find where it was."""
+
+
+def _constant_at(body: bytes) -> list[Any] | None:
+    """`["body", *path]` of the first literal NaN/Infinity in `body`, None when it has none
+    (the words were inside strings) or is no JSON at all (FastAPI answers that)."""
+    try:
+        data = json.loads(body, parse_constant=lambda _word: _Constant())
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[Any, list[Any]]] = [(data, ["body"])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _Constant):
+            return path
+        if isinstance(item, dict):
+            stack.extend((v, [*path, k]) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, [*path, i]) for i, v in reversed(list(enumerate(item))))
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -116,9 +116,11 @@ _HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found",
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 413:  # edge.BodyTooLarge, or a 413 from starlette itself
-        limit = getattr(exc, "limit", None) or request.app.state.settings.max_body_bytes
-        return as_response(too_large(limit))
+    refused = getattr(exc, "error", None)  # edge.Refused: the request was refused at the edge
+    if isinstance(refused, ApiError):
+        return as_response(refused)
+    if exc.status_code == 413:
+        return as_response(too_large(request.app.state.settings.max_body_bytes))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
                         headers=getattr(exc, "headers", None))  # fmt: skip

@@ -3,6 +3,7 @@ malformed value gets a 4xx naming the field and the limit, and nothing is stored
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
+from milepost.api import edge
 from milepost.api.routers import channel
 from milepost.core import events as ev
 from milepost.credentials import CredentialNameInvalid, Vault, new_key
@@ -84,28 +86,45 @@ def test_a_time_no_datetime_holds_already_stored_reads_as_null(api: Api) -> None
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_non_finite_numbers_are_refused_in_every_free_json_field(api: Api, literal: str) -> None:
+    # a literal NaN/Infinity is refused as the body is parsed, with its exact place; 1e999
+    # is JSON (a float too large: inf) and is refused by the field's check
     xid = api.execute()
     before = api.store.event_count(int(xid))
     bodies = [
         ("/api/events", f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
-                        f'"meta": {{"x": [{literal}]}}}}', ["body", "meta"]),
+                        f'"meta": {{"x": [{literal}]}}}}', ["body", "meta"], ["x", 0]),
         ("/api/events", f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
-                        f'"result": {{"context": {{"x": {literal}}}}}}}', ["body", "result", "context"]),
+                        f'"result": {{"context": {{"x": {literal}}}}}}}',
+         ["body", "result", "context"], ["x"]),
         ("/api/events/batch", f'{{"events": [{{"execution_id": "{xid}", '
                               f'"event_type": "command.heartbeat", "context": {{"x": {literal}}}}}]}}',
-         ["body", "events", 0, "context"]),
+         ["body", "events", 0, "context"], ["x"]),
         ("/api/execute", f'{{"path": "tests/hello", "workload": {{"n": {literal}}}}}',
-         ["body", "workload"]),
+         ["body", "workload"], ["n"]),
         ("/api/credentials", f'{{"name": "c", "type": "t", "data": {{"n": {literal}}}}}',
-         ["body", "data"]),
+         ["body", "data"], ["n"]),
+        ("/api/commands/claim", f'{{"worker_id": "w1", "lease_seconds": {literal}}}',
+         ["body", "lease_seconds"], []),
     ]  # fmt: skip
-    for path, text, loc in bodies:
+    for path, text, field, inner in bodies:
         [err] = _errors(_raw(api, path, text))
-        assert err["loc"] == loc, (path, err)
-        assert "numbers must be finite" in err["msg"]
+        if literal == "1e999":
+            assert err["loc"] == field, (path, err)
+            assert "finite" in err["msg"] or "less than or equal" in err["msg"], err
+        else:
+            assert err["loc"] == field + inner, (path, err)
+            assert err["msg"] == "NaN and Infinity are not JSON: numbers must be finite"
     assert api.store.event_count(int(xid)) == before
     assert len(ok(api.get("/api/executions"))["items"]) == 1
     assert api.store.list_credentials() == []
+    assert api.store.get_command(int(api.claim_one()["command_id"])) is not None
+
+
+def test_nan_inside_a_string_is_only_text(api: Api) -> None:
+    xid = api.execute()
+    text = f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", "meta": {{"v": "NaN"}}}}'
+    ok(_raw(api, "/api/events", text, role="worker"))
+    assert api.store.load(int(xid))[-1].meta == {"v": "NaN"}
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -287,3 +306,37 @@ def test_validate_prints_the_limit_and_exits_1(tmp_path: Path) -> None:
                           timeout=120)  # fmt: skip
     assert done.returncode == 1
     assert "MILEPOST_MAX_YAML_ALIASES" in done.stderr
+
+
+def test_a_nan_split_across_chunks_of_a_streamed_body_is_found(api: Api) -> None:
+    xid = api.execute()
+    before = api.store.event_count(int(xid))
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"execution_id": "%s", "event_type": "command.heartbeat", "meta": {"x": Na' % (
+            xid.encode())
+        yield b"N}}"
+
+    response = api.client.post("/api/events", content=chunks(), headers={
+        **api.headers("worker"), "Content-Type": "application/json"})  # fmt: skip
+    assert _errors(response)[0]["loc"] == ["body", "meta", "x"]
+    assert api.store.event_count(int(xid)) == before
+
+
+def test_the_edge_finds_a_word_split_between_two_messages() -> None:
+    messages = iter([{"type": "http.request", "body": b'{"a": [1, Infin', "more_body": True},
+                     {"type": "http.request", "body": b"ity]}", "more_body": False}])  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    body = edge._Body(receive, 1000)
+
+    async def read_all() -> None:
+        await body.receive()
+        await body.receive()
+
+    with pytest.raises(edge.Refused) as info:
+        asyncio.run(read_all())
+    assert info.value.error.fields["errors"] == [
+        {"loc": ["body", "a", 1], "msg": "NaN and Infinity are not JSON: numbers must be finite"}]
