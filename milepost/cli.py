@@ -523,8 +523,10 @@ def server(
     if not (settings.secret_key or "").strip():
         raise _fail(SecretKeyMissing().message)
     parse_keys(settings.secret_key or "")  # a malformed key fails here, before the port opens
+    # a worker-channel message between the two limits gets its 413 reply (the worker then
+    # sends the batch's reports one by one); uvicorn closes the socket on a larger frame
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
-                access_log=access_log, ws_max_size=settings.max_body_bytes)  # fmt: skip
+                access_log=access_log, ws_max_size=2 * settings.max_body_bytes)  # fmt: skip
 
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens.")

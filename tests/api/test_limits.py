@@ -267,7 +267,8 @@ def test_a_channel_message_over_the_limit_is_413_and_the_socket_stays_open(db_ur
             events = [_event(xid, meta={"pad": "x" * 30_000})]
             ws.send_text(json.dumps({"id": 7, "body": {"events": events}}))
             reply = json.loads(ws.receive_text())
-            assert reply["status"] == 413 and reply["body"]["code"] == "too_large"
+            assert reply["id"] == 7 and reply["status"] == 413
+            assert reply["body"]["code"] == "too_large"
             assert reply["body"]["limit"] == 20_000
             ws.send_text(json.dumps({"id": 8, "body": {"events": [_event(xid)]}}))
             assert json.loads(ws.receive_text())["status"] == 200

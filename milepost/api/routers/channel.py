@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -73,7 +74,7 @@ def answer(services: Services, text: str) -> str:
     # uvicorn refuses frames over `ws_max_size` (`milepost server` sets it to the limit);
     # this holds for any other ASGI server too. A character is at most 4 bytes.
     if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
-        return _reply(_id_of(text[:100]), 413, too_large(limit).body())
+        return _reply(_leading_id(text), 413, too_large(limit).body())
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -97,6 +98,16 @@ def answer(services: Services, text: str) -> str:
         return _reply(msg_id, status, err)
     except Exception as exc:  # the socket must outlive one bad batch
         return _reply(msg_id, 500, internal(exc, "a worker channel message"))
+
+
+_LEADING_ID = re.compile(r'\{\s*"id"\s*:\s*(-?\d{1,20}|null|"[^"\\]{0,100}")')
+
+
+def _leading_id(text: str) -> Any:
+    """The id of a message too large to parse, when it comes first (as the worker writes
+    it): the worker matches the reply by id and splits the batch on a 4xx."""
+    found = _LEADING_ID.match(text)
+    return json.loads(found.group(1)) if found else None
 
 
 def _id_of(text: str) -> Any:
