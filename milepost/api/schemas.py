@@ -199,7 +199,7 @@ class CatalogResourceOut(CatalogEntryOut):
 
 class ExecuteIn(CatalogRef):
     workload: FreeJson = Field(default_factory=dict,
-                                     validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
+                               validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
     parent_execution_id: WireId | None = None
 
 

@@ -71,8 +71,8 @@ async def _authorize(websocket: WebSocket) -> None:
 def answer(services: Services, text: str) -> str:
     """The reply to one message (never raises: every failure is a reply)."""
     limit = services.settings.max_body_bytes
-    # uvicorn refuses frames over `ws_max_size` (`milepost server` sets it to the limit);
-    # this holds for any other ASGI server too. A character is at most 4 bytes.
+    # a reply the worker can act on (uvicorn closes the socket only past `ws_max_size`,
+    # twice this under `milepost server`); a character is at most 4 bytes
     if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
         return _reply(_leading_id(text), 413, too_large(limit).body())
     try:
