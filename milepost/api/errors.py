@@ -100,11 +100,15 @@ def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+def _count_unparsed(request: Request) -> None:
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.startswith("/api/events"):
         services.metrics.events_ingested.labels("unparsed", "rejected").inc()
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    _count_unparsed(request)
     errs = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))}
             for e in exc.errors()]  # fmt: skip
     return _api_error(request, invalid(errs))
@@ -118,6 +122,7 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     refused = getattr(exc, "error", None)  # edge.Refused: the request was refused at the edge
     if isinstance(refused, ApiError):
+        _count_unparsed(request)
         return as_response(refused)
     if exc.status_code == 413:
         return as_response(too_large(request.app.state.settings.max_body_bytes))
