@@ -23,6 +23,7 @@ from milepost.client import MilepostClient
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import Vault
+from milepost.credentials import check_name as check_credential_name
 from milepost.engine import report
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import deep_merge
@@ -540,8 +541,10 @@ def server(
     if not (settings.secret_key or "").strip():
         raise _fail(SecretKeyMissing().message)
     parse_keys(settings.secret_key or "")  # a malformed key fails here, before the port opens
+    # a worker-channel message between the two limits gets its 413 reply (the worker then
+    # sends the batch's reports one by one); uvicorn closes the socket on a larger frame
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
-                access_log=access_log)  # fmt: skip
+                access_log=access_log, ws_max_size=2 * settings.max_body_bytes)  # fmt: skip
 
 
 token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
@@ -601,6 +604,10 @@ def credential_set(
     db: DbOption = None,
 ) -> None:
     """Register or replace a credential for `auth:` and keychain entries."""
+    try:
+        check_credential_name(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="NAME") from None
     try:
         fields = json.loads(data)
     except json.JSONDecodeError as exc:

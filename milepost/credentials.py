@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -59,6 +60,26 @@ class CredentialUnreadable(MilepostError):
     """A stored credential cannot be decrypted: wrong key or altered data."""
 
     code = "credential_unreadable"
+
+
+NAME_RULE = ("a credential name is letters, digits, '.', '_' and '-', not starting with a "
+             "dot, at most 128 characters")
+"""Names travel in URL paths (`/api/credentials/{name}`) and keychain entries: `a/b` or `..`
+could be stored but never read or deleted again."""
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(name: str) -> str:
+    """`name` when it follows `NAME_RULE`; ValueError naming the rule otherwise."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{NAME_RULE}, got {name!r}")
+    return name
+
+
+class CredentialNameInvalid(MilepostError):
+    """The credential name breaks `NAME_RULE`."""
+
+    code = "credential_name_invalid"
 
 
 class CredentialRow(Protocol):
@@ -159,6 +180,10 @@ class Vault:
         """Register or replace credential `name` of `type` with `data` (a JSON mapping)."""
         if not isinstance(name, str) or not name:
             raise MilepostError("a credential needs a name")
+        try:
+            check_name(name)
+        except ValueError as exc:
+            raise CredentialNameInvalid(str(exc), name=name) from None
         if not isinstance(type, str) or not type:
             raise MilepostError(f"credential {name!r} needs a type")
         if not isinstance(data, Mapping):

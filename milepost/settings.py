@@ -41,6 +41,19 @@ class Settings(BaseSettings):
     """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
     requeue_notice_after: float = 5.0
     """Re-publish the wake-up of a command still queued after this many seconds."""
+    max_playbook_bytes: int = 4 * 1024 * 1024
+    """Largest playbook accepted (`validate`, `run`, `register`), refused before it is
+    parsed: a 200-step playbook is about 40 kB."""
+    max_yaml_aliases: int = 100_000
+    """Nodes YAML aliases may add to a playbook once expanded (each `*ref` counts its
+    anchor's whole subtree): stops an alias bomb before it expands."""
+    max_json_depth: int = 64
+    """Deepest nesting of the free JSON a request carries (`workload`, `meta`, `context`,
+    credential `data`) and of a playbook's YAML."""
+    max_body_bytes: int = 16 * 1024 * 1024
+    """Largest HTTP request body and worker-channel message (413 beyond it): the size
+    uvicorn already allows a WebSocket message, which a worker's batch of reports, results
+    included, has always had to fit."""
 
     def shard_urls(self) -> list[str]:
         """The URLs of `database_urls`, in their order (the order places executions)."""

@@ -21,7 +21,7 @@ from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import errors
+from milepost.api import edge, errors, schemas
 from milepost.api.deps import Services
 from milepost.api.metrics import Metrics
 from milepost.api.routers import (
@@ -84,6 +84,8 @@ def create_app(settings: Settings | None = None, *,
                   "(docs/server-contract.md).", telemetry=telemetry(),
                   docs_url=None, redoc_url=None, openapi_url=None)  # fmt: skip
     app.state.settings = settings
+    schemas.configure(settings)
+    app.add_middleware(edge.Edge, max_body_bytes=settings.max_body_bytes)
     errors.install(app)
     for module in ROUTERS:
         app.include_router(module.router)

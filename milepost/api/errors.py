@@ -8,6 +8,7 @@ handlers once for the whole app.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -61,10 +62,24 @@ _STATUS_OF_CODE: dict[str, int] = {
 }
 
 
-def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
+def as_response(exc: ApiError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return as_response(exc)
+
+
+def internal(exc: BaseException, what: str) -> dict[str, Any]:
+    """The body of a 500: a request id and nothing of the exception, whose text may carry a
+    database URL or a secret; the details go to the server's log under that id."""
+    request_id = uuid.uuid4().hex
+    log.error("unhandled error on %s (request %s)", what, request_id, exc_info=exc,
+              extra={"action": "api_internal_error", "request_id": request_id})  # fmt: skip
+    return {"code": "internal", "message": f"internal error (request {request_id})",
+            "request_id": request_id}  # fmt: skip
 
 
 def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
@@ -74,10 +89,8 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
         body.pop("reason", None)
         return 409, body
     status = _STATUS_OF_CODE.get(exc.code)
-    if status is None:
-        log.error("unhandled milepost error: %s", exc.message, exc_info=exc,
-                  extra={"action": "api_error", "code": exc.code})  # fmt: skip
-        return 500, {"code": "internal", "message": exc.message}
+    if status is None:  # known codes carry only safe fields (credential_unreadable: a name)
+        return 500, internal(exc, f"a milepost error {exc.code!r}")
     return status, exc.to_dict()
 
 
@@ -87,11 +100,15 @@ def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+def _count_unparsed(request: Request) -> None:
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.startswith("/api/events"):
         services.metrics.events_ingested.labels("unparsed", "rejected").inc()
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    _count_unparsed(request)
     errs = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))}
             for e in exc.errors()]  # fmt: skip
     return _api_error(request, invalid(errs))
@@ -103,16 +120,25 @@ _HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found",
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    refused = getattr(exc, "error", None)  # edge.Refused: the request was refused at the edge
+    if isinstance(refused, ApiError):
+        _count_unparsed(request)
+        return as_response(refused)
+    if exc.status_code == 413:
+        return as_response(too_large(request.app.state.settings.max_body_bytes))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
                         headers=getattr(exc, "headers", None))  # fmt: skip
 
 
+def too_large(limit: int) -> ApiError:
+    """413: a request body (or a worker-channel message) over `MILEPOST_MAX_BODY_BYTES`."""
+    return ApiError(413, "too_large", f"the request body is over the limit of {limit} bytes "
+                    "(MILEPOST_MAX_BODY_BYTES)", limit=limit)  # fmt: skip
+
+
 def _internal(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc,
-              extra={"action": "api_internal_error"})  # fmt: skip
-    return JSONResponse({"code": "internal", "message": f"internal error: {type(exc).__name__}"},
-                        status_code=500)  # fmt: skip
+    return JSONResponse(internal(exc, f"{request.method} {request.url.path}"), status_code=500)
 
 
 Handler = Callable[[Request, Exception], JSONResponse | Awaitable[JSONResponse]]

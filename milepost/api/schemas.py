@@ -2,6 +2,11 @@
 
 Ids are accepted as JSON strings or integers and returned as strings; times are returned
 as ISO-8601 UTC strings.
+
+Every value is checked here, at the edge, so that nothing the databases or the engine
+cannot take back is stored: times within `TIME_RANGE`, free JSON (`FreeJson`) finite and
+at most `max_json_depth` deep, and no NUL in any string of a request model (PostgreSQL
+refuses it in text columns).
 """
 
 from __future__ import annotations
@@ -10,9 +15,36 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from milepost import credentials
+from milepost.settings import Settings
 
 MAX_ID = (1 << 63) - 1
+MAX_OFFSET = MAX_ID
+"""Largest offset (or `events_after`) a query takes: both databases count in 64 bits."""
+TIME_RANGE = (946_684_800.0, 7_258_118_400.0)
+"""Times accepted on the wire, epoch seconds: 2000-01-01 to 2200-01-01 UTC."""
+NUL_MESSAGE = "must not contain NUL (\\x00)"
+
+
+class _Limits:
+    """The settings the validators read; `configure` sets them as an app is made."""
+
+    max_json_depth = Settings.model_fields["max_json_depth"].default
+
+
+def configure(settings: Settings) -> None:
+    _Limits.max_json_depth = settings.max_json_depth
 
 
 def parse_id(value: Any) -> int:
@@ -49,22 +81,67 @@ def parse_time(value: Any) -> float:
             seconds = moment.timestamp()
     else:
         raise ValueError("a time is ISO-8601 text or epoch seconds")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("a time must be a finite, non-negative number of seconds")
+    low, high = TIME_RANGE
+    if not (math.isfinite(seconds) and low <= seconds < high):
+        hint = " (epoch milliseconds? divide by 1000)" if low <= seconds / 1000 < high else ""
+        raise ValueError(f"a time is epoch seconds (or ISO-8601) between 2000-01-01 and "
+                         f"2200-01-01 UTC, got {value!r}{hint}")  # fmt: skip
     return seconds
 
 
 def iso(seconds: float | None) -> str | None:
+    """ISO-8601 UTC; None for a time no datetime can hold (written before times were
+    checked): one bad row must not make every read of its execution fail."""
     if seconds is None:
         return None
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def check_json(value: Any) -> Any:
+    """Free JSON as the API takes it: finite numbers (`NaN`/`Infinity` are no JSON and no
+    response could carry them back), nested at most `max_json_depth` levels (the engine
+    walks values recursively). Iterative: a value too deep must not overflow the check."""
+    limit = _Limits.max_json_depth
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"numbers must be finite, got {item!r}")
+        elif isinstance(item, dict | list):
+            if depth > limit:
+                raise ValueError(f"nested deeper than {limit} levels (MILEPOST_MAX_JSON_DEPTH)")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+def no_nul(value: Any) -> Any:
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError(NUL_MESSAGE)
+    return value
 
 
 WireId = Annotated[int, BeforeValidator(parse_id)]
 WireTime = Annotated[float, BeforeValidator(parse_time)]
+FreeJson = Annotated[dict[str, Any], AfterValidator(check_json)]
+"""A JSON object a client chooses freely (workload, meta, context, credential data)."""
 
 
-class _In(BaseModel):
+class _Checked(BaseModel):
+    """Request models: no NUL in any string field (free JSON is stored as JSON text, where
+    it is escaped)."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return no_nul(value)
+
+
+class _In(_Checked):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
@@ -79,7 +156,7 @@ class CatalogRef(_In):
     """A catalog entry by `path` (+ `version`, default the latest) or by `catalog_id`."""
 
     path: str | None = None
-    version: int | None = Field(default=None, ge=1)
+    version: int | None = Field(default=None, ge=1, le=MAX_ID)
     catalog_id: str | None = Field(default=None, description='"<path>@<version>"')
 
     @model_validator(mode="after")
@@ -121,8 +198,8 @@ class CatalogResourceOut(CatalogEntryOut):
 
 
 class ExecuteIn(CatalogRef):
-    workload: dict[str, Any] = Field(default_factory=dict,
-                                     validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
+    workload: FreeJson = Field(default_factory=dict,
+                               validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
     parent_execution_id: WireId | None = None
     parent_command_id: WireId | None = Field(default=None, description=(
         "[milepost extension] The command that starts this child; with `parent_epoch`, the "
@@ -199,8 +276,8 @@ class Envelope(_In):
     """`result`: `{status, context}` or `{status, reference}`, nothing else."""
 
     status: str | None = None
-    context: dict[str, Any] | None = None
-    reference: dict[str, Any] | None = None
+    context: FreeJson | None = None
+    reference: FreeJson | None = None
 
     @model_validator(mode="after")
     def _one_of(self) -> Envelope:
@@ -209,7 +286,7 @@ class Envelope(_In):
         return self
 
 
-class EventIn(BaseModel):
+class EventIn(_Checked):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     event_id: WireId | None = None
@@ -219,9 +296,9 @@ class EventIn(BaseModel):
     step: str | None = Field(default=None, max_length=200)
     status: str | None = Field(default=None, max_length=40)
     result: Envelope | None = None
-    context: dict[str, Any] | None = Field(default=None,
-                                           validation_alias=AliasChoices("context", "payload"))  # fmt: skip
-    meta: dict[str, Any] | None = None
+    context: FreeJson | None = Field(default=None,
+                                     validation_alias=AliasChoices("context", "payload"))  # fmt: skip
+    meta: FreeJson | None = None
     worker_id: str | None = Field(default=None, max_length=200)
     parent_event_id: WireId | None = None
     created_at: WireTime | None = None
@@ -241,12 +318,12 @@ class ClaimNextIn(ClaimIn):
 
 
 class HeartbeatIn(ClaimIn):
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_ID)
 
 
 class ReleaseIn(_In):
     worker_id: str = Field(min_length=1, max_length=200)
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_ID)
 
 
 class LeaseOut(BaseModel):
@@ -320,9 +397,10 @@ class ReleaseOut(BaseModel):
 
 
 class CredentialIn(_In):
-    name: str = Field(min_length=1, max_length=200)
+    name: Annotated[str, AfterValidator(credentials.check_name)] = Field(
+        description=credentials.NAME_RULE)
     type: str = Field(min_length=1, max_length=100)
-    data: dict[str, Any]
+    data: FreeJson
 
 
 class CredentialOut(BaseModel):

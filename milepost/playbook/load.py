@@ -54,23 +54,29 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def load_file(path: str | Path) -> model.Playbook:
+def load_file(path: str | Path, limits: yamllines.Limits | None = None) -> model.Playbook:
     """Load and validate the playbook stored at `path`.
 
     Raises:
         PlaybookInvalid: listing every problem found (the file's path is the source).
     """
     p = Path(path)
+    limits = limits or yamllines.Limits.of()
     try:
+        refused = yamllines.too_big(p.stat().st_size, limits)  # before reading it
+        if refused is not None:
+            raise PlaybookInvalid([refused], str(p))
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookInvalid([f"cannot read {p}: {exc}"], str(p)) from exc
-    return load_text(text, source=str(p))
+    return load_text(text, source=str(p), limits=limits)
 
 
-def load_text(text: str, source: str | None = None) -> model.Playbook:
-    """Parse YAML `text` (safe loading) and validate it like `load_data`."""
-    data, lines, found = yamllines.parse(text)
+def load_text(text: str, source: str | None = None,
+              limits: yamllines.Limits | None = None) -> model.Playbook:  # fmt: skip
+    """Parse YAML `text` (safe loading) and validate it like `load_data`; `limits` (the
+    settings' by default) bound the document's size and alias expansion."""
+    data, lines, found = yamllines.parse(text, limits)
     if data is None and found:
         raise PlaybookInvalid(found, source)
     return _load(LoadContext.new(lines, found), data, source)

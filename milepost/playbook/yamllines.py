@@ -4,15 +4,23 @@ PyYAML's safe loader drops positions once it builds Python objects, so the node 
 is walked first and the line of every mapping key and sequence item is kept under its
 path (`('workflow', 2, 'tool')`). Duplicate keys, which the loader silently collapses,
 are reported here because only the node tree still shows both.
+
+Before either walk, the text's size and the node graph are checked against `Limits`: an
+alias is one node however many times it is referenced, so a few hundred bytes of nested
+aliases ("billion laughs") compose into a small graph whose expansion never fits in
+memory. Its expanded size is counted on the graph, once per distinct node, and refused
+before anything expands it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from milepost.playbook import problems
+from milepost.settings import Settings
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -26,13 +34,46 @@ _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ten times faster (a 200-step playbook: 0.12 s in pure Python)."""
 
 
-def parse(text: str) -> tuple[Any, dict[problems.LinePath, int], list[str]]:
-    """Return (data, lines, problems); data is None after a syntax error."""
+@dataclass(frozen=True)
+class Limits:
+    """What a playbook document may cost (settings `MILEPOST_MAX_*`)."""
+
+    max_bytes: int
+    max_aliases: int
+    max_depth: int
+
+    @classmethod
+    def of(cls, settings: Settings | None = None) -> Limits:
+        settings = settings or Settings()
+        return cls(settings.max_playbook_bytes, settings.max_yaml_aliases,
+                   settings.max_json_depth)  # fmt: skip
+
+
+def too_big(size: int, limits: Limits) -> str | None:
+    """The problem of a document of `size` bytes, None when it is within the limit."""
+    if size <= limits.max_bytes:
+        return None
+    return (f"the document is {size} bytes, over the limit of {limits.max_bytes} "
+            "(MILEPOST_MAX_PLAYBOOK_BYTES)")  # fmt: skip
+
+
+def parse(text: str, limits: Limits | None = None
+          ) -> tuple[Any, dict[problems.LinePath, int], list[str]]:  # fmt: skip
+    """Return (data, lines, problems); data is None after a syntax error or a limit."""
+    limits = limits or Limits.of()
+    # a str has at most 4 bytes a character: encode only when the count could matter
+    size = len(text) if len(text) * 4 <= limits.max_bytes else len(text.encode("utf-8", "replace"))
+    refused = too_big(size, limits)
+    if refused is not None:
+        return None, {}, [refused]
     loader = _LOADER(text)
     try:
         node = loader.get_single_node()
         lines: dict[problems.LinePath, int] = {}
         found: list[str] = []
+        refused = _over_limits(node, limits) if node is not None else None
+        if refused is not None:
+            return None, {}, [refused]
         if node is not None:
             _Walk(lines, found).node(node, ())
         data = loader.construct_document(node) if node is not None else None
@@ -46,6 +87,53 @@ def parse(text: str) -> tuple[Any, dict[problems.LinePath, int], list[str]]:
     if node is None:
         return None, {}, ["the document is empty"]
     return data, lines, found
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _over_limits(root: yaml.Node, limits: Limits) -> str | None:
+    """The first limit the node graph breaks (a recursive alias, nesting, alias expansion).
+
+    Iterative and once per distinct node: `size` is a node's expanded subtree (what the
+    walks below and any JSON dump of the data would visit), `height` its nesting. A node
+    is refused as soon as its expansion exceeds every node seen so far by more than the
+    limit: its subtree alone then adds more than `max_aliases` nodes through aliases.
+    """
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        line = node.start_mark.line + 1
+        if done:
+            on_path.discard(key)
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            nested = not isinstance(node, yaml.ScalarNode)
+            height[key] = int(nested) + max((height[id(k)] for k in kids), default=0)
+            if height[key] > limits.max_depth:
+                return (f"the document nests deeper than {limits.max_depth} levels "
+                        f"(line {line}; MILEPOST_MAX_JSON_DEPTH)")  # fmt: skip
+            if size[key] - len(size) > limits.max_aliases:
+                return (f"YAML aliases expand to more than {limits.max_aliases} nodes (line "
+                        f"{line}; MILEPOST_MAX_YAML_ALIASES)")  # fmt: skip
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            return f"a YAML alias refers to a node that contains it (line {line})"
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in _children(node) if id(kid) not in size)
+    return None
 
 
 class _Walk:

@@ -742,3 +742,64 @@ def test_parse_duration(value: object, seconds: float) -> None:
 def test_parse_duration_rejects(value: object) -> None:
     with pytest.raises(ValueError, match=r"^spec\.timeout: invalid duration"):
         load.parse_duration(value, "spec.timeout")
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def _alias_bomb(levels: int) -> str:
+    """`levels` anchors, each a list of nine aliases of the one before: 9**levels leaves."""
+    rows = ["  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    rows += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return doc("- step: start\n  tool: {kind: noop}\n", "workload:\n" + "\n".join(rows) + "\n")
+
+
+def test_alias_bomb_is_refused_before_it_expands() -> None:
+    # 9**6 = 531,441 leaves from a 500-byte document; before the limit the load walked
+    # every one of them (and the 463-byte one of the issue ran out of memory)
+    found = problems(_alias_bomb(6))
+    assert len(found) == 1
+    assert "YAML aliases expand to more than 100000 nodes" in found[0]
+    assert "MILEPOST_MAX_YAML_ALIASES" in found[0]
+    assert re.search(r"\(line \d+;", found[0])
+
+
+def test_aliases_within_the_limit_still_load() -> None:
+    text = doc("- step: start\n  tool: {kind: noop, spec: *spec}\n",
+               "workload:\n  base: &spec {timeout: 5s}\n  again: *spec\n")  # fmt: skip
+    playbook = load.load_text(text)
+    assert playbook.workload["again"] == {"timeout": "5s"}
+
+
+def test_alias_limit_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "50")
+    assert "more than 50 nodes" in problems(_alias_bomb(3))[0]  # 9**3 leaves
+    monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "1000")
+    assert load.load_text(_alias_bomb(3)).workload["l2"][0][0] == ["lol"] * 9
+
+
+def test_recursive_alias_is_refused() -> None:
+    found = problems(doc("- step: start\n  tool: {kind: noop}\n", "workload: &w {self: *w}\n"))
+    assert found == ["a YAML alias refers to a node that contains it (line 4)"]
+
+
+def test_document_over_the_size_limit_is_refused_unparsed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    monkeypatch.setenv("MILEPOST_MAX_PLAYBOOK_BYTES", "1000")
+    text = doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{pad: {'x' * 1000}}}\n")
+    expected = (f"the document is {len(text)} bytes, over the limit of 1000 "
+                "(MILEPOST_MAX_PLAYBOOK_BYTES)")  # fmt: skip
+    assert problems(text) == [expected]
+    file = tmp_path / "big.yaml"
+    file.write_text(text)
+    with pytest.raises(PlaybookInvalid) as info:
+        load.load_file(file)
+    assert info.value.problems == [expected]
+
+
+def test_nesting_beyond_the_limit_is_refused() -> None:
+    # 900 levels: the line walk recursed until RecursionError, a crash and not a problem
+    deep = "[" * 900 + "]" * 900
+    found = problems(doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{deep: {deep}}}\n"))
+    assert len(found) == 1
+    assert found[0].startswith("the document nests deeper than 64 levels (line 4;")

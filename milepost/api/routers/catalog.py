@@ -6,17 +6,20 @@ from fastapi import APIRouter
 
 from milepost.api import errors, schemas, views
 from milepost.api.auth import OperateAuth, ReadWorkAuth
-from milepost.api.deps import RuntimeDep, StoreDep
-from milepost.playbook import load
+from milepost.api.deps import RuntimeDep, ServicesDep, StoreDep
+from milepost.playbook import load, yamllines
 from milepost.store import port
 
 router = APIRouter(prefix="/api/catalog", tags=["catalog"])
 
 
 @router.post("/register")
-def register(body: schemas.RegisterIn, runtime: RuntimeDep, _: OperateAuth) -> schemas.CatalogEntryOut:
+def register(body: schemas.RegisterIn, runtime: RuntimeDep, services: ServicesDep,
+             _: OperateAuth) -> schemas.CatalogEntryOut:  # fmt: skip
     """Validate and store a playbook; a new version only if its text changed."""
-    playbook = load.load_text(body.content, source="api")  # PlaybookInvalid -> 422 + problems
+    limits = yamllines.Limits.of(services.settings)
+    # PlaybookInvalid -> 422 + problems
+    playbook = load.load_text(body.content, source="api", limits=limits)
     path, version = runtime.register(body.content, playbook)
     entry = runtime.store.get_playbook(path, version)
     assert entry is not None

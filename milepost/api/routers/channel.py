@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
+import re
 from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -24,10 +24,8 @@ from pydantic import ValidationError
 from milepost import errors
 from milepost.api import auth, schemas
 from milepost.api.deps import Services, services_of
-from milepost.api.errors import ApiError, invalid, milepost_reply
+from milepost.api.errors import ApiError, internal, invalid, milepost_reply, too_large
 from milepost.api.routers import events
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["events"])
 
@@ -74,6 +72,11 @@ async def _authorize(websocket: WebSocket) -> auth.Principal:
 def answer(services: Services, text: str, principal: auth.Principal) -> str:
     """The reply to one message (never raises: every failure is a reply); `principal`: the
     socket's, whose role decides which event types it may send (`auth.EVENT_ROLES`)."""
+    limit = services.settings.max_body_bytes
+    # a reply the worker can act on (uvicorn closes the socket only past `ws_max_size`,
+    # twice this under `milepost server`); a character is at most 4 bytes
+    if len(text) > limit or (len(text) * 4 > limit and len(text.encode()) > limit):
+        return _reply(_leading_id(text), 413, too_large(limit).body())
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -96,10 +99,17 @@ def answer(services: Services, text: str, principal: auth.Principal) -> str:
         status, err = milepost_reply(exc)
         return _reply(msg_id, status, err)
     except Exception as exc:  # the socket must outlive one bad batch
-        log.error("worker channel: unhandled error", exc_info=exc,
-                  extra={"action": "api_internal_error"})  # fmt: skip
-        return _reply(msg_id, 500, {"code": "internal",
-                                    "message": f"internal error: {type(exc).__name__}"})
+        return _reply(msg_id, 500, internal(exc, "a worker channel message"))
+
+
+_LEADING_ID = re.compile(r'\{\s*"id"\s*:\s*(-?\d{1,20}|null|"[^"\\]{0,100}")')
+
+
+def _leading_id(text: str) -> Any:
+    """The id of a message too large to parse, when it comes first (as the worker writes
+    it): the worker matches the reply by id and splits the batch on a 4xx."""
+    found = _LEADING_ID.match(text)
+    return json.loads(found.group(1)) if found else None
 
 
 def _id_of(text: str) -> Any:

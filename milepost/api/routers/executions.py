@@ -44,7 +44,7 @@ def list_executions(
     status: Annotated[str | None, Query(max_length=40)] = None,
     path: Annotated[str | None, Query(max_length=500)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET)] = 0,
 ) -> schemas.ExecutionList:
     rows = store.list_executions(status=status, path=path, limit=limit, offset=offset)
     return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
@@ -59,7 +59,8 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
 def get_execution(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
-    events_after: Annotated[int, Query(ge=0, description="Return events with seq > this.")] = 0,
+    events_after: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET,
+                                       description="Return events with seq > this.")] = 0,
 ) -> schemas.ExecutionOut:
     row = existing(store, execution_id)
     summary = runtime.read(row.execution_id, _summary)
