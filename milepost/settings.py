@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
     requeue_notice_after: float = 5.0
     """Re-publish the wake-up of a command still queued after this many seconds."""
+    driver_ttl: float = 15.0
+    """Seconds an embedded run's driver lease outlives its process (`milepost run`/`resume`
+    renew it every third of this): how long `resume` may wait after a kill on another host."""
 
     def shard_urls(self) -> list[str]:
         """The URLs of `database_urls`, in their order (the order places executions)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -272,3 +274,93 @@ def test_a_registered_credential_reaches_the_step_and_never_the_log(tmp_path: Pa
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert without.returncode == 1
     assert "not registered" in json.loads(without.stdout)["error"]["reason"]
+
+
+GATED = """
+workload: {out: OUT, gate: GATE, n: 6}
+workflow:
+  - step: work
+    loop: {in: "{{ range(workload.n) | list }}", iterator: i}
+    tool:
+      kind: python
+      input: {out: "{{ workload.out }}", gate: "{{ workload.gate }}", i: "{{ i }}"}
+      code: |
+        import os, time
+        with open(out, "a") as f:
+            f.write(f"{i} {idempotency_key}\\n")
+        deadline = time.monotonic() + 120
+        while i == 2 and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = i
+"""
+
+
+def _event_count(db: Path, xid: str) -> int:
+    return len(cli("events", xid, "--json", db=db).stdout.splitlines())
+
+
+def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) -> None:
+    out, gate = tmp_path / "effects.txt", tmp_path / "gate"
+    pb = write(tmp_path, GATED.replace("OUT", str(out)).replace("GATE", str(gate)))
+    db = tmp_path / "m.db"
+    driver = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_lines(out, 3, driver, time.monotonic() + 60)  # iteration 2 waits at the gate
+        xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
+        before = _event_count(db, xid)
+        for args in ((), ("--json",)):
+            refused = cli("resume", xid, *args, db=db)
+            assert refused.returncode == 2, refused.stdout
+            assert re.search(rf"execution {xid} is driven by {re.escape(socket.gethostname())}"
+                             rf":{driver.pid}:\w+ until \d{{4}}-\d\d-\d\dT", refused.stderr)
+            assert "started" not in refused.stdout and not refused.stdout.strip()
+        assert _event_count(db, xid) == before  # the refused resumes wrote nothing
+        gate.touch()
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, stderr
+    assert json.loads(stdout)["steps"]["work"]["result"] == list(range(6))
+    names = [line.split()[0] for line in out.read_text().splitlines()]
+    assert names == [str(i) for i in range(6)]  # every iteration written once, by one process
+
+
+def test_resume_of_an_ended_run_says_so_and_exits_with_its_outcome(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    _, done = run_json(tmp_path, """
+    workflow:
+      - step: start
+        tool: {kind: noop}
+    """)
+    _, failed = run_json(tmp_path, FAILURES["python raises"][0])
+    for data, code in ((done, 0), (failed, 1)):
+        xid = data["execution_id"]
+        before = _event_count(db, xid)
+        human = cli("resume", xid, db=db)
+        assert human.returncode == code, human.stderr
+        assert re.match(rf"execution {xid} is {data['status']} \(ended \d{{4}}-\d\d-\d\dT[\d:]+"
+                        r"\+00:00\); nothing to resume\n", human.stdout)
+        assert "started" not in human.stdout
+        if code:
+            assert "reason: step 'start' failed: ZeroDivisionError" in human.stdout
+        as_json = cli("resume", xid, "--json", db=db)
+        assert as_json.returncode == code
+        assert json.loads(as_json.stdout)["status"] == data["status"]
+        assert "nothing to resume" in as_json.stderr
+        assert _event_count(db, xid) == before
+
+
+def test_resume_of_a_run_a_server_started_is_refused(tmp_path: Path) -> None:
+    from tests.api.support import start_server
+
+    db = tmp_path / "m.db"
+    with start_server(f"sqlite:///{db}") as api:
+        xid = api.execute()  # no worker: it stays RUNNING, its first command queued
+        before = api.store.event_count(int(xid))
+        refused = cli("resume", xid, db=db)
+        assert refused.returncode == 2
+        assert f"execution {xid} is driven by the server" in refused.stderr
+        assert api.store.event_count(int(xid)) == before
+        assert api.store.get_driver(int(xid)) is None
