@@ -114,6 +114,9 @@ class EmbeddedEngine:
         self._error: BaseException | None = None
         self._busy = 0
         """Attempts running right now."""
+        if not driver_ttl > 0:  # also NaN: the keeper would spin, or never renew
+            raise MilepostError(f"the driver lease ttl must be a positive number of seconds,"
+                                f" not {driver_ttl}", setting="MILEPOST_DRIVER_TTL")  # fmt: skip
         self.holder = driver_holder()
         self.driver_ttl = driver_ttl
         self._driven: dict[int, float] = {}

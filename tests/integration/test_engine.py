@@ -17,6 +17,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine.embedded import DriverLost, EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
+from milepost.errors import MilepostError
 from milepost.playbook import load
 from milepost.store.port import DriverBusy
 from milepost.store.sqlite import SQLiteStore
@@ -342,3 +343,10 @@ def test_resume_refuses_a_lease_of_another_host_that_is_renewed(store: Any,
     assert str(refused).startswith(f"execution {xid} is driven by elsewhere:1:alive until ")
     assert store.event_count(xid) == before  # nothing written
     assert (tmp_path / "attempts").read_text().count("\n") == 1  # nothing run again
+
+
+@pytest.mark.parametrize("ttl", [0.0, -1.0, float("nan")])
+def test_a_driver_ttl_that_is_not_positive_is_refused(store: Any, ttl: float) -> None:
+    with pytest.raises(MilepostError, match="driver lease ttl must be a positive") as refused:
+        EmbeddedEngine(store, driver_ttl=ttl)
+    assert refused.value.fields == {"setting": "MILEPOST_DRIVER_TTL"}
