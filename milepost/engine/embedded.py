@@ -64,7 +64,8 @@ def driver_holder() -> str:
 def holder_alive(holder: str) -> bool | None:
     """Whether the process `holder` names still exists, when it is of this host: False means
     it cannot renew its lease, True that it may. None for other hosts (and unreadable
-    holders): only their lease's renewal or expiry tells."""
+    holders): only their lease's renewal or expiry tells. (Containers that share a hostname
+    but not a pid namespace would fool it; they do not share one by default.)"""
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
