@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import socket
+import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -350,3 +351,22 @@ def test_a_driver_ttl_that_is_not_positive_is_refused(store: Any, ttl: float) ->
     with pytest.raises(MilepostError, match="driver lease ttl must be a positive") as refused:
         EmbeddedEngine(store, driver_ttl=ttl)
     assert refused.value.fields == {"setting": "MILEPOST_DRIVER_TTL"}
+
+
+def test_resume_takes_over_at_once_from_a_holder_of_this_host_that_is_gone(
+        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    xid = asyncio.run(first_life(store, tmp_path))
+    child = subprocess.Popen(["true"])
+    child.wait()  # reaped: its pid names no process now, as after a kill -9
+    store.acquire_driver(xid, f"{socket.gethostname()}:{child.pid}:x", time.time(), 600.0)
+    (tmp_path / "gate").touch()
+    waited: list[Any] = []
+
+    async def second_life() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            # far less than the lease's ten minutes: without the pid check it would wait them
+            await asyncio.wait_for(engine.take_over(xid, on_wait=waited.append), 10)
+            return await engine.wait(xid, timeout=30)
+
+    assert asyncio.run(second_life()).status == st.COMPLETED
+    assert waited == []  # no wait for a lease that had ten minutes left
