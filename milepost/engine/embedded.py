@@ -314,7 +314,12 @@ class EmbeddedEngine:
 
     def _renew(self, xid: int) -> bool:
         now = self.orchestrator.clock()
-        if self.store.renew_driver(xid, self.holder, now, self.driver_ttl):
+        try:
+            held = self.store.renew_driver(xid, self.holder, now, self.driver_ttl)
+        except Exception:  # unknown: trust the lease only as long as it lasts
+            log.exception("could not renew the driver lease of %s", xid)
+            return now < self._driven.get(xid, now)
+        if held:
             self._driven[xid] = now + self.driver_ttl
             return True
         self._lose(xid)
@@ -322,7 +327,10 @@ class EmbeddedEngine:
 
     def _lose(self, xid: int) -> None:
         """Another process drives `xid` now: dispatch, report and decide nothing more for it."""
-        lease = self.store.get_driver(xid)
+        try:
+            lease = self.store.get_driver(xid)
+        except Exception:  # only the message would name the new holder
+            lease = None
         log.warning("execution %s taken over by %s: no longer driving it", xid,
                     lease.holder if lease else "another process")  # fmt: skip
         self._driven.pop(xid, None)
@@ -440,7 +448,7 @@ class EmbeddedEngine:
             item = await self._next_item(until)
             if item is None:
                 return
-            if item.execution_id in self._lost:
+            if not self._holds(item.execution_id):
                 continue  # queued before another process took the run over
             state = self.orchestrator.state(item.execution_id)
             playbook = self.orchestrator.playbook_for(state)
