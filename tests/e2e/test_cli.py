@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -364,3 +366,53 @@ def test_resume_of_a_run_a_server_started_is_refused(tmp_path: Path) -> None:
         assert f"execution {xid} is driven by the server" in refused.stderr
         assert api.store.event_count(int(xid)) == before
         assert api.store.get_driver(int(xid)) is None
+
+
+def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_path: Path) -> None:
+    out = tmp_path / "effects.txt"
+    # each iteration idles for most of its time, so the stop lands between transactions
+    pb = write(tmp_path, KILLABLE.replace("OUT", str(out)).replace("time.sleep(0.05)",
+                                                                   "time.sleep(0.3)"))  # fmt: skip
+    db = tmp_path / "m.db"
+    env = dict(os.environ, MILEPOST_DRIVER_TTL="1")
+    first = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=12"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    second: subprocess.Popen[str] | None = None
+    try:
+        _wait_for_lines(out, 4, first, time.monotonic() + 60)
+        os.kill(first.pid, signal.SIGSTOP)  # alive, but renewing nothing
+        xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
+        deadline = time.monotonic() + 30
+        while _driver_expires_at(db, xid) > time.time():
+            assert time.monotonic() < deadline, "the stopped driver's lease never expired"
+            time.sleep(0.05)
+        second = subprocess.Popen([MILEPOST, "resume", xid, "--json", "--db", str(db)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        _wait_for_lines(out, len(out.read_text().splitlines()) + 2, second,
+                        time.monotonic() + 60)  # the second process drives now
+        os.kill(first.pid, signal.SIGCONT)
+        _, first_err = first.communicate(timeout=60)
+        second_out, second_err = second.communicate(timeout=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+    assert first.returncode == 2
+    assert re.search(rf"execution {xid} was taken over by {re.escape(socket.gethostname())}"
+                     rf":{second.pid}:\w+; this process stopped driving it", first_err)
+    assert second.returncode == 0, second_err
+    assert json.loads(second_out)["steps"]["done"]["result"] == {"sum": sum(range(12))}
+    names = [line.split()[0] for line in out.read_text().splitlines()]
+    assert sorted(set(names) - {"start"}, key=int) == [str(i) for i in range(12)]
+    assert len(names) - len(set(names)) <= 1  # only the iteration in flight at the stop, again
+    log = [json.loads(line) for line in cli("events", xid, "--json", db=db).stdout.splitlines()]
+    reports = [e for e in log if e["event_type"] == "command.completed" and e["step"] == "work"]
+    assert len(reports) == 12  # the woken process's late report was never appended
+
+
+def _driver_expires_at(db: Path, xid: str) -> float:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute("SELECT expires_at FROM execution_driver WHERE execution_id=?",
+                           (int(xid),)).fetchone()  # fmt: skip
+    return float(row[0])
