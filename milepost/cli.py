@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from milepost.engine.orchestrator import deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
 from milepost.settings import Settings, sqlite_path
+from milepost.store.port import DriverLease
 from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -91,7 +93,8 @@ def _workload(payload: str | None, sets: list[str]) -> dict[str, Any]:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # one line however long (a holder, a time): a script can match it
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -141,19 +144,25 @@ async def _drive(db: str | None, json_out: bool, start: Any) -> st.ExecutionStat
     try:
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers,
-                                  machine_id=settings.machine_id, vault=vault) as engine:  # fmt: skip
+                                  machine_id=settings.machine_id, vault=vault,
+                                  driver_ttl=settings.driver_ttl) as engine:  # fmt: skip
             if not json_out and out.is_terminal:
                 engine.subscribe(progress)
                 with Live(progress.table(), console=out, refresh_per_second=8) as live:
                     progress.live = live
-                    xid = start(engine)
+                    xid = await _started(start(engine))
                     return await engine.wait(xid)
-            xid = start(engine)
+            xid = await _started(start(engine))
             if not json_out:
                 out.print(f"execution {xid} started")
             return await engine.wait(xid)
     finally:
         store.close()
+
+
+async def _started(xid: Any) -> int:
+    """`start(engine)` of `_drive` returns the id, or waits for it (resume's take-over)."""
+    return int(await xid) if inspect.isawaitable(xid) else int(xid)
 
 
 def _print_result(state: st.ExecutionState, json_out: bool) -> None:
@@ -204,10 +213,21 @@ def run(
 
 @app.command()
 def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False) -> None:
-    """Continue an execution from its last event (after a crash or a kill)."""
+    """Continue an execution from its last event (after a crash or a kill).
 
-    def start(engine: EmbeddedEngine) -> int:
-        engine.resume(execution_id)
+    Exit 0 COMPLETED, 1 FAILED or CANCELLED (also for a run that had already ended: there
+    is nothing to resume, and a script sees the run's outcome as `run` would report it),
+    2 refused: another live process drives the run (its driver lease), or a server does.
+    """
+    with _opened(db) as store:
+        row = store.get_execution(execution_id)
+    if row is None:
+        raise _fail(f"no execution {execution_id}")
+    if row.status in st.TERMINAL:
+        _print_ended(db, execution_id, row.updated_at, json_out)
+
+    async def start(engine: EmbeddedEngine) -> int:
+        await engine.take_over(execution_id, on_wait=_waiting_for)
         return execution_id
 
     try:
@@ -215,6 +235,26 @@ def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
     except MilepostError as exc:
         raise _fail(exc.message) from None
     _print_result(state, json_out)
+
+
+def _print_ended(db: str | None, execution_id: int, ended: float, json_out: bool) -> None:
+    state = _load_state(db, execution_id)
+    message = (f"execution {execution_id} is {state.status} (ended {_iso(ended)});"
+               " nothing to resume")  # fmt: skip
+    if json_out:
+        err.print(message, highlight=False, markup=False, soft_wrap=True)
+        typer.echo(json.dumps(report.summary(state), default=str))
+    else:
+        out.print(message, highlight=False, markup=False)
+        if state.status == st.FAILED:
+            out.print(f"[red]reason:[/red] {report.reason(state)}", highlight=False)
+    raise typer.Exit(0 if state.status == st.COMPLETED else 1)
+
+
+def _waiting_for(lease: DriverLease) -> None:
+    err.print(f"execution {lease.execution_id} is driven by {lease.holder} until"
+              f" {_iso(lease.expires_at)}; waiting for that lease to expire (taken over) or"
+              " to be renewed (refused)", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
 
 
 @app.command()

@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     """Largest HTTP request body and worker-channel message (413 beyond it): the size
     uvicorn already allows a WebSocket message, which a worker's batch of reports, results
     included, has always had to fit."""
+    driver_ttl: float = 15.0
+    """Seconds an embedded run's driver lease outlives its process (`milepost run`/`resume`
+    renew it every third of this): how long `resume` may wait after a kill on another host."""
 
     def shard_urls(self) -> list[str]:
         """The URLs of `database_urls`, in their order (the order places executions)."""

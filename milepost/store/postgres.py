@@ -779,6 +779,48 @@ class PostgresStore:
         return port.TokenRow(*rows[0]) if rows else None
 
 
+    # -- the driver of an embedded execution -----------------------------------------------
+
+    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
+                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
+        with self._txn() as conn:
+            row = conn.execute(_ACQUIRE_DRIVER, {"x": execution_id, "holder": holder,
+                                                 "until": now + ttl, "now": now,
+                                                 "replace": replace}).fetchone()  # fmt: skip
+            if row is None:
+                # the upsert locked the live row without taking it: this read sees its holder
+                held = conn.execute("SELECT holder, expires_at FROM execution_driver"
+                                    " WHERE execution_id=%s", (execution_id,)).fetchone()  # fmt: skip
+                assert held is not None
+                raise port.DriverBusy(port.DriverLease(execution_id, held[0], float(held[1])))
+        return port.DriverLease(execution_id, holder, float(row[0]))
+
+    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE execution_driver SET expires_at=%s WHERE execution_id=%s"
+                                " AND holder=%s", (now + ttl, execution_id, holder)).rowcount > 0  # fmt: skip
+
+    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE execution_driver SET expires_at=least(expires_at, %s)"
+                                " WHERE execution_id=%s AND holder=%s",
+                                (now, execution_id, holder)).rowcount > 0  # fmt: skip
+
+    def get_driver(self, execution_id: int) -> port.DriverLease | None:
+        rows = self._rows("SELECT holder, expires_at FROM execution_driver WHERE"
+                          " execution_id=%s", (execution_id,))  # fmt: skip
+        return port.DriverLease(execution_id, rows[0][0], float(rows[0][1])) if rows else None
+
+
+_ACQUIRE_DRIVER = (
+    "INSERT INTO execution_driver (execution_id, holder, expires_at)"
+    " VALUES (%(x)s, %(holder)s, %(until)s)"
+    " ON CONFLICT (execution_id) DO UPDATE SET holder=EXCLUDED.holder,"
+    " expires_at=EXCLUDED.expires_at WHERE execution_driver.holder=EXCLUDED.holder"
+    " OR execution_driver.expires_at<=%(now)s OR execution_driver.holder=%(replace)s"
+    " RETURNING expires_at"
+)
+
 def _with_seq(event: ev.Event, seq: int) -> ev.Event:
     return ev.Event(event.event_id, event.execution_id, event.event_type, event.created_at,
                     event.step, event.status, event.payload, event.meta, event.parent_event_id,

@@ -256,3 +256,19 @@ class ShardedStore:
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.first.get_token(token_hash)
+
+    # -- the driver of an embedded execution: on the execution's shard --------------------
+
+    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
+                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
+        return self.shard(execution_id).acquire_driver(execution_id, holder, now, ttl,
+                                                       replace=replace)  # fmt: skip
+
+    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
+        return self.shard(execution_id).renew_driver(execution_id, holder, now, ttl)
+
+    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
+        return self.shard(execution_id).release_driver(execution_id, holder, now)
+
+    def get_driver(self, execution_id: int) -> port.DriverLease | None:
+        return self.shard(execution_id).get_driver(execution_id)

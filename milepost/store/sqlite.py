@@ -579,6 +579,43 @@ class SQLiteStore:
         return _EXECUTION_LOCKS.hold((os.path.realpath(key), execution_id))
 
 
+    # -- the driver of an embedded execution -----------------------------------------------
+
+    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
+                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
+        with self._txn() as conn:
+            row = conn.execute(_ACQUIRE_DRIVER, (execution_id, holder, now + ttl, now,
+                                                 replace)).fetchone()  # fmt: skip
+            if row is None:  # the upsert's condition held nothing: someone else's live lease
+                held = conn.execute("SELECT holder, expires_at FROM execution_driver"
+                                    " WHERE execution_id=?", (execution_id,)).fetchone()  # fmt: skip
+                raise port.DriverBusy(port.DriverLease(execution_id, held[0], float(held[1])))
+        return port.DriverLease(execution_id, holder, float(row[0]))
+
+    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE execution_driver SET expires_at=? WHERE execution_id=?"
+                                " AND holder=?", (now + ttl, execution_id, holder)).rowcount > 0  # fmt: skip
+
+    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE execution_driver SET expires_at=min(expires_at, ?)"
+                                " WHERE execution_id=? AND holder=?",
+                                (now, execution_id, holder)).rowcount > 0  # fmt: skip
+
+    def get_driver(self, execution_id: int) -> port.DriverLease | None:
+        rows = self._query("SELECT holder, expires_at FROM execution_driver WHERE"
+                           " execution_id=?", (execution_id,))  # fmt: skip
+        return port.DriverLease(execution_id, rows[0][0], float(rows[0][1])) if rows else None
+
+
+_ACQUIRE_DRIVER = (
+    "INSERT INTO execution_driver (execution_id, holder, expires_at) VALUES (?1, ?2, ?3)"
+    " ON CONFLICT (execution_id) DO UPDATE SET holder=excluded.holder,"
+    " expires_at=excluded.expires_at WHERE execution_driver.holder=excluded.holder"
+    " OR execution_driver.expires_at<=?4 OR execution_driver.holder=?5 RETURNING expires_at"
+)
+
 _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"

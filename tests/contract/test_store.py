@@ -798,3 +798,69 @@ def test_a_run_that_ends_in_the_batch_that_issued_commands_leaves_none_queued(st
     store.append([started(13), issued(13, 131), event(13, ev.EXECUTION_CANCELLED)])
     assert store.open_commands(13) == []
     assert store.get_command(131).status == port.COMMAND_CANCELLED
+
+
+# -- the driver lease of an embedded execution ---------------------------------------------
+
+
+def test_a_driver_lease_has_one_holder_until_it_expires(make_store: StoreFactory) -> None:
+    a, b = make_store(), make_store()  # two processes on one database
+    assert a.get_driver(80) is None
+    assert a.acquire_driver(80, "host:1:a", 100.0, 15.0) == port.DriverLease(80, "host:1:a", 115.0)
+    with pytest.raises(port.DriverBusy) as refused:
+        b.acquire_driver(80, "host:2:b", 110.0, 15.0)
+    assert refused.value.lease == port.DriverLease(80, "host:1:a", 115.0)
+    assert refused.value.code == "driver_busy"
+    assert refused.value.message == "execution 80 is driven by host:1:a until 1970-01-01T00:01:55+00:00"
+    assert refused.value.fields["holder"] == "host:1:a"
+    assert a.acquire_driver(80, "host:1:a", 110.0, 15.0).expires_at == 125.0  # renewed
+    assert a.renew_driver(80, "host:1:a", 120.0, 15.0) and b.get_driver(80).expires_at == 135.0
+    assert not b.renew_driver(80, "host:2:b", 120.0, 15.0)  # renewing is no way to take it
+    assert b.acquire_driver(80, "host:2:b", 135.0, 15.0).holder == "host:2:b"  # expired: taken
+    assert not a.renew_driver(80, "host:1:a", 136.0, 15.0)  # lost, and told so
+    assert a.get_driver(80) == port.DriverLease(80, "host:2:b", 150.0)
+    assert a.get_driver(81) is None  # other executions are not touched
+
+
+def test_a_released_driver_lease_is_free_at_once_and_remembers_its_holder(
+        make_store: StoreFactory) -> None:  # fmt: skip
+    a, b = make_store(), make_store()
+    a.acquire_driver(82, "host:1:a", 100.0, 15.0)
+    assert not b.release_driver(82, "host:2:b", 101.0)  # not b's to release
+    assert b.get_driver(82).holder == "host:1:a"
+    assert a.release_driver(82, "host:1:a", 102.0)
+    assert b.get_driver(82) == port.DriverLease(82, "host:1:a", 102.0)
+    assert b.acquire_driver(82, "host:2:b", 102.5, 15.0).holder == "host:2:b"
+
+
+def test_a_live_driver_lease_is_taken_only_from_the_holder_named_as_dead(
+        make_store: StoreFactory) -> None:  # fmt: skip
+    a, b = make_store(), make_store()
+    a.acquire_driver(84, "host:1:a", 100.0, 15.0)
+    with pytest.raises(port.DriverBusy):
+        b.acquire_driver(84, "host:2:b", 101.0, 15.0, replace="host:9:other")
+    taken = b.acquire_driver(84, "host:2:b", 101.0, 15.0, replace="host:1:a")
+    assert taken == port.DriverLease(84, "host:2:b", 116.0)
+    assert not a.renew_driver(84, "host:1:a", 102.0, 15.0)
+
+
+def test_racing_drivers_get_one_lease(make_store: StoreFactory) -> None:
+    stores = [make_store() for _ in range(4)]
+    gate = threading.Barrier(len(stores))
+    won: list[str] = []
+    busy: list[str] = []
+
+    def take(i: int) -> None:
+        gate.wait()
+        try:
+            won.append(stores[i].acquire_driver(86, f"host:{i}:x", 100.0, 15.0).holder)
+        except port.DriverBusy as exc:
+            busy.append(exc.lease.holder)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(won) == 1 and busy == won * 3
+    assert stores[0].get_driver(86).holder == won[0]

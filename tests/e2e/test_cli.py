@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -225,11 +229,11 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: 
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
         asked = cli("cancel", xid, db=db)
         assert asked.returncode == 0, asked.stderr
-        stdout, _ = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1
+    assert proc.returncode == 1, (stdout, stderr)
     data = json.loads(stdout)
     assert data["status"] == "CANCELLED"
     assert "done" not in data["steps"]
@@ -272,3 +276,143 @@ def test_a_registered_credential_reaches_the_step_and_never_the_log(tmp_path: Pa
                              capture_output=True, text=True, timeout=120)  # fmt: skip
     assert without.returncode == 1
     assert "not registered" in json.loads(without.stdout)["error"]["reason"]
+
+
+GATED = """
+workload: {out: OUT, gate: GATE, n: 6}
+workflow:
+  - step: work
+    loop: {in: "{{ range(workload.n) | list }}", iterator: i}
+    tool:
+      kind: python
+      input: {out: "{{ workload.out }}", gate: "{{ workload.gate }}", i: "{{ i }}"}
+      code: |
+        import os, time
+        with open(out, "a") as f:
+            f.write(f"{i} {idempotency_key}\\n")
+        deadline = time.monotonic() + 120
+        while i == 2 and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = i
+"""
+
+
+def _event_count(db: Path, xid: str) -> int:
+    return len(cli("events", xid, "--json", db=db).stdout.splitlines())
+
+
+def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) -> None:
+    out, gate = tmp_path / "effects.txt", tmp_path / "gate"
+    pb = write(tmp_path, GATED.replace("OUT", str(out)).replace("GATE", str(gate)))
+    db = tmp_path / "m.db"
+    driver = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _wait_for_lines(out, 3, driver, time.monotonic() + 60)  # iteration 2 waits at the gate
+        xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
+        before = _event_count(db, xid)
+        for args in ((), ("--json",)):
+            refused = cli("resume", xid, *args, db=db)
+            assert refused.returncode == 2, refused.stdout
+            assert re.search(rf"execution {xid} is driven by {re.escape(socket.gethostname())}"
+                             rf":{driver.pid}:\w+ until \d{{4}}-\d\d-\d\dT", refused.stderr)
+            assert "started" not in refused.stdout and not refused.stdout.strip()
+        assert _event_count(db, xid) == before  # the refused resumes wrote nothing
+        gate.touch()
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 0, stderr
+    assert json.loads(stdout)["steps"]["work"]["result"] == list(range(6))
+    names = [line.split()[0] for line in out.read_text().splitlines()]
+    assert names == [str(i) for i in range(6)]  # every iteration written once, by one process
+
+
+def test_resume_of_an_ended_run_says_so_and_exits_with_its_outcome(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    _, done = run_json(tmp_path, """
+    workflow:
+      - step: start
+        tool: {kind: noop}
+    """)
+    _, failed = run_json(tmp_path, FAILURES["python raises"][0])
+    for data, code in ((done, 0), (failed, 1)):
+        xid = data["execution_id"]
+        before = _event_count(db, xid)
+        human = cli("resume", xid, db=db)
+        assert human.returncode == code, human.stderr
+        assert re.match(rf"execution {xid} is {data['status']} \(ended \d{{4}}-\d\d-\d\dT[\d:]+"
+                        r"\+00:00\); nothing to resume\n", human.stdout)
+        assert "started" not in human.stdout
+        if code:
+            assert "reason: step 'start' failed: ZeroDivisionError" in human.stdout
+        as_json = cli("resume", xid, "--json", db=db)
+        assert as_json.returncode == code
+        assert json.loads(as_json.stdout)["status"] == data["status"]
+        assert "nothing to resume" in as_json.stderr
+        assert _event_count(db, xid) == before
+
+
+def test_resume_of_a_run_a_server_started_is_refused(tmp_path: Path) -> None:
+    from tests.api.support import start_server
+
+    db = tmp_path / "m.db"
+    with start_server(f"sqlite:///{db}") as api:
+        xid = api.execute()  # no worker: it stays RUNNING, its first command queued
+        before = api.store.event_count(int(xid))
+        refused = cli("resume", xid, db=db)
+        assert refused.returncode == 2
+        assert f"execution {xid} is driven by the server" in refused.stderr
+        assert api.store.event_count(int(xid)) == before
+        assert api.store.get_driver(int(xid)) is None
+
+
+def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_path: Path) -> None:
+    out = tmp_path / "effects.txt"
+    # each iteration idles for most of its time, so the stop lands between transactions
+    pb = write(tmp_path, KILLABLE.replace("OUT", str(out)).replace("time.sleep(0.05)",
+                                                                   "time.sleep(0.3)"))  # fmt: skip
+    db = tmp_path / "m.db"
+    env = dict(os.environ, MILEPOST_DRIVER_TTL="1")
+    first = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=12"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    second: subprocess.Popen[str] | None = None
+    try:
+        _wait_for_lines(out, 4, first, time.monotonic() + 60)
+        os.kill(first.pid, signal.SIGSTOP)  # alive, but renewing nothing
+        xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
+        deadline = time.monotonic() + 30
+        while _driver_expires_at(db, xid) > time.time():
+            assert time.monotonic() < deadline, "the stopped driver's lease never expired"
+            time.sleep(0.05)
+        second = subprocess.Popen([MILEPOST, "resume", xid, "--json", "--db", str(db)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        _wait_for_lines(out, len(out.read_text().splitlines()) + 2, second,
+                        time.monotonic() + 60)  # the second process drives now
+        os.kill(first.pid, signal.SIGCONT)
+        _, first_err = first.communicate(timeout=60)
+        second_out, second_err = second.communicate(timeout=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+    assert first.returncode == 2
+    assert re.search(rf"execution {xid} was taken over by {re.escape(socket.gethostname())}"
+                     rf":{second.pid}:\w+; this process stopped driving it", first_err)
+    assert second.returncode == 0, second_err
+    assert json.loads(second_out)["steps"]["done"]["result"] == {"sum": sum(range(12))}
+    names = [line.split()[0] for line in out.read_text().splitlines()]
+    assert sorted(set(names) - {"start"}, key=int) == [str(i) for i in range(12)]
+    assert len(names) - len(set(names)) <= 1  # only the iteration in flight at the stop, again
+    log = [json.loads(line) for line in cli("events", xid, "--json", db=db).stdout.splitlines()]
+    reports = [e for e in log if e["event_type"] == "command.completed" and e["step"] == "work"]
+    assert len(reports) == 12  # the woken process's late report was never appended
+
+
+def _driver_expires_at(db: Path, xid: str) -> float:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute("SELECT expires_at FROM execution_driver WHERE execution_id=?",
+                           (int(xid),)).fetchone()  # fmt: skip
+    return float(row[0])

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
+import socket
+import subprocess
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +18,11 @@ import pytest
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.embedded import DriverLost, EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
+from milepost.errors import MilepostError
 from milepost.playbook import load
-from milepost.store.port import StoreUnavailable
+from milepost.store.port import DriverBusy, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
@@ -378,3 +384,147 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
     with pytest.raises(typer.Exit):
         cli._request_cancel(store, xid)
     assert len(reads) == 2 and store.load(xid) == log
+
+
+# -- one driver per execution --------------------------------------------------------------
+
+GATED = """
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        import os, time
+        open("DIR/attempts", "a").write(idempotency_key + "\\n")
+        deadline = time.monotonic() + 60
+        while not os.path.exists("DIR/gate") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open("DIR/finished", "a").write(idempotency_key + "\\n")
+        result = 1
+    next: after
+  - step: after
+    tool: {kind: noop}
+"""
+
+
+async def eventually(check: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def gated(tmp_path: Path) -> tuple[str, Any]:
+    text = text_of(GATED.replace("DIR", str(tmp_path)))
+    return text, load.load_text(text)
+
+
+async def first_life(store: Any, tmp_path: Path) -> int:
+    """Start a gated run and leave while its first step waits (the process "dies" there)."""
+    text, pb = gated(tmp_path)
+    async with EmbeddedEngine(store) as engine:
+        xid = engine.start(pb, text)
+        assert store.get_driver(xid).holder == engine.holder
+        assert store.get_driver(xid).expires_at > time.time() + 10
+        await eventually((tmp_path / "attempts").exists)
+    assert store.get_driver(xid).expires_at <= time.time()  # a clean exit released it
+    return xid
+
+
+def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
+        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    text, pb = gated(tmp_path)
+
+    async def go() -> tuple[int, BaseException]:
+        async with EmbeddedEngine(store, driver_ttl=0.6) as engine:
+            assert re.fullmatch(rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]+",
+                                engine.holder)
+            xid = engine.start(pb, text)
+            await eventually((tmp_path / "attempts").exists)
+            # another process takes the run over (as resume does from a holder it knows is dead)
+            store.acquire_driver(xid, "elsewhere:1:thief", time.time(), 60, replace=engine.holder)
+            with pytest.raises(DriverLost) as lost:
+                await engine.wait(xid, timeout=20)
+            (tmp_path / "gate").touch()
+            await eventually(lambda: (tmp_path / "finished").exists() and engine._busy == 0
+                             and engine._reports.empty())  # fmt: skip
+            return xid, lost.value
+
+    xid, lost = asyncio.run(go())
+    assert lost.message == f"execution {xid} was taken over by elsewhere:1:thief; this process" \
+                           " stopped driving it"
+    types = [e.event_type for e in store.load(xid)]
+    assert types == [ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED]  # no report kept
+    assert store.get_driver(xid).holder == "elsewhere:1:thief"  # its exit released nothing
+
+
+def test_resume_waits_for_a_lease_of_another_host_to_expire_then_takes_over(
+        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    xid = asyncio.run(first_life(store, tmp_path))
+    store.acquire_driver(xid, "elsewhere:1:dead", time.time(), 1.0)  # then it died
+    (tmp_path / "gate").touch()
+    waited: list[Any] = []
+
+    async def second_life() -> tuple[st.ExecutionState, str]:
+        async with EmbeddedEngine(store) as engine:
+            await engine.take_over(xid, on_wait=waited.append)
+            assert store.get_driver(xid).holder == engine.holder
+            return await engine.wait(xid, timeout=30), engine.holder
+
+    state, holder = asyncio.run(second_life())
+    assert [lease.holder for lease in waited] == ["elsewhere:1:dead"]
+    assert state.status == st.COMPLETED and state.run_counts == {"start": 1, "after": 1}
+
+
+def test_resume_refuses_a_lease_of_another_host_that_is_renewed(store: Any,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    xid = asyncio.run(first_life(store, tmp_path))
+    store.acquire_driver(xid, "elsewhere:1:alive", time.time(), 1.0)
+    before = store.event_count(xid)
+
+    async def second_life() -> BaseException:
+        async def keep_renewing() -> None:
+            while True:
+                await asyncio.sleep(0.1)
+                store.renew_driver(xid, "elsewhere:1:alive", time.time(), 1.0)
+
+        renewing = asyncio.create_task(keep_renewing())
+        try:
+            async with EmbeddedEngine(store) as engine:
+                with pytest.raises(DriverBusy) as refused:
+                    await engine.take_over(xid)
+                return refused.value
+        finally:
+            renewing.cancel()
+
+    refused = asyncio.run(second_life())
+    assert refused.fields["holder"] == "elsewhere:1:alive"
+    assert str(refused).startswith(f"execution {xid} is driven by elsewhere:1:alive until ")
+    assert store.event_count(xid) == before  # nothing written
+    assert (tmp_path / "attempts").read_text().count("\n") == 1  # nothing run again
+
+
+@pytest.mark.parametrize("ttl", [0.0, -1.0, float("nan")])
+def test_a_driver_ttl_that_is_not_positive_is_refused(store: Any, ttl: float) -> None:
+    with pytest.raises(MilepostError, match="driver lease ttl must be a positive") as refused:
+        EmbeddedEngine(store, driver_ttl=ttl)
+    assert refused.value.fields == {"setting": "MILEPOST_DRIVER_TTL"}
+
+
+def test_resume_takes_over_at_once_from_a_holder_of_this_host_that_is_gone(
+        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    xid = asyncio.run(first_life(store, tmp_path))
+    child = subprocess.Popen(["true"])
+    child.wait()  # reaped: its pid names no process now, as after a kill -9
+    store.acquire_driver(xid, f"{socket.gethostname()}:{child.pid}:x", time.time(), 600.0)
+    (tmp_path / "gate").touch()
+    waited: list[Any] = []
+
+    async def second_life() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            # far less than the lease's ten minutes: without the pid check it would wait them
+            await asyncio.wait_for(engine.take_over(xid, on_wait=waited.append), 10)
+            return await engine.wait(xid, timeout=30)
+
+    assert asyncio.run(second_life()).status == st.COMPLETED
+    assert waited == []  # no wait for a lease that had ten minutes left
