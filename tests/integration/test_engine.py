@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,47 @@ def test_a_failing_child_fails_the_parent_step_with_its_reason(store: Any) -> No
     assert state.status == st.FAILED
     assert state.error["kind"] == "playbook"
     assert "ZeroDivisionError" in state.error["reason"]
+
+
+# --------------------------------------------------------------------------- secrets
+
+DB_CREDENTIAL = {"type": "postgres", "host": "db.internal", "user": "etl",
+                 "password": "pa55-w0rd-xyz", "database": "warehouse"}  # fmt: skip
+PRINTS_CREDENTIAL = """
+keychain:
+  - {name: db, kind: credential, credential: warehouse}
+workflow:
+  - step: connect
+    tool:
+      kind: python
+      input: {host: "{{ keychain.db.host }}", user: "{{ keychain.db.user }}",
+              password: "{{ keychain.db.password }}"}
+      code: |
+        print(f"connecting to {host} as {user} with {password}")
+        print("token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl")
+        result = {"said": f"connected to {host} as {user}", "pw": password}
+"""
+
+
+def test_a_steps_output_is_logged_redacted_and_names_its_execution_and_step(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="milepost.tools.python.output")
+    lookup = {"warehouse": DB_CREDENTIAL}.get
+    state = asyncio.run(run(store, PRINTS_CREDENTIAL, credentials=lookup))
+    assert state.status == st.COMPLETED, state.error
+    (record,) = [r for r in caplog.records if r.name == "milepost.tools.python.output"]
+    message = record.getMessage()
+    assert "pa55-w0rd-xyz" not in caplog.text and "eyJzdWIi" not in caplog.text
+    assert "connecting to db.internal as etl with ***" in message
+    assert "token ***" in message
+    assert f"execution {state.execution_id}" in message and "step connect" in message
+    assert record.__dict__["execution_id"] == str(state.execution_id)
+    assert record.__dict__["step"] == "connect"
+
+
+def test_only_a_credentials_secret_fields_are_masked_in_the_result(store: Any) -> None:
+    lookup = {"warehouse": DB_CREDENTIAL}.get
+    state = asyncio.run(run(store, PRINTS_CREDENTIAL, credentials=lookup))
+    assert state.results["connect"] == {"said": "connected to db.internal as etl", "pw": "***"}
+    assert "pa55-w0rd-xyz" not in str(store._query("SELECT * FROM event", ()))
