@@ -90,6 +90,21 @@ def mask(value: Any) -> Any:
     return value
 
 
+def sensitive_values(value: Any) -> list[str]:
+    """The strings `mask_keys` would hide: every string under a sensitive key."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and is_sensitive_key(key):
+                found.extend(strings_in(item))
+            else:
+                found.extend(sensitive_values(item))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            found.extend(sensitive_values(item))
+    return found
+
+
 def _masked_key(key: Any, value: Any) -> bool:
     return isinstance(key, str) and is_sensitive_key(key) and value not in (None, "")
 

@@ -19,7 +19,7 @@ from milepost.core.policies import retry_delay
 from milepost.core.work import Outcome, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
-from milepost.sanitize import Redactor
+from milepost.sanitize import Redactor, sensitive_values
 from milepost.tools.base import CredentialLookup, ToolCall, ToolResult
 from milepost.worker import keychain
 
@@ -93,15 +93,18 @@ async def run_attempt(
     redacted from everything the attempt reports, and the tools get the same redaction
     for what they log (`ToolCall.redact`).
     """
-    redactor = Redactor()
+    # the workload's sensitive values are real here (opened from its sealed entry,
+    # `engine.seal`) and masked in the log: a step echoing one must not store it
+    secrets = sensitive_values(item.context.get("workload"))
     if playbook.keychain:
         try:
             resolved = keychain.resolve(playbook, item.context, credentials)
         except MilepostError as exc:
             error = {"kind": "keychain", "message": exc.message, "retryable": False}
             return Outcome(ok=False, error=error)
-        redactor = Redactor(keychain.secret_texts(playbook, resolved))
+        secrets.extend(keychain.secret_texts(playbook, resolved))
         item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
+    redactor = Redactor(secrets)
     outcome = await _run(playbook, item, tools, sleep, redactor)
     return dataclasses.replace(outcome, result=redactor.value(outcome.result),
                                ctx=redactor.value(outcome.ctx),
