@@ -253,8 +253,8 @@ class EmbeddedEngine:
                                             credentials=self._credentials)  # fmt: skip
             except Exception as exc:  # a bug in a tool must fail the step, not hang the run
                 log.exception("attempt crashed", extra={"step": item.step})
-                outcome = AttemptOutcome(ok=False, error={
-                    "kind": "internal", "message": mask_patterns(f"{type(exc).__name__}: {exc}")})  # fmt: skip
+                message = mask_patterns(f"{type(exc).__name__}: {exc}")
+                outcome = AttemptOutcome(ok=False, error={"kind": "internal", "message": message})
             finally:
                 self._busy -= 1
             for event in report_events(item, outcome, self.orchestrator.new_id(),

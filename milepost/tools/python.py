@@ -365,8 +365,8 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
     if trace and log.isEnabledFor(logging.DEBUG):
         # the traceback quotes the code's lines and the exception's text: redacted like
         # the output
-        log.debug("python code raised %s%s", cls, call.where(),
-                  extra={**call.log_extra("python_exception"), "traceback": call.redact(trace)})  # fmt: skip
+        extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
+        log.debug("python code raised %s%s", cls, call.where(), extra=extra)
     return base.failure("exception", f"{cls}: {text}", code=cls)
 
 

@@ -112,7 +112,8 @@ async def run_attempt(
 
 
 async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
-               sleep: Callable[[float], Awaitable[None]], redactor: Redactor) -> Outcome:  # fmt: skip
+               sleep: Callable[[float], Awaitable[None]],
+               redactor: Redactor) -> Outcome:  # fmt: skip
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
