@@ -372,9 +372,10 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
 
 def _log_output(output: str | None, call: base.ToolCall) -> None:
     """What the code printed, as one log record naming its execution and step (in the
-    text too, for a plain formatter) and redacted like the attempt's events."""
+    text too, on the line of the first output line, for a plain formatter and grep) and
+    redacted like the attempt's events."""
     if output and output_log.isEnabledFor(logging.INFO):
-        output_log.info("python output%s:\n%s", call.where(), call.redact(output.rstrip("\n")),
+        output_log.info("python output%s: %s", call.where(), call.redact(output.rstrip("\n")),
                         extra=call.log_extra("python_output"))  # fmt: skip
 
 
