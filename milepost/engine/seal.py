@@ -19,6 +19,7 @@ as JSON, which a Fernet token does not.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -56,8 +57,14 @@ class Sealer:
 
     def __init__(self, store: BlobStore, key: str | None = None) -> None:
         self.store = store
-        text = os.environ.get(ENV_VAR, "") if key is None else key
-        self._fernet: MultiFernet | None = parse_keys(text) if text.strip() else None
+        self._key = key
+
+    @functools.cached_property
+    def _fernet(self) -> MultiFernet | None:
+        # read when first needed: a run whose workload has nothing to seal never needs
+        # the key, so a bad one fails only the runs that do
+        text = os.environ.get(ENV_VAR, "") if self._key is None else self._key
+        return parse_keys(text) if text.strip() else None
 
     def seal(self, execution_id: int, workload: dict[str, Any],
              now: float) -> tuple[dict[str, Any], str | None]:  # fmt: skip
