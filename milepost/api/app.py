@@ -119,7 +119,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
         orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id,
-                                    shared=shared)  # fmt: skip
+                                    shared=shared, secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
         publisher: notify.Publisher = notify.NullPublisher()
         runtime = Runtime(store, orchestrator, publisher=publisher, metrics=app_metrics,

@@ -63,13 +63,9 @@ class Ingested:
 
 
 def mask(value: Any) -> Any:
-    """Values under sensitive keys (`password`, `token`, ...) replaced, at any depth."""
-    if isinstance(value, dict):
-        return {k: sanitize.MASK if isinstance(k, str) and sanitize.is_sensitive_key(k)
-                and v not in (None, "") else mask(v) for k, v in value.items()}  # fmt: skip
-    if isinstance(value, list):
-        return [mask(v) for v in value]
-    return value
+    """Values under sensitive keys (`password`, `token`, ...) replaced, at any depth, and
+    whatever looks like a secret (`sanitize.SECRET_PATTERNS`) in every string."""
+    return sanitize.mask(value)
 
 
 def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,

@@ -95,6 +95,9 @@ class ExecutionState:
     path: str = ""
     version: int | None = None
     workload: dict[str, Any] = field(default_factory=dict)
+    """As `execution.started` shows it (masked) until the orchestrator opens the sealed one."""
+    sealed_workload: str | None = None
+    """The result-store entry holding the real workload (`engine.seal`), if it was masked."""
     parent_execution_id: int | None = None
     parent_command_id: int | None = None
     """The command of the parent that started this run (a `playbook` tool call)."""
@@ -190,6 +193,7 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.path = p.get("path", "")
     state.version = p.get("version")
     state.workload = p.get("workload", {})
+    state.sealed_workload = p.get("sealed_workload")
     state.parent_execution_id = p.get("parent_execution_id")
     state.parent_command_id = p.get("parent_command_id")
     state.started_at = event.created_at

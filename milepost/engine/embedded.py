@@ -27,6 +27,7 @@ from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
+from milepost.sanitize import mask_patterns
 from milepost.store.port import DriverBusy, DriverLease, Store
 from milepost.tools import ToolRuntime
 from milepost.tools.base import CredentialLookup
@@ -459,8 +460,8 @@ class EmbeddedEngine:
                                             credentials=self._credentials)  # fmt: skip
             except Exception as exc:  # a bug in a tool must fail the step, not hang the run
                 log.exception("attempt crashed", extra={"step": item.step})
-                outcome = AttemptOutcome(ok=False, error={
-                    "kind": "internal", "message": f"{type(exc).__name__}: {exc}"})  # fmt: skip
+                message = mask_patterns(f"{type(exc).__name__}: {exc}")
+                outcome = AttemptOutcome(ok=False, error={"kind": "internal", "message": message})
             finally:
                 self._busy -= 1
             for event in report_events(item, outcome, self.orchestrator.new_id(),

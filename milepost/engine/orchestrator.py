@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import pickle
 import time
@@ -19,11 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost import sanitize
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
+from milepost.engine.seal import Sealer
 from milepost.errors import ConcurrencyConflict, ExecutionNotFound, PlaybookNotFound
 from milepost.playbook import load, model
 from milepost.store import port
@@ -40,7 +43,8 @@ OPTIMISTIC_TRIES = 3
 """Shared mode: decisions made on the cached state before the executions are locked."""
 LOCKED_TRIES = 10
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 2  # 2: ExecutionState.parent_command_id
+_SNAPSHOT_VERSION = 3
+"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`."""
 
 
 @dataclass(slots=True)
@@ -72,8 +76,14 @@ class Orchestrator:
         machine_id: int = 0,
         snapshot_every: int = SNAPSHOT_EVERY,
         shared: bool = False,
+        secret_key: str | None = None,
     ) -> None:
         self.store = store
+        self.sealer = Sealer(store, secret_key)
+        """Seals a start's workload out of the log (`engine.seal`); `secret_key` None reads
+        MILEPOST_SECRET_KEY."""
+        self._opened: dict[int, str] = {}
+        """Executions whose cached state holds the real workload -> its sealed entry."""
         self.shared = shared
         """Other processes write to the same executions (servers on one database)."""
         self.clock = clock
@@ -129,14 +139,18 @@ class Orchestrator:
         """Start an execution of a registered playbook; returns its id and the first work."""
         xid = execution_id or self.new_id()
         merged = deep_merge(playbook.workload, workload)
-        # only children of a command carry it: the started event of every other run is unchanged
-        parent = {} if parent_command_id is None else {"parent_command_id": parent_command_id}
-        started = ev.new_event(
-            self.new_id(), xid, ev.EXECUTION_STARTED, self.clock(),
-            payload={"path": playbook.path, "version": version, "workload": merged,
-                     "entry_step": playbook.entry_step, "name": playbook.name,
-                     "parent_execution_id": parent_execution_id, **parent},
-        )  # fmt: skip
+        now = self.clock()
+        shown, sealed = self.sealer.seal(xid, merged, now)
+        payload = {"path": playbook.path, "version": version, "workload": shown,
+                   "entry_step": playbook.entry_step, "name": playbook.name,
+                   "parent_execution_id": parent_execution_id}  # fmt: skip
+        if parent_command_id is not None:
+            # only children of a command carry it: the started event of every other run is
+            # unchanged
+            payload["parent_command_id"] = parent_command_id
+        if sealed is not None:
+            payload["sealed_workload"] = sealed
+        started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
         self._playbooks.setdefault((playbook.path, version), playbook)
         self._states[xid] = st.ExecutionState(execution_id=xid)
         return xid, self.process([started])
@@ -146,8 +160,17 @@ class Orchestrator:
         state = self.cached(execution_id)
         if state is None:
             state = self._rebuild(execution_id)
+            self._open(state)
             self._states[execution_id] = state
         return state
+
+    def _open(self, state: st.ExecutionState) -> None:
+        """Give the state the real workload when its start sealed it (`engine.seal`)."""
+        uri = state.sealed_workload
+        if uri is None or self._opened.get(state.execution_id) == uri:
+            return
+        state.workload = self.sealer.open(uri)
+        self._opened[state.execution_id] = uri
 
     def cached(self, execution_id: int) -> st.ExecutionState | None:
         """The state in memory, as of this orchestrator's last look at the log (or None)."""
@@ -176,6 +199,7 @@ class Orchestrator:
         self._states.pop(execution_id, None)
         self._ended.pop(execution_id, None)
         self._snapshotted.pop(execution_id, None)
+        self._opened.pop(execution_id, None)
 
     def retire(self, execution_id: int) -> None:
         """An execution ended: keep its state among the last `ENDED_KEPT` ended ones (an
@@ -183,6 +207,7 @@ class Orchestrator:
         state = self._states.pop(execution_id, None)
         self._snapshotted.pop(execution_id, None)
         if state is None or not state.terminal:
+            self._opened.pop(execution_id, None)
             return
         self._ended[execution_id] = state
         while len(self._ended) > ENDED_KEPT:
@@ -263,6 +288,7 @@ class Orchestrator:
                     continue
                 reports = st.fold_reports(state, incoming)
                 to_append.extend(reports)
+                self._open(state)
                 to_append.extend(self._decide(state, now, out, reports))
             stored, out.claimed = self.store.append_and_claim(
                 to_append, claim, expect=watermarks if expect else None,
@@ -358,6 +384,8 @@ class Orchestrator:
             return
         # the next try comes after as many events again, whether this one is saved or not
         self._snapshotted[state.execution_id] = state.event_count
+        if state.sealed_workload is not None:  # the real workload stays out of the store
+            state = dataclasses.replace(state, workload=sanitize.mask(state.workload))
         try:
             data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
             self.store.save_snapshot(state.execution_id, state.last_seq, data)

@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from milepost.sanitize import mask_patterns
+
 CredentialLookup = Callable[[str], Mapping[str, Any] | None]
 """A registered credential's data by name (None: not registered), resolved in the worker:
 the postgres tool's `auth` and the keychain's `kind: credential` entries take one."""
@@ -64,6 +66,18 @@ class ToolCall:
     command_id: int = 0
     epoch: int = 0
     """The claim this attempt runs under: the `playbook` tool shows it to start children."""
+    redact: Callable[[str], str] = mask_patterns
+    """What a tool applies to any text it logs (its output, an error quoting it): the
+    attempt's `Redactor.text`, so a log line hides what the events hide."""
+
+    def where(self) -> str:
+        """` (execution X step Y command Z)`, for log messages read without `extra`."""
+        return (f" (execution {self.execution_id or '-'} step {self.step or '-'}"
+                f" command {self.command_id or '-'})")  # fmt: skip
+
+    def log_extra(self, action: str) -> dict[str, Any]:
+        return {"action": action, "execution_id": self.execution_id, "step": self.step,
+                "command_id": self.command_id}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

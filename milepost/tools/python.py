@@ -362,27 +362,21 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
         return base.ToolResult(data=message[1])
     _, cls, text, output, trace = message
     _log_output(output, call)
-    if trace:
-        log.debug(
-            "python code raised %s",
-            cls,
-            extra={
-                "action": "python_exception",
-                "execution_id": call.execution_id,
-                "step": call.step,
-                "traceback": trace,
-            },
-        )
+    if trace and log.isEnabledFor(logging.DEBUG):
+        # the traceback quotes the code's lines and the exception's text: redacted like
+        # the output
+        extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
+        log.debug("python code raised %s%s", cls, call.where(), extra=extra)
     return base.failure("exception", f"{cls}: {text}", code=cls)
 
 
 def _log_output(output: str | None, call: base.ToolCall) -> None:
+    """What the code printed, as one log record naming its execution and step (in the
+    text too, on the line of the first output line, for a plain formatter and grep) and
+    redacted like the attempt's events."""
     if output and output_log.isEnabledFor(logging.INFO):
-        output_log.info(
-            "%s",
-            output.rstrip("\n"),
-            extra={"action": "python_output", "execution_id": call.execution_id, "step": call.step},
-        )
+        output_log.info("python output%s: %s", call.where(), call.redact(output.rstrip("\n")),
+                        extra=call.log_extra("python_output"))  # fmt: skip
 
 
 def _source(config: Mapping[str, Any]) -> str | None:

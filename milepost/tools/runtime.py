@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -76,15 +77,11 @@ class ToolRuntime:
             try:
                 result = await executor(call)
             except Exception as exc:  # noqa: BLE001 - a bug in an executor is still a task error
-                log.exception(
-                    "tool %s failed unexpectedly",
-                    call.kind,
-                    extra={
-                        "action": "tool_crashed",
-                        "execution_id": call.execution_id,
-                        "step": call.step,
-                    },
-                )
+                # the traceback as redacted text, not `exc_info`: the exception may quote
+                # the call's inputs, secrets included
+                log.error("tool %s failed unexpectedly%s:\n%s", call.kind, call.where(),
+                          call.redact(traceback.format_exc()),
+                          extra=call.log_extra("tool_crashed"))  # fmt: skip
                 result = base.failure(
                     "exception", f"{type(exc).__name__}: {exc}", code=type(exc).__name__
                 )

@@ -19,7 +19,7 @@ from milepost.core.policies import retry_delay
 from milepost.core.work import Outcome, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
-from milepost.sanitize import Redactor
+from milepost.sanitize import Redactor, sensitive_values
 from milepost.tools.base import CredentialLookup, ToolCall, ToolResult
 from milepost.worker import keychain
 
@@ -46,6 +46,7 @@ class _Pipeline:
     step: model.Step
     playbook: model.Playbook
     deadline: float | None
+    redactor: Redactor
     locals: dict[str, Any] = field(default_factory=dict)
     ctx_writes: dict[str, Any] = field(default_factory=dict)
     iter_writes: dict[str, Any] = field(default_factory=dict)
@@ -88,31 +89,35 @@ async def run_attempt(
     """Run one attempt; never raises for a task failure (it becomes `Outcome.error`).
 
     When the playbook has a keychain, its values are resolved here, for this attempt
-    only, and redacted from everything the attempt reports.
+    only. They, and whatever looks like a secret (`sanitize.SECRET_PATTERNS`), are
+    redacted from everything the attempt reports, and the tools get the same redaction
+    for what they log (`ToolCall.redact`).
     """
-    if not playbook.keychain:
-        return await _run(playbook, item, tools, sleep)
-    try:
-        resolved = keychain.resolve(playbook, item.context, credentials)
-    except MilepostError as exc:
-        error = {"kind": "keychain", "message": exc.message, "retryable": False}
-        return Outcome(ok=False, error=error)
-    redactor = Redactor(keychain.secret_texts(playbook, resolved))
-    item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
-    outcome = await _run(playbook, item, tools, sleep)
-    if not redactor:
-        return outcome
+    # the workload's sensitive values are real here (opened from its sealed entry,
+    # `engine.seal`) and masked in the log: a step echoing one must not store it
+    secrets = sensitive_values(item.context.get("workload"))
+    if playbook.keychain:
+        try:
+            resolved = keychain.resolve(playbook, item.context, credentials)
+        except MilepostError as exc:
+            error = {"kind": "keychain", "message": exc.message, "retryable": False}
+            return Outcome(ok=False, error=error)
+        secrets.extend(keychain.secret_texts(playbook, resolved))
+        item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
+    redactor = Redactor(secrets)
+    outcome = await _run(playbook, item, tools, sleep, redactor)
     return dataclasses.replace(outcome, result=redactor.value(outcome.result),
                                ctx=redactor.value(outcome.ctx),
                                error=redactor.value(outcome.error))  # fmt: skip
 
 
 async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
-               sleep: Callable[[float], Awaitable[None]]) -> Outcome:  # fmt: skip
+               sleep: Callable[[float], Awaitable[None]],
+               redactor: Redactor) -> Outcome:  # fmt: skip
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
-    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None)
+    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None, redactor)
     try:
         if timeout:
             # the tools enforce the remaining time themselves (python kills its process);
@@ -247,7 +252,7 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         kind=kind, config=fields, input=inputs, context=context,
         idempotency_key=idem_key, timeout=_remaining(pipe, tool_timeout),
         execution_id=str(pipe.item.execution_id), step=step.name,
-        command_id=pipe.item.command_id, epoch=pipe.item.epoch,
+        command_id=pipe.item.command_id, epoch=pipe.item.epoch, redact=pipe.redactor.text,
     )  # fmt: skip
     return await tools.run(call)
 

@@ -48,6 +48,7 @@ from milepost.core.work import Outcome, WorkItem, report_events
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
+from milepost.sanitize import mask_patterns
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
@@ -475,7 +476,8 @@ class Worker:
             raise
         except Exception as exc:  # a bug in a tool must fail the step, not hang the run
             self._log(job, logging.ERROR, "attempt_crashed", "attempt crashed", exc_info=True)
-            error = {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
+            message = mask_patterns(f"{type(exc).__name__}: {exc}")
+            error = {"kind": "internal", "message": message}
             outcome = Outcome(ok=False, error=error)
         return item, outcome
 

@@ -7,12 +7,14 @@ reports (see `sanitize`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
-from milepost.sanitize import secret_strings
+from milepost.sanitize import is_sensitive_key, secret_strings
 from milepost.tools.base import CredentialLookup
 
 
@@ -49,16 +51,61 @@ def secret_texts(playbook: model.Playbook, resolved: Mapping[str, Any]) -> list[
     Those entries are rendered templates, and rendering coerces numeric-looking text
     (DSL 9.3): a PIN or numeric API key `"98765432"` resolves to the int 98765432.
     `secret_strings` collects only strings, so such a secret was never masked and leaked
-    through tool messages and results. Credential data keeps its registered types (a
-    `port: 5432` is not a secret), so only its strings are masked.
+    through tool messages and results. Of a credential only the secret fields are
+    (`credential_secrets`): its host and user masked in every result ("connected to ***
+    as ***") hid what a run did and protected nothing.
     """
     texts: list[str] = []
     for entry in playbook.keychain:
         value = resolved.get(entry.name)
-        texts.extend(secret_strings(value))
-        if entry.kind != "credential":
+        if entry.kind == "credential":
+            texts.extend(credential_secrets(value))
+        else:
+            texts.extend(secret_strings(value))
             texts.extend(_number_texts(value))
     return texts
+
+
+_SECRET_FIELDS = frozenset({"value", "passphrase", "pass", "pwd"})
+"""Secret credential fields `is_sensitive_key` does not name: an `api_key` credential's
+`value` (DSL 11, http `auth`), a key's passphrase."""
+_DSN_FIELDS = re.compile(r"(^|_)(dsn|url|uri|connection_string|conninfo)$", re.IGNORECASE)
+
+
+def credential_secrets(data: Any) -> list[str]:
+    """The strings of a credential's secret fields: under a sensitive key (`password`,
+    `token`, `api_key`, ...), and a DSN or URL holding a password (with the password
+    itself). Host, port, user, database, schema and the like are not secrets."""
+    if not isinstance(data, Mapping):
+        return []
+    texts: list[str] = []
+    for key, value in data.items():
+        name = str(key)
+        if is_sensitive_key(name) or name.lower() in _SECRET_FIELDS:
+            texts.extend(secret_strings(value))
+        elif _DSN_FIELDS.search(name) and isinstance(value, str):
+            password = _dsn_password(value)
+            if password:
+                texts.extend([value, password, unquote(password)])
+        elif isinstance(value, Mapping):
+            texts.extend(credential_secrets(value))
+    return texts
+
+
+_URL_PASSWORD = re.compile(r"://[^\s:/@?#]*:([^\s@/?#]+)@")
+_CONNINFO_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S+))")
+
+
+def _dsn_password(dsn: str) -> str | None:
+    """The password of a URL (`scheme://user:password@host`) or a libpq conninfo
+    (`host=... password=...`), if it holds one."""
+    match = _URL_PASSWORD.search(dsn)
+    if match:
+        return match.group(1)
+    match = _CONNINFO_PASSWORD.search(dsn)
+    if match:
+        return match.group(1) if match.group(1) is not None else match.group(2)
+    return None
 
 
 def _number_texts(value: Any) -> list[str]:

@@ -77,6 +77,21 @@ def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> Non
     assert stored.meta == {"Authorization": "***", "attempt": 1}
 
 
+def test_what_looks_like_a_secret_in_a_client_event_is_masked_before_storing(api: Api) -> None:
+    xid = api.execute(HELLO)
+    key = "AKIA" + "ABCDEFGHIJ234567"
+    ok(api.post("/api/events", {
+        "execution_id": xid, "event_type": "command.started",
+        "context": {"log": f"curl -H 'Authorization: Bearer tok-123456789' with {key}",
+                    "lines": ["postgresql://app:hunter22@db/sales", "plain text"]},
+        "meta": {"note": f"key {key}"},
+    }, role="worker"))  # fmt: skip
+    stored = api.store.load(int(xid))[-1]
+    assert stored.payload == {"log": "curl -H 'Authorization: Bearer ***' with AKIA***",
+                              "lines": ["postgresql://app:***@db/sales", "plain text"]}  # fmt: skip
+    assert stored.meta == {"note": "key AKIA***"}
+
+
 BAD_EVENTS: list[tuple[str, dict[str, Any], list[Any]]] = [
     ("extra key in result", {"result": {"status": "OK", "data": 1}}, ["result", "data"]),
     ("context twice", {"context": {"a": 1}, "result": {"context": {"b": 2}}}, ["context"]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.support import HELLO, LOOP, Api, error, ok
+from tests.api.support import HELLO, LOOP, Api, error, ok, playbook
 
 
 def test_execute_starts_a_run_with_the_workload_and_issues_its_first_command(api: Api) -> None:
@@ -14,6 +14,30 @@ def test_execute_starts_a_run_with_the_workload_and_issues_its_first_command(api
     assert command.step == "start"
     events = api.store.load(int(xid))
     assert events[0].payload["workload"] == {"name": "Ada"}
+
+
+SECRET_READER = playbook("tests/secret_reader", """
+workflow:
+  - step: start
+    tool: {kind: python, input: {pw: "{{ workload.db.password }}"}, code: "result = len(pw)"}
+""")
+
+
+def test_a_workload_password_is_masked_for_viewers_and_real_for_the_worker(api: Api) -> None:
+    workload = {"db": {"password": "hunter2-real", "host": "db.internal"}, "name": "Ada"}
+    xid = api.execute(SECRET_READER, workload=workload)
+    page = api.get(f"/api/executions/{xid}", role="viewer")
+    started = ok(page)["events"][0]
+    assert started["result"]["context"]["workload"] == {
+        "db": {"password": "***", "host": "db.internal"}, "name": "Ada"}
+    assert "hunter2-real" not in page.text
+    [row] = api.store.open_commands(int(xid))
+    as_viewer = api.get(f"/api/commands/{row.command_id}", role="viewer")
+    assert ok(as_viewer)["context"]["workload"]["db"]["password"] == "***"
+    assert "hunter2-real" not in as_viewer.text
+    command = api.claim_one()  # what the worker renders `{{ workload.db.password }}` from
+    assert command["context"]["workload"] == workload
+    assert "hunter2-real" not in str(api.store.load(int(xid)))
 
 
 def test_execute_by_catalog_id_with_payload_alias_and_a_parent(api: Api) -> None:

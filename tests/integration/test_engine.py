@@ -18,8 +18,10 @@ import pytest
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.credentials import new_key
 from milepost.engine.embedded import DriverLost, EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.seal import WorkloadUnreadable
 from milepost.errors import MilepostError
 from milepost.playbook import load
 from milepost.store.port import DriverBusy, StoreUnavailable
@@ -528,3 +530,101 @@ def test_resume_takes_over_at_once_from_a_holder_of_this_host_that_is_gone(
 
     assert asyncio.run(second_life()).status == st.COMPLETED
     assert waited == []  # no wait for a lease that had ten minutes left
+
+
+# --------------------------------------------------------------------------- secrets
+
+DB_CREDENTIAL = {"type": "postgres", "host": "db.internal", "user": "etl",
+                 "password": "pa55-w0rd-xyz", "database": "warehouse"}  # fmt: skip
+PRINTS_CREDENTIAL = """
+keychain:
+  - {name: db, kind: credential, credential: warehouse}
+workflow:
+  - step: connect
+    tool:
+      kind: python
+      input: {host: "{{ keychain.db.host }}", user: "{{ keychain.db.user }}",
+              password: "{{ keychain.db.password }}"}
+      code: |
+        print(f"connecting to {host} as {user} with {password}")
+        print("token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl")
+        result = {"said": f"connected to {host} as {user}", "pw": password}
+"""
+
+
+def test_a_steps_output_is_logged_redacted_and_names_its_execution_and_step(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="milepost.tools.python.output")
+    lookup = {"warehouse": DB_CREDENTIAL}.get
+    state = asyncio.run(run(store, PRINTS_CREDENTIAL, credentials=lookup))
+    assert state.status == st.COMPLETED, state.error
+    (record,) = [r for r in caplog.records if r.name == "milepost.tools.python.output"]
+    message = record.getMessage()
+    assert "pa55-w0rd-xyz" not in caplog.text and "eyJzdWIi" not in caplog.text
+    assert "connecting to db.internal as etl with ***" in message
+    assert "token ***" in message
+    assert f"execution {state.execution_id}" in message and "step connect" in message
+    assert record.__dict__["execution_id"] == str(state.execution_id)
+    assert record.__dict__["step"] == "connect"
+
+
+def test_only_a_credentials_secret_fields_are_masked_in_the_result(store: Any) -> None:
+    lookup = {"warehouse": DB_CREDENTIAL}.get
+    state = asyncio.run(run(store, PRINTS_CREDENTIAL, credentials=lookup))
+    assert state.results["connect"] == {"said": "connected to db.internal as etl", "pw": "***"}
+    assert "pa55-w0rd-xyz" not in str(store._query("SELECT * FROM event", ()))
+
+
+READS_PASSWORD = """
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input: {password: "{{ workload.password }}", user: "{{ workload.user }}"}
+      code: "result = {'ok': password == 'hunter2-real', 'user': user, 'echo': password}"
+"""
+
+
+def _started(store: SQLiteStore, xid: int) -> ev.Event:
+    return next(e for e in store.load(xid) if e.event_type == ev.EXECUTION_STARTED)
+
+
+@pytest.mark.parametrize("key", [None, new_key()], ids=["no-key", "key"])
+def test_a_sensitive_workload_value_is_masked_in_the_log_and_real_for_the_step(
+    store: Any, monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    if key is None:
+        monkeypatch.delenv("MILEPOST_SECRET_KEY", raising=False)
+    else:
+        monkeypatch.setenv("MILEPOST_SECRET_KEY", key)
+    workload = {"password": "hunter2-real", "user": "ada"}
+    state = asyncio.run(run(store, READS_PASSWORD, workload))
+    assert state.status == st.COMPLETED, state.error
+    # the step got the real value; what it echoes is masked like any secret
+    assert state.results["start"] == {"ok": True, "user": "ada", "echo": "***"}
+    started = _started(store, state.execution_id)
+    assert started.payload["workload"] == {"password": "***", "user": "ada"}
+    assert "hunter2-real" not in str(store._query("SELECT * FROM event", ()))
+    sealed = store.get_blob(started.payload["sealed_workload"])
+    assert (b"hunter2-real" in sealed) is (key is None)  # encrypted when a key is set
+    # a new engine (a resume) opens the sealed workload again
+    assert Orchestrator(store).state(state.execution_id).workload == workload
+
+
+def test_a_snapshot_keeps_the_masked_workload(store: Any) -> None:
+    orchestrator = Orchestrator(store, snapshot_every=1, secret_key=new_key())
+    pb = load.load_text(text_of(READS_PASSWORD))
+    orchestrator.register(text_of(READS_PASSWORD), pb)
+    xid, _ = orchestrator.start(pb, 1, {"password": "hunter2-real"})
+    assert orchestrator.state(xid).workload == {"password": "hunter2-real"}
+    assert b"hunter2-real" not in store.load_snapshot(xid)[1]
+    reopened = Orchestrator(store, secret_key="")  # no key: the sealed entry is unreadable
+    with pytest.raises(WorkloadUnreadable) as info:
+        reopened.state(xid)
+    assert info.value.code == "workload_unreadable"
+
+
+def test_a_workload_without_secrets_is_not_sealed(store: Any) -> None:
+    state = asyncio.run(run(store, READS_PASSWORD, {"password": "", "user": "ada"}))
+    assert "sealed_workload" not in _started(store, state.execution_id).payload

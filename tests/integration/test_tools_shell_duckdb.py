@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import duckdb
 import pytest
 import yaml
 
+from milepost.sanitize import Redactor
 from milepost.tools import base
 from milepost.tools.runtime import ToolRuntime
 
@@ -172,6 +174,30 @@ def test_noop() -> None:
 def test_unknown_kind_is_invalid() -> None:
     result = run("teleport")
     assert result.error == base.ToolError("invalid", "unsupported tool kind 'teleport'")
+
+
+def test_a_crashing_tool_is_logged_redacted_naming_its_execution_and_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def crashes(call: base.ToolCall) -> base.ToolResult:
+        raise RuntimeError(f"cannot log in with {call.config['password']} or Bearer tok-12345678")
+
+    async def go() -> base.ToolResult:
+        async with ToolRuntime(1) as runtime:
+            runtime._executors["noop"] = crashes
+            call = base.ToolCall("noop", {"password": "s3cr3t-xyz"}, {}, {}, "k",
+                                 execution_id="42", step="login", command_id="7",
+                                 redact=Redactor(["s3cr3t-xyz"]).text)  # fmt: skip
+            return await runtime.run(call)
+
+    caplog.set_level(logging.ERROR, logger="milepost.tools.runtime")
+    result = asyncio.run(go())
+    assert result.error is not None and result.error.code == "RuntimeError"
+    (record,) = caplog.records
+    assert "s3cr3t-xyz" not in caplog.text and "tok-12345678" not in caplog.text
+    assert "cannot log in with *** or Bearer ***" in record.getMessage()
+    assert "(execution 42 step login command 7)" in record.getMessage()
+    assert (record.__dict__["execution_id"], record.__dict__["step"]) == ("42", "login")
 
 
 def test_error_to_dict() -> None:

@@ -1132,6 +1132,52 @@ def test_keychain_bearer_and_credential_entries_resolve() -> None:
     assert out.result == {"t": "***", "p": "***"}
 
 
+def test_a_credentials_host_and_user_are_not_secrets_its_password_is() -> None:
+    pb = playbook("""
+        keychain:
+          - {name: db, kind: credential, credential: my_db}
+        workflow:
+          - step: x
+            tool:
+              kind: python
+              code: t1
+              input: {h: "{{ keychain.db.host }}", u: "{{ keychain.db.user }}",
+                      p: "{{ keychain.db.password }}"}
+    """)
+    data = {"type": "postgres", "host": "db.internal", "port": 5432, "user": "etl",
+            "password": "pa55word!", "database": "sales", "schema": "public",
+            "dsn": "postgresql://etl:dsn-pa55@db.internal/sales"}  # fmt: skip
+    tools = FakeTools(t1=lambda c: ok(f"connected to {c.input['h']} as {c.input['u']} "
+                                      f"({c.input['p']}, dsn-pa55) on sales.public postgres"))
+    out = run(pb, work_item(), tools, credentials={"my_db": data}.get)
+    assert out.ok, out.error
+    assert out.result == "connected to db.internal as etl (***, ***) on sales.public postgres"
+
+
+def test_what_looks_like_a_secret_is_masked_without_a_keychain() -> None:
+    pb = playbook("""
+        workflow:
+          - step: x
+            tool: {kind: python, code: t1}
+    """)
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    tools = FakeTools(t1=ToolResult(data={"h": f"Bearer tok-{token}", "t": token},
+                                    error=ToolError("exception", f"bad {token}")))  # fmt: skip
+    out = run(pb, work_item(), tools)
+    assert out.result == {"h": "Bearer ***", "t": "ghp_***"}
+    assert out.error is not None and out.error["message"] == "bad ghp_***"
+
+
+def test_a_tool_gets_the_attempts_redaction_for_what_it_logs() -> None:
+    pb = _keychain_playbook()
+    tools = FakeTools()
+    run(pb, work_item(), tools)
+    call = tools.calls[0]
+    assert call.redact(f"printed {SECRET} and Bearer abc-12345678") == "printed *** and Bearer ***"
+    assert (call.execution_id, call.step, call.command_id) == ("1", "x", 7)
+    assert call.where() == " (execution 1 step x command 7)"
+
+
 @pytest.mark.parametrize("with_lookup", [False, True], ids=["no-lookup", "not-registered"])
 def test_keychain_missing_credential_is_a_keychain_error(with_lookup: bool) -> None:
     pb = playbook("""

@@ -11,8 +11,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from milepost import sanitize
 from milepost.api import errors, schemas, views
-from milepost.api.auth import ReadWorkAuth, WorkAuth
+from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
 from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
@@ -74,8 +75,14 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
 
 @router.get("/{event_id}")
 def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
-                _: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
-    return _out(runtime, existing(store, event_id), None)
+                principal: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
+    command = _out(runtime, existing(store, event_id), None)
+    if principal.role in WORK:
+        return command
+    # the context holds the real workload (opened from its sealed entry, `engine.seal`):
+    # who cannot claim the command sees it as the log shows it
+    return command.model_copy(update={"context": sanitize.mask(command.context),
+                                      "args": sanitize.mask(command.args)})  # fmt: skip
 
 
 @router.post("/{event_id}/claim")
