@@ -174,8 +174,24 @@ class SQLiteStore:
         self._project_txn(conn, stored)
         return stored
 
+    def _known_events_txn(self, conn: sqlite3.Connection,
+                          events: Sequence[ev.Event]) -> dict[int, ev.Event]:  # fmt: skip
+        """The log's events that have the ids of these."""
+        ids = list({e.event_id for e in events})
+        known: dict[int, ev.Event] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = conn.execute(
+                "SELECT seq, event_id, execution_id, parent_event_id, event_type, step, status,"
+                f" result, meta, worker_id, created_at FROM event WHERE event_id IN"
+                f" ({','.join('?' * len(chunk))})", chunk).fetchall()  # fmt: skip
+            known.update((int(r[1]), self._decode(r)) for r in rows)
+        return known
+
     def _append_one_by_one_txn(self, conn: sqlite3.Connection,
                                events: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
+        # the IMMEDIATE transaction holds the file: the ids read here stay as they are
+        events = port.new_events(events, self._known_events_txn(conn, events))
         stored: list[ev.Event] = []
         for event in events:
             xid = event.execution_id
@@ -187,8 +203,9 @@ class SQLiteStore:
                 event.status, self._encode_result_txn(conn, event),
                 json.dumps(event.meta) if event.meta else None, event.worker_id,
                 event.created_at))  # fmt: skip
-            if cur.rowcount == 0:
-                continue  # duplicate event id: accepted, not stored twice
+            if cur.rowcount == 0:  # cannot happen: `new_events` left out the known ids
+                raise port.EventIdConflict("event id is already in the log",
+                                           event_ids=[str(event.event_id)])  # fmt: skip
             stored.append(_with_seq(event, seq))
         self._project_txn(conn, stored)
         return stored
@@ -569,6 +586,27 @@ class SQLiteStore:
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         rows = self._query(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
         return [int(r[0]) for r in rows]
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        with self._txn() as conn:
+            live = {int(r[0]) for r in conn.execute(
+                "SELECT machine_id FROM machine_lease WHERE expires_at > ?", (now,))}  # fmt: skip
+            machine_id = port.free_machine_id(live)
+            conn.execute(
+                "INSERT INTO machine_lease (machine_id, holder, expires_at) VALUES (?,?,?)"
+                " ON CONFLICT (machine_id) DO UPDATE SET holder=excluded.holder,"
+                " expires_at=excluded.expires_at", (machine_id, holder, now + ttl))  # fmt: skip
+        return machine_id
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE machine_lease SET expires_at=? WHERE machine_id=?"
+                                " AND holder=?", (now + ttl, machine_id, holder)).rowcount > 0  # fmt: skip
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        with self._txn() as conn:
+            return conn.execute("DELETE FROM machine_lease WHERE machine_id=? AND holder=?",
+                                (machine_id, holder)).rowcount > 0  # fmt: skip
 
     def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
         """An in-process reentrant lock per (database file, execution), shared by every
