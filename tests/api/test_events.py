@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from milepost.core.ids import Snowflake
 from tests.api.support import HELLO, Api, error, ok, report_wire
 
 
@@ -20,7 +21,8 @@ def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
         "event_id": 42, "execution_id": int(xid), "name": "command.started", "step": "start",
         "payload": {"note": "hi"}, "worker_id": "w1", "created_at": "2024-05-01T12:00:00Z",
     }, role="worker"))  # fmt: skip
-    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": []}
+    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": [],
+                     "stored_ids": ["42"], "duplicates": []}  # fmt: skip
     stored = api.store.load(int(xid))[-1]
     assert (stored.event_id, stored.event_type, stored.status) == (42, "command.started", "RUNNING")
     assert stored.payload == {"note": "hi"} and stored.worker_id == "w1"
@@ -55,11 +57,13 @@ def test_an_event_id_already_stored_is_accepted_and_not_stored_twice(api: Api) -
     n = count(api, xid)
     again = ok(api.post("/api/events", event, role="worker"))
     assert first["stored"] == 1 and again == {"accepted": 1, "stored": 0, "event_ids": ["9001"],
-                                              "stale": []}  # fmt: skip
+                                              "stale": [], "stored_ids": [],
+                                              "duplicates": ["9001"]}  # fmt: skip
     assert count(api, xid) == n
     both = ok(api.post("/api/events/batch", {"events": [event, {**event, "event_id": 9002}]},
                        role="worker"))  # fmt: skip
     assert both["accepted"] == 2 and both["stored"] == 1 and count(api, xid) == n + 1
+    assert both["stored_ids"] == ["9002"] and both["duplicates"] == ["9001"]
 
 
 def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> None:
@@ -236,3 +240,61 @@ def test_a_claim_that_moved_behind_the_servers_back_makes_the_report_stale(api: 
     live = api.complete(command, {"greeting": "w2"}, epoch=lease.epoch)
     assert live["stale"] == []
     assert api.status(xid)["steps"]["start"]["result"] == {"greeting": "w2"}
+
+
+# -- repeated and squatted event ids (issue 8, item 1) ---------------------------------------
+
+
+def _beat(xid: str, event_id: int, **context: Any) -> dict[str, Any]:
+    return {"event_id": str(event_id), "execution_id": xid, "event_type": "command.heartbeat",
+            "step": "start", "context": context}  # fmt: skip
+
+
+def test_an_event_id_of_another_execution_is_409_and_nothing_is_stored(api: Api) -> None:
+    first, second = api.execute(HELLO), api.execute(HELLO)
+    ok(api.post("/api/events", _beat(first, 7001, n=1), role="worker"))
+    before = count(api, first), count(api, second)
+    body = error(api.post("/api/events/batch", {"events": [
+        _beat(second, 7002), _beat(second, 7001, n=1)]}, role="worker"), 409, "event_id_conflict")  # fmt: skip
+    assert body["event_ids"] == ["7001"] and set(body["execution_ids"]) == {first, second}
+    assert (count(api, first), count(api, second)) == before  # 7002 neither
+
+
+def test_an_event_id_repeated_with_other_content_is_409(api: Api) -> None:
+    xid = api.execute(HELLO)
+    ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))
+    n = count(api, xid)
+    error(api.post("/api/events", _beat(xid, 7101, n=2), role="worker"), 409, "event_id_conflict")
+    assert count(api, xid) == n
+    assert ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))["duplicates"] == [
+        "7101"]
+
+
+def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
+    xid = api.execute(HELLO)
+    ahead = Snowflake(1, lambda: time.time() + 60)()
+    body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422,
+                 "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "event_id"]
+    assert "ahead of the server's clock" in body["errors"][0]["msg"]
+    soon = Snowflake(1, lambda: time.time() + 1)()  # within the clock skew allowed
+    assert ok(api.post("/api/events", _beat(xid, soon), role="worker"))["stored"] == 1
+
+
+def test_a_squatted_id_never_displaces_the_engines_events(api: Api) -> None:
+    xid = api.execute(HELLO)
+    orchestrator = api.services.runtime.orchestrator
+    mint = orchestrator.new_id
+    squatted = [mint() for _ in range(3)]
+    for event_id in squatted:  # a client takes the ids the engine is about to use
+        ok(api.post("/api/events", _beat(xid, event_id), role="worker"))
+    replay = iter(squatted)
+    orchestrator.new_id = lambda: next(replay, None) or mint()
+    run = api.execute(HELLO)
+    assert api.event_types(run)[:3] == ["execution.started", "step.enter", "command.issued"]
+    for _ in range(2):  # both steps of both runs (the first one's are queued too)
+        for command in api.claim_next(limit=10):
+            api.complete(command, {"greeting": "hi", "loud": "HI"})
+    assert api.status(run)["status"] == "COMPLETED"
+    assert not set(squatted) & {e.event_id for e in api.store.load(int(run))}
+    assert ok(api.get(f"/api/executions/{run}"))["status"] == "COMPLETED"

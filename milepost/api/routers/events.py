@@ -51,7 +51,7 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
     started = time.perf_counter()
     try:
         done = ingest.ingest(runtime, store, items, batch, claim)
-    except errors.ApiError:
+    except (errors.ApiError, port.EventIdConflict):
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
         raise
@@ -69,6 +69,8 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
         accepted=len(done.events), stored=len(done.stored_ids),
         event_ids=[str(e.event_id) for e in done.events],
         stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
+        stored_ids=[str(e.event_id) for e in done.events if e.event_id in done.stored_ids],
+        duplicates=[str(e.event_id) for e in done.events if e.event_id in done.duplicate_ids],
         commands=None if claim is None else commands.hand_out(runtime, done.claimed,
                                                               fresh=done.written),
     )  # fmt: skip
