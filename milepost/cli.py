@@ -25,6 +25,7 @@ from milepost.core import state as st
 from milepost.credentials import Vault
 from milepost.engine import report
 from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
@@ -233,12 +234,20 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         return
 
     with _opened(db) as store:
-        orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
-        state = orchestrator.state(execution_id)
-        if state.terminal:
-            raise _fail(f"execution {execution_id} is already {state.status}")
-        store.append([ev.new_event(orchestrator.new_id(), execution_id,
-                                   ev.EXECUTION_CANCEL_REQUESTED, orchestrator.clock())])  # fmt: skip
+        machine_id = Settings().machine_id
+        # the one id this makes must not be one a running `milepost run` makes too
+        leased = None if machine_id is not None else LeasedIds(
+            store, time.time, holder=holder_name("cancel"), ttl=30.0)  # fmt: skip
+        try:
+            orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+            state = orchestrator.state(execution_id)
+            if state.terminal:
+                raise _fail(f"execution {execution_id} is already {state.status}")
+            store.append([ev.new_event(orchestrator.new_id(), execution_id,
+                                       ev.EXECUTION_CANCEL_REQUESTED, orchestrator.clock())])  # fmt: skip
+        finally:
+            if leased is not None:
+                leased.release()
     out.print(f"cancel requested for execution {execution_id}")
 
 
@@ -511,7 +520,8 @@ def server(
     """Run the HTTP server (docs/server-contract.md); needs MILEPOST_SECRET_KEY.
 
     Other settings: MILEPOST_NATS_URL (worker wake-ups), MILEPOST_LEASE_SECONDS,
-    MILEPOST_MACHINE_ID (distinct per server on one database).
+    MILEPOST_MACHINE_ID (distinct per server on one database; unset, the server leases
+    one from the database).
     """
     import uvicorn
 
