@@ -84,10 +84,19 @@ class SQLiteStore:
                 if version <= current:
                     continue
                 # executescript commits; the version row goes in the same script so a crash
-                # cannot leave a migrated schema that claims to be older
-                self._conn.executescript(
-                    f"BEGIN;\n{script}\nINSERT INTO schema_version VALUES ({version});\nCOMMIT;"
-                )
+                # cannot leave a migrated schema that claims to be older. IMMEDIATE: of two
+                # processes opening a new file at once, the second waits for the first's
+                # commit, then finds its tables there and the version it wrote
+                try:
+                    self._conn.executescript(f"BEGIN IMMEDIATE;\n{script}\n"
+                                             f"INSERT INTO schema_version VALUES ({version});\n"
+                                             "COMMIT;")  # fmt: skip
+                except sqlite3.OperationalError:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    row = self._conn.execute("SELECT max(version) FROM schema_version").fetchone()
+                    if (row[0] or 0) < version:
+                        raise  # not another process's migration: a real failure
             return len(_MIGRATIONS)
 
     def schema_version(self) -> int:

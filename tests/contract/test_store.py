@@ -876,3 +876,26 @@ def test_leasing_every_machine_id_then_one_more_is_a_clear_error(store: Any) -> 
         store.lease_machine_id("late", 2.0, 60.0)
     assert info.value.code == "machine_ids_exhausted"
     assert store.lease_machine_id("late", 61.5, 60.0) == 1  # after they all lapsed
+
+
+def test_processes_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Path) -> None:
+    """Two `milepost run` in one folder, the first time: both create the default file."""
+    failures: list[str] = []
+    for round_ in range(20):  # the race is won by timing: many rounds make it certain
+        path = tmp_path / f"new{round_}.db"
+        gate = threading.Barrier(4)
+
+        def open_it(path: Path = path, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            try:
+                SQLiteStore(path).close()
+            except sqlite3.Error as exc:
+                failures.append(repr(exc))
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert SQLiteStore(tmp_path / "new0.db").schema_version() == len(migrations.scripts("sqlite"))
