@@ -270,9 +270,9 @@ class Store(Protocol):
         execution these events write to has moved past it, nothing is written and LogMoved
         is raised (optimistic concurrency between orchestrators on one database). When it
         covers every execution written to, the caller vouches that the events are new (it
-        has folded those logs and left out the ids they hold), which lets a store skip its
-        read of repeated ids; an id that is in the log anyway still fails the append
-        (EventIdConflict, or no-op for the same event), never drops an event silently.
+        has folded those logs; a repeat it passes on costs a retry), which lets a store skip
+        its read of repeated ids; an id that is in the log anyway is still left out only
+        when it is the same event, else EventIdConflict: never a silent drop.
 
         `check_claims`: every command a non-stale `command.completed`/`failed` settles must
         be claimed with that report's `meta.epoch`, checked (and held) in the transaction;

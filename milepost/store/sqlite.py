@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ _MIGRATIONS: list[str] = [m.sql for m in migrations.scripts("sqlite")]
 """Version n is `_MIGRATIONS[n - 1]`; the DDL lives in `migrations/sqlite/NNNN_*.sql`."""
 
 _BLOB_PREFIX = "milepost://results/"
+_OPEN_WAIT_S = 10.0
+"""How long opening waits for other processes opening the same new file (the busy timeout)."""
 _INSERT_EVENT = (
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
     " result, meta, worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
@@ -46,13 +49,26 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._last_seq: dict[int, int] = {}
         """execution -> last seq appended by this store; checked by the unique index."""
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA busy_timeout=10000")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self.migrate()
 
     # -- plumbing --------------------------------------------------------------------------
+
+    def _wal(self) -> None:
+        """Switch the file to WAL. On a new file that other processes are opening too, the
+        switch may find it locked at once: SQLite does not wait on the busy handler there."""
+        deadline = time.monotonic() + _OPEN_WAIT_S
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
 
     @contextlib.contextmanager
     def _txn(self) -> Iterator[sqlite3.Connection]:
