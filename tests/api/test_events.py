@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from milepost.core.ids import Snowflake
-from tests.api.support import HELLO, Api, error, ok, report_wire
+from tests.api.support import HELLO, Api, error, ok, report_wire, start_server
 
 
 def count(api: Api, xid: str) -> int:
@@ -281,20 +281,37 @@ def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
     assert ok(api.post("/api/events", _beat(xid, soon), role="worker"))["stored"] == 1
 
 
-def test_a_squatted_id_never_displaces_the_engines_events(api: Api) -> None:
-    xid = api.execute(HELLO)
-    orchestrator = api.services.runtime.orchestrator
-    mint = orchestrator.new_id
-    squatted = [mint() for _ in range(3)]
-    for event_id in squatted:  # a client takes the ids the engine is about to use
-        ok(api.post("/api/events", _beat(xid, event_id), role="worker"))
-    replay = iter(squatted)
-    orchestrator.new_id = lambda: next(replay, None) or mint()
-    run = api.execute(HELLO)
-    assert api.event_types(run)[:3] == ["execution.started", "step.enter", "command.issued"]
-    for _ in range(2):  # both steps of both runs (the first one's are queued too)
-        for command in api.claim_next(limit=10):
-            api.complete(command, {"greeting": "hi", "loud": "HI"})
-    assert api.status(run)["status"] == "COMPLETED"
-    assert not set(squatted) & {e.event_id for e in api.store.load(int(run))}
-    assert ok(api.get(f"/api/executions/{run}"))["status"] == "COMPLETED"
+def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
+    with start_server(db_url) as api:
+        target = api.execute(HELLO)  # where the squatter posts
+        orchestrator = api.services.runtime.orchestrator
+        mint = orchestrator.new_id
+        taken: list[int] = []
+
+        def squat(n: int) -> None:
+            """A client takes the next `n` ids the engine would mint."""
+            ids = [mint() for _ in range(n)]
+            for event_id in ids:
+                ok(api.post("/api/events", _beat(target, event_id), role="worker"))
+            replay = iter(ids)
+            orchestrator.new_id = lambda: next(replay, None) or mint()
+            taken.extend(ids)
+
+        def claim(run: str) -> dict[str, Any]:
+            return next(c for c in api.claim_next(limit=10) if c["execution_id"] == run)
+
+        squat(3)  # the ids of a run's start
+        run = api.execute(HELLO)
+        command = claim(run)
+        squat(3)  # the ids of the decisions its first report leads to
+        api.complete(command, {"greeting": "hi"})
+        api.complete(claim(run), {"loud": "HI"})
+        assert api.status(run)["status"] == "COMPLETED"
+        log = api.store.load(int(run))
+        types = [e.event_type for e in log]
+        assert types[0] == "execution.started" and types[-1] == "execution.completed"
+        assert types.count("step.exit") == 2 and types.count("command.issued") == 2
+        assert not set(taken) & {e.event_id for e in log}
+        assert api.event_types(target).count("command.heartbeat") == 6  # the squatter's too
+    with start_server(db_url) as again:  # rebuilt from the log alone, as after a restart
+        assert ok(again.get(f"/api/executions/{run}"))["status"] == "COMPLETED"
