@@ -136,7 +136,9 @@ class MachineIdsExhausted(MilepostError):
 
 
 MACHINE_IDS = range(1, 1024)
-"""The machine ids leased to processes; 0 is left to `MILEPOST_MACHINE_ID`-less tools."""
+"""The machine ids leased to processes; 0, what every process minted on before leases,
+is never leased."""
+
 
 def free_machine_id(live: set[int]) -> int:
     """The lowest of MACHINE_IDS not in `live` (the ids leased and not expired)."""
@@ -155,7 +157,9 @@ def _identity(event: Event) -> tuple[Any, ...]:
     # what the client sent, not when it arrived: `created_at` is the server's clock when
     # the client gave none, so a retried report may differ there and still be the same
     meta = {k: v for k, v in event.meta.items() if k not in _SERVER_MARKS}
-    content = json.dumps([event.payload, meta], sort_keys=True, default=str)
+    # as the log keeps it (JSON: string keys, lists for tuples), then in one key order
+    kept = json.loads(json.dumps([event.payload, meta], default=str))
+    content = json.dumps(kept, sort_keys=True)
     return event.execution_id, event.event_type, event.step, content
 
 
