@@ -33,6 +33,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
@@ -268,6 +269,8 @@ class Worker:
             None if fixed is None else Snowflake(fixed, self.clock.time))  # fmt: skip
         self._leased: int | None = None
         """The machine id leased from the server (None: `new_id` or the environment's)."""
+        self._lease_holder = f"{self.worker_id}/{secrets.token_hex(4)}"
+        """Who holds the lease: unique even when two workers were given one worker id."""
         self.min_poll = min_poll
         self.max_poll = max_poll
         self.report_timeout = report_timeout
@@ -348,7 +351,7 @@ class Worker:
         delay = self.min_poll
         while True:
             try:
-                self._use_machine_id(await self.client.machine_id(self.worker_id, self._leased))
+                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
                 return
             except (ApiError, ServerUnavailable) as exc:
                 if self._stopping:
@@ -371,7 +374,7 @@ class Worker:
         while True:
             await self.clock.sleep(RENEW_EVERY_S)
             try:
-                self._use_machine_id(await self.client.machine_id(self.worker_id, self._leased))
+                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
             except (ApiError, ServerUnavailable) as exc:  # the lease outlives a few misses
                 log.warning("machine id renewal failed: %s", exc,
                             extra={"action": "machine_id_renew_failed"})  # fmt: skip
@@ -888,7 +891,7 @@ def worker_main(
     MILEPOST_NATS_POOL, else `default`), MILEPOST_WORKER_ID (`host:pid`),
     MILEPOST_NATS_URL (none: poll only), MILEPOST_LEASE_SECONDS (30),
     MILEPOST_GRACE_SECONDS (30), MILEPOST_PYTHON_WORKERS (2), MILEPOST_LOG_LEVEL (INFO).
-    Event ids use MILEPOST_MACHINE_ID, else a machine id derived from host and pid.
+    Event ids use MILEPOST_MACHINE_ID, else a machine id leased from the server.
     """
     env = os.environ
     level = (log_level or env.get("MILEPOST_LOG_LEVEL") or "INFO").upper()
