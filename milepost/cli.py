@@ -27,11 +27,12 @@ from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
 from milepost.engine import report
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.orchestrator import deep_merge
+from milepost.engine.machine import LeasedIds, holder_name
+from milepost.engine.orchestrator import Orchestrator, deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
 from milepost.settings import Settings, sqlite_path
-from milepost.store.port import DriverLease
+from milepost.store.port import DriverLease, LogMoved
 from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -272,7 +273,16 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         return
 
     with _opened(db) as store:
-        _request_cancel(store, execution_id)
+        machine_id = Settings().machine_id
+        # the one id this makes must not be one a running `milepost run` makes too
+        leased = None if machine_id is not None else LeasedIds(
+            store, time.time, holder=holder_name("cancel"), ttl=30.0)  # fmt: skip
+        try:
+            _request_cancel(store, execution_id, Orchestrator(
+                store, machine_id=machine_id or 0, new_id=leased))  # fmt: skip
+        finally:
+            if leased is not None:
+                leased.release()
     out.print(f"cancel requested for execution {execution_id}")
 
 
@@ -280,13 +290,9 @@ CANCEL_TRIES = 100
 """Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
 
 
-def _request_cancel(store: SQLiteStore, execution_id: int) -> None:
+def _request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchestrator) -> None:
     """Append the request only to the log as it was read: a run that ended in between
     (another process writes it) takes nothing after its terminal event."""
-    from milepost.engine.orchestrator import Orchestrator
-    from milepost.store.port import LogMoved
-
-    orchestrator = Orchestrator(store, machine_id=Settings().machine_id)
     for _ in range(CANCEL_TRIES):
         state = orchestrator.state(execution_id)
         if state.terminal:
@@ -570,7 +576,8 @@ def server(
     """Run the HTTP server (docs/server-contract.md); needs MILEPOST_SECRET_KEY.
 
     Other settings: MILEPOST_NATS_URL (worker wake-ups), MILEPOST_LEASE_SECONDS,
-    MILEPOST_MACHINE_ID (distinct per server on one database).
+    MILEPOST_MACHINE_ID (distinct per server on one database; unset, the server leases
+    one from the database).
     """
     import uvicorn
 

@@ -201,6 +201,13 @@ def _heartbeat(event_id: int | str, worker_id: str, epoch: int,
     return _Call("POST", f"/api/commands/{_key(event_id)}/heartbeat", body)
 
 
+def _machine_id(worker_id: str, machine_id: int | None) -> _Call:
+    body: dict[str, Any] = {"worker_id": worker_id}
+    if machine_id is not None:
+        body["machine_id"] = machine_id
+    return _Call("POST", "/api/workers/machine-id", body)
+
+
 def _release(event_id: int | str, worker_id: str, epoch: int) -> _Call:
     body = {"worker_id": worker_id, "epoch": epoch}
     return _Call("POST", f"/api/commands/{_key(event_id)}/release", body)
@@ -639,6 +646,12 @@ class AsyncMilepostClient:
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
         result: dict[str, Any] = await self._do(_release(event_id, worker_id, epoch))
+        return result
+
+    async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
+        """Lease a machine id for this worker's event ids, or renew `machine_id`:
+        `{machine_id, expires_at, renewed}` (a new id when the one held was lost)."""
+        result: dict[str, Any] = await self._do(_machine_id(worker_id, machine_id))
         return result
 
     async def post_events(self, events: list[dict[str, Any]],

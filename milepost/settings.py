@@ -22,8 +22,10 @@ class Settings(BaseSettings):
     """In-process workers (commands run at once)."""
     python_workers: int = 2
     """Warm processes that run `python` tools."""
-    machine_id: int = 0
-    """Snowflake machine id (0-1023), distinct per process writing to one database."""
+    machine_id: int | None = None
+    """Snowflake machine id (0-1023), distinct per process writing to one database; unset,
+    each process leases one from the database (servers, `milepost run`) or from its server
+    (workers), which keeps them distinct on its own."""
     database_urls: str | None = None
     """Several PostgreSQL URLs, comma-separated: executions shard across them by id, the
     catalog lives on the first (`milepost server` and the CLI when `--db` is not given)."""

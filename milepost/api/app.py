@@ -35,10 +35,12 @@ from milepost.api.routers import (
     executions,
     health,
     metrics,
+    workers,
 )
 from milepost.api.runtime import Runtime
 from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify
+from milepost.engine.machine import RENEW_EVERY_S, LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.reconciler import Reconciler
 from milepost.settings import Settings
@@ -48,7 +50,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs)  # fmt: skip
+           credentials, docs, workers)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,
@@ -67,15 +69,20 @@ def create_app(settings: Settings | None = None, *,
             if settings.reconcile_interval > 0:
                 task = asyncio.create_task(_reconcile_forever(services, clock),
                                            name="milepost-reconciler")  # fmt: skip
+            renewer = (None if services.machine_ids is None else asyncio.create_task(
+                _renew_machine_id_forever(services.machine_ids), name="milepost-machine-id"))  # fmt: skip
             try:
                 yield
             finally:
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                for background in (task, renewer):
+                    if background is not None:
+                        background.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await background
                 await services.runtime.publisher.close()
         finally:
+            if services.machine_ids is not None:
+                await run_in_threadpool(services.machine_ids.release)
             await run_in_threadpool(services.store.close)
 
     # the documentation routes are the `docs` router's: behind a token, assets from a package
@@ -118,8 +125,13 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
-        orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id,
-                                    shared=shared, secret_key=settings.secret_key)  # fmt: skip
+        # unless told which, lease a machine id: no other server or `milepost run` on this
+        # database makes the same event ids
+        leased = (None if settings.machine_id is not None
+                  else LeasedIds(store, clock, holder=holder_name("server")))  # fmt: skip
+        orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id or 0,
+                                    new_id=leased, shared=shared,
+                                    secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
         publisher: notify.Publisher = notify.NullPublisher()
         runtime = Runtime(store, orchestrator, publisher=publisher, metrics=app_metrics,
@@ -136,7 +148,17 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
     return Services(settings=settings, store=store, runtime=runtime, vault=vault,
-                    metrics=app_metrics, reconciler=reconciler, shared=shared)  # fmt: skip
+                    metrics=app_metrics, reconciler=reconciler, shared=shared,
+                    machine_ids=leased)  # fmt: skip
+
+
+async def _renew_machine_id_forever(leased: LeasedIds) -> None:
+    while True:
+        await asyncio.sleep(RENEW_EVERY_S)
+        try:
+            await run_in_threadpool(leased.renew)
+        except Exception:  # the next round tries again, well within the lease
+            log.exception("machine id renewal failed", extra={"action": "machine_id_renew"})
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:

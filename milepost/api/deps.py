@@ -15,6 +15,7 @@ from starlette.requests import HTTPConnection
 from milepost.api.metrics import Metrics
 from milepost.api.runtime import Runtime
 from milepost.credentials import Vault
+from milepost.engine.machine import LeasedIds
 from milepost.engine.reconciler import Reconciler
 from milepost.settings import Settings
 from milepost.store import port
@@ -32,6 +33,8 @@ class Services:
     reconciler: Reconciler
     shared: bool
     """Several servers may share this database (PostgreSQL)."""
+    machine_ids: LeasedIds | None = None
+    """The server's leased machine id (None: `MILEPOST_MACHINE_ID` names it)."""
 
 
 def services_of(request: HTTPConnection) -> Services:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
+from milepost.store.port import EventIdConflict, MachineIdsExhausted
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ _STATUS_OF_CODE: dict[str, int] = {
     errors.PlaybookNotFound.code: 404,
     errors.PlaybookInvalid.code: 422,
     errors.ConcurrencyConflict.code: 409,
+    EventIdConflict.code: 409,
+    MachineIdsExhausted.code: 503,
     "credential_unreadable": 500,
 }
 

@@ -31,6 +31,7 @@ from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.ids import timestamp_of
 from milepost.engine.orchestrator import Outcome
 from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.playbook import model
@@ -49,12 +50,18 @@ REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE,
 
 Loc = tuple[str | int, ...]
 
+FUTURE_ID_SKEW_S = 10.0
+"""How far ahead of the server's clock a client's event id may have been minted (clock
+skew): an id from further ahead could be one the engine is about to mint for itself."""
+
 
 @dataclass(slots=True)
 class Ingested:
     events: list[ev.Event]
     stored_ids: set[int] = field(default_factory=set)
     stale_ids: set[int] = field(default_factory=set)
+    duplicate_ids: set[int] = field(default_factory=set)
+    """Repeats of events the log already held (same execution, type, step and content)."""
     claimed: port.Claimed = field(default_factory=list)
     written: set[int] = field(default_factory=set)
     """Executions this call appended to: the runtime's states of them are the log's head."""
@@ -77,7 +84,7 @@ def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,
     for i, item in enumerate(items):
         loc: Loc = ("body", "events", i) if batch else ("body",)
         context, found = _resolve_context(item, store, loc)
-        found += _problems(item, context, loc)
+        found += _problems(item, context, loc) + _future_id(item, now, loc)
         if found:
             problems.extend(found)
             continue
@@ -131,6 +138,18 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
         found.append({"loc": [*loc, "context", "command_id"],
                       "msg": "an id is an integer or a string of digits"})  # fmt: skip
     return found
+
+
+def _future_id(item: EventIn, now: float, loc: Loc) -> list[dict[str, Any]]:
+    if item.event_id is None:
+        return []
+    ahead = timestamp_of(item.event_id) - now
+    if ahead <= FUTURE_ID_SKEW_S:
+        return []
+    return [{"loc": [*loc, "event_id"],
+             "msg": f"the id was minted {ahead:.0f} s ahead of the server's clock (at most "
+                    f"{FUTURE_ID_SKEW_S:g} s): leave it out, or mint it with a machine id "
+                    "from POST /api/workers/machine-id"}]  # fmt: skip
 
 
 def _report_problems(item: EventIn, context: dict[str, Any],
@@ -208,6 +227,8 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     result.stored_ids = set(stored) & {e.event_id for e in fenced}
     result.stale_ids = {e.event_id for e in result.events
                         if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
+    # the store refuses another event with a known id (409), so one not stored is a repeat
+    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids
     result.claimed = outcome.claimed
     result.written = {e.execution_id for e in outcome.events}
     ended = {state.execution_id: state.status for state in outcome.finished}

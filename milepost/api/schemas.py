@@ -375,6 +375,12 @@ class IngestOut(BaseModel):
     ignored_reasons: dict[str, str] | None = Field(
         default=None, description="[milepost extension] why each id of `ignored` was not "
         "stored (left out when nothing was ignored).")  # fmt: skip
+    stored_ids: list[str] = Field(default_factory=list,
+                                  description="[milepost extension] the ids written by this "
+                                  "call (`stored` of them; stale ones included).")  # fmt: skip
+    duplicates: list[str] = Field(default_factory=list,
+                                  description="[milepost extension] ids the log already held "
+                                  "for the same event: accepted, not stored again.")  # fmt: skip
     commands: list[CommandOut] | None = Field(
         default=None, description="[milepost extension] the commands claimed for `claim` "
         "(left out without it).")  # fmt: skip

@@ -155,15 +155,20 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
 SETTLED = "the command was already settled (reported, lost or cancelled)"
 
 
-def fold_reports(state: ExecutionState, events: Iterable[ev.Event]) -> list[ev.Event]:
+def fold_reports(state: ExecutionState, events: Iterable[ev.Event],
+                 repeats: list[ev.Event] | None = None) -> list[ev.Event]:  # fmt: skip
     """Fold incoming events and return those to store: not the ones the state has already
-    seen (a retried report: the log holds it), and a report for a command this run no
-    longer waits for (a second report, or one after a lost lease or a cancel settled it)
-    marked stale. The fold would ignore it anyway; the mark keeps the projections and the
-    people reading the log from taking it for the command's outcome."""
+    seen (a retried report: the log holds it; they go to `repeats` when given, for the
+    store to tell a repeat of the same event from another event with that id), and a
+    report for a command this run no longer waits for (a second report, or one after a
+    lost lease or a cancel settled it) marked stale. The fold would ignore it anyway; the
+    mark keeps the projections and the people reading the log from taking it for the
+    command's outcome."""
     out: list[ev.Event] = []
     for event in events:
         if event.event_id in state.seen:
+            if repeats is not None:
+                repeats.append(event)
             continue
         if (event.event_type in ev.SETTLING_REPORTS
                 and not event.meta.get("stale")

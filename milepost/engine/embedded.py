@@ -23,6 +23,7 @@ from milepost.core import state as st
 from milepost.core.work import Outcome as AttemptOutcome
 from milepost.core.work import WorkItem, report_events
 from milepost.credentials import Vault
+from milepost.engine.machine import RENEW_EVERY_S, LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.errors import MilepostError, PlaybookNotFound
@@ -90,7 +91,7 @@ class EmbeddedEngine:
         concurrency: int = 16,
         python_workers: int = 2,
         clock: Callable[[], float] = time.time,
-        machine_id: int = 0,
+        machine_id: int | None = None,
         tools: Any = None,
         worker_id: str = "embedded",
         credentials: CredentialLookup | None = None,
@@ -98,7 +99,12 @@ class EmbeddedEngine:
         driver_ttl: float = DRIVER_TTL,
     ) -> None:
         self.store = store
-        self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id)
+        # no machine id given: lease one, so other processes on this database (another
+        # `milepost run` in the same folder) never mint the same event ids
+        self._leased = (None if machine_id is not None
+                        else LeasedIds(store, clock, holder=holder_name(worker_id)))  # fmt: skip
+        self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id or 0,
+                                         new_id=self._leased)  # fmt: skip
         self.concurrency = concurrency
         self.worker_id = worker_id
         self._tools = tools
@@ -137,6 +143,9 @@ class EmbeddedEngine:
         self._tasks.append(asyncio.create_task(self._reporter(), name="reporter"))
         self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
         self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
+        if self._leased is not None:
+            self._tasks.append(asyncio.create_task(self._renew_machine_id(self._leased),
+                                                   name="machine-id"))  # fmt: skip
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -149,6 +158,8 @@ class EmbeddedEngine:
         self._release_drivers([x for x in self._driven if x in self._active])
         if self._owns_tools and self._tools is not None:
             await self._tools.aclose()
+        if self._leased is not None:
+            self._leased.release()
 
     def subscribe(self, listener: EventListener) -> None:
         """Call `listener` with every event committed (for progress displays)."""
@@ -484,6 +495,14 @@ class EmbeddedEngine:
                 if nxt is not None:
                     batch.append(nxt)
             self._process_safely(batch)
+
+    async def _renew_machine_id(self, leased: LeasedIds) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                leased.renew()
+            except MilepostError:  # the next round tries again, well within the lease
+                log.exception("machine id renewal failed")
 
     async def _poller(self) -> None:
         while True:

@@ -42,6 +42,8 @@ ENGINE_ERROR = "engine_error"
 OPTIMISTIC_TRIES = 3
 """Shared mode: decisions made on the cached state before the executions are locked."""
 LOCKED_TRIES = 10
+ID_CONFLICT_TRIES = 5
+"""Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
 _SNAPSHOT_VERSION = 3
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`."""
@@ -137,23 +139,32 @@ class Orchestrator:
         parent_command_id: int | None = None,
     ) -> tuple[int, Outcome]:
         """Start an execution of a registered playbook; returns its id and the first work."""
-        xid = execution_id or self.new_id()
         merged = deep_merge(playbook.workload, workload)
-        now = self.clock()
-        shown, sealed = self.sealer.seal(xid, merged, now)
-        payload = {"path": playbook.path, "version": version, "workload": shown,
-                   "entry_step": playbook.entry_step, "name": playbook.name,
-                   "parent_execution_id": parent_execution_id}  # fmt: skip
-        if parent_command_id is not None:
-            # only children of a command carry it: the started event of every other run is
-            # unchanged
-            payload["parent_command_id"] = parent_command_id
-        if sealed is not None:
-            payload["sealed_workload"] = sealed
-        started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
         self._playbooks.setdefault((playbook.path, version), playbook)
-        self._states[xid] = st.ExecutionState(execution_id=xid)
-        return xid, self.process([started])
+        for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
+            xid = execution_id or self.new_id()
+            now = self.clock()
+            shown, sealed = self.sealer.seal(xid, merged, now)
+            payload = {"path": playbook.path, "version": version, "workload": shown,
+                       "entry_step": playbook.entry_step, "name": playbook.name,
+                       "parent_execution_id": parent_execution_id}  # fmt: skip
+            if parent_command_id is not None:
+                # only children of a command carry it: the started event of every other run
+                # is unchanged
+                payload["parent_command_id"] = parent_command_id
+            if sealed is not None:
+                payload["sealed_workload"] = sealed
+            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
+            self._states[xid] = st.ExecutionState(execution_id=xid)
+            try:
+                return xid, self.process([started])
+            except port.EventIdConflict:
+                self.forget(xid)
+                if tries_left == 1:
+                    raise
+                log.warning("an event id of a new execution was taken: new ids",
+                            extra={"execution_id": xid})  # fmt: skip
+        raise AssertionError("unreachable")
 
     def state(self, execution_id: int) -> st.ExecutionState:
         """The current state, rebuilt from the latest snapshot plus newer events if not cached."""
@@ -247,6 +258,23 @@ class Orchestrator:
             by_exec.setdefault(report.execution_id, []).append(report)
         for xid in also:
             by_exec.setdefault(xid, [])
+        theirs = {r.event_id for r in reports}
+        for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
+            try:
+                return self._process_any(by_exec, refresh, claim, check_claims)
+            except port.EventIdConflict as exc:
+                # an id this orchestrator chose was in the log already (a client posted it,
+                # or another process minted it): the states were forgotten, decide again
+                # with fresh ids. A report's own id is its sender's to fix (409).
+                taken = {int(i) for i in exc.fields.get("event_ids", ())}
+                if tries_left == 1 or not taken or taken & theirs:
+                    raise
+                log.warning("an event id the orchestrator chose was taken: deciding again",
+                            extra={"event_ids": sorted(taken)})  # fmt: skip
+        raise AssertionError("unreachable")
+
+    def _process_any(self, by_exec: dict[int, list[ev.Event]], refresh: bool,
+                     claim: port.ClaimRequest | None, check_claims: bool) -> Outcome:  # fmt: skip
         if not self.shared:
             return self._process(by_exec, refresh, claim, check_claims, expect=False)
         for _ in range(OPTIMISTIC_TRIES):
@@ -285,11 +313,18 @@ class Orchestrator:
                 if state.terminal:
                     # an ended run's log ends with its end: nothing goes after it
                     out.ignored.extend(e for e in incoming if e.event_id not in state.seen)
+                    # a known id goes to the store, which tells a repeat (nothing written)
+                    # from another event under that id (EventIdConflict)
+                    to_append.extend(e for e in incoming if e.event_id in state.seen)
                     continue
-                reports = st.fold_reports(state, incoming)
+                repeats: list[ev.Event] = []
+                reports = st.fold_reports(state, incoming, repeats)
                 to_append.extend(reports)
                 self._open(state)
                 to_append.extend(self._decide(state, now, out, reports))
+                # the store leaves out a repeat of the same event and refuses another event
+                # with a known id (EventIdConflict): a repeat is never dropped unchecked
+                to_append.extend(repeats)
             stored, out.claimed = self.store.append_and_claim(
                 to_append, claim, expect=watermarks if expect else None,
                 check_claims=check_claims)  # fmt: skip

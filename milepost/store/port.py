@@ -8,7 +8,8 @@ queue), so the projections can always be rebuilt from the log. Adapters: `sqlite
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -145,6 +146,78 @@ class ClaimMoved(ConcurrencyConflict):
     code = "claim_moved"
 
 
+class EventIdConflict(MilepostError):
+    """An event id the log already holds names a different event (another execution, type,
+    step or content): nothing of the append was written."""
+
+    code = "event_id_conflict"
+
+
+class MachineIdsExhausted(MilepostError):
+    """Every machine id (1..1023) is leased by a live process."""
+
+    code = "machine_ids_exhausted"
+
+
+MACHINE_IDS = range(1, 1024)
+"""The machine ids leased to processes; 0, what every process minted on before leases,
+is never leased."""
+
+
+def free_machine_id(live: set[int]) -> int:
+    """The lowest of MACHINE_IDS not in `live` (the ids leased and not expired)."""
+    for machine_id in MACHINE_IDS:
+        if machine_id not in live:
+            return machine_id
+    raise MachineIdsExhausted(f"all {len(MACHINE_IDS)} machine ids are leased by live "
+                              "processes", leased=len(live))  # fmt: skip
+
+
+_SERVER_MARKS = frozenset({"stale", "stale_reason"})
+"""Meta keys the server adds to what a client sent: a repeat is compared without them."""
+
+
+def _identity(event: Event) -> tuple[Any, ...]:
+    # what the client sent, not when it arrived: `created_at` is the server's clock when
+    # the client gave none, so a retried report may differ there and still be the same
+    meta = {k: v for k, v in event.meta.items() if k not in _SERVER_MARKS}
+    # as the log keeps it (JSON: string keys, lists for tuples), then in one key order
+    kept = json.loads(json.dumps([event.payload, meta], default=str))
+    content = json.dumps(kept, sort_keys=True)
+    return event.execution_id, event.event_type, event.step, content
+
+
+def same_event(stored: Event, new: Event) -> bool:
+    """A repeated `event_id` is the same event: same execution, type, step and content."""
+    return stored.event_id == new.event_id and _identity(stored) == _identity(new)
+
+
+def new_events(events: Iterable[Event], known: Mapping[int, Event]) -> list[Event]:
+    """The events to store: those whose id neither `known` (the log's events of these ids)
+    nor an earlier event of the batch holds. A repeat of the same event is left out; a
+    repeat that is another event raises EventIdConflict."""
+    held = dict(known)
+    out: list[Event] = []
+    clashes: list[tuple[Event, Event]] = []
+    for event in events:
+        prior = held.get(event.event_id)
+        if prior is None:
+            held[event.event_id] = event
+            out.append(event)
+        elif not same_event(prior, event):
+            clashes.append((prior, event))
+    if clashes:
+        raise event_id_conflict(clashes)
+    return out
+
+
+def event_id_conflict(clashes: Sequence[tuple[Event, Event]]) -> EventIdConflict:
+    ids = sorted({str(new.event_id) for _, new in clashes})
+    xids = sorted({str(e.execution_id) for pair in clashes for e in pair})
+    return EventIdConflict(f"event id {ids[0]} is already in the log for another event",
+                           event_ids=ids, execution_ids=xids)  # fmt: skip
+
+
 def claims_reported(events: Sequence[Event]) -> dict[int, int]:
     """command_id -> epoch of the reports that settle a command, stale ones left out."""
     return {int(e.payload["command_id"]): int(e.meta["epoch"]) for e in events
@@ -217,14 +290,17 @@ class Store(Protocol):
     def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
                check_claims: bool = False) -> list[Event]:  # fmt: skip
         """Append in one transaction with the projections; returns the events stored (with
-        `seq`), leaving out those whose `event_id` the log already had.
+        `seq`), leaving out those whose `event_id` the log already had for the same event
+        (`same_event`). An id the log holds for another event raises EventIdConflict and
+        nothing is written.
 
         `expect` maps executions to the last `seq` the caller folded: if the log of an
         execution these events write to has moved past it, nothing is written and LogMoved
         is raised (optimistic concurrency between orchestrators on one database). When it
         covers every execution written to, the caller vouches that the events are new (it
-        has folded those logs and left out the ids they hold), which lets a store skip its
-        check for repeated ids.
+        has folded those logs; a repeat it passes on costs a retry), which lets a store skip
+        its read of repeated ids; an id that is in the log anyway is still left out only
+        when it is the same event, else EventIdConflict: never a silent drop.
 
         `check_claims`: every command a non-stale `command.completed`/`failed` settles must
         be claimed with that report's `meta.epoch`, checked (and held) in the transaction;
@@ -336,6 +412,22 @@ class Store(Protocol):
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         """RUNNING executions with no queued or claimed command whose last event is older
         than `idle_s` (the reconciler re-evaluates them)."""
+        ...
+
+    # machine ids: the 10 bits of a snowflake naming who made it, one per live process
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        """The lowest id of MACHINE_IDS that is free or whose lease expired, leased to
+        `holder` until `now + ttl`; MachineIdsExhausted when every one is live."""
+        ...
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        """Extend `holder`'s lease of `machine_id` (a lapsed one too, while nobody took it:
+        then nobody else made ids with it); False when another holder has it now, and the
+        caller must lease another id before it makes more."""
+        ...
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        """Give the id back; False when `holder` did not hold it."""
         ...
 
     def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:

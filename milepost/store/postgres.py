@@ -43,6 +43,7 @@ _NS_MIGRATE = 0x6D70_0001
 _NS_APPEND = 0x6D70_0002
 _NS_CATALOG = 0x6D70_0003
 _NS_LEADER = 0x6D70_0004  # the one session lock in this space (see try_leader_lock)
+_NS_MACHINE = 0x6D70_0005
 
 class _Rows:
     """A statement over rows, its `{rows}` written for their number.
@@ -73,12 +74,17 @@ class _Rows:
 _CACHED_PARAMS = 50
 """psycopg caches the parsing of a statement with at most this many parameters
 (`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`)."""
+_EVENT_TYPES = ("bigint", "bigint", "bigint", "bigint", "text", "text", "text", "text", "text",
+                "text", "float8")  # fmt: skip
 _EVENT_INSERT = _Rows(
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
     " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v"
-    " ON CONFLICT (event_id) DO NOTHING",
-    ("bigint", "bigint", "bigint", "bigint", "text", "text", "text", "text", "text", "text",
-     "float8"))  # fmt: skip
+    " ON CONFLICT (event_id) DO NOTHING", _EVENT_TYPES)
+_EVENT_INSERT_STRICT = _Rows(
+    "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
+    " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v", _EVENT_TYPES)
+"""The vouched path's insert: an id in the log anyway fails the transaction (the careful
+retry then tells a repeat of the same event from a conflict), never drops the event."""
 _COMMAND_INSERT = _Rows(
     "INSERT INTO command (command_id, execution_id, step, run, idx, attempt, idempotency_key,"
     " status, pool, created_at, updated_at) SELECT * FROM {rows} AS v",
@@ -293,7 +299,7 @@ class PostgresStore:
                     return stored, collect() if collect is not None else []
             except _EventIdRace:
                 check_known = True  # rolled back; the other writer's rows are visible now
-            except port.ClaimMoved:
+            except (port.ClaimMoved, port.EventIdConflict):
                 raise
             except ConcurrencyConflict as exc:
                 if expect and exc.fields.get("constraint") == "event_execution_seq":
@@ -328,17 +334,17 @@ class PostgresStore:
             last.update(conn.execute(
                 "SELECT execution_id, max(seq) FROM event WHERE execution_id = ANY(%s::bigint[])"
                 " GROUP BY execution_id", (unknown,)).fetchall())  # fmt: skip
-        known: set[int] = set()
+        known: dict[int, ev.Event] = {}
         if check_known:
-            known = {r[0] for r in conn.execute(
-                "SELECT event_id FROM event WHERE event_id = ANY(%s::bigint[])",
+            known = {int(r[1]): self._decode(r) for r in conn.execute(
+                f"SELECT {_EVENT_COLS} FROM event WHERE event_id = ANY(%s::bigint[])",
                 ([e.event_id for e in events],))}  # fmt: skip
+        # a repeat (of the log's event or of one earlier in the batch) of the same event is
+        # left out, of another event refused: all or nothing
+        events = port.new_events(events, known)
         stored: list[ev.Event] = []
         rows: list[tuple[Any, ...]] = []
         for event in events:
-            if event.event_id in known:
-                continue  # already in the log (or twice in this batch): accepted, stored once
-            known.add(event.event_id)
             seq = last[event.execution_id] = last.get(event.execution_id, 0) + 1
             stored.append(_with_seq(event, seq))
             rows.append((event.event_id, event.execution_id, seq, event.parent_event_id,
@@ -348,7 +354,8 @@ class PostgresStore:
                          float(event.created_at)))  # fmt: skip
         if not stored:
             return [], lambda: None
-        inserted = _EVENT_INSERT.execute(conn, rows)
+        vouched = expect is not None and set(xids) <= expect.keys() and not check_known
+        inserted = (_EVENT_INSERT_STRICT if vouched else _EVENT_INSERT).execute(conn, rows)
         self._project_txn(conn, stored)
 
         def check() -> None:
@@ -635,6 +642,28 @@ class PostgresStore:
             if outer:
                 self._held.conn = None
                 self._locks_pool().putconn(conn)
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        with self._txn() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s::int4, 0)", (_NS_MACHINE,))
+            live = {int(r[0]) for r in conn.execute(
+                "SELECT machine_id FROM machine_lease WHERE expires_at > %s", (now,))}  # fmt: skip
+            machine_id = port.free_machine_id(live)
+            conn.execute(
+                "INSERT INTO machine_lease (machine_id, holder, expires_at) VALUES (%s,%s,%s)"
+                " ON CONFLICT (machine_id) DO UPDATE SET holder=excluded.holder,"
+                " expires_at=excluded.expires_at", (machine_id, holder, now + ttl))  # fmt: skip
+        return machine_id
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self._conn() as conn:
+            return conn.execute("UPDATE machine_lease SET expires_at=%s WHERE machine_id=%s"
+                                " AND holder=%s", (now + ttl, machine_id, holder)).rowcount > 0  # fmt: skip
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        with self._conn() as conn:
+            return conn.execute("DELETE FROM machine_lease WHERE machine_id=%s AND holder=%s",
+                                (machine_id, holder)).rowcount > 0  # fmt: skip
 
     def try_leader_lock(self) -> bool:
         """True while this store holds the leader lock (one per database, e.g. for the

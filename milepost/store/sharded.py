@@ -193,6 +193,16 @@ class ShardedStore:
         store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
         return store.release(command_id, worker_id, epoch, now)
 
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        # one registry of machine ids for every process on these databases: the catalog's
+        return self.first.lease_machine_id(holder, now, ttl)
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        return self.first.renew_machine_id(machine_id, holder, now, ttl)
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        return self.first.release_machine_id(machine_id, holder)
+
     def try_leader_lock(self) -> bool:
         """The first store's leader lock; a store without one (SQLite) leads in-process."""
         leader = getattr(self.first, "try_leader_lock", None)

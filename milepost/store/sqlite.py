@@ -14,6 +14,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ _MIGRATIONS: list[str] = [m.sql for m in migrations.scripts("sqlite")]
 """Version n is `_MIGRATIONS[n - 1]`; the DDL lives in `migrations/sqlite/NNNN_*.sql`."""
 
 _BLOB_PREFIX = "milepost://results/"
+_OPEN_WAIT_S = 10.0
+"""How long opening waits for other processes opening the same new file (the busy timeout)."""
 _INSERT_EVENT = (
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
     " result, meta, worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
@@ -46,13 +49,26 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._last_seq: dict[int, int] = {}
         """execution -> last seq appended by this store; checked by the unique index."""
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA busy_timeout=10000")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self.migrate()
 
     # -- plumbing --------------------------------------------------------------------------
+
+    def _wal(self) -> None:
+        """Switch the file to WAL. On a new file that other processes are opening too, the
+        switch may find it locked at once: SQLite does not wait on the busy handler there."""
+        deadline = time.monotonic() + _OPEN_WAIT_S
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
 
     @contextlib.contextmanager
     def _txn(self) -> Iterator[sqlite3.Connection]:
@@ -84,10 +100,19 @@ class SQLiteStore:
                 if version <= current:
                     continue
                 # executescript commits; the version row goes in the same script so a crash
-                # cannot leave a migrated schema that claims to be older
-                self._conn.executescript(
-                    f"BEGIN;\n{script}\nINSERT INTO schema_version VALUES ({version});\nCOMMIT;"
-                )
+                # cannot leave a migrated schema that claims to be older. IMMEDIATE: of two
+                # processes opening a new file at once, the second waits for the first's
+                # commit, then finds its tables there and the version it wrote
+                try:
+                    self._conn.executescript(f"BEGIN IMMEDIATE;\n{script}\n"
+                                             f"INSERT INTO schema_version VALUES ({version});\n"
+                                             "COMMIT;")  # fmt: skip
+                except sqlite3.OperationalError:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    row = self._conn.execute("SELECT max(version) FROM schema_version").fetchone()
+                    if (row[0] or 0) < version:
+                        raise  # not another process's migration: a real failure
             return len(_MIGRATIONS)
 
     def schema_version(self) -> int:
@@ -174,8 +199,24 @@ class SQLiteStore:
         self._project_txn(conn, stored)
         return stored
 
+    def _known_events_txn(self, conn: sqlite3.Connection,
+                          events: Sequence[ev.Event]) -> dict[int, ev.Event]:  # fmt: skip
+        """The log's events that have the ids of these."""
+        ids = list({e.event_id for e in events})
+        known: dict[int, ev.Event] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = conn.execute(
+                "SELECT seq, event_id, execution_id, parent_event_id, event_type, step, status,"
+                f" result, meta, worker_id, created_at FROM event WHERE event_id IN"
+                f" ({','.join('?' * len(chunk))})", chunk).fetchall()  # fmt: skip
+            known.update((int(r[1]), self._decode(r)) for r in rows)
+        return known
+
     def _append_one_by_one_txn(self, conn: sqlite3.Connection,
                                events: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
+        # the IMMEDIATE transaction holds the file: the ids read here stay as they are
+        events = port.new_events(events, self._known_events_txn(conn, events))
         stored: list[ev.Event] = []
         for event in events:
             xid = event.execution_id
@@ -187,8 +228,9 @@ class SQLiteStore:
                 event.status, self._encode_result_txn(conn, event),
                 json.dumps(event.meta) if event.meta else None, event.worker_id,
                 event.created_at))  # fmt: skip
-            if cur.rowcount == 0:
-                continue  # duplicate event id: accepted, not stored twice
+            if cur.rowcount == 0:  # cannot happen: `new_events` left out the known ids
+                raise port.EventIdConflict("event id is already in the log",
+                                           event_ids=[str(event.event_id)])  # fmt: skip
             stored.append(_with_seq(event, seq))
         self._project_txn(conn, stored)
         return stored
@@ -569,6 +611,27 @@ class SQLiteStore:
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         rows = self._query(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
         return [int(r[0]) for r in rows]
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        with self._txn() as conn:
+            live = {int(r[0]) for r in conn.execute(
+                "SELECT machine_id FROM machine_lease WHERE expires_at > ?", (now,))}  # fmt: skip
+            machine_id = port.free_machine_id(live)
+            conn.execute(
+                "INSERT INTO machine_lease (machine_id, holder, expires_at) VALUES (?,?,?)"
+                " ON CONFLICT (machine_id) DO UPDATE SET holder=excluded.holder,"
+                " expires_at=excluded.expires_at", (machine_id, holder, now + ttl))  # fmt: skip
+        return machine_id
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self._txn() as conn:
+            return conn.execute("UPDATE machine_lease SET expires_at=? WHERE machine_id=?"
+                                " AND holder=?", (now + ttl, machine_id, holder)).rowcount > 0  # fmt: skip
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        with self._txn() as conn:
+            return conn.execute("DELETE FROM machine_lease WHERE machine_id=? AND holder=?",
+                                (machine_id, holder)).rowcount > 0  # fmt: skip
 
     def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
         """An in-process reentrant lock per (database file, execution), shared by every

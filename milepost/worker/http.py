@@ -33,18 +33,19 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from milepost.client import ApiError, AsyncMilepostClient, MilepostClient, ServerUnavailable
 from milepost.core import events as ev
-from milepost.core.ids import MAX_MACHINE, Snowflake
+from milepost.core.ids import Snowflake
 from milepost.core.work import Outcome, WorkItem, report_events
+from milepost.engine.machine import RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
@@ -88,6 +89,9 @@ class WorkerClient(Protocol):
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
+    async def machine_id(self, worker_id: str,
+                         machine_id: int | None = None) -> dict[str, Any]: ...  # fmt: skip
+
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
@@ -116,12 +120,11 @@ class _Transient(Exception):
     """A server call failed in a way that may pass: give the command back."""
 
 
-def machine_id() -> int:
-    """`MILEPOST_MACHINE_ID`, else 1..1023 derived from host and pid (0 is the server's default)."""
+def machine_id() -> int | None:
+    """`MILEPOST_MACHINE_ID`, else None: the worker leases one from its server as it starts
+    (an id derived from host and pid collided between workers, silently)."""
     value = os.environ.get("MILEPOST_MACHINE_ID")
-    if value:
-        return int(value)
-    return zlib.crc32(f"{socket.gethostname()}:{os.getpid()}".encode()) % MAX_MACHINE + 1
+    return int(value) if value else None
 
 
 def default_worker_id() -> str:
@@ -211,6 +214,8 @@ class _Report:
     outcome: Outcome
     wire: list[dict[str, Any]]
     sent: asyncio.Future[None]
+    reminted: bool = False
+    """Its ids were minted again after an `event_id_conflict`."""
 
 
 class Worker:
@@ -225,7 +230,8 @@ class Worker:
         lease_seconds: lease asked for at claim and at each heartbeat (every third of it).
         grace_seconds: how long running attempts may take to finish after `stop()`.
         clock: time and sleeps (tests pass a fake one).
-        new_id: event ids; default a Snowflake on `machine_id()`.
+        new_id: event ids; default a Snowflake on `machine_id()`, else on a machine id
+            leased from the server when `run` starts and renewed while it runs.
         min_poll, max_poll: the polling back-off.
         report_timeout: how long a report is retried while the server is unreachable.
         credentials: the lookup given to `run_attempt` (pass the same to the tools);
@@ -259,7 +265,13 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.grace_seconds = grace_seconds
         self.clock: Clock = clock or RealClock()
-        self._new_id = new_id or Snowflake(machine_id(), self.clock.time)
+        fixed = machine_id()
+        self._new_id: Callable[[], int] | None = new_id or (
+            None if fixed is None else Snowflake(fixed, self.clock.time))  # fmt: skip
+        self._leased: int | None = None
+        """The machine id leased from the server (None: `new_id` or the environment's)."""
+        self._lease_holder = f"{self.worker_id}/{secrets.token_hex(4)}"
+        """Who holds the lease: unique even when two workers were given one worker id."""
         self.min_poll = min_poll
         self.max_poll = max_poll
         self.report_timeout = report_timeout
@@ -312,6 +324,10 @@ class Worker:
         log.info("worker %s claiming from pool %r (concurrency %d, lease %gs)", self.worker_id,
                  self.pool, self.concurrency, self.lease_seconds,
                  extra={"action": "worker_started", "worker_id": self.worker_id})  # fmt: skip
+        renewer = None
+        if self._new_id is None:
+            await self._lease_machine_id()
+            renewer = asyncio.create_task(self._renew_machine_id(), name="machine-id")
         reporter = asyncio.create_task(self._reporter(), name="reporter")
         try:
             await self._claim_loop()
@@ -319,9 +335,50 @@ class Worker:
             try:
                 await self._shutdown()
             finally:
-                reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reporter
+                for task in (reporter, renewer):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
+
+    # -- event ids -------------------------------------------------------------------------
+
+    def _mint(self) -> int:
+        assert self._new_id is not None, "run() leases a machine id before any attempt"
+        return self._new_id()
+
+    async def _lease_machine_id(self) -> None:
+        """Ask the server for a machine id until it answers (or the worker is stopped)."""
+        delay = self.min_poll
+        while True:
+            try:
+                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
+                return
+            except (ApiError, ServerUnavailable) as exc:
+                if self._stopping:
+                    return  # no claim follows, so no id is ever needed
+                log.warning("cannot lease a machine id (%s); retrying in %.1fs", exc, delay,
+                            extra={"action": "machine_id_failed"})  # fmt: skip
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, self.max_poll)
+
+    def _use_machine_id(self, reply: Mapping[str, Any]) -> None:
+        leased = int(reply["machine_id"])
+        if leased != self._leased:
+            if self._leased is not None:
+                log.warning("machine id %d was lost: minting with %d from now on",
+                            self._leased, leased, extra={"action": "machine_id_relet"})  # fmt: skip
+            self._leased = leased
+            self._new_id = Snowflake(leased, self.clock.time)
+
+    async def _renew_machine_id(self) -> None:
+        while True:
+            await self.clock.sleep(RENEW_EVERY_S)
+            try:
+                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
+            except (ApiError, ServerUnavailable) as exc:  # the lease outlives a few misses
+                log.warning("machine id renewal failed: %s", exc,
+                            extra={"action": "machine_id_renew_failed"})  # fmt: skip
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -528,7 +585,7 @@ class Worker:
     async def _report(self, job: _Job, item: WorkItem, outcome: Outcome) -> None:
         """Hand the attempt's events to the reporter; returns once they went (or were
         given up on)."""
-        events = report_events(item, outcome, self._new_id(), self.clock.time(), self.worker_id)
+        events = report_events(item, outcome, self._mint(), self.clock.time(), self.worker_id)
         wire = _jsonable([wire_event(e, job.epoch, job.command_id) for e in events])
         entry = _Report(job, outcome, wire, asyncio.get_running_loop().create_future())
         self._outbox.append(entry)
@@ -621,6 +678,14 @@ class Worker:
         if len(batch) > 1:
             for entry in batch:
                 await self._send([entry])
+            return
+        if exc.code == "event_id_conflict" and not batch[0].reminted:
+            # an id of this report is in the log for another event (a machine id shared by
+            # mistake): the same report under fresh ids, once; a second refusal is logged
+            batch[0].reminted = True
+            for event in batch[0].wire:
+                event["event_id"] = str(self._mint())
+            await self._send(batch)
             return
         self._log(batch[0].job, logging.ERROR, "report_refused", "report refused: %s %s",
                   exc.code, exc.message)  # fmt: skip
@@ -831,7 +896,7 @@ def worker_main(
     MILEPOST_NATS_POOL, else `default`), MILEPOST_WORKER_ID (`host:pid`),
     MILEPOST_NATS_URL (none: poll only), MILEPOST_LEASE_SECONDS (30),
     MILEPOST_GRACE_SECONDS (30), MILEPOST_PYTHON_WORKERS (2), MILEPOST_LOG_LEVEL (INFO).
-    Event ids use MILEPOST_MACHINE_ID, else a machine id derived from host and pid.
+    Event ids use MILEPOST_MACHINE_ID, else a machine id leased from the server.
     """
     env = os.environ
     level = (log_level or env.get("MILEPOST_LOG_LEVEL") or "INFO").upper()

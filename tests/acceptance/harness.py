@@ -190,7 +190,7 @@ class Cluster:
         env.update({
             "MILEPOST_DATABASE_URL": self.db_url,
             "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
-            "MILEPOST_MACHINE_ID": "0",
+            # no MILEPOST_MACHINE_ID: the server leases its machine id, workers ask for theirs
             "MILEPOST_LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
         })  # fmt: skip
@@ -252,7 +252,6 @@ class Cluster:
             "MILEPOST_PYTHON_WORKERS": str(python_workers),
             "MILEPOST_GRACE_SECONDS": str(grace_seconds),
             "MILEPOST_WORKER_ID": f"worker-{index}",
-            "MILEPOST_MACHINE_ID": str(100 + index),
         })  # fmt: skip
         proc = Proc(f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env,
                     self.tmp / f"worker-{index}.log")  # fmt: skip

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from milepost.core.ids import Snowflake
 from milepost.core.work import Outcome, report_events
 from milepost.engine.orchestrator import Orchestrator
-from tests.api.support import HELLO, Api, error, ok, report_wire, work_item
+from tests.api.support import HELLO, Api, error, ok, report_wire, start_server, work_item
 
 
 def count(api: Api, xid: str) -> int:
@@ -22,7 +23,8 @@ def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
         "event_id": 42, "execution_id": int(xid), "name": "command.started", "step": "start",
         "payload": {"note": "hi"}, "worker_id": "w1", "created_at": "2024-05-01T12:00:00Z",
     }, role="worker"))  # fmt: skip
-    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": [], "ignored": []}
+    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": [], "ignored": [],
+                     "stored_ids": ["42"], "duplicates": []}  # fmt: skip
     stored = api.store.load(int(xid))[-1]
     assert (stored.event_id, stored.event_type, stored.status) == (42, "command.started", "RUNNING")
     assert stored.payload == {"note": "hi"} and stored.worker_id == "w1"
@@ -58,11 +60,13 @@ def test_an_event_id_already_stored_is_accepted_and_not_stored_twice(api: Api) -
     again = ok(api.post("/api/events", event, role="worker"))
     assert first["stored"] == 1 and again == {"accepted": 1, "stored": 0, "event_ids": ["9001"],
                                               "ignored": [],
-                                              "stale": []}  # fmt: skip
+                                              "stale": [], "stored_ids": [],
+                                              "duplicates": ["9001"]}  # fmt: skip
     assert count(api, xid) == n
     both = ok(api.post("/api/events/batch", {"events": [event, {**event, "event_id": 9002}]},
                        role="worker"))  # fmt: skip
     assert both["accepted"] == 2 and both["stored"] == 1 and count(api, xid) == n + 1
+    assert both["stored_ids"] == ["9002"] and both["duplicates"] == ["9001"]
 
 
 def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> None:
@@ -383,3 +387,78 @@ def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
     assert reply["stored"] == 0 and reply["ignored"] == reply["event_ids"]
     assert "COMPLETED" in reply["ignored_reasons"][reply["event_ids"][0]]
     assert api.event_types(xid)[-1] == "execution.completed"
+
+
+# -- repeated and squatted event ids (issue 8, item 1) ---------------------------------------
+
+
+def _beat(xid: str, event_id: int, **context: Any) -> dict[str, Any]:
+    return {"event_id": str(event_id), "execution_id": xid, "event_type": "command.heartbeat",
+            "step": "start", "context": context}  # fmt: skip
+
+
+def test_an_event_id_of_another_execution_is_409_and_nothing_is_stored(api: Api) -> None:
+    first, second = api.execute(HELLO), api.execute(HELLO)
+    ok(api.post("/api/events", _beat(first, 7001, n=1), role="worker"))
+    before = count(api, first), count(api, second)
+    body = error(api.post("/api/events/batch", {"events": [
+        _beat(second, 7002), _beat(second, 7001, n=1)]}, role="worker"), 409, "event_id_conflict")  # fmt: skip
+    assert body["event_ids"] == ["7001"] and set(body["execution_ids"]) == {first, second}
+    assert (count(api, first), count(api, second)) == before  # 7002 neither
+
+
+def test_an_event_id_repeated_with_other_content_is_409(api: Api) -> None:
+    xid = api.execute(HELLO)
+    ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))
+    n = count(api, xid)
+    error(api.post("/api/events", _beat(xid, 7101, n=2), role="worker"), 409, "event_id_conflict")
+    assert count(api, xid) == n
+    assert ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))["duplicates"] == [
+        "7101"]
+
+
+def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
+    xid = api.execute(HELLO)
+    ahead = Snowflake(1, lambda: time.time() + 60)()
+    body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422,
+                 "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "event_id"]
+    assert "ahead of the server's clock" in body["errors"][0]["msg"]
+    soon = Snowflake(1, lambda: time.time() + 1)()  # within the clock skew allowed
+    assert ok(api.post("/api/events", _beat(xid, soon), role="worker"))["stored"] == 1
+
+
+def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
+    with start_server(db_url) as api:
+        target = api.execute(HELLO)  # where the squatter posts
+        orchestrator = api.services.runtime.orchestrator
+        mint = orchestrator.new_id
+        taken: list[int] = []
+
+        def squat(n: int) -> None:
+            """A client takes the next `n` ids the engine would mint."""
+            ids = [mint() for _ in range(n)]
+            for event_id in ids:
+                ok(api.post("/api/events", _beat(target, event_id), role="worker"))
+            replay = iter(ids)
+            orchestrator.new_id = lambda: next(replay, None) or mint()
+            taken.extend(ids)
+
+        def claim(run: str) -> dict[str, Any]:
+            return next(c for c in api.claim_next(limit=10) if c["execution_id"] == run)
+
+        squat(3)  # the ids of a run's start
+        run = api.execute(HELLO)
+        command = claim(run)
+        squat(3)  # the ids of the decisions its first report leads to
+        api.complete(command, {"greeting": "hi"})
+        api.complete(claim(run), {"loud": "HI"})
+        assert api.status(run)["status"] == "COMPLETED"
+        log = api.store.load(int(run))
+        types = [e.event_type for e in log]
+        assert types[0] == "execution.started" and types[-1] == "execution.completed"
+        assert types.count("step.exit") == 2 and types.count("command.issued") == 2
+        assert not set(taken) & {e.event_id for e in log}
+        assert api.event_types(target).count("command.heartbeat") == 6  # the squatter's too
+    with start_server(db_url) as again:  # rebuilt from the log alone, as after a restart
+        assert ok(again.get(f"/api/executions/{run}"))["status"] == "COMPLETED"

@@ -864,3 +864,104 @@ def test_racing_drivers_get_one_lease(make_store: StoreFactory) -> None:
         t.join(30)
     assert len(won) == 1 and busy == won * 3
     assert stores[0].get_driver(86).holder == won[0]
+
+
+# -- repeated event ids and machine-id leases (issue 8, item 1) ------------------------------
+
+
+def _same_shard_pair() -> tuple[int, int]:
+    """Two executions on one shard of a two-shard store: ids are unique per database."""
+    first = 90
+    return first, next(x for x in itertools.count(first + 1) if shard_of(x, 2) == shard_of(first, 2))
+
+
+def test_a_repeat_of_the_same_event_is_a_no_op_even_with_server_marks_or_another_time(
+        store: Any) -> None:  # fmt: skip
+    report = event(80, ev.COMMAND_HEARTBEAT, "s", command_id=1)
+    store.append([started(80), report])
+    # the server's clock and its `meta.stale` mark are not what the client sent
+    again = dataclasses.replace(report, created_at=report.created_at + 5,
+                                meta={"stale": True, "stale_reason": "x"})  # fmt: skip
+    assert store.append([again]) == []
+    assert store.append([again], expect={80: 2}) == []  # vouched, and still no error
+    assert [e.event_id for e in store.load(80)].count(report.event_id) == 1
+
+
+@pytest.mark.parametrize("change", ["execution", "type", "step", "content"])
+def test_a_repeated_id_of_another_event_is_refused_and_nothing_is_written(
+        store: Any, change: str) -> None:  # fmt: skip
+    xid, other = _same_shard_pair()
+    original = event(xid, ev.COMMAND_HEARTBEAT, "s", n=1)
+    store.append([started(xid), started(other), original])
+    clash = {"execution": dataclasses.replace(original, execution_id=other),
+             "type": dataclasses.replace(original, event_type=ev.CALL_DONE),
+             "step": dataclasses.replace(original, step="t"),
+             "content": dataclasses.replace(original, payload={"n": 2})}[change]  # fmt: skip
+    fresh = issued(clash.execution_id, 811)
+    # unchecked, and vouched (the caller folded the log: the store does not read the ids)
+    for expect in (None, {clash.execution_id: store.event_count(clash.execution_id)}):
+        with pytest.raises(port.EventIdConflict) as info:
+            store.append([fresh, clash], expect=expect)
+        assert info.value.code == "event_id_conflict"
+        assert info.value.fields["event_ids"] == [str(original.event_id)]
+        assert str(clash.execution_id) in info.value.fields["execution_ids"]
+    assert store.event_count(other) == 1 and store.event_count(xid) == 2
+    assert store.get_command(811) is None  # the whole transaction, projections too
+    assert store.load(xid)[1].payload == {"n": 1}
+
+
+def test_the_same_id_twice_in_one_batch_is_stored_once_or_refused(store: Any) -> None:
+    store.append([started(83)])
+    beat = event(83, ev.COMMAND_HEARTBEAT, "s", n=1)
+    assert [e.event_id for e in store.append([beat, beat])] == [beat.event_id]
+    other = event(83, ev.COMMAND_HEARTBEAT, "s", n=1)
+    with pytest.raises(port.EventIdConflict):
+        store.append([other, dataclasses.replace(other, payload={"n": 2})])
+    assert store.event_count(83) == 2
+
+
+def test_machine_ids_are_leased_one_per_live_holder(make_store: StoreFactory) -> None:
+    first, second = make_store(), make_store()
+    a = first.lease_machine_id("a", 100.0, 30.0)
+    b = second.lease_machine_id("b", 100.0, 30.0)
+    assert a != b and {a, b} <= set(port.MACHINE_IDS)
+    assert first.renew_machine_id(a, "a", 120.0, 30.0)  # a: until 150
+    assert not second.renew_machine_id(a, "b", 120.0, 30.0)  # not b's to renew
+    # b stopped renewing (lapsed at 130): its id goes to the next holder, and b loses it
+    assert second.lease_machine_id("c", 140.0, 30.0) == b
+    assert not second.renew_machine_id(b, "b", 141.0, 30.0)
+    assert first.lease_machine_id("d", 141.0, 30.0) not in {a, b}
+    assert first.release_machine_id(a, "a") and not first.release_machine_id(a, "a")
+    assert second.lease_machine_id("e", 142.0, 30.0) == a  # released: free at once
+
+
+def test_leasing_every_machine_id_then_one_more_is_a_clear_error(store: Any) -> None:
+    for n in port.MACHINE_IDS:
+        store.lease_machine_id(f"h{n}", 1.0, 60.0)
+    with pytest.raises(port.MachineIdsExhausted) as info:
+        store.lease_machine_id("late", 2.0, 60.0)
+    assert info.value.code == "machine_ids_exhausted"
+    assert store.lease_machine_id("late", 61.5, 60.0) == 1  # after they all lapsed
+
+
+def test_processes_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Path) -> None:
+    """Two `milepost run` in one folder, the first time: both create the default file."""
+    failures: list[str] = []
+    for round_ in range(20):  # the race is won by timing: many rounds make it certain
+        path = tmp_path / f"new{round_}.db"
+        gate = threading.Barrier(4)
+
+        def open_it(path: Path = path, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            try:
+                SQLiteStore(path).close()
+            except sqlite3.Error as exc:
+                failures.append(repr(exc))
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert SQLiteStore(tmp_path / "new0.db").schema_version() == len(migrations.scripts("sqlite"))

@@ -416,3 +416,65 @@ def _driver_expires_at(db: Path, xid: str) -> float:
         row = conn.execute("SELECT expires_at FROM execution_driver WHERE execution_id=?",
                            (int(xid),)).fetchone()  # fmt: skip
     return float(row[0])
+
+
+def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: Path) -> None:
+    """Issue 8, item 3: the default file is shared by every terminal in a folder. Two runs
+    minting ids on one machine id lost each other's events and hung, commands queued."""
+    from milepost.store.sqlite import SQLiteStore
+
+    n = 600
+    # a gate step holds each run until both are up, so their loops run at the same time
+    pb = write(tmp_path, f"""
+    workflow:
+      - step: gate
+        tool:
+          kind: python
+          input: {{d: "{tmp_path}"}}
+          code: |
+            import os, time, uuid
+            open(os.path.join(d, "ready-" + uuid.uuid4().hex), "w").close()
+            deadline = time.time() + 60
+            while not os.path.exists(os.path.join(d, "go")) and time.time() < deadline:
+                time.sleep(0.002)
+            result = 1
+        next: each
+      - step: each
+        loop:
+          in: "{{{{ range({n}) | list }}}}"
+          iterator: i
+          spec: {{mode: parallel, max_in_flight: 50}}
+        tool: {{kind: noop}}
+    """)
+    db = tmp_path / "m.db"
+    procs = [subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    outs = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("ready-*"))) < 2:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        for proc in procs:
+            outs.append(proc.communicate(timeout=60))  # a hang fails here
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    xids = {int(json.loads(out)["execution_id"]) for out, _ in outs}
+    assert len(xids) == 2
+    store = SQLiteStore(db)
+    try:
+        for xid in xids:
+            row = store.get_execution(xid)
+            assert row is not None and row.status == "COMPLETED"
+            types = [e.event_type for e in store.load(xid)]
+            assert types.count("execution.started") == 1, xid
+            assert types.count("command.completed") == n + 1 and types[-1] == "execution.completed"
+            assert store.open_commands(xid) == []
+        # each run leased its own machine id and gave it back
+        assert store._query("SELECT count(*) FROM machine_lease", ())[0][0] == 0
+    finally:
+        store.close()

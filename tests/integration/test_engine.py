@@ -384,7 +384,7 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
 
     monkeypatch.setattr(Orchestrator, "state", read_before_the_end)
     with pytest.raises(typer.Exit):
-        cli._request_cancel(store, xid)
+        cli._request_cancel(store, xid, Orchestrator(store))
     assert len(reads) == 2 and store.load(xid) == log
 
 

@@ -175,6 +175,11 @@ class FakeClient:
         self.reported = asyncio.Event()
         self.ignore_reports = False
         """Reply as the server does to reports for a run that had ended: not stored."""
+        self.machine_id_calls: list[int | None] = []
+        """The machine id each `machine_id` call held (None: asked for a new one)."""
+        self.machine_ids_lost: set[int] = set()
+        """Ids whose lease the next renewal finds taken by another process."""
+        self._next_machine_id = itertools.count(7)
 
     async def claim_next(self, worker_id: str, limit: int = 1,
                          lease_seconds: float | None = None,
@@ -193,6 +198,12 @@ class FakeClient:
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
         self.releases.append((int(event_id), epoch))
         return {"released": True}
+
+    async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
+        self.machine_id_calls.append(machine_id)
+        renewed = machine_id is not None and machine_id not in self.machine_ids_lost
+        leased = machine_id if renewed else next(self._next_machine_id)
+        return {"machine_id": leased, "expires_at": 0.0, "renewed": renewed}
 
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip

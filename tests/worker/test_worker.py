@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from milepost.client import ApiError, ServerUnavailable
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
+from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.render import LoopResult
 from milepost.worker import http as worker_http
 from milepost.worker.http import Worker, wire_event, work_item
@@ -19,6 +21,7 @@ from tests.worker.fakes import (
     LEASE,
     SECRET_PLAYBOOK,
     FakeClient,
+    FakeClock,
     FakeTools,
     command,
     make,
@@ -481,11 +484,67 @@ def test_commands_claimed_while_stopping_are_given_back() -> None:
     run(scenario)
 
 
-def test_machine_id_comes_from_the_environment_or_the_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_machine_id_comes_from_the_environment_or_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
     assert worker_http.machine_id() == 17
     monkeypatch.delenv("MILEPOST_MACHINE_ID")
-    assert 1 <= worker_http.machine_id() <= 1023
+    assert worker_http.machine_id() is None  # leased from the server: no host:pid hash
+
+
+def _machine_of(event_id: str) -> int:
+    return (int(event_id) >> SEQUENCE_BITS) & MAX_MACHINE
+
+
+def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client, tools, clock = FakeClient(), FakeTools(), FakeClock()
+        worker = Worker(client, tools, clock=clock, worker_id="w-lease", lease_seconds=LEASE)
+        client.queue.append(command(130))
+        async with running(worker):
+            await until(lambda: len(client.reports) == 1, clock)
+            assert client.machine_id_calls == [None]
+            assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {7}
+            await clock.advance(RENEW_EVERY_S)
+            assert client.machine_id_calls == [None, 7]  # renewed, same id
+            client.machine_ids_lost.add(7)  # it lapsed and another process has it now
+            await clock.advance(RENEW_EVERY_S)
+            assert client.machine_id_calls == [None, 7, 7]
+            client.queue.append(command(131))
+            await until(lambda: len(client.reports) == 2, clock)
+        assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {8}
+
+    run(scenario)
+
+
+def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_ids() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        conflict = ApiError(409, "event_id_conflict", "taken")
+        client.report_failures = [conflict, conflict]
+        client.queue.append(command(132))
+        async with running(worker):
+            await until(lambda: not worker.jobs and len(client.report_claims) == 2)
+            await settle()
+        assert len(client.report_claims) == 2  # once more, then given up: no loop
+        assert client.reports == []
+
+    run(scenario)
+
+
+def test_a_report_whose_ids_were_taken_goes_through_under_new_ids() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        client.report_failures = [ApiError(409, "event_id_conflict", "taken")]
+        client.queue.append(command(133))
+        async with running(worker):
+            await until(lambda: len(client.reports) == 1)
+        [[event]] = client.reports
+        assert event["event_id"] == "9000001"  # not 9000000, the id refused
+
+    run(scenario)
 
 
 def fakes_playbook() -> str:

@@ -54,7 +54,7 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
     try:
         authorize_events(principal, [item.event_type for item in items], batch)
         done = ingest.ingest(runtime, store, items, batch, claim)
-    except errors.ApiError:
+    except (errors.ApiError, port.EventIdConflict):
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
         raise
@@ -76,6 +76,8 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
         stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
         ignored=[str(e.event_id) for e in done.events if e.event_id in done.ignored],
         ignored_reasons={str(k): why for k, why in done.ignored.items()} or None,
+        stored_ids=[str(e.event_id) for e in done.events if e.event_id in done.stored_ids],
+        duplicates=[str(e.event_id) for e in done.events if e.event_id in done.duplicate_ids],
         commands=None if claim is None else commands.hand_out(runtime, done.claimed,
                                                               fresh=done.written),
     )  # fmt: skip

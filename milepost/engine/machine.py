@@ -1,0 +1,73 @@
+"""Event ids on a machine id leased from the store, so two processes never mint the same id.
+
+A snowflake names its maker by 10 bits of machine id; two processes on one machine id mint
+the same ids in the same millisecond, and an id the log already holds is refused. Every
+process that makes ids on a database (servers, `milepost run` and `resume`; workers ask
+their server, `POST /api/workers/machine-id`) leases its own from `machine_lease`, renews it
+while it runs and gives it back when it stops. A lease that lapsed (the process stalled
+past `LEASE_TTL_S`) and was taken by another process is noticed at the next renewal: from
+then on ids come from a new lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+
+from milepost.core.ids import Snowflake
+from milepost.errors import MilepostError
+from milepost.store.port import Store
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 60.0
+RENEW_EVERY_S = LEASE_TTL_S / 4
+"""Several renewals per lease: one missed (a slow database) does not lose the id."""
+
+
+def holder_name(kind: str) -> str:
+    """Who holds a lease, for people reading `machine_lease`; unique per process and lease."""
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class LeasedIds:
+    """A snowflake generator on a machine id leased from `store` (callable like Snowflake)."""
+
+    def __init__(self, store: Store, clock: Callable[[], float], *, holder: str,
+                 ttl: float = LEASE_TTL_S) -> None:  # fmt: skip
+        self.store = store
+        self.clock = clock
+        self.holder = holder
+        self.ttl = ttl
+        self._mutex = threading.Lock()
+        self.machine_id = store.lease_machine_id(holder, clock(), ttl)
+        self._ids = Snowflake(self.machine_id, clock)
+
+    def __call__(self) -> int:
+        with self._mutex:
+            return self._ids()
+
+    def renew(self) -> bool:
+        """Extend the lease; when another process has the id now, lease a new one and make
+        ids with it from here on. True when the id is unchanged."""
+        if self.store.renew_machine_id(self.machine_id, self.holder, self.clock(), self.ttl):
+            return True
+        lost = self.machine_id
+        with self._mutex:  # no id is made between the loss and the new lease
+            self.machine_id = self.store.lease_machine_id(self.holder, self.clock(), self.ttl)
+            self._ids = Snowflake(self.machine_id, self.clock)
+        log.warning("machine id lease lost: leased another",
+                    extra={"action": "machine_id_relet", "lost": lost,
+                           "machine_id": self.machine_id})  # fmt: skip
+        return False
+
+    def release(self) -> None:
+        """Give the id back (best effort: it lapses on its own otherwise)."""
+        try:
+            self.store.release_machine_id(self.machine_id, self.holder)
+        except MilepostError:
+            log.warning("could not release machine id %s", self.machine_id)

@@ -1,0 +1,63 @@
+"""Machine ids (issue 8, item 1): the server leases its own, and hands workers theirs."""
+
+from __future__ import annotations
+
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
+from milepost.store import port
+from tests.api.support import HELLO, Api, error, ok, start_server
+
+
+def _machine_of(event_id: int) -> int:
+    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
+
+
+def _leases(api: Api) -> dict[int, str]:
+    return {int(m): str(h) for m, h in api.store._query(
+        "SELECT machine_id, holder FROM machine_lease", ())}  # fmt: skip
+
+
+def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: str) -> None:
+    with start_server(db_url) as api:
+        leased = api.services.machine_ids
+        assert leased is not None and leased.machine_id in port.MACHINE_IDS
+        assert _leases(api)[leased.machine_id].startswith("server:")
+        xid = api.execute(HELLO)
+        assert {_machine_of(e.event_id) for e in api.store.load(int(xid))} == {leased.machine_id}
+        store_url = db_url
+    with start_server(store_url) as again:  # released: the next server takes the same id
+        assert again.services.machine_ids is not None
+        assert again.services.machine_ids.machine_id == leased.machine_id
+
+
+def test_a_machine_id_set_in_the_settings_is_used_and_nothing_is_leased(db_url: str) -> None:
+    with start_server(db_url, machine_id=5) as api:
+        assert api.services.machine_ids is None and _leases(api) == {}
+        xid = api.execute(HELLO)
+        assert {_machine_of(e.event_id) for e in api.store.load(int(xid))} == {5}
+
+
+def test_workers_lease_renew_and_lose_machine_ids(api: Api) -> None:
+    server = api.services.machine_ids
+    assert server is not None
+    first = ok(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="worker"))
+    second = ok(api.post("/api/workers/machine-id", {"worker_id": "w2"}, role="worker"))
+    assert first["renewed"] is False and first["expires_at"] > 0
+    assert len({first["machine_id"], second["machine_id"], server.machine_id}) == 3
+    again = ok(api.post("/api/workers/machine-id",
+                        {"worker_id": "w1", "machine_id": first["machine_id"]}, role="worker"))  # fmt: skip
+    assert again["machine_id"] == first["machine_id"] and again["renewed"] is True
+    # w1 asks to renew w2's id (as after w1's own lapsed and w2 took it): w1 gets a new one
+    moved = ok(api.post("/api/workers/machine-id",
+                        {"worker_id": "w1", "machine_id": second["machine_id"]}, role="worker"))  # fmt: skip
+    assert moved["renewed"] is False
+    assert moved["machine_id"] not in {first["machine_id"], second["machine_id"],
+                                       server.machine_id}  # fmt: skip
+    assert _leases(api)[second["machine_id"]] == "worker:w2"
+
+
+def test_the_machine_id_route_is_for_workers_and_checks_its_body(api: Api) -> None:
+    error(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="viewer"), 403,
+          "forbidden")  # fmt: skip
+    body = error(api.post("/api/workers/machine-id", {"worker_id": "w1", "machine_id": 5000},
+                          role="worker"), 422, "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "machine_id"]
