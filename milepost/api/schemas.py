@@ -10,9 +10,24 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 
 MAX_ID = (1 << 63) - 1
+MAX_INT = MAX_ID
+"""The largest integer the databases store (BIGINT): a bigger one was a driver error, a 500."""
+NO_NUL = r"^[^\x00]*$"
+"""The pattern of every string that is stored or queried as text: PostgreSQL text cannot
+hold NUL, so a NUL was a driver error (500); refused at the edge on both databases."""
+MAX_TIME = 253_402_300_799.0
+"""9999-12-31T23:59:59Z, the last second ISO-8601 text (`iso`) can write."""
 
 
 def parse_id(value: Any) -> int:
@@ -49,8 +64,9 @@ def parse_time(value: Any) -> float:
             seconds = moment.timestamp()
     else:
         raise ValueError("a time is ISO-8601 text or epoch seconds")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("a time must be a finite, non-negative number of seconds")
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_TIME:
+        raise ValueError("a time must be epoch seconds between 0 and 253402300799 "
+                         "(9999-12-31T23:59:59Z)")
     return seconds
 
 
@@ -60,8 +76,21 @@ def iso(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
 
 
-WireId = Annotated[int, BeforeValidator(parse_id)]
-WireTime = Annotated[float, BeforeValidator(parse_time)]
+ID_PATTERN = "^[0-9]+$"
+
+# the JSON Schema says what the validators take and what `views` writes (documentation only:
+# output models are built from typed values, so nothing is checked twice on the hot paths)
+WireId = Annotated[int, BeforeValidator(parse_id), WithJsonSchema({
+    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
+              {"type": "string", "pattern": ID_PATTERN}],
+    "description": "A snowflake id: a JSON integer or a string of digits."})]  # fmt: skip
+WireTime = Annotated[float, BeforeValidator(parse_time), WithJsonSchema({
+    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+    "description": "Epoch seconds, or ISO-8601 text (UTC when it names no zone)."})]  # fmt: skip
+IdOut = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
+"""An id as the API returns it: a string of digits (JSON numbers lose precision past 2^53)."""
+TimeOut = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+"""A time as the API returns it: ISO-8601 UTC, milliseconds (`iso`)."""
 
 
 class _In(BaseModel):
@@ -78,9 +107,10 @@ class RegisterIn(_In):
 class CatalogRef(_In):
     """A catalog entry by `path` (+ `version`, default the latest) or by `catalog_id`."""
 
-    path: str | None = None
-    version: int | None = Field(default=None, ge=1)
-    catalog_id: str | None = Field(default=None, description='"<path>@<version>"')
+    path: str | None = Field(default=None, pattern=NO_NUL)
+    version: int | None = Field(default=None, ge=1, le=MAX_INT)
+    catalog_id: str | None = Field(default=None, description='"<path>@<version>"',
+                                   pattern=NO_NUL)
 
     @model_validator(mode="after")
     def _one_way(self) -> CatalogRef:
@@ -99,14 +129,14 @@ class CatalogRef(_In):
 
 
 class ListIn(_In):
-    path: str | None = None
+    path: str | None = Field(default=None, pattern=NO_NUL)
 
 
 class CatalogEntryOut(BaseModel):
     path: str
     version: int
     catalog_id: str
-    created_at: str | None = None
+    created_at: TimeOut | None = None
 
 
 class CatalogListOut(BaseModel):
@@ -127,18 +157,18 @@ class ExecuteIn(CatalogRef):
 
 
 class ExecuteOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
 
 
 class ExecutionItem(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     path: str
     version: int | None
     status: str
-    created_at: str | None
-    updated_at: str | None
-    parent_execution_id: str | None
+    created_at: TimeOut | None
+    updated_at: TimeOut | None
+    parent_execution_id: IdOut | None
 
 
 class ExecutionList(BaseModel):
@@ -148,8 +178,8 @@ class ExecutionList(BaseModel):
 
 
 class EventOut(BaseModel):
-    event_id: str
-    execution_id: str
+    event_id: IdOut
+    execution_id: IdOut
     seq: int
     event_type: str
     step: str | None
@@ -157,12 +187,12 @@ class EventOut(BaseModel):
     result: dict[str, Any]
     meta: dict[str, Any]
     worker_id: str | None
-    parent_event_id: str | None
-    created_at: str | None
+    parent_event_id: IdOut | None
+    created_at: TimeOut | None
 
 
 class StatusOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
@@ -177,7 +207,7 @@ class ExecutionOut(ExecutionItem):
 
 
 class CancelOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
 
 
@@ -203,15 +233,15 @@ class EventIn(BaseModel):
 
     event_id: WireId | None = None
     execution_id: WireId
-    event_type: str = Field(min_length=1, max_length=100,
+    event_type: str = Field(min_length=1, max_length=100, pattern=NO_NUL,
                             validation_alias=AliasChoices("event_type", "name"))  # fmt: skip
-    step: str | None = Field(default=None, max_length=200)
-    status: str | None = Field(default=None, max_length=40)
+    step: str | None = Field(default=None, max_length=200, pattern=NO_NUL)
+    status: str | None = Field(default=None, max_length=40, pattern=NO_NUL)
     result: Envelope | None = None
     context: dict[str, Any] | None = Field(default=None,
                                            validation_alias=AliasChoices("context", "payload"))  # fmt: skip
     meta: dict[str, Any] | None = None
-    worker_id: str | None = Field(default=None, max_length=200)
+    worker_id: str | None = Field(default=None, max_length=200, pattern=NO_NUL)
     parent_event_id: WireId | None = None
     created_at: WireTime | None = None
 
@@ -220,27 +250,27 @@ class EventIn(BaseModel):
 
 
 class ClaimIn(_In):
-    worker_id: str = Field(min_length=1, max_length=200)
+    worker_id: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
     lease_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
 class ClaimNextIn(ClaimIn):
-    pool: str | None = Field(default=None, max_length=100)
+    pool: str | None = Field(default=None, max_length=100, pattern=NO_NUL)
     limit: int = Field(default=1, ge=1, le=100)
 
 
 class HeartbeatIn(ClaimIn):
-    epoch: int = Field(ge=0)
+    epoch: int = Field(ge=0, le=MAX_INT)
 
 
 class ReleaseIn(_In):
-    worker_id: str = Field(min_length=1, max_length=200)
-    epoch: int = Field(ge=0)
+    worker_id: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+    epoch: int = Field(ge=0, le=MAX_INT)
 
 
 class LeaseOut(BaseModel):
     epoch: int
-    expires_at: str | None
+    expires_at: TimeOut | None
 
 
 class PlaybookRef(BaseModel):
@@ -249,9 +279,9 @@ class PlaybookRef(BaseModel):
 
 
 class CommandOut(BaseModel):
-    command_id: str
-    event_id: str
-    execution_id: str
+    command_id: IdOut
+    event_id: IdOut
+    execution_id: IdOut
     step: str
     run: int
     index: int
@@ -278,8 +308,8 @@ class EventBatchIn(_In):
 class IngestOut(BaseModel):
     accepted: int
     stored: int
-    event_ids: list[str]
-    stale: list[str] = Field(default_factory=list,
+    event_ids: list[IdOut]
+    stale: list[IdOut] = Field(default_factory=list,
                              description="[milepost extension] ids stored as stale reports.")  # fmt: skip
     commands: list[CommandOut] | None = Field(
         default=None, description="[milepost extension] the commands claimed for `claim` "
@@ -303,16 +333,16 @@ class ReleaseOut(BaseModel):
 
 
 class CredentialIn(_In):
-    name: str = Field(min_length=1, max_length=200)
-    type: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+    type: str = Field(min_length=1, max_length=100, pattern=NO_NUL)
     data: dict[str, Any]
 
 
 class CredentialOut(BaseModel):
     name: str
     type: str
-    created_at: str | None = None
-    updated_at: str | None = None
+    created_at: TimeOut | None = None
+    updated_at: TimeOut | None = None
     data: dict[str, Any] | None = Field(
         default=None, description="Only with include_data=true, for the worker and admin roles.")
 
@@ -327,3 +357,29 @@ class DeletedOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
+
+
+# -- errors ----------------------------------------------------------------------------------
+# What `milepost.api.errors` answers (docs/server-contract.md, Errors): documentation only,
+# the handlers build the bodies as dicts.
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx/5xx body: a stable `code`, a `message`, and fields that name the thing."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Stable, e.g. `execution_not_found`, `stale_epoch`.")
+    message: str
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description='Where, e.g. ["body", "events", 0, "step"].')
+    msg: str
+
+
+class ValidationErrorOut(ErrorOut):
+    """422: `validation_error` with `errors`, or `playbook_invalid` with `problems`."""
+
+    errors: list[FieldError] | None = None
+    problems: list[str] | None = None

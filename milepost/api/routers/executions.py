@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from milepost.api import errors, schemas, views
 from milepost.api.auth import OperateAuth, ReadAuth
 from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.errors import AUTH
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.engine import report
@@ -19,7 +20,8 @@ from milepost.store import port
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
-ExecutionId = Annotated[str, Path(description="Execution id (digits).")]
+ExecutionId = Annotated[str, Path(description="Execution id (digits).",
+                                   json_schema_extra={"pattern": schemas.ID_PATTERN})]
 
 
 def parse_execution_id(value: str) -> int:
@@ -37,13 +39,13 @@ def existing(store: port.Store, value: str) -> port.ExecutionRow:
     return row
 
 
-@router.get("")
+@router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
     store: StoreDep, _: ReadAuth,
-    status: Annotated[str | None, Query(max_length=40)] = None,
-    path: Annotated[str | None, Query(max_length=500)] = None,
+    status: Annotated[str | None, Query(max_length=40, pattern=schemas.NO_NUL)] = None,
+    path: Annotated[str | None, Query(max_length=500, pattern=schemas.NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=schemas.MAX_INT)] = 0,
 ) -> schemas.ExecutionList:
     rows = store.list_executions(status=status, path=path, limit=limit, offset=offset)
     return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
@@ -54,11 +56,12 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
     return report.summary(state)
 
 
-@router.get("/{execution_id}")
+@router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_execution(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
-    events_after: Annotated[int, Query(ge=0, description="Return events with seq > this.")] = 0,
+    events_after: Annotated[int, Query(ge=0, le=schemas.MAX_INT,
+                                       description="Return events with seq > this.")] = 0,
 ) -> schemas.ExecutionOut:
     row = existing(store, execution_id)
     summary = runtime.read(row.execution_id, _summary)
@@ -91,7 +94,8 @@ def _ended(store: port.Store, execution_id: int) -> bool:
     return row is None or row.status in st.TERMINAL
 
 
-@router.get("/{execution_id}/status", response_model=schemas.StatusOut)
+@router.get("/{execution_id}/status", response_model=schemas.StatusOut,
+            responses=errors.responses(*AUTH, 404, 422))
 async def get_status(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
@@ -137,7 +141,7 @@ async def _status(store: port.Store, runtime: Runtime, xid: int,
         runtime.unwatch(xid, ended)
 
 
-@router.post("/{execution_id}/cancel")
+@router.post("/{execution_id}/cancel", responses=errors.responses(*AUTH, 404, 409, 422))
 def cancel(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
            _: OperateAuth) -> schemas.CancelOut:  # fmt: skip
     row = existing(store, execution_id)
