@@ -4,7 +4,8 @@ Every operation of `GET /openapi.json` gets `EXAMPLES` schema-valid requests, as
 schema-invalid ones, and `EXAMPLES` schema-valid ones whose ids and names are those of a
 real execution, command, playbook and credential (random ids only ever reach the 404
 branch), as admin and again as a worker; then the reads once more, aimed, to see that what the writes stored reads back. Each response is checked: no 5xx, a documented status, a documented content type
-and headers, a body that matches its schema. Hypothesis is derandomized: the same requests
+and headers, a body that matches its schema, and a 4xx for input the document calls
+invalid. Hypothesis is derandomized: the same requests
 on every run, so a failure reproduces. The server runs on SQLite and on a fresh PostgreSQL
 database (`db_url`; under `CI=true` an unreachable PostgreSQL fails instead of skipping).
 """
@@ -37,7 +38,10 @@ search (`MILEPOST_FUZZ_EXAMPLES=200`); the requests stay the same for the same v
 
 CHECKS = [not_a_server_error, openapi_checks.status_code_conformance,
           openapi_checks.content_type_conformance, openapi_checks.response_headers_conformance,
-          openapi_checks.response_schema_conformance]  # fmt: skip
+          openapi_checks.response_schema_conformance,
+          # what the document calls invalid is refused (not `positive_data_acceptance`: a
+          # schema-valid body may still name a playbook or execution that does not exist)
+          openapi_checks.negative_data_rejection]  # fmt: skip
 
 SETTINGS = hypothesis.settings(max_examples=EXAMPLES, derandomize=True, database=None,
                                deadline=None, phases=[Phase.explicit, Phase.generate],
