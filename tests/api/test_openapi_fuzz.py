@@ -3,11 +3,12 @@
 Every operation of `GET /openapi.json` gets `EXAMPLES` schema-valid requests, as many
 schema-invalid ones, and `EXAMPLES` schema-valid ones whose ids and names are those of a
 real execution, command, playbook and credential (random ids only ever reach the 404
-branch), as admin and again as a worker; then the reads once more, aimed, to see that what the writes stored reads back. Each response is checked: no 5xx, a documented status, a documented content type
-and headers, a body that matches its schema, and a 4xx for input the document calls
-invalid. Hypothesis is derandomized: the same requests
-on every run, so a failure reproduces. The server runs on SQLite and on a fresh PostgreSQL
-database (`db_url`; under `CI=true` an unreachable PostgreSQL fails instead of skipping).
+branch), as admin and again as a worker; then the reads once more, aimed, to see that what
+the writes stored reads back. Each response is checked: no 5xx, a documented status, a
+documented content type and headers, a body that matches its schema, and a 4xx for input
+the document calls invalid. Hypothesis is derandomized: the same requests on every run, so
+a failure reproduces. The server runs on SQLite and on a fresh PostgreSQL database
+(`db_url`; under `CI=true` an unreachable PostgreSQL fails instead of skipping).
 """
 
 from __future__ import annotations
