@@ -36,8 +36,9 @@ def parse_id(value: Any) -> int:
         raise ValueError("an id is an integer or a string of digits, not a boolean")
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        # ASCII only, as ID_PATTERN says: int() also reads "١٢" (Arabic-Indic) and " 12 "
+        number = int(value)
     else:
         raise ValueError("an id is an integer or a string of digits")
     if not 0 < number <= MAX_ID:

@@ -102,3 +102,15 @@ def test_a_time_no_iso_text_can_hold_is_refused_and_the_run_stays_readable(api: 
     times = [e["created_at"] for e in ok(api.get(f"/api/executions/{xid}"))["events"]
              if e["event_id"] == events[0]["event_id"]]  # fmt: skip
     assert times == ["9999-12-31T23:59:59.000+00:00"]
+
+
+@pytest.mark.parametrize("text", ["\u0661\u0662", " 12", "12 "])
+def test_an_id_is_ascii_digits_as_the_document_says(api: Api, text: str) -> None:
+    """`int()` read these as 12: the document (`^[0-9]+$`) and the server disagreed."""
+    xid = api.execute()
+    for reply in (api.get(f"/api/executions/{text}"),
+                  api.post("/api/events", {"execution_id": text, "event_type": "x"},
+                           role="worker"),
+                  api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": text})):  # fmt: skip
+        error(reply, 422, "validation_error")
+    assert ok(api.get(f"/api/executions/{xid}"))["execution_id"] == xid
