@@ -21,6 +21,8 @@ from pydantic import (
 )
 
 MAX_ID = (1 << 63) - 1
+ID_PATTERN = "^[0-9]+$"
+"""An id as a string: ASCII digits (what `parse_id` reads and the API writes)."""
 MAX_INT = MAX_ID
 """The largest integer the databases store (BIGINT): a bigger one was a driver error, a 500."""
 NO_NUL = r"^[^\x00]*$"
@@ -77,8 +79,6 @@ def iso(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
 
 
-ID_PATTERN = "^[0-9]+$"
-
 # the JSON Schema says what the validators take and what `views` writes (documentation only:
 # output models are built from typed values, so nothing is checked twice on the hot paths)
 WireId = Annotated[int, BeforeValidator(parse_id), WithJsonSchema({
@@ -86,7 +86,7 @@ WireId = Annotated[int, BeforeValidator(parse_id), WithJsonSchema({
               {"type": "string", "pattern": ID_PATTERN}],
     "description": "A snowflake id: a JSON integer or a string of digits."})]  # fmt: skip
 WireTime = Annotated[float, BeforeValidator(parse_time), WithJsonSchema({
-    "anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+    "anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_TIME}, {"type": "string"}],
     "description": "Epoch seconds, or ISO-8601 text (UTC when it names no zone)."})]  # fmt: skip
 IdOut = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
 """An id as the API returns it: a string of digits (JSON numbers lose precision past 2^53)."""
