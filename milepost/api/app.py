@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
@@ -89,7 +89,8 @@ def create_app(settings: Settings | None = None, *,
     app = FastAPI(title="milepost", version="0.1.0", lifespan=lifespan,
                   description="Durable workflow engine for NoETL playbooks "
                   "(docs/server-contract.md).", telemetry=telemetry(),
-                  docs_url=None, redoc_url=None, openapi_url=None)  # fmt: skip
+                  docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(edge.known_query)])  # fmt: skip
     app.state.settings = settings
     schemas.configure(settings)
     app.add_middleware(edge.Edge, max_body_bytes=settings.max_body_bytes)

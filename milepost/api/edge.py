@@ -19,7 +19,9 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
+from fastapi.dependencies.models import Dependant
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from milepost.api import errors, schemas
@@ -137,3 +139,33 @@ def _nul_at(scope: Scope) -> list[str] | None:
         if "\x00" in name or "\x00" in value:
             return ["query", name.replace("\x00", "\\x00")]
     return None
+
+
+_KNOWN_QUERY: dict[int, frozenset[str]] = {}
+"""Per route (by `id`): the query parameters it declares, itself or in its dependencies."""
+
+
+async def known_query(request: HTTPConnection) -> None:
+    """An app-wide dependency: 422 naming a query parameter no parameter of the route reads.
+    A misspelt `?limt=5` is otherwise ignored without a word, and the caller gets 100."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _KNOWN_QUERY.get(id(route))
+    if known is None:
+        known = _KNOWN_QUERY[id(route)] = frozenset(_query_names(dependant))
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise errors.invalid([{"loc": ["query", name], "msg": "unknown query parameter; this "
+                               f"route takes {', '.join(sorted(known)) or 'none'}"}
+                              for name in unknown])  # fmt: skip
+
+
+def _query_names(dependant: Dependant) -> list[str]:
+    names = [param.alias for param in dependant.query_params]
+    for sub in dependant.dependencies:
+        names += _query_names(sub)
+    return names

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
+from milepost.api.schemas import ErrorOut, ValidationErrorOut
 from milepost.store.port import EventIdConflict, MachineIdsExhausted
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,32 @@ def invalid(errs: Sequence[dict[str, Any]], message: str | None = None) -> ApiEr
     where = ".".join(str(p) for p in first["loc"])
     return ApiError(422, "validation_error", message or f"{where}: {first['msg']}",
                     errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errs])  # fmt: skip
+
+
+_WHEN: dict[int, str] = {
+    400: "The body is not JSON text (`http_error`).",
+    401: "No bearer token, or one the server does not know (`unauthorized`).",
+    403: "The token's role may not do this (`forbidden`).",
+    404: "What the request names does not exist.",
+    409: "The request conflicts with the state it acts on (e.g. `stale_epoch`).",
+    413: "The body is over the size limit.",
+    422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
+         "`playbook_invalid` with `problems`.",
+    503: "The server cannot serve this now (e.g. `machine_ids_exhausted`); retry later.",
+}
+
+AUTH = (401, 403)
+"""What every route behind a token can answer."""
+BODY = (400, 413, 422)
+"""What every route that reads a JSON body can answer."""
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route: the error statuses it can answer, with their body, so
+    the OpenAPI document lists them (and describes our 422, not FastAPI's default one)."""
+    return {status: {"model": ValidationErrorOut if status == 422 else ErrorOut,
+                     "description": _WHEN[status]}
+            for status in sorted(set(statuses))}  # fmt: skip
 
 
 # MilepostError codes that come up from the engine or the store -> HTTP status

@@ -22,19 +22,28 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 
 from milepost import credentials
+from milepost.core.ids import MAX_MACHINE
 from milepost.settings import Settings
 
 MAX_ID = (1 << 63) - 1
+ID_PATTERN = "^[0-9]+$"
+"""An id as a string: ASCII digits (what `parse_id` reads and the API writes)."""
 MAX_OFFSET = MAX_ID
 """Largest offset (or `events_after`) a query takes: both databases count in 64 bits."""
 TIME_RANGE = (946_684_800.0, 7_258_118_400.0)
 """Times accepted on the wire, epoch seconds: 2000-01-01 to 2200-01-01 UTC."""
 NUL_MESSAGE = "must not contain NUL (\\x00)"
+NO_NUL_PATTERN = r"^[^\x00]*$"
+NO_NUL: JsonDict = {"pattern": NO_NUL_PATTERN}
+"""What the document says of every string that is stored or queried as text (PostgreSQL
+text cannot hold NUL); `_Checked` enforces it with its own message, so it is only shown."""
 
 
 class _Limits:
@@ -53,8 +62,9 @@ def parse_id(value: Any) -> int:
         raise ValueError("an id is an integer or a string of digits, not a boolean")
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        # ASCII only, as ID_PATTERN says: int() also reads "١٢" (Arabic-Indic) and " 12 "
+        number = int(value)
     else:
         raise ValueError("an id is an integer or a string of digits")
     if not 0 < number <= MAX_ID:
@@ -125,8 +135,21 @@ def no_nul(value: Any) -> Any:
     return value
 
 
-WireId = Annotated[int, BeforeValidator(parse_id)]
-WireTime = Annotated[float, BeforeValidator(parse_time)]
+# the JSON Schema says what the validators take and what `views` writes (documentation only:
+# output models are built from typed values, so nothing is checked twice on the hot paths)
+WireId = Annotated[int, BeforeValidator(parse_id), WithJsonSchema({
+    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
+              {"type": "string", "pattern": ID_PATTERN}],
+    "description": "A snowflake id: a JSON integer or a string of digits."})]  # fmt: skip
+WireTime = Annotated[float, BeforeValidator(parse_time), WithJsonSchema({
+    "anyOf": [{"type": "number", "minimum": TIME_RANGE[0], "exclusiveMaximum": TIME_RANGE[1]},
+              {"type": "string"}],
+    "description": "Epoch seconds, or ISO-8601 text (UTC when it names no zone), from "
+                   "2000-01-01 to 2200-01-01 UTC."})]  # fmt: skip
+IdOut = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
+"""An id as the API returns it: a string of digits (JSON numbers lose precision past 2^53)."""
+TimeOut = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+"""A time as the API returns it: ISO-8601 UTC, milliseconds (`iso`)."""
 FreeJson = Annotated[dict[str, Any], AfterValidator(check_json)]
 """A JSON object a client chooses freely (workload, meta, context, credential data)."""
 
@@ -155,9 +178,10 @@ class RegisterIn(_In):
 class CatalogRef(_In):
     """A catalog entry by `path` (+ `version`, default the latest) or by `catalog_id`."""
 
-    path: str | None = None
+    path: str | None = Field(default=None, json_schema_extra=NO_NUL)
     version: int | None = Field(default=None, ge=1, le=MAX_ID)
-    catalog_id: str | None = Field(default=None, description='"<path>@<version>"')
+    catalog_id: str | None = Field(default=None, description='"<path>@<version>"',
+                                   json_schema_extra=NO_NUL)
 
     @model_validator(mode="after")
     def _one_way(self) -> CatalogRef:
@@ -176,14 +200,14 @@ class CatalogRef(_In):
 
 
 class ListIn(_In):
-    path: str | None = None
+    path: str | None = Field(default=None, json_schema_extra=NO_NUL)
 
 
 class CatalogEntryOut(BaseModel):
     path: str
     version: int
     catalog_id: str
-    created_at: str | None = None
+    created_at: TimeOut | None = None
 
 
 class CatalogListOut(BaseModel):
@@ -215,18 +239,18 @@ class ExecuteIn(CatalogRef):
 
 
 class ExecuteOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
 
 
 class ExecutionItem(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     path: str
     version: int | None
     status: str
-    created_at: str | None
-    updated_at: str | None
-    parent_execution_id: str | None
+    created_at: TimeOut | None
+    updated_at: TimeOut | None
+    parent_execution_id: IdOut | None
 
 
 class ExecutionList(BaseModel):
@@ -236,8 +260,8 @@ class ExecutionList(BaseModel):
 
 
 class EventOut(BaseModel):
-    event_id: str
-    execution_id: str
+    event_id: IdOut
+    execution_id: IdOut
     seq: int
     event_type: str
     step: str | None
@@ -245,12 +269,12 @@ class EventOut(BaseModel):
     result: dict[str, Any]
     meta: dict[str, Any]
     worker_id: str | None
-    parent_event_id: str | None
-    created_at: str | None
+    parent_event_id: IdOut | None
+    created_at: TimeOut | None
 
 
 class StatusOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
@@ -265,7 +289,7 @@ class ExecutionOut(ExecutionItem):
 
 
 class CancelOut(BaseModel):
-    execution_id: str
+    execution_id: IdOut
     status: str
 
 
@@ -291,15 +315,15 @@ class EventIn(_Checked):
 
     event_id: WireId | None = None
     execution_id: WireId
-    event_type: str = Field(min_length=1, max_length=100,
+    event_type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL,
                             validation_alias=AliasChoices("event_type", "name"))  # fmt: skip
-    step: str | None = Field(default=None, max_length=200)
-    status: str | None = Field(default=None, max_length=40)
+    step: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
+    status: str | None = Field(default=None, max_length=40, json_schema_extra=NO_NUL)
     result: Envelope | None = None
     context: FreeJson | None = Field(default=None,
                                      validation_alias=AliasChoices("context", "payload"))  # fmt: skip
     meta: FreeJson | None = None
-    worker_id: str | None = Field(default=None, max_length=200)
+    worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
     parent_event_id: WireId | None = None
     created_at: WireTime | None = None
 
@@ -308,12 +332,12 @@ class EventIn(_Checked):
 
 
 class ClaimIn(_In):
-    worker_id: str = Field(min_length=1, max_length=200)
+    worker_id: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
     lease_seconds: float | None = Field(default=None, gt=0, le=3600)
 
 
 class ClaimNextIn(ClaimIn):
-    pool: str | None = Field(default=None, max_length=100)
+    pool: str | None = Field(default=None, max_length=100, json_schema_extra=NO_NUL)
     limit: int = Field(default=1, ge=1, le=100)
 
 
@@ -322,13 +346,13 @@ class HeartbeatIn(ClaimIn):
 
 
 class ReleaseIn(_In):
-    worker_id: str = Field(min_length=1, max_length=200)
+    worker_id: str = Field(min_length=1, max_length=200, json_schema_extra=NO_NUL)
     epoch: int = Field(ge=0, le=MAX_ID)
 
 
 class LeaseOut(BaseModel):
     epoch: int
-    expires_at: str | None
+    expires_at: TimeOut | None
 
 
 class PlaybookRef(BaseModel):
@@ -337,9 +361,9 @@ class PlaybookRef(BaseModel):
 
 
 class CommandOut(BaseModel):
-    command_id: str
-    event_id: str
-    execution_id: str
+    command_id: IdOut
+    event_id: IdOut
+    execution_id: IdOut
     step: str
     run: int
     index: int
@@ -366,8 +390,8 @@ class EventBatchIn(_In):
 class IngestOut(BaseModel):
     accepted: int
     stored: int
-    event_ids: list[str]
-    stale: list[str] = Field(default_factory=list,
+    event_ids: list[IdOut]
+    stale: list[IdOut] = Field(default_factory=list,
                              description="[milepost extension] ids stored as stale reports.")  # fmt: skip
     ignored: list[str] = Field(
         default_factory=list, description="[milepost extension] ids of reports accepted but "
@@ -399,21 +423,39 @@ class ReleaseOut(BaseModel):
     released: bool
 
 
+# -- workers ---------------------------------------------------------------------------------
+
+
+class MachineIdIn(_In):
+    worker_id: str = Field(min_length=1, max_length=200)
+    machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
+                                   description="The id held now, to renew; left out to "
+                                   "lease a new one.")  # fmt: skip
+
+
+class MachineIdOut(BaseModel):
+    machine_id: int
+    expires_at: float
+    """Seconds since the epoch; renew well before."""
+    renewed: bool
+    """False when `machine_id` is a new lease (the one asked for was lost, or none was)."""
+
+
 # -- credentials -----------------------------------------------------------------------------
 
 
 class CredentialIn(_In):
     name: Annotated[str, AfterValidator(credentials.check_name)] = Field(
         description=credentials.NAME_RULE)
-    type: str = Field(min_length=1, max_length=100)
+    type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL)
     data: FreeJson
 
 
 class CredentialOut(BaseModel):
     name: str
     type: str
-    created_at: str | None = None
-    updated_at: str | None = None
+    created_at: TimeOut | None = None
+    updated_at: TimeOut | None = None
     data: dict[str, Any] | None = Field(
         default=None, description="Only with include_data=true, for the worker and admin roles.")
 
@@ -428,3 +470,29 @@ class DeletedOut(BaseModel):
 
 class HealthOut(BaseModel):
     status: str
+
+
+# -- errors ----------------------------------------------------------------------------------
+# What `milepost.api.errors` answers (docs/server-contract.md, Errors): documentation only,
+# the handlers build the bodies as dicts.
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx/5xx body: a stable `code`, a `message`, and fields that name the thing."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(description="Stable, e.g. `execution_not_found`, `stale_epoch`.")
+    message: str
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description='Where, e.g. ["body", "events", 0, "step"].')
+    msg: str
+
+
+class ValidationErrorOut(ErrorOut):
+    """422: `validation_error` with `errors`, or `playbook_invalid` with `problems`."""
+
+    errors: list[FieldError] | None = None
+    problems: list[str] | None = None

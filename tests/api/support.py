@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
+import uvicorn
 from fastapi.testclient import TestClient
 
 from milepost.api import auth
@@ -189,3 +192,36 @@ def start_server(db_url: str, clock: Callable[[], float] = time.time, **over: An
     app = create_app(settings_for(db_url, **over), clock=clock)
     with TestClient(app) as client:
         yield Api(client)
+
+
+class LiveServer:
+    """A server on a loopback port (uvicorn in a thread, the whole HTTP stack) and its
+    tokens: `url`, `token(role)`, `services`."""
+
+    def __init__(self, url: str, services: Services) -> None:
+        self.url = url
+        self.services = services
+        self.tokens = {role: auth.create_token(services.store, role, f"live-{role}", time.time())
+                       for role in ROLES}  # fmt: skip
+
+    def headers(self, role: str = "admin") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+
+@contextlib.contextmanager
+def live_server(db_url: str, startup: float = 30.0, **over: Any) -> Iterator[LiveServer]:
+    app = create_app(settings_for(db_url, **over))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound before uvicorn starts: no race for a free port
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: server.started or not thread.is_alive(), timeout=startup)
+        assert server.started, "the server did not start"
+        yield LiveServer(f"http://127.0.0.1:{port}", app.state.services)
+    finally:
+        server.should_exit = True
+        thread.join(startup)
+        sock.close()

@@ -61,6 +61,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
     ("GET", "/api/credentials/{name}"): ("/api/credentials/nope", None, set(ROLES), 404),
     ("DELETE", "/api/credentials/{name}"): ("/api/credentials/nope", None, {"admin", "operator"},
                                             404),
+    ("POST", "/api/workers/machine-id"): ("/api/workers/machine-id", {"worker_id": "w"},
+                                          {"admin", "worker"}, 200),
     ("WS", "/api/worker/channel"): ("/api/worker/channel", None, {"admin", "worker"}, 101),
 }  # fmt: skip
 

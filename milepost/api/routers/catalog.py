@@ -7,13 +7,14 @@ from fastapi import APIRouter
 from milepost.api import errors, schemas, views
 from milepost.api.auth import OperateAuth, ReadWorkAuth
 from milepost.api.deps import RuntimeDep, ServicesDep, StoreDep
+from milepost.api.errors import AUTH, BODY
 from milepost.playbook import load, yamllines
 from milepost.store import port
 
 router = APIRouter(prefix="/api/catalog", tags=["catalog"])
 
 
-@router.post("/register")
+@router.post("/register", responses=errors.responses(*AUTH, *BODY))
 def register(body: schemas.RegisterIn, runtime: RuntimeDep, services: ServicesDep,
              _: OperateAuth) -> schemas.CatalogEntryOut:  # fmt: skip
     """Validate and store a playbook; a new version only if its text changed."""
@@ -26,14 +27,14 @@ def register(body: schemas.RegisterIn, runtime: RuntimeDep, services: ServicesDe
     return views.catalog_entry(entry)
 
 
-@router.post("/list")
+@router.post("/list", responses=errors.responses(*AUTH, *BODY))
 def list_entries(body: schemas.ListIn, store: StoreDep, _: ReadWorkAuth) -> schemas.CatalogListOut:
     entries = [views.catalog_entry(e) for e in store.list_playbooks()
                if body.path is None or e.path == body.path]  # fmt: skip
     return schemas.CatalogListOut(entries=entries)
 
 
-@router.post("/resource")
+@router.post("/resource", responses=errors.responses(*AUTH, *BODY, 404))
 def resource(body: schemas.CatalogRef, store: StoreDep,
              _: ReadWorkAuth) -> schemas.CatalogResourceOut:  # fmt: skip
     entry = find(store, body)

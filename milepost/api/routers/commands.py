@@ -15,6 +15,7 @@ from milepost import sanitize
 from milepost.api import errors, schemas, views
 from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
 from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
+from milepost.api.errors import AUTH, BODY
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.errors import ClaimRefused
@@ -24,7 +25,8 @@ from milepost.store import port
 
 router = APIRouter(prefix="/api/commands", tags=["commands"])
 
-CommandId = Annotated[str, Path(description="The command id = the event id of its command.issued.")]
+CommandId = Annotated[str, Path(description="The command id = the event id of its command.issued.",
+                                 json_schema_extra={"pattern": schemas.ID_PATTERN})]
 
 
 def existing(store: port.Store, value: str) -> port.CommandRow:
@@ -60,7 +62,8 @@ def hand_out(runtime: Runtime, claimed: port.Claimed,
             for row, lease in claimed]  # fmt: skip
 
 
-@router.post("/claim", response_model=schemas.ClaimNextOut)
+@router.post("/claim", response_model=schemas.ClaimNextOut,
+             responses=errors.responses(*AUTH, *BODY))
 def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
                _: WorkAuth) -> Response:  # fmt: skip
     """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
@@ -73,7 +76,7 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
     return views.as_json(schemas.ClaimNextOut(commands=out))
 
 
-@router.get("/{event_id}")
+@router.get("/{event_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
                 principal: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
     command = _out(runtime, existing(store, event_id), None)
@@ -85,7 +88,7 @@ def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
                                       "args": sanitize.mask(command.args)})  # fmt: skip
 
 
-@router.post("/{event_id}/claim")
+@router.post("/{event_id}/claim", responses=errors.responses(*AUTH, *BODY, 404, 409))
 def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, metrics: MetricsDep,
           _: WorkAuth) -> schemas.CommandOut:  # fmt: skip
     runtime, store = services.runtime, services.store
@@ -100,7 +103,7 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
     return _out(runtime, row, lease)
 
 
-@router.post("/{event_id}/heartbeat")
+@router.post("/{event_id}/heartbeat", responses=errors.responses(*AUTH, *BODY, 404, 409))
 def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep,
               _: WorkAuth) -> schemas.HeartbeatOut:  # fmt: skip
     runtime, store = services.runtime, services.store
@@ -114,7 +117,7 @@ def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: Services
     return schemas.HeartbeatOut(lease=views.lease_out(lease), cancelled=cancelled)
 
 
-@router.post("/{event_id}/release")
+@router.post("/{event_id}/release", responses=errors.responses(*AUTH, *BODY, 404, 409))
 def release(event_id: CommandId, body: schemas.ReleaseIn, services: ServicesDep,
             _: WorkAuth) -> schemas.ReleaseOut:  # fmt: skip
     """[milepost extension] Give back a claimed command that was not started: it is queued

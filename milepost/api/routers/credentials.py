@@ -9,11 +9,12 @@ from fastapi import APIRouter, Path, Query
 from milepost.api import errors, schemas
 from milepost.api.auth import RESOLVE, CredentialReadAuth, CredentialWriteAuth
 from milepost.api.deps import StoreDep, VaultDep
+from milepost.api.errors import AUTH, BODY
 from milepost.store import port
 
 router = APIRouter(prefix="/api/credentials", tags=["credentials"])
 
-Name = Annotated[str, Path(min_length=1, max_length=200)]
+Name = Annotated[str, Path(min_length=1, max_length=200, pattern=schemas.NO_NUL_PATTERN)]
 
 
 def _meta(row: port.CredentialRow) -> schemas.CredentialOut:
@@ -26,7 +27,7 @@ def _missing(name: str) -> errors.ApiError:
     return errors.not_found("not_found", f"no credential {name!r}", name=name)
 
 
-@router.post("")
+@router.post("", responses=errors.responses(*AUTH, *BODY))
 def put_credential(body: schemas.CredentialIn, vault: VaultDep, store: StoreDep,
                    _: CredentialWriteAuth) -> schemas.CredentialOut:  # fmt: skip
     """Create or replace a credential; answers its metadata, never the data."""
@@ -36,12 +37,12 @@ def put_credential(body: schemas.CredentialIn, vault: VaultDep, store: StoreDep,
     return _meta(row)
 
 
-@router.get("")
+@router.get("", responses=errors.responses(*AUTH))
 def list_credentials(store: StoreDep, _: CredentialReadAuth) -> schemas.CredentialList:
     return schemas.CredentialList(items=[_meta(row) for row in store.list_credentials()])
 
 
-@router.get("/{name}")
+@router.get("/{name}", responses=errors.responses(*AUTH, 404, 422))
 def get_credential(name: Name, store: StoreDep, vault: VaultDep, principal: CredentialReadAuth,
                    include_data: Annotated[bool, Query()] = False) -> schemas.CredentialOut:  # fmt: skip
     if include_data and principal.role not in RESOLVE:
@@ -57,7 +58,7 @@ def get_credential(name: Name, store: StoreDep, vault: VaultDep, principal: Cred
     return out
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", responses=errors.responses(*AUTH, 404, 422))
 def delete_credential(name: Name, vault: VaultDep, _: CredentialWriteAuth) -> schemas.DeletedOut:
     if not vault.delete(name):
         raise _missing(name)

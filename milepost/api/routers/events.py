@@ -9,6 +9,7 @@ from fastapi import APIRouter, Response
 from milepost.api import errors, ingest, schemas, views
 from milepost.api.auth import EventAuth, Principal, authorize_events
 from milepost.api.deps import MetricsDep, RuntimeDep, Services, ServicesDep, StoreDep
+from milepost.api.errors import AUTH, BODY
 from milepost.api.metrics import Metrics
 from milepost.api.routers import commands
 from milepost.api.runtime import Runtime
@@ -18,14 +19,16 @@ from milepost.store import port
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-@router.post("", response_model=schemas.IngestOut)
+@router.post("", response_model=schemas.IngestOut,
+             responses=errors.responses(*AUTH, *BODY, 404, 409))
 def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
                metrics: MetricsDep, principal: EventAuth) -> Response:  # fmt: skip
     return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False,
                                       principal=principal), exclude_none=True)  # fmt: skip
 
 
-@router.post("/batch", response_model=schemas.IngestOut)
+@router.post("/batch", response_model=schemas.IngestOut,
+             responses=errors.responses(*AUTH, *BODY, 404, 409))
 def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
                principal: EventAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the

@@ -7,12 +7,14 @@ from fastapi import APIRouter, Response
 from milepost.api import errors, schemas, views
 from milepost.api.child_access import ExecuteAuth, parent_claim
 from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.errors import AUTH, BODY
 from milepost.api.routers.catalog import find
 
 router = APIRouter(prefix="/api", tags=["executions"])
 
 
-@router.post("/execute", response_model=schemas.ExecuteOut)
+@router.post("/execute", response_model=schemas.ExecuteOut,
+             responses=errors.responses(*AUTH, *BODY, 404))
 def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
             principal: ExecuteAuth) -> Response:  # fmt: skip
     # the proof first: a worker learns nothing about the catalog without one

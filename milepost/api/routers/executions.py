@@ -12,6 +12,7 @@ from milepost.api import errors, schemas, views
 from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.errors import AUTH
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.engine import report
@@ -20,7 +21,8 @@ from milepost.store import port
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
-ExecutionId = Annotated[str, Path(description="Execution id (digits).")]
+ExecutionId = Annotated[str, Path(description="Execution id (digits).",
+                                   json_schema_extra={"pattern": schemas.ID_PATTERN})]
 
 
 def parse_execution_id(value: str) -> int:
@@ -38,11 +40,11 @@ def existing(store: port.Store, value: str) -> port.ExecutionRow:
     return row
 
 
-@router.get("")
+@router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
     store: StoreDep, _: ReadAuth,
-    status: Annotated[str | None, Query(max_length=40)] = None,
-    path: Annotated[str | None, Query(max_length=500)] = None,
+    status: Annotated[str | None, Query(max_length=40, pattern=schemas.NO_NUL_PATTERN)] = None,
+    path: Annotated[str | None, Query(max_length=500, pattern=schemas.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET)] = 0,
 ) -> schemas.ExecutionList:
@@ -55,7 +57,7 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
     return report.summary(state)
 
 
-@router.get("/{execution_id}")
+@router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_execution(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
@@ -93,7 +95,8 @@ def _ended(store: port.Store, execution_id: int) -> bool:
     return row is None or row.status in st.TERMINAL
 
 
-@router.get("/{execution_id}/status", response_model=schemas.StatusOut)
+@router.get("/{execution_id}/status", response_model=schemas.StatusOut,
+            responses=errors.responses(*AUTH, 404, 422))
 async def get_status(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ChildStatusAuth,
     wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
@@ -139,7 +142,7 @@ async def _status(store: port.Store, runtime: Runtime, xid: int,
         runtime.unwatch(xid, ended)
 
 
-@router.post("/{execution_id}/cancel")
+@router.post("/{execution_id}/cancel", responses=errors.responses(*AUTH, 404, 409, 422))
 def cancel(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
            _: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
     row = existing(store, execution_id)

@@ -9,41 +9,25 @@ database leases from the same table, so no two live ones share an id.
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
+from milepost.api import errors, schemas
 from milepost.api.auth import WorkAuth
 from milepost.api.deps import RuntimeDep, StoreDep
-from milepost.core.ids import MAX_MACHINE
+from milepost.api.errors import AUTH, BODY
 from milepost.engine.machine import LEASE_TTL_S
 
 router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 
-class MachineIdIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    worker_id: str = Field(min_length=1, max_length=200)
-    machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
-                                   description="The id held now, to renew; left out to "
-                                   "lease a new one.")  # fmt: skip
-
-
-class MachineIdOut(BaseModel):
-    machine_id: int
-    expires_at: float
-    """Seconds since the epoch; renew well before."""
-    renewed: bool
-    """False when `machine_id` is a new lease (the one asked for was lost, or none was)."""
-
-
-@router.post("/machine-id", response_model=MachineIdOut)
-def machine_id(body: MachineIdIn, store: StoreDep, runtime: RuntimeDep,
-               _: WorkAuth) -> MachineIdOut:  # fmt: skip
+@router.post("/machine-id", response_model=schemas.MachineIdOut,
+             responses=errors.responses(*AUTH, *BODY, 503))
+def machine_id(body: schemas.MachineIdIn, store: StoreDep, runtime: RuntimeDep,
+               _: WorkAuth) -> schemas.MachineIdOut:  # fmt: skip
     holder = f"worker:{body.worker_id}"
     now = runtime.clock()
     if body.machine_id is not None and store.renew_machine_id(body.machine_id, holder, now,
                                                               LEASE_TTL_S):  # fmt: skip
-        return MachineIdOut(machine_id=body.machine_id, expires_at=now + LEASE_TTL_S,
-                            renewed=True)  # fmt: skip
+        return schemas.MachineIdOut(machine_id=body.machine_id,
+                                    expires_at=now + LEASE_TTL_S, renewed=True)  # fmt: skip
     leased = store.lease_machine_id(holder, now, LEASE_TTL_S)
-    return MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S, renewed=False)
+    return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S, renewed=False)
