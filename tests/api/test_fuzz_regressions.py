@@ -53,7 +53,7 @@ def test_a_nul_in_a_query_is_a_422(api: Api, path: str, params: dict[str, str],
 def test_a_nul_in_a_credential_name_in_the_path_is_a_422(api: Api) -> None:
     for method in ("GET", "DELETE"):
         reply = error(api.call(method, "/api/credentials/a%00b"), 422, "validation_error")
-        assert reply["errors"][0]["loc"] == ["path", "name"]
+        assert reply["errors"][0]["loc"] == ["path"]  # the edge refuses it before routing
 
 
 BIG = 1 << 63  # one past BIGINT: SQLite raised OverflowError, PostgreSQL "out of range"
@@ -97,11 +97,11 @@ def test_a_time_no_iso_text_can_hold_is_refused_and_the_run_stays_readable(api: 
                   "validation_error")  # fmt: skip
     assert reply["errors"][0]["loc"] == ["body", "events", 0, "created_at"]
     ok(api.get(f"/api/executions/{xid}"))
-    events[0]["created_at"] = "9999-12-31T23:59:59+00:00"  # the last second ISO text holds
+    events[0]["created_at"] = "2199-12-31T23:59:59+00:00"  # the last second of the range
     assert ok(api.post("/api/events/batch", {"events": events}, role="worker"))["stored"] == 1
     times = [e["created_at"] for e in ok(api.get(f"/api/executions/{xid}"))["events"]
              if e["event_id"] == events[0]["event_id"]]  # fmt: skip
-    assert times == ["9999-12-31T23:59:59.000+00:00"]
+    assert times == ["2199-12-31T23:59:59.000+00:00"]
 
 
 @pytest.mark.parametrize("text", ["\u0661\u0662", " 12", "12 "])
