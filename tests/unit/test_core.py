@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import pathlib
 from typing import Any
 
@@ -522,7 +523,12 @@ def _assert_movable(sim: Sim) -> None:
         f"stuck RUNNING: {[(e.event_type, e.step, e.payload.get('index')) for e in sim.log]}")
 
 
-@settings(max_examples=150, deadline=None)
+LIVENESS_EXAMPLES = int(os.environ.get("MILEPOST_LIVENESS_EXAMPLES", "150"))
+"""Histories the liveness property plays; raise it for a deeper search (a few seconds per
+thousand)."""
+
+
+@settings(max_examples=LIVENESS_EXAMPLES, deadline=None)
 @given(items=hs.integers(0, 3),
        loop=hs.sampled_from(["{mode: sequential}", "{mode: parallel, max_in_flight: 1}",
                              "{mode: parallel, max_in_flight: 2}",
