@@ -66,29 +66,37 @@ def secret_texts(playbook: model.Playbook, resolved: Mapping[str, Any]) -> list[
     return texts
 
 
-_SECRET_FIELDS = frozenset({"value", "passphrase", "pass", "pwd"})
-"""Secret credential fields `is_sensitive_key` does not name: an `api_key` credential's
-`value` (DSL 11, http `auth`), a key's passphrase."""
+_PUBLIC_FIELDS = frozenset({
+    "type", "kind", "host", "hostname", "port", "user", "username", "login", "database",
+    "dbname", "db", "schema", "sslmode", "region", "account", "warehouse", "role",
+    "db_host", "db_port", "db_user", "db_name", "header", "name", "in",
+})  # fmt: skip
+"""Credential fields that say where and as whom, not how: shown in results. Every other
+field is a secret (`X-Api-Key`, `aws_secret_access_key`, `clientSecret`, an `api_key`
+credential's `value`...): a field nobody listed is masked, never the reverse."""
 _DSN_FIELDS = re.compile(r"(^|_)(dsn|url|uri|connection_string|conninfo)$", re.IGNORECASE)
 
 
 def credential_secrets(data: Any) -> list[str]:
-    """The strings of a credential's secret fields: under a sensitive key (`password`,
-    `token`, `api_key`, ...), and a DSN or URL holding a password (with the password
-    itself). Host, port, user, database, schema and the like are not secrets."""
+    """The strings of a credential's secret fields: every field but the public ones
+    (`_PUBLIC_FIELDS`: host, port, user, database, schema and the like), at any depth; of
+    a DSN or URL, the whole text and its password when it holds one (a DSN without a
+    password is where, not how)."""
+    if isinstance(data, list | tuple):
+        return [text for item in data for text in credential_secrets(item)]
     if not isinstance(data, Mapping):
-        return []
+        return secret_strings(data)
     texts: list[str] = []
     for key, value in data.items():
         name = str(key)
-        if is_sensitive_key(name) or name.lower() in _SECRET_FIELDS:
-            texts.extend(secret_strings(value))
-        elif _DSN_FIELDS.search(name) and isinstance(value, str):
+        if _DSN_FIELDS.search(name) and isinstance(value, str) and not is_sensitive_key(name):
             password = _dsn_password(value)
             if password:
                 texts.extend([value, password, unquote(password)])
-        elif isinstance(value, Mapping):
+        elif isinstance(value, Mapping | list | tuple):
             texts.extend(credential_secrets(value))
+        elif name.lower() not in _PUBLIC_FIELDS:
+            texts.extend(secret_strings(value))
     return texts
 
 

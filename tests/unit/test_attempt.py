@@ -1154,6 +1154,30 @@ def test_a_credentials_host_and_user_are_not_secrets_its_password_is() -> None:
     assert out.result == "connected to db.internal as etl (***, ***) on sales.public postgres"
 
 
+@pytest.mark.parametrize("data", [
+    {"type": "header", "X-Api-Key": "k3y-v4lue-1"},
+    {"type": "aws", "aws_access_key_id": "id-v4lue-1", "aws_secret_access_key": "k3y-v4lue-1"},
+    {"type": "oauth", "clientSecret": "k3y-v4lue-1", "accessToken": "k3y-v4lue-2"},
+    {"type": "api_key", "value": "k3y-v4lue-1", "in": "header", "name": "X-Key"},
+    {"type": "multi", "keys": [{"name": "a", "signing_key": "k3y-v4lue-1"}]},
+])  # fmt: skip
+def test_every_credential_field_but_the_public_ones_is_a_secret(data: dict[str, Any]) -> None:
+    """A field named nowhere (`X-Api-Key`, `clientSecret`...) is masked: only the fields
+    that say where and as whom are shown, never the reverse."""
+    pb = playbook("""
+        keychain:
+          - {name: c, kind: credential, credential: cred}
+        workflow:
+          - step: x
+            tool: {kind: python, code: t1, input: {all: "{{ keychain.c | tojson }}"}}
+    """)
+    tools = FakeTools(t1=lambda c: ok(c.input["all"]))
+    out = run(pb, work_item(), tools, credentials={"cred": data}.get)
+    assert out.ok, out.error
+    assert "v4lue" not in str(out.result) and "***" in str(out.result)
+    assert out.result["type"] == data["type"]  # what is public stays readable
+
+
 def test_what_looks_like_a_secret_is_masked_without_a_keychain() -> None:
     pb = playbook("""
         workflow:
