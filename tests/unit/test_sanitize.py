@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import time
 import uuid
 
@@ -39,6 +40,16 @@ MASKED = [
     ("GET /cb?access_token=abcdef123&state=1", "GET /cb?access_token=***&state=1"),
     ('{"client_secret": "s3cr3t!"}', '{"client_secret": "***"}'),
     ("host=db password='hunter22' user=app", "host=db password='***' user=app"),
+    # a `*` in a secret is part of it, not a sign the text was masked already
+    ("dsn postgres://u:pa*ssword@h/db", "dsn postgres://u:***@h/db"),
+    ('{"password": "hunter*2secret"}', '{"password": "***"}'),
+    ("password=abc*defghi", "password=***"),
+    ("Authorization: BEARER abc.def-1234567890", "Authorization: BEARER ***"),
+    ("PGPASSWORD=hunter22 psql -h db", "PGPASSWORD=*** psql -h db"),
+    ('export DB_PASSWORD="s3cret!x"', 'export DB_PASSWORD="***"'),
+    ("x-api-key: abcdef123\naccept: */*", "x-api-key: ***\naccept: */*"),
+    ("db:\n  password: hunter2\n  host: db", "db:\n  password: ***\n  host: db"),
+    ("- client_secret: 'abc123'", "- client_secret: '***'"),
 ]
 
 
@@ -79,7 +90,8 @@ def test_ordinary_text_ids_hashes_and_base64_pass_unchanged(text: str) -> None:
 
 _SECRETISH = hs.sampled_from(["Bearer ", "bearer ", "eyJ", ".eyJ", "sk-", "sk_live_", "ghp_",
                               "github_pat_", "xoxb-", "AKIA", "AIza", "://", ":", "@",
-                              "password=", '"token": "', "-----BEGIN PRIVATE KEY-----",
+                              "password=", '"token": "', "PGPASSWORD=", "x-api-key: ",
+                              "password: ", "-----BEGIN PRIVATE KEY-----",
                               "-----END PRIVATE KEY-----", MASK, "*", "\n", " ", "."])  # fmt: skip
 _TEXT = hs.lists(hs.one_of(_SECRETISH, hs.text(max_size=40)), max_size=12).map("".join)
 
@@ -106,6 +118,29 @@ def test_masking_a_large_output_stays_linear(text: str) -> None:
     started = time.perf_counter()
     mask_patterns(text)
     assert time.perf_counter() - started < 0.5
+
+
+def test_only_the_patterns_whose_trigger_is_in_the_text_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[str] = []
+
+    class Spy:
+        def __init__(self, triggers: tuple[str, ...], pattern: re.Pattern[str]) -> None:
+            self.triggers, self.pattern = triggers, pattern
+
+        def sub(self, replacement: str, text: str) -> str:
+            ran.append(self.triggers[0])
+            return self.pattern.sub(replacement, text)
+
+    rules = [(t, Spy(t, p), r) for t, p, r in sanitize._RULES]
+    monkeypatch.setattr(sanitize, "_RULES", rules)
+    assert mask_patterns("a long log line: token=abc123 expired") == (
+        "a long log line: token=*** expired")
+    assert ran and set(ran) == {"password"}  # the rules keyed on the names only
+    ran.clear()
+    assert mask_patterns("see https://example.com/docs") == "see https://example.com/docs"
+    assert ran == ["://"]
 
 
 def test_redactor_masks_declared_values_and_patterns_in_nested_values() -> None:
