@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,6 +27,8 @@ from milepost.worker import keychain
 
 MAX_TASK_EXECUTIONS = 10_000
 _UNRENDERED_CONFIG = frozenset({"kind", "name"})
+
+log = logging.getLogger(__name__)
 
 
 class ToolRunner(Protocol):
@@ -101,14 +105,27 @@ async def run_attempt(
             resolved = keychain.resolve(playbook, item.context, credentials)
         except MilepostError as exc:
             error = {"kind": "keychain", "message": exc.message, "retryable": False}
-            return Outcome(ok=False, error=error)
+            return Outcome(ok=False, error=Redactor(secrets).value(error))
         secrets.extend(keychain.secret_texts(playbook, resolved))
         item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
     redactor = Redactor(secrets)
-    outcome = await _run(playbook, item, tools, sleep, redactor)
+    try:
+        outcome = await _run(playbook, item, tools, sleep, redactor)
+    except Exception as exc:  # a bug in a tool must fail the step, not hang the run
+        outcome = _crashed(item, exc, redactor)
     return dataclasses.replace(outcome, result=redactor.value(outcome.result),
                                ctx=redactor.value(outcome.ctx),
                                error=redactor.value(outcome.error))  # fmt: skip
+
+
+def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> Outcome:
+    """The `internal` outcome of a crash; its traceback is logged here, redacted, because
+    its frames' values and messages may hold the attempt's secrets."""
+    log.error("attempt crashed (step %r, execution %s)\n%s", item.step, item.execution_id,
+              redactor.text(traceback.format_exc()),
+              extra={"action": "attempt_crashed", "command_id": str(item.command_id),
+                     "execution_id": str(item.execution_id), "step": item.step})  # fmt: skip
+    return Outcome(ok=False, error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
 
 
 async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,

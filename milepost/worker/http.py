@@ -49,7 +49,6 @@ from milepost.engine.machine import RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
-from milepost.sanitize import mask_patterns
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
@@ -525,17 +524,10 @@ class Worker:
         self._deferrals = 0
         job.phase = "running"
         self._log(job, logging.DEBUG, "attempt_started", "running")
-        try:
-            outcome = await attempt_mod.run_attempt(playbook, item, self.tools,
-                                                    sleep=self.clock.sleep,
-                                                    credentials=self.credentials)  # fmt: skip
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug in a tool must fail the step, not hang the run
-            self._log(job, logging.ERROR, "attempt_crashed", "attempt crashed", exc_info=True)
-            message = mask_patterns(f"{type(exc).__name__}: {exc}")
-            error = {"kind": "internal", "message": message}
-            outcome = Outcome(ok=False, error=error)
+        # a crash inside becomes an `internal` outcome there, logged redacted
+        outcome = await attempt_mod.run_attempt(playbook, item, self.tools,
+                                                sleep=self.clock.sleep,
+                                                credentials=self.credentials)  # fmt: skip
         return item, outcome
 
     async def _heartbeats(self, job: _Job) -> None:

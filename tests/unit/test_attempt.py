@@ -1234,3 +1234,34 @@ def test_keychain_template_error_is_a_keychain_error() -> None:
     assert out.error["kind"] == "keychain"
     assert "keychain 'api'" in out.error["message"]
     assert tools.calls == []
+
+
+def test_a_keychain_error_is_redacted_of_the_workloads_secrets() -> None:
+    pb = playbook("""
+        keychain:
+          - {name: api, kind: static, map: {key: "{{ workload[workload.api_token] }}"}}
+        workflow:
+          - step: x
+            tool: {kind: python, code: t1}
+    """)
+    # the error names the missing key: the workload's secret value
+    out = run(pb, work_item(workload={"api_token": "tok-9f8e7d6c5b"}), FakeTools())
+    assert out.error is not None and out.error["kind"] == "keychain"
+    assert "tok-9f8e7d6c5b" not in repr(out) and "***" in out.error["message"]
+
+
+def test_a_crash_is_an_internal_outcome_logged_without_the_secrets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def crashes(call: ToolCall) -> ToolResult:
+        raise RuntimeError(f"bug near {call.config['headers']['Authorization']}")
+
+    with caplog.at_level("ERROR", logger="milepost.worker.attempt"):
+        out = run(_keychain_playbook(), work_item(step="x"), FakeTools(http=crashes))
+    assert not out.ok and out.error == {"kind": "internal",
+                                        "message": "RuntimeError: bug near Bearer ***"}
+    [record] = [r for r in caplog.records if getattr(r, "action", "") == "attempt_crashed"]
+    assert (record.execution_id, record.step) == ("1", "x")  # type: ignore[attr-defined]
+    assert record.exc_info is None  # the traceback is in the message, redacted
+    assert "Traceback" in record.getMessage() and "RuntimeError" in record.getMessage()
+    assert SECRET not in record.getMessage()
