@@ -45,7 +45,7 @@ from milepost.client import ApiError, AsyncMilepostClient, MilepostClient, Serve
 from milepost.core import events as ev
 from milepost.core.ids import Snowflake
 from milepost.core.work import Outcome, WorkItem, report_events
-from milepost.engine.machine import RENEW_EVERY_S
+from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
@@ -113,6 +113,17 @@ class RealClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class MachineIdRefused(MilepostError):
+    """The server refused to lease a machine id, in a way that retrying will not change."""
+
+    code = "machine_id_refused"
+
+    def __init__(self, cause: ApiError) -> None:
+        super().__init__(f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
+                         f"{cause.message}); check the worker's token role and that the server "
+                         "is as new as the worker", status=cause.status, cause_code=cause.code)
 
 
 class _Transient(Exception):
@@ -269,6 +280,8 @@ class Worker:
             None if fixed is None else Snowflake(fixed, self.clock.time))  # fmt: skip
         self._leased: int | None = None
         """The machine id leased from the server (None: `new_id` or the environment's)."""
+        self._clock_offset = 0.0
+        """The server's clock minus this one, as the last lease reply showed it."""
         self._lease_holder = f"{self.worker_id}/{secrets.token_hex(4)}"
         """Who holds the lease: unique even when two workers were given one worker id."""
         self.min_poll = min_poll
@@ -347,36 +360,59 @@ class Worker:
         return self._new_id()
 
     async def _lease_machine_id(self) -> None:
-        """Ask the server for a machine id until it answers (or the worker is stopped)."""
+        """Ask the server for a machine id until it answers (or the worker is stopped);
+        a refusal that will not pass (a 4xx: wrong role, an older server) fails the worker."""
         delay = self.min_poll
+        failures = 0
         while True:
             try:
-                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
+                await self._ask_machine_id()
                 return
-            except (ApiError, ServerUnavailable) as exc:
-                if self._stopping:
-                    return  # no claim follows, so no id is ever needed
-                log.warning("cannot lease a machine id (%s); retrying in %.1fs", exc, delay,
-                            extra={"action": "machine_id_failed"})  # fmt: skip
+            except ApiError as exc:
+                if not exc.transient:
+                    raise MachineIdRefused(exc) from exc
+                failure: Exception = exc
+            except Exception as exc:  # noqa: BLE001 - unreachable, or a malformed reply
+                failure = exc
+            if self._stopping:
+                return  # no claim follows, so no id is ever needed
+            failures += 1
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "cannot lease a machine id (%s: %s); retrying every %.1fs at most",
+                    type(failure).__name__, failure, self.max_poll,
+                    extra={"action": "machine_id_failed"})  # fmt: skip
             await self.clock.sleep(delay)
             delay = min(delay * 2, self.max_poll)
 
-    def _use_machine_id(self, reply: Mapping[str, Any]) -> None:
+    async def _ask_machine_id(self) -> None:
+        asked = self.clock.time()
+        reply = await self.client.machine_id(self._lease_holder, self._leased)
+        self._use_machine_id(reply, (asked + self.clock.time()) / 2)
+
+    def _use_machine_id(self, reply: Mapping[str, Any], local_now: float) -> None:
         leased = int(reply["machine_id"])
+        expires_at = reply.get("expires_at")
+        if isinstance(expires_at, int | float) and not isinstance(expires_at, bool):
+            # the server refuses ids minted more than a few seconds ahead of its clock:
+            # mint on its clock, as measured from this reply (`expires_at` = its now + ttl)
+            self._clock_offset = expires_at - LEASE_TTL_S - local_now
         if leased != self._leased:
             if self._leased is not None:
                 log.warning("machine id %d was lost: minting with %d from now on",
                             self._leased, leased, extra={"action": "machine_id_relet"})  # fmt: skip
             self._leased = leased
-            self._new_id = Snowflake(leased, self.clock.time)
+            self._new_id = Snowflake(leased, self._server_time)
+
+    def _server_time(self) -> float:
+        return self.clock.time() + self._clock_offset
 
     async def _renew_machine_id(self) -> None:
         while True:
             await self.clock.sleep(RENEW_EVERY_S)
             try:
-                self._use_machine_id(await self.client.machine_id(self._lease_holder, self._leased))
-            except (ApiError, ServerUnavailable) as exc:  # the lease outlives a few misses
-                log.warning("machine id renewal failed: %s", exc,
+                await self._ask_machine_id()
+            except Exception as exc:  # noqa: BLE001 - the lease outlives a few misses
+                log.warning("machine id renewal failed: %s: %s", type(exc).__name__, exc,
                             extra={"action": "machine_id_renew_failed"})  # fmt: skip
 
     # -- claiming --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from milepost.client import ApiError
+from milepost.engine.machine import LEASE_TTL_S
 from milepost.tools.base import ToolCall, ToolResult
 from milepost.worker.http import Worker
 
@@ -180,6 +181,10 @@ class FakeClient:
         self.machine_ids_lost: set[int] = set()
         """Ids whose lease the next renewal finds taken by another process."""
         self._next_machine_id = itertools.count(7)
+        self.machine_id_failures: list[Exception | dict[str, Any]] = []
+        """What the next `machine_id` calls raise (an exception) or answer (a reply)."""
+        self.server_clock: Callable[[], float] | None = None
+        """The server's time for `expires_at` (None: it is left out, as by an older server)."""
 
     async def claim_next(self, worker_id: str, limit: int = 1,
                          lease_seconds: float | None = None,
@@ -201,9 +206,15 @@ class FakeClient:
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
         self.machine_id_calls.append(machine_id)
+        if self.machine_id_failures:
+            failure = self.machine_id_failures.pop(0)
+            if isinstance(failure, Exception):
+                raise failure
+            return failure
         renewed = machine_id is not None and machine_id not in self.machine_ids_lost
         leased = machine_id if renewed else next(self._next_machine_id)
-        return {"machine_id": leased, "expires_at": 0.0, "renewed": renewed}
+        expires_at = None if self.server_clock is None else self.server_clock() + LEASE_TTL_S
+        return {"machine_id": leased, "expires_at": expires_at, "renewed": renewed}
 
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from milepost.client import ApiError, ServerUnavailable
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, timestamp_of
 from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.render import LoopResult
 from milepost.worker import http as worker_http
@@ -515,6 +515,84 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
             client.queue.append(command(131))
             await until(lambda: len(client.reports) == 2, clock)
         assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {8}
+
+    run(scenario)
+
+
+def _leasing(client: FakeClient) -> tuple[Worker, FakeClock]:
+    clock = FakeClock()
+    return Worker(client, FakeTools(), clock=clock, worker_id="w-lease", lease_seconds=LEASE), clock
+
+
+@pytest.mark.parametrize("status", [403, 404, 422])
+def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
+        status: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client = FakeClient()
+        client.machine_id_failures = [ApiError(status, "forbidden", "no")]
+        worker, _ = _leasing(client)
+        with pytest.raises(worker_http.MachineIdRefused) as raised:
+            await worker.run()
+        assert raised.value.code == "machine_id_refused"
+        assert f"HTTP {status} forbidden" in raised.value.message
+        assert client.machine_id_calls == [None] and client.claim_limits == []
+
+    run(scenario)
+
+
+def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client = FakeClient()
+        client.machine_id_failures = [ServerUnavailable("down"), ApiError(503, "busy", "later"),
+                                      {"unexpected": "reply"}]  # fmt: skip
+        worker, clock = _leasing(client)
+        client.queue.append(command(133))
+        async with running(worker):
+            await until(lambda: len(client.reports) == 1, clock)
+        assert client.machine_id_calls == [None, None, None, None]
+
+    with caplog.at_level(logging.DEBUG, logger="milepost.worker.http"):
+        run(scenario)
+    warnings = [r for r in caplog.records if getattr(r, "action", "") == "machine_id_failed"
+                and r.levelno >= logging.WARNING]  # fmt: skip
+    assert len(warnings) == 1
+
+
+def test_the_machine_id_renewer_outlives_a_malformed_reply(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client = FakeClient()
+        worker, clock = _leasing(client)
+        async with running(worker):
+            await until(lambda: client.machine_id_calls == [None], clock)
+            client.machine_id_failures = [{"machine_id": "seven"}, RuntimeError("bug")]
+            for _ in range(3):
+                await clock.advance(RENEW_EVERY_S)
+            assert client.machine_id_calls == [None, 7, 7, 7]  # still renewing
+
+    run(scenario)
+
+
+def test_ids_are_minted_on_the_servers_clock_measured_from_the_lease(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client = FakeClient()
+        worker, clock = _leasing(client)
+        client.server_clock = lambda: clock.time() - 3600.0  # this machine is an hour ahead
+        client.queue.append(command(134))
+        async with running(worker):
+            await until(lambda: len(client.reports) == 1, clock)
+        minted = {timestamp_of(int(e["event_id"])) for e in client.reports[0]}
+        assert all(abs(at - (clock.time() - 3600.0)) < 1.0 for at in minted), minted
 
     run(scenario)
 
