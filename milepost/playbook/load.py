@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 
 
 def load_file(path: str | Path, limits: yamllines.Limits | None = None) -> model.Playbook:
-    """Load and validate the playbook stored at `path`.
+    """Load and validate the playbook stored at `path`, within `limits` (default: the
+    settings'): a file is read from outside, like a registered document.
 
     Raises:
         PlaybookInvalid: listing every problem found (the file's path is the source).
@@ -74,8 +75,10 @@ def load_file(path: str | Path, limits: yamllines.Limits | None = None) -> model
 
 def load_text(text: str, source: str | None = None,
               limits: yamllines.Limits | None = None) -> model.Playbook:  # fmt: skip
-    """Parse YAML `text` (safe loading) and validate it like `load_data`; `limits` (the
-    settings' by default) bound the document's size and alias expansion."""
+    """Parse YAML `text` (safe loading) and validate it like `load_data`; `limits` bound
+    the document's size and alias expansion. None: no bound, for text accepted under
+    limits before (a catalog entry); where text comes from outside, pass
+    `Limits.of(settings)`."""
     data, lines, found = yamllines.parse(text, limits)
     if data is None and found:
         raise PlaybookInvalid(found, source)

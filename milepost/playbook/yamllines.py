@@ -14,6 +14,7 @@ before anything expands it.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,9 @@ class Limits:
                    settings.max_json_depth)  # fmt: skip
 
 
+_UNLIMITED = Limits(sys.maxsize, sys.maxsize, sys.maxsize)
+
+
 def too_big(size: int, limits: Limits) -> str | None:
     """The problem of a document of `size` bytes, None when it is within the limit."""
     if size <= limits.max_bytes:
@@ -59,8 +63,11 @@ def too_big(size: int, limits: Limits) -> str | None:
 
 def parse(text: str, limits: Limits | None = None
           ) -> tuple[Any, dict[problems.LinePath, int], list[str]]:  # fmt: skip
-    """Return (data, lines, problems); data is None after a syntax error or a limit."""
-    limits = limits or Limits.of()
+    """Return (data, lines, problems); data is None after a syntax error or a limit.
+
+    `limits` None: none (a document accepted under limits before, such as a catalog
+    entry, loads wherever it is read); a recursive alias is refused either way."""
+    limits = limits or _UNLIMITED
     # a str has at most 4 bytes a character: encode only when the count could matter
     size = len(text) if len(text) * 4 <= limits.max_bytes else len(text.encode("utf-8", "replace"))
     refused = too_big(size, limits)

@@ -12,6 +12,7 @@ import yaml
 
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, model
+from milepost.playbook.yamllines import Limits
 from tests.shared import PLAYBOOKS, needs_shared
 
 CONFORMANCE = PLAYBOOKS
@@ -33,9 +34,9 @@ def doc(workflow: str, head: str = "") -> str:
     )
 
 
-def problems(text: str) -> list[str]:
+def problems(text: str, limits: Limits | None = None) -> list[str]:
     with pytest.raises(PlaybookInvalid) as info:
-        load.load_text(text, source="inline.yaml")
+        load.load_text(text, source="inline.yaml", limits=limits)
     assert info.value.source == "inline.yaml"
     return info.value.problems
 
@@ -757,7 +758,7 @@ def _alias_bomb(levels: int) -> str:
 def test_alias_bomb_is_refused_before_it_expands() -> None:
     # 9**6 = 531,441 leaves from a 500-byte document; before the limit the load walked
     # every one of them (and the 463-byte one of the issue ran out of memory)
-    found = problems(_alias_bomb(6))
+    found = problems(_alias_bomb(6), Limits.of())
     assert len(found) == 1
     assert "YAML aliases expand to more than 100000 nodes" in found[0]
     assert "MILEPOST_MAX_YAML_ALIASES" in found[0]
@@ -773,13 +774,25 @@ def test_aliases_within_the_limit_still_load() -> None:
 
 def test_alias_limit_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "50")
-    assert "more than 50 nodes" in problems(_alias_bomb(3))[0]  # 9**3 leaves
+    assert "more than 50 nodes" in problems(_alias_bomb(3), Limits.of())[0]  # 9**3 leaves
     monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "1000")
+    assert load.load_text(_alias_bomb(3), limits=Limits.of()).workload["l2"][0][0] == ["lol"] * 9
+
+
+def test_without_limits_a_document_over_this_processs_settings_loads(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # a catalog entry accepted by a server with larger limits, read by a worker with
+    # smaller ones: it was checked at register, and loads
+    monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "50")
+    monkeypatch.setenv("MILEPOST_MAX_PLAYBOOK_BYTES", "100")
     assert load.load_text(_alias_bomb(3)).workload["l2"][0][0] == ["lol"] * 9
+    assert "over the limit of 100" in problems(_alias_bomb(3), Limits.of())[0]
 
 
 def test_recursive_alias_is_refused() -> None:
-    found = problems(doc("- step: start\n  tool: {kind: noop}\n", "workload: &w {self: *w}\n"))
+    text = doc("- step: start\n  tool: {kind: noop}\n", "workload: &w {self: *w}\n")
+    assert problems(text) == problems(text, Limits.of())  # with limits or without
+    found = problems(text)
     assert found == ["a YAML alias refers to a node that contains it (line 4)"]
 
 
@@ -789,7 +802,7 @@ def test_document_over_the_size_limit_is_refused_unparsed(
     text = doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{pad: {'x' * 1000}}}\n")
     expected = (f"the document is {len(text)} bytes, over the limit of 1000 "
                 "(MILEPOST_MAX_PLAYBOOK_BYTES)")  # fmt: skip
-    assert problems(text) == [expected]
+    assert problems(text, Limits.of()) == [expected]
     file = tmp_path / "big.yaml"
     file.write_text(text)
     with pytest.raises(PlaybookInvalid) as info:
@@ -800,6 +813,7 @@ def test_document_over_the_size_limit_is_refused_unparsed(
 def test_nesting_beyond_the_limit_is_refused() -> None:
     # 900 levels: the line walk recursed until RecursionError, a crash and not a problem
     deep = "[" * 900 + "]" * 900
-    found = problems(doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{deep: {deep}}}\n"))
+    text = doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{deep: {deep}}}\n")
+    found = problems(text, Limits.of())
     assert len(found) == 1
     assert found[0].startswith("the document nests deeper than 64 levels (line 4;")
