@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from milepost.core.ids import MAX_MACHINE
 from milepost.errors import MilepostError
 
 DEFAULT_DB = ".milepost/milepost.db"
@@ -22,7 +24,7 @@ class Settings(BaseSettings):
     """In-process workers (commands run at once)."""
     python_workers: int = 2
     """Warm processes that run `python` tools."""
-    machine_id: int | None = None
+    machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE)
     """Snowflake machine id (0-1023), distinct per process writing to one database; unset,
     each process leases one from the database (servers, `milepost run`) or from its server
     (workers), which keeps them distinct on its own."""
@@ -53,9 +55,9 @@ class Settings(BaseSettings):
     """Deepest nesting of the free JSON a request carries (`workload`, `meta`, `context`,
     credential `data`) and of a playbook's YAML."""
     max_body_bytes: int = 16 * 1024 * 1024
-    """Largest HTTP request body and worker-channel message (413 beyond it): the size
-    uvicorn already allows a WebSocket message, which a worker's batch of reports, results
-    included, has always had to fit."""
+    """Largest HTTP request body and worker-channel message (413 beyond it). `milepost
+    server` lets uvicorn take WebSocket messages of twice this, so a channel message over
+    it still gets its 413 reply instead of a closed socket."""
     driver_ttl: float = 15.0
     """Seconds an embedded run's driver lease outlives its process (`milepost run`/`resume`
     renew it every third of this): how long `resume` may wait after a kill on another host."""

@@ -63,6 +63,9 @@ class LocalCluster:
         # NATS wakes workers the moment commands are issued; polling remains the fallback
         self.env.setdefault("MILEPOST_NATS_URL", nats_url)
         self.env.pop("MILEPOST_DATABASE_URLS", None)
+        # every process leases its machine id, as in production: one fixed id for all of
+        # them would mint colliding event ids
+        self.env.pop("MILEPOST_MACHINE_ID", None)
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> LocalCluster:

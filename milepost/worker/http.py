@@ -49,6 +49,7 @@ from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
+from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
@@ -133,8 +134,7 @@ class _Transient(Exception):
 def machine_id() -> int | None:
     """`MILEPOST_MACHINE_ID`, else None: the worker leases one from its server as it starts
     (an id derived from host and pid collided between workers, silently)."""
-    value = os.environ.get("MILEPOST_MACHINE_ID")
-    return int(value) if value else None
+    return Settings().machine_id
 
 
 def default_worker_id() -> str:
