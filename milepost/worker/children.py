@@ -31,7 +31,7 @@ class ServerChildren:
         except WaitTimeout:
             await self._cancel(xid, claim)
             raise TimeoutError(f"child {xid} still running after {timeout:g}s") from None
-        except asyncio.CancelledError:  # the parent's attempt is being abandoned
+        except BaseException:  # abandoned, or the wait failed (a refused claim): no orphan
             await asyncio.shield(self._cancel(xid, claim))
             raise
         steps: dict[str, Any] = status.get("steps") or {}

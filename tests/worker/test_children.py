@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from milepost.client import AsyncMilepostClient
+from milepost.client import ApiError, AsyncMilepostClient
 from milepost.tools.playbook import Parent
 from milepost.worker.children import ServerChildren
 from tests.worker.test_client import URL, Recorder
@@ -49,6 +49,21 @@ def test_a_child_past_its_timeout_is_cancelled_with_the_parent_claim() -> None:
     })  # fmt: skip
     with pytest.raises(TimeoutError):
         run(rec, timeout=0.2)
+    cancel = rec.requests[-1]
+    assert cancel.url.path == "/api/executions/7/cancel"
+    assert dict(cancel.url.params) == PROOF
+
+
+def test_a_child_whose_wait_is_refused_is_cancelled_and_the_error_raised() -> None:
+    refused = httpx.Response(409, json={"code": "claim_refused", "message": "lease lost"})
+    rec = Recorder({
+        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+        ("GET", "/api/executions/7/status"): refused,
+        ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
+    })  # fmt: skip
+    with pytest.raises(ApiError) as raised:
+        run(rec, timeout=5)
+    assert raised.value.code == "claim_refused"
     cancel = rec.requests[-1]
     assert cancel.url.path == "/api/executions/7/cancel"
     assert dict(cancel.url.params) == PROOF
