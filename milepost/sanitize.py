@@ -33,8 +33,14 @@ _TOKEN_CHARS = r"[A-Za-z0-9\-._~+/]"
 _VALUE = r"[^\s\"'&;,]{3,}"
 """A value after `password=`. A masked value (`***`) may match again: it stays `***`."""
 _NAMES = r"(?:password|passwd|secret|token|api_?key|access_?key)"
-_NAME_TRIGGERS = ("password", "passwd", "secret", "token", "apikey", "api_key", "accesskey",
-                  "access_key")  # fmt: skip
+_NAME_TEXTS = ("password", "passwd", "secret", "token", "apikey", "api_key", "accesskey",
+               "access_key")  # fmt: skip
+
+
+def _named(sign: str) -> tuple[str, ...]:
+    """The triggers of a name followed by `sign`: the prose word "token" alone runs none."""
+    return tuple(name + sign for name in _NAME_TEXTS)
+
 
 _RULES: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
     # the block's body; its BEGIN and END lines say what was there
@@ -62,20 +68,20 @@ _RULES: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
     (("akia", "asia"), re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), rf"\1{MASK}"),
     (("aiza",), re.compile(r"\b(AIza)[0-9A-Za-z_\-]{35}"), rf"\1{MASK}"),
     # `access_token=`, `"client_secret": "`: the name may end a longer one
-    (_NAME_TRIGGERS, re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}=)(['\"]?){_VALUE}"),
+    (_named("="), re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}=)(['\"]?){_VALUE}"),
      rf"\1\2{MASK}"),
-    (_NAME_TRIGGERS, re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}\"\s*:\s*\")[^\"]{{3,}}(?=\")"),
+    (_named('"'), re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}\"\s*:\s*\")[^\"]{{3,}}(?=\")"),
      rf"\1{MASK}"),
     # an environment variable: `PGPASSWORD=`, `DB_PASSWORD=` (upper case, so `mypassword=`
     # in prose is left to the pattern above)
-    (_NAME_TRIGGERS,
+    (_named("="),
      re.compile(rf"(?<![A-Za-z0-9_])([A-Z][A-Z0-9_]*{_NAMES.upper()}=)"
                 rf"(['\"]?){_VALUE}"), rf"\1\2{MASK}"),
-    (("api-key",), re.compile(r"(?i)(?<![a-z0-9])((?:x-)?api-key:[ \t]*)(['\"]?)[^\s\"',;]{3,}"),
+    (("api-key:",), re.compile(r"(?i)(?<![a-z0-9])((?:x-)?api-key:[ \t]*)(['\"]?)[^\s\"',;]{3,}"),
      rf"\1\2{MASK}"),
     # YAML `password: hunter2`: a key at the start of a line and one word to its end, so
     # `token: missing, please log in` is prose
-    (_NAME_TRIGGERS,
+    (_named(":"),
      re.compile(rf"(?im)^([ \t]*(?:-[ \t]+)?[a-z0-9_\-]*?{_NAMES}:[ \t]+)(['\"]?)"
                 rf"[^\s'\"]{{3,}}(?=['\"]?[ \t\r]*$)"), rf"\1\2{MASK}"),
 )  # fmt: skip

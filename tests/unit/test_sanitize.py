@@ -137,10 +137,14 @@ def test_only_the_patterns_whose_trigger_is_in_the_text_run(
     monkeypatch.setattr(sanitize, "_RULES", rules)
     assert mask_patterns("a long log line: token=abc123 expired") == (
         "a long log line: token=*** expired")
-    assert ran and set(ran) == {"password"}  # the rules keyed on the names only
+    assert ran and set(ran) == {"password="}  # the rules of `name=` only
     ran.clear()
     assert mask_patterns("see https://example.com/docs") == "see https://example.com/docs"
     assert ran == ["://"]
+    ran.clear()
+    prose = "the token and the key expired; ask the secretary. " * 2000
+    assert mask_patterns(prose) == prose
+    assert ran == []  # names without a sign, `key`, `ask`: no pattern can match
 
 
 def test_redactor_masks_declared_values_and_patterns_in_nested_values() -> None:
