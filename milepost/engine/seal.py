@@ -88,7 +88,11 @@ class Sealer:
             data = self._decrypt(data[len(_FERNET):], uri)
         elif data.startswith(_PLAIN):
             data = data[len(_PLAIN):]
-        value = json.loads(data.decode("utf-8"))
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except ValueError:  # not UTF-8 or not JSON: a damaged entry, or another key's bytes
+            raise WorkloadUnreadable(f"the sealed workload {uri!r} is not readable JSON",
+                                     uri=uri) from None  # fmt: skip
         if not isinstance(value, Mapping):
             raise WorkloadUnreadable(f"the sealed workload {uri!r} is not an object", uri=uri)
         return dict(value)
