@@ -294,7 +294,9 @@ def _request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchest
     """Append the request only to the log as it was read: a run that ended in between
     (another process writes it) takes nothing after its terminal event."""
     for _ in range(CANCEL_TRIES):
-        state = orchestrator.state(execution_id)
+        # only the status and the watermark are read: a run sealed with a key this
+        # process lacks can still be cancelled
+        state = orchestrator.state(execution_id, workload=False)
         if state.terminal:
             raise _fail(f"execution {execution_id} is already {state.status}")
         event = ev.new_event(orchestrator.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,

@@ -24,6 +24,7 @@ from milepost.api.metrics import Metrics
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import notify
+from milepost.engine.machine import LeasedIds
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.playbook import model
 from milepost.store import port
@@ -70,6 +71,8 @@ class ExecutionLocks:
 
 def _locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
     """The orchestrator's id generator, safe to call from the route threads at once."""
+    if isinstance(new_id, LeasedIds):
+        return new_id  # it holds its own lock (shared with its renewal): one is enough
     lock = threading.Lock()
 
     def locked() -> int:

@@ -98,6 +98,9 @@ class ExecutionState:
     """As `execution.started` shows it (masked) until the orchestrator opens the sealed one."""
     sealed_workload: str | None = None
     """The result-store entry holding the real workload (`engine.seal`), if it was masked."""
+    workload_secrets: tuple[str, ...] | None = None
+    """Set when the orchestrator opened the sealed workload: its sensitive values, which it
+    redacts from every event it appends. None: not opened (the workload is the masked one)."""
     parent_execution_id: int | None = None
     parent_command_id: int | None = None
     """The command of the parent that started this run (a `playbook` tool call)."""

@@ -23,7 +23,7 @@ from milepost.core import state as st
 from milepost.core.work import Outcome as AttemptOutcome
 from milepost.core.work import WorkItem, report_events
 from milepost.credentials import Vault
-from milepost.engine.machine import RENEW_EVERY_S, LeasedIds, holder_name
+from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.errors import MilepostError, PlaybookNotFound
@@ -144,7 +144,7 @@ class EmbeddedEngine:
         self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
         self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
         if self._leased is not None:
-            self._tasks.append(asyncio.create_task(self._renew_machine_id(self._leased),
+            self._tasks.append(asyncio.create_task(renew_forever(self._leased),
                                                    name="machine-id"))  # fmt: skip
         return self
 
@@ -495,14 +495,6 @@ class EmbeddedEngine:
                 if nxt is not None:
                     batch.append(nxt)
             self._process_safely(batch)
-
-    async def _renew_machine_id(self, leased: LeasedIds) -> None:
-        while True:
-            await asyncio.sleep(RENEW_EVERY_S)
-            try:
-                leased.renew()
-            except MilepostError:  # the next round tries again, well within the lease
-                log.exception("machine id renewal failed")
 
     async def _poller(self) -> None:
         while True:

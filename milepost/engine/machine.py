@@ -11,6 +11,7 @@ then on ids come from a new lease.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -29,6 +30,13 @@ RENEW_EVERY_S = LEASE_TTL_S / 4
 """Several renewals per lease: one missed (a slow database) does not lose the id."""
 
 
+class MachineIdLost(MilepostError):
+    """The machine id's lease went to another process and no new one could be leased yet:
+    no id is made until a renewal leases one."""
+
+    code = "machine_id_lost"
+
+
 def holder_name(kind: str) -> str:
     """Who holds a lease, for people reading `machine_lease`; unique per process and lease."""
     return f"{kind}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -45,19 +53,28 @@ class LeasedIds:
         self.ttl = ttl
         self._mutex = threading.Lock()
         self.machine_id = store.lease_machine_id(holder, clock(), ttl)
-        self._ids = Snowflake(self.machine_id, clock)
+        self._ids: Snowflake | None = Snowflake(self.machine_id, clock)
+        """None: the id was lost and no new one is leased yet (`MachineIdLost`)."""
 
     def __call__(self) -> int:
         with self._mutex:
+            if self._ids is None:
+                raise MachineIdLost(f"machine id {self.machine_id} was lost to another process "
+                                    "and no new one is leased yet",
+                                    machine_id=self.machine_id)  # fmt: skip
             return self._ids()
 
     def renew(self) -> bool:
         """Extend the lease; when another process has the id now, lease a new one and make
         ids with it from here on. True when the id is unchanged."""
-        if self.store.renew_machine_id(self.machine_id, self.holder, self.clock(), self.ttl):
+        if self._ids is not None and self.store.renew_machine_id(
+                self.machine_id, self.holder, self.clock(), self.ttl):  # fmt: skip
             return True
         lost = self.machine_id
         with self._mutex:  # no id is made between the loss and the new lease
+            # another process mints on the lost id: nothing more is made on it, even when
+            # the new lease fails (the next renewal tries again)
+            self._ids = None
             self.machine_id = self.store.lease_machine_id(self.holder, self.clock(), self.ttl)
             self._ids = Snowflake(self.machine_id, self.clock)
         log.warning("machine id lease lost: leased another",
@@ -69,5 +86,22 @@ class LeasedIds:
         """Give the id back (best effort: it lapses on its own otherwise)."""
         try:
             self.store.release_machine_id(self.machine_id, self.holder)
-        except MilepostError:
-            log.warning("could not release machine id %s", self.machine_id)
+        except Exception:  # a locked SQLite file, a lost connection: the lease lapses anyway
+            log.warning("could not release machine id %s", self.machine_id, exc_info=True,
+                        extra={"action": "machine_id_release", "machine_id": self.machine_id})
+
+
+async def renew_forever(leased: LeasedIds, every: float | None = None) -> None:
+    """Renew `leased` every `every` seconds (`RENEW_EVERY_S`) until cancelled; for every
+    process that leases an id (the embedded engine, the server app).
+
+    Any failure is logged and the next round tries again, well within the lease: were one
+    ("database is locked", a dropped connection) to end this task, the lease would lapse
+    and another process would mint on the same id. The store call runs in a thread, so a
+    slow database does not stall the event loop."""
+    while True:
+        await asyncio.sleep(RENEW_EVERY_S if every is None else every)
+        try:
+            await asyncio.to_thread(leased.renew)
+        except Exception:
+            log.exception("machine id renewal failed", extra={"action": "machine_id_renew"})

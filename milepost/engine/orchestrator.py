@@ -26,7 +26,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
-from milepost.engine.seal import Sealer
+from milepost.engine.seal import Sealer, WorkloadUnreadable
 from milepost.errors import ConcurrencyConflict, ExecutionNotFound, PlaybookNotFound
 from milepost.playbook import load, model
 from milepost.store import port
@@ -45,8 +45,8 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 3
-"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`."""
+_SNAPSHOT_VERSION = 4
+"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`."""
 
 
 @dataclass(slots=True)
@@ -84,8 +84,6 @@ class Orchestrator:
         self.sealer = Sealer(store, secret_key)
         """Seals a start's workload out of the log (`engine.seal`); `secret_key` None reads
         MILEPOST_SECRET_KEY."""
-        self._opened: dict[int, str] = {}
-        """Executions whose cached state holds the real workload -> its sealed entry."""
         self.shared = shared
         """Other processes write to the same executions (servers on one database)."""
         self.clock = clock
@@ -141,10 +139,13 @@ class Orchestrator:
         """Start an execution of a registered playbook; returns its id and the first work."""
         merged = deep_merge(playbook.workload, workload)
         self._playbooks.setdefault((playbook.path, version), playbook)
+        seals: dict[int, tuple[dict[str, Any], str | None]] = {}
         for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
             xid = execution_id or self.new_id()
             now = self.clock()
-            shown, sealed = self.sealer.seal(xid, merged, now)
+            if xid not in seals:  # a retry of the same execution reuses its sealed entry
+                seals[xid] = self.sealer.seal(xid, merged, now)
+            shown, sealed = seals[xid]
             payload = {"path": playbook.path, "version": version, "workload": shown,
                        "entry_step": playbook.entry_step, "name": playbook.name,
                        "parent_execution_id": parent_execution_id}  # fmt: skip
@@ -166,22 +167,27 @@ class Orchestrator:
                             extra={"execution_id": xid})  # fmt: skip
         raise AssertionError("unreachable")
 
-    def state(self, execution_id: int) -> st.ExecutionState:
-        """The current state, rebuilt from the latest snapshot plus newer events if not cached."""
+    def state(self, execution_id: int, *, workload: bool = True) -> st.ExecutionState:
+        """The current state, rebuilt from the latest snapshot plus newer events if not cached.
+
+        `workload=False`: the sealed workload is not opened (WorkloadUnreadable without its
+        key), for callers that read only the status and the watermark (`milepost cancel`)."""
         state = self.cached(execution_id)
         if state is None:
             state = self._rebuild(execution_id)
-            self._open(state)
             self._states[execution_id] = state
+        if workload:
+            self._open(state)
         return state
 
     def _open(self, state: st.ExecutionState) -> None:
-        """Give the state the real workload when its start sealed it (`engine.seal`)."""
-        uri = state.sealed_workload
-        if uri is None or self._opened.get(state.execution_id) == uri:
+        """Give the state the real workload when its start sealed it (`engine.seal`). The
+        mark lives on the state, so a rebuilt state is opened again."""
+        if state.sealed_workload is None or state.workload_secrets is not None:
             return
-        state.workload = self.sealer.open(uri)
-        self._opened[state.execution_id] = uri
+        real = self.sealer.open(state.sealed_workload)
+        state.workload = real
+        state.workload_secrets = tuple(sanitize.sensitive_values(real))
 
     def cached(self, execution_id: int) -> st.ExecutionState | None:
         """The state in memory, as of this orchestrator's last look at the log (or None)."""
@@ -210,7 +216,6 @@ class Orchestrator:
         self._states.pop(execution_id, None)
         self._ended.pop(execution_id, None)
         self._snapshotted.pop(execution_id, None)
-        self._opened.pop(execution_id, None)
 
     def retire(self, execution_id: int) -> None:
         """An execution ended: keep its state among the last `ENDED_KEPT` ended ones (an
@@ -218,7 +223,6 @@ class Orchestrator:
         state = self._states.pop(execution_id, None)
         self._snapshotted.pop(execution_id, None)
         if state is None or not state.terminal:
-            self._opened.pop(execution_id, None)
             return
         self._ended[execution_id] = state
         while len(self._ended) > ENDED_KEPT:
@@ -320,8 +324,7 @@ class Orchestrator:
                 repeats: list[ev.Event] = []
                 reports = st.fold_reports(state, incoming, repeats)
                 to_append.extend(reports)
-                self._open(state)
-                to_append.extend(self._decide(state, now, out, reports))
+                to_append.extend(_redacted(state, self._decide(state, now, out, reports)))
                 # the store leaves out a repeat of the same event and refuses another event
                 # with a known id (EventIdConflict): a repeat is never dropped unchecked
                 to_append.extend(repeats)
@@ -342,8 +345,11 @@ class Orchestrator:
                 reports: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
         if state.terminal:
             return []
-        pb = self.playbook_for(state)
         try:
+            # a catalog entry that no longer loads, or a sealed workload without its key,
+            # ends the run like a bug in decide: refusing every report would hang it
+            pb = self.playbook_for(state)
+            self._open(state)
             return self._decide_all(state, pb, now, out)
         except (port.StoreError, ConcurrencyConflict):
             raise  # the store's trouble, not the run's: the caller retries the report
@@ -372,7 +378,8 @@ class Orchestrator:
         log.error("engine error: execution %s failed while deciding", xid, exc_info=exc,
                   extra={"execution_id": xid, "action": "engine_error"})  # fmt: skip
         message = f"{type(exc).__name__}: {exc}"
-        error = {"step": None, "task": None, "kind": "engine", "code": ENGINE_ERROR,
+        code = exc.code if isinstance(exc, WorkloadUnreadable) else ENGINE_ERROR
+        error = {"step": None, "task": None, "kind": "engine", "code": code,
                  "message": message, "reason": f"engine error: {message}"}  # fmt: skip
         failed = ev.new_event(self.new_id(), xid, ev.EXECUTION_FAILED, now,
                               payload={"error": error, "reason": error["reason"]})  # fmt: skip
@@ -419,8 +426,10 @@ class Orchestrator:
             return
         # the next try comes after as many events again, whether this one is saved or not
         self._snapshotted[state.execution_id] = state.event_count
-        if state.sealed_workload is not None:  # the real workload stays out of the store
-            state = dataclasses.replace(state, workload=sanitize.mask(state.workload))
+        if state.sealed_workload is not None:
+            # values derived from the real workload are all over the fold (ctx, pending args,
+            # results): no snapshot of a sealed run, which only costs a longer rebuild
+            return
         try:
             data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
             self.store.save_snapshot(state.execution_id, state.last_seq, data)
@@ -428,6 +437,16 @@ class Orchestrator:
             log.warning("snapshot of execution %s not saved", state.execution_id,
                         exc_info=True, extra={"execution_id": state.execution_id,
                                               "action": "snapshot_failed"})  # fmt: skip
+
+
+def _redacted(state: st.ExecutionState, events: list[ev.Event]) -> list[ev.Event]:
+    """The decided events as the log keeps them: a run whose workload was sealed renders
+    its real values into `set`, arc args and `step.enter`; the store gets `***` for them.
+    The state folded the real ones, so this process's later steps still read them."""
+    if state.workload_secrets is None or not events:
+        return events
+    redactor = sanitize.Redactor(state.workload_secrets)
+    return [dataclasses.replace(e, payload=redactor.value(e.payload)) for e in events]
 
 
 def _starts(events: list[ev.Event]) -> bool:

@@ -7,10 +7,11 @@ like a secret are masked in the event (`sanitize.mask`): the log is what viewers
 given is kept as one entry of the result store, encrypted with `MILEPOST_SECRET_KEY`
 (Fernet, as the vault's credentials), and the event names that entry
 (`payload.sealed_workload`). The orchestrator opens it when it folds the start, so the
-render context and the workers get the real values; its snapshots hold the masked
-workload. The server always has the key. An embedded run without one (no credentials
-either) keeps the entry as plain JSON in the local database it writes anyway: the log
-still shows `***`.
+render context and the workers get the real values; the events it appends for such a
+run are redacted of them, and such a run is never snapshotted (`engine.orchestrator`).
+The server always has the key. An embedded run without one (no credentials either)
+keeps the entry as plain JSON in the local database it writes anyway: the log still
+shows `***`.
 
 Why not a separate sealed table: the result store is per execution already (sharded with
 it) and never shown to viewers; a reference a client posts (`result.reference`) must parse
@@ -88,7 +89,11 @@ class Sealer:
             data = self._decrypt(data[len(_FERNET):], uri)
         elif data.startswith(_PLAIN):
             data = data[len(_PLAIN):]
-        value = json.loads(data.decode("utf-8"))
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except ValueError:  # not UTF-8 or not JSON: a damaged entry, or another key's bytes
+            raise WorkloadUnreadable(f"the sealed workload {uri!r} is not readable JSON",
+                                     uri=uri) from None  # fmt: skip
         if not isinstance(value, Mapping):
             raise WorkloadUnreadable(f"the sealed workload {uri!r} is not an object", uri=uri)
         return dict(value)

@@ -19,12 +19,13 @@ from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import new_key
+from milepost.engine import orchestrator as orchestrator_module
 from milepost.engine.embedded import DriverLost, EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
-from milepost.engine.seal import WorkloadUnreadable
-from milepost.errors import MilepostError
+from milepost.engine.seal import Sealer, WorkloadUnreadable
+from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
-from milepost.store.port import DriverBusy, StoreUnavailable
+from milepost.store.port import DriverBusy, EventIdConflict, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
@@ -373,11 +374,12 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
     real = Orchestrator.state
     reads: list[int] = []
 
-    def read_before_the_end(self: Orchestrator, execution_id: int) -> st.ExecutionState:
+    def read_before_the_end(self: Orchestrator, execution_id: int,
+                            **kw: Any) -> st.ExecutionState:  # fmt: skip
         # the first read happens just before the engine (another process) appends the end
         reads.append(execution_id)
         if len(reads) > 1:
-            return real(self, execution_id)
+            return real(self, execution_id, **kw)
         state = st.fold(None, log[:-1])
         self._states[execution_id] = state
         return state
@@ -612,13 +614,13 @@ def test_a_sensitive_workload_value_is_masked_in_the_log_and_real_for_the_step(
     assert Orchestrator(store).state(state.execution_id).workload == workload
 
 
-def test_a_snapshot_keeps_the_masked_workload(store: Any) -> None:
+def test_a_sealed_run_is_not_snapshotted_and_needs_its_key_to_rebuild(store: Any) -> None:
     orchestrator = Orchestrator(store, snapshot_every=1, secret_key=new_key())
     pb = load.load_text(text_of(READS_PASSWORD))
     orchestrator.register(text_of(READS_PASSWORD), pb)
     xid, _ = orchestrator.start(pb, 1, {"password": "hunter2-real"})
     assert orchestrator.state(xid).workload == {"password": "hunter2-real"}
-    assert b"hunter2-real" not in store.load_snapshot(xid)[1]
+    assert store.load_snapshot(xid) is None
     reopened = Orchestrator(store, secret_key="")  # no key: the sealed entry is unreadable
     with pytest.raises(WorkloadUnreadable) as info:
         reopened.state(xid)
@@ -628,3 +630,144 @@ def test_a_snapshot_keeps_the_masked_workload(store: Any) -> None:
 def test_a_workload_without_secrets_is_not_sealed(store: Any) -> None:
     state = asyncio.run(run(store, READS_PASSWORD, {"password": "", "user": "ada"}))
     assert "sealed_workload" not in _started(store, state.execution_id).payload
+
+
+DERIVES_PASSWORD = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    set: {ctx.conn: "db://{{ workload.password }}"}
+    next: {arcs: [{step: use, args: {p: "{{ workload.password }}"}}]}
+  - step: use
+    tool:
+      kind: python
+      input: {pw: "{{ workload.password }}", conn: "{{ ctx.conn }}"}
+      code: "result = {'ok': pw == p == 'hunter2real' and conn == 'db://hunter2real'}"
+"""
+
+
+def _stored_text(store: SQLiteStore) -> str:
+    return str(store._query("SELECT * FROM event", ())) + str(
+        store._query("SELECT * FROM snapshot", ()))
+
+
+def test_a_value_derived_from_a_sealed_workload_stays_out_of_the_log_and_snapshots(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("MILEPOST_SECRET_KEY", new_key())
+
+    async def with_snapshots() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            engine.orchestrator.snapshot_every = 1  # a snapshot after every event, were any kept
+            text = text_of(DERIVES_PASSWORD)
+            return await engine.run(load.load_text(text), text, {"password": "hunter2real"},
+                                    timeout=60)  # fmt: skip
+
+    state = asyncio.run(with_snapshots())
+    assert state.status == st.COMPLETED, state.error
+    assert state.results["use"] == {"ok": True}  # the steps read the real values
+    assert "hunter2real" not in _stored_text(store)
+    assert "***" in _stored_text(store)  # ctx.conn and the arc's args, as the log keeps them
+    assert store.load_snapshot(state.execution_id) is None
+
+
+def _sealed_run(store: SQLiteStore, body: str) -> tuple[int, Any]:
+    orchestrator = Orchestrator(store, secret_key=new_key())
+    text = text_of(body)
+    pb = load.load_text(text)
+    _, version = orchestrator.register(text, pb)
+    xid, outcome = orchestrator.start(pb, version, {"password": "hunter2real"})
+    [(_, cmd)] = outcome.issued
+    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
+                          step=cmd.step, payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    return xid, report
+
+
+def test_a_report_to_a_run_whose_workload_cannot_be_opened_ends_it_failed(store: Any) -> None:
+    xid, report = _sealed_run(store, DERIVES_PASSWORD)
+    keyless = Orchestrator(store, secret_key="")
+    outcome = keyless.process([report])
+    assert outcome.engine_errors == [xid]
+    [log_end] = store.load(xid)[-1:]
+    assert log_end.event_type == ev.EXECUTION_FAILED
+    error = keyless.state(xid, workload=False).error
+    assert error is not None and (error["kind"], error["code"]) == ("engine", "workload_unreadable")
+
+
+def test_milepost_cancel_of_a_run_whose_workload_cannot_be_opened(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from milepost import cli
+
+    xid, _ = _sealed_run(store, DERIVES_PASSWORD)
+    monkeypatch.setenv("MILEPOST_SECRET_KEY", "")
+    cli._request_cancel(store, xid, Orchestrator(store, machine_id=1))  # ids apart from the run's
+    assert store.load(xid)[-1].event_type == ev.EXECUTION_CANCEL_REQUESTED
+
+
+def test_a_catalog_entry_that_no_longer_loads_ends_the_run_failed(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    text = text_of(TWO_STEPS)
+    pb = load.load_text(text)
+    first = Orchestrator(store)
+    _, version = first.register(text, pb)
+    xid, outcome = first.start(pb, version, {})
+    [(_, cmd)] = outcome.issued
+    report = ev.new_event(first.new_id(), xid, ev.COMMAND_COMPLETED, first.clock(),
+                          step="start", payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+
+    def stricter(*args: Any, **kw: Any) -> Any:
+        raise PlaybookInvalid(["a stricter loader refuses this entry"])
+
+    monkeypatch.setattr(load, "load_text", stricter)
+    restarted = Orchestrator(store)  # a restart: nothing parsed yet
+    assert restarted.process([report]).engine_errors == [xid]
+    state = restarted.state(xid)
+    assert state.status == st.FAILED and state.error is not None
+    assert "stricter loader" in state.error["message"]
+    assert [e.event_type for e in store.load(xid)][-2:] == [ev.COMMAND_COMPLETED,
+                                                            ev.EXECUTION_FAILED]
+
+
+def test_a_start_retried_after_an_id_conflict_seals_its_workload_once(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    text = text_of(ONE_STEP)
+    pb = load.load_text(text)
+    orchestrator = Orchestrator(store, secret_key=new_key())
+    _, version = orchestrator.register(text, pb)
+    real = orchestrator.process
+    calls: list[int] = []
+
+    def conflict_once(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise EventIdConflict("taken", event_ids=["1"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(orchestrator, "process", conflict_once)
+    xid, _ = orchestrator.start(pb, version, {"password": "hunter2real"}, execution_id=777)
+    assert xid == 777 and len(calls) == 2
+    blobs = store._query("SELECT * FROM result_blob", ())
+    assert len(blobs) == 1
+
+
+def test_a_sealed_entry_that_is_not_json_is_unreadable(store: Any) -> None:
+    sealer = Sealer(store, "")
+    for data in (b"json:\xff\xfe", b"json:{not json"):
+        uri = store.put_blob(1, data, 0.0)
+        with pytest.raises(WorkloadUnreadable):
+            sealer.open(uri)
+
+
+def test_an_ended_sealed_run_evicted_from_the_cache_is_opened_again(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(orchestrator_module, "ENDED_KEPT", 0)
+    orchestrator = Orchestrator(store, secret_key=new_key())
+    text = text_of(ONE_STEP)
+    pb = load.load_text(text)
+    _, version = orchestrator.register(text, pb)
+    xid, outcome = orchestrator.start(pb, version, {"password": "hunter2real"})
+    [(_, cmd)] = outcome.issued
+    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
+                          step=cmd.step, payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    assert orchestrator.process([report]).finished
+    orchestrator.retire(xid)  # ended, and evicted at once
+    assert orchestrator.state(xid).workload == {"password": "hunter2real"}

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
+import pytest
+
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, Snowflake
+from milepost.engine import machine
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.machine import LeasedIds
+from milepost.engine.machine import LeasedIds, MachineIdLost
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 
@@ -59,3 +65,97 @@ def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: 
             store.close()
 
     asyncio.run(scenario())
+
+
+class FlakyLeases(SQLiteStore):
+    """A machine_lease table behind a busy SQLite file: some calls fail as "database is
+    locked" (`sqlite3.OperationalError`, not a MilepostError)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.renewals = 0
+        self.fail_renewals = 0
+        self.fail_leases = 0
+        self.fail_release = False
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        self.renewals += 1
+        if self.fail_renewals:
+            self.fail_renewals -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().renew_machine_id(machine_id, holder, now, ttl)
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        if self.fail_leases:
+            self.fail_leases -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return super().lease_machine_id(holder, now, ttl)
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        if self.fail_release:
+            raise sqlite3.OperationalError("database is locked")
+        return super().release_machine_id(machine_id, holder)
+
+
+async def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def test_the_embedded_engine_keeps_renewing_after_a_locked_database(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(machine, "RENEW_EVERY_S", 0.01)
+    store = FlakyLeases(tmp_path / "m.db")
+    store.fail_renewals = 2
+
+    async def scenario() -> None:
+        async with EmbeddedEngine(store, concurrency=1):
+            await _until(lambda: store.renewals >= 4)  # past the failures: the task lives on
+
+    asyncio.run(scenario())
+    store.close()
+
+
+def test_a_release_that_fails_on_a_locked_database_is_only_logged(tmp_path: Path) -> None:
+    store = FlakyLeases(tmp_path / "m.db")
+    ids = LeasedIds(store, lambda: 1000.0, holder="a")
+    store.fail_release = True
+    ids.release()  # the lease lapses on its own
+    store.close()
+
+
+def test_an_id_lost_while_no_new_lease_can_be_had_makes_no_more_ids(tmp_path: Path) -> None:
+    store = FlakyLeases(tmp_path / "m.db")
+    now = [1000.0]
+    ids = LeasedIds(store, lambda: now[0], holder="a", ttl=30.0)
+    first = ids.machine_id
+    now[0] += 100  # stalled past its lease, and another process took the id meanwhile
+    assert store.lease_machine_id("b", now[0], 30.0) == first
+    store.fail_leases = 1
+    with pytest.raises(sqlite3.OperationalError):
+        ids.renew()
+    with pytest.raises(MachineIdLost) as info:
+        ids()  # another process mints on `first` now
+    assert info.value.code == "machine_id_lost"
+    assert not ids.renew()  # the next round leases a new id
+    assert ids.machine_id != first and _machine_of(ids()) == ids.machine_id
+    store.close()
+
+
+def test_the_server_runtime_does_not_lock_a_leased_generator_twice(tmp_path: Path) -> None:
+    from milepost.api.metrics import Metrics
+    from milepost.api.runtime import Runtime
+    from milepost.engine import notify
+    from milepost.engine.orchestrator import Orchestrator
+
+    store = SQLiteStore(tmp_path / "m.db")
+    leased = LeasedIds(store, time.time, holder="server")
+    orchestrator = Orchestrator(store, new_id=leased)
+    Runtime(store, orchestrator, publisher=notify.NullPublisher(), metrics=Metrics())
+    assert orchestrator.new_id is leased
+    plain = Orchestrator(store)
+    Runtime(store, plain, publisher=notify.NullPublisher(), metrics=Metrics())
+    assert not isinstance(plain.new_id, Snowflake)  # a plain snowflake is wrapped in a lock
+    store.close()
