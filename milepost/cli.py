@@ -30,7 +30,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator, deep_merge
 from milepost.errors import MilepostError, PlaybookInvalid
-from milepost.playbook import load
+from milepost.playbook import load, yamllines
 from milepost.settings import Settings, sqlite_path
 from milepost.store.port import DriverLease, LogMoved
 from milepost.store.sqlite import SQLiteStore
@@ -197,7 +197,8 @@ def run(
     except OSError as exc:
         raise _fail(f"cannot read {file}: {exc.strerror}") from None
     try:
-        playbook = load.load_text(text, source=str(file))
+        # read from outside, like a registered document: within the settings' limits
+        playbook = load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
         # refused before anything is written: no execution exists, the run simply failed
         if json_out:

@@ -326,6 +326,16 @@ def test_validate_prints_the_limit_and_exits_1(tmp_path: Path) -> None:
     assert "MILEPOST_MAX_YAML_ALIASES" in done.stderr
 
 
+def test_run_refuses_an_alias_bomb_before_anything_is_written(tmp_path: Path) -> None:
+    bomb, db = tmp_path / "bomb.yaml", tmp_path / "m.db"
+    bomb.write_text(_bomb(6))
+    done = subprocess.run([MILEPOST, "run", str(bomb), "--db", str(db)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, (done.stdout, done.stderr)  # refused: the run failed
+    assert "MILEPOST_MAX_YAML_ALIASES" in done.stdout + done.stderr
+    assert not db.exists()
+
+
 def test_a_nan_split_across_chunks_of_a_streamed_body_is_found(api: Api) -> None:
     xid = api.execute()
     before = api.store.event_count(int(xid))
