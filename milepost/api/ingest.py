@@ -227,14 +227,15 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     result.stored_ids = set(stored) & {e.event_id for e in fenced}
     result.stale_ids = {e.event_id for e in result.events
                         if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
-    # the store refuses another event with a known id (409), so one not stored is a repeat
-    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids
     result.claimed = outcome.claimed
     result.written = {e.execution_id for e in outcome.events}
     ended = {state.execution_id: state.status for state in outcome.finished}
     result.ignored = {e.event_id: f"execution {e.execution_id} is "
                       f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
                       for e in outcome.ignored}  # fmt: skip
+    # the store refuses another event with a known id (409), so one neither stored nor
+    # left out after the run's end is a repeat
+    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids - set(result.ignored)
     cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
                and e.event_id not in result.ignored}  # fmt: skip
     if cancels:

@@ -288,7 +288,7 @@ def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: s
     for reply in (ok(api.post("/api/events", late, role="worker")),
                   api.complete(command, {"greeting": "later"})):  # fmt: skip
         assert reply["accepted"] == 1 and reply["stored"] == 0 and reply["stale"] == []
-        assert reply["ignored"] == reply["event_ids"]
+        assert reply["ignored"] == reply["event_ids"] and reply["duplicates"] == []
         [why] = reply["ignored_reasons"].values()
         assert xid in why and how in why
     assert api.store.load(int(xid)) == log
