@@ -27,6 +27,7 @@ from typing import Any
 
 from milepost import sanitize
 from milepost.api import errors as api_errors
+from milepost.api.auth import EVENT_ROLES
 from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
@@ -37,13 +38,9 @@ from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.playbook import model
 from milepost.store import port
 
-ENGINE_TYPES = frozenset({
-    ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.STEP_EXIT,
-    ev.COMMAND_RETRY_SCHEDULED, ev.COMMAND_LEASE_EXPIRED, ev.LOOP_DONE,
-    ev.COMPENSATION_STARTED, ev.EXECUTION_CANCELLED, ev.EXECUTION_COMPLETED,
-    ev.EXECUTION_FAILED,
-})  # fmt: skip
-"""Written by the engine itself: a client cannot start, step or end a run by posting them."""
+ENGINE_TYPES = ev.EVENT_TYPES - EVENT_ROLES.keys()
+"""Written by the engine itself: a client cannot start, step or end a run by posting them.
+Every known type no role may post (`auth.EVENT_ROLES`): the two tables cannot drift."""
 
 REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE, ev.CALL_ERROR})
 """Reports for a command: they carry `context.command_id` and an epoch, and are fenced."""
@@ -129,7 +126,7 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
     etype = ev.canonical_type(item.event_type)
     if etype not in ev.EVENT_TYPES:
         found.append({"loc": [*loc, "event_type"], "msg": f"unknown event type {item.event_type!r}"})
-    elif etype in ENGINE_TYPES:
+    elif etype not in EVENT_ROLES:  # a client type is one some role may post; others: the engine's
         found.append({"loc": [*loc, "event_type"],
                       "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
     if etype in REPORT_TYPES:
