@@ -66,12 +66,6 @@ class Ingested:
     """Event id -> why it was accepted but not stored (its execution had ended)."""
 
 
-def mask(value: Any) -> Any:
-    """Values under sensitive keys (`password`, `token`, ...) replaced, at any depth, and
-    whatever looks like a secret (`sanitize.SECRET_PATTERNS`) in every string."""
-    return sanitize.mask(value)
-
-
 def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,
             batch: bool) -> list[ev.Event]:  # fmt: skip
     """Wire events -> core events; raises one 422 naming every bad field of every event."""
@@ -205,8 +199,12 @@ def _as_id(value: Any) -> int | None:
 
 def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float) -> ev.Event:
     etype = ev.canonical_type(item.event_type)
-    payload = mask(dict(context))
-    meta = mask(dict(item.meta or {}))
+    # a report's result comes from a worker that has redacted its declared secrets and
+    # patterns already: masking keys again would turn `{"next_page_token": ...}` into `***`
+    # here and not in embedded mode, one playbook with two results
+    payload = (_mask_strings(dict(context)) if etype in REPORT_TYPES
+               else sanitize.mask(dict(context)))  # fmt: skip
+    meta = sanitize.mask(dict(item.meta or {}))
     if etype in REPORT_TYPES:
         # the fold and the projections read these as integers
         payload["command_id"] = _as_id(payload["command_id"])
@@ -218,6 +216,17 @@ def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float)
         status=status.upper() if status else ev.default_status(etype), payload=payload,
         meta=meta, parent_event_id=item.parent_event_id, worker_id=item.worker_id,
     )  # fmt: skip
+
+
+def _mask_strings(value: Any) -> Any:
+    """`sanitize.mask_patterns` on every string value, at any depth; keys left as they are."""
+    if isinstance(value, str):
+        return sanitize.mask_patterns(value)
+    if isinstance(value, dict):
+        return {k: _mask_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask_strings(v) for v in value]
+    return value
 
 
 def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch: bool,

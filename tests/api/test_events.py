@@ -97,6 +97,21 @@ def test_what_looks_like_a_secret_in_a_client_event_is_masked_before_storing(api
     assert stored.meta == {"note": "key AKIA***"}
 
 
+def test_a_workers_report_keeps_its_keys_and_has_only_secret_looking_strings_masked(
+        api: Api) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    # the worker has redacted its declared secrets: a key that sounds sensitive is data
+    # here, as in embedded mode (a pagination token reaches the next step)
+    result = {"greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
+              "auth": "Bearer abcdefgh12345", "lines": ["plain", "Bearer abcdefgh12345"]}  # fmt: skip
+    api.complete(api.claim_one(), result)
+    [report] = [e for e in api.store.load(int(xid)) if e.event_type == ev.COMMAND_COMPLETED]
+    assert report.payload["result"] == {
+        "greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
+        "auth": "Bearer ***", "lines": ["plain", "Bearer ***"]}  # fmt: skip
+    assert api.status(xid)["steps"]["start"]["result"]["next_page_token"] == "abc123xyz"
+
+
 BAD_EVENTS: list[tuple[str, dict[str, Any], list[Any]]] = [
     ("extra key in result", {"result": {"status": "OK", "data": 1}}, ["result", "data"]),
     ("context twice", {"context": {"a": 1}, "result": {"context": {"b": 2}}}, ["context"]),
