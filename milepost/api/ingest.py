@@ -245,11 +245,7 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
             with contextlib.suppress(port.ClaimMoved):
                 outcome = runtime.process(events, claim=claim, check_claims=True)
         if outcome is None:
-            fenced, known = _fence(store, events)
-            for xid in sorted({e.execution_id for e in events} - known):
-                if store.get_execution(xid) is None:
-                    raise api_errors.not_found("execution_not_found", f"no execution {xid}",
-                                               execution_id=str(xid))  # fmt: skip
+            fenced = _fence(store, events)
             outcome = runtime.process(fenced, claim=claim)
         runtime.handed.forget(events)
     # what went in: the server's fence (epochs) and the orchestrator's (settled commands)
@@ -267,8 +263,8 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     # the store refuses another event with a known id (409), so one neither stored nor
     # left out after the run's end is a repeat
     result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids - set(result.ignored)
-    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
-               and e.event_id not in result.ignored}  # fmt: skip
+    # settling skips a run that has ended, so a cancel left out after the end settles nothing
+    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
     if cancels:
         runtime.settle_cancelled(cancels)
     return result
@@ -335,15 +331,13 @@ def _check_named_commands(store: port.Store, events: list[ev.Event], batch: bool
                                               f"{row.execution_id}, not {events[i].execution_id}"}])  # fmt: skip
 
 
-def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], set[int]]:
+def _fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
     """Mark reports that are not from the command's live claim as stale: the lease epoch
     is not the command's current epoch (it expired and the command was re-issued, or was
     released), or the command is queued (no attempt holds it). Reports for commands the
-    run no longer waits for are marked by the orchestrator, on the state it decides on.
-    Returns the events and the executions their command rows proved to exist."""
+    run no longer waits for are marked by the orchestrator, on the state it decides on."""
     rows = store.get_commands([int(e.payload["command_id"]) for e in events
                                if e.event_type in REPORT_TYPES])  # fmt: skip
-    known: set[int] = set()
     out: list[ev.Event] = []
     for event in events:
         if event.event_type not in REPORT_TYPES:
@@ -358,13 +352,12 @@ def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], s
             raise api_errors.invalid([{"loc": ["context", "command_id"],
                                        "msg": f"command {cid} belongs to execution "
                                               f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
-        known.add(row.execution_id)
         why = _stale_reason(row, int(event.meta["epoch"]))
         if why is None:
             out.append(event)
         else:
             out.append(replace(event, meta={**event.meta, "stale": True, "stale_reason": why}))
-    return out, known
+    return out
 
 
 def _stale_reason(row: port.CommandRow, epoch: int) -> str | None:
