@@ -123,6 +123,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
     # migrated as it opens
     store = factory.open_store(settings=settings)
+    leased: LeasedIds | None = None
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
@@ -145,6 +146,8 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
     except BaseException:
+        if leased is not None:  # else the id stays taken for its ttl
+            leased.release()
         store.close()
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})

@@ -6,6 +6,9 @@ anything else, so each of those requests carries a proof: the parent command's i
 epoch of the claim (`parent_command_id`, `parent_epoch`). The server admits the request
 only while that command is claimed with that epoch and its lease has not run out, and only
 for the children that command started (`execution.started` records `parent_command_id`).
+A start is admitted only when that command's step runs the `playbook` tool, and for the
+path the tool names unless that path is a template (rendered on the worker, from data
+the server does not check again).
 Everything else a worker asks there is 403 `forbidden`, with a `reason`.
 """
 
@@ -21,6 +24,8 @@ from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
 from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
 from milepost.api.runtime import Runtime
+from milepost.playbook import model
+from milepost.playbook.render import is_template
 from milepost.store import port
 
 CHILD_ROLE = "worker"
@@ -62,6 +67,38 @@ def parent_claim(store: port.Store, now: float, principal: Principal, what: str,
                       f"execution {row.execution_id}, not {parent_execution_id}", **ids,
                       parent_execution_id=str(parent_execution_id))  # fmt: skip
     return row
+
+
+def check_start(runtime: Runtime, principal: Principal, what: str, parent: port.CommandRow,
+                path: str | None) -> None:  # fmt: skip
+    """403 unless the step of `parent` runs the `playbook` tool, for `path` when the tool's
+    path is static (`path` None: the request names no path, the catalog lookup refuses it)."""
+    paths = runtime.read(parent.execution_id,
+                         lambda _state, pb: _child_paths(pb, parent.step), refresh=False)  # fmt: skip
+    ids = {"parent_command_id": str(parent.command_id), "step": parent.step}
+    if not paths:
+        raise refused(principal, what, "not_a_playbook_step", f"step {parent.step!r} of "
+                      f"command {parent.command_id} does not run the playbook tool", **ids)  # fmt: skip
+    if None in paths or path is None or path in paths:
+        return
+    named = ", ".join(sorted(repr(p) for p in paths if p is not None))
+    raise refused(principal, what, "other_playbook", f"step {parent.step!r} starts {named}, "
+                  f"not {path!r}", **ids, path=path)  # fmt: skip
+
+
+def _child_paths(playbook: model.Playbook, step: str) -> set[str | None]:
+    """The paths the `playbook` tools of `step` start; None stands for a templated one."""
+    found = playbook.steps.get(step)
+    tasks = [] if found is None else [
+        playbook.workbook[str(t.config.get("name"))].task
+        if t.kind == "workbook" and str(t.config.get("name")) in playbook.workbook else t
+        for t in found.tasks]  # fmt: skip
+    paths: set[str | None] = set()
+    for task in tasks:
+        if task.kind == "playbook":
+            path = task.config.get("path")
+            paths.add(path if isinstance(path, str) and not is_template(path) else None)
+    return paths
 
 
 def check_child(runtime: Runtime, principal: Principal, what: str, execution_id: int,

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
+from milepost.engine.seal import WorkloadUnreadable
 from milepost.store.port import EventIdConflict, MachineIdsExhausted
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ _WHEN: dict[int, str] = {
     413: "The body is over the size limit.",
     422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
          "`playbook_invalid` with `problems`.",
-    503: "The server cannot serve this now (e.g. `machine_ids_exhausted`); retry later.",
+    503: "The server cannot serve this now (e.g. `machine_ids_exhausted`; "
+         "`workload_unreadable`: it lacks the key that sealed the run's workload).",
 }
 
 AUTH = (401, 403)
@@ -88,6 +90,7 @@ _STATUS_OF_CODE: dict[str, int] = {
     errors.ConcurrencyConflict.code: 409,
     EventIdConflict.code: 409,
     MachineIdsExhausted.code: 503,
+    WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
     "credential_unreadable": 500,
 }
 

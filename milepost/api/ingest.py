@@ -27,23 +27,20 @@ from typing import Any
 
 from milepost import sanitize
 from milepost.api import errors as api_errors
+from milepost.api.auth import EVENT_ROLES
 from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.ids import timestamp_of
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, timestamp_of
 from milepost.engine.orchestrator import Outcome
 from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.playbook import model
 from milepost.store import port
 
-ENGINE_TYPES = frozenset({
-    ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.STEP_EXIT,
-    ev.COMMAND_RETRY_SCHEDULED, ev.COMMAND_LEASE_EXPIRED, ev.LOOP_DONE,
-    ev.COMPENSATION_STARTED, ev.EXECUTION_CANCELLED, ev.EXECUTION_COMPLETED,
-    ev.EXECUTION_FAILED,
-})  # fmt: skip
-"""Written by the engine itself: a client cannot start, step or end a run by posting them."""
+ENGINE_TYPES = ev.EVENT_TYPES - EVENT_ROLES.keys()
+"""Written by the engine itself: a client cannot start, step or end a run by posting them.
+Every known type no role may post (`auth.EVENT_ROLES`): the two tables cannot drift."""
 
 REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE, ev.CALL_ERROR})
 """Reports for a command: they carry `context.command_id` and an epoch, and are fenced."""
@@ -69,22 +66,18 @@ class Ingested:
     """Event id -> why it was accepted but not stored (its execution had ended)."""
 
 
-def mask(value: Any) -> Any:
-    """Values under sensitive keys (`password`, `token`, ...) replaced, at any depth, and
-    whatever looks like a secret (`sanitize.SECRET_PATTERNS`) in every string."""
-    return sanitize.mask(value)
-
-
 def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,
             batch: bool) -> list[ev.Event]:  # fmt: skip
     """Wire events -> core events; raises one 422 naming every bad field of every event."""
     problems: list[dict[str, Any]] = []
     out: list[ev.Event] = []
     now = runtime.clock()
+    own = _own_machine(runtime) if any(item.event_id is not None for item in items) else None
     for i, item in enumerate(items):
         loc: Loc = ("body", "events", i) if batch else ("body",)
         context, found = _resolve_context(item, store, loc)
         found += _problems(item, context, loc) + _future_id(item, now, loc)
+        found += _engine_id(item, own, loc)
         if found:
             problems.extend(found)
             continue
@@ -129,7 +122,7 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
     etype = ev.canonical_type(item.event_type)
     if etype not in ev.EVENT_TYPES:
         found.append({"loc": [*loc, "event_type"], "msg": f"unknown event type {item.event_type!r}"})
-    elif etype in ENGINE_TYPES:
+    elif etype not in EVENT_ROLES:  # a client type is one some role may post; others: the engine's
         found.append({"loc": [*loc, "event_type"],
                       "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
     if etype in REPORT_TYPES:
@@ -148,8 +141,31 @@ def _future_id(item: EventIn, now: float, loc: Loc) -> list[dict[str, Any]]:
         return []
     return [{"loc": [*loc, "event_id"],
              "msg": f"the id was minted {ahead:.0f} s ahead of the server's clock (at most "
-                    f"{FUTURE_ID_SKEW_S:g} s): leave it out, or mint it with a machine id "
-                    "from POST /api/workers/machine-id"}]  # fmt: skip
+                    f"{FUTURE_ID_SKEW_S:g} s): the clock of the client that minted it is most "
+                    "likely wrong; set it right (NTP), or leave the id out"}]  # fmt: skip
+
+
+def _machine_of(event_id: int) -> int:
+    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
+
+
+def _own_machine(runtime: Runtime) -> int:
+    """The machine id this server's engine mints with now: read off an id it mints, so it
+    is right for a fixed id, a leased one, and one leased again after a lapse."""
+    return _machine_of(runtime.new_id())
+
+
+def _engine_id(item: EventIn, own: int | None, loc: Loc) -> list[dict[str, Any]]:
+    """422 for a client id in this server's own id space: the engine does not mint again
+    the ids it makes outside a decision (a cancel request, a lease's expiry), so a
+    squatted one would make them fail with 409. A 422, not a 409: the id is wrong
+    whatever the log holds, like one from the future."""
+    if item.event_id is None or own is None or _machine_of(item.event_id) != own:
+        return []
+    return [{"loc": [*loc, "event_id"],
+             "msg": f"the id carries machine id {own}, the one this server mints its own "
+                    "events with: leave it out, or mint it with a machine id from "
+                    "POST /api/workers/machine-id"}]  # fmt: skip
 
 
 def _report_problems(item: EventIn, context: dict[str, Any],
@@ -183,8 +199,12 @@ def _as_id(value: Any) -> int | None:
 
 def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float) -> ev.Event:
     etype = ev.canonical_type(item.event_type)
-    payload = mask(dict(context))
-    meta = mask(dict(item.meta or {}))
+    # a report's result comes from a worker that has redacted its declared secrets and
+    # patterns already: masking keys again would turn `{"next_page_token": ...}` into `***`
+    # here and not in embedded mode, one playbook with two results
+    payload = (_mask_strings(dict(context)) if etype in REPORT_TYPES
+               else sanitize.mask(dict(context)))  # fmt: skip
+    meta = sanitize.mask(dict(item.meta or {}))
     if etype in REPORT_TYPES:
         # the fold and the projections read these as integers
         payload["command_id"] = _as_id(payload["command_id"])
@@ -196,6 +216,17 @@ def _event(item: EventIn, context: dict[str, Any], runtime: Runtime, now: float)
         status=status.upper() if status else ev.default_status(etype), payload=payload,
         meta=meta, parent_event_id=item.parent_event_id, worker_id=item.worker_id,
     )  # fmt: skip
+
+
+def _mask_strings(value: Any) -> Any:
+    """`sanitize.mask_patterns` on every string value, at any depth; keys left as they are."""
+    if isinstance(value, str):
+        return sanitize.mask_patterns(value)
+    if isinstance(value, dict):
+        return {k: _mask_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask_strings(v) for v in value]
+    return value
 
 
 def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch: bool,
@@ -214,11 +245,7 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
             with contextlib.suppress(port.ClaimMoved):
                 outcome = runtime.process(events, claim=claim, check_claims=True)
         if outcome is None:
-            fenced, known = _fence(store, events)
-            for xid in sorted({e.execution_id for e in events} - known):
-                if store.get_execution(xid) is None:
-                    raise api_errors.not_found("execution_not_found", f"no execution {xid}",
-                                               execution_id=str(xid))  # fmt: skip
+            fenced = _fence(store, events)
             outcome = runtime.process(fenced, claim=claim)
         runtime.handed.forget(events)
     # what went in: the server's fence (epochs) and the orchestrator's (settled commands)
@@ -227,16 +254,17 @@ def ingest(runtime: Runtime, store: port.Store, items: Sequence[EventIn], batch:
     result.stored_ids = set(stored) & {e.event_id for e in fenced}
     result.stale_ids = {e.event_id for e in result.events
                         if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
-    # the store refuses another event with a known id (409), so one not stored is a repeat
-    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids
     result.claimed = outcome.claimed
     result.written = {e.execution_id for e in outcome.events}
     ended = {state.execution_id: state.status for state in outcome.finished}
     result.ignored = {e.event_id: f"execution {e.execution_id} is "
                       f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
                       for e in outcome.ignored}  # fmt: skip
-    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
-               and e.event_id not in result.ignored}  # fmt: skip
+    # the store refuses another event with a known id (409), so one neither stored nor
+    # left out after the run's end is a repeat
+    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids - set(result.ignored)
+    # settling skips a run that has ended, so a cancel left out after the end settles nothing
+    cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
     if cancels:
         runtime.settle_cancelled(cancels)
     return result
@@ -303,15 +331,13 @@ def _check_named_commands(store: port.Store, events: list[ev.Event], batch: bool
                                               f"{row.execution_id}, not {events[i].execution_id}"}])  # fmt: skip
 
 
-def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], set[int]]:
+def _fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
     """Mark reports that are not from the command's live claim as stale: the lease epoch
     is not the command's current epoch (it expired and the command was re-issued, or was
     released), or the command is queued (no attempt holds it). Reports for commands the
-    run no longer waits for are marked by the orchestrator, on the state it decides on.
-    Returns the events and the executions their command rows proved to exist."""
+    run no longer waits for are marked by the orchestrator, on the state it decides on."""
     rows = store.get_commands([int(e.payload["command_id"]) for e in events
                                if e.event_type in REPORT_TYPES])  # fmt: skip
-    known: set[int] = set()
     out: list[ev.Event] = []
     for event in events:
         if event.event_type not in REPORT_TYPES:
@@ -326,13 +352,12 @@ def _fence(store: port.Store, events: list[ev.Event]) -> tuple[list[ev.Event], s
             raise api_errors.invalid([{"loc": ["context", "command_id"],
                                        "msg": f"command {cid} belongs to execution "
                                               f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
-        known.add(row.execution_id)
         why = _stale_reason(row, int(event.meta["epoch"]))
         if why is None:
             out.append(event)
         else:
             out.append(replace(event, meta={**event.meta, "stale": True, "stale_reason": why}))
-    return out, known
+    return out
 
 
 def _stale_reason(row: port.CommandRow, epoch: int) -> str | None:

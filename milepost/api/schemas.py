@@ -393,16 +393,16 @@ class IngestOut(BaseModel):
     event_ids: list[IdOut]
     stale: list[IdOut] = Field(default_factory=list,
                              description="[milepost extension] ids stored as stale reports.")  # fmt: skip
-    ignored: list[str] = Field(
+    ignored: list[IdOut] = Field(
         default_factory=list, description="[milepost extension] ids of reports accepted but "
         "not stored: their execution had already ended, and its log ends with its end.")  # fmt: skip
     ignored_reasons: dict[str, str] | None = Field(
         default=None, description="[milepost extension] why each id of `ignored` was not "
         "stored (left out when nothing was ignored).")  # fmt: skip
-    stored_ids: list[str] = Field(default_factory=list,
+    stored_ids: list[IdOut] = Field(default_factory=list,
                                   description="[milepost extension] the ids written by this "
                                   "call (`stored` of them; stale ones included).")  # fmt: skip
-    duplicates: list[str] = Field(default_factory=list,
+    duplicates: list[IdOut] = Field(default_factory=list,
                                   description="[milepost extension] ids the log already held "
                                   "for the same event: accepted, not stored again.")  # fmt: skip
     commands: list[CommandOut] | None = Field(

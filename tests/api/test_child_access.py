@@ -10,7 +10,29 @@ from typing import Any
 import pytest
 
 from milepost.core import events as ev
-from tests.api.support import HELLO, LOOP, Api, error, ok, start_server
+from tests.api.support import HELLO, LOOP, Api, error, ok, playbook, start_server
+
+PARENT = playbook("tests/parent", """
+workload: {items: [1, 2, 3]}
+workflow:
+  - step: each
+    loop: {in: "{{ workload['items'] }}", iterator: n, spec: {mode: parallel, max_in_flight: 3}}
+    tool: {kind: playbook, path: tests/hello}
+""")
+"""Three commands whose step starts `tests/hello`."""
+
+ONE_CHILD = playbook("tests/one_child", """
+workflow:
+  - step: child
+    tool: {kind: playbook, path: tests/hello}
+""")
+
+TEMPLATED = playbook("tests/templated", """
+workload: {child: tests/hello}
+workflow:
+  - step: child
+    tool: {kind: playbook, path: "{{ workload.child }}"}
+""")
 
 
 class FakeClock:
@@ -32,7 +54,7 @@ def server(db_url: str, clock: FakeClock) -> Iterator[Api]:
         yield api
 
 
-def claimed_parent(api: Api, parent: str = LOOP) -> dict[str, Any]:
+def claimed_parent(api: Api, parent: str = PARENT) -> dict[str, Any]:
     """A run of `parent` with one of its commands claimed by a worker; HELLO is registered."""
     api.register(HELLO)
     api.execute(parent)
@@ -103,13 +125,13 @@ def test_a_worker_without_a_live_claim_starts_nothing(server: Api, clock: FakeCl
 
 
 def test_a_released_or_completed_claim_proves_nothing(server: Api) -> None:
-    command = claimed_parent(server, HELLO)  # one command: the claim after the release is it
+    command = claimed_parent(server, ONE_CHILD)  # one command: the claim after the release is it
     ok(server.post(f"/api/commands/{command['command_id']}/release",
                    {"worker_id": "w1", "epoch": command["lease"]["epoch"]}, role="worker"))  # fmt: skip
     refused(start_child(server, command), "not_claimed")
     again = server.claim_one("w2")
     assert again["command_id"] == command["command_id"]
-    server.complete(again, 10)
+    server.complete(again, {"execution_id": "1", "status": "COMPLETED"})
     refused(start_child(server, again), "not_claimed")
 
 
@@ -148,3 +170,40 @@ def test_other_roles_are_unchanged_and_a_proof_comes_whole(server: Api) -> None:
                              role="worker"), 422, "validation_error")  # fmt: skip
     assert "parent_epoch" in body["message"]
     assert executions(server) == before
+
+
+def test_a_claim_of_a_step_without_the_playbook_tool_starts_nothing(server: Api) -> None:
+    for parent in (LOOP, HELLO):
+        command = claimed_parent(server, parent)
+        before = executions(server)
+        body = refused(start_child(server, command), "not_a_playbook_step")
+        assert (body["parent_command_id"], body["step"]) == (command["command_id"], command["step"])
+        # an operator's proof is checked the same way
+        body = error(start_child(server, command, role="operator"), 403, "forbidden")
+        assert body["reason"] == "not_a_playbook_step"
+        assert executions(server) == before
+
+
+def test_a_claim_starts_only_the_path_its_playbook_tool_names(server: Api) -> None:
+    command = claimed_parent(server)
+    other = playbook("tests/other", "workflow:\n  - step: s\n    tool: {kind: python, code: 'result = 1'}\n")
+    server.register(other)
+    before = executions(server)
+    for body in ({"path": "tests/other"}, {"catalog_id": "tests/other@1"}):
+        reply = server.post("/api/execute", {**body, **proof(command)}, role="worker")
+        refused_body = refused(reply, "other_playbook")
+        assert refused_body["path"] == "tests/other" and "tests/hello" in refused_body["message"]
+    # a path that is not in the catalog is refused before the catalog is looked at
+    refused(server.post("/api/execute", {"path": "tests/nowhere", **proof(command)},
+                        role="worker"), "other_playbook")  # fmt: skip
+    assert executions(server) == before
+    ok(server.post("/api/execute", {"catalog_id": "tests/hello@1", **proof(command)},
+                   role="worker"))  # fmt: skip
+
+
+def test_a_templated_playbook_path_admits_any_catalog_path(server: Api) -> None:
+    command = claimed_parent(server, TEMPLATED)
+    server.register(LOOP)
+    child = ok(server.post("/api/execute", {"path": "tests/loop", **proof(command)},
+                           role="worker"))["execution_id"]  # fmt: skip
+    assert server.store.get_execution(int(child)).path == "tests/loop"

@@ -106,3 +106,10 @@ def test_a_login_form_past_its_size_is_refused(api: Api) -> None:
     response = api.client.post("/docs/login", content=b"token=" + b"x" * docs.MAX_LOGIN_BODY,
                                headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
     error(response, 413, "too_large")
+
+
+def test_every_id_list_of_an_ingest_reply_is_declared_as_ids(api: Api) -> None:
+    spec = api.get("/openapi.json", role="worker").json()
+    fields = spec["components"]["schemas"]["IngestOut"]["properties"]
+    for name in ("event_ids", "stale", "ignored", "stored_ids", "duplicates"):
+        assert "pattern" in fields[name]["items"], (name, fields[name])

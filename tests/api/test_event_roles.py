@@ -35,6 +35,25 @@ def test_the_table_covers_every_event_type_and_only_client_ones() -> None:
     assert set(auth.POST_EVENTS) == {"admin", "operator", "approver", "worker"}
 
 
+def test_every_event_type_is_a_client_one_or_refused_as_the_engines() -> None:
+    assert ingest.ENGINE_TYPES | auth.EVENT_ROLES.keys() == ev.EVENT_TYPES
+    assert not ingest.ENGINE_TYPES & auth.EVENT_ROLES.keys()
+
+
+def test_a_new_event_type_no_role_is_listed_for_is_refused(api: Api,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the day a type joins the log without a line in the role table, nobody may post it
+    monkeypatch.setattr(ev, "EVENT_TYPES", ev.EVENT_TYPES | {"step.paused"})
+    xid = api.execute(HELLO)
+    before = api.store.load(int(xid))
+    event = {"execution_id": xid, "event_type": "step.paused", "step": "start"}
+    for role in ("admin", "worker"):
+        body = error(api.post("/api/events", event, role=role), 422, "validation_error")
+        assert body["errors"][0]["loc"] == ["body", "event_type"]
+        assert "written by the engine" in body["message"]
+    assert api.store.load(int(xid)) == before
+
+
 def first_command(api: Api, xid: str) -> int:
     return next(int(e.payload["command_id"]) for e in api.store.load(int(xid))
                 if e.event_type == ev.COMMAND_ISSUED)  # fmt: skip

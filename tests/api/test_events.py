@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from milepost.core.ids import Snowflake
+from milepost.core import events as ev
+from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, Snowflake
 from milepost.core.work import Outcome, report_events
 from milepost.engine.orchestrator import Orchestrator
 from tests.api.support import HELLO, Api, error, ok, report_wire, start_server, work_item
@@ -94,6 +95,21 @@ def test_what_looks_like_a_secret_in_a_client_event_is_masked_before_storing(api
     assert stored.payload == {"log": "curl -H 'Authorization: Bearer ***' with AKIA***",
                               "lines": ["postgresql://app:***@db/sales", "plain text"]}  # fmt: skip
     assert stored.meta == {"note": "key AKIA***"}
+
+
+def test_a_workers_report_keeps_its_keys_and_has_only_secret_looking_strings_masked(
+        api: Api) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    # the worker has redacted its declared secrets: a key that sounds sensitive is data
+    # here, as in embedded mode (a pagination token reaches the next step)
+    result = {"greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
+              "auth": "Bearer abcdefgh12345", "lines": ["plain", "Bearer abcdefgh12345"]}  # fmt: skip
+    api.complete(api.claim_one(), result)
+    [report] = [e for e in api.store.load(int(xid)) if e.event_type == ev.COMMAND_COMPLETED]
+    assert report.payload["result"] == {
+        "greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
+        "auth": "Bearer ***", "lines": ["plain", "Bearer ***"]}  # fmt: skip
+    assert api.status(xid)["steps"]["start"]["result"]["next_page_token"] == "abc123xyz"
 
 
 BAD_EVENTS: list[tuple[str, dict[str, Any], list[Any]]] = [
@@ -288,7 +304,7 @@ def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: s
     for reply in (ok(api.post("/api/events", late, role="worker")),
                   api.complete(command, {"greeting": "later"})):  # fmt: skip
         assert reply["accepted"] == 1 and reply["stored"] == 0 and reply["stale"] == []
-        assert reply["ignored"] == reply["event_ids"]
+        assert reply["ignored"] == reply["event_ids"] and reply["duplicates"] == []
         [why] = reply["ignored_reasons"].values()
         assert xid in why and how in why
     assert api.store.load(int(xid)) == log
@@ -392,6 +408,12 @@ def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
 # -- repeated and squatted event ids (issue 8, item 1) ---------------------------------------
 
 
+MACHINE = 900
+"""A machine id no test server mints with (they lease the lowest free ones)."""
+OTHER = MACHINE << SEQUENCE_BITS
+"""Ids of that machine id, minted long ago."""
+
+
 def _beat(xid: str, event_id: int, **context: Any) -> dict[str, Any]:
     return {"event_id": str(event_id), "execution_id": xid, "event_type": "command.heartbeat",
             "step": "start", "context": context}  # fmt: skip
@@ -399,32 +421,33 @@ def _beat(xid: str, event_id: int, **context: Any) -> dict[str, Any]:
 
 def test_an_event_id_of_another_execution_is_409_and_nothing_is_stored(api: Api) -> None:
     first, second = api.execute(HELLO), api.execute(HELLO)
-    ok(api.post("/api/events", _beat(first, 7001, n=1), role="worker"))
+    ok(api.post("/api/events", _beat(first, OTHER + 1, n=1), role="worker"))
     before = count(api, first), count(api, second)
     body = error(api.post("/api/events/batch", {"events": [
-        _beat(second, 7002), _beat(second, 7001, n=1)]}, role="worker"), 409, "event_id_conflict")  # fmt: skip
-    assert body["event_ids"] == ["7001"] and set(body["execution_ids"]) == {first, second}
-    assert (count(api, first), count(api, second)) == before  # 7002 neither
+        _beat(second, OTHER + 2), _beat(second, OTHER + 1, n=1)]}, role="worker"), 409, "event_id_conflict")  # fmt: skip
+    assert body["event_ids"] == [str(OTHER + 1)] and set(body["execution_ids"]) == {first, second}
+    assert (count(api, first), count(api, second)) == before  # OTHER + 2 neither
 
 
 def test_an_event_id_repeated_with_other_content_is_409(api: Api) -> None:
     xid = api.execute(HELLO)
-    ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))
+    ok(api.post("/api/events", _beat(xid, OTHER + 101, n=1), role="worker"))
     n = count(api, xid)
-    error(api.post("/api/events", _beat(xid, 7101, n=2), role="worker"), 409, "event_id_conflict")
+    error(api.post("/api/events", _beat(xid, OTHER + 101, n=2), role="worker"), 409, "event_id_conflict")
     assert count(api, xid) == n
-    assert ok(api.post("/api/events", _beat(xid, 7101, n=1), role="worker"))["duplicates"] == [
-        "7101"]
+    assert ok(api.post("/api/events", _beat(xid, OTHER + 101, n=1), role="worker"))["duplicates"] == [
+        str(OTHER + 101)]
 
 
 def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
     xid = api.execute(HELLO)
-    ahead = Snowflake(1, lambda: time.time() + 60)()
+    ahead = Snowflake(MACHINE, lambda: time.time() + 60)()
     body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422,
                  "validation_error")  # fmt: skip
     assert body["errors"][0]["loc"] == ["body", "event_id"]
     assert "ahead of the server's clock" in body["errors"][0]["msg"]
-    soon = Snowflake(1, lambda: time.time() + 1)()  # within the clock skew allowed
+    assert "clock of the client" in body["errors"][0]["msg"]
+    soon = Snowflake(MACHINE, lambda: time.time() + 1)()  # within the clock skew allowed
     assert ok(api.post("/api/events", _beat(xid, soon), role="worker"))["stored"] == 1
 
 
@@ -436,10 +459,11 @@ def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
         taken: list[int] = []
 
         def squat(n: int) -> None:
-            """A client takes the next `n` ids the engine would mint."""
+            """Another writer of the database takes the next `n` ids the engine would mint
+            (the API refuses them from clients: test_a_client_id_in_the_servers_own_...)."""
             ids = [mint() for _ in range(n)]
-            for event_id in ids:
-                ok(api.post("/api/events", _beat(target, event_id), role="worker"))
+            api.store.append([ev.new_event(event_id, int(target), ev.COMMAND_HEARTBEAT,
+                                           time.time(), step="start") for event_id in ids])  # fmt: skip
             replay = iter(ids)
             orchestrator.new_id = lambda: next(replay, None) or mint()
             taken.extend(ids)
@@ -462,3 +486,29 @@ def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
         assert api.event_types(target).count("command.heartbeat") == 6  # the squatter's too
     with start_server(db_url) as again:  # rebuilt from the log alone, as after a restart
         assert ok(again.get(f"/api/executions/{run}"))["status"] == "COMPLETED"
+
+
+def _machine_of(event_id: int) -> int:
+    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
+
+
+@pytest.mark.parametrize("fixed", [None, 7])
+def test_a_client_id_in_the_servers_own_id_space_is_422_and_a_cancel_still_works(
+        db_url: str, fixed: int | None) -> None:  # fmt: skip
+    with start_server(db_url, machine_id=fixed) as api:
+        xid = api.execute(HELLO)
+        own = _machine_of(api.store.load(int(xid))[0].event_id)
+        assert own == (fixed if fixed is not None else api.services.machine_ids.machine_id)
+        before = count(api, xid)
+        squatted = Snowflake(own, time.time)()  # one the engine may mint for its cancel
+        for route, body, loc in (
+                ("/api/events", _beat(xid, squatted), ["body", "event_id"]),
+                ("/api/events/batch", {"events": [_beat(xid, OTHER + 1), _beat(xid, squatted)]},
+                 ["body", "events", 1, "event_id"])):  # fmt: skip
+            refused = error(api.post(route, body, role="worker"), 422, "validation_error")
+            assert refused["errors"][0]["loc"] == loc
+            assert f"machine id {own}" in refused["errors"][0]["msg"]
+        assert count(api, xid) == before  # OTHER + 1 neither: all or nothing
+        ok(api.post("/api/events", _beat(xid, OTHER + 1), role="worker"))
+        ok(api.post(f"/api/executions/{xid}/cancel"))
+        assert api.status(xid)["status"] == "CANCELLED"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.support import HELLO, LOOP, Api, error, ok, playbook
+from tests.api.support import HELLO, LOOP, Api, error, ok, playbook, start_server
 
 
 def test_execute_starts_a_run_with_the_workload_and_issues_its_first_command(api: Api) -> None:
@@ -38,6 +38,15 @@ def test_a_workload_password_is_masked_for_viewers_and_real_for_the_worker(api: 
     command = api.claim_one()  # what the worker renders `{{ workload.db.password }}` from
     assert command["context"]["workload"] == workload
     assert "hunter2-real" not in str(api.store.load(int(xid)))
+
+
+def test_a_sealed_workload_under_another_key_is_503_not_a_500(db_url: str) -> None:
+    with start_server(db_url) as first:
+        xid = first.execute(SECRET_READER, workload={"db": {"password": "hunter2-real"}})
+    with start_server(db_url) as other:  # another MILEPOST_SECRET_KEY: the seal's key is gone
+        body = error(other.get(f"/api/executions/{xid}/status", params={"wait": 0}), 503,
+                     "workload_unreadable")  # fmt: skip
+        assert "hunter2-real" not in str(body)
 
 
 def test_execute_by_catalog_id_with_payload_alias_and_a_parent(api: Api) -> None:

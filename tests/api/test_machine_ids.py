@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from milepost.api import app as app_module
 from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
-from milepost.store import port
+from milepost.store import factory, port
 from tests.api.support import HELLO, Api, error, ok, start_server
 
 
@@ -27,6 +30,21 @@ def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: 
     with start_server(store_url) as again:  # released: the next server takes the same id
         assert again.services.machine_ids is not None
         assert again.services.machine_ids.machine_id == leased.machine_id
+
+
+def test_a_server_that_fails_to_start_gives_its_machine_id_back(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    def broken() -> None:
+        raise RuntimeError("metrics could not start")
+
+    monkeypatch.setattr(app_module, "Metrics", broken)
+    with pytest.raises(RuntimeError, match="metrics could not start"), start_server(db_url):
+        pass
+    store = factory.open_store(db_url)
+    try:
+        assert store.lease_machine_id("next", 0.0, 60.0) == 1  # not held for its ttl
+    finally:
+        store.close()
 
 
 def test_a_machine_id_set_in_the_settings_is_used_and_nothing_is_leased(db_url: str) -> None:
