@@ -40,7 +40,7 @@ from milepost.api.routers import (
 from milepost.api.runtime import Runtime
 from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify
-from milepost.engine.machine import RENEW_EVERY_S, LeasedIds, holder_name
+from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.reconciler import Reconciler
 from milepost.settings import Settings
@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None, *,
                 task = asyncio.create_task(_reconcile_forever(services, clock),
                                            name="milepost-reconciler")  # fmt: skip
             renewer = (None if services.machine_ids is None else asyncio.create_task(
-                _renew_machine_id_forever(services.machine_ids), name="milepost-machine-id"))  # fmt: skip
+                renew_forever(services.machine_ids), name="milepost-machine-id"))  # fmt: skip
             try:
                 yield
             finally:
@@ -154,15 +154,6 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     return Services(settings=settings, store=store, runtime=runtime, vault=vault,
                     metrics=app_metrics, reconciler=reconciler, shared=shared,
                     machine_ids=leased)  # fmt: skip
-
-
-async def _renew_machine_id_forever(leased: LeasedIds) -> None:
-    while True:
-        await asyncio.sleep(RENEW_EVERY_S)
-        try:
-            await run_in_threadpool(leased.renew)
-        except Exception:  # the next round tries again, well within the lease
-            log.exception("machine id renewal failed", extra={"action": "machine_id_renew"})
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:
