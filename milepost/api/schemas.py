@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import (
     AfterValidator,
@@ -22,6 +22,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -154,9 +155,25 @@ FreeJson = Annotated[dict[str, Any], AfterValidator(check_json)]
 """A JSON object a client chooses freely (workload, meta, context, credential data)."""
 
 
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field's type admits a JSON boolean (`bool`, `Any`, or a union with one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_takes_bool(arg) for arg in get_args(annotation))
+
+
 class _Checked(BaseModel):
     """Request models: no NUL in any string field (free JSON is stored as JSON text, where
-    it is escaped)."""
+    it is escaped), and no boolean where a number is meant (pydantic's lax mode reads
+    `false` as 0: `{"epoch": false}` was epoch 0, `{"limit": true}` a limit of 1)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None and not _takes_bool(
+                cls.model_fields[info.field_name].annotation):  # fmt: skip
+            raise ValueError("a boolean is not a valid value here")
+        return value
 
     @field_validator("*", mode="after")
     @classmethod

@@ -114,3 +114,16 @@ def test_an_id_is_ascii_digits_as_the_document_says(api: Api, text: str) -> None
                   api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": text})):  # fmt: skip
         error(reply, 422, "validation_error")
     assert ok(api.get(f"/api/executions/{xid}"))["execution_id"] == xid
+
+
+@pytest.mark.parametrize(("path", "body", "loc"), [
+    ("/api/workers/machine-id", {"worker_id": "w", "machine_id": False}, "machine_id"),
+    ("/api/commands/claim", {"worker_id": "w", "limit": True}, "limit"),
+    ("/api/catalog/resource", {"path": "tests/hello", "version": True}, "version"),
+])  # fmt: skip
+def test_a_boolean_where_a_number_is_meant_is_a_422(api: Api, path: str, body: dict[str, Any],
+                                                     loc: str) -> None:  # fmt: skip
+    """Schemathesis (100 examples) sent `{"machine_id": false}`: read as machine id 0."""
+    reply = error(api.post(path, body, role="admin"), 422, "validation_error")
+    assert reply["errors"][0]["loc"] == ["body", loc], reply
+    assert "boolean" in reply["errors"][0]["msg"]
