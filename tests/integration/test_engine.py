@@ -301,8 +301,8 @@ def test_an_engine_error_in_the_embedded_mode_ends_the_run_failed(
     assert logged.exc_info is not None and logged.exc_info[0] is KeyError
 
 
-def test_a_store_error_while_deciding_is_not_an_engine_error(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def _started_with_a_report(store: Any) -> tuple[Orchestrator, int, ev.Event]:
+    """A run of TWO_STEPS started on `store`, and the report of its first command."""
     text = text_of(TWO_STEPS)
     pb = load.load_text(text)
     orchestrator = Orchestrator(store)
@@ -311,6 +311,12 @@ def test_a_store_error_while_deciding_is_not_an_engine_error(
     [(_, cmd)] = outcome.issued
     report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
                           step="start", payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    return orchestrator, xid, report
+
+
+def test_a_store_error_while_deciding_is_not_an_engine_error(
+        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    orchestrator, xid, report = _started_with_a_report(store)
     _raise_once_start_is_done(monkeypatch, StoreUnavailable("database down"))
     before = len(store.load(xid))
     with pytest.raises(StoreUnavailable):
@@ -705,14 +711,7 @@ def test_milepost_cancel_of_a_run_whose_workload_cannot_be_opened(
 
 def test_a_catalog_entry_that_no_longer_loads_ends_the_run_failed(
         store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    text = text_of(TWO_STEPS)
-    pb = load.load_text(text)
-    first = Orchestrator(store)
-    _, version = first.register(text, pb)
-    xid, outcome = first.start(pb, version, {})
-    [(_, cmd)] = outcome.issued
-    report = ev.new_event(first.new_id(), xid, ev.COMMAND_COMPLETED, first.clock(),
-                          step="start", payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    first, xid, report = _started_with_a_report(store)
 
     def stricter(*args: Any, **kw: Any) -> Any:
         raise PlaybookInvalid(["a stricter loader refuses this entry"])
