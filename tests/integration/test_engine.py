@@ -717,7 +717,7 @@ def test_a_catalog_entry_that_no_longer_loads_ends_the_run_failed(
         raise PlaybookInvalid(["a stricter loader refuses this entry"])
 
     monkeypatch.setattr(load, "load_text", stricter)
-    restarted = Orchestrator(store)  # a restart: nothing parsed yet
+    restarted = Orchestrator(store, machine_id=1)  # a restart (own ids): nothing parsed yet
     assert restarted.process([report]).engine_errors == [xid]
     state = restarted.state(xid)
     assert state.status == st.FAILED and state.error is not None
