@@ -690,7 +690,7 @@ def _sealed_run(store: SQLiteStore, body: str) -> tuple[int, Any]:
 
 def test_a_report_to_a_run_whose_workload_cannot_be_opened_ends_it_failed(store: Any) -> None:
     xid, report = _sealed_run(store, DERIVES_PASSWORD)
-    keyless = Orchestrator(store, secret_key="")
+    keyless = Orchestrator(store, secret_key="", machine_id=1)  # a process of its own ids
     outcome = keyless.process([report])
     assert outcome.engine_errors == [xid]
     [log_end] = store.load(xid)[-1:]
