@@ -106,8 +106,7 @@ def check_child(runtime: Runtime, principal: Principal, what: str, execution_id:
     """403 unless `execution_id` is a child that the command `parent` started."""
     row = runtime.store.get_execution(execution_id)
     if row is None:
-        raise errors.not_found("execution_not_found", f"no execution {execution_id}",
-                               execution_id=str(execution_id))  # fmt: skip
+        raise errors.execution_not_found(execution_id)
     started_by = None
     if row.parent_execution_id == parent.execution_id:
         # the parent never changes once a run started: the cached state will do

@@ -43,6 +43,12 @@ def not_found(code: str, message: str, /, **fields: Any) -> ApiError:
     return ApiError(404, code, message, **fields)
 
 
+def execution_not_found(execution_id: int, what: str = "execution") -> ApiError:
+    """404 `execution_not_found` naming the id (`what`: e.g. "parent execution")."""
+    return not_found("execution_not_found", f"no {what} {execution_id}",
+                     execution_id=str(execution_id))
+
+
 def conflict(code: str, message: str, /, **fields: Any) -> ApiError:
     return ApiError(409, code, message, **fields)
 

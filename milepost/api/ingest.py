@@ -32,7 +32,7 @@ from milepost.api.runtime import Runtime
 from milepost.api.schemas import EventIn, parse_id
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, timestamp_of
+from milepost.core.ids import machine_of, timestamp_of
 from milepost.engine.orchestrator import Outcome
 from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.playbook import model
@@ -72,7 +72,7 @@ def convert(items: Sequence[EventIn], runtime: Runtime, store: port.Store,
     problems: list[dict[str, Any]] = []
     out: list[ev.Event] = []
     now = runtime.clock()
-    own = _own_machine(runtime) if any(item.event_id is not None for item in items) else None
+    own = runtime.machine_id() if any(item.event_id is not None for item in items) else None
     for i, item in enumerate(items):
         loc: Loc = ("body", "events", i) if batch else ("body",)
         context, found = _resolve_context(item, store, loc)
@@ -145,22 +145,12 @@ def _future_id(item: EventIn, now: float, loc: Loc) -> list[dict[str, Any]]:
                     "likely wrong; set it right (NTP), or leave the id out"}]  # fmt: skip
 
 
-def _machine_of(event_id: int) -> int:
-    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
-
-
-def _own_machine(runtime: Runtime) -> int:
-    """The machine id this server's engine mints with now: read off an id it mints, so it
-    is right for a fixed id, a leased one, and one leased again after a lapse."""
-    return _machine_of(runtime.new_id())
-
-
 def _engine_id(item: EventIn, own: int | None, loc: Loc) -> list[dict[str, Any]]:
     """422 for a client id in this server's own id space: the engine does not mint again
     the ids it makes outside a decision (a cancel request, a lease's expiry), so a
     squatted one would make them fail with 409. A 422, not a 409: the id is wrong
     whatever the log holds, like one from the future."""
-    if item.event_id is None or own is None or _machine_of(item.event_id) != own:
+    if item.event_id is None or own is None or machine_of(item.event_id) != own:
         return []
     return [{"loc": [*loc, "event_id"],
              "msg": f"the id carries machine id {own}, the one this server mints its own "
@@ -291,8 +281,7 @@ def _check_executions(runtime: Runtime, events: list[ev.Event], batch: bool) -> 
             status, unknown, new = runtime.read(xid, functools.partial(_look, steps, others),
                                                 refresh=bool(others))  # fmt: skip
         except ExecutionNotFound:
-            raise api_errors.not_found("execution_not_found", f"no execution {xid}",
-                                       execution_id=str(xid)) from None  # fmt: skip
+            raise api_errors.execution_not_found(xid) from None
         problems += [{"loc": _loc(batch, i, "step"),
                       "msg": f"execution {xid} has no step {events[i].step!r}"}
                      for i in at if events[i].step in unknown]  # fmt: skip

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from milepost.api.metrics import Metrics
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.ids import machine_of
 from milepost.engine import notify
 from milepost.engine.machine import LeasedIds
 from milepost.engine.orchestrator import Orchestrator, Outcome
@@ -145,6 +146,7 @@ class Runtime:
         self.handed = HandedOut()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""
+        self._minter = orchestrator.new_id
         orchestrator.new_id = _locked_ids(orchestrator.new_id)
         self.on_wake: Callable[[int, float], None] = lambda xid, at: None
         """Called with (execution_id, time) for every retry timer a decision set."""
@@ -157,6 +159,12 @@ class Runtime:
 
     def new_id(self) -> int:
         return self.orchestrator.new_id()
+
+    def machine_id(self) -> int:
+        """The machine id the engine mints with now (fixed, leased, or leased again after
+        a lapse); read off a fresh id only for a generator that does not say it."""
+        known = getattr(self._minter, "machine_id", None)
+        return known if isinstance(known, int) else machine_of(self.new_id())
 
     def locked(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
         """Hold these executions' locks (for a read-then-process that must not interleave)."""

@@ -25,6 +25,7 @@ class Snowflake:
         if not 0 <= machine_id <= MAX_MACHINE:
             raise ValueError(f"machine id must be in 0..{MAX_MACHINE}, got {machine_id}")
         self._machine = machine_id
+        self.machine_id = machine_id
         self._clock = clock
         self._last_ms = 0
         self._seq = 0
@@ -40,6 +41,11 @@ class Snowflake:
             self._seq = 0
         self._last_ms = now_ms
         return (now_ms << (MACHINE_BITS + SEQUENCE_BITS)) | (self._machine << SEQUENCE_BITS) | self._seq
+
+
+def machine_of(snowflake_id: int) -> int:
+    """The machine id a snowflake was minted with."""
+    return (snowflake_id >> SEQUENCE_BITS) & MAX_MACHINE
 
 
 def timestamp_of(snowflake_id: int) -> float:

@@ -27,6 +27,7 @@ from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.orchestrator import Outcome as ProcessOutcome
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
+from milepost.settings import Settings
 from milepost.store.port import DriverBusy, DriverLease, Store
 from milepost.tools import ToolRuntime
 from milepost.tools.base import CredentialLookup
@@ -39,8 +40,9 @@ EventListener = Callable[[ev.Event], None]
 GROUP_COMMIT_TURNS = 40
 POLL_INTERVAL = 1.0
 """How often running executions are re-read, to notice writes from other processes (cancel)."""
-DRIVER_TTL = 15.0
-"""Seconds a driver lease lasts without renewal; renewed every third of it."""
+DRIVER_TTL: float = Settings.model_fields["driver_ttl"].default
+"""Seconds a driver lease lasts without renewal (`MILEPOST_DRIVER_TTL`); renewed every
+third of it."""
 
 
 class DriverLost(MilepostError):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from milepost.core import events as ev
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, Snowflake
+from milepost.core.ids import SEQUENCE_BITS, Snowflake, machine_of
 from milepost.core.work import Outcome, report_events
 from milepost.engine.orchestrator import Orchestrator
 from tests.api.support import HELLO, Api, error, ok, report_wire, start_server, work_item
@@ -488,16 +488,13 @@ def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
         assert ok(again.get(f"/api/executions/{run}"))["status"] == "COMPLETED"
 
 
-def _machine_of(event_id: int) -> int:
-    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
-
 
 @pytest.mark.parametrize("fixed", [None, 7])
 def test_a_client_id_in_the_servers_own_id_space_is_422_and_a_cancel_still_works(
         db_url: str, fixed: int | None) -> None:  # fmt: skip
     with start_server(db_url, machine_id=fixed) as api:
         xid = api.execute(HELLO)
-        own = _machine_of(api.store.load(int(xid))[0].event_id)
+        own = machine_of(api.store.load(int(xid))[0].event_id)
         assert own == (fixed if fixed is not None else api.services.machine_ids.machine_id)
         before = count(api, xid)
         squatted = Snowflake(own, time.time)()  # one the engine may mint for its cancel

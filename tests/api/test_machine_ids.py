@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from milepost.api import app as app_module
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS
+from milepost.core.ids import machine_of
 from milepost.store import factory, port
 from tests.api.support import HELLO, Api, error, ok, start_server
-
-
-def _machine_of(event_id: int) -> int:
-    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
 
 
 def _leases(api: Api) -> dict[int, str]:
@@ -25,7 +21,7 @@ def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: 
         assert leased is not None and leased.machine_id in port.MACHINE_IDS
         assert _leases(api)[leased.machine_id].startswith("server:")
         xid = api.execute(HELLO)
-        assert {_machine_of(e.event_id) for e in api.store.load(int(xid))} == {leased.machine_id}
+        assert {machine_of(e.event_id) for e in api.store.load(int(xid))} == {leased.machine_id}
         store_url = db_url
     with start_server(store_url) as again:  # released: the next server takes the same id
         assert again.services.machine_ids is not None
@@ -51,7 +47,7 @@ def test_a_machine_id_set_in_the_settings_is_used_and_nothing_is_leased(db_url: 
     with start_server(db_url, machine_id=5) as api:
         assert api.services.machine_ids is None and _leases(api) == {}
         xid = api.execute(HELLO)
-        assert {_machine_of(e.event_id) for e in api.store.load(int(xid))} == {5}
+        assert {machine_of(e.event_id) for e in api.store.load(int(xid))} == {5}
 
 
 def test_workers_lease_renew_and_lose_machine_ids(api: Api) -> None:

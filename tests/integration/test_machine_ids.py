@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, Snowflake
+from milepost.core.ids import Snowflake, machine_of
 from milepost.engine import machine
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, MachineIdLost
@@ -27,22 +27,19 @@ workflow:
 """
 
 
-def _machine_of(event_id: int) -> int:
-    return (event_id >> SEQUENCE_BITS) & MAX_MACHINE
-
 
 def test_a_lost_lease_is_replaced_before_another_id_is_made(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     now = [1000.0]
     ids = LeasedIds(store, lambda: now[0], holder="a", ttl=30.0)
     first = ids.machine_id
-    assert _machine_of(ids()) == first
+    assert machine_of(ids()) == first
     now[0] += 10
     assert ids.renew() and ids.machine_id == first
     now[0] += 100  # stalled past its lease, and another process took the id meanwhile
     assert store.lease_machine_id("b", now[0], 30.0) == first
     assert not ids.renew()
-    assert ids.machine_id != first and _machine_of(ids()) == ids.machine_id
+    assert ids.machine_id != first and machine_of(ids()) == ids.machine_id
     ids.release()
     assert store._query("SELECT holder FROM machine_lease", ()) == [("b",)]
 
@@ -56,7 +53,7 @@ def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: 
         async with engines[0] as one, engines[1] as two:
             states = [await one.run(playbook, HELLO), await two.run(playbook, HELLO)]
             assert [s.status for s in states] == ["COMPLETED", "COMPLETED"]
-            machines = [{_machine_of(e.event_id) for e in s.load(x.execution_id)}
+            machines = [{machine_of(e.event_id) for e in s.load(x.execution_id)}
                         for s, x in zip(stores, states, strict=True)]  # fmt: skip
             assert [len(m) for m in machines] == [1, 1] and machines[0] != machines[1]
             assert stores[0]._query("SELECT count(*) FROM machine_lease", ())[0][0] == 2
@@ -140,7 +137,7 @@ def test_an_id_lost_while_no_new_lease_can_be_had_makes_no_more_ids(tmp_path: Pa
         ids()  # another process mints on `first` now
     assert info.value.code == "machine_id_lost"
     assert not ids.renew()  # the next round leases a new id
-    assert ids.machine_id != first and _machine_of(ids()) == ids.machine_id
+    assert ids.machine_id != first and machine_of(ids()) == ids.machine_id
     store.close()
 
 

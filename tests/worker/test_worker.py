@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from milepost.client import ApiError, ServerUnavailable
-from milepost.core.ids import MAX_MACHINE, SEQUENCE_BITS, timestamp_of
+from milepost.core.ids import machine_of, timestamp_of
 from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.render import LoopResult
 from milepost.worker import http as worker_http
@@ -492,7 +492,7 @@ def test_machine_id_comes_from_the_environment_or_the_server(monkeypatch: pytest
 
 
 def _machine_of(event_id: str) -> int:
-    return (int(event_id) >> SEQUENCE_BITS) & MAX_MACHINE
+    return machine_of(int(event_id))
 
 
 def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(

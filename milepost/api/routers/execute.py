@@ -26,8 +26,7 @@ def execute(body: schemas.ExecuteIn, store: StoreDep, runtime: RuntimeDep,
     entry = find(store, body)
     parent = body.parent_execution_id if command is None else command.execution_id
     if parent is not None and store.get_execution(parent) is None:
-        raise errors.not_found("execution_not_found", f"no parent execution {parent}",
-                               execution_id=str(parent))  # fmt: skip
+        raise errors.execution_not_found(parent, "parent execution")
     playbook = runtime.playbook(entry.path, entry.version)
     xid, _outcome = runtime.start(playbook, entry.version, body.workload,
                                   parent_execution_id=parent,

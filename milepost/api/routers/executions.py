@@ -36,7 +36,7 @@ def existing(store: port.Store, value: str) -> port.ExecutionRow:
     xid = parse_execution_id(value)
     row = store.get_execution(xid)
     if row is None:
-        raise errors.not_found("execution_not_found", f"no execution {xid}", execution_id=str(xid))
+        raise errors.execution_not_found(xid)
     return row
 
 
