@@ -1,7 +1,8 @@
 """decide: given a state and its playbook, the events that move the run forward.
 
-`decide` never acts; the orchestrator appends what it returns, folds it, and asks
-again until the answer is empty. Each call does the first phase that has work, in
+`decide` never acts; `settle` folds what it returns and asks again until the answer
+is empty (the orchestrator's loop, and the unit tests' simulator), and the
+orchestrator appends what `settle` produced. Each call does the first phase that has work, in
 this order, so every decision sees the consequences of the one before:
 
 1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
@@ -53,6 +54,34 @@ class _Emitter:
     def wake(self, at: float) -> None:
         current = self.decision.wake_at
         self.decision.wake_at = at if current is None else min(current, at)
+
+
+@dataclass(slots=True)
+class Settled:
+    """What `settle` produced: the events of every decision, in order, and the timer."""
+
+    events: list[ev.Event]
+    wake_at: float | None
+    """When to ask again although no event arrives: the timer of the last decision,
+    which saw the whole settled state (a timer an earlier decision set may no longer
+    stand, e.g. the run failed meanwhile)."""
+
+
+def settle(state: st.ExecutionState, playbook: model.Playbook, now: float,
+           new_id: Callable[[], int], *, limit: int) -> Settled:  # fmt: skip
+    """Decide until decide has nothing more to say, folding each decision into `state`.
+
+    No I/O: time and ids come in. After `limit` decisions that all produced events the
+    run is not settled yet, so the timer is `now` (ask again at once) rather than a
+    silent stop."""
+    produced: list[ev.Event] = []
+    for _ in range(limit):
+        decision = decide(state, playbook, now, new_id)
+        if not decision.events:
+            return Settled(produced, decision.wake_at)
+        st.fold(state, decision.events)
+        produced.extend(decision.events)
+    return Settled(produced, now)
 
 
 def decide(

@@ -358,16 +358,10 @@ class Orchestrator:
 
     def _decide_all(self, state: st.ExecutionState, pb: model.Playbook, now: float,
                     out: Outcome) -> list[ev.Event]:  # fmt: skip
-        produced: list[ev.Event] = []
-        for _ in range(MAX_DECISIONS_PER_TRIGGER):
-            decision = dc.decide(state, pb, now, self.new_id)
-            if decision.wake_at is not None:
-                out.wake_at[state.execution_id] = decision.wake_at
-            if not decision.events:
-                break
-            st.fold(state, decision.events)
-            produced.extend(decision.events)
-        return produced
+        settled = dc.settle(state, pb, now, self.new_id, limit=MAX_DECISIONS_PER_TRIGGER)
+        if settled.wake_at is not None:
+            out.wake_at[state.execution_id] = settled.wake_at
+        return settled.events
 
     def _engine_failure(self, state: st.ExecutionState, reports: Sequence[ev.Event],
                         exc: Exception, now: float, out: Outcome) -> ev.Event:  # fmt: skip

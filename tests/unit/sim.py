@@ -19,7 +19,8 @@ def playbook(body: str) -> model.Playbook:
 
 
 class Sim:
-    """Folds decisions as the orchestrator would, and completes commands on request."""
+    """Settles decisions with the orchestrator's loop (`decide.settle`) and completes
+    commands on request."""
 
     def __init__(self, pb: model.Playbook, workload: dict[str, Any] | None = None,
                  now: float = 1000.0) -> None:  # fmt: skip
@@ -39,16 +40,10 @@ class Sim:
 
     def settle(self) -> list[ev.Event]:
         """Ask decide until it has nothing more to say; returns what it produced."""
-        produced = []
-        for _ in range(1000):
-            decision = dc.decide(self.state, self.pb, self.now, self.new_id)
-            if not decision.events:
-                self.wake_at = decision.wake_at
-                break
-            st.fold(self.state, decision.events)
-            produced.extend(decision.events)
-        self.log.extend(produced)
-        return produced
+        settled = dc.settle(self.state, self.pb, self.now, self.new_id, limit=1000)
+        self.wake_at = settled.wake_at
+        self.log.extend(settled.events)
+        return settled.events
 
     def live(self, step: str | None = None) -> list[st.Command]:
         cmds = sorted(self.state.commands.values(), key=lambda c: c.command_id)
