@@ -667,7 +667,6 @@ def test_shard_placement_spreads_snowflakes() -> None:
     assert {x % 2 for x in ids} == {0}  # why plain modulo would not do
     counts = [sum(1 for x in ids if shard_of(x, 2) == k) for k in (0, 1)]
     assert min(counts) > 400
-    assert [shard_of(x, 3) for x in ids[:50]] == [shard_of(x, 3) for x in ids[:50]]
     assert {shard_of(x, 3) for x in ids} == {0, 1, 2}
 
 
