@@ -1,16 +1,32 @@
-"""Where the shared test data lives: `MILEPOST_SHARED`, else `shared/` beside the checkout.
+"""What every test shares: the one wait helper, and where the shared test data lives.
 
-The data (NoETL conformance playbooks, the peer benchmark) is read in place, never
+Waiting: `wait_for` (threads, processes) and `wait_for_async` (an event loop) poll a
+condition until a deadline and fail naming what they waited for. No test sleeps a fixed
+time for something to happen, nor for something NOT to happen: it waits for a positive
+signal instead, so it can fail and never costs its timeout when all is well.
+
+Shared data: `MILEPOST_SHARED`, else `shared/` beside the checkout. The data (NoETL conformance playbooks, the peer benchmark) is read in place, never
 copied into the repo. Outside CI a missing folder skips the tests that need it; under
 CI (`CI=true`) it is an error, so a broken checkout cannot pass by skipping.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+T = TypeVar("T")
+
+TIMEOUT = 10.0
+"""Seconds a condition gets by default: generous, as two cores are shared by many tests."""
+INTERVAL = 0.01
 
 SHARED = Path(os.environ.get("MILEPOST_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 CONFORMANCE = SHARED / "conformance" / "noetl"
@@ -21,3 +37,50 @@ if IN_CI and not PLAYBOOKS.is_dir():
     raise RuntimeError(f"CI needs the shared test data at {SHARED} (set MILEPOST_SHARED)")
 
 needs_shared = pytest.mark.skipif(not PLAYBOOKS.is_dir(), reason=f"no shared data at {SHARED}")
+
+
+def wait_for(check: Callable[[], T], what: str | None = None, *, timeout: float = TIMEOUT,
+             interval: float = INTERVAL) -> T:  # fmt: skip
+    """Poll `check` until it returns something truthy, and return that.
+
+    Fails after `timeout` seconds with an AssertionError naming `what` (by default the
+    source of `check`) and the last value seen. An exception of `check` propagates: a
+    condition that can tell it will never hold (the process died) fails at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(_timed_out(check, what, timeout, value))
+        time.sleep(interval)
+
+
+async def wait_for_async(check: Callable[[], T], what: str | None = None, *,
+                         timeout: float = TIMEOUT, interval: float = INTERVAL,
+                         between: Callable[[], Awaitable[object]] | None = None) -> T:  # fmt: skip
+    """`wait_for` on an event loop: the other tasks run while it waits.
+
+    `between` replaces the sleep between two checks (a fake clock's turn: let the loop
+    run, then move time to the next sleeper); the deadline stays in real time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(_timed_out(check, what, timeout, value))
+        await (between() if between is not None else asyncio.sleep(interval))
+
+
+def _timed_out(check: Callable[[], object], what: str | None, timeout: float,
+               last: object) -> str:  # fmt: skip
+    return f"timed out after {timeout:g}s waiting for {what or _source(check)} (last: {last!r})"
+
+
+def _source(check: Callable[[], object]) -> str:
+    """The condition as written (a lambda's line), for a message that names it."""
+    try:
+        return " ".join(inspect.getsource(check).split())
+    except (OSError, TypeError):
+        return repr(check)

@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
+import sys
 import threading
-import time
+import types
+from typing import Any
+
+import pytest
 
 from milepost.api.runtime import ExecutionLocks
+from tests.shared import wait_for
 
 DEADLINE = 10.0
 
 
-def _wait_for(event: threading.Event) -> bool:
-    return event.wait(DEADLINE)
+class WatchedRLock:
+    """An RLock that tells when a thread finds it held by another and starts to wait:
+    the positive signal that a second holder is shut out (not merely late)."""
+
+    blocked = threading.Event()
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        type(self).blocked.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+@pytest.fixture
+def watched(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The module of `ExecutionLocks` makes WatchedRLocks (wherever that module lives)."""
+    module = sys.modules[ExecutionLocks.__module__]
+    fake: Any = types.SimpleNamespace(**{**vars(threading), "RLock": WatchedRLock})
+    monkeypatch.setattr(module, "threading", fake)
+    WatchedRLock.blocked = threading.Event()
+    return WatchedRLock.blocked
 
 
 def test_different_executions_do_not_wait_for_each_other() -> None:
@@ -25,7 +55,7 @@ def test_different_executions_do_not_wait_for_each_other() -> None:
 
     holder = threading.Thread(target=hold_one)
     holder.start()
-    assert _wait_for(inside)
+    wait_for(inside.is_set, "the holder of execution 1 inside its lock")
     entered = threading.Event()
 
     def other() -> None:
@@ -34,14 +64,14 @@ def test_different_executions_do_not_wait_for_each_other() -> None:
 
     t = threading.Thread(target=other)
     t.start()
-    assert _wait_for(entered), "execution 2 waited for execution 1's lock"
+    wait_for(entered.is_set, "execution 2 to get in while execution 1 is held")
     release.set()
     holder.join(DEADLINE)
     t.join(DEADLINE)
     assert len(locks) == 0, "free locks are forgotten"
 
 
-def test_the_same_execution_is_excluded_and_reentrant() -> None:
+def test_the_same_execution_is_excluded_and_reentrant(watched: threading.Event) -> None:
     locks = ExecutionLocks()
     inside, release = threading.Event(), threading.Event()
     order: list[str] = []
@@ -58,12 +88,11 @@ def test_the_same_execution_is_excluded_and_reentrant() -> None:
 
     a = threading.Thread(target=first)
     a.start()
-    assert _wait_for(inside)
+    wait_for(inside.is_set, "the first holder of execution 3 inside its lock")
+    assert not watched.is_set(), "the reentrant hold of one thread waited for itself"
     b = threading.Thread(target=second)
     b.start()
-    deadline = time.monotonic() + 0.3
-    while time.monotonic() < deadline and not order:  # give `second` a chance to cut in
-        time.sleep(0.01)
+    wait_for(watched.is_set, "the second holder of execution 3 to wait for the lock")
     assert order == [], "a second holder of execution 3 got in"
     release.set()
     a.join(DEADLINE)

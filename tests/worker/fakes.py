@@ -13,6 +13,7 @@ from milepost.client import ApiError
 from milepost.engine.machine import LEASE_TTL_S
 from milepost.tools.base import ToolCall, ToolResult
 from milepost.worker.http import Worker
+from tests.shared import wait_for_async
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -85,6 +86,17 @@ class FakeClock:
         self.now = target
         await settle()
 
+    async def run_until(self, condition: Callable[[], object]) -> None:
+        """`wait_for_async` with this clock: between checks, let the loop run and, while
+        the condition still does not hold, move time to the earliest sleeper."""
+
+        async def turn() -> None:
+            await settle()
+            if not condition() and self.pending():
+                await self.next()
+
+        await wait_for_async(condition, between=turn)
+
     async def next(self) -> float:
         """Advance to the earliest live sleeper; returns how far time moved."""
         await settle()
@@ -136,18 +148,6 @@ async def running(worker: Worker) -> AsyncIterator[asyncio.Task[None]]:
     finally:
         worker.kill()
         await asyncio.wait_for(task, 5)
-
-
-async def until(condition: Callable[[], bool], clock: FakeClock | None = None,
-                steps: int = 200) -> None:  # fmt: skip
-    """Let the loop run (advancing the fake clock by the next sleep, if given) until true."""
-    for _ in range(steps):
-        if condition():
-            return
-        await settle()
-        if clock is not None and not condition() and clock.pending():
-            await clock.next()
-    assert condition()
 
 
 HeartbeatScript = Callable[[int, int], dict[str, Any]]

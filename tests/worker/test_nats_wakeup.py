@@ -18,8 +18,8 @@ from nats.js.errors import NotFoundError
 
 from milepost.worker.http import Worker
 from milepost.worker.nats_wakeup import NatsWakeup, parse_notice, subject
-from tests.shared import IN_CI
-from tests.worker.fakes import FakeClient, FakeTools, command
+from tests.shared import IN_CI, wait_for_async
+from tests.worker.fakes import FakeClient, FakeClock, FakeTools, command
 
 NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -43,23 +43,16 @@ def nats_url() -> str:
     return NATS_URL
 
 
-async def _until(condition: object, timeout: float = 10.0) -> None:
-    assert callable(condition)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats_url: str) -> None:
     pool = f"test-{uuid.uuid4().hex[:12]}"
     stream = f"MILEPOST_TEST_{pool.replace('-', '_').upper()}"
 
     async def scenario() -> None:
-        client, tools = FakeClient(), FakeTools()
-        # polls are 60 s apart: only a notice can cause a second poll within the test
-        worker = Worker(client, tools, worker_id="w-nats", min_poll=60.0, max_poll=60.0)
+        client, tools, clock = FakeClient(), FakeTools(), FakeClock()
+        # polls are 60 s apart on a clock that only the test moves: only a notice can
+        # cause a second poll
+        worker = Worker(client, tools, worker_id="w-nats", min_poll=60.0, max_poll=60.0,
+                        clock=clock)  # fmt: skip
         wakeup = NatsWakeup(nats_url, pool, worker.notify)
         wakeup.start()
         await asyncio.wait_for(wakeup.connected.wait(), 10)
@@ -73,13 +66,12 @@ def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats
             except NotFoundError:
                 await js.add_stream(name=stream, subjects=[subject(pool)])
                 created = True
-            await _until(lambda: worker.polls == 1)
-            await asyncio.sleep(0.2)
-            assert worker.polls == 1, "the worker is waiting out its poll interval"
+            await wait_for_async(lambda: worker.polls == 1 and 60.0 in clock.pending(),
+                                 "the worker to wait out its poll interval")  # fmt: skip
             client.queue.append(command(801))
             notice = {"command_id": "801", "execution_id": "500"}
             await js.publish(subject(pool), json.dumps(notice).encode())
-            await _until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports), "the woken worker's report")
             assert worker.polls >= 2 and wakeup.notices == 1
             assert client.reported_events()[0]["result"]["context"]["command_id"] == 801
         finally:
@@ -105,10 +97,12 @@ def test_notices_on_another_pool_do_not_wake_the_worker(nats_url: str) -> None:
         try:
             await nc.publish(subject(pool + "-other"), b"{}")
             await nc.publish(subject(pool), b"not json")
+            # one connection's messages arrive in order: once the last one is in, the
+            # other pool's notice, published first, would have been too
+            await nc.publish(subject(pool), b'{"command_id": "last"}')
             await nc.flush()
-            await _until(lambda: len(woken) == 1)
-            await asyncio.sleep(0.1)
-            assert woken == [{}]
+            await wait_for_async(lambda: len(woken) == 2, "the two notices of this pool")
+            assert woken == [{}, {"command_id": "last"}]
         finally:
             await wakeup.close()
             await nc.close()
@@ -120,7 +114,7 @@ def test_an_unreachable_nats_leaves_the_worker_polling(caplog: pytest.LogCapture
     async def scenario() -> None:
         wakeup = NatsWakeup("nats://127.0.0.1:1", "default", lambda notice: None)
         wakeup.start()
-        await _until(lambda: "polling only" in caplog.text)
+        await wait_for_async(lambda: "polling only" in caplog.text, "the fallback warning")
         assert not wakeup.connected.is_set()
         await wakeup.close()
 

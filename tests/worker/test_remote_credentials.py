@@ -15,7 +15,8 @@ from milepost.worker.remote_credentials import (
     RemoteCredentials,
     names_for,
 )
-from tests.worker.fakes import PLAYBOOK, FakeClient, FakeTools, command, make, running, until
+from tests.shared import wait_for_async
+from tests.worker.fakes import PLAYBOOK, FakeClient, FakeTools, command, make, running
 
 PG = """\
 apiVersion: noetl.io/v2
@@ -114,7 +115,7 @@ def test_a_refused_credential_fails_the_attempt_without_running_it() -> None:
         worker, client, tools, _ = make(client)
         client.queue.append(command(901, path="tests/pg", context={"workload": {"pg_auth": "x"}}))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         [event] = client.reported_events()
         assert event["event_type"] == "command.failed"
         assert event["result"]["context"]["error"]["kind"] == "credential"
@@ -133,9 +134,9 @@ def test_a_command_that_cannot_be_prepared_is_given_back_after_a_pause() -> None
         worker, client, tools, clock = make(CatalogDown({("tests/w", 1): PLAYBOOK}))
         client.queue.append(command(902, epoch=5))
         async with running(worker):
-            await until(lambda: 902 in worker.jobs)
+            await wait_for_async(lambda: 902 in worker.jobs)
             assert client.releases == []
-            await until(lambda: bool(client.releases), clock)
+            await clock.run_until(lambda: bool(client.releases))
         assert client.releases == [(902, 5)] and client.reports == [] and tools.calls == []
         assert 0.1 in clock.sleeps, "a pause before the release"
 
@@ -153,7 +154,7 @@ def test_a_result_that_is_not_json_is_reported_as_text() -> None:
         worker, client, _, _ = make(tools=Odd())
         client.queue.append(command(903))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         result = client.reported_events()[0]["result"]["context"]["result"]
         assert result["when"] == "set" and result["obj"].startswith("<object object")
 

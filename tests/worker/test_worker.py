@@ -16,6 +16,7 @@ from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.render import LoopResult
 from milepost.worker import http as worker_http
 from milepost.worker.http import Worker, wire_event, work_item
+from tests.shared import wait_for_async
 from tests.worker.fakes import (
     HEARTBEAT,
     LEASE,
@@ -28,7 +29,6 @@ from tests.worker.fakes import (
     running,
     settle,
     stale,
-    until,
 )
 
 
@@ -44,7 +44,7 @@ def test_the_report_carries_the_lease_epoch_and_the_attempt() -> None:
         worker, client, tools, _ = make()
         client.queue.append(command(101, epoch=7))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         [event] = client.reported_events()
         assert event["event_type"] == "command.completed"
         assert event["meta"]["epoch"] == 7
@@ -66,7 +66,7 @@ def test_a_report_the_server_did_not_store_because_the_run_ended_is_logged_so(
         client.ignore_reports = True
         client.queue.append(command(104))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
             await settle()
 
     with caplog.at_level(logging.WARNING, logger="milepost.worker"):
@@ -79,7 +79,7 @@ def test_a_failed_attempt_is_reported_as_command_failed_with_its_epoch() -> None
         worker, client, _, _ = make()
         client.queue.append(command(102, epoch=3, path="tests/missing"))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         [event] = client.reported_events()
         assert event["event_type"] == "command.failed" and event["meta"]["epoch"] == 3
         assert event["result"]["context"]["error"]["kind"] == "playbook"
@@ -94,7 +94,7 @@ def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
         client.queue.append(command(103, step="total", context=context,
                                     loop_steps={"fetch_all": {"failed": 1}}))  # fmt: skip
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         assert tools.calls[0].input == {"n": 3, "failed": 1}
         assert client.reported_events()[0]["event_type"] == "command.completed"
 
@@ -128,7 +128,7 @@ def test_a_report_is_retried_while_the_server_is_unreachable() -> None:
         client.report_failures = [ServerUnavailable("down"), ApiError(503, "internal", "busy")]
         client.queue.append(command(106))
         async with running(worker):
-            await until(lambda: bool(client.reports), clock)
+            await clock.run_until(lambda: bool(client.reports))
         assert len(client.reports) == 1
         assert {0.2, 0.4} <= set(clock.sleeps), "report retries back off"
 
@@ -141,7 +141,7 @@ def test_a_refused_report_is_not_retried() -> None:
         client.report_failures = [ApiError(422, "validation_error", "bad")]
         client.queue.append(command(107))
         async with running(worker):
-            await until(lambda: not worker.jobs and len(client.claim_limits) > 1)
+            await wait_for_async(lambda: not worker.jobs and len(client.claim_limits) > 1)
         assert client.reports == []
 
     run(scenario)
@@ -153,14 +153,14 @@ def test_a_report_claims_the_next_command_in_the_same_request() -> None:
         first, second = tools.gate("key-110-1"), tools.gate("key-111-1")
         client.queue.append(command(110))
         async with running(worker):
-            await until(lambda: len(tools.calls) == 1)
+            await wait_for_async(lambda: len(tools.calls) == 1)
             client.queue.append(command(111))  # issued while 110 runs
             first.set()
-            await until(lambda: len(tools.calls) == 2)
+            await wait_for_async(lambda: len(tools.calls) == 2)
             assert client.claim_limits == [1], "111 came with 110's report, not from a poll"
             assert client.report_claims == [1]
             second.set()
-            await until(lambda: len(client.reported_events()) == 2, clock)
+            await clock.run_until(lambda: len(client.reported_events()) == 2)
         assert [c.idempotency_key for c in tools.calls] == ["key-110-1", "key-111-1"]
 
     run(scenario)
@@ -176,9 +176,9 @@ async def one_report_held_two_finished(worker: Worker, client: FakeClient, tools
     tools.gates[f"key-{base + 2}-1"] = rest
     client.queue += [command(base), command(base + 1), command(base + 2)]
     async with running(worker):
-        await until(lambda: len(tools.calls) == 3)
+        await wait_for_async(lambda: len(tools.calls) == 3)
         first.set()
-        await until(lambda: len(client.report_claims) == 1)
+        await wait_for_async(lambda: len(client.report_claims) == 1)
         rest.set()
         await settle()
         yield
@@ -189,7 +189,7 @@ def test_attempts_that_finish_while_a_report_is_on_its_way_go_in_one_batch() -> 
         worker, client, tools, clock = make(concurrency=3)
         async with one_report_held_two_finished(worker, client, tools, 120):
             client.report_gate.set()
-            await until(lambda: len(client.reported_events()) == 3, clock)
+            await clock.run_until(lambda: len(client.reported_events()) == 3)
         assert [len(batch) for batch in client.reports] == [1, 2]
         # each report asks for the slots it frees; nothing was queued, nothing came back
         assert client.report_claims == [1, 2]
@@ -203,7 +203,7 @@ def test_a_retried_report_claims_nothing() -> None:
         client.report_failures = [ServerUnavailable("reply lost")]
         client.queue.append(command(130))
         async with running(worker):
-            await until(lambda: bool(client.reports), clock)
+            await clock.run_until(lambda: bool(client.reports))
         # the first try may have claimed before its reply was lost: those leases lapse
         assert client.report_claims == [1, None]
 
@@ -217,8 +217,8 @@ def test_a_refused_batch_is_sent_again_report_by_report() -> None:
             # the first report goes through; the batch of two is refused, then each alone
             client.report_failures = [None, ApiError(422, "validation_error", "one bad event")]
             client.report_gate.set()
-            await until(lambda: len(client.report_claims) == 4, clock)
-            await until(lambda: not worker.jobs)
+            await clock.run_until(lambda: len(client.report_claims) == 4)
+            await wait_for_async(lambda: not worker.jobs)
         assert [len(batch) for batch in client.reports] == [1, 1, 1]
         assert len(client.reported_events()) == 3
 
@@ -234,7 +234,7 @@ def test_heartbeats_every_third_of_the_lease_while_the_attempt_runs() -> None:
         gate = tools.gate("start")
         client.queue.append(command(201, epoch=5))
         async with running(worker):
-            await until(lambda: bool(tools.calls))
+            await wait_for_async(lambda: bool(tools.calls))
             await clock.advance(HEARTBEAT - 0.1)
             assert client.heartbeats == []
             await clock.advance(0.2)
@@ -242,7 +242,7 @@ def test_heartbeats_every_third_of_the_lease_while_the_attempt_runs() -> None:
             await clock.advance(HEARTBEAT)
             assert len(client.heartbeats) == 2
             gate.set()
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
             await clock.advance(3 * HEARTBEAT)
         assert len(client.heartbeats) == 2, "no heartbeats once the command is reported"
         assert client.reported_events()[0]["meta"]["epoch"] == 5
@@ -257,9 +257,9 @@ def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
         client.on_heartbeat = stale
         client.queue.append(command(202, epoch=2))
         async with running(worker):
-            await until(lambda: bool(tools.calls))
+            await wait_for_async(lambda: bool(tools.calls))
             await clock.advance(HEARTBEAT)
-            await until(lambda: not worker.jobs)
+            await wait_for_async(lambda: not worker.jobs)
             assert tools.cancelled == ["key-202-1"]
             await clock.advance(LEASE)
         assert client.reports == [] and client.releases == []
@@ -274,13 +274,13 @@ def test_a_cancelled_execution_finishes_its_attempt_and_gets_no_more_claims() ->
         client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch}, "cancelled": True}
         client.queue.append(command(203, execution_id=600))
         async with running(worker):
-            await until(lambda: bool(tools.calls))
+            await wait_for_async(lambda: bool(tools.calls))
             await clock.advance(HEARTBEAT)
             gate.set()
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
             client.queue += [command(204, execution_id=600), command(205, execution_id=700)]
             worker.notify()
-            await until(lambda: len(client.reports) == 2)
+            await wait_for_async(lambda: len(client.reports) == 2)
         assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
             [203, 205]  # fmt: skip
         assert client.releases == [(204, 1)]
@@ -297,11 +297,11 @@ def test_claims_ask_only_for_free_slots() -> None:
         gate = tools.gate("start")
         client.queue += [command(300 + i) for i in range(5)]
         async with running(worker):
-            await until(lambda: len(tools.calls) == 2)
+            await wait_for_async(lambda: len(tools.calls) == 2)
             await clock.advance(60)  # polls would happen now if slots were free
             assert client.claim_limits == [2]
             gate.set()
-            await until(lambda: len(client.reported_events()) == 5, clock)
+            await clock.run_until(lambda: len(client.reported_events()) == 5)
         # the rest came with the reports, each asking only for the slots it freed
         assert client.claim_limits[0] == 2
         assert max(client.claim_limits) <= 2
@@ -321,7 +321,7 @@ def test_poll_backoff_doubles_to_two_seconds_and_resets_when_work_arrives() -> N
             client.queue.append(command(310))
             mark = len(clock.sleeps)
             await clock.next()  # the 2 s wait ends: this poll finds the command
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
             for _ in range(3):
                 await clock.next()
         polls = [s for s in clock.sleeps[mark:] if s != HEARTBEAT]
@@ -342,10 +342,10 @@ def test_notify_wakes_a_waiting_worker_before_its_poll_interval() -> None:
             assert worker.polls == 1
             client.queue.append(command(320))
             worker.notify({"command_id": "320", "execution_id": "500"})
-            await until(lambda: bool(tools.calls))
+            await wait_for_async(lambda: bool(tools.calls))
             assert worker.polls == 2
             gate.set()
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
 
     run(scenario)
 
@@ -364,7 +364,7 @@ def test_a_failing_claim_backs_off_and_recovers() -> None:
         worker, client, _, clock = make(Flaky())
         client.queue.append(command(330))
         async with running(worker):
-            await until(lambda: bool(client.reports), clock)
+            await clock.run_until(lambda: bool(client.reports))
         assert clock.sleeps[:3] == [0.05, 0.1, 0.2]
 
     run(scenario)
@@ -375,7 +375,7 @@ def test_the_playbook_is_fetched_once_per_version() -> None:
         worker, client, _, _ = make()
         client.queue += [command(340), command(341), command(342)]
         async with running(worker):
-            await until(lambda: len(client.reported_events()) == 3)
+            await wait_for_async(lambda: len(client.reported_events()) == 3)
         assert client.resources == [("tests/w", 1)]
 
     run(scenario)
@@ -392,7 +392,7 @@ def test_credentials_come_from_the_server_are_cached_and_never_leave_the_worker(
         worker, client, tools, _ = make(client)
         client.queue += [command(350, path="tests/s"), command(351, path="tests/s")]
         async with running(worker):
-            await until(lambda: len(client.reported_events()) == 2)
+            await wait_for_async(lambda: len(client.reported_events()) == 2)
         assert tools.calls[0].input == {"pw": secret}  # the tool sees it...
         assert secret not in repr(client.reports)  # ...the report does not
         assert client.reported_events()[0]["result"]["context"]["result"]["input"]["pw"] == "***"
@@ -408,7 +408,7 @@ def test_a_missing_credential_fails_the_attempt() -> None:
         worker, client, _, _ = make(FakeClient({("tests/s", 1): SECRET_PLAYBOOK}))
         client.queue.append(command(360, path="tests/s"))
         async with running(worker):
-            await until(lambda: bool(client.reports))
+            await wait_for_async(lambda: bool(client.reports))
         [event] = client.reported_events()
         assert event["event_type"] == "command.failed"
         assert event["result"]["context"]["error"]["kind"] == "keychain"
@@ -426,11 +426,11 @@ def test_stop_releases_unstarted_claims_and_finishes_running_attempts() -> None:
         gate = tools.gate("start")
         client.queue.append(command(401, epoch=3))
         task = asyncio.create_task(worker.run())
-        await until(lambda: bool(tools.calls))  # 401 is running
+        await wait_for_async(lambda: bool(tools.calls))  # 401 is running
         client.resource_gate = asyncio.Event()  # the next playbook fetch hangs
         client.queue.append(command(402, epoch=4, path="tests/slow"))
         worker.notify()
-        await until(lambda: 402 in worker.jobs)
+        await wait_for_async(lambda: 402 in worker.jobs)
         polls = worker.polls
         worker.stop()
         await settle()
@@ -451,7 +451,7 @@ def test_after_the_grace_running_attempts_are_cancelled_unreported() -> None:
         tools.gate("start")  # never opened
         client.queue.append(command(410))
         task = asyncio.create_task(worker.run())
-        await until(lambda: bool(tools.calls))
+        await wait_for_async(lambda: bool(tools.calls))
         worker.stop()
         await clock.advance(4.9)
         assert not task.done()
@@ -504,7 +504,7 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
         worker = Worker(client, tools, clock=clock, worker_id="w-lease", lease_seconds=LEASE)
         client.queue.append(command(130))
         async with running(worker):
-            await until(lambda: len(client.reports) == 1, clock)
+            await clock.run_until(lambda: len(client.reports) == 1)
             assert client.machine_id_calls == [None]
             assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {7}
             await clock.advance(RENEW_EVERY_S)
@@ -513,7 +513,7 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
             await clock.advance(RENEW_EVERY_S)
             assert client.machine_id_calls == [None, 7, 7]
             client.queue.append(command(131))
-            await until(lambda: len(client.reports) == 2, clock)
+            await clock.run_until(lambda: len(client.reports) == 2)
         assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {8}
 
     run(scenario)
@@ -553,7 +553,7 @@ def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
         worker, clock = _leasing(client)
         client.queue.append(command(133))
         async with running(worker):
-            await until(lambda: len(client.reports) == 1, clock)
+            await clock.run_until(lambda: len(client.reports) == 1)
         assert client.machine_id_calls == [None, None, None, None]
 
     with caplog.at_level(logging.DEBUG, logger="milepost.worker.http"):
@@ -571,7 +571,7 @@ def test_the_machine_id_renewer_outlives_a_malformed_reply(
         client = FakeClient()
         worker, clock = _leasing(client)
         async with running(worker):
-            await until(lambda: client.machine_id_calls == [None], clock)
+            await clock.run_until(lambda: client.machine_id_calls == [None])
             client.machine_id_failures = [{"machine_id": "seven"}, RuntimeError("bug")]
             for _ in range(3):
                 await clock.advance(RENEW_EVERY_S)
@@ -590,7 +590,7 @@ def test_ids_are_minted_on_the_servers_clock_measured_from_the_lease(
         client.server_clock = lambda: clock.time() - 3600.0  # this machine is an hour ahead
         client.queue.append(command(134))
         async with running(worker):
-            await until(lambda: len(client.reports) == 1, clock)
+            await clock.run_until(lambda: len(client.reports) == 1)
         minted = {timestamp_of(int(e["event_id"])) for e in client.reports[0]}
         assert all(abs(at - (clock.time() - 3600.0)) < 1.0 for at in minted), minted
 
@@ -604,7 +604,7 @@ def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_i
         client.report_failures = [conflict, conflict]
         client.queue.append(command(132))
         async with running(worker):
-            await until(lambda: not worker.jobs and len(client.report_claims) == 2)
+            await wait_for_async(lambda: not worker.jobs and len(client.report_claims) == 2)
             await settle()
         assert len(client.report_claims) == 2  # once more, then given up: no loop
         assert client.reports == []
@@ -618,7 +618,7 @@ def test_a_report_whose_ids_were_taken_goes_through_under_new_ids() -> None:
         client.report_failures = [ApiError(409, "event_id_conflict", "taken")]
         client.queue.append(command(133))
         async with running(worker):
-            await until(lambda: len(client.reports) == 1)
+            await wait_for_async(lambda: len(client.reports) == 1)
         [[event]] = client.reports
         assert event["event_id"] == "9000001"  # not 9000000, the id refused
 
