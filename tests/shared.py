@@ -56,16 +56,19 @@ def wait_for(check: Callable[[], T], what: str | None = None, *, timeout: float 
         time.sleep(interval)
 
 
-async def wait_for_async(check: Callable[[], T], what: str | None = None, *,
+async def wait_for_async(check: Callable[[], T | Awaitable[T]], what: str | None = None, *,
                          timeout: float = TIMEOUT, interval: float = INTERVAL,
                          between: Callable[[], Awaitable[object]] | None = None) -> T:  # fmt: skip
-    """`wait_for` on an event loop: the other tasks run while it waits.
+    """`wait_for` on an event loop: the other tasks run while it waits; `check` may be
+    a coroutine function (an HTTP call of an async client).
 
     `between` replaces the sleep between two checks (a fake clock's turn: let the loop
     run, then move time to the next sleeper); the deadline stays in real time."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:

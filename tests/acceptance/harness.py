@@ -3,7 +3,7 @@
 Everything runs as subprocesses, as on real machines: the server on SQLite or on a fresh
 PostgreSQL database (created and dropped here), workers in their own process groups so a
 "kill -9" takes their python tool processes down with them, like a machine dying.
-Conditions are awaited with deadlines (`eventually`), never with fixed sleeps.
+Conditions are awaited with deadlines (`tests.shared.wait_for`), never with fixed sleeps.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +24,7 @@ import httpx
 import pytest
 
 from milepost.client import MilepostClient
-from tests.shared import IN_CI
+from tests.shared import IN_CI, wait_for
 
 T = TypeVar("T")
 
@@ -35,19 +34,6 @@ PG_ADMIN_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://127.0.0.1:54
 NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 WORKER_ENTRY = ("import sys; from milepost.worker.http import worker_main; "
                 "sys.exit(worker_main())")  # fmt: skip
-
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str,
-               interval: float = 0.05) -> T:  # fmt: skip
-    """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -223,7 +209,7 @@ class Cluster:
         args = [MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
                 "--db", self.db_url]  # fmt: skip
         self.server = Proc("server", args, self.env, log)
-        eventually(self._healthy, 30, f"the server to answer /health (log: {tail(log)})")
+        wait_for(self._healthy, f"the server to answer /health (log: {tail(log)})", timeout=30)
         return self.server
 
     def _healthy(self) -> bool:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.harness import Cluster, database, eventually, tail
+from tests.acceptance.harness import Cluster, database, tail
+from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +174,7 @@ def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
     cluster.start_server()
     worker = cluster.start_worker(grace_seconds=30)
     xid = cluster.run(HELD, {"out": str(out), "block": str(block)})
-    eventually(lambda: lines(out), 30, "the attempt to start")
+    wait_for(lambda: lines(out), "the attempt to start", timeout=30)
     worker.signal(signal.SIGTERM)
     block.unlink()
     assert worker.popen.wait(30) == 0, tail(worker.log)
@@ -229,7 +230,7 @@ def test_a_command_of_a_killed_worker_is_reissued_after_its_lease(
     cluster.start_server()
     first = cluster.start_worker()
     xid = cluster.run(HELD, {"out": str(out), "block": str(block)})
-    eventually(lambda: lines(out), 30, "the first attempt to start")
+    wait_for(lambda: lines(out), "the first attempt to start", timeout=30)
     first.kill9()
     block.unlink()
     cluster.start_worker()
@@ -254,7 +255,7 @@ def test_a_late_report_from_a_paused_worker_changes_nothing(
     cluster.start_server()
     paused = cluster.start_worker()
     xid = cluster.run(HELD, {"out": str(out), "block": str(block)})
-    eventually(lambda: lines(out), 30, "the first attempt to start")
+    wait_for(lambda: lines(out), "the first attempt to start", timeout=30)
     paused.signal(signal.SIGSTOP, group=True)  # the worker and its python process
     try:
         cluster.start_worker()
@@ -271,7 +272,7 @@ def test_a_late_report_from_a_paused_worker_changes_nothing(
         text = log.read_text()
         return next((s for s in ("reported ok", "lease lost") if s in text), None)
 
-    outcome = eventually(settled, 30, "the paused worker to notice or report")
+    outcome = wait_for(settled, "the paused worker to notice or report", timeout=30)
     after = cluster.wait(xid)
     assert after == status, "the late worker changed the run"
     rows = lines(out)
@@ -313,7 +314,7 @@ workflow:
     entry = cluster.client.register(body)
     runs = [cluster.client.execute(entry["path"], {"out": str(out), "n": 40},
                                    version=entry["version"]) for _ in range(3)]  # fmt: skip
-    eventually(lambda: len(lines(out)) >= 20, 30, "some progress before the crash")
+    wait_for(lambda: len(lines(out)) >= 20, "some progress before the crash", timeout=30)
     cluster.kill_server()
     cluster.start_server()
     for xid in runs:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.acceptance.harness import Cluster, eventually
+from tests.acceptance.harness import Cluster
 from tests.acceptance.test_cluster import db_url, make_cluster, playbook
+from tests.shared import wait_for
 
 __all__ = ["db_url", "make_cluster"]  # the fixtures this module uses
 
@@ -38,9 +39,9 @@ def test_a_worker_logs_step_output_redacted_and_a_viewer_never_sees_a_secret(
     assert status["status"] == "COMPLETED", status
     result = status["steps"]["connect"]["result"]
     assert result == {"said": "connected to db.acc.internal as acc_etl", "token_ok": True}
-    line = eventually(lambda: next((ln for ln in worker.log.read_text().splitlines()
-                                    if "connecting to" in ln), None),
-                      15, "the step's output in the worker's log")  # fmt: skip
+    line = wait_for(lambda: next((ln for ln in worker.log.read_text().splitlines()
+                                  if "connecting to" in ln), None),
+                    "the step's output in the worker's log", timeout=15)  # fmt: skip
     # the workload's token is masked as a sensitive value, before its pattern could
     assert "connecting to db.acc.internal as acc_etl with ***, token ***" in line
     assert f"execution {xid}" in line and "step connect" in line

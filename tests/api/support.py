@@ -21,6 +21,7 @@ from milepost.core import events as ev
 from milepost.core.work import Outcome, WorkItem, report_events
 from milepost.credentials import new_key
 from milepost.settings import Settings
+from tests.shared import wait_for
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\n"
 
@@ -167,18 +168,6 @@ def error(response: httpx2.Response, status: int, code: str) -> dict[str, Any]:
     return body
 
 
-def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
-        time.sleep(interval)
-
-
 def settings_for(db_url: str, **over: Any) -> Settings:
     values: dict[str, Any] = {"database_url": db_url, "database_urls": None,
                               "secret_key": new_key(), "reconcile_interval": 0.0,
@@ -218,7 +207,8 @@ def live_server(db_url: str, startup: float = 30.0, **over: Any) -> Iterator[Liv
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        eventually(lambda: server.started or not thread.is_alive(), timeout=startup)
+        wait_for(lambda: server.started or not thread.is_alive(), "the server to start",
+                 timeout=startup)  # fmt: skip
         assert server.started, "the server did not start"
         yield LiveServer(f"http://127.0.0.1:{port}", app.state.services)
     finally:

@@ -15,7 +15,7 @@ from cryptography.fernet import Fernet
 
 from milepost.api import auth
 from milepost.store import factory
-from tests.api.support import eventually
+from tests.shared import wait_for
 
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 
@@ -93,7 +93,7 @@ def test_server_serves_the_api_with_a_token_made_by_the_cli(tmp_path: Path) -> N
             except httpx2.TransportError:
                 return False
 
-        eventually(healthy, timeout=30)
+        wait_for(healthy, "the server to answer /health", timeout=30)
         headers = {"Authorization": f"Bearer {token}"}
         listing = httpx2.get(f"{base}/api/executions", headers=headers, timeout=5)
         assert listing.status_code == 200 and listing.json()["items"] == []

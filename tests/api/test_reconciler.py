@@ -10,7 +10,8 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.engine import notify
-from tests.api.support import HELLO, LOOP, RETRY, Api, eventually, ok, report_wire, start_server
+from tests.api.support import HELLO, LOOP, RETRY, Api, ok, report_wire, start_server
+from tests.shared import wait_for
 
 
 class FakeClock:
@@ -176,8 +177,8 @@ def test_the_server_runs_the_reconciler_on_its_own(db_url: str) -> None:
     with start_server(db_url, reconcile_interval=0.05) as api:
         xid = api.execute(HELLO)
         command = api.claim_one(lease_seconds=0.2)
-        eventually(lambda: ev.COMMAND_LEASE_EXPIRED in api.event_types(xid))
-        retry = eventually(lambda: api.claim_next("w2"))
+        wait_for(lambda: ev.COMMAND_LEASE_EXPIRED in api.event_types(xid), "the lease to expire")
+        retry = wait_for(lambda: api.claim_next("w2"), "the re-issued command")
         assert retry[0]["attempt"] == 2
         ok(api.post("/api/events/batch", {"events": report_wire(retry[0], {"greeting": "x"})},
                     role="worker"))  # fmt: skip

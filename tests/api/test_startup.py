@@ -14,8 +14,8 @@ from milepost.api import app as app_module
 from milepost.api.app import create_app
 from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
 from milepost.engine import notify
-from tests.api.support import HELLO, eventually, settings_for, start_server
-from tests.shared import IN_CI
+from tests.api.support import HELLO, settings_for, start_server
+from tests.shared import IN_CI, wait_for
 
 NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -99,7 +99,7 @@ def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
                 loop.run_until_complete(asyncio.sleep(0.02))
                 return {"command_id": str(row.command_id), "execution_id": xid} in received
 
-            eventually(arrived)
+            wait_for(arrived, "the notice of the issued command")
             assert publisher.published >= 1 and publisher.failed == 0
     finally:
         loop.run_until_complete(client.close())  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from milepost.api import auth
 from milepost.api.routers import executions
 from milepost.client import AsyncMilepostClient, MilepostClient, WaitTimeout
 from tests.api.support import HELLO, Api, error, ok, start_server
+from tests.shared import wait_for, wait_for_async
 
 LONG = 20.0
 """The `wait` of a long-poll that must come back long before it expires."""
@@ -163,10 +164,9 @@ def test_the_client_wait_long_polls_and_returns_the_terminal_status(
     client, bridge = sync_client(api)
     with client:
         pending = pool.submit(client.wait, xid, LONG)
-        deadline = time.monotonic() + 10
-        while not bridge.requests:  # the first long-poll is on its way
-            assert time.monotonic() < deadline and not pending.done(), "the client never asked"
-            time.sleep(0.01)
+        # the first long-poll is on its way
+        wait_for(lambda: bridge.requests or pending.done(), "the client's first long-poll")
+        assert bridge.requests, "the client never asked"
         api.complete(last, {"loud": "HELLO, WORLD"})
         status = pending.result(timeout=LONG + 10)
     assert status["status"] == "COMPLETED" and status["execution_id"] == xid
@@ -196,10 +196,7 @@ def test_the_async_client_wait_returns_the_terminal_status(api: Api) -> None:
         async with AsyncMilepostClient("http://milepost.test", api.tokens["viewer"],
                                        transport=httpx.MockTransport(handler)) as client:  # fmt: skip
             waiting = asyncio.ensure_future(client.wait(xid, timeout=LONG))
-            deadline = time.monotonic() + 10
-            while not bridge.requests:
-                assert time.monotonic() < deadline, "the client never asked"
-                await asyncio.sleep(0.01)
+            await wait_for_async(lambda: bridge.requests, "the client's first long-poll")
             await asyncio.to_thread(api.complete, last, {"loud": "HELLO, WORLD"})
             return await asyncio.wait_for(waiting, LONG + 10)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.shared import PLAYBOOKS, needs_shared
+from tests.shared import PLAYBOOKS, needs_shared, wait_for
 
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/t}\n"
@@ -175,13 +175,16 @@ workflow:
 """
 
 
-def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str], deadline: float) -> None:
-    while time.monotonic() < deadline:
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen[str]) -> None:
+    """Until the run has made `n` side effects; its process ending first fails at once."""
+
+    def made() -> bool:
         if path.exists() and len(path.read_text().splitlines()) >= n:
-            return
+            return True
         assert proc.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.02)
-    raise AssertionError(f"fewer than {n} side effects before the deadline")
+        return False
+
+    wait_for(made, f"{n} side effects in {path.name}", timeout=60)
 
 
 def test_sigkill_then_resume_continues_without_repeating_completed_steps(tmp_path: Path) -> None:
@@ -191,7 +194,7 @@ def test_sigkill_then_resume_continues_without_repeating_completed_steps(tmp_pat
     proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        _wait_for_lines(out, 10, proc, time.monotonic() + 60)
+        _wait_for_lines(out, 10, proc)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -225,7 +228,7 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: 
     proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=400"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        _wait_for_lines(out, 5, proc, time.monotonic() + 60)
+        _wait_for_lines(out, 5, proc)
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
         asked = cli("cancel", xid, db=db)
         assert asked.returncode == 0, asked.stderr
@@ -308,7 +311,7 @@ def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) 
     driver = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        _wait_for_lines(out, 3, driver, time.monotonic() + 60)  # iteration 2 waits at the gate
+        _wait_for_lines(out, 3, driver)  # iteration 2 waits at the gate
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
         before = _event_count(db, xid)
         for args in ((), ("--json",)):
@@ -379,17 +382,15 @@ def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_p
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     second: subprocess.Popen[str] | None = None
     try:
-        _wait_for_lines(out, 4, first, time.monotonic() + 60)
+        _wait_for_lines(out, 4, first)
         os.kill(first.pid, signal.SIGSTOP)  # alive, but renewing nothing
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
-        deadline = time.monotonic() + 30
-        while _driver_expires_at(db, xid) > time.time():
-            assert time.monotonic() < deadline, "the stopped driver's lease never expired"
-            time.sleep(0.05)
+        wait_for(lambda: _driver_expires_at(db, xid) <= time.time(),
+                 "the stopped driver's lease to expire", timeout=30)  # fmt: skip
         second = subprocess.Popen([MILEPOST, "resume", xid, "--json", "--db", str(db)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        _wait_for_lines(out, len(out.read_text().splitlines()) + 2, second,
-                        time.monotonic() + 60)  # the second process drives now
+        # the second process drives now
+        _wait_for_lines(out, len(out.read_text().splitlines()) + 2, second)
         os.kill(first.pid, signal.SIGCONT)
         _, first_err = first.communicate(timeout=60)
         second_out, second_err = second.communicate(timeout=120)
@@ -452,10 +453,11 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
              for _ in range(2)]  # fmt: skip
     outs = []
     try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("ready-*"))) < 2:
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-            time.sleep(0.01)
+        def ready() -> bool:
+            assert all(p.poll() is None for p in procs), "a run ended before the start signal"
+            return len(list(tmp_path.glob("ready-*"))) >= 2
+
+        wait_for(ready, "both runs at the start line", timeout=60)
         (tmp_path / "go").touch()
         for proc in procs:
             outs.append(proc.communicate(timeout=60))  # a hang fails here

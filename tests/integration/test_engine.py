@@ -27,6 +27,7 @@ from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
 from milepost.store.port import DriverBusy, EventIdConflict, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
+from tests.shared import wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
 
@@ -134,8 +135,8 @@ def test_a_run_resumed_by_a_new_engine_reuses_the_live_command(store: Any, tmp_p
             xid, outcome = engine.orchestrator.start(pb, 1, {})
             engine._handle(outcome)
             attempts = tmp_path / "attempts"
-            while not attempts.exists():  # `wait` is running and will not report
-                await asyncio.sleep(0.01)
+            # `wait` is running and will not report
+            await wait_for_async(attempts.exists, "the step to start")
             return xid
 
     xid = asyncio.run(first_life())
@@ -417,13 +418,6 @@ workflow:
 """
 
 
-async def eventually(check: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def gated(tmp_path: Path) -> tuple[str, Any]:
     text = text_of(GATED.replace("DIR", str(tmp_path)))
     return text, load.load_text(text)
@@ -436,7 +430,7 @@ async def first_life(store: Any, tmp_path: Path) -> int:
         xid = engine.start(pb, text)
         assert store.get_driver(xid).holder == engine.holder
         assert store.get_driver(xid).expires_at > time.time() + 10
-        await eventually((tmp_path / "attempts").exists)
+        await wait_for_async((tmp_path / "attempts").exists, "the first attempt to start")
     assert store.get_driver(xid).expires_at <= time.time()  # a clean exit released it
     return xid
 
@@ -450,14 +444,14 @@ def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
             assert re.fullmatch(rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]+",
                                 engine.holder)
             xid = engine.start(pb, text)
-            await eventually((tmp_path / "attempts").exists)
+            await wait_for_async((tmp_path / "attempts").exists, "the first attempt to start")
             # another process takes the run over (as resume does from a holder it knows is dead)
             store.acquire_driver(xid, "elsewhere:1:thief", time.time(), 60, replace=engine.holder)
             with pytest.raises(DriverLost) as lost:
                 await engine.wait(xid, timeout=20)
             (tmp_path / "gate").touch()
-            await eventually(lambda: (tmp_path / "finished").exists() and engine._busy == 0
-                             and engine._reports.empty())  # fmt: skip
+            await wait_for_async(lambda: (tmp_path / "finished").exists() and engine._busy == 0
+                                 and engine._reports.empty(), "the gated step to end")  # fmt: skip
             return xid, lost.value
 
     xid, lost = asyncio.run(go())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, MachineIdLost
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
+from tests.shared import wait_for_async
 
 HELLO = """\
 apiVersion: noetl.io/v2
@@ -94,13 +94,6 @@ class FlakyLeases(SQLiteStore):
         return super().release_machine_id(machine_id, holder)
 
 
-async def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def test_the_embedded_engine_keeps_renewing_after_a_locked_database(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(machine, "RENEW_EVERY_S", 0.01)
@@ -109,7 +102,7 @@ def test_the_embedded_engine_keeps_renewing_after_a_locked_database(
 
     async def scenario() -> None:
         async with EmbeddedEngine(store, concurrency=1):
-            await _until(lambda: store.renewals >= 4)  # past the failures: the task lives on
+            await wait_for_async(lambda: store.renewals >= 4, "four renewals", timeout=20)  # past the failures: the task lives on
 
     asyncio.run(scenario())
     store.close()

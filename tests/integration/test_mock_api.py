@@ -22,6 +22,7 @@ import uvicorn
 
 from milepost.conformance import mock_api
 from milepost.conformance.mock_api import MockServer, MockState, create_app
+from tests.shared import wait_for_async
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INT_PARSING_MSG = "Input should be a valid integer, unable to parse string as an integer"
@@ -496,10 +497,11 @@ def test_probe_runs_requests_concurrently(server: MockServer) -> None:
                 return body
 
             async def instant_probes_once_slow_started() -> list[dict[str, Any]]:
-                # Wait (by polling, with a deadline) until the slow probe is running.
-                deadline = time.monotonic() + 10.0
-                while (await c.get("/api/v1/concurrency/stats")).json()["started"] < 1:
-                    assert time.monotonic() < deadline, "slow probe never started"
+                async def slow_started() -> bool:
+                    stats = (await c.get("/api/v1/concurrency/stats")).json()
+                    return bool(stats["started"] >= 1)
+
+                await wait_for_async(slow_started, "the slow probe to start")
                 return list(await asyncio.gather(*(probe(0, f"fast-{i}") for i in range(4))))
 
             slow, fast = await asyncio.gather(

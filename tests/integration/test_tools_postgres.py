@@ -25,7 +25,7 @@ from milepost.credentials import Vault, new_key
 from milepost.tools import base
 from milepost.tools.postgres import bind_params, placeholders
 from milepost.tools.runtime import ToolRuntime
-from tests.shared import IN_CI, PLAYBOOKS, needs_shared
+from tests.shared import IN_CI, PLAYBOOKS, needs_shared, wait_for, wait_for_async
 
 PG_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PASSWORD = "hunter2-very-secret"
@@ -457,10 +457,9 @@ def test_cached_connection_is_reused_reset_and_replaced_when_dropped(
             second = await runtime.run(call({"auth": "pg", "command": pid_query}))
             dropped = ok(second)["rows"][0]["pid"]
             admin.execute("SELECT pg_terminate_backend(%s)", [dropped])
-            deadline = time.monotonic() + 5  # until the server has really let it go
-            while one(admin, f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(dropped)}"):
-                assert time.monotonic() < deadline, "the terminated backend is still there"
-                await asyncio.sleep(0.02)
+            gone = f"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = {int(dropped)}"
+            await wait_for_async(lambda: one(admin, gone),
+                                 "the server to let the terminated backend go", timeout=5)  # fmt: skip
             third = await runtime.run(call({"auth": "pg", "command": pid_query}))
             lost = await runtime.run(
                 call({"auth": "pg", "command": "SELECT pg_terminate_backend(pg_backend_pid())"})
@@ -484,11 +483,10 @@ def test_timeout_cancels_the_statement(
     assert time.monotonic() - started < 10
     assert result.error is not None
     assert (result.error.kind, result.error.retryable) == ("timeout", True)
-    deadline = time.monotonic() + 5
-    while one(admin, f"SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%{marker}' "
-                     "AND pid <> pg_backend_pid()"):  # fmt: skip
-        assert time.monotonic() < deadline, "the sleeping statement still runs"
-        time.sleep(0.1)
+    still = (f"SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%{marker}' "
+             "AND pid <> pg_backend_pid()")  # fmt: skip
+    wait_for(lambda: one(admin, still), "the sleeping statement to be cancelled", timeout=5,
+             interval=0.1)  # fmt: skip
 
 
 def test_concurrent_calls(pg: dict[str, str]) -> None:

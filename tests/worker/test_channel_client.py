@@ -19,6 +19,7 @@ from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable
 from milepost.worker.channel import ChannelClient, ws_url
 from tests.acceptance.harness import free_port
 from tests.api.support import HELLO, report_wire, settings_for
+from tests.shared import wait_for
 
 DEADLINE = 20.0
 
@@ -31,10 +32,9 @@ def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + DEADLINE
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
+    wait_for(lambda: server.started or not thread.is_alive(), "the server to start",
+             timeout=DEADLINE)  # fmt: skip
+    assert server.started, "server did not start"
     store = app.state.services.store
     token = auth.create_token(store, "admin", "channel-test", time.time())
     try:
