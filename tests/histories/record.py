@@ -1,13 +1,15 @@
 """Record the stored histories: run playbooks on the embedded engine, keep events + meaning.
 
-    .venv/bin/python -m tests.histories.record          # rewrites every <scenario>.json here
+    .venv/bin/python -m tests.histories.record [scenario...]   # writes the missing ones
+    .venv/bin/python -m tests.histories.record --force sealed  # records one again
 
 Each file holds the event logs of one scenario's executions (a parent and its child
 are two) and, at a few cut points of each log, the meaning of its fold
 (`meaning.meaning`). `test_replay` folds the stored events again and compares: a change
 to `fold` that alters what an old run means fails there. Record again only when the
-engine is meant to write different histories from now on, and keep the old files
-beside the new ones if old runs must still read the same (they are in real databases).
+engine is meant to write different histories from now on, and keep the old file beside
+the new one under another name (old runs are in real databases and must still read the
+same): an existing file is never overwritten without --force.
 """
 
 from __future__ import annotations
@@ -185,11 +187,16 @@ def dumps(history: dict[str, Any]) -> str:
             f'"executions":[\n{executions}]}}\n')
 
 
-def main(names: list[str]) -> None:
-    for name in names or list(SCENARIOS):
+def main(args: list[str]) -> None:
+    force = "--force" in args
+    names = [a for a in args if a != "--force"] or list(SCENARIOS)
+    for name in names:
+        path = HERE / f"{name}.json"
+        if path.exists() and not force:
+            print(f"{path.name}: kept (--force records it again)")
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             history = record(name, SCENARIOS[name], Path(tmp))
-        path = HERE / f"{name}.json"
         path.write_text(dumps(history))
         print(f"{path.name}: {path.stat().st_size} bytes")
 

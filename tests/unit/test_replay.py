@@ -36,7 +36,8 @@ CASES = [pytest.param(events, meanings, id=f"{path.stem}-{i}")
 
 
 def test_every_scenario_of_the_recorder_is_stored() -> None:
-    assert [p.stem for p in FILES] == sorted(SCENARIOS)
+    """Older recordings may stay beside them, under other names."""
+    assert set(SCENARIOS) <= {p.stem for p in FILES}
 
 
 @pytest.mark.parametrize(("events", "meanings"), CASES)
