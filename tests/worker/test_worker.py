@@ -334,11 +334,11 @@ def test_poll_backoff_doubles_to_two_seconds_and_resets_when_work_arrives() -> N
 
 def test_notify_wakes_a_waiting_worker_before_its_poll_interval() -> None:
     async def scenario() -> None:
-        worker, client, tools, _ = make(min_poll=60.0, max_poll=60.0)
+        worker, client, tools, clock = make(min_poll=60.0, max_poll=60.0)
         gate = tools.gate("start")
         async with running(worker):
-            assert worker.polls == 1
-            await settle()
+            await wait_for_async(lambda: 60.0 in clock.pending(),
+                                 "the worker to wait out its poll interval")  # fmt: skip
             assert worker.polls == 1
             client.queue.append(command(320))
             worker.notify({"command_id": "320", "execution_id": "500"})
