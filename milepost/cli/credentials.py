@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, local_store
+from milepost.cli.inputs import DbOption, JsonOption, json_object, local_store
 from milepost.cli.output import fail, out
 from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
@@ -43,12 +43,7 @@ def credential_set(
         check_credential_name(name)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="NAME") from None
-    try:
-        fields = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--data") from None
-    if not isinstance(fields, dict):
-        raise typer.BadParameter("must be a JSON object", param_hint="--data")
+    fields = json_object(data, "--data")
     store, vault = _vault(db)
     try:
         vault.put(name, type_, fields)

@@ -93,13 +93,17 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
     return result
 
 
+def json_object(text: str, option: str) -> dict[str, Any]:
+    """The JSON object an option holds, or the usage error (exit 2) that names the option."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=option)
+    return value
+
+
 def read_workload(payload: str | None, sets: list[str]) -> dict[str, Any]:
-    base: dict[str, Any] = {}
-    if payload:
-        try:
-            base = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
-        if not isinstance(base, dict):
-            raise typer.BadParameter("must be a JSON object", param_hint="--payload")
+    base = json_object(payload, "--payload") if payload else {}
     return deep_merge(base, parse_sets(sets))
