@@ -28,6 +28,3 @@ def main() -> None:
         err.print(f"[red]error:[/red] {exc.message}", highlight=False)
         sys.exit(2)
 
-
-if __name__ == "__main__":
-    main()
