@@ -21,7 +21,7 @@ from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import edge, errors, schemas
+from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import Metrics
 from milepost.api.routers import (
@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None, *,
                   docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(edge.known_query)])  # fmt: skip
     app.state.settings = settings
-    schemas.configure(settings)
+    checks.configure(settings)
     app.add_middleware(edge.Edge, max_body_bytes=settings.max_body_bytes)
     errors.install(app)
     for module in ROUTERS:

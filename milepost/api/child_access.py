@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import errors, schemas
+from milepost.api import checks, errors
 from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
 from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
@@ -149,7 +149,7 @@ def _child_route(allowed: frozenset[str], what: str) -> Any:
 
 def _id(value: str, loc: list[str]) -> int:
     try:
-        return schemas.parse_id(value)
+        return checks.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": loc, "msg": str(exc)}]) from None
 

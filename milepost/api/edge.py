@@ -4,7 +4,7 @@ and no NUL in its path or query.
 PostgreSQL refuses NUL in text (`path`, `status`, a credential's name...), so a NUL that
 reached a query was a 500; one check of the raw request covers every route and parameter,
 present and future (the bodies' strings are checked by the request models,
-`schemas._Checked`). The body is refused from its `Content-Length` before it is read, and
+`checks.Checked`). The body is refused from its `Content-Length` before it is read, and
 counted as it streams when it has none. Not FastAPI's `max_body_size`: it answers 413 in
 plain text, replacing the JSON error body.
 
@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from milepost.api import errors, schemas
+from milepost.api import checks, errors
 
 
 class Refused(HTTPException):
@@ -60,7 +60,7 @@ class Edge:
             return errors.too_large(self.max_body_bytes)
         loc = _nul_at(scope)
         if loc is not None:
-            return errors.invalid([{"loc": loc, "msg": schemas.NUL_MESSAGE}])
+            return errors.invalid([{"loc": loc, "msg": checks.NUL_MESSAGE}])
         return None
 
 

@@ -28,8 +28,9 @@ from typing import Any
 from milepost import sanitize
 from milepost.api import errors as api_errors
 from milepost.api.auth import EVENT_ROLES
+from milepost.api.checks import parse_id
 from milepost.api.runtime import Runtime
-from milepost.api.schemas import EventIn, parse_id
+from milepost.api.schemas import EventIn
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.ids import machine_of, timestamp_of

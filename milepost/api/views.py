@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Response
 from pydantic import BaseModel
 
-from milepost.api import schemas
+from milepost.api import checks, schemas
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.work import work_item
@@ -34,22 +34,22 @@ def event_out(event: ev.Event) -> schemas.EventOut:
         event_id=str(event.event_id), execution_id=str(event.execution_id), seq=event.seq,
         event_type=event.event_type, step=event.step, status=event.status,
         result=event.envelope_result(), meta=event.meta, worker_id=event.worker_id,
-        parent_event_id=sid(event.parent_event_id), created_at=schemas.iso(event.created_at),
+        parent_event_id=sid(event.parent_event_id), created_at=checks.iso(event.created_at),
     )  # fmt: skip
 
 
 def execution_item(row: port.ExecutionRow) -> schemas.ExecutionItem:
     return schemas.ExecutionItem(
         execution_id=str(row.execution_id), path=row.path, version=row.version,
-        status=row.status, created_at=schemas.iso(row.created_at),
-        updated_at=schemas.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
+        status=row.status, created_at=checks.iso(row.created_at),
+        updated_at=checks.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
     )  # fmt: skip
 
 
 def catalog_entry(entry: port.CatalogEntry) -> schemas.CatalogEntryOut:
     return schemas.CatalogEntryOut(path=entry.path, version=entry.version,
                                    catalog_id=f"{entry.path}@{entry.version}",
-                                   created_at=schemas.iso(entry.created_at))  # fmt: skip
+                                   created_at=checks.iso(entry.created_at))  # fmt: skip
 
 
 def loop_steps(state: st.ExecutionState, playbook: model.Playbook,
@@ -85,7 +85,7 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
 
 
 def lease_out(lease: port.Lease) -> schemas.LeaseOut:
-    return schemas.LeaseOut(epoch=lease.epoch, expires_at=schemas.iso(lease.expires_at))
+    return schemas.LeaseOut(epoch=lease.epoch, expires_at=checks.iso(lease.expires_at))
 
 
 def _plain(value: Any) -> Any:

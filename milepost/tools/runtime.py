@@ -18,7 +18,7 @@ from milepost.tools import python as python_tool
 from milepost.tools.playbook import ChildRunner, PlaybookTool
 
 if TYPE_CHECKING:
-    from milepost.tools.postgres import PostgresTool
+    from milepost.tools.postgres.tool import PostgresTool
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ToolRuntime:
 
     async def _run_postgres(self, call: base.ToolCall) -> base.ToolResult:
         if self._postgres is None:
-            from milepost.tools.postgres import PostgresTool
+            from milepost.tools.postgres.tool import PostgresTool
 
             self._postgres = PostgresTool(self.credentials)
         return await self._postgres.run(call)

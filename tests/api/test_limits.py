@@ -16,7 +16,7 @@ import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
-from milepost.api import edge, schemas
+from milepost.api import checks, edge
 from milepost.api.routers import channel
 from milepost.core import events as ev
 from milepost.credentials import CredentialNameInvalid, Vault, new_key
@@ -194,7 +194,7 @@ def test_nul_is_refused_in_every_string_that_reaches_the_database(api: Api) -> N
 
 def test_every_request_body_is_a_checked_model(api: Api) -> None:
     """The class of the bug schemathesis found in `POST /api/workers/machine-id`: a body
-    model that is not a `schemas._Checked` takes NUL (a 500 on PostgreSQL) and whatever
+    model that is not a `checks.Checked` takes NUL (a 500 on PostgreSQL) and whatever
     else the edge refuses for every other route."""
     routes = [context.original_route for context in
               iter_route_contexts(api.client.app.routes)]  # type: ignore[attr-defined]
@@ -202,7 +202,7 @@ def test_every_request_body_is_a_checked_model(api: Api) -> None:
               if isinstance(route, APIRoute) for param in route.dependant.body_params}  # fmt: skip
     assert "/api/events/batch" in bodies and "/api/workers/machine-id" in bodies
     unchecked = {path: model for path, model in bodies.items()
-                 if not (isinstance(model, type) and issubclass(model, schemas._Checked))}
+                 if not (isinstance(model, type) and issubclass(model, checks.Checked))}
     assert unchecked == {}
 
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from milepost.conformance import runner
-from milepost.conformance.runner import EntryResult, format_line, main, run_suite
+from milepost.conformance import services
+from milepost.conformance.results import EntryResult, SuiteError, format_line
+from milepost.conformance.runner import main, run_suite
 
 PG_URL = "postgresql://alice:s3cret@127.0.0.1:1/testdb"
 """Port 1: nothing listens, so postgres stays unavailable even once the tool exists."""
@@ -204,7 +205,7 @@ def test_expectation_mistakes_fail_the_entry(tmp_path: Path) -> None:
 def test_only_selects_entries(suite: Path) -> None:
     result = run_suite(suite, pg_url=PG_URL, only=["greet", "pg/*.yaml"])
     assert [e.playbook for e in result.entries] == ["greet.yaml", "pg/needs_pg.yaml"]
-    with pytest.raises(runner.SuiteError, match="nothing"):
+    with pytest.raises(SuiteError, match="nothing"):
         run_suite(suite, pg_url=PG_URL, only=["nothing"])
 
 
@@ -259,7 +260,7 @@ def test_substitute_walks_keys_and_values() -> None:
         "${PG_AUTH}": {"port": "${PG_PORT}", "n": 5, "list": ["id = '${EXECUTION_ID}'", None]},
         "keep": "${UNKNOWN} $PG_PORT",
     }
-    assert runner.substitute(data, values) == {
+    assert services.substitute(data, values) == {
         "pg_local": {"port": "5432", "n": 5, "list": ["id = '7'", None]},
         "keep": "${UNKNOWN} $PG_PORT",
     }
@@ -281,7 +282,7 @@ def test_substitute_walks_keys_and_values() -> None:
     ],
 )  # fmt: skip
 def test_pg_placeholders(url: str, expected: dict[str, str]) -> None:
-    assert runner._pg_placeholders(url) == expected
+    assert services.pg_placeholders(url) == expected
 
 
 def test_postgres_gate_checks_driver_and_connection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,7 +295,7 @@ def test_postgres_gate_checks_driver_and_connection(monkeypatch: pytest.MonkeyPa
         return real_find_spec(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    reason = runner._postgres_unavailable(PG_URL)
+    reason = services.postgres_unavailable(PG_URL)
     assert reason is not None  # nothing listens on port 1
     assert reason == "psycopg is not installed" or reason.startswith(
         "cannot connect to postgresql://alice:***@127.0.0.1:1/testdb"

@@ -374,7 +374,7 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
         store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     import typer
 
-    from milepost import cli
+    from milepost.cli import runs
 
     xid = asyncio.run(run(store, ONE_STEP)).execution_id
     log = store.load(xid)
@@ -393,7 +393,7 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
 
     monkeypatch.setattr(Orchestrator, "state", read_before_the_end)
     with pytest.raises(typer.Exit):
-        cli._request_cancel(store, xid, Orchestrator(store))
+        runs.request_cancel(store, xid, Orchestrator(store))
     assert len(reads) == 2 and store.load(xid) == log
 
 
@@ -695,11 +695,11 @@ def test_a_report_to_a_run_whose_workload_cannot_be_opened_ends_it_failed(store:
 
 def test_milepost_cancel_of_a_run_whose_workload_cannot_be_opened(
         store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from milepost import cli
+    from milepost.cli import runs
 
     xid, _ = _sealed_run(store, DERIVES_PASSWORD)
     monkeypatch.setenv("MILEPOST_SECRET_KEY", "")
-    cli._request_cancel(store, xid, Orchestrator(store, machine_id=1))  # ids apart from the run's
+    runs.request_cancel(store, xid, Orchestrator(store, machine_id=1))  # ids apart from the run's
     assert store.load(xid)[-1].event_type == ev.EXECUTION_CANCEL_REQUESTED
 
 

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from milepost.credentials import Vault, new_key
 from milepost.tools import base
-from milepost.tools.postgres import bind_params, placeholders
+from milepost.tools.postgres.statements import bind_params, placeholders
 from milepost.tools.runtime import ToolRuntime
 from tests.shared import IN_CI, PLAYBOOKS, needs_shared, wait_for, wait_for_async
 

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response
 
 from milepost import sanitize
-from milepost.api import errors, schemas, views
+from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
 from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
 from milepost.api.errors import AUTH, BODY
@@ -26,12 +26,12 @@ from milepost.store import port
 router = APIRouter(prefix="/api/commands", tags=["commands"])
 
 CommandId = Annotated[str, Path(description="The command id = the event id of its command.issued.",
-                                 json_schema_extra={"pattern": schemas.ID_PATTERN})]
+                                 json_schema_extra={"pattern": checks.ID_PATTERN})]
 
 
 def existing(store: port.Store, value: str) -> port.CommandRow:
     try:
-        cid = schemas.parse_id(value)
+        cid = checks.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": ["path", "event_id"], "msg": str(exc)}]) from None
     row = store.get_command(cid)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from milepost.api import errors, schemas
+from milepost.api import checks, errors, schemas
 from milepost.api.auth import RESOLVE, CredentialReadAuth, CredentialWriteAuth
 from milepost.api.deps import StoreDep, VaultDep
 from milepost.api.errors import AUTH, BODY
@@ -14,13 +14,13 @@ from milepost.store import port
 
 router = APIRouter(prefix="/api/credentials", tags=["credentials"])
 
-Name = Annotated[str, Path(min_length=1, max_length=200, pattern=schemas.NO_NUL_PATTERN)]
+Name = Annotated[str, Path(min_length=1, max_length=200, pattern=checks.NO_NUL_PATTERN)]
 
 
 def _meta(row: port.CredentialRow) -> schemas.CredentialOut:
     return schemas.CredentialOut(name=row.name, type=row.type,
-                                 created_at=schemas.iso(row.created_at),
-                                 updated_at=schemas.iso(row.updated_at))  # fmt: skip
+                                 created_at=checks.iso(row.created_at),
+                                 updated_at=checks.iso(row.updated_at))  # fmt: skip
 
 
 def _missing(name: str) -> errors.ApiError:

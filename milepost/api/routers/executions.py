@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import errors, schemas, views
+from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import RuntimeDep, StoreDep
@@ -22,12 +22,12 @@ from milepost.store import port
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
 ExecutionId = Annotated[str, Path(description="Execution id (digits).",
-                                   json_schema_extra={"pattern": schemas.ID_PATTERN})]
+                                   json_schema_extra={"pattern": checks.ID_PATTERN})]
 
 
 def parse_execution_id(value: str) -> int:
     try:
-        return schemas.parse_id(value)
+        return checks.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": ["path", "execution_id"], "msg": str(exc)}]) from None
 
@@ -43,10 +43,10 @@ def existing(store: port.Store, value: str) -> port.ExecutionRow:
 @router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
     store: StoreDep, _: ReadAuth,
-    status: Annotated[str | None, Query(max_length=40, pattern=schemas.NO_NUL_PATTERN)] = None,
-    path: Annotated[str | None, Query(max_length=500, pattern=schemas.NO_NUL_PATTERN)] = None,
+    status: Annotated[str | None, Query(max_length=40, pattern=checks.NO_NUL_PATTERN)] = None,
+    path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET)] = 0,
+    offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
 ) -> schemas.ExecutionList:
     rows = store.list_executions(status=status, path=path, limit=limit, offset=offset)
     return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
@@ -61,7 +61,7 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
 def get_execution(
     execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
-    events_after: Annotated[int, Query(ge=0, le=schemas.MAX_OFFSET,
+    events_after: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET,
                                        description="Return events with seq > this.")] = 0,
 ) -> schemas.ExecutionOut:
     row = existing(store, execution_id)

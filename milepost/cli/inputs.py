@@ -1,0 +1,109 @@
+"""What the commands read: their shared options, the workload of `--payload` and `--set`,
+and where the runs are (the local SQLite database, a server's database, or a server)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from milepost.cli.output import fail
+from milepost.client import MilepostClient
+from milepost.core import state as st
+from milepost.engine.orchestrator import deep_merge
+from milepost.settings import Settings, sqlite_path
+from milepost.store.port import Store
+from milepost.store.sqlite import SQLiteStore
+
+DbOption = Annotated[str | None, typer.Option(
+    "--db", help="Database: a SQLite path or sqlite:///path "
+    "[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]")]  # fmt: skip
+ServerDbOption = Annotated[str | None, typer.Option(
+    "--db", help="Database URL: a SQLite path, sqlite:///path or postgresql://user@host/db "
+    "[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
+    ".milepost/milepost.db]")]  # fmt: skip
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+ServerOption = Annotated[str | None, typer.Option(
+    "--server", help="A milepost server URL [env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
+
+
+def local_store(db: str | None) -> SQLiteStore:
+    settings = Settings()
+    return SQLiteStore(sqlite_path(db, settings), synchronous=settings.sqlite_synchronous)
+
+
+@contextlib.contextmanager
+def opened(db: str | None) -> Iterator[SQLiteStore]:
+    store = local_store(db)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def load_state(db: str | None, execution_id: int) -> st.ExecutionState:
+    with opened(db) as store:
+        events = store.load(execution_id)
+    if not events:
+        raise fail(f"no execution {execution_id}")
+    return st.fold(None, events)
+
+
+def server_client(server: str | None, db: str | None) -> MilepostClient | None:
+    """A client when the command should talk to a server: `--server`, or
+    MILEPOST_SERVER_URL when no `--db` was given; None means the local database."""
+    url = server or (None if db else os.environ.get("MILEPOST_SERVER_URL"))
+    return MilepostClient(url) if url else None
+
+
+def server_settings(db: str | None) -> Settings:
+    """Settings from the environment, with `--db` (when given) replacing both URL variables."""
+    if db:
+        return Settings(database_url=db, database_urls=None)
+    return Settings()
+
+
+def server_store(db: str | None) -> Store:
+    from milepost.store import factory
+
+    return factory.open_store(settings=server_settings(db))
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`--set a.b=5` -> {"a": {"b": 5}}; values are read as YAML scalars (5 is an int)."""
+    result: dict[str, Any] = {}
+    for item in sets:
+        if "=" not in item:
+            raise typer.BadParameter(f"--set {item!r}: expected KEY=VALUE", param_hint="--set")
+        key, _, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        target = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return result
+
+
+def json_object(text: str, option: str) -> dict[str, Any]:
+    """The JSON object an option holds, or the usage error (exit 2) that names the option."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint=option)
+    return value
+
+
+def read_workload(payload: str | None, sets: list[str]) -> dict[str, Any]:
+    base = json_object(payload, "--payload") if payload else {}
+    return deep_merge(base, parse_sets(sets))

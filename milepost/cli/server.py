@@ -1,0 +1,101 @@
+"""The server side: `server`, `worker`, `token create`, `db upgrade`, `secret-key`."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from milepost.cli.inputs import ServerDbOption, ServerOption, server_settings, server_store
+from milepost.cli.output import fail
+
+app = typer.Typer()
+
+
+@app.command()
+def server(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8082,
+    db: ServerDbOption = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option(
+        help="Log every request (workers make several per step: off by default; the "
+             "server logs what it does, and /metrics counts requests).")] = False,
+) -> None:
+    """Run the HTTP server (docs/server-contract.md); needs MILEPOST_SECRET_KEY.
+
+    Other settings: MILEPOST_NATS_URL (worker wake-ups), MILEPOST_LEASE_SECONDS,
+    MILEPOST_MACHINE_ID (distinct per server on one database; unset, the server leases
+    one from the database).
+    """
+    import uvicorn
+
+    from milepost.api.app import create_app
+    from milepost.credentials import SecretKeyMissing, parse_keys
+
+    settings = server_settings(db)
+    if not (settings.secret_key or "").strip():
+        raise fail(SecretKeyMissing().message)
+    parse_keys(settings.secret_key or "")  # a malformed key fails here, before the port opens
+    # a worker-channel message between the two limits gets its 413 reply (the worker then
+    # sends the batch's reports one by one); uvicorn closes the socket on a larger frame
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
+                access_log=access_log, ws_max_size=2 * settings.max_body_bytes)  # fmt: skip
+
+
+token_app = typer.Typer(no_args_is_help=True, help="API tokens.")
+app.add_typer(token_app, name="token")
+
+
+@token_app.command("create")
+def token_create(
+    role: Annotated[str, typer.Option(help="admin, operator, approver, worker or viewer.")],
+    name: Annotated[str | None, typer.Option(help="A label for the token.")] = None,
+    db: ServerDbOption = None,
+) -> None:
+    """Create an API token and print it (once: only its SHA-256 is stored)."""
+    from milepost.api import auth
+
+    if role not in auth.ROLES:
+        raise fail(f"unknown role {role!r}: use one of {', '.join(auth.ROLES)}")
+    store = server_store(db)  # migrated as it opens
+    try:
+        token = auth.create_token(store, role, name, time.time())
+    finally:
+        store.close()
+    typer.echo(token)
+
+
+db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: ServerDbOption = None) -> None:
+    """Migrate the database (every shard) to the latest schema."""
+    from milepost.store import factory
+
+    typer.echo(factory.upgrade(settings=server_settings(db)))
+
+
+@app.command("secret-key")
+def secret_key() -> None:
+    """Print a new key for MILEPOST_SECRET_KEY (encrypts credentials at rest)."""
+    from milepost.credentials import new_key
+
+    typer.echo(new_key())
+
+
+
+
+@app.command()
+def worker(
+    server: ServerOption = None,
+    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_WORKER_CONCURRENCY; 4].")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool to serve [env: MILEPOST_POOL; default].")] = None,
+) -> None:
+    """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
+    from milepost.worker.http import worker_main
+
+    raise typer.Exit(worker_main(server, concurrency=concurrency, pool=pool))

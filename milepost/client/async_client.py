@@ -1,0 +1,155 @@
+"""The asynchronous client of the server (`httpx.AsyncClient`): the worker's."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from milepost.client import exchange, polling, routes
+from milepost.client.routes import ParentClaim
+
+
+class AsyncMilepostClient:
+    """The same client over `httpx.AsyncClient` (the worker's). Use as `async with`."""
+
+    def __init__(self, server_url: str | None = None, token: str | None = None, *,
+                 timeout: float = 30,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
+        self.base_url, headers = exchange.connection(server_url, token)
+        self.headers = headers
+        """What every request carries (the bearer token): other channels to the server use it."""
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                       transport=transport)  # fmt: skip
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMilepostClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _do(self, call: routes.Call) -> Any:
+        try:
+            response = await self._http.request(call.method, call.path, json=call.json,
+                                                params=call.params or None,
+                                                timeout=exchange.timeout(self._http.timeout, call))  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise exchange.unreachable(call, self.base_url, exc) from exc
+        return exchange.reply(call, response)
+
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._do(routes.Call("GET", "/health"))
+        return result
+
+    async def register(self, content: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._do(routes.register(content))
+        return result
+
+    async def catalog(self, path: str | None = None) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._do(routes.catalog_list(path))
+        return result
+
+    async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._do(routes.resource(path, version))
+        return result
+
+    async def execute(self, path: str, workload: dict[str, Any] | None = None,
+                      version: int | None = None, *,
+                      parent_execution_id: int | str | None = None,
+                      claim: ParentClaim | None = None) -> str:  # fmt: skip
+        call = routes.execute(path, workload, version, parent_execution_id, claim)
+        result: str = await self._do(call)
+        return result
+
+    async def executions(self, status: str | None = None, path: str | None = None,
+                         limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+        result: list[dict[str, Any]] = await self._do(routes.executions(status, path, limit, offset))
+        return result
+
+    async def status(self, execution_id: int | str, *, wait: float | None = None,
+                     claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(routes.status(execution_id, wait, claim))
+        return result
+
+    async def execution(self, execution_id: int | str, events_limit: int | None = None,
+                        events_after: int | None = None) -> dict[str, Any]:  # fmt: skip
+        call = routes.execution(execution_id, events_limit, events_after)
+        result: dict[str, Any] = await self._do(call)
+        return result
+
+    async def events(self, execution_id: int | str) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        after: int | None = None
+        while True:
+            body = await self.execution(execution_id, polling.EVENTS_PAGE, after)
+            events.extend(polling.events_page(body))
+            if (after := polling.next_after(body)) is None:
+                return events
+
+    async def cancel(self, execution_id: int | str, *,
+                     claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(routes.cancel(execution_id, claim))
+        return result
+
+    async def wait(self, execution_id: int | str, timeout: float | None = None, *,
+                   claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        plan = polling.WaitPlan(timeout)
+        while True:
+            status = await self.status(execution_id, wait=plan.ask(), claim=claim)
+            if status.get("status") in polling.TERMINAL_STATUSES:
+                return status
+            if (pause := plan.pause()) is None:
+                raise polling.wait_timeout(execution_id, status, timeout)
+            if pause > 0:
+                await asyncio.sleep(pause)
+
+    async def command(self, event_id: int | str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._do(routes.command(event_id))
+        return result
+
+    async def claim(self, event_id: int | str, worker_id: str,
+                    lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(routes.claim(event_id, worker_id, lease_seconds))
+        return result
+
+    async def claim_next(self, worker_id: str, limit: int = 1,
+                         lease_seconds: float | None = None,
+                         pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        call = routes.claim_next(worker_id, limit, lease_seconds, pool)
+        result: list[dict[str, Any]] = await self._do(call)
+        return result
+
+    async def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
+                        lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+        call = routes.heartbeat(event_id, worker_id, epoch, lease_seconds)
+        result: dict[str, Any] = await self._do(call)
+        return result
+
+    async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
+        result: dict[str, Any] = await self._do(routes.release(event_id, worker_id, epoch))
+        return result
+
+    async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
+        """Lease a machine id for this worker's event ids, or renew `machine_id`:
+        `{machine_id, expires_at, renewed}` (a new id when the one held was lost)."""
+        result: dict[str, Any] = await self._do(routes.machine_id(worker_id, machine_id))
+        return result
+
+    async def post_events(self, events: list[dict[str, Any]],
+                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(routes.post_events(events, claim))
+        return result
+
+    async def credential(self, name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await self._do(routes.credential(name))
+        return result
+
+    async def put_credential(self, name: str, type_: str,
+                             data: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = await self._do(routes.put_credential(name, type_, data))
+        return result

@@ -1,0 +1,158 @@
+"""The blocking client of the server (`httpx.Client`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from milepost.client import exchange, polling, routes
+from milepost.client.routes import ParentClaim
+
+
+class MilepostClient:
+    """A blocking client of the milepost server.
+
+    Args:
+        server_url: the server's base URL; default `MILEPOST_SERVER_URL`.
+        token: a bearer token; default `MILEPOST_TOKEN`.
+        timeout: seconds per request.
+        transport: an httpx transport replacing the network (tests).
+    """
+
+    def __init__(self, server_url: str | None = None, token: str | None = None, *,
+                 timeout: float = 30,
+                 transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
+        self.base_url, headers = exchange.connection(server_url, token)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
+                                  transport=transport)  # fmt: skip
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> MilepostClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _do(self, call: routes.Call) -> Any:
+        try:
+            response = self._http.request(call.method, call.path, json=call.json,
+                                          params=call.params or None,
+                                          timeout=exchange.timeout(self._http.timeout, call))  # fmt: skip
+        except httpx.HTTPError as exc:
+            raise exchange.unreachable(call, self.base_url, exc) from exc
+        return exchange.reply(call, response)
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(routes.Call("GET", "/health"))
+        return result
+
+    def register(self, content: str) -> dict[str, Any]:
+        """Register a playbook's YAML; returns `{path, version, catalog_id}`."""
+        result: dict[str, Any] = self._do(routes.register(content))
+        return result
+
+    def catalog(self, path: str | None = None) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._do(routes.catalog_list(path))
+        return result
+
+    def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
+        """A catalog entry with its `content`."""
+        result: dict[str, Any] = self._do(routes.resource(path, version))
+        return result
+
+    def execute(self, path: str, workload: dict[str, Any] | None = None,
+                version: int | None = None, *, parent_execution_id: int | str | None = None,
+                claim: ParentClaim | None = None) -> str:  # fmt: skip
+        """Start a run; returns its execution id. `claim`: a worker's proof (a child)."""
+        result: str = self._do(routes.execute(path, workload, version, parent_execution_id, claim))
+        return result
+
+    def executions(self, status: str | None = None, path: str | None = None,
+                   limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:  # fmt: skip
+        result: list[dict[str, Any]] = self._do(routes.executions(status, path, limit, offset))
+        return result
+
+    def status(self, execution_id: int | str, *, wait: float | None = None,
+               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        """The run's status; with `wait`, held by the server until the run ends or `wait`
+        seconds pass (at most 60)."""
+        result: dict[str, Any] = self._do(routes.status(execution_id, wait, claim))
+        return result
+
+    def execution(self, execution_id: int | str, events_limit: int | None = None,
+                  events_after: int | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(routes.execution(execution_id, events_limit, events_after))
+        return result
+
+    def events(self, execution_id: int | str) -> list[dict[str, Any]]:
+        """Every event of a run, in log order (paged)."""
+        events: list[dict[str, Any]] = []
+        after: int | None = None
+        while True:
+            body = self.execution(execution_id, polling.EVENTS_PAGE, after)
+            events.extend(polling.events_page(body))
+            if (after := polling.next_after(body)) is None:
+                return events
+
+    def cancel(self, execution_id: int | str, *,
+               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(routes.cancel(execution_id, claim))
+        return result
+
+    def wait(self, execution_id: int | str, timeout: float | None = None, *,
+             claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+        """Long-poll the status (`WaitPlan`) until the run ends; returns the status reply.
+
+        Raises:
+            WaitTimeout: the run did not end within `timeout` seconds.
+        """
+        plan = polling.WaitPlan(timeout)
+        while True:
+            status = self.status(execution_id, wait=plan.ask(), claim=claim)
+            if status.get("status") in polling.TERMINAL_STATUSES:
+                return status
+            if (pause := plan.pause()) is None:
+                raise polling.wait_timeout(execution_id, status, timeout)
+            if pause > 0:
+                time.sleep(pause)
+
+    def command(self, event_id: int | str) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(routes.command(event_id))
+        return result
+
+    def claim(self, event_id: int | str, worker_id: str,
+              lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(routes.claim(event_id, worker_id, lease_seconds))
+        return result
+
+    def claim_next(self, worker_id: str, limit: int = 1, lease_seconds: float | None = None,
+                   pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        result: list[dict[str, Any]] = self._do(routes.claim_next(worker_id, limit, lease_seconds, pool))
+        return result
+
+    def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
+                  lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(routes.heartbeat(event_id, worker_id, epoch, lease_seconds))
+        return result
+
+    def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(routes.release(event_id, worker_id, epoch))
+        return result
+
+    def post_events(self, events: list[dict[str, Any]],
+                    claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        result: dict[str, Any] = self._do(routes.post_events(events, claim))
+        return result
+
+    def credential(self, name: str) -> dict[str, Any] | None:
+        """A credential's data (worker and admin roles), None when it is not registered."""
+        result: dict[str, Any] | None = self._do(routes.credential(name))
+        return result
+
+    def put_credential(self, name: str, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(routes.put_credential(name, type_, data))
+        return result
