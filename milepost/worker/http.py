@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from milepost.attempt import runner as attempt_mod
 from milepost.client import ApiError, AsyncMilepostClient, MilepostClient, ServerUnavailable
 from milepost.core import events as ev
 from milepost.core.ids import Snowflake
@@ -51,7 +52,6 @@ from milepost.playbook import load, model
 from milepost.playbook.render import LoopResult
 from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
-from milepost.worker import attempt as attempt_mod
 from milepost.worker import remote_credentials
 from milepost.worker.channel import ChannelClient
 from milepost.worker.children import ServerChildren

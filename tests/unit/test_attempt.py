@@ -1,4 +1,4 @@
-"""One attempt of a step (milepost.worker.attempt), table-driven, with a fake tool runner.
+"""One attempt of a step (milepost.attempt.runner), table-driven, with a fake tool runner.
 
 The fake runner identifies a task by its python `code` text (a plain label such as `t1`),
 records every ToolCall and answers with scripted results per label and execution. `sleep`
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from milepost.attempt.runner import MAX_TASK_EXECUTIONS, run_attempt
 from milepost.core.work import Outcome, WorkItem
 from milepost.playbook import load, model
 from milepost.tools.base import ToolCall, ToolError, ToolResult
-from milepost.worker.attempt import MAX_TASK_EXECUTIONS, run_attempt
 
 Response = ToolResult | Callable[[ToolCall], ToolResult]
 
@@ -1256,7 +1256,7 @@ def test_a_crash_is_an_internal_outcome_logged_without_the_secrets(
     def crashes(call: ToolCall) -> ToolResult:
         raise RuntimeError(f"bug near {call.config['headers']['Authorization']}")
 
-    with caplog.at_level("ERROR", logger="milepost.worker.attempt"):
+    with caplog.at_level("ERROR", logger="milepost.attempt.runner"):
         out = run(_keychain_playbook(), work_item(step="x"), FakeTools(http=crashes))
     assert not out.ok and out.error == {"kind": "internal",
                                         "message": "RuntimeError: bug near Bearer ***"}

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from milepost.attempt import keychain
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
 from milepost.core.work import Outcome, WorkItem
@@ -23,7 +24,6 @@ from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
 from milepost.sanitize import Redactor, sensitive_values
 from milepost.tools.base import CredentialLookup, ToolCall, ToolResult
-from milepost.worker import keychain
 
 MAX_TASK_EXECUTIONS = 10_000
 _UNRENDERED_CONFIG = frozenset({"kind", "name"})
