@@ -2,7 +2,7 @@
 
 Each route is described once, as a `_Call` (method, path, body, how to read the reply);
 `MilepostClient` sends it with `httpx.Client`, `AsyncMilepostClient` with
-`httpx.AsyncClient`. Every error reply becomes an `ApiError` carrying the status and the
+`httpx.AsyncClient`. Every error reply becomes an `ServerRefused` carrying the status and the
 stable `code` of the body; a server that cannot be reached raises `ServerUnavailable`.
 """
 
@@ -30,14 +30,14 @@ WAIT_MAX_POLL = 1.0
 """Back-off between asks when the server answers at once (one that ignores `wait`)."""
 
 
-class ApiError(MilepostError):
+class ServerRefused(MilepostError):
     """The server refused the request.
 
     `status` is the HTTP status, `code` the stable code of the body, `fields` the rest of
     the body (`problems`, `errors`, the execution's `status` of `already_terminal`...).
     """
 
-    code = "api_error"
+    code = "server_refused"
 
     def __init__(self, status: int, code: str, message: str, /, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -250,7 +250,7 @@ def _put_credential(name: str, type_: str, data: dict[str, Any]) -> _Call:
 # Replies
 
 
-def _error_of(response: httpx.Response) -> ApiError:
+def _error_of(response: httpx.Response) -> ServerRefused:
     try:
         body = response.json()
     except ValueError:
@@ -258,16 +258,16 @@ def _error_of(response: httpx.Response) -> ApiError:
     if not isinstance(body, dict):
         text = response.text.strip()[:500] or response.reason_phrase
         code = "internal" if response.status_code >= 500 else f"http_{response.status_code}"
-        return ApiError(response.status_code, code, text)
+        return ServerRefused(response.status_code, code, text)
     return error_of_body(response.status_code, body, response.reason_phrase)
 
 
-def error_of_body(status: int, body: dict[str, Any], fallback: str = "") -> ApiError:
-    """The ApiError of an error body `{code, message, ...fields}` (HTTP or the worker channel)."""
+def error_of_body(status: int, body: dict[str, Any], fallback: str = "") -> ServerRefused:
+    """The ServerRefused of an error body `{code, message, ...fields}` (HTTP or the worker channel)."""
     code = str(body.get("code") or f"http_{status}")
     message = str(body.get("message") or body.get("detail") or fallback)
     fields = {k: v for k, v in body.items() if k not in ("code", "message")}
-    return ApiError(status, code, message, **fields)
+    return ServerRefused(status, code, message, **fields)
 
 
 def _reply(call: _Call, response: httpx.Response) -> Any:
@@ -280,7 +280,7 @@ def _reply(call: _Call, response: httpx.Response) -> Any:
     try:
         body = response.json()
     except ValueError as exc:
-        raise ApiError(response.status_code, "invalid_response",
+        raise ServerRefused(response.status_code, "invalid_response",
                        f"{call.method} {call.path}: the reply is not JSON") from exc  # fmt: skip
     return call.parse(body)
 

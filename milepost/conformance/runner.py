@@ -39,7 +39,7 @@ from milepost.client import MilepostClient, WaitTimeout
 from milepost.conformance.matching import match
 from milepost.core import state as st
 from milepost.credentials import Vault, new_key
-from milepost.engine import report
+from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, model
@@ -498,8 +498,8 @@ class _EmbeddedTarget:
                 state = engine.state(xid)
                 with contextlib.suppress(Exception):  # best effort: leave a terminal record
                     engine.cancel(xid)
-                return _Run(summary=report.summary(state), timed_out=True), xid
-            return _Run(summary=report.summary(state), reason=report.reason(state),
+                return _Run(summary=summaries.execution_summary(state), timed_out=True), xid
+            return _Run(summary=summaries.execution_summary(state), reason=summaries.failure_reason(state),
                         children=_count_children(self.store.list_executions, xid)), xid  # fmt: skip
 
 

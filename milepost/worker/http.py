@@ -42,14 +42,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from milepost.attempt import runner as attempt_mod
-from milepost.client import ApiError, AsyncMilepostClient, MilepostClient, ServerUnavailable
+from milepost.client import AsyncMilepostClient, MilepostClient, ServerRefused, ServerUnavailable
 from milepost.core import events as ev
 from milepost.core.ids import Snowflake
-from milepost.core.work import Outcome, WorkItem, report_events
+from milepost.core.work import AttemptResult, WorkItem, report_events
 from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.playbook import load, model
-from milepost.playbook.render import LoopResult
+from milepost.playbook.loop_result import LoopResult
 from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker import remote_credentials
@@ -121,7 +121,7 @@ class MachineIdRefused(MilepostError):
 
     code = "machine_id_refused"
 
-    def __init__(self, cause: ApiError) -> None:
+    def __init__(self, cause: ServerRefused) -> None:
         super().__init__(f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
                          f"{cause.message}); check the worker's token role and that the server "
                          "is as new as the worker", status=cause.status, cause_code=cause.code)
@@ -221,7 +221,7 @@ class _Report:
     """One attempt's events waiting for the reporter, and who waits for them to go."""
 
     job: _Job
-    outcome: Outcome
+    outcome: AttemptResult
     wire: list[dict[str, Any]]
     sent: asyncio.Future[None]
     reminted: bool = False
@@ -368,7 +368,7 @@ class Worker:
             try:
                 await self._ask_machine_id()
                 return
-            except ApiError as exc:
+            except ServerRefused as exc:
                 if not exc.transient:
                     raise MachineIdRefused(exc) from exc
                 failure: Exception = exc
@@ -453,7 +453,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad reply
             self._claim_failures += 1
             level = logging.WARNING if self._claim_failures == 1 else logging.DEBUG
-            unexpected = not isinstance(exc, ApiError | ServerUnavailable)
+            unexpected = not isinstance(exc, ServerRefused | ServerUnavailable)
             log.log(logging.ERROR if unexpected else level, "claim failed: %s: %s",
                     type(exc).__name__, exc, exc_info=unexpected,
                     extra={"action": "claim_failed"})  # fmt: skip
@@ -534,7 +534,7 @@ class Worker:
             if not job.refilled or self._full:  # a report that refilled its slot is a poll
                 self._wake.set()
 
-    async def _attempt(self, job: _Job) -> tuple[WorkItem, Outcome] | None:
+    async def _attempt(self, job: _Job) -> tuple[WorkItem, AttemptResult] | None:
         try:
             item = work_item(job.command)
         except (KeyError, TypeError, ValueError) as exc:
@@ -556,7 +556,7 @@ class Worker:
         except MilepostError as exc:
             kind = "credential" if exc.code == "credential_refused" else "playbook"
             error = {"kind": kind, "message": exc.message, "retryable": False}
-            return item, Outcome(ok=False, error=error)
+            return item, AttemptResult(ok=False, error=error)
         self._deferrals = 0
         job.phase = "running"
         self._log(job, logging.DEBUG, "attempt_started", "running")
@@ -573,7 +573,7 @@ class Worker:
             try:
                 reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
                                                     lease_seconds=self.lease_seconds)  # fmt: skip
-            except ApiError as exc:
+            except ServerRefused as exc:
                 if exc.code == "execution_cancelled":
                     self._mark_cancelled(job)
                 elif exc.code in _LOST_CODES or exc.status in (404, 409):
@@ -610,7 +610,7 @@ class Worker:
         while len(self._cancelled) > CANCELLED_MEMORY:
             self._cancelled.popitem(last=False)
 
-    async def _report(self, job: _Job, item: WorkItem, outcome: Outcome) -> None:
+    async def _report(self, job: _Job, item: WorkItem, outcome: AttemptResult) -> None:
         """Hand the attempt's events to the reporter; returns once they went (or were
         given up on)."""
         events = report_events(item, outcome, self._mint(), self.clock.time(), self.worker_id)
@@ -656,7 +656,7 @@ class Worker:
             self._claiming += limit
             try:
                 reply = await self.client.post_events(wire, claim)
-            except ApiError as exc:
+            except ServerRefused as exc:
                 if not exc.transient:
                     await self._refused(batch, exc)
                     return
@@ -701,7 +701,7 @@ class Worker:
             self._log(entry.job, logging.WARNING if note else logging.DEBUG, "attempt_reported",
                       "reported %s (epoch %d)%s", status, entry.job.epoch, note)  # fmt: skip
 
-    async def _refused(self, batch: list[_Report], exc: ApiError) -> None:
+    async def _refused(self, batch: list[_Report], exc: ServerRefused) -> None:
         """A 4xx names one bad report at most: send the others on their own."""
         if len(batch) > 1:
             for entry in batch:
@@ -721,7 +721,7 @@ class Worker:
     async def _release(self, job: _Job) -> None:
         try:
             await self.client.release(job.command_id, self.worker_id, job.epoch)
-        except (ApiError, ServerUnavailable) as exc:
+        except (ServerRefused, ServerUnavailable) as exc:
             self._log(job, logging.WARNING, "release_failed",
                       "release failed (%s); the lease will expire", exc)
             return
@@ -752,7 +752,7 @@ class Worker:
     async def _fetch_playbook(self, path: str, version: int | None) -> model.Playbook:
         try:
             entry = await self.client.resource(path, version)
-        except ApiError as exc:
+        except ServerRefused as exc:
             if exc.transient:
                 raise _Transient(f"catalog: {exc}") from exc
             raise
