@@ -12,7 +12,7 @@ from typing import Any
 from milepost.client import ServerRefused
 from milepost.engine.machine import LEASE_TTL_S
 from milepost.tools.base import ToolCall, ToolResult
-from milepost.worker.http import Worker
+from milepost.worker.loop import Worker
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2

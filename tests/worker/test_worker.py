@@ -14,8 +14,9 @@ from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.ids import machine_of, timestamp_of
 from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.loop_result import LoopResult
-from milepost.worker import http as worker_http
-from milepost.worker.http import Worker, wire_event, work_item
+from milepost.wire import event_to_wire, work_item_from_wire
+from milepost.worker import machine_ids
+from milepost.worker.loop import Worker
 from tests.worker.fakes import (
     HEARTBEAT,
     LEASE,
@@ -104,7 +105,7 @@ def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
 def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
     cmd = command(104, epoch=9, index=2, attempt=3,
                   context={"a": [1], "b": [2]}, loop_steps={"a": {"failed": 2}})  # fmt: skip
-    item = work_item(cmd)
+    item = work_item_from_wire(cmd)
     assert (item.command_id, item.execution_id, item.index, item.attempt, item.epoch) == \
         (104, 500, 2, 3, 9)  # fmt: skip
     assert isinstance(item.context["a"], LoopResult) and item.context["a"].failed == 2
@@ -115,9 +116,9 @@ def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
 def test_wire_event_is_fenced_by_meta_epoch() -> None:
     from milepost.core.work import AttemptResult, report_events
 
-    item = work_item(command(105, epoch=4))
+    item = work_item_from_wire(command(105, epoch=4))
     [event] = report_events(item, AttemptResult(ok=True, result=1), 77, 1.0, "w")
-    wire = wire_event(event, item.epoch, item.command_id)
+    wire = event_to_wire(event, item.epoch, item.command_id)
     assert wire["meta"]["epoch"] == wire["result"]["context"]["epoch"] == 4
     assert wire["event_id"] == "77" and wire["created_at"] == 1.0
 
@@ -486,9 +487,9 @@ def test_commands_claimed_while_stopping_are_given_back() -> None:
 
 def test_machine_id_comes_from_the_environment_or_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
-    assert worker_http.machine_id() == 17
+    assert machine_ids.machine_id() == 17
     monkeypatch.delenv("MILEPOST_MACHINE_ID")
-    assert worker_http.machine_id() is None  # leased from the server: no host:pid hash
+    assert machine_ids.machine_id() is None  # leased from the server: no host:pid hash
 
 
 def _machine_of(event_id: str) -> int:
@@ -533,7 +534,7 @@ def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
         client = FakeClient()
         client.machine_id_failures = [ServerRefused(status, "forbidden", "no")]
         worker, _ = _leasing(client)
-        with pytest.raises(worker_http.MachineIdRefused) as raised:
+        with pytest.raises(machine_ids.MachineIdRefused) as raised:
             await worker.run()
         assert raised.value.code == "machine_id_refused"
         assert f"HTTP {status} forbidden" in raised.value.message
@@ -556,7 +557,7 @@ def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
             await until(lambda: len(client.reports) == 1, clock)
         assert client.machine_id_calls == [None, None, None, None]
 
-    with caplog.at_level(logging.DEBUG, logger="milepost.worker.http"):
+    with caplog.at_level(logging.DEBUG, logger="milepost.worker"):
         run(scenario)
     warnings = [r for r in caplog.records if getattr(r, "action", "") == "machine_id_failed"
                 and r.levelno >= logging.WARNING]  # fmt: skip
