@@ -21,7 +21,8 @@ class Settings(BaseSettings):
     sqlite_synchronous: str = "NORMAL"
     """SQLite `synchronous` level: NORMAL survives process crashes, FULL also power loss."""
     concurrency: int = 16
-    """In-process workers (commands run at once)."""
+    """Commands one process runs at once: the in-process workers of `milepost run`, and
+    the attempts of one `milepost worker` (one setting, one default for both)."""
     python_workers: int = 2
     """Warm processes that run `python` tools."""
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE)
@@ -39,6 +40,19 @@ class Settings(BaseSettings):
     poll."""
     nats_pool: str = "default"
     """Pool in the wake-up subject `milepost.commands.<pool>`."""
+    pool: str | None = None
+    """The pool a `milepost worker` serves; unset, `nats_pool`."""
+    server_url: str | None = None
+    """The server a `milepost worker` claims from."""
+    token: str | None = None
+    """The bearer token a `milepost worker` shows its server (role `worker` or `admin`)."""
+    worker_id: str | None = None
+    """The name a worker's claims and events carry; unset, `host:pid`."""
+    grace_seconds: float = 30.0
+    """How long a stopping worker lets its running attempts finish before it cancels them
+    unreported (their leases then expire and the server re-issues them)."""
+    log_level: str = "INFO"
+    """Log level of a `milepost worker` process."""
     lease_seconds: float = 30.0
     """Default lease of a claim; workers heartbeat every third of it."""
     reconcile_interval: float = 1.0
@@ -61,6 +75,10 @@ class Settings(BaseSettings):
     driver_ttl: float = 15.0
     """Seconds an embedded run's driver lease outlives its process (`milepost run`/`resume`
     renew it every third of this): how long `resume` may wait after a kill on another host."""
+
+    def worker_pool(self) -> str:
+        """The pool a worker serves: `pool`, else the wake-up subject's `nats_pool`."""
+        return self.pool or self.nats_pool
 
     def shard_urls(self) -> list[str]:
         """The URLs of `database_urls`, in their order (the order places executions)."""

@@ -25,7 +25,7 @@ from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
 from milepost.api.runtime import Runtime
 from milepost.playbook import model
-from milepost.playbook.render import is_template
+from milepost.playbook.coercion import is_template
 from milepost.store import port
 
 CHILD_ROLE = "worker"

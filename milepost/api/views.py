@@ -12,7 +12,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.work import work_item
 from milepost.playbook import model
-from milepost.playbook.render import LoopResult
+from milepost.playbook.loop_result import LoopResult
 from milepost.store import port
 
 

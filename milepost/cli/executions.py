@@ -17,7 +17,7 @@ from milepost.cli.inputs import (
     server_client,
 )
 from milepost.cli.output import fail, iso, out, print_status, remote, short
-from milepost.engine import report
+from milepost.engine import summaries
 
 app = typer.Typer()
 
@@ -49,7 +49,7 @@ def status(execution_id: int, db: DbOption = None, server: ServerOption = None,
         with client:
             print_status(remote(lambda: client.status(execution_id)), json_out)
         return
-    print_status(report.summary(load_state(db, execution_id)), json_out)
+    print_status(summaries.execution_summary(load_state(db, execution_id)), json_out)
 
 
 @app.command()

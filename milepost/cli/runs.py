@@ -29,7 +29,7 @@ from milepost.cli.output import err, fail, iso, out, remote, short
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import Vault
-from milepost.engine import report
+from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
@@ -105,7 +105,7 @@ async def _started(xid: Any) -> int:
 
 
 def _print_result(state: st.ExecutionState, json_out: bool) -> None:
-    data = report.summary(state)
+    data = summaries.execution_summary(state)
     if json_out:
         typer.echo(json.dumps(data, default=str))
     else:
@@ -116,7 +116,7 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
             out.print(f"  {name:<28} {step['status']:<10} {short(step['result'])}",
                       highlight=False, markup=False)  # fmt: skip
         if state.status == st.FAILED:
-            out.print(f"[red]reason:[/red] {report.reason(state)}", highlight=False)
+            out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)
 
 
@@ -183,11 +183,11 @@ def _print_ended(db: str | None, execution_id: int, ended: float, json_out: bool
                " nothing to resume")  # fmt: skip
     if json_out:
         err.print(message, highlight=False, markup=False, soft_wrap=True)
-        typer.echo(json.dumps(report.summary(state), default=str))
+        typer.echo(json.dumps(summaries.execution_summary(state), default=str))
     else:
         out.print(message, highlight=False, markup=False)
         if state.status == st.FAILED:
-            out.print(f"[red]reason:[/red] {report.reason(state)}", highlight=False)
+            out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)
 
 

@@ -92,10 +92,10 @@ def secret_key() -> None:
 @app.command()
 def worker(
     server: ServerOption = None,
-    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_WORKER_CONCURRENCY; 4].")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_CONCURRENCY; 16].")] = None,
     pool: Annotated[str | None, typer.Option(help="Pool to serve [env: MILEPOST_POOL; default].")] = None,
 ) -> None:
     """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
-    from milepost.worker.http import worker_main
+    from milepost.worker.main import worker_main
 
     raise typer.Exit(worker_main(server, concurrency=concurrency, pool=pool))

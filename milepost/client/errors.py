@@ -1,4 +1,4 @@
-"""The errors of the client: a refusal of the server (`ApiError`, with its status and
+"""The errors of the client: a refusal of the server (`ServerRefused`, with its status and
 stable `code`), a server that cannot be reached, no server to ask, a wait that ran out."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import httpx
 from milepost.errors import MilepostError
 
 
-class ApiError(MilepostError):
+class ServerRefused(MilepostError):
     """The server refused the request.
 
     `status` is the HTTP status, `code` the stable code of the body, `fields` the rest of
     the body (`problems`, `errors`, the execution's `status` of `already_terminal`...).
     """
 
-    code = "api_error"
+    code = "server_refused"
 
     def __init__(self, status: int, code: str, message: str, /, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -52,7 +52,7 @@ class WaitTimeout(MilepostError):
     code = "wait_timeout"
 
 
-def error_of(response: httpx.Response) -> ApiError:
+def error_of(response: httpx.Response) -> ServerRefused:
     try:
         body = response.json()
     except ValueError:
@@ -60,13 +60,13 @@ def error_of(response: httpx.Response) -> ApiError:
     if not isinstance(body, dict):
         text = response.text.strip()[:500] or response.reason_phrase
         code = "internal" if response.status_code >= 500 else f"http_{response.status_code}"
-        return ApiError(response.status_code, code, text)
+        return ServerRefused(response.status_code, code, text)
     return error_of_body(response.status_code, body, response.reason_phrase)
 
 
-def error_of_body(status: int, body: dict[str, Any], fallback: str = "") -> ApiError:
-    """The ApiError of an error body `{code, message, ...fields}` (HTTP or the worker channel)."""
+def error_of_body(status: int, body: dict[str, Any], fallback: str = "") -> ServerRefused:
+    """The ServerRefused of an error body `{code, message, ...fields}` (HTTP or the worker channel)."""
     code = str(body.get("code") or f"http_{status}")
     message = str(body.get("message") or body.get("detail") or fallback)
     fields = {k: v for k, v in body.items() if k not in ("code", "message")}
-    return ApiError(status, code, message, **fields)
+    return ServerRefused(status, code, message, **fields)

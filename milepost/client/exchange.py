@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from milepost.client.errors import ApiError, NoServer, ServerUnavailable, error_of
+from milepost.client.errors import NoServer, ServerRefused, ServerUnavailable, error_of
 from milepost.client.routes import Call
 
 
@@ -22,7 +22,7 @@ def reply(call: Call, response: httpx.Response) -> Any:
     try:
         body = response.json()
     except ValueError as exc:
-        raise ApiError(response.status_code, "invalid_response",
+        raise ServerRefused(response.status_code, "invalid_response",
                        f"{call.method} {call.path}: the reply is not JSON") from exc  # fmt: skip
     return call.parse(body)
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from milepost.client import MilepostClient, WaitTimeout
 from milepost.conformance.suite import Catalog
 from milepost.credentials import Vault, new_key
-from milepost.engine import report
+from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import model
 from milepost.store.sqlite import SQLiteStore
@@ -57,8 +57,8 @@ class EmbeddedTarget:
                 state = engine.state(xid)
                 with contextlib.suppress(Exception):  # best effort: leave a terminal record
                     engine.cancel(xid)
-                return Run(summary=report.summary(state), timed_out=True), xid
-            return Run(summary=report.summary(state), reason=report.reason(state),
+                return Run(summary=summaries.execution_summary(state), timed_out=True), xid
+            return Run(summary=summaries.execution_summary(state), reason=summaries.failure_reason(state),
                         children=_count_children(self.store.list_executions, xid)), xid  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
 from milepost.playbook import model, render
+from milepost.playbook.loop_result import LoopResult
 
 
 @dataclass(slots=True)
@@ -213,7 +214,7 @@ def _step_result(sr: st.StepRun) -> Any:
 def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> None:
     step = playbook.steps[sr.step]
     result = _step_result(sr)
-    view = render.LoopResult(result, failed=sr.failed_ok) if sr.is_loop else result
+    view = LoopResult(result, failed=sr.failed_ok) if sr.is_loop else result
     context = cx.base_context(out.state, playbook.reads_of(sr.step).exit)
     context[sr.step] = view
     context["output"] = view

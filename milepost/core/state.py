@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milepost.core import events as ev
-from milepost.playbook.render import LoopResult
+from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"

@@ -30,7 +30,7 @@ class WorkItem:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class AttemptResult:
     """What one attempt produced (DSL 5, 7): a result and the ctx writes to commit, or an error."""
 
     ok: bool
@@ -80,7 +80,7 @@ def work_item(
     )
 
 
-def report_events(item: WorkItem, outcome: Outcome, event_id: int, now: float,
+def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: float,
                   worker_id: str | None = None) -> list[ev.Event]:  # fmt: skip
     """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
     base: dict[str, Any] = {"command_id": item.command_id, "run": item.run, "index": item.index,

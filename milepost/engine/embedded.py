@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from milepost.attempt.runner import run_attempt
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.work import WorkItem, report_events
@@ -32,7 +33,6 @@ from milepost.store.port import DriverBusy, DriverLease, Store
 from milepost.tools import ToolRuntime
 from milepost.tools.base import CredentialLookup
 from milepost.tools.playbook import ChildRun, Parent
-from milepost.worker.attempt import run_attempt
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
-"""Durations in a playbook: `30s`, `5m`, `2h`, `1d`, `500ms`, `1h30m` or plain seconds.
+"""Durations: `30s`, `5m`, `2h`, `1d`, `500ms`, `1h30m` or plain seconds.
 
-The accepted forms are decided here, by the patterns below; turning one `<number><unit>`
-part into seconds is left to `core.policies.parse_duration`, so the unit factors live in
-one place. (Core alone would be too lenient for a playbook: it also takes `1e3`, `inf`
-and `-5s`, and not `1h30m`.)
+The one parser of durations in milepost, and a strict one: `1e3`, `inf`, `nan`, `-5s`,
+`5 minutes` and booleans are refused, since a playbook that says one of them meant
+something else than any number we could read from it.
 """
 
 from __future__ import annotations
@@ -12,15 +11,15 @@ import math
 import re
 from typing import Any
 
-from milepost.core import policies
 from milepost.playbook import problems
 
 _DURATION_RE = re.compile(r"(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d)\s*)+")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_SECONDS_PER = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_duration(value: Any, where: str) -> float:
+def parse_duration(value: Any, where: str = "") -> float:
     """Seconds in `value`: `30s`, `5m`, `2h`, `1d`, `500ms`, `1h30m`, or a plain number.
 
     Raises:
@@ -28,15 +27,13 @@ def parse_duration(value: Any, where: str) -> float:
     """
     seconds: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = policies.parse_duration(value)
+        seconds = float(value)
     elif isinstance(value, str):
         text = value.strip().lower()
         if _NUMBER_RE.fullmatch(text):
-            seconds = policies.parse_duration(text)
+            seconds = float(text)
         elif _DURATION_RE.fullmatch(text):
-            seconds = sum(
-                policies.parse_duration(f"{n}{unit}") for n, unit in _DURATION_PART_RE.findall(text)
-            )
+            seconds = sum(float(n) * _SECONDS_PER[unit] for n, unit in _DURATION_PART_RE.findall(text))
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         prefix = f"{where}: " if where else ""
         raise ValueError(

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.playbook import model, render
+from milepost.playbook.coercion import is_template
 from milepost.sanitize import strings_in
 
 
@@ -70,5 +71,5 @@ def playbook_reads(steps: Mapping[str, model.Step], workbook: Mapping[str, model
 
 def _sees_context(config: Mapping[str, Any]) -> bool:
     """True when python code (`code`, or `script.source.code`) may read `context`."""
-    return any("context" in text or render.is_template(text)
+    return any("context" in text or is_template(text)
                for text in strings_in(config))  # fmt: skip

@@ -2,427 +2,31 @@
 
 Everything a playbook renders goes through `render_value` (step input, tool fields,
 `loop.in`, `set` values) or `render_when` (arc, policy and admission guards). The module is
-pure: no I/O, no clock, no logging; callers decide what to log.
-
-Design notes:
-- One module-level `SandboxedEnvironment`: playbooks are user-supplied, so templates must not
-  reach Python internals (`''.__class__.__mro__`); unsafe attribute access raises at once
-  instead of the sandbox's default of silently yielding an undefined.
-- Compiled templates and expressions are cached by source string: the same handful of
-  templates is rendered thousands of times per run, and compiling is ~100x rendering.
-- How an undefined value is treated depends on the *mode* of the render, but the Undefined
-  class is fixed per environment. The strict mode is therefore signalled through a
-  `ContextVar` that `_Undefined.__str__` consults, so one environment and one cache serve
-  all modes (and concurrent renders in other threads are unaffected).
+pure: no I/O, no clock, no logging; callers decide what to log. The environment and its
+cache are `templates`, what rendered text becomes is `coercion`.
 """
 
 from __future__ import annotations
 
-import ast
-import base64
-import contextlib
 import functools
-import json
-import math
-import re
-from collections.abc import Iterable, Mapping
-from contextvars import ContextVar
-from typing import Any, Literal, NoReturn, SupportsIndex, overload
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from jinja2 import meta, nodes
-from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
-from jinja2.parser import Parser
-from jinja2.runtime import ChainableUndefined, Undefined
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import meta
+from jinja2.exceptions import TemplateSyntaxError, UndefinedError
+from jinja2.runtime import Undefined
 
 from milepost.errors import TemplateError, UndefinedValue
+from milepost.playbook import templates as tp
+from milepost.playbook.coercion import coerce, is_template
+from milepost.playbook.loop_result import LoopResult
 from milepost.sanitize import strings_in
 
-__all__ = [
-    "LoopResult",
-    "check_when",
-    "coerce",
-    "compile_cache_info",
-    "is_template",
-    "names_read",
-    "render_value",
-    "render_when",
-]
-
-Mode = Literal["strict", "set"]
+__all__ = ["check_when", "names_read", "render_value", "render_when"]
 
 # Long templates (a templated python `code` field) would make unreadable error messages.
 _MAX_TEMPLATE_IN_MESSAGE = 500
-_CACHE_MAX = 4096
-
-
-# --------------------------------------------------------------------------------------------
-# Loop results
-
-
-class LoopResult(list[Any]):
-    """A loop step's result: the list of per-iteration results, also answering .results/.data
-    (the list itself), .stats ({total, success, failed}), .get("results"|"data"|"stats",
-    default) and x["results"|"data"|"stats"] (string keys only; integer indexing works as a
-    list). Picklable (it is sent to worker processes) and json.dumps-able as a plain list.
-
-    Both upstream NoETL engines shaped loop results differently (a bare list vs. a
-    `{results, stats}` mapping); answering both ways lets fixtures written for either work.
-    """
-
-    __slots__ = ("failed",)
-
-    _KEYS = frozenset({"results", "data", "stats"})
-
-    def __init__(self, items: Iterable[Any] = (), failed: int = 0) -> None:
-        super().__init__(items)
-        # Iterations whose error a policy let through (counted, not dropped).
-        self.failed = failed
-
-    @property
-    def results(self) -> LoopResult:
-        return self
-
-    @property
-    def data(self) -> LoopResult:
-        return self
-
-    @property
-    def stats(self) -> dict[str, int]:
-        total = len(self)
-        return {"total": total, "success": total - self.failed, "failed": self.failed}
-
-    def get(self, key: object, default: Any = None) -> Any:
-        if isinstance(key, str) and key in self._KEYS:
-            return self.stats if key == "stats" else self
-        return default
-
-    @overload
-    def __getitem__(self, key: SupportsIndex, /) -> Any: ...
-
-    @overload
-    def __getitem__(self, key: slice, /) -> list[Any]: ...
-
-    @overload
-    def __getitem__(self, key: str, /) -> Any: ...
-
-    def __getitem__(self, key: SupportsIndex | slice | str, /) -> Any:
-        if isinstance(key, str):
-            if key in self._KEYS:
-                return self.stats if key == "stats" else self
-            # KeyError (a LookupError) lets Jinja's getitem fall back as for any container.
-            raise KeyError(key)
-        return super().__getitem__(key)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Explicit so pickling/copying never depends on how list subclasses with
-        # __slots__ are reduced, and `failed` always survives the trip to a worker.
-        return (LoopResult, (list(self), self.failed))
-
-    def __repr__(self) -> str:
-        return f"LoopResult({list.__repr__(self)}, failed={self.failed})"
-
-
-# --------------------------------------------------------------------------------------------
-# Undefined handling
-
-# True while a strict-mode render runs in this thread/task (see module docstring).
-_STRICT: ContextVar[bool] = ContextVar("milepost_render_strict", default=False)
-
-
-class _UndefinedNameError(UndefinedError):
-    """An undefined value was used; carries the name so the message can cite it."""
-
-    def __init__(self, message: str, name: object) -> None:
-        super().__init__(message)
-        self.name = name
-
-
-class _Undefined(ChainableUndefined):
-    """Falsy, chainable (`a.b.c` stays undefined), printable as '' except in strict mode.
-
-    Every failing operation raises `_UndefinedNameError` so the caller can recover the name.
-    The operator dunders are re-bound here because in `Undefined` they point at the base
-    class's function object, which an override of `_fail_with_undefined_error` would not
-    reach.
-    """
-
-    __slots__ = ()
-
-    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> NoReturn:
-        if self._undefined_exception is not UndefinedError:
-            raise self._undefined_exception(self._undefined_message)
-        raise _UndefinedNameError(self._undefined_message, self._undefined_name)
-
-    __add__ = __radd__ = __sub__ = __rsub__ = _fail_with_undefined_error
-    __mul__ = __rmul__ = __div__ = __rdiv__ = _fail_with_undefined_error
-    __truediv__ = __rtruediv__ = _fail_with_undefined_error
-    __floordiv__ = __rfloordiv__ = _fail_with_undefined_error
-    __mod__ = __rmod__ = _fail_with_undefined_error
-    __pos__ = __neg__ = _fail_with_undefined_error
-    __call__ = _fail_with_undefined_error
-    __lt__ = __le__ = __gt__ = __ge__ = _fail_with_undefined_error
-    __int__ = __float__ = __complex__ = _fail_with_undefined_error
-    __pow__ = __rpow__ = _fail_with_undefined_error
-
-    def __str__(self) -> str:
-        # Printing is the moment an undefined "reaches output"; only strict mode objects.
-        # bool(), `is defined`, `default()` and iteration stay lenient in every mode.
-        if _STRICT.get():
-            self._fail_with_undefined_error()
-        return ""
-
-
-# --------------------------------------------------------------------------------------------
-# Environment
-
-
-class _Environment(SandboxedEnvironment):
-    """The sandbox plus the DSL's lookup rules (9.2)."""
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        if isinstance(obj, LoopResult):
-            if attribute in ("results", "data"):
-                return obj
-            if attribute == "stats":
-                return obj.stats
-        elif isinstance(obj, Mapping):
-            # Data beats methods: `{{ start.items }}` is the key `items`, not dict.items.
-            try:
-                return obj[attribute]
-            except (KeyError, TypeError):
-                pass
-            # `.data` alias: results written for the envelope shape (`x.data.field`) work
-            # on plain results. Attribute-style only, so `x['data']` stays a real lookup.
-            if attribute == "data":
-                return obj
-        return super().getattr(obj, attribute)
-
-    def getitem(self, obj: Any, argument: Any) -> Any:
-        # Subscription keeps Jinja's sandboxed order (item first, then a safe attribute);
-        # LoopResult answers its string keys itself. No `.data` alias here, by design.
-        return super().getitem(obj, argument)
-
-    def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
-        # The stock sandbox returns an undefined that prints as '' - an escape attempt
-        # would go unnoticed. Fail loudly instead, in every mode.
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Undefined):
-        str(value)  # raises in strict mode: the undefined is being printed
-        return None
-    return str(value)
-
-
-def _tojson(value: Any, indent: int | None = None) -> str:
-    # Not Jinja's HTML-safe variant: output goes to tools, not browsers, so `<`, `&` and
-    # non-ASCII text must come out as written.
-    return json.dumps(value, ensure_ascii=False, default=_json_default, indent=indent)
-
-
-def _fromjson(value: Any) -> Any:
-    # Rendered fields are already coerced, so a "JSON string" often arrives parsed; and an
-    # undefined passes through so `x | fromjson | default({})` still works.
-    if isinstance(value, (str, bytes, bytearray)):
-        return json.loads(value)
-    return value
-
-
-def _b64encode(value: Any) -> str:
-    raw = bytes(value) if isinstance(value, (bytes, bytearray)) else str(value).encode("utf-8")
-    return base64.b64encode(raw).decode("ascii")
-
-
-def _b64decode(value: Any) -> str:
-    raw = bytes(value) if isinstance(value, (bytes, bytearray)) else str(value).encode("ascii")
-    return base64.b64decode(raw).decode("utf-8")
-
-
-_ENV = _Environment(autoescape=False, undefined=_Undefined)
-_ENV.filters.update(
-    tojson=_tojson, fromjson=_fromjson, b64encode=_b64encode, b64decode=_b64decode
-)
-# Merged under each render's context (later wins) so `range`, `dict`, `namespace` resolve.
-_GLOBALS: dict[str, Any] = dict(_ENV.globals)
-
-
-# --------------------------------------------------------------------------------------------
-# Compilation cache
-
-# Exactly one `{{ expr }}`: its value is returned natively (9.3). Greedy so that `}}` inside
-# a literal (`{{ {'a': {'b': 1}} }}`) stays in the expression; `{{ a }} x {{ b }}` is
-# rejected by the "no other marker" check below.
-_SINGLE_EXPR = re.compile(r"\s*\{\{(.*)\}\}\s*", re.DOTALL)
-
-
-class _Compiled:
-    """One cached source string: an expression or a text template, or its compile error."""
-
-    __slots__ = ("error", "is_expr", "name", "needs_scrub", "template")
-
-    def __init__(
-        self,
-        template: Any = None,
-        *,
-        is_expr: bool = False,
-        needs_scrub: bool = False,
-        error: Exception | None = None,
-        name: str | None = None,
-    ) -> None:
-        self.template = template
-        self.is_expr = is_expr
-        # False when the expression is a plain path (`a.b['c']`): its value comes straight
-        # from the context and cannot contain undefineds, so the result walk is skipped.
-        self.needs_scrub = needs_scrub
-        self.error = error
-        self.name = name
-        """`{{ name }}` alone: looked up directly when the context has it (the commonest
-        template, e.g. a previous step's result); Jinja compiles it only for the rest."""
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_JINJA_WORDS = frozenset({"true", "false", "none", "True", "False", "None", "and", "or", "not",
-                          "in", "is", "if", "else", "for", "recursive", "import", "from",
-                          "with", "without", "context", "as", "block", "endblock"})  # fmt: skip
 _MISSING = object()
-
-
-_cache: dict[str, _Compiled] = {}
-_stats = {"hits": 0, "misses": 0}
-
-
-def _is_path(node: nodes.Node) -> bool:
-    if isinstance(node, (nodes.Name, nodes.Const)):
-        return True
-    if isinstance(node, nodes.Getattr):
-        return _is_path(node.node)
-    if isinstance(node, nodes.Getitem):
-        return isinstance(node.arg, nodes.Const) and _is_path(node.node)
-    return False
-
-
-def _compile_expression(source: str) -> _Compiled:
-    # Environment.compile_expression minus its traceback rewriting, keeping the parsed node
-    # so the path check can inspect it.
-    parser = Parser(_ENV, source, state="variable")
-    expr = parser.parse_expression()
-    if not parser.stream.eos:
-        raise TemplateSyntaxError("chunk after expression", parser.stream.current.lineno)
-    expr.set_environment(_ENV)
-    body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
-    template = _ENV.from_string(nodes.Template(body, lineno=1))
-    return _Compiled(template, is_expr=True, needs_scrub=not _is_path(expr))
-
-
-def _plain_name(inner: str) -> str | None:
-    """The name, when the expression of a `{{ ... }}` template is one plain name."""
-    name = inner.strip()
-    return name if _NAME.fullmatch(name) and name not in _JINJA_WORDS else None
-
-
-def _compile(source: str) -> _Compiled:
-    match = _SINGLE_EXPR.fullmatch(source)
-    if match is not None:
-        inner = match.group(1)
-        name = _plain_name(inner)
-        if name is not None:
-            return _Compiled(is_expr=True, name=name)  # compiled on first need (`_full`)
-        if "{{" not in inner and "{%" not in inner:
-            # Whitespace-control markers (`{{- x -}}`) belong to the tag, not the expression.
-            if inner[:1] in ("-", "+"):
-                inner = inner[1:]
-            if inner.endswith("-"):
-                inner = inner[:-1]
-            try:
-                return _compile_expression(inner)
-            except TemplateSyntaxError:
-                pass  # e.g. `{{ a }} b }}`: Jinja reads that as a text template; so do we
-    try:
-        return _Compiled(_ENV.from_string(source))
-    except TemplateSyntaxError as exc:
-        return _Compiled(error=exc)
-
-
-def _lookup(source: str) -> _Compiled:
-    compiled = _cache.get(source)
-    if compiled is not None:
-        _stats["hits"] += 1
-        return compiled
-    _stats["misses"] += 1
-    compiled = _compile(source)
-    if len(_cache) >= _CACHE_MAX:
-        # FIFO eviction: cheap, and the working set of a run is far below the bound.
-        # Another thread may evict concurrently; the bound is approximate.
-        with contextlib.suppress(StopIteration, KeyError, RuntimeError):
-            del _cache[next(iter(_cache))]
-    _cache[source] = compiled
-    return compiled
-
-
-def compile_cache_info() -> dict[str, int]:
-    """Cache statistics: size, max_size, hits, misses."""
-    return {"size": len(_cache), "max_size": _CACHE_MAX, **_stats}
-
-
-# --------------------------------------------------------------------------------------------
-# Coercion (9.3)
-
-# JSON number grammar: `007` or `1_000` stay strings (zip codes, ids), as in JSON and Python.
-_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
-_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_CONSTANTS: dict[str, Any] = {
-    "true": True,
-    "True": True,
-    "false": False,
-    "False": False,
-    "null": None,
-    "None": None,
-    "": None,
-}
-
-
-def is_template(value: object) -> bool:
-    """True for a str containing `{{` or `{%` (the only strings that are rendered)."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
-def coerce(text: str) -> Any:
-    """DSL 9.3 coercion of rendered text; anything unrecognised is returned as the string."""
-    stripped = text.strip()
-    if stripped in _CONSTANTS:
-        return _CONSTANTS[stripped]
-    first = stripped[0]
-    if (first == "{" and stripped[-1] == "}") or (first == "[" and stripped[-1] == "]"):
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            pass
-        # Python literal syntax: a dict printed into a template renders as its repr
-        # (`{'a': None, 'b': True}`).
-        try:
-            parsed = ast.literal_eval(stripped)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            pass
-        else:
-            # A set literal (`{1, 2}`) is not a JSON value: keep the text.
-            if isinstance(parsed, (dict, list)):
-                return parsed
-    elif first == "-" or first.isdigit():
-        if _INT.fullmatch(stripped):
-            return int(stripped)
-        if _FLOAT.fullmatch(stripped):
-            number = float(stripped)
-            if math.isfinite(number):  # `1e999` would not survive JSON storage
-                return number
-    return str(text)  # drops str subclasses such as Markup
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
 
 _RenderMode = Literal["strict", "set", "when"]
 
@@ -442,14 +46,14 @@ def names_read(value: Any) -> frozenset[str] | None:
     return frozenset(names)
 
 
-@functools.lru_cache(maxsize=_CACHE_MAX)
+@functools.lru_cache(maxsize=tp.CACHE_MAX)
 def _names_in(source: str) -> frozenset[str] | None:
-    match = _SINGLE_EXPR.fullmatch(source)
-    name = None if match is None else _plain_name(match.group(1))
+    match = tp.SINGLE_EXPR.fullmatch(source)
+    name = None if match is None else tp.plain_name(match.group(1))
     if name is not None:
         return frozenset((name,))
     try:
-        return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
+        return frozenset(meta.find_undeclared_variables(tp.ENV.parse(source)))
     except TemplateSyntaxError:
         return None
 
@@ -521,19 +125,19 @@ def _scrub(value: Any, strict: bool) -> Any:
     return value
 
 
-def _full(compiled: _Compiled) -> _Compiled:
+def _full(compiled: tp.Compiled) -> tp.Compiled:
     """A plain-name template compiled by Jinja (for a name the context lacks)."""
     if compiled.template is None and compiled.name is not None:
-        compiled.template = _compile_expression(compiled.name).template
+        compiled.template = tp.compile_expression(compiled.name).template
     return compiled
 
 
 def _render_str(text: str, context: Mapping[str, Any], where: str, mode: _RenderMode) -> Any:
-    compiled = _lookup(text)
+    compiled = tp.lookup(text)
     if compiled.name is not None:
         value = context.get(compiled.name, _MISSING)
         if value is _MISSING:
-            value = _GLOBALS.get(compiled.name, _MISSING)
+            value = tp.GLOBALS.get(compiled.name, _MISSING)
         if value is not _MISSING:
             # what Jinja would give: a plain path needs no scrub, text is coerced
             return coerce(value) if isinstance(value, str) else value
@@ -542,11 +146,11 @@ def _render_str(text: str, context: Mapping[str, Any], where: str, mode: _Render
         raise _template_error(where, text, compiled.error)
     template = compiled.template
     strict = mode == "strict"
-    token = _STRICT.set(True) if strict else None
+    token = tp.STRICT.set(True) if strict else None
     try:
         # shared=True: the merged dict below is already private to this render, so Jinja
         # need not copy it again.
-        ctx = template.new_context({**_GLOBALS, **context}, shared=True)
+        ctx = template.new_context({**tp.GLOBALS, **context}, shared=True)
         if compiled.is_expr:
             for _ in template.root_render_func(ctx):
                 pass
@@ -569,7 +173,7 @@ def _render_str(text: str, context: Mapping[str, Any], where: str, mode: _Render
         raise _template_error(where, text, exc) from exc
     finally:
         if token is not None:
-            _STRICT.reset(token)
+            tp.STRICT.reset(token)
     return coerce(value)
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from milepost.tools.base import ToolCall, ToolError, ToolResult
+from milepost.tools.base import ToolCall, ToolFailure, ToolResult
 
 if TYPE_CHECKING:
     from milepost.tools.runtime import ToolRuntime
 
-__all__ = ["ToolCall", "ToolError", "ToolResult", "ToolRuntime"]
+__all__ = ["ToolCall", "ToolFailure", "ToolResult", "ToolRuntime"]
 
 
 def __getattr__(name: str) -> Any:

@@ -81,8 +81,9 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolError:
-    """Why a tool call failed: the `error` of the output envelope."""
+class ToolFailure:
+    """Why a tool call failed: the `error` of the output envelope. A value a tool returns
+    in its `ToolResult`, never raises (hence not `...Error`)."""
 
     kind: str
     """One of ERROR_KINDS."""
@@ -110,7 +111,7 @@ class ToolResult:
 
     data: Any = None
     """The result; on error the partial result (e.g. the HTTP response) or None."""
-    error: ToolError | None = None
+    error: ToolFailure | None = None
     http: dict[str, Any] | None = None
     """`{status, headers}` for http calls that got a response."""
     retry_after: float | None = None
@@ -124,4 +125,4 @@ class ToolResult:
 
 def failure(kind: str, message: str, **fields: Any) -> ToolResult:
     """A ToolResult carrying only an error."""
-    return ToolResult(error=ToolError(kind, message, **fields))
+    return ToolResult(error=ToolFailure(kind, message, **fields))

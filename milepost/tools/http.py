@@ -163,7 +163,7 @@ def response_result(response: httpx.Response, method: str, url: str) -> base.Too
     if 200 <= status < 300:
         return base.ToolResult(data=data, http=http)
     kind = status_kind(status)
-    error = base.ToolError(
+    error = base.ToolFailure(
         kind,
         f"HTTP {status} from {method} {url}",
         code=f"HTTP_{status}",

@@ -68,7 +68,7 @@ class PlaybookTool:
         if child.status != "COMPLETED":
             reason = (child.error or {}).get("reason") or (child.error or {}).get("message") or ""
             message = f"child playbook {path!r} ({child.execution_id}) {child.status}"
-            return base.ToolResult(data=summary, error=base.ToolError(
+            return base.ToolResult(data=summary, error=base.ToolFailure(
                 "playbook", f"{message}: {reason}" if reason else message))  # fmt: skip
         return _shape(call.config, child, summary)
 
@@ -87,7 +87,7 @@ def _shape(config: dict[str, Any], child: ChildRun, summary: dict[str, Any]) -> 
     step = config.get("return_step")
     if step:
         if step not in child.results:
-            return base.ToolResult(data=summary, error=base.ToolError(
+            return base.ToolResult(data=summary, error=base.ToolFailure(
                 "playbook", f"child playbook step {step!r} did not complete"))  # fmt: skip
         return base.ToolResult(data=child.results[step])
     if config.get("return_result") in (True, "true", "True"):

@@ -58,7 +58,7 @@ async def run(call: base.ToolCall) -> base.ToolResult:
         return base.ToolResult(data=data)
     return base.ToolResult(
         data=data,
-        error=base.ToolError("exit_code", f"shell command exited with code {code}", code=str(code)),
+        error=base.ToolFailure("exit_code", f"shell command exited with code {code}", code=str(code)),
     )
 
 

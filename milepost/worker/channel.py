@@ -7,7 +7,7 @@ open socket that costs about a tenth of the CPU of an HTTP request, on both side
 
 Failures keep the worker's semantics: a socket that breaks or stops answering is dropped
 and the call raises ServerUnavailable (the worker retries; the next call opens a new
-socket), an error reply raises the ApiError the HTTP route would have. A server that
+socket), an error reply raises the ServerRefused the HTTP route would have. A server that
 refuses the socket (one without the route, or a proxy that does not pass WebSockets) is
 used over HTTP from then on.
 """
@@ -25,8 +25,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from milepost.client import (
-    ApiError,
     AsyncMilepostClient,
+    ServerRefused,
     ServerUnavailable,
     batch_body,
     error_of_body,
@@ -144,5 +144,5 @@ def _result(reply: dict[str, Any]) -> dict[str, Any]:
     if status < 400 and isinstance(body, dict):
         return body
     if not isinstance(body, dict):
-        raise ApiError(status, "invalid_response", "worker channel: a reply without a body")
+        raise ServerRefused(status, "invalid_response", "worker channel: a reply without a body")
     raise error_of_body(status, body)

@@ -14,9 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from milepost.client import ApiError, ServerUnavailable
+from milepost.client import ServerRefused, ServerUnavailable
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
+from milepost.playbook.coercion import is_template
 from milepost.tools.base import auth_credential
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class RemoteCredentials:
                 continue
             try:
                 data = await self._fetch(name)
-            except (ApiError, ServerUnavailable) as exc:
+            except (ServerRefused, ServerUnavailable) as exc:
                 raise _problem(name, exc) from exc
             self._store(name, data)
 
@@ -86,7 +87,7 @@ class RemoteCredentials:
                  extra={"action": "credential_fetch_blocking", "credential": name})  # fmt: skip
         try:
             data = self._fetch_sync(name)
-        except (ApiError, ServerUnavailable) as exc:
+        except (ServerRefused, ServerUnavailable) as exc:
             raise _problem(name, exc) from exc
         self._store(name, data)
         return data
@@ -95,7 +96,7 @@ class RemoteCredentials:
         self._cache[name] = (self._clock() + self.ttl, data)
 
 
-def _problem(name: str, exc: ApiError | ServerUnavailable) -> MilepostError:
+def _problem(name: str, exc: ServerRefused | ServerUnavailable) -> MilepostError:
     if isinstance(exc, ServerUnavailable) or exc.transient:
         return CredentialsUnavailable(f"credential {name!r}: the server is unavailable",
                                       credential=name)  # fmt: skip
@@ -124,7 +125,7 @@ def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -
 
 
 def _auth_name(auth: Any, context: Mapping[str, Any]) -> str | None:
-    if render.is_template(auth) or isinstance(auth, Mapping):
+    if is_template(auth) or isinstance(auth, Mapping):
         try:
             auth = render.render_value(auth, context, where="postgres auth")
         except Exception:  # noqa: BLE001 - only a guess; the tool reports its own errors

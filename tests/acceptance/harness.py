@@ -1,4 +1,4 @@
-"""Processes for the acceptance tests: a `milepost server` and `milepost.worker.http` workers.
+"""Processes for the acceptance tests: a `milepost server` and `milepost.worker.main` workers.
 
 Everything runs as subprocesses, as on real machines: the server on SQLite or on a fresh
 PostgreSQL database (created and dropped here), workers in their own process groups so a
@@ -32,7 +32,7 @@ PYTHON = sys.executable
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 PG_ADMIN_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://127.0.0.1:5432/postgres")
 NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
-WORKER_ENTRY = ("import sys; from milepost.worker.http import worker_main; "
+WORKER_ENTRY = ("import sys; from milepost.worker.main import worker_main; "
                 "sys.exit(worker_main())")  # fmt: skip
 
 
@@ -234,7 +234,7 @@ class Cluster:
         env.update({
             "MILEPOST_SERVER_URL": self.url,
             "MILEPOST_TOKEN": self.worker_token,
-            "MILEPOST_WORKER_CONCURRENCY": str(concurrency),
+            "MILEPOST_CONCURRENCY": str(concurrency),
             "MILEPOST_PYTHON_WORKERS": str(python_workers),
             "MILEPOST_GRACE_SECONDS": str(grace_seconds),
             "MILEPOST_WORKER_ID": f"worker-{index}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from milepost.client import ApiError, MilepostClient
+from milepost.client import MilepostClient, ServerRefused
 from milepost.conformance.cluster import LocalCluster
 from tests.acceptance.harness import PG_ADMIN_URL, pg_available
 from tests.shared import IN_CI
@@ -39,7 +39,7 @@ def test_playbook_tool_starts_children_through_the_server() -> None:
     with LocalCluster(PG_ADMIN_URL, workers=1) as cluster, \
             MilepostClient(cluster.url, cluster.token) as client:  # fmt: skip
         with MilepostClient(cluster.url, cluster.worker_token) as worker:
-            with pytest.raises(ApiError) as refused:  # the workers' token may not execute
+            with pytest.raises(ServerRefused) as refused:  # the workers' token may not execute
                 worker.execute("tests/child", {})
             assert refused.value.status == 403
         client.register(CHILD)

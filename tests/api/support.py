@@ -18,7 +18,7 @@ from milepost.api import auth
 from milepost.api.app import create_app
 from milepost.api.deps import Services
 from milepost.core import events as ev
-from milepost.core.work import Outcome, WorkItem, report_events
+from milepost.core.work import AttemptResult, WorkItem, report_events
 from milepost.credentials import new_key
 from milepost.settings import Settings
 from tests.shared import wait_for
@@ -141,7 +141,7 @@ def report_wire(command: dict[str, Any], result: Any = None, *, ok_: bool = True
                 epoch: int | None = None, error: dict[str, Any] | None = None,
                 ) -> list[dict[str, Any]]:
     """The worker's report of an attempt (`report_events`), as it travels on the wire."""
-    outcome = Outcome(ok=ok_, result=result,
+    outcome = AttemptResult(ok=ok_, result=result,
                       error=None if ok_ else (error or {"kind": "error", "message": "boom"}))
     events = report_events(work_item(command, epoch), outcome, next(_ids), time.time(), "w1")
     return [wire(e) for e in events]

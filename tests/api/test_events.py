@@ -9,7 +9,7 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.core.ids import SEQUENCE_BITS, Snowflake, machine_of
-from milepost.core.work import Outcome, report_events
+from milepost.core.work import AttemptResult, report_events
 from milepost.engine.orchestrator import Orchestrator
 from tests.api.support import HELLO, Api, error, ok, report_wire, start_server, work_item
 
@@ -392,7 +392,7 @@ def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
         if reports and reports[0].event_type == "command.heartbeat":
             # another server (or process) ends the run after the check, before the append
             other = Orchestrator(api.store, machine_id=9)
-            report = report_events(work_item(last), Outcome(ok=True, result={"loud": "HI"}),
+            report = report_events(work_item(last), AttemptResult(ok=True, result={"loud": "HI"}),
                                    other.new_id(), time.time(), "w2")  # fmt: skip
             assert other.process(report).finished
         return real(reports, *args, **kw)

@@ -14,7 +14,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.playbook.render import LoopResult
+from milepost.playbook.loop_result import LoopResult
 
 
 def meaning(state: st.ExecutionState) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def test_error_keeps_the_response() -> None:
         return httpx.Response(429, headers={"Retry-After": "2"}, json={"error": "slow down"})
 
     (result,) = run(limited, http_call(url="http://api.test/x", method="POST"))
-    assert result.error == base.ToolError(
+    assert result.error == base.ToolFailure(
         "rate_limit",
         "HTTP 429 from POST http://api.test/x",
         code="HTTP_429",

@@ -93,8 +93,7 @@ def test_list_subclass_inputs(pool: PythonPool) -> None:
 
 
 def test_loop_result_inputs(pool: PythonPool) -> None:
-    render = pytest.importorskip("milepost.playbook.render")
-    loop_result = render.LoopResult([{"v": 1}, {"v": 2}])
+    loop_result = pytest.importorskip("milepost.playbook.loop_result").LoopResult([{"v": 1}, {"v": 2}])
     code = "result = {'n': len(r), 'stats': r.stats, 'first': r['results'][0]}"
     assert ok(pool, code, {"r": loop_result}) == {
         "n": 2,
@@ -105,7 +104,7 @@ def test_loop_result_inputs(pool: PythonPool) -> None:
 
 def test_exception(pool: PythonPool) -> None:
     (result,) = run(pool, call("raise KeyError('missing')"))
-    assert result.error == base.ToolError(
+    assert result.error == base.ToolFailure(
         "exception", "KeyError: 'missing'", code="KeyError", retryable=False
     )
     assert result.data is None
@@ -121,7 +120,7 @@ def test_process_reuse(pool: PythonPool) -> None:
 def test_timeout_kills_the_worker_and_the_pool_recovers(pool: PythonPool) -> None:
     victim = ok(pool, "import os; result = os.getpid()")
     (result,) = run(pool, call("import time\nwhile True: time.sleep(0.05)", timeout=0.5))
-    assert result.error == base.ToolError(
+    assert result.error == base.ToolFailure(
         "timeout", "python code exceeded timeout of 0.5s", code="Timeout", retryable=True
     )
     assert victim not in pool.pids
@@ -132,7 +131,7 @@ def test_timeout_kills_the_worker_and_the_pool_recovers(pool: PythonPool) -> Non
 
 def test_dead_worker_is_replaced(pool: PythonPool) -> None:
     (result,) = run(pool, call("import os; os._exit(7)"))
-    assert result.error == base.ToolError(
+    assert result.error == base.ToolFailure(
         "exception", "python worker process died", code="WorkerDied"
     )
     assert ok(pool, "result = 1") == 1

@@ -52,7 +52,7 @@ def test_shell_cwd_and_env(tmp_path: Path) -> None:
 
 def test_shell_non_zero_exit_is_an_error_with_result() -> None:
     result = run("shell", command="echo partial; exit 3")
-    assert result.error == base.ToolError("exit_code", "shell command exited with code 3", code="3")
+    assert result.error == base.ToolFailure("exit_code", "shell command exited with code 3", code="3")
     assert result.data == {"exit_code": 3, "stdout": "partial\n", "stderr": ""}
 
 
@@ -173,7 +173,7 @@ def test_noop() -> None:
 
 def test_unknown_kind_is_invalid() -> None:
     result = run("teleport")
-    assert result.error == base.ToolError("invalid", "unsupported tool kind 'teleport'")
+    assert result.error == base.ToolFailure("invalid", "unsupported tool kind 'teleport'")
 
 
 def test_a_crashing_tool_is_logged_redacted_naming_its_execution_and_step(
@@ -201,14 +201,14 @@ def test_a_crashing_tool_is_logged_redacted_naming_its_execution_and_step(
 
 
 def test_error_to_dict() -> None:
-    assert base.ToolError("exception", "boom").to_dict() == {
+    assert base.ToolFailure("exception", "boom").to_dict() == {
         "kind": "exception",
         "message": "boom",
         "retryable": False,
         "code": None,
     }
     assert (
-        base.ToolError("auth", "HTTP 401", code="HTTP_401", status=401).to_dict()["status"] == 401
+        base.ToolFailure("auth", "HTTP 401", code="HTTP_401", status=401).to_dict()["status"] == 401
     )
 
 

@@ -1,4 +1,4 @@
-"""One attempt of a step (milepost.worker.attempt), table-driven, with a fake tool runner.
+"""One attempt of a step (milepost.attempt.runner), table-driven, with a fake tool runner.
 
 The fake runner identifies a task by its python `code` text (a plain label such as `t1`),
 records every ToolCall and answers with scripted results per label and execution. `sleep`
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from milepost.core.work import Outcome, WorkItem
+from milepost.attempt.runner import MAX_TASK_EXECUTIONS, run_attempt
+from milepost.core.work import AttemptResult, WorkItem
 from milepost.playbook import load, model
-from milepost.tools.base import ToolCall, ToolError, ToolResult
-from milepost.worker.attempt import MAX_TASK_EXECUTIONS, run_attempt
+from milepost.tools.base import ToolCall, ToolFailure, ToolResult
 
 Response = ToolResult | Callable[[ToolCall], ToolResult]
 
@@ -91,7 +91,7 @@ def work_item(step: str = "x", workload: dict[str, Any] | None = None,
 
 
 def run(pb: model.Playbook, item: WorkItem, tools: FakeTools, sleep: FakeSleep | None = None,
-        **kwargs: Any) -> Outcome:  # fmt: skip
+        **kwargs: Any) -> AttemptResult:  # fmt: skip
     sleep = sleep if sleep is not None else FakeSleep()
     return asyncio.run(run_attempt(pb, item, tools, sleep=sleep, **kwargs))
 
@@ -104,7 +104,7 @@ def err(kind: str = "server_error", message: str = "HTTP 500 from GET http://h/x
         data: Any = None, **kw: Any) -> ToolResult:  # fmt: skip
     code = kw.pop("code", "HTTP_500")
     retryable = kw.pop("retryable", True)
-    return ToolResult(data=data, error=ToolError(kind, message, code=code, retryable=retryable),
+    return ToolResult(data=data, error=ToolFailure(kind, message, code=code, retryable=retryable),
                       **kw)  # fmt: skip
 
 
@@ -776,7 +776,7 @@ def test_then_set_sees_the_error_envelope() -> None:
     """)
     tools = FakeTools(http=ToolResult(
         data={"status_code": 404, "body": "nope"},
-        error=ToolError("not_found", "HTTP 404 from GET http://h/x", code="HTTP_404", status=404),
+        error=ToolFailure("not_found", "HTTP 404 from GET http://h/x", code="HTTP_404", status=404),
         http={"status": 404, "headers": {}}))  # fmt: skip
     out = run(pb, work_item(), tools)
     assert out.ok, out.error
@@ -1075,7 +1075,7 @@ def test_keychain_secret_is_masked_in_errors() -> None:
     def fails(call: ToolCall) -> ToolResult:
         auth = call.config["headers"]["Authorization"]
         return ToolResult(
-            data={"sent": auth}, error=ToolError("auth", f"HTTP 401 with {auth}", code="HTTP_401")
+            data={"sent": auth}, error=ToolFailure("auth", f"HTTP 401 with {auth}", code="HTTP_401")
         )
 
     tools = FakeTools(http=fails)
@@ -1099,7 +1099,7 @@ def test_keychain_numeric_looking_secret_is_masked_too() -> None:
     """)
     tools = FakeTools(t1=lambda c: ToolResult(
         data={"msg": f"pin {c.input['pin']} rejected"},
-        error=ToolError("exception", f"ValueError: bad pin {c.input['pin']}")))  # fmt: skip
+        error=ToolFailure("exception", f"ValueError: bad pin {c.input['pin']}")))  # fmt: skip
     out = run(pb, work_item(workload={"pin": "98765432"}), tools)
     assert not out.ok and out.error is not None
     assert "98765432" not in repr(out.error) and "98765432" not in repr(out.result)
@@ -1186,7 +1186,7 @@ def test_what_looks_like_a_secret_is_masked_without_a_keychain() -> None:
     """)
     token = "ghp_" + "a1B2c3D4e5" * 4
     tools = FakeTools(t1=ToolResult(data={"h": f"Bearer tok-{token}", "t": token},
-                                    error=ToolError("exception", f"bad {token}")))  # fmt: skip
+                                    error=ToolFailure("exception", f"bad {token}")))  # fmt: skip
     out = run(pb, work_item(), tools)
     assert out.result == {"h": "Bearer ***", "t": "ghp_***"}
     assert out.error is not None and out.error["message"] == "bad ghp_***"
@@ -1256,7 +1256,7 @@ def test_a_crash_is_an_internal_outcome_logged_without_the_secrets(
     def crashes(call: ToolCall) -> ToolResult:
         raise RuntimeError(f"bug near {call.config['headers']['Authorization']}")
 
-    with caplog.at_level("ERROR", logger="milepost.worker.attempt"):
+    with caplog.at_level("ERROR", logger="milepost.attempt.runner"):
         out = run(_keychain_playbook(), work_item(step="x"), FakeTools(http=crashes))
     assert not out.ok and out.error == {"kind": "internal",
                                         "message": "RuntimeError: bug near Bearer ***"}

@@ -15,7 +15,8 @@ from hypothesis import strategies as hs
 from milepost.core import events as ev
 from milepost.core import ids
 from milepost.core import state as st
-from milepost.core.policies import parse_duration, retry_delay
+from milepost.core.policies import retry_delay
+from milepost.playbook.durations import parse_duration
 from tests.unit.sim import Sim, playbook
 
 CORE = pathlib.Path(__file__).resolve().parents[2] / "milepost" / "core"

@@ -745,6 +745,15 @@ def test_parse_duration_rejects(value: object) -> None:
         load.parse_duration(value, "spec.timeout")
 
 
+@pytest.mark.parametrize("value", ["1e3", "inf", "nan", "-5s", "5s-", "1.5.2s", "m",
+                                   float("inf"), float("nan"), -0.5])  # fmt: skip
+def test_parse_duration_is_strict_where_a_float_parser_is_not(value: object) -> None:
+    # the one parser of durations: what `float()` would read (or a unit after a sign) is
+    # still not a duration a playbook means
+    with pytest.raises(ValueError, match=r"^invalid duration"):
+        load.parse_duration(value)
+
+
 # --------------------------------------------------------------------------- limits
 
 

@@ -1,4 +1,4 @@
-"""Template rendering (DSL section 9): milepost.playbook.render."""
+"""Template rendering (DSL section 9): milepost.playbook.render, its templates and coercion."""
 
 from __future__ import annotations
 
@@ -12,15 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from milepost.errors import TemplateError, UndefinedValue
-from milepost.playbook.render import (
-    LoopResult,
-    check_when,
-    coerce,
-    compile_cache_info,
-    is_template,
-    render_value,
-    render_when,
-)
+from milepost.playbook.coercion import coerce, is_template
+from milepost.playbook.loop_result import LoopResult
+from milepost.playbook.render import check_when, render_value, render_when
+from milepost.playbook.templates import compile_cache_info
 
 WHERE = "step 'end': input 'result'"
 

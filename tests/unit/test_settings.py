@@ -1,4 +1,5 @@
-"""Settings that guard ids (milepost.settings), and the environment a local cluster gets."""
+"""Settings (milepost.settings): those that guard ids, the worker's, and the environment a
+local cluster gets."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pydantic import ValidationError
 from milepost.conformance.cluster import LocalCluster
 from milepost.core.ids import MAX_MACHINE
 from milepost.settings import Settings
-from milepost.worker import http as worker_http
+from milepost.worker import machine_ids
+from milepost.worker.loop import Worker
+from milepost.worker.main import worker_settings
+from tests.worker.fakes import FakeClient, FakeTools
 
 
 @pytest.mark.parametrize("value", ["-1", str(MAX_MACHINE + 1), "70000"])
@@ -18,13 +22,13 @@ def test_a_machine_id_outside_the_snowflake_range_is_refused(
     with pytest.raises(ValidationError, match="machine_id"):
         Settings()
     with pytest.raises(ValidationError, match="machine_id"):  # the worker reads the same
-        worker_http.machine_id()
+        machine_ids.machine_id()
 
 
 def test_the_edges_of_the_machine_id_range_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     for value in (0, MAX_MACHINE):
         monkeypatch.setenv("MILEPOST_MACHINE_ID", str(value))
-        assert Settings().machine_id == worker_http.machine_id() == value
+        assert Settings().machine_id == machine_ids.machine_id() == value
 
 
 def test_a_local_cluster_leases_its_machine_ids(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -32,3 +36,33 @@ def test_a_local_cluster_leases_its_machine_ids(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "5")
     cluster = LocalCluster("postgresql://postgres@127.0.0.1:5432/postgres")
     assert "MILEPOST_MACHINE_ID" not in cluster.env
+
+
+_WORKER_ENV = ("MILEPOST_CONCURRENCY", "MILEPOST_POOL", "MILEPOST_NATS_POOL", "MILEPOST_WORKER_ID",
+               "MILEPOST_LEASE_SECONDS", "MILEPOST_GRACE_SECONDS")  # fmt: skip
+
+
+def test_one_concurrency_default_for_the_embedded_engine_and_the_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    for name in _WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    worker = Worker(FakeClient(), FakeTools())
+    assert Settings().concurrency == worker.concurrency == 16
+    assert (worker.pool, worker.lease_seconds, worker.grace_seconds) == ("default", 30.0, 30.0)
+
+
+def test_the_worker_reads_its_settings_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    for name, value in [("MILEPOST_CONCURRENCY", "3"), ("MILEPOST_NATS_POOL", "etl"),
+                        ("MILEPOST_WORKER_ID", "w-env"), ("MILEPOST_LEASE_SECONDS", "12"),
+                        ("MILEPOST_GRACE_SECONDS", "0")]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    worker = Worker(FakeClient(), FakeTools())
+    assert (worker.concurrency, worker.pool, worker.worker_id) == (3, "etl", "w-env")
+    assert (worker.lease_seconds, worker.grace_seconds) == (12.0, 0.0)
+    monkeypatch.setenv("MILEPOST_POOL", "fast")  # the worker's own pool beats the NATS one
+    assert Worker(FakeClient(), FakeTools()).pool == "fast"
+    # the command line's options beat the environment, the ones not given leave it be
+    settings = worker_settings(concurrency=5, pool=None, grace_seconds=None)
+    assert (settings.concurrency, settings.worker_pool(), settings.grace_seconds) == (5, "fast", 0.0)
+    assert Worker(FakeClient(), FakeTools(), settings=settings).concurrency == 5

@@ -128,7 +128,7 @@ def test_build_request__rejects_unusable_config(config: dict[str, object]) -> No
 def test_response_result__error_kinds(status: int, kind: str, retryable: bool) -> None:
     response = httpx.Response(status, json={"detail": "nope"})
     result = http_tool.response_result(response, "POST", "http://x/y")
-    assert result.error == base.ToolError(
+    assert result.error == base.ToolFailure(
         kind,
         f"HTTP {status} from POST http://x/y",
         code=f"HTTP_{status}",

@@ -138,7 +138,7 @@ def test_exception_shape() -> None:
         ),
         base.ToolCall("python", {}, {}, {}, "k"),
     )
-    assert result.error == base.ToolError("exception", "ValueError: bad value", code="ValueError")
+    assert result.error == base.ToolFailure("exception", "ValueError: bad value", code="ValueError")
     assert result.data is None
 
 

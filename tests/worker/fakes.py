@@ -9,10 +9,10 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from milepost.client import ApiError
+from milepost.client import ServerRefused
 from milepost.engine.machine import LEASE_TTL_S
 from milepost.tools.base import ToolCall, ToolResult
-from milepost.worker.http import Worker
+from milepost.worker.loop import Worker
 from tests.shared import wait_for_async
 
 PLAYBOOK = """\
@@ -241,7 +241,7 @@ class FakeClient:
             await self.resource_gate.wait()
         key = (path, version or 1)
         if key not in self.playbooks:
-            raise ApiError(404, "playbook_not_found", f"no playbook {path}@{version}")
+            raise ServerRefused(404, "playbook_not_found", f"no playbook {path}@{version}")
         return {"path": path, "version": key[1], "catalog_id": f"{path}@{key[1]}",
                 "content": self.playbooks[key]}  # fmt: skip
 
@@ -254,7 +254,7 @@ class FakeClient:
 
 
 def stale(event_id: int, epoch: int) -> dict[str, Any]:
-    raise ApiError(409, "stale_epoch", f"command {event_id}: epoch {epoch} is not live")
+    raise ServerRefused(409, "stale_epoch", f"command {event_id}: epoch {epoch} is not live")
 
 
 class FakeTools:

@@ -15,7 +15,7 @@ import uvicorn
 
 from milepost.api import auth
 from milepost.api.app import create_app
-from milepost.client import ApiError, AsyncMilepostClient, ServerUnavailable
+from milepost.client import AsyncMilepostClient, ServerRefused, ServerUnavailable
 from milepost.worker.channel import ChannelClient, ws_url
 from tests.acceptance.harness import free_port
 from tests.api.support import HELLO, report_wire, settings_for
@@ -67,7 +67,7 @@ def test_a_report_goes_over_the_socket_and_claims_the_next_command(live: tuple[s
                                               {"worker_id": "w1", "limit": 4})  # fmt: skip
             assert reply["stored"] == 1 and reports.refused is None
             assert isinstance(reply["commands"], list)
-            with pytest.raises(ApiError) as refused:  # the route's errors, as ApiError
+            with pytest.raises(ServerRefused) as refused:  # the route's errors, as ServerRefused
                 await reports.post_events([{"execution_id": command["execution_id"],
                                             "event_type": "step.exit"}])  # fmt: skip
             assert refused.value.status == 422 and refused.value.code == "validation_error"

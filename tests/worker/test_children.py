@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from milepost.client import ApiError, AsyncMilepostClient
+from milepost.client import AsyncMilepostClient, ServerRefused
 from milepost.tools.playbook import Parent
 from milepost.worker.children import ServerChildren
 from tests.worker.test_client import URL, Recorder
@@ -61,7 +61,7 @@ def test_a_child_whose_wait_is_refused_is_cancelled_and_the_error_raised() -> No
         ("GET", "/api/executions/7/status"): refused,
         ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
     })  # fmt: skip
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(ServerRefused) as raised:
         run(rec, timeout=5)
     assert raised.value.code == "claim_refused"
     cancel = rec.requests[-1]

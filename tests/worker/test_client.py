@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from milepost.client import (
-    ApiError,
     AsyncMilepostClient,
     MilepostClient,
     NoServer,
+    ServerRefused,
     ServerUnavailable,
     WaitTimeout,
 )
@@ -90,7 +90,7 @@ def test_execute_returns_the_execution_id_as_a_string() -> None:
 def test_error_replies_become_api_errors_with_their_code(status: int, body: dict[str, Any],
                                                          code: str) -> None:  # fmt: skip
     api, _ = client({("POST", "/api/commands/5/heartbeat"): httpx.Response(status, json=body)})
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(ServerRefused) as info:
         api.heartbeat(5, "w", 1)
     assert (info.value.status, info.value.code, info.value.message) == \
         (status, code, body["message"])  # fmt: skip
@@ -102,7 +102,7 @@ def test_extra_error_fields_are_kept() -> None:
     reply = httpx.Response(422, json={"code": "playbook_invalid", "message": "2 problems",
                                       "problems": ["a", "b"]})  # fmt: skip
     api, _ = client({("POST", "/api/catalog/register"): reply})
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(ServerRefused) as info:
         api.register("x")
     assert info.value.fields["problems"] == ["a", "b"]
     assert info.value.to_dict()["code"] == "playbook_invalid"
@@ -113,7 +113,7 @@ def test_cancelling_an_ended_run_is_already_terminal_with_its_status() -> None:
     reply = httpx.Response(409, json={"code": "already_terminal", "status": "COMPLETED",
                                       "message": "execution 9 is already COMPLETED"})  # fmt: skip
     api, _ = client({("POST", "/api/executions/9/cancel"): reply})
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(ServerRefused) as info:
         api.cancel(9)
     assert info.value.code == "already_terminal" and info.value.status == 409
     assert info.value.fields["status"] == "COMPLETED"
@@ -121,7 +121,7 @@ def test_cancelling_an_ended_run_is_already_terminal_with_its_status() -> None:
 
 def test_a_reply_that_is_not_json_is_still_an_api_error() -> None:
     api, _ = client({("GET", "/api/executions/1/status"): httpx.Response(502, text="Bad Gateway")})
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(ServerRefused) as info:
         api.status(1)
     assert info.value.status == 502 and info.value.code == "internal"
     assert "Bad Gateway" in info.value.message
@@ -202,7 +202,7 @@ def test_the_async_client_speaks_the_same_routes() -> None:
             assert rec.body() == {"events": [{"event_id": "1"}]}
             assert (await api.resource("p", 1))["content"] == "c"
             assert rec.body() == {"path": "p", "version": 1}
-            with pytest.raises(ApiError) as info:
+            with pytest.raises(ServerRefused) as info:
                 await api.heartbeat(3, "w", 1)
             assert info.value.code == "stale_epoch" and info.value.status == 409
             assert (await api.wait(4, timeout=1))["status"] == "FAILED"

@@ -16,7 +16,7 @@ import nats
 import pytest
 from nats.js.errors import NotFoundError
 
-from milepost.worker.http import Worker
+from milepost.worker.loop import Worker
 from milepost.worker.nats_wakeup import NatsWakeup, parse_notice, subject
 from tests.shared import IN_CI, wait_for_async
 from tests.worker.fakes import FakeClient, FakeClock, FakeTools, command

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from milepost.client import ApiError, ServerUnavailable
+from milepost.client import ServerRefused, ServerUnavailable
 from milepost.playbook.load import load_text
 from milepost.worker.remote_credentials import (
     CredentialRefused,
@@ -92,7 +92,7 @@ def test_failures_are_transient_or_refused() -> None:
         raise ServerUnavailable("down")
 
     async def forbidden(name: str) -> dict[str, Any] | None:
-        raise ApiError(403, "forbidden", "role 'viewer' may not read credential data")
+        raise ServerRefused(403, "forbidden", "role 'viewer' may not read credential data")
 
     async def scenario() -> None:
         with pytest.raises(CredentialsUnavailable):
@@ -108,7 +108,7 @@ def test_failures_are_transient_or_refused() -> None:
 def test_a_refused_credential_fails_the_attempt_without_running_it() -> None:
     class Refusing(FakeClient):
         async def credential(self, name: str) -> dict[str, Any] | None:
-            raise ApiError(403, "forbidden", "no")
+            raise ServerRefused(403, "forbidden", "no")
 
     async def scenario() -> None:
         client = Refusing({("tests/pg", 1): PG})
@@ -128,7 +128,7 @@ def test_a_command_that_cannot_be_prepared_is_given_back_after_a_pause() -> None
     class CatalogDown(FakeClient):
         async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
             self.resources.append((path, version))
-            raise ApiError(503, "internal", "database down")
+            raise ServerRefused(503, "internal", "database down")
 
     async def scenario() -> None:
         worker, client, tools, clock = make(CatalogDown({("tests/w", 1): PLAYBOOK}))

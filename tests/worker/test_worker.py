@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from milepost.client import ApiError, ServerUnavailable
+from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.ids import machine_of, timestamp_of
 from milepost.engine.machine import RENEW_EVERY_S
-from milepost.playbook.render import LoopResult
-from milepost.worker import http as worker_http
-from milepost.worker.http import Worker, wire_event, work_item
+from milepost.playbook.loop_result import LoopResult
+from milepost.wire import event_to_wire, work_item_from_wire
+from milepost.worker import machine_ids
+from milepost.worker.loop import Worker
 from tests.shared import wait_for_async
 from tests.worker.fakes import (
     HEARTBEAT,
@@ -104,7 +105,7 @@ def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
 def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
     cmd = command(104, epoch=9, index=2, attempt=3,
                   context={"a": [1], "b": [2]}, loop_steps={"a": {"failed": 2}})  # fmt: skip
-    item = work_item(cmd)
+    item = work_item_from_wire(cmd)
     assert (item.command_id, item.execution_id, item.index, item.attempt, item.epoch) == \
         (104, 500, 2, 3, 9)  # fmt: skip
     assert isinstance(item.context["a"], LoopResult) and item.context["a"].failed == 2
@@ -113,11 +114,11 @@ def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
 
 
 def test_wire_event_is_fenced_by_meta_epoch() -> None:
-    from milepost.core.work import Outcome, report_events
+    from milepost.core.work import AttemptResult, report_events
 
-    item = work_item(command(105, epoch=4))
-    [event] = report_events(item, Outcome(ok=True, result=1), 77, 1.0, "w")
-    wire = wire_event(event, item.epoch, item.command_id)
+    item = work_item_from_wire(command(105, epoch=4))
+    [event] = report_events(item, AttemptResult(ok=True, result=1), 77, 1.0, "w")
+    wire = event_to_wire(event, item.epoch, item.command_id)
     assert wire["meta"]["epoch"] == wire["result"]["context"]["epoch"] == 4
     assert wire["event_id"] == "77" and wire["created_at"] == 1.0
 
@@ -125,7 +126,7 @@ def test_wire_event_is_fenced_by_meta_epoch() -> None:
 def test_a_report_is_retried_while_the_server_is_unreachable() -> None:
     async def scenario() -> None:
         worker, client, _, clock = make()
-        client.report_failures = [ServerUnavailable("down"), ApiError(503, "internal", "busy")]
+        client.report_failures = [ServerUnavailable("down"), ServerRefused(503, "internal", "busy")]
         client.queue.append(command(106))
         async with running(worker):
             await clock.run_until(lambda: bool(client.reports))
@@ -138,7 +139,7 @@ def test_a_report_is_retried_while_the_server_is_unreachable() -> None:
 def test_a_refused_report_is_not_retried() -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
-        client.report_failures = [ApiError(422, "validation_error", "bad")]
+        client.report_failures = [ServerRefused(422, "validation_error", "bad")]
         client.queue.append(command(107))
         async with running(worker):
             await wait_for_async(lambda: not worker.jobs and len(client.claim_limits) > 1)
@@ -215,7 +216,7 @@ def test_a_refused_batch_is_sent_again_report_by_report() -> None:
         worker, client, tools, clock = make(concurrency=3)
         async with one_report_held_two_finished(worker, client, tools, 140):
             # the first report goes through; the batch of two is refused, then each alone
-            client.report_failures = [None, ApiError(422, "validation_error", "one bad event")]
+            client.report_failures = [None, ServerRefused(422, "validation_error", "one bad event")]
             client.report_gate.set()
             await clock.run_until(lambda: len(client.report_claims) == 4)
             await wait_for_async(lambda: not worker.jobs)
@@ -486,9 +487,9 @@ def test_commands_claimed_while_stopping_are_given_back() -> None:
 
 def test_machine_id_comes_from_the_environment_or_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
-    assert worker_http.machine_id() == 17
+    assert machine_ids.machine_id() == 17
     monkeypatch.delenv("MILEPOST_MACHINE_ID")
-    assert worker_http.machine_id() is None  # leased from the server: no host:pid hash
+    assert machine_ids.machine_id() is None  # leased from the server: no host:pid hash
 
 
 def _machine_of(event_id: str) -> int:
@@ -531,9 +532,9 @@ def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
 
     async def scenario() -> None:
         client = FakeClient()
-        client.machine_id_failures = [ApiError(status, "forbidden", "no")]
+        client.machine_id_failures = [ServerRefused(status, "forbidden", "no")]
         worker, _ = _leasing(client)
-        with pytest.raises(worker_http.MachineIdRefused) as raised:
+        with pytest.raises(machine_ids.MachineIdRefused) as raised:
             await worker.run()
         assert raised.value.code == "machine_id_refused"
         assert f"HTTP {status} forbidden" in raised.value.message
@@ -548,7 +549,7 @@ def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
 
     async def scenario() -> None:
         client = FakeClient()
-        client.machine_id_failures = [ServerUnavailable("down"), ApiError(503, "busy", "later"),
+        client.machine_id_failures = [ServerUnavailable("down"), ServerRefused(503, "busy", "later"),
                                       {"unexpected": "reply"}]  # fmt: skip
         worker, clock = _leasing(client)
         client.queue.append(command(133))
@@ -556,7 +557,7 @@ def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
             await clock.run_until(lambda: len(client.reports) == 1)
         assert client.machine_id_calls == [None, None, None, None]
 
-    with caplog.at_level(logging.DEBUG, logger="milepost.worker.http"):
+    with caplog.at_level(logging.DEBUG, logger="milepost.worker"):
         run(scenario)
     warnings = [r for r in caplog.records if getattr(r, "action", "") == "machine_id_failed"
                 and r.levelno >= logging.WARNING]  # fmt: skip
@@ -600,7 +601,7 @@ def test_ids_are_minted_on_the_servers_clock_measured_from_the_lease(
 def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_ids() -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
-        conflict = ApiError(409, "event_id_conflict", "taken")
+        conflict = ServerRefused(409, "event_id_conflict", "taken")
         client.report_failures = [conflict, conflict]
         client.queue.append(command(132))
         async with running(worker):
@@ -615,7 +616,7 @@ def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_i
 def test_a_report_whose_ids_were_taken_goes_through_under_new_ids() -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
-        client.report_failures = [ApiError(409, "event_id_conflict", "taken")]
+        client.report_failures = [ServerRefused(409, "event_id_conflict", "taken")]
         client.queue.append(command(133))
         async with running(worker):
             await wait_for_async(lambda: len(client.reports) == 1)

@@ -15,7 +15,7 @@ from milepost.api.deps import RuntimeDep, StoreDep
 from milepost.api.errors import AUTH
 from milepost.api.runtime import Runtime
 from milepost.core import state as st
-from milepost.engine import report
+from milepost.engine import summaries
 from milepost.playbook import model
 from milepost.store import port
 
@@ -54,7 +54,7 @@ def list_executions(
 
 
 def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
-    return report.summary(state)
+    return summaries.execution_summary(state)
 
 
 @router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))

@@ -1,4 +1,5 @@
-"""Views of an execution for people and scripts (CLI output, conformance checks)."""
+"""Summaries of an execution for people and scripts: `milepost status`/`run` output, the
+API's summary view and the conformance checks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from milepost.core import state as st
 
 
-def summary(state: st.ExecutionState) -> dict[str, Any]:
+def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     """`{execution_id, status, error, steps: {name: {status, result, runs}}}`."""
     steps: dict[str, Any] = {}
     for name, status in state.step_status.items():
@@ -37,7 +38,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def reason(state: st.ExecutionState) -> str | None:
+def failure_reason(state: st.ExecutionState) -> str | None:
+    """Why a failed execution failed, in one line; None when it has no error."""
     if state.error is None:
         return None
     return str(state.error.get("reason") or state.error.get("message") or "failed")

@@ -2,7 +2,7 @@
 
 DSL 4 (pipelines), 5 (task policies and the output envelope), 7 (writes inside an
 attempt): writes go to an overlay that later tasks see at once and that is committed
-(returned as `Outcome.ctx`) only when the attempt succeeds.
+(returned as `AttemptResult.ctx`) only when the attempt succeeds.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from milepost.attempt import keychain
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
-from milepost.core.work import Outcome, WorkItem
+from milepost.core.work import AttemptResult, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
 from milepost.sanitize import Redactor, sensitive_values
 from milepost.tools.base import CredentialLookup, ToolCall, ToolResult
-from milepost.worker import keychain
 
 MAX_TASK_EXECUTIONS = 10_000
 _UNRENDERED_CONFIG = frozenset({"kind", "name"})
@@ -89,8 +89,8 @@ async def run_attempt(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     credentials: CredentialLookup | None = None,
-) -> Outcome:
-    """Run one attempt; never raises for a task failure (it becomes `Outcome.error`).
+) -> AttemptResult:
+    """Run one attempt; never raises for a task failure (it becomes `AttemptResult.error`).
 
     When the playbook has a keychain, its values are resolved here, for this attempt
     only. They, and whatever looks like a secret (`sanitize.SECRET_PATTERNS`), are
@@ -105,7 +105,7 @@ async def run_attempt(
             resolved = keychain.resolve(playbook, item.context, credentials)
         except MilepostError as exc:
             error = {"kind": "keychain", "message": exc.message, "retryable": False}
-            return Outcome(ok=False, error=Redactor(secrets).value(error))
+            return AttemptResult(ok=False, error=Redactor(secrets).value(error))
         secrets.extend(keychain.secret_texts(playbook, resolved))
         item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
     redactor = Redactor(secrets)
@@ -118,19 +118,19 @@ async def run_attempt(
                                error=redactor.value(outcome.error))  # fmt: skip
 
 
-def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> Outcome:
+def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> AttemptResult:
     """The `internal` outcome of a crash; its traceback is logged here, redacted, because
     its frames' values and messages may hold the attempt's secrets."""
     log.error("attempt crashed (step %r, execution %s)\n%s", item.step, item.execution_id,
               redactor.text(traceback.format_exc()),
               extra={"action": "attempt_crashed", "command_id": str(item.command_id),
                      "execution_id": str(item.execution_id), "step": item.step})  # fmt: skip
-    return Outcome(ok=False, error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+    return AttemptResult(ok=False, error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
 
 
 async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
                sleep: Callable[[float], Awaitable[None]],
-               redactor: Redactor) -> Outcome:  # fmt: skip
+               redactor: Redactor) -> AttemptResult:  # fmt: skip
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
@@ -144,13 +144,13 @@ async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
         else:
             await _run_tasks(pipe, tools, sleep)
     except _TaskFailed as failed:
-        return Outcome(ok=False, result=failed.result, error=failed.error,
+        return AttemptResult(ok=False, result=failed.result, error=failed.error,
                        duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
     except TimeoutError:
         error = {"kind": "timeout", "message": f"step exceeded spec.timeout of {timeout:g}s",
                  "retryable": True, "code": "TIMEOUT"}  # fmt: skip
-        return Outcome(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000)
-    return Outcome(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
+        return AttemptResult(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000)
+    return AttemptResult(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
                    failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
 
 

@@ -1,0 +1,40 @@
+"""One claimed command in the worker, from its claim to its report, and how the worker
+logs about it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """One claimed command, from the claim to its report."""
+
+    command: dict[str, Any]
+    command_id: int
+    execution_id: int
+    epoch: int
+    step: str
+    phase: str = "claimed"
+    """claimed (not started; released on shutdown) -> running -> reporting."""
+    lost: bool = False
+    """The lease was lost: abandon, never report."""
+    refilled: bool = False
+    """Its report claimed the next commands: the claim loop need not poll for its slot."""
+    task: asyncio.Task[None] | None = None
+
+
+def log_job(job: Job, level: int, action: str, message: str, *args: Any,
+            exc_info: bool = False) -> None:  # fmt: skip
+    """Log about one command: its ids lead the message and go in `extra` (never values)."""
+    if not log.isEnabledFor(level):
+        return
+    log.log(level, "command %s (step %r, execution %s): " + message, job.command_id, job.step,
+            job.execution_id, *args, exc_info=exc_info,
+            extra={"action": action, "command_id": str(job.command_id),
+                   "execution_id": str(job.execution_id), "step": job.step})  # fmt: skip

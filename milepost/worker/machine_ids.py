@@ -1,0 +1,131 @@
+"""The event ids a worker mints: on `MILEPOST_MACHINE_ID`, else on a machine id leased
+from its server and renewed while the worker runs (an id derived from host and pid
+collided between workers, silently)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from milepost.client import ServerRefused
+from milepost.core.ids import Snowflake
+from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
+from milepost.errors import MilepostError
+from milepost.settings import Settings
+from milepost.worker.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class MachineIdRefused(MilepostError):
+    """The server refused to lease a machine id, in a way that retrying will not change."""
+
+    code = "machine_id_refused"
+
+    def __init__(self, cause: ServerRefused) -> None:
+        super().__init__(f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
+                         f"{cause.message}); check the worker's token role and that the server "
+                         "is as new as the worker", status=cause.status, cause_code=cause.code)
+
+
+def machine_id(settings: Settings | None = None) -> int | None:
+    """`MILEPOST_MACHINE_ID` (of `settings`), else None: the worker leases one from its
+    server as it starts."""
+    return (settings or Settings()).machine_id
+
+
+class MachineIdServer(Protocol):
+    async def machine_id(self, worker_id: str,
+                         machine_id: int | None = None) -> dict[str, Any]: ...  # fmt: skip
+
+
+class MachineIds:
+    """Mints event ids; `new_id` given (or the settings' `machine_id`), on that, else on a
+    machine id `lease` takes from the server and `renew_forever` keeps.
+
+    Args:
+        holder: who holds the lease, unique per worker process.
+        min_poll, max_poll: the back-off of `lease` while the server does not answer.
+    """
+
+    def __init__(self, server: MachineIdServer, holder: str, clock: Clock,
+                 new_id: Callable[[], int] | None = None, *, settings: Settings,
+                 min_poll: float, max_poll: float) -> None:  # fmt: skip
+        self.server = server
+        self.holder = holder
+        self.clock = clock
+        fixed = machine_id(settings)
+        self._new_id: Callable[[], int] | None = new_id or (
+            None if fixed is None else Snowflake(fixed, clock.time))  # fmt: skip
+        self.min_poll = min_poll
+        self.max_poll = max_poll
+        self._leased: int | None = None
+        """The machine id leased from the server (None: `new_id` or the environment's)."""
+        self._clock_offset = 0.0
+        """The server's clock minus this one, as the last lease reply showed it."""
+
+    @property
+    def needs_lease(self) -> bool:
+        """No id can be minted before `lease`."""
+        return self._new_id is None
+
+    def mint(self) -> int:
+        assert self._new_id is not None, "the worker leases a machine id before any attempt"
+        return self._new_id()
+
+    async def lease(self, stopping: Callable[[], bool]) -> None:
+        """Ask the server for a machine id until it answers (or `stopping()`); a refusal that
+        will not pass (a 4xx: wrong role, an older server) raises `MachineIdRefused`."""
+        delay = self.min_poll
+        failures = 0
+        while True:
+            try:
+                await self._ask()
+                return
+            except ServerRefused as exc:
+                if not exc.transient:
+                    raise MachineIdRefused(exc) from exc
+                failure: Exception = exc
+            except Exception as exc:  # noqa: BLE001 - unreachable, or a malformed reply
+                failure = exc
+            if stopping():
+                return  # no claim follows, so no id is ever needed
+            failures += 1
+            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                    "cannot lease a machine id (%s: %s); retrying every %.1fs at most",
+                    type(failure).__name__, failure, self.max_poll,
+                    extra={"action": "machine_id_failed"})  # fmt: skip
+            await self.clock.sleep(delay)
+            delay = min(delay * 2, self.max_poll)
+
+    async def renew_forever(self) -> None:
+        while True:
+            await self.clock.sleep(RENEW_EVERY_S)
+            try:
+                await self._ask()
+            except Exception as exc:  # noqa: BLE001 - the lease outlives a few misses
+                log.warning("machine id renewal failed: %s: %s", type(exc).__name__, exc,
+                            extra={"action": "machine_id_renew_failed"})  # fmt: skip
+
+    async def _ask(self) -> None:
+        asked = self.clock.time()
+        reply = await self.server.machine_id(self.holder, self._leased)
+        self._use(reply, (asked + self.clock.time()) / 2)
+
+    def _use(self, reply: Mapping[str, Any], local_now: float) -> None:
+        leased = int(reply["machine_id"])
+        expires_at = reply.get("expires_at")
+        if isinstance(expires_at, int | float) and not isinstance(expires_at, bool):
+            # the server refuses ids minted more than a few seconds ahead of its clock:
+            # mint on its clock, as measured from this reply (`expires_at` = its now + ttl)
+            self._clock_offset = expires_at - LEASE_TTL_S - local_now
+        if leased != self._leased:
+            if self._leased is not None:
+                log.warning("machine id %d was lost: minting with %d from now on",
+                            self._leased, leased, extra={"action": "machine_id_relet"})  # fmt: skip
+            self._leased = leased
+            self._new_id = Snowflake(leased, self._server_time)
+
+    def _server_time(self) -> float:
+        return self.clock.time() + self._clock_offset

@@ -1,0 +1,155 @@
+"""The package graph of `milepost/`: layers that only import downwards, and small modules.
+
+Every import is read with `ast` (function-level and `TYPE_CHECKING` ones too: a lazy
+import is still a dependency) and mapped to the layer of the module it names. A module
+may import its own unit and any unit of a lower tier; an import of a higher tier, or of
+another unit of the same tier (two transports, say), fails the test with the file, line
+and imported module.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "milepost"
+MAX_LINES = 500
+
+TIERS: list[tuple[str, ...]] = [
+    # the id layout (imports nothing; settings bounds the machine id with it) and errors
+    ("milepost", "milepost.errors", "milepost.core.ids"),
+    # configuration and redaction, read by every layer above
+    ("milepost.settings", "milepost.sanitize"),
+    # the playbook language: model, loading, templates
+    ("milepost.playbook",),
+    # the fold, decide and what a worker is handed and reports (pure)
+    ("milepost.core",),
+    # ports to the outside world, each on its own: the log, credentials at rest, tools,
+    # the wire shape of commands and reports
+    ("milepost.store", "milepost.credentials", "milepost.tools", "milepost.wire"),
+    # running one attempt (below both transports), and the server's HTTP client
+    ("milepost.attempt", "milepost.client"),
+    # the engine: the run lifecycle over a store
+    ("milepost.engine",),
+    # the two transports of the engine's commands: the HTTP server and the remote worker
+    ("milepost.api", "milepost.worker"),
+    # entry points, each may use the ones before it
+    ("milepost.conformance",),
+    ("milepost.bench",),
+    ("milepost.cli",),
+]
+"""Lowest first. A unit is a module or package; a module belongs to its longest unit."""
+
+_TIER_OF = {unit: index for index, units in enumerate(TIERS) for unit in units}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def unit_of(module: str) -> str | None:
+    """The longest unit `module` is or lies inside; None for a module no tier places."""
+    if module == "milepost":
+        return module  # the package itself (its version), not everything inside it
+    parts = module.split(".")
+    for end in range(len(parts), 1, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in _TIER_OF:
+            return candidate
+    return None
+
+
+def _is_module(name: str) -> bool:
+    base = ROOT.parent.joinpath(*name.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imports_of(path: Path, package: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for every milepost module `path` imports, wherever the import is;
+    `package` is the package relative imports start from."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "milepost":
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "milepost":
+                continue
+            for alias in node.names:
+                # `from milepost.core import state` imports the module `milepost.core.state`
+                target = f"{source}.{alias.name}"
+                yield node.lineno, target if _is_module(target) else source
+
+
+def against_the_order(importer: str, imports: Iterator[tuple[int, str]]) -> list[str]:
+    """`line: importer imports target, ...` for each import of `importer` against the order."""
+    unit = unit_of(importer)
+    if unit is None:
+        return [f"{importer} is in no tier of TIERS"]
+    found = []
+    for line, target in imports:
+        target_unit = unit_of(target)
+        if target_unit == unit:
+            continue
+        if target_unit is None:
+            found.append(f"{line}: {importer} imports {target}, which is in no tier")
+        elif _TIER_OF[target_unit] == _TIER_OF[unit]:
+            found.append(f"{line}: {importer} imports {target}, a peer of {unit}")
+        elif _TIER_OF[target_unit] > _TIER_OF[unit]:
+            found.append(f"{line}: {importer} imports {target}, above {unit}")
+    return found
+
+
+def modules() -> list[Path]:
+    return sorted(ROOT.rglob("*.py"))
+
+
+def test_every_import_goes_down_the_tiers() -> None:
+    found = []
+    for path in modules():
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found += [f"{path.relative_to(ROOT.parent)}:{problem}"
+                  for problem in against_the_order(name, imports_of(path, package))]  # fmt: skip
+    assert found == []
+
+
+def test_the_check_finds_upward_peer_and_lazy_imports(tmp_path: Path) -> None:
+    source = tmp_path / "sample.py"
+    source.write_text("import milepost.engine.orchestrator\n"
+                      "from milepost.playbook import model\n"
+                      "from milepost import errors, worker\n\n"
+                      "def f():\n    from milepost.api import app\n"
+                      "    from .state import fold\n")  # fmt: skip
+    imports = list(imports_of(source, "milepost.core"))
+    assert imports == [(1, "milepost.engine.orchestrator"), (2, "milepost.playbook.model"),
+                       (3, "milepost.errors"), (3, "milepost.worker"), (6, "milepost.api.app"),
+                       (7, "milepost.core.state")]  # fmt: skip
+    assert against_the_order("milepost.core.decide", iter(imports)) == [
+        "1: milepost.core.decide imports milepost.engine.orchestrator, above milepost.core",
+        "3: milepost.core.decide imports milepost.worker, above milepost.core",
+        "6: milepost.core.decide imports milepost.api.app, above milepost.core",
+    ]
+    assert against_the_order("milepost.api.app", iter([(9, "milepost.worker.loop")])) == [
+        "9: milepost.api.app imports milepost.worker.loop, a peer of milepost.api"]
+    assert against_the_order("milepost.nowhere", iter([])) == [
+        "milepost.nowhere is in no tier of TIERS"]
+
+
+@pytest.mark.xfail(strict=False, reason="the modules the `splits` and `service` parts split "
+                   "are over the limit until their branches are merged")  # fmt: skip
+def test_no_module_is_over_500_lines() -> None:
+    long = {str(path.relative_to(ROOT.parent)): n for path in modules()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}  # fmt: skip
+    assert long == {}

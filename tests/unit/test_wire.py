@@ -1,0 +1,67 @@
+"""The wire codec (milepost.wire): a command encoded from the state as the server sends it
+decodes, after a trip through JSON, into the work item the state would give in-process."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from milepost import wire
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.core.work import work_item
+from milepost.playbook.loop_result import LoopResult
+from tests.unit.sim import Sim, playbook
+
+PB = playbook("""\
+    workflow:
+      - step: start
+        loop: {in: "{{ [1, 2, 3] }}", iterator: i}
+        tool: {kind: noop}
+        next: total
+      - step: total
+        tool: {kind: python, input: {n: "{{ start | length }}"}, code: "result = n"}
+    """)
+
+
+def _encoded(state: st.ExecutionState, command: st.Command, epoch: int) -> dict[str, Any]:
+    item = work_item(state, PB, command, epoch)
+    return {"command_id": str(command.command_id), "execution_id": str(state.execution_id),
+            "step": command.step, "run": command.run, "index": command.index,
+            "attempt": command.attempt, "idempotency_key": command.idempotency_key,
+            "context": wire.plain(item.context),
+            "loop_steps": wire.loop_steps(state, PB, item.context),
+            "args": wire.plain(item.args), "lease": {"epoch": epoch}}  # fmt: skip
+
+
+def test_a_command_survives_the_wire_loop_results_and_their_failures_included() -> None:
+    sim = Sim(PB)
+    while sim.live("start"):
+        cmd = sim.live("start")[0]
+        sim.report(cmd, cmd.index * 10)
+    [total] = sim.live("total")
+    # a policy that let one iteration's error through leaves a failed count on the result
+    sim.state.results["start"] = LoopResult(sim.state.results["start"], failed=1)
+    sent = json.loads(json.dumps(_encoded(sim.state, total, epoch=3)))
+    assert sent["loop_steps"] == {"start": {"failed": 1}}
+    item = wire.work_item_from_wire(sent)
+    expected = work_item(sim.state, PB, total, 3)
+    assert item == expected
+    assert isinstance(item.context["start"], LoopResult)
+    assert item.context["start"].stats == {"total": 3, "success": 2, "failed": 1}
+
+
+def test_a_report_event_carries_its_epoch_and_parent_as_strings() -> None:
+    event = ev.new_event(901, 77, ev.COMMAND_COMPLETED, 1000.5, step="start", worker_id="w",
+                         payload={"command_id": 5, "result": {"at": 1.5}, "ctx": {}},
+                         meta={"duration_ms": 2.0})  # fmt: skip
+    sent = wire.event_to_wire(event, 7, 5)
+    assert sent["meta"] == {"duration_ms": 2.0, "epoch": 7}
+    assert (sent["event_id"], sent["execution_id"], sent["parent_event_id"]) == ("901", "77", "5")
+    assert sent["result"] == event.envelope_result() and sent["created_at"] == 1000.5
+    assert json.loads(json.dumps(sent)) == sent
+
+
+def test_jsonable_turns_what_json_cannot_carry_into_text() -> None:
+    assert wire.jsonable({"a": (1, 2), "b": {1, 2} and "x", "c": object}) == {
+        "a": [1, 2], "b": "x", "c": str(object)}
