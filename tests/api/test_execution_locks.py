@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from milepost.api.runtime import ExecutionLocks
+from milepost.engine.locks import ExecutionLocks
 
 DEADLINE = 10.0
 
