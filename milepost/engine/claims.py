@@ -68,9 +68,10 @@ class Claims:
         self.store = store
 
     def request(self, worker_id: str, now: float, lease_s: float, limit: int,
-                pool: str | None = None) -> port.ClaimRequest:  # fmt: skip
+                pool: str | None = None,
+                executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
         """The claim made in the transaction of a report (`Orchestrator.process`)."""
-        return port.ClaimRequest(worker_id, now, lease_s, limit, pool)
+        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, executions)
 
     def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
         return self.store.claim(command_id, worker_id, now, lease_s)

@@ -54,8 +54,8 @@ Reported = reporting.Reported
 class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
-                 pool: str = notify.DEFAULT_POOL,
-                 requeue_after: float = REQUEUE_AFTER) -> None:  # fmt: skip
+                 pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
+                 refresh: bool = True) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
@@ -74,6 +74,11 @@ class Lifecycle:
                                      on_expired=lambda _cid: self.meters.lease_expired())  # fmt: skip
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
         """Called with (execution_id, time) for every retry timer a decision set."""
+        self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
+        """Called with every outcome (a transport that dispatches work itself)."""
+        self.refresh = refresh
+        """Other writers may append to these logs: reports fold what they wrote first. An
+        embedded engine, the only writer of the runs it drives, says False."""
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -114,13 +119,14 @@ class Lifecycle:
 
     def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
               parent_execution_id: int | None = None, parent_command_id: int | None = None,
-              execution_id: int | None = None) -> tuple[int, Outcome]:  # fmt: skip
+              execution_id: int | None = None,
+              claim: port.ClaimRequest | None = None) -> tuple[int, Outcome]:  # fmt: skip
         # no lock: nobody knows the new execution's id before this returns
         started = time.perf_counter()
         xid, outcome = self.orchestrator.start(playbook, version, workload,
                                                parent_execution_id=parent_execution_id,
                                                parent_command_id=parent_command_id,
-                                               execution_id=execution_id)  # fmt: skip
+                                               execution_id=execution_id, claim=claim)  # fmt: skip
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         return xid, outcome
@@ -216,10 +222,11 @@ class Lifecycle:
 
     # -- claims ----------------------------------------------------------------------------
 
-    def claim_request(self, worker_id: str, lease_s: float, limit: int,
-                      pool: str | None = None) -> port.ClaimRequest:  # fmt: skip
-        """The claim a report makes in its own transaction (`report(..., claim=)`)."""
-        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool)
+    def claim_request(self, worker_id: str, lease_s: float, limit: int, pool: str | None = None,
+                      executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
+        """The claim a report makes in its own transaction (`report(..., claim=)`);
+        `executions`: only commands of these."""
+        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool, executions)
 
     def claim(self, command_id: int, worker_id: str,
               lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip
@@ -260,6 +267,18 @@ class Lifecycle:
         if released and not self.settle_cancelled([row.execution_id]):
             self.publisher.notify([notify.Notice(row.command_id, row.execution_id, self.pool)])
         return bool(released)
+
+    def release_claims(self, execution_id: int) -> int:
+        """Give back every live claim of an execution whose driver died (`resume`): its
+        commands are queued again, same attempt and key, for the new driver to claim.
+        Returns how many were released."""
+        released = 0
+        for row in self.store.open_commands(execution_id):
+            if row.status == port.COMMAND_CLAIMED and row.worker_id is not None:
+                with contextlib.suppress(ClaimRefused):  # it moved since: nothing to give back
+                    released += self.claims.release(row.command_id, row.worker_id, row.epoch,
+                                                    self.clock())  # fmt: skip
+        return released
 
     def claimed(self, claimed: port.Claimed) -> None:
         """Count commands handed to a worker and remember their claims (`handed`)."""
@@ -351,3 +370,4 @@ class Lifecycle:
                 for xid in finished:
                     self.orchestrator.retire(xid)
             self.watchers.wake(outcome.finished)
+        self.on_outcome(outcome)

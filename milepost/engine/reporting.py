@@ -52,10 +52,11 @@ def report(engine: Lifecycle, events: list[ev.Event],
         if engine.handed.vouches(events):
             # reports of claims handed out here: the append checks them in its transaction
             with contextlib.suppress(port.ClaimMoved):
-                outcome = engine.process(events, claim=claim, check_claims=True)
+                outcome = engine.process(events, refresh=engine.refresh, claim=claim,
+                                         check_claims=True)  # fmt: skip
         if outcome is None:
             fenced = fence.fence(engine.store, events)
-            outcome = engine.process(fenced, claim=claim)
+            outcome = engine.process(fenced, refresh=engine.refresh, claim=claim)
         engine.handed.forget(events)
     # what went in: the fence (epochs) and the orchestrator's (settled commands)
     stored = {e.event_id: e for e in outcome.events}
