@@ -78,8 +78,9 @@ class EmbeddedEngine:
         self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
         self.holder = self.drivers.holder
         # this process is the only writer of the runs it drives: no look at the log
-        # before each decision (the poller folds what others wrote, a cancel)
-        self.service = Lifecycle(store, self.orchestrator, refresh=False)
+        # before each decision (the poller folds what others wrote, a cancel); and it calls
+        # the service from its loop's thread only: no locks
+        self.service = Lifecycle(store, self.orchestrator, refresh=False, threads=False)
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
         self.concurrency = concurrency

@@ -52,8 +52,10 @@ class InProcessWorkers:
         """command id -> its claim and when its attempt started."""
 
     def free(self) -> int:
-        """Slots no attempt runs in nor waits for: what the next claim may take."""
-        return max(0, self.capacity - self.busy - self._queue.qsize())
+        """Slots no attempt runs in nor waits for: what the next claim may take. A worker
+        has two: the attempt it runs and the next one, claimed while it runs so that the
+        worker goes on at once instead of waiting for the commit of its report."""
+        return max(0, 2 * self.capacity - self.busy - self._queue.qsize())
 
     def claim_request(self, executions: frozenset[int]) -> ClaimRequest | None:
         """The claim of the next report: as many commands of `executions` as slots are free."""

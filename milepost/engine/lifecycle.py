@@ -29,7 +29,7 @@ from milepost.engine import cancel as cancelling
 from milepost.engine import notify, reporting
 from milepost.engine.claims import Claims, HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
-from milepost.engine.locks import ExecutionLocks, locked_ids
+from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
@@ -55,20 +55,22 @@ class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
                  pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
-                 refresh: bool = True) -> None:  # fmt: skip
+                 refresh: bool = True, threads: bool = True) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
         self.pool = pool
-        self.locks = ExecutionLocks()
+        # called from one thread only (`threads=False`: an asyncio loop), nothing interleaves
+        self.locks: ExecutionLocks | NoLocks = ExecutionLocks() if threads else NoLocks()
         self.handed = HandedOut()
         self.claims = Claims(store)
         self.watchers = Watchers()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""
         self._minter = orchestrator.new_id
-        orchestrator.new_id = locked_ids(orchestrator.new_id)
+        if threads:
+            orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
                                      pool=pool,
                                      on_expired=lambda _cid: self.meters.lease_expired())  # fmt: skip

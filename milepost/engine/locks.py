@@ -50,6 +50,19 @@ class ExecutionLocks:
             return len(self._locks)
 
 
+class NoLocks:
+    """`ExecutionLocks` for an engine called from one thread only (the embedded engine's
+    loop): nothing can interleave, so holding costs nothing."""
+
+    _held = contextlib.nullcontext()
+
+    def hold(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
+        return self._held
+
+    def __len__(self) -> int:
+        return 0
+
+
 def locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
     """An id generator safe to call from several threads at once."""
     if isinstance(new_id, LeasedIds):

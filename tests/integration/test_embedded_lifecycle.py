@@ -90,7 +90,7 @@ def test_the_work_of_a_run_whose_cancel_was_requested_is_never_run(store: Any,
 
 def test_claims_are_made_for_free_slots_under_a_worker_id_of_the_engine(store: Any,
                                                                        tmp_path: Path) -> None:  # fmt: skip
-    pb, text = gated(tmp_path, 5)
+    pb, text = gated(tmp_path, 7)
 
     async def go() -> tuple[int, str, str]:
         async with EmbeddedEngine(store, concurrency=2) as one, \
@@ -98,8 +98,9 @@ def test_claims_are_made_for_free_slots_under_a_worker_id_of_the_engine(store: A
             xid = one.start(pb, text)
             await eventually(lambda: len(attempts(tmp_path)) == 2)
             rows = commands(store, xid)
-            # two slots: two commands claimed, the other three wait in the store's queue
-            assert sorted(r.status for r in rows) == ["claimed"] * 2 + ["queued"] * 3
+            # two workers, two slots each (the attempt it runs and the next): four commands
+            # claimed, the other three wait in the store's queue
+            assert sorted(r.status for r in rows) == ["claimed"] * 4 + ["queued"] * 3
             (tmp_path / "gate").touch()
             assert (await one.wait(xid, timeout=30)).status == st.COMPLETED
             return xid, one.workers.claimant, other.workers.claimant
@@ -115,7 +116,7 @@ def test_a_clean_exit_releases_the_claims_no_attempt_started(store: Any, tmp_pat
 
     async def go() -> int:
         async with EmbeddedEngine(store, concurrency=1) as engine:
-            engine.workers.capacity += 1  # a slot no worker serves: its claim is never started
+            # one worker, two slots: the second command is claimed for it and never started
             xid = engine.start(pb, text)
             await eventually(lambda: len(attempts(tmp_path)) == 1)
             assert sorted(r.status for r in commands(store, xid)) == ["claimed", "claimed"]
