@@ -71,7 +71,9 @@ def check_executions(read: Read, events: list[ev.Event]) -> None:
 def _look(steps: set[str], ids: list[int], state: st.ExecutionState,
           playbook: model.Playbook) -> tuple[str, set[str], bool]:  # fmt: skip
     """The status, which of `steps` the playbook lacks, and whether any of `ids` is new."""
-    return state.status, steps - set(playbook.steps), any(i not in state.seen for i in ids)
+    # no set of the playbook's steps: a chain of a thousand steps would build it per batch
+    unknown = {step for step in steps if step not in playbook.steps}
+    return state.status, unknown, any(i not in state.seen for i in ids)
 
 
 def check_named_commands(store: port.Store, events: list[ev.Event]) -> None:
