@@ -14,7 +14,7 @@ any other event for it is refused (`ExecutionTerminal`).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import functools
 from typing import TYPE_CHECKING
 
 from milepost.core import events as ev
@@ -26,19 +26,52 @@ if TYPE_CHECKING:
     from milepost.engine.lifecycle import Lifecycle
 
 
-@dataclass(slots=True)
 class Reported:
-    events: list[ev.Event]
-    """The events as the engine took them (stale marks included), in the batch's order."""
-    stored_ids: set[int] = field(default_factory=set)
-    stale_ids: set[int] = field(default_factory=set)
-    duplicate_ids: set[int] = field(default_factory=set)
-    """Repeats of events the log already held (same execution, type, step and content)."""
-    ignored: dict[int, str] = field(default_factory=dict)
-    """Events of runs that had ended, not stored -> why."""
-    claimed: port.Claimed = field(default_factory=list)
-    written: set[int] = field(default_factory=set)
-    """Executions this call appended to: the engine's states of them are the log's head."""
+    """What one reported batch came to, worked out when asked (the embedded transport
+    asks nothing: it acts on the outcome itself)."""
+
+    def __init__(self, fenced: list[ev.Event], outcome: Outcome) -> None:
+        self._fenced = fenced
+        self.outcome = outcome
+        self.claimed: port.Claimed = outcome.claimed
+
+    @functools.cached_property
+    def _stored(self) -> dict[int, ev.Event]:
+        return {e.event_id: e for e in self.outcome.events}
+
+    @functools.cached_property
+    def events(self) -> list[ev.Event]:
+        """The events as the engine took them (stale marks included), in the batch's order:
+        the fence's epochs and the orchestrator's settled commands."""
+        return [self._stored.get(e.event_id, e) for e in self._fenced]
+
+    @functools.cached_property
+    def stored_ids(self) -> set[int]:
+        return set(self._stored) & {e.event_id for e in self._fenced}
+
+    @functools.cached_property
+    def stale_ids(self) -> set[int]:
+        return {e.event_id for e in self.events if e.meta.get("stale") and e.event_id in self._stored}
+
+    @functools.cached_property
+    def ignored(self) -> dict[int, str]:
+        """Events of runs that had ended, not stored -> why."""
+        ended = {state.execution_id: state.status for state in self.outcome.finished}
+        return {e.event_id: f"execution {e.execution_id} is "
+                f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
+                for e in self.outcome.ignored}  # fmt: skip
+
+    @functools.cached_property
+    def duplicate_ids(self) -> set[int]:
+        """Repeats of events the log already held (same execution, type, step and content):
+        the store refuses another event with a known id (409), so one neither stored nor
+        left out after the run's end is a repeat."""
+        return {e.event_id for e in self._fenced} - self.stored_ids - set(self.ignored)
+
+    @functools.cached_property
+    def written(self) -> set[int]:
+        """Executions this call appended to: the engine's states of them are the log's head."""
+        return {e.execution_id for e in self.outcome.events}
 
 
 def report(engine: Lifecycle, events: list[ev.Event],
@@ -51,30 +84,15 @@ def report(engine: Lifecycle, events: list[ev.Event],
         fenced = events
         if engine.handed.vouches(events):
             # reports of claims handed out here: the append checks them in its transaction
-            with contextlib.suppress(port.ClaimMoved):
+            with contextlib.suppress(port.ClaimMoved):  # nothing written: the careful way
                 outcome = engine.process(events, refresh=engine.refresh, claim=claim,
                                          check_claims=True)  # fmt: skip
         if outcome is None:
             fenced = fence.fence(engine.store, events)
             outcome = engine.process(fenced, refresh=engine.refresh, claim=claim)
         engine.handed.forget(events)
-    # what went in: the fence (epochs) and the orchestrator's (settled commands)
-    stored = {e.event_id: e for e in outcome.events}
-    result = Reported(events=[stored.get(e.event_id, e) for e in fenced])
-    result.stored_ids = set(stored) & {e.event_id for e in fenced}
-    result.stale_ids = {e.event_id for e in result.events
-                        if e.meta.get("stale") and e.event_id in stored}  # fmt: skip
-    result.claimed = outcome.claimed
-    result.written = {e.execution_id for e in outcome.events}
-    ended = {state.execution_id: state.status for state in outcome.finished}
-    result.ignored = {e.event_id: f"execution {e.execution_id} is "
-                      f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
-                      for e in outcome.ignored}  # fmt: skip
-    # the store refuses another event with a known id (409), so one neither stored nor
-    # left out after the run's end is a repeat
-    result.duplicate_ids = {e.event_id for e in fenced} - result.stored_ids - set(result.ignored)
     # settling skips a run that has ended, so a cancel left out after the end settles nothing
     cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
     if cancels:
         engine.settle_cancelled(cancels)
-    return result
+    return Reported(fenced, outcome)
