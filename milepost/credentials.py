@@ -215,15 +215,13 @@ class Vault:
 
     def list(self) -> list[dict[str, Any]]:
         """`{name, type, created_at, updated_at}` of every credential; never the data."""
-        return [
-            {
-                "name": row.name,
-                "type": row.type,
-                "created_at": row.created_at,
-                "updated_at": row.updated_at,
-            }
-            for row in self.store.list_credentials()
-        ]
+        return [_info(row) for row in self.store.list_credentials()]
+
+    def info(self, name: str) -> dict[str, Any] | None:
+        """`{name, type, created_at, updated_at}` of credential `name` (never the data);
+        None if not registered."""
+        row = self.store.get_credential(name)
+        return None if row is None else _info(row)
 
     def delete(self, name: str) -> bool:
         """Forget credential `name`; False if it was not registered."""
@@ -265,6 +263,11 @@ class Vault:
             raise unreadable
         data: dict[str, Any] = payload["data"]
         return data
+
+
+def _info(row: CredentialRow) -> dict[str, Any]:
+    return {"name": row.name, "type": row.type, "created_at": row.created_at,
+            "updated_at": row.updated_at}  # fmt: skip
 
 
 def _token_bytes(row: CredentialRow) -> bytes:

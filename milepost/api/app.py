@@ -1,8 +1,9 @@
 """`create_app(settings)`: the FastAPI server of docs/server-contract.md.
 
 The lifespan refuses to start without `MILEPOST_SECRET_KEY`, opens and migrates the
-store, builds the orchestrator (shared with other servers on PostgreSQL), the vault, the
-NATS publisher (optional) and runs the reconciler every `reconcile_interval` seconds.
+store, builds the engine service over the orchestrator (shared with other servers on PostgreSQL),
+the vault, the NATS publisher (optional) and ticks the engine every `reconcile_interval`
+seconds.
 Routes are sync functions: FastAPI runs them in its thread pool, so the synchronous
 store never blocks the event loop.
 """
@@ -23,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
-from milepost.api.metrics import Metrics
+from milepost.api.metrics import EngineMeters, Metrics
 from milepost.api.routers import (
     catalog,
     channel,
@@ -37,12 +38,11 @@ from milepost.api.routers import (
     metrics,
     workers,
 )
-from milepost.api.runtime import Runtime
 from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify
+from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
-from milepost.engine.reconciler import Reconciler
 from milepost.settings import Settings
 from milepost.store import factory, port
 from milepost.store.sqlite import SQLiteStore
@@ -62,8 +62,8 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await run_in_threadpool(_open, settings, clock)
         try:
-            services.runtime.publisher = await notify.connect(settings.nats_url)
-            services.reconciler.publisher = services.runtime.publisher
+            services.engine.publisher = await notify.connect(settings.nats_url)
+            services.reconciler.publisher = services.engine.publisher
             app.state.services = services
             task = None
             if settings.reconcile_interval > 0:
@@ -79,7 +79,7 @@ def create_app(settings: Settings | None = None, *,
                         background.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await background
-                await services.runtime.publisher.close()
+                await services.engine.publisher.close()
         finally:
             if services.machine_ids is not None:
                 await run_in_threadpool(services.machine_ids.release)
@@ -135,14 +135,9 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
                                     new_id=leased, shared=shared,
                                     secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
-        publisher: notify.Publisher = notify.NullPublisher()
-        runtime = Runtime(store, orchestrator, publisher=publisher, metrics=app_metrics,
-                          pool=settings.nats_pool)  # fmt: skip
-        reconciler = Reconciler(store, runtime, publisher,
-                                requeue_after=settings.requeue_notice_after,
-                                pool=settings.nats_pool,
-                                on_expired=lambda _cid: app_metrics.leases_expired.inc())  # fmt: skip
-        runtime.on_wake = reconciler.schedule
+        engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
+                           pool=settings.nats_pool,
+                           requeue_after=settings.requeue_notice_after)  # fmt: skip
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
     except BaseException:
@@ -151,20 +146,19 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         store.close()
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
-    return Services(settings=settings, store=store, runtime=runtime, vault=vault,
-                    metrics=app_metrics, reconciler=reconciler, shared=shared,
-                    machine_ids=leased)  # fmt: skip
+    return Services(settings=settings, store=store, engine=engine, vault=vault,
+                    metrics=app_metrics, shared=shared, machine_ids=leased)  # fmt: skip
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:
-    reconciler = services.reconciler
+    engine = services.engine
     try:
-        await run_in_threadpool(reconciler.recover)
+        await run_in_threadpool(engine.recover)
     except Exception:
         log.exception("reconciler: recovery failed", extra={"action": "recover_failed"})
     while True:
         await asyncio.sleep(services.settings.reconcile_interval)
         try:
-            await run_in_threadpool(reconciler.tick, clock())
+            await run_in_threadpool(engine.tick, clock())
         except Exception:  # the next tick tries again; a crash here would stop all leases
             log.exception("reconciler tick failed", extra={"action": "reconcile_tick_failed"})

@@ -23,10 +23,11 @@ from milepost.api import checks, errors
 from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
 from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
-from milepost.api.runtime import Runtime
+from milepost.engine.errors import CommandNotFound
+from milepost.engine.lifecycle import CommandRow, Lifecycle
 from milepost.playbook import model
 from milepost.playbook.coercion import is_template
-from milepost.store import port
+from milepost.store.port import COMMAND_CLAIMED
 
 CHILD_ROLE = "worker"
 """The role admitted with a proof where it is otherwise refused."""
@@ -39,9 +40,9 @@ def refused(principal: Principal, what: str, reason: str, detail: str,
                     role=principal.role, reason=reason, **fields)  # fmt: skip
 
 
-def parent_claim(store: port.Store, now: float, principal: Principal, what: str, *,
+def parent_claim(engine: Lifecycle, principal: Principal, what: str, *,
                  parent_execution_id: int | None, command_id: int | None,
-                 epoch: int | None) -> port.CommandRow | None:  # fmt: skip
+                 epoch: int | None) -> CommandRow | None:  # fmt: skip
     """The parent command the proof names, checked; None when there is no proof and the
     role needs none. 403 when the role needs one and it is missing or does not hold."""
     if command_id is None or epoch is None:
@@ -49,11 +50,14 @@ def parent_claim(store: port.Store, now: float, principal: Principal, what: str,
             return None
         raise refused(principal, what, "no_claim_proof", "give parent_command_id and "
                       "parent_epoch (the claim of the command that runs the playbook tool)")  # fmt: skip
-    row = store.get_command(command_id)
+    now = engine.clock()
     ids = {"parent_command_id": str(command_id)}
-    if row is None:
-        raise refused(principal, what, "command_not_found", f"no command {command_id}", **ids)
-    if row.status != port.COMMAND_CLAIMED:
+    try:
+        row = engine.command(command_id)
+    except CommandNotFound:
+        raise refused(principal, what, "command_not_found", f"no command {command_id}",
+                      **ids) from None  # fmt: skip
+    if row.status != COMMAND_CLAIMED:
         raise refused(principal, what, "not_claimed",
                       f"command {command_id} is {row.status}, not claimed", **ids)  # fmt: skip
     if row.epoch != epoch:
@@ -69,11 +73,11 @@ def parent_claim(store: port.Store, now: float, principal: Principal, what: str,
     return row
 
 
-def check_start(runtime: Runtime, principal: Principal, what: str, parent: port.CommandRow,
+def check_start(engine: Lifecycle, principal: Principal, what: str, parent: CommandRow,
                 path: str | None) -> None:  # fmt: skip
     """403 unless the step of `parent` runs the `playbook` tool, for `path` when the tool's
     path is static (`path` None: the request names no path, the catalog lookup refuses it)."""
-    paths = runtime.read(parent.execution_id,
+    paths = engine.read(parent.execution_id,
                          lambda _state, pb: _child_paths(pb, parent.step), refresh=False)  # fmt: skip
     ids = {"parent_command_id": str(parent.command_id), "step": parent.step}
     if not paths:
@@ -101,16 +105,14 @@ def _child_paths(playbook: model.Playbook, step: str) -> set[str | None]:
     return paths
 
 
-def check_child(runtime: Runtime, principal: Principal, what: str, execution_id: int,
-                parent: port.CommandRow) -> None:  # fmt: skip
+def check_child(engine: Lifecycle, principal: Principal, what: str, execution_id: int,
+                parent: CommandRow) -> None:  # fmt: skip
     """403 unless `execution_id` is a child that the command `parent` started."""
-    row = runtime.store.get_execution(execution_id)
-    if row is None:
-        raise errors.execution_not_found(execution_id)
+    row = engine.execution(execution_id)  # ExecutionNotFound: 404
     started_by = None
     if row.parent_execution_id == parent.execution_id:
         # the parent never changes once a run started: the cached state will do
-        started_by = runtime.read(execution_id, lambda state, _pb: state.parent_command_id,
+        started_by = engine.read(execution_id, lambda state, _pb: state.parent_command_id,
                                   refresh=False)  # fmt: skip
     if started_by != parent.command_id:
         raise refused(principal, what, "not_a_child", f"execution {execution_id} was not "
@@ -139,8 +141,8 @@ def _child_route(allowed: frozenset[str], what: str) -> Any:
         xid = _id(execution_id, ["path", "execution_id"])
         cid = None if parent_command_id is None else _id(parent_command_id,
                                                          ["query", "parent_command_id"])  # fmt: skip
-        runtime = services_of(request).runtime
-        await run_in_threadpool(_check_child_request, runtime, principal, what, xid, cid,
+        engine = services_of(request).engine
+        await run_in_threadpool(_check_child_request, engine, principal, what, xid, cid,
                                 parent_epoch)  # fmt: skip
         return principal
 
@@ -154,12 +156,12 @@ def _id(value: str, loc: list[str]) -> int:
         raise errors.invalid([{"loc": loc, "msg": str(exc)}]) from None
 
 
-def _check_child_request(runtime: Runtime, principal: Principal, what: str, execution_id: int,
+def _check_child_request(engine: Lifecycle, principal: Principal, what: str, execution_id: int,
                          command_id: int | None, epoch: int | None) -> None:  # fmt: skip
-    parent = parent_claim(runtime.store, runtime.clock(), principal, what,
+    parent = parent_claim(engine, principal, what,
                           parent_execution_id=None, command_id=command_id, epoch=epoch)  # fmt: skip
     assert parent is not None  # a worker is never in OPERATE: no proof was refused above
-    check_child(runtime, principal, what, execution_id, parent)
+    check_child(engine, principal, what, execution_id, parent)
 
 
 def _start_check() -> Any:

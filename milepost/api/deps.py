@@ -1,7 +1,8 @@
 """What routes receive: the app's services, as `Annotated` dependency aliases.
 
-They are `async` on purpose: FastAPI runs a sync dependency in its thread pool, one hop per
-dependency per request, for what is an attribute read.
+Routes get the engine service (`Lifecycle`), never the store: they translate between the
+wire and the engine. They are `async` on purpose: FastAPI runs a sync dependency in its
+thread pool, one hop per dependency per request, for what is an attribute read.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from milepost.api.metrics import Metrics
-from milepost.api.runtime import Runtime
 from milepost.credentials import Vault
+from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds
 from milepost.engine.reconciler import Reconciler
 from milepost.settings import Settings
@@ -27,14 +28,18 @@ class Services:
 
     settings: Settings
     store: port.Store
-    runtime: Runtime
+    """For the app's own plumbing (auth tokens, closing): routes go through `engine`."""
+    engine: Lifecycle
     vault: Vault
     metrics: Metrics
-    reconciler: Reconciler
     shared: bool
     """Several servers may share this database (PostgreSQL)."""
     machine_ids: LeasedIds | None = None
     """The server's leased machine id (None: `MILEPOST_MACHINE_ID` names it)."""
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.engine.reconciler
 
 
 def services_of(request: HTTPConnection) -> Services:
@@ -46,12 +51,8 @@ async def get_services(request: Request) -> Services:
     return services_of(request)
 
 
-async def get_store(request: Request) -> port.Store:
-    return services_of(request).store
-
-
-async def get_runtime(request: Request) -> Runtime:
-    return services_of(request).runtime
+async def get_engine(request: Request) -> Lifecycle:
+    return services_of(request).engine
 
 
 async def get_vault(request: Request) -> Vault:
@@ -63,7 +64,6 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
-StoreDep = Annotated[port.Store, Depends(get_store)]
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+EngineDep = Annotated[Lifecycle, Depends(get_engine)]
 VaultDep = Annotated[Vault, Depends(get_vault)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
+from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
 from milepost.store.port import EventIdConflict, MachineIdsExhausted
 
@@ -94,6 +95,9 @@ _STATUS_OF_CODE: dict[str, int] = {
     errors.PlaybookNotFound.code: 404,
     errors.PlaybookInvalid.code: 422,
     errors.ConcurrencyConflict.code: 409,
+    engine_errors.CommandNotFound.code: 404,
+    engine_errors.ExecutionTerminal.code: 409,
+    engine_errors.AlreadyTerminal.code: 409,
     EventIdConflict.code: 409,
     MachineIdsExhausted.code: 503,
     WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
@@ -127,6 +131,8 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
         return 409, body
+    if isinstance(exc, engine_errors.EventsInvalid):  # placed in the request by `ingest`
+        return 422, invalid(exc.problems).body()
     status = _STATUS_OF_CODE.get(exc.code)
     if status is None:  # known codes carry only safe fields (credential_unreadable: a name)
         return 500, internal(exc, f"a milepost error {exc.code!r}")

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from milepost.engine.meters import Meters
+
 INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
 
 
@@ -46,3 +48,31 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class EngineMeters(Meters):
+    """The engine service's counts (`engine.meters`), into these metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def issued(self, count: int) -> None:
+        self.metrics.commands_issued.inc(count)
+
+    def claimed(self, count: int) -> None:
+        self.metrics.commands_claimed.inc(count)
+
+    def claim_refused(self, code: str) -> None:
+        self.metrics.claim_conflicts.labels(code).inc()
+
+    def settled(self, outcome: str) -> None:
+        self.metrics.commands_completed.labels(outcome).inc()
+
+    def engine_errors(self, count: int) -> None:
+        self.metrics.engine_errors.inc(count)
+
+    def evaluated(self, seconds: float) -> None:
+        self.metrics.evaluation_seconds.observe(seconds)
+
+    def lease_expired(self) -> None:
+        self.metrics.leases_expired.inc()

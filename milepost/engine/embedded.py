@@ -1,31 +1,33 @@
-"""The embedded engine: orchestrator + in-process workers on one asyncio loop.
+"""The embedded engine: the engine service and in-process workers on one asyncio loop.
 
-Workers take work items from a queue and run them; their reports go to one
-reporter task that drains every report waiting, folds them, decides, and commits
-reports and decisions in one transaction (`Orchestrator.process`) before handing out
-the next work. Batching there is what keeps the commit count per step low when many
-steps finish at once.
+It is a transport over the same `Lifecycle` as the server's routes: runs start, report,
+claim, heartbeat, release and cancel through it, so fencing, leases and cancel settlement
+behave as they do behind a server. Workers (`engine.inprocess`) run the commands claimed
+for them; their reports go to one reporter task that drains every report waiting and
+hands them to the service in one call, which folds, decides, commits reports and
+decisions and claims the next commands in ONE transaction. Batching there is what keeps
+the commit count per step low when many steps finish at once. Each run's driver lease
+(`engine.drivers`) is this transport's own: one process drives a run at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import secrets
-import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from milepost.attempt.runner import run_attempt
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.work import WorkItem, report_events
 from milepost.credentials import Vault
+from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
+from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.inprocess import InProcessWorkers
+from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
-from milepost.engine.orchestrator import Orchestrator
-from milepost.engine.orchestrator import Outcome as ProcessOutcome
+from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
 from milepost.settings import Settings
@@ -43,42 +45,9 @@ POLL_INTERVAL = 1.0
 DRIVER_TTL: float = Settings.model_fields["driver_ttl"].default
 """Seconds a driver lease lasts without renewal (`MILEPOST_DRIVER_TTL`); renewed every
 third of it."""
-
-
-class DriverLost(MilepostError):
-    """Another process took over this execution: this one stopped driving it."""
-
-    code = "driver_lost"
-
-
-class ServerDriven(MilepostError):
-    """No embedded process ever drove this execution: a server did."""
-
-    code = "server_driven"
-
-
-def driver_holder() -> str:
-    """Who drives, for a person reading the lease: `host:pid:suffix` (the suffix tells two
-    engines of one process apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-def holder_alive(holder: str) -> bool | None:
-    """Whether the process `holder` names still exists, when it is of this host: False means
-    it cannot renew its lease, True that it may. None for other hosts (and unreadable
-    holders): only their lease's renewal or expiry tells. (Containers that share a hostname
-    but not a pid namespace would fool it; they do not share one by default.)"""
-    host, _, rest = holder.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    return True
+LEASE_S: float = Settings.model_fields["lease_seconds"].default
+"""Seconds a claim of an in-process worker lasts (`MILEPOST_LEASE_SECONDS`); an attempt
+that runs longer heartbeats every third of it."""
 
 
 class EmbeddedEngine:
@@ -97,6 +66,7 @@ class EmbeddedEngine:
         credentials: CredentialLookup | None = None,
         vault: Vault | None = None,
         driver_ttl: float = DRIVER_TTL,
+        lease_s: float = LEASE_S,
     ) -> None:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
@@ -105,6 +75,14 @@ class EmbeddedEngine:
                         else LeasedIds(store, clock, holder=holder_name(worker_id)))  # fmt: skip
         self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id or 0,
                                          new_id=self._leased)  # fmt: skip
+        self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
+        self.holder = self.drivers.holder
+        # this process is the only writer of the runs it drives: no look at the log
+        # before each decision (the poller folds what others wrote, a cancel); and it calls
+        # the service from its loop's thread only: no locks
+        self.service = Lifecycle(store, self.orchestrator, refresh=False, threads=False)
+        self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
+        self.service.on_outcome = self._handle
         self.concurrency = concurrency
         self.worker_id = worker_id
         self._tools = tools
@@ -112,7 +90,10 @@ class EmbeddedEngine:
         self.vault = vault
         self._credentials = credentials or (vault.get if vault is not None else None)
         self._python_workers = python_workers
-        self._queue: asyncio.Queue[WorkItem] = asyncio.Queue()
+        self.workers = InProcessWorkers(
+            self.service, claimant=f"{worker_id}:{self.holder}", reporter=worker_id,
+            lease_s=lease_s, concurrency=0, credentials=self._credentials,
+            holds=self.drivers.holds, report=self._report)  # fmt: skip
         self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._done: dict[int, asyncio.Event] = {}
@@ -120,17 +101,11 @@ class EmbeddedEngine:
         self._listeners: list[EventListener] = []
         self._active: set[int] = set()
         self._error: BaseException | None = None
-        self._busy = 0
+
+    @property
+    def _busy(self) -> int:
         """Attempts running right now."""
-        if not driver_ttl > 0:  # also NaN: the keeper would spin, or never renew
-            raise MilepostError(f"the driver lease ttl must be a positive number of seconds,"
-                                f" not {driver_ttl}", setting="MILEPOST_DRIVER_TTL")  # fmt: skip
-        self.holder = driver_holder()
-        self.driver_ttl = driver_ttl
-        self._driven: dict[int, float] = {}
-        """Executions this engine holds the driver lease of -> when that lease expires."""
-        self._lost: dict[int, DriverLease | None] = {}
-        """Executions another process took over -> its lease: nothing more is done for them."""
+        return self.workers.busy
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -138,11 +113,12 @@ class EmbeddedEngine:
         if self._tools is None:
             self._tools = ToolRuntime(python_workers=self._python_workers,
                                       credentials=self._credentials, children=self)
-        self._tasks = [asyncio.create_task(self._worker(), name=f"worker-{i}")
-                       for i in range(self.concurrency)]  # fmt: skip
+        self.workers.tools = self._tools
+        self._tasks = [self.workers.spawn(f"worker-{i}") for i in range(self.concurrency)]
         self._tasks.append(asyncio.create_task(self._reporter(), name="reporter"))
         self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
         self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
+        self._tasks.append(asyncio.create_task(self.workers.heartbeats(), name="heartbeats"))
         if self._leased is not None:
             self._tasks.append(asyncio.create_task(renew_forever(self._leased),
                                                    name="machine-id"))  # fmt: skip
@@ -154,8 +130,10 @@ class EmbeddedEngine:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        # a clean exit: resume may take over at once (ended runs' leases just lapse)
-        self._release_drivers([x for x in self._driven if x in self._active])
+        # a clean exit: the claims not started go back, and resume may take over at once
+        # (ended runs' leases just lapse)
+        self.workers.release_unstarted()
+        self.drivers.release([x for x in self.drivers.driven if x in self._active])
         if self._owns_tools and self._tools is not None:
             await self._tools.aclose()
         if self._leased is not None:
@@ -170,14 +148,19 @@ class EmbeddedEngine:
     def start(self, playbook: model.Playbook, text: str, workload: dict[str, Any] | None = None,
               *, parent_execution_id: int | None = None) -> int:  # fmt: skip
         """Register the playbook (new catalog version if its text changed) and start a run."""
-        _, version = self.orchestrator.register(text, playbook)
-        xid = self._take_new()
-        xid, outcome = self.orchestrator.start(playbook, version, workload or {},
-                                               parent_execution_id=parent_execution_id,
-                                               execution_id=xid)  # fmt: skip
+        _, version = self.service.register(text, playbook)
+        return self._start(playbook, version, workload or {},
+                           parent_execution_id=parent_execution_id)  # fmt: skip
+
+    def _start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
+               **parent: Any) -> int:  # fmt: skip
+        """A new run, its driver lease taken before anything is written."""
+        xid = self.orchestrator.new_id()
+        self.drivers.take(xid)
         self._done.setdefault(xid, asyncio.Event())
-        self._active.add(xid)
-        self._handle(outcome)
+        self._active.add(xid)  # before the start: its first commands are claimed in it
+        self.service.start(playbook, version, workload, execution_id=xid,
+                           claim=self._claim(), **parent)  # fmt: skip
         return xid
 
     def resume(self, execution_id: int, *, replace: str | None = None) -> st.ExecutionState:
@@ -186,6 +169,7 @@ class EmbeddedEngine:
         A command that was in flight when the previous process died is handed out again
         with the same attempt number and idempotency key: it never reported, so for the
         run it has not happened, and the key lets the outside world recognise a repeat.
+        Its claim, the dead driver's, is released and claimed again by this engine.
 
         Takes the run's driver lease first: raises DriverBusy (nothing written) while
         another process holds it, unless that holder is `replace` (known dead).
@@ -195,16 +179,15 @@ class EmbeddedEngine:
         if state.terminal:
             self._done[execution_id].set()
             return state
-        self._take(execution_id, replace=replace)
+        self.drivers.take(execution_id, replace=replace)
         # what the previous driver appended before it let go (folded in place, the cache)
         st.fold(state, self.store.load(execution_id, after_seq=state.last_seq))
         if state.terminal:
             self._done[execution_id].set()
             return state
         self._active.add(execution_id)
-        for item in self.orchestrator.open_work(execution_id):
-            self._queue.put_nowait(item)
-        self._handle(self.orchestrator.process(also=[execution_id]))
+        self.service.release_claims(execution_id)
+        self.service.process(also=[execution_id], refresh=False, claim=self._claim())
         return state
 
     async def take_over(self, execution_id: int, *,
@@ -247,24 +230,21 @@ class EmbeddedEngine:
         entry = self.store.get_playbook(path)
         if entry is None:
             raise PlaybookNotFound(f"no playbook registered at path {path!r}", path=path)
-        playbook = self.orchestrator.catalog_playbook(path, entry.version)
-        xid = self._take_new()
-        xid, outcome = self.orchestrator.start(playbook, entry.version, workload,
-                                               parent_execution_id=int(parent.execution_id),
-                                               parent_command_id=parent.command_id or None,
-                                               execution_id=xid)  # fmt: skip
-        self._done.setdefault(xid, asyncio.Event())
-        self._active.add(xid)
-        self._handle(outcome)
+        playbook = self.service.playbook(path, entry.version)
         # the waiting parent holds a worker; lend one back so nested children cannot starve
+        # (before the start: the child's first commands are claimed for that slot)
         release = asyncio.Event()
         # it finishes the item it holds on its own time; shutdown cancels it with the rest
-        self._tasks.append(asyncio.create_task(self._worker(until=release), name=f"lent-{xid}"))
+        self._tasks.append(self.workers.spawn(f"lent-{parent.command_id}", until=release))
         try:
-            state = await self.wait(xid, timeout)
-        except TimeoutError:
-            self.cancel(xid)
-            raise
+            xid = self._start(playbook, entry.version, workload,
+                              parent_execution_id=int(parent.execution_id),
+                              parent_command_id=parent.command_id or None)  # fmt: skip
+            try:
+                state = await self.wait(xid, timeout)
+            except TimeoutError:
+                self.cancel(xid)
+                raise
         finally:
             release.set()
         completed = tuple(step for step, _ in state.completed_runs)
@@ -278,7 +258,9 @@ class EmbeddedEngine:
         self.vault.put(name, type_, data)
 
     def cancel(self, execution_id: int) -> None:
-        self._handle(self.orchestrator.request_cancel(execution_id))
+        """Ask the run to stop: its queued commands are settled, none is run any more."""
+        with contextlib.suppress(AlreadyTerminal):
+            self.service.cancel(execution_id)
 
     async def wait(self, execution_id: int, timeout: float | None = None) -> st.ExecutionState:
         done = self._done.setdefault(execution_id, asyncio.Event())
@@ -289,8 +271,8 @@ class EmbeddedEngine:
             waiter.cancel()
         if self._error is not None:
             raise self._error
-        if execution_id in self._lost:
-            raise self._lost_error(execution_id)
+        if execution_id in self.drivers.lost:
+            raise self.drivers.lost_error(execution_id)
         return self.orchestrator.state(execution_id)
 
     def state(self, execution_id: int) -> st.ExecutionState:
@@ -300,112 +282,34 @@ class EmbeddedEngine:
                   timeout: float | None = None) -> st.ExecutionState:  # fmt: skip
         return await self.wait(self.start(playbook, text, workload), timeout)
 
-    # -- the driver lease of each execution this engine drives ---------------------------
+    # -- internals -------------------------------------------------------------------------
 
-    def _take_new(self) -> int:
-        """An id for a new execution, its driver lease taken before anything is written."""
-        xid = self.orchestrator.new_id()
-        self._take(xid)
-        return xid
+    def _claim(self, also: Iterable[int] = ()) -> Any:
+        """The claim of the next call: the free slots, among the runs this engine drives."""
+        return self.workers.claim_request(frozenset(self._active.union(also)))
 
-    def _take(self, xid: int, replace: str | None = None) -> None:
-        lease = self.store.acquire_driver(xid, self.holder, self.orchestrator.clock(),
-                                          self.driver_ttl, replace=replace)  # fmt: skip
-        self._driven[xid] = lease.expires_at
-        self._lost.pop(xid, None)
-
-    def _holds(self, xid: int) -> bool:
-        """Whether this engine may still write for `xid`. Near its expiry (the loop stalled,
-        the process was stopped) the lease is renewed first, so a process that wakes up
-        after another took over does not append on its behalf."""
-        if xid in self._lost:
-            return False
-        until = self._driven.get(xid)
-        if until is None or self.orchestrator.clock() < until - self.driver_ttl / 3:
-            return True
-        return self._renew(xid)
-
-    def _renew(self, xid: int) -> bool:
-        now = self.orchestrator.clock()
-        try:
-            held = self.store.renew_driver(xid, self.holder, now, self.driver_ttl)
-        except Exception:  # unknown: trust the lease only as long as it lasts
-            log.exception("could not renew the driver lease of %s", xid)
-            return now < self._driven.get(xid, now)
-        if held:
-            self._driven[xid] = now + self.driver_ttl
-            return True
-        self._lose(xid)
-        return False
-
-    def _lose(self, xid: int) -> None:
+    def _lost_run(self, xid: int) -> None:
         """Another process drives `xid` now: dispatch, report and decide nothing more for it."""
-        try:
-            lease = self.store.get_driver(xid)
-        except Exception:  # only the message would name the new holder
-            lease = None
-        log.warning("execution %s taken over by %s: no longer driving it", xid,
-                    lease.holder if lease else "another process")  # fmt: skip
-        self._driven.pop(xid, None)
-        self._lost[xid] = lease
         self._active.discard(xid)
         timer = self._timers.pop(xid, None)
         if timer is not None:
             timer.cancel()
         self._done.setdefault(xid, asyncio.Event()).set()
 
-    def _lost_error(self, xid: int) -> DriverLost:
-        lease = self._lost.get(xid)
-        holder = lease.holder if lease else "another process"
-        return DriverLost(f"execution {xid} was taken over by {holder}; this process stopped"
-                          " driving it", execution_id=str(xid), holder=holder)  # fmt: skip
-
-    def _tend_drivers(self) -> None:
-        """Renew the leases of live runs. Those of ended runs are left to lapse, not
-        released: a run that ended needs no driver (resume reads its terminal state before
-        any lease), and a release would cost every run a transaction (W3: 200 runs)."""
-        for xid in list(self._driven):
-            if xid in self._active:
-                self._renew(xid)
-            else:
-                del self._driven[xid]
-
-    def _release_drivers(self, xids: Iterable[int]) -> None:
-        for xid in xids:
-            self._driven.pop(xid, None)
-            try:
-                self.store.release_driver(xid, self.holder, self.orchestrator.clock())
-            except Exception:  # it lapses on its own within one ttl
-                log.exception("could not release the driver lease of %s", xid)
-
     async def _keeper(self) -> None:
         while True:
-            await asyncio.sleep(self.driver_ttl / 3)
+            await asyncio.sleep(self.drivers.ttl / 3)
             try:
-                self._tend_drivers()
-            except Exception:  # a store hiccup: the next tick (or `_holds`) tries again
+                self.drivers.tend(self._active)
+            except Exception:  # a store hiccup: the next tick (or `holds`) tries again
                 log.exception("driver lease renewal failed")
 
-    def _fence(self, reports: list[ev.Event],
-               also: Iterable[int]) -> tuple[list[ev.Event], list[int]]:  # fmt: skip
-        """Leave out the executions this engine no longer drives."""
-        also = list(also)
-        if not self._driven and not self._lost:
-            return reports, also
-        dropped = {x for x in {r.execution_id for r in reports}.union(also) if not self._holds(x)}
-        if not dropped:
-            return reports, also
-        return ([r for r in reports if r.execution_id not in dropped],
-                [x for x in also if x not in dropped])  # fmt: skip
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _handle(self, outcome: ProcessOutcome) -> None:
+    def _handle(self, outcome: Outcome) -> None:
+        """What the embedded transport does with every outcome of the service."""
         for event in outcome.events:
             for listener in self._listeners:
                 listener(event)
-        for xid, cmd in outcome.issued:
-            self._queue.put_nowait(self.orchestrator.work_for(xid, cmd))
+        self.workers.dispatch(outcome.claimed)
         for xid, at in outcome.wake_at.items():
             self._schedule(xid, at)
         for state in outcome.finished:
@@ -414,6 +318,12 @@ class EmbeddedEngine:
             if timer is not None:
                 timer.cancel()
             self._done.setdefault(state.execution_id, asyncio.Event()).set()
+        taken = {row.command_id for row, _ in outcome.claimed}
+        waiting = {xid for xid, cmd in outcome.issued if cmd.command_id not in taken}
+        if waiting and self.workers.free() > 0:
+            # issued by a call that claimed nothing (a cancel's settlement, a timer's wake
+            # with every slot busy then): claim them now that a slot is free
+            asyncio.get_running_loop().call_soon(self._process_safely, [], list(waiting))
 
     def _schedule(self, xid: int, at: float) -> None:
         loop = asyncio.get_running_loop()
@@ -430,51 +340,26 @@ class EmbeddedEngine:
     def _process_safely(self, reports: list[ev.Event], also: Iterable[int] = (),
                         refresh: bool = False) -> None:  # fmt: skip
         try:
-            fenced, kept = self._fence(reports, also)
-            if not fenced and not kept:
-                return  # nothing left, or only runs another process took over
-            self._handle(self.orchestrator.process(fenced, kept, refresh=refresh))
+            also = list(also)
+            dropped = self.drivers.fence({r.execution_id for r in reports}.union(also))
+            if dropped:  # only runs another process took over
+                reports = [r for r in reports if r.execution_id not in dropped]
+                also = [x for x in also if x not in dropped]
+            if not reports and not also:
+                return
+            claim = self._claim(also)
+            if reports:
+                self.service.report(reports, claim)
+            if also or not reports:
+                self.service.process([], also, refresh=refresh, claim=None if reports else claim)
         except Exception as exc:  # a store failure must not hang the waiters
             log.exception("orchestrator failed")
             self._error = exc
             for done in self._done.values():
                 done.set()
 
-    async def _next_item(self, until: asyncio.Event | None) -> WorkItem | None:
-        if until is None:
-            return await self._queue.get()
-        getter = asyncio.ensure_future(self._queue.get())
-        stopper = asyncio.ensure_future(until.wait())
-        try:
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        return None
-
-    async def _worker(self, until: asyncio.Event | None = None) -> None:
-        """Run work items; a worker lent for a while (`until`) stops between items."""
-        assert self._tools is not None
-        while True:
-            item = await self._next_item(until)
-            if item is None:
-                return
-            if not self._holds(item.execution_id):
-                continue  # queued before another process took the run over
-            state = self.orchestrator.state(item.execution_id)
-            playbook = self.orchestrator.playbook_for(state)
-            self._busy += 1
-            try:
-                # a crash in a tool is an `internal` outcome, logged redacted, not a raise
-                outcome = await run_attempt(playbook, item, self._tools,
-                                            credentials=self._credentials)  # fmt: skip
-            finally:
-                self._busy -= 1
-            for event in report_events(item, outcome, self.orchestrator.new_id(),
-                                       self.orchestrator.clock(), self.worker_id):  # fmt: skip
-                self._reports.put_nowait(event)
+    def _report(self, event: ev.Event) -> None:
+        self._reports.put_nowait(event)
 
     async def _reporter(self) -> None:
         while True:
@@ -483,7 +368,7 @@ class EmbeddedEngine:
             # of the loop to finish, so one transaction carries many reports. With nothing
             # else running (a sequential chain) this costs nothing.
             for _ in range(GROUP_COMMIT_TURNS):
-                if self._reports.qsize() >= self._busy:
+                if self._reports.qsize() >= self.workers.busy:
                     break
                 await asyncio.sleep(0)
             batch = [first] if first is not None else []
@@ -496,6 +381,14 @@ class EmbeddedEngine:
     async def _poller(self) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL)
-            if self._active:
-                # re-read the log: another process may have asked to cancel
-                self._process_safely([], list(self._active), refresh=True)
+            if not self._active:
+                continue
+            # re-read the log: another process may have asked to cancel
+            self._process_safely([], list(self._active), refresh=True)
+            cancelled = [x for x in self._active
+                         if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
+            if cancelled:  # their queued commands are never claimed: settle them
+                try:
+                    self.service.settle_cancelled(cancelled)
+                except Exception:
+                    log.exception("settling cancelled runs failed")

@@ -54,8 +54,7 @@ class Outcome:
     """What one `process` call produced."""
 
     issued: list[tuple[int, st.Command]] = field(default_factory=list)
-    """Commands issued by this call; an in-process dispatcher turns them into work items
-    (`Orchestrator.work_for`), a server only announces them."""
+    """Commands issued by this call; those not `claimed` in it are announced to workers."""
     finished: list[st.ExecutionState] = field(default_factory=list)
     wake_at: dict[int, float] = field(default_factory=dict)
     events: list[ev.Event] = field(default_factory=list)
@@ -135,8 +134,10 @@ class Orchestrator:
         parent_execution_id: int | None = None,
         execution_id: int | None = None,
         parent_command_id: int | None = None,
+        claim: port.ClaimRequest | None = None,
     ) -> tuple[int, Outcome]:
-        """Start an execution of a registered playbook; returns its id and the first work."""
+        """Start an execution of a registered playbook; returns its id and the first work
+        (`claim`: claimed for a worker in the start's transaction)."""
         merged = deep_merge(playbook.workload, workload)
         self._playbooks.setdefault((playbook.path, version), playbook)
         seals: dict[int, tuple[dict[str, Any], str | None]] = {}
@@ -158,7 +159,7 @@ class Orchestrator:
             started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
-                return xid, self.process([started])
+                return xid, self.process([started], claim=claim)
             except port.EventIdConflict:
                 self.forget(xid)
                 if tries_left == 1:
@@ -227,12 +228,6 @@ class Orchestrator:
         self._ended[execution_id] = state
         while len(self._ended) > ENDED_KEPT:
             self._ended.popitem(last=False)
-
-    def open_work(self, execution_id: int) -> list[WorkItem]:
-        """Work items for every live command (to re-dispatch after a restart)."""
-        state = self.state(execution_id)
-        pb = self.playbook_for(state)
-        return [work_item(state, pb, cmd) for cmd in state.commands.values()]
 
     def request_cancel(self, execution_id: int) -> Outcome:
         event = ev.new_event(self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
@@ -409,10 +404,11 @@ class Orchestrator:
                 if cmd is not None:
                     out.issued.append((event.execution_id, cmd))
 
-    def work_for(self, execution_id: int, cmd: st.Command) -> WorkItem:
-        """The work item of a live command, with the render context as it is now."""
+    def work_for(self, execution_id: int, cmd: st.Command, epoch: int = 0) -> WorkItem:
+        """The work item of a live command, with the render context as it is now (`epoch`:
+        of the claim it runs under)."""
         state = self.state(execution_id)
-        return work_item(state, self.playbook_for(state), cmd)
+        return work_item(state, self.playbook_for(state), cmd, epoch)
 
     def _maybe_snapshot(self, state: st.ExecutionState) -> None:
         done = self._snapshotted.get(state.execution_id, 0)

@@ -1,6 +1,7 @@
 """The reconciler: what the server does on a clock rather than on a request.
 
-`tick(now)` runs once a second in the server (docs/server-contract.md, "Leases, fencing,
+It is the engine service's (`Lifecycle.tick`, which drives it); `tick(now)` runs once a
+second in the server (docs/server-contract.md, "Leases, fencing,
 reconciler"):
 
 1. wakes executions whose retry timer is due (every server: the timers come from this
@@ -14,7 +15,7 @@ reconciler"):
    - re-drives executions the store reports as stuck (`executions_to_redrive`), but for
      those waiting for a retry timer this server holds.
 
-Every action is an append through the orchestrator, which serializes executions, so two
+Every action is an append through the engine service, which serializes executions, so two
 reconcilers at once waste work but cannot corrupt a run. Time comes in as `now`.
 """
 
@@ -23,30 +24,21 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
 from milepost.engine import notify
-from milepost.engine.orchestrator import Outcome
 from milepost.store import port
+
+if TYPE_CHECKING:
+    from milepost.engine.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
 REQUEUE_AFTER = 5.0
 RECOVER_BATCH = 100
-
-
-class Driver(Protocol):
-    """The server's orchestrator as the reconciler uses it (`milepost.api.runtime.Runtime`)."""
-
-    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = True) -> Outcome: ...  # fmt: skip
-
-    def new_id(self) -> int: ...
-
-    def settle_cancelled(self, execution_ids: Iterable[int]) -> set[int]: ...
 
 
 @dataclass(slots=True)
@@ -64,7 +56,7 @@ class TickReport:
 
 
 class Reconciler:
-    def __init__(self, store: port.Store, driver: Driver, publisher: notify.Publisher, *,
+    def __init__(self, store: port.Store, driver: Lifecycle, publisher: notify.Publisher, *,
                  requeue_after: float = REQUEUE_AFTER, pool: str = notify.DEFAULT_POOL,
                  on_expired: Callable[[int], None] | None = None) -> None:  # fmt: skip
         self.store = store

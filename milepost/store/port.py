@@ -234,6 +234,9 @@ class ClaimRequest:
     lease_s: float
     limit: int
     pool: str | None = None
+    executions: frozenset[int] | None = None
+    """Only commands of these executions (an embedded engine claims the runs it drives,
+    not those of another process on the same database); None: any."""
 
 
 Claimed = list[tuple[CommandRow, Lease]]

@@ -570,7 +570,11 @@ class PostgresStore:
         commit too: the rows stay on the cursor)."""
         if req.limit <= 0:
             return lambda: []
+        if req.executions is not None and not req.executions:
+            return lambda: []
         pool_clause = "" if req.pool is None else " AND c.pool=%s"
+        if req.executions is not None:
+            pool_clause += " AND c.execution_id = ANY(%s)"
         # SKIP LOCKED: a claimer never waits for, nor takes, a row another one is taking;
         # `OF c` locks the command rows only, not the executions they belong to
         sql = (
@@ -587,6 +591,8 @@ class PostgresStore:
                              port.COMMAND_QUEUED, port.COMMAND_QUEUED]  # fmt: skip
         if req.pool is not None:
             params.append(req.pool)
+        if req.executions is not None:
+            params.append(sorted(req.executions))
         params.append(req.limit)
         cursor = conn.execute(sql, params)
 

@@ -580,6 +580,11 @@ class SQLiteStore:
         if req.pool is not None:
             sql += " AND c.pool=?"
             params.append(req.pool)
+        if req.executions is not None:
+            if not req.executions:
+                return []
+            sql += f" AND c.execution_id IN ({','.join('?' * len(req.executions))})"
+            params.extend(req.executions)
         ids = [r[0] for r in conn.execute(
             sql + " ORDER BY c.created_at, c.command_id LIMIT ?", (*params, req.limit))]  # fmt: skip
         if not ids:

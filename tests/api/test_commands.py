@@ -104,7 +104,7 @@ def test_heartbeat_extends_the_lease_and_refuses_a_stale_epoch(api: Api) -> None
     assert beat["lease"]["epoch"] == epoch and beat["cancelled"] is False
     assert beat["lease"]["expires_at"] > command["lease"]["expires_at"]
     row = api.store.get_command(int(cid))
-    assert row.lease_expires_at - api.services.runtime.clock() > 100
+    assert row.lease_expires_at - api.services.engine.clock() > 100
     error(api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w1", "epoch": epoch + 1},
                    role="worker"), 409, "stale_epoch")  # fmt: skip
     error(api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w2", "epoch": epoch},

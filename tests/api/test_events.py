@@ -385,7 +385,7 @@ def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
     xid = api.execute(HELLO)
     api.complete(api.claim_one(), {"greeting": "hi"})
     last = api.claim_one()
-    runtime = api.services.runtime
+    runtime = api.services.engine
     real = runtime.process
 
     def ended_elsewhere(reports: Any = (), *args: Any, **kw: Any) -> Any:
@@ -454,7 +454,7 @@ def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
 def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
     with start_server(db_url) as api:
         target = api.execute(HELLO)  # where the squatter posts
-        orchestrator = api.services.runtime.orchestrator
+        orchestrator = api.services.engine.orchestrator
         mint = orchestrator.new_id
         taken: list[int] = []
 

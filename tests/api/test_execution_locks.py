@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from milepost.api.runtime import ExecutionLocks
+from milepost.engine.locks import ExecutionLocks
 from tests.shared import wait_for
 
 DEADLINE = 10.0

@@ -48,13 +48,13 @@ def clock() -> FakeClock:
 def fake(db_url: str, clock: FakeClock) -> Iterator[Api]:
     with start_server(db_url, clock=clock) as server:
         recorder = Recorder()
-        server.services.runtime.publisher = recorder
+        server.services.engine.publisher = recorder
         server.services.reconciler.publisher = recorder
         yield server
 
 
 def recorder(api: Api) -> Recorder:
-    publisher = api.services.runtime.publisher
+    publisher = api.services.engine.publisher
     assert isinstance(publisher, Recorder)
     return publisher
 

@@ -54,7 +54,7 @@ def test_an_unreachable_nats_is_logged_and_the_server_works(
 ) -> None:
     url = f"nats://127.0.0.1:{_free_port()}"
     with start_server(f"sqlite:///{tmp_path}/n.db", nats_url=url) as api:
-        assert isinstance(api.services.runtime.publisher, notify.NullPublisher)
+        assert isinstance(api.services.engine.publisher, notify.NullPublisher)
         xid = api.execute(HELLO)
         assert api.claim_one()["execution_id"] == xid
     assert any("not reachable" in r.getMessage() for r in caplog.records)
@@ -90,7 +90,7 @@ def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
     client = loop.run_until_complete(subscribe())
     try:
         with start_server(f"sqlite:///{tmp_path}/n.db", nats_url=NATS_URL) as api:
-            publisher = api.services.runtime.publisher
+            publisher = api.services.engine.publisher
             assert isinstance(publisher, notify.NatsPublisher)
             xid = api.execute(HELLO)
             [row] = api.store.open_commands(int(xid))

@@ -78,12 +78,12 @@ def test_a_long_poll_wakes_when_this_server_ends_the_run(
     body = ok(response)
     assert body["status"] == "COMPLETED" and body["steps"]["shout"]["result"] == {"loud": "HELLO, WORLD"}
     assert took < LONG / 2, took
-    assert api.services.runtime._waiters == {}  # nothing left behind
+    assert len(api.services.engine.watchers) == 0  # nothing left behind
 
 
 def test_a_long_poll_sees_a_run_ended_elsewhere_by_re_checking_the_store(
         api: Api, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    runtime = api.services.runtime
+    runtime = api.services.engine
     monkeypatch.setattr(runtime, "watch", lambda *args: None)  # as if another server ended it
     xid, last = one_step_left(api)
     read = reads_once(monkeypatch)

@@ -20,7 +20,8 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import new_key
 from milepost.engine import orchestrator as orchestrator_module
-from milepost.engine.embedded import DriverLost, EmbeddedEngine
+from milepost.engine.drivers import DriverLost
+from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.seal import Sealer, WorkloadUnreadable
 from milepost.errors import MilepostError, PlaybookInvalid

@@ -134,18 +134,16 @@ def test_an_id_lost_while_no_new_lease_can_be_had_makes_no_more_ids(tmp_path: Pa
     store.close()
 
 
-def test_the_server_runtime_does_not_lock_a_leased_generator_twice(tmp_path: Path) -> None:
-    from milepost.api.metrics import Metrics
-    from milepost.api.runtime import Runtime
-    from milepost.engine import notify
+def test_the_engine_service_does_not_lock_a_leased_generator_twice(tmp_path: Path) -> None:
+    from milepost.engine.lifecycle import Lifecycle
     from milepost.engine.orchestrator import Orchestrator
 
     store = SQLiteStore(tmp_path / "m.db")
     leased = LeasedIds(store, time.time, holder="server")
     orchestrator = Orchestrator(store, new_id=leased)
-    Runtime(store, orchestrator, publisher=notify.NullPublisher(), metrics=Metrics())
+    Lifecycle(store, orchestrator)
     assert orchestrator.new_id is leased
     plain = Orchestrator(store)
-    Runtime(store, plain, publisher=notify.NullPublisher(), metrics=Metrics())
+    Lifecycle(store, plain)
     assert not isinstance(plain.new_id, Snowflake)  # a plain snowflake is wrapped in a lock
     store.close()

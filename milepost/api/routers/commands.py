@@ -14,14 +14,12 @@ from fastapi import APIRouter, Path, Response
 from milepost import sanitize
 from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
-from milepost.api.deps import MetricsDep, RuntimeDep, ServicesDep, StoreDep
+from milepost.api.deps import EngineDep, ServicesDep
 from milepost.api.errors import AUTH, BODY
-from milepost.api.runtime import Runtime
 from milepost.core import state as st
-from milepost.errors import ClaimRefused
+from milepost.engine.lifecycle import Claimed, CommandRow, Lease, Lifecycle
 from milepost.playbook import model
 from milepost.settings import Settings
-from milepost.store import port
 
 router = APIRouter(prefix="/api/commands", tags=["commands"])
 
@@ -29,36 +27,32 @@ CommandId = Annotated[str, Path(description="The command id = the event id of it
                                  json_schema_extra={"pattern": checks.ID_PATTERN})]
 
 
-def existing(store: port.Store, value: str) -> port.CommandRow:
+def command_id(value: str) -> int:
     try:
-        cid = checks.parse_id(value)
+        return checks.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": ["path", "event_id"], "msg": str(exc)}]) from None
-    row = store.get_command(cid)
-    if row is None:
-        raise errors.not_found("command_not_found", f"no command {cid}", command_id=str(cid))
-    return row
 
 
 def lease_s(settings: Settings, asked: float | None) -> float:
     return asked if asked is not None else settings.lease_seconds
 
 
-def _out(runtime: Runtime, row: port.CommandRow, lease: port.Lease | None, *,
+def _out(engine: Lifecycle, row: CommandRow, lease: Lease | None, *,
          refresh: bool = True) -> schemas.CommandOut:  # fmt: skip
     def view(state: st.ExecutionState, playbook: model.Playbook) -> schemas.CommandOut:
         return views.command_out(state, playbook, row, lease)
 
-    return runtime.read(row.execution_id, view, refresh=refresh, knows=row.command_id)
+    return engine.read(row.execution_id, view, refresh=refresh, knows=row.command_id)
 
 
-def hand_out(runtime: Runtime, claimed: port.Claimed,
+def hand_out(engine: Lifecycle, claimed: Claimed,
              fresh: Collection[int] = ()) -> list[schemas.CommandOut]:  # fmt: skip
     """The claimed commands as a worker gets them, each with the render context of the
-    state it was issued from. `fresh`: executions this runtime has just appended to.
+    state it was issued from. `fresh`: executions the engine has just appended to.
     The claim itself skipped executions with a cancel requested; a cancel that lands
     after it is seen by the worker's heartbeat, like any cancel of a running command."""
-    return [_out(runtime, row, lease, refresh=row.execution_id not in fresh)
+    return [_out(engine, row, lease, refresh=row.execution_id not in fresh)
             for row, lease in claimed]  # fmt: skip
 
 
@@ -67,19 +61,16 @@ def hand_out(runtime: Runtime, claimed: port.Claimed,
 def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
                _: WorkAuth) -> Response:  # fmt: skip
     """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
-    runtime, store = services.runtime, services.store
-    now = runtime.clock()
-    claimed = store.claim_next(body.worker_id, now, lease_s(services.settings, body.lease_seconds),
-                               body.limit, body.pool)  # fmt: skip
-    out = hand_out(runtime, claimed)
-    runtime.claimed(claimed)
-    return views.as_json(schemas.ClaimNextOut(commands=out))
+    engine = services.engine
+    claimed = engine.claim_next(body.worker_id, lease_s(services.settings, body.lease_seconds),
+                                body.limit, body.pool)  # fmt: skip
+    return views.as_json(schemas.ClaimNextOut(commands=hand_out(engine, claimed)))
 
 
 @router.get("/{event_id}", responses=errors.responses(*AUTH, 404, 422))
-def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
+def get_command(event_id: CommandId, engine: EngineDep,
                 principal: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
-    command = _out(runtime, existing(store, event_id), None)
+    command = _out(engine, engine.command(command_id(event_id)), None)
     if principal.role in WORK:
         return command
     # the context holds the real workload (opened from its sealed entry, `engine.seal`):
@@ -89,43 +80,28 @@ def get_command(event_id: CommandId, store: StoreDep, runtime: RuntimeDep,
 
 
 @router.post("/{event_id}/claim", responses=errors.responses(*AUTH, *BODY, 404, 409))
-def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, metrics: MetricsDep,
+def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep,
           _: WorkAuth) -> schemas.CommandOut:  # fmt: skip
-    runtime, store = services.runtime, services.store
-    row = existing(store, event_id)
-    try:  # the store refuses a cancelled execution's command (`execution_cancelled`) itself
-        lease = store.claim(row.command_id, body.worker_id, runtime.clock(),
-                            lease_s(services.settings, body.lease_seconds))  # fmt: skip
-    except ClaimRefused as exc:
-        metrics.claim_conflicts.labels(str(exc.fields.get("reason") or exc.code)).inc()
-        raise
-    runtime.claimed([(row, lease)])
-    return _out(runtime, row, lease)
+    # the engine refuses a cancelled execution's command (`execution_cancelled`) itself
+    engine = services.engine
+    row, lease = engine.claim(command_id(event_id), body.worker_id,
+                              lease_s(services.settings, body.lease_seconds))  # fmt: skip
+    return _out(engine, row, lease)
 
 
 @router.post("/{event_id}/heartbeat", responses=errors.responses(*AUTH, *BODY, 404, 409))
 def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep,
               _: WorkAuth) -> schemas.HeartbeatOut:  # fmt: skip
-    runtime, store = services.runtime, services.store
-    row = existing(store, event_id)
-    lease = store.heartbeat(row.command_id, body.worker_id, body.epoch, runtime.clock(),
-                            lease_s(services.settings, body.lease_seconds))  # fmt: skip
-    # the projection (one row), not the log: a heartbeat comes every lease/3 per command
-    execution = store.get_execution(row.execution_id)
-    cancelled = execution is not None and (execution.cancel_requested
-                                           or execution.status == st.CANCELLED)  # fmt: skip
+    lease, cancelled = services.engine.heartbeat(
+        command_id(event_id), body.worker_id, body.epoch,
+        lease_s(services.settings, body.lease_seconds))  # fmt: skip
     return schemas.HeartbeatOut(lease=views.lease_out(lease), cancelled=cancelled)
 
 
 @router.post("/{event_id}/release", responses=errors.responses(*AUTH, *BODY, 404, 409))
-def release(event_id: CommandId, body: schemas.ReleaseIn, services: ServicesDep,
+def release(event_id: CommandId, body: schemas.ReleaseIn, engine: EngineDep,
             _: WorkAuth) -> schemas.ReleaseOut:  # fmt: skip
     """[milepost extension] Give back a claimed command that was not started: it is queued
     again for another worker, same attempt and key."""
-    runtime, store = services.runtime, services.store
-    row = existing(store, event_id)
-    released = store.release(row.command_id, body.worker_id, body.epoch, runtime.clock())
-    # a worker gives back the commands of a cancelled run: settle them so the run can end
-    if released and not runtime.settle_cancelled([row.execution_id]):
-        runtime.publisher.notify([runtime.notice(row)])
-    return schemas.ReleaseOut(released=bool(released))
+    released = engine.release(command_id(event_id), body.worker_id, body.epoch)
+    return schemas.ReleaseOut(released=released)

@@ -8,22 +8,21 @@ from fastapi import APIRouter, Response
 
 from milepost.api import errors, ingest, schemas, views
 from milepost.api.auth import EventAuth, Principal, authorize_events
-from milepost.api.deps import MetricsDep, RuntimeDep, Services, ServicesDep, StoreDep
+from milepost.api.deps import EngineDep, MetricsDep, Services, ServicesDep
 from milepost.api.errors import AUTH, BODY
 from milepost.api.metrics import Metrics
 from milepost.api.routers import commands
-from milepost.api.runtime import Runtime
 from milepost.core import events as ev
-from milepost.store import port
+from milepost.engine.lifecycle import ClaimRequest, Lifecycle
 
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
 @router.post("", response_model=schemas.IngestOut,
              responses=errors.responses(*AUTH, *BODY, 404, 409))
-def post_event(body: schemas.EventIn, store: StoreDep, runtime: RuntimeDep,
-               metrics: MetricsDep, principal: EventAuth) -> Response:  # fmt: skip
-    return views.as_json(ingest_batch([body], store, runtime, metrics, batch=False,
+def post_event(body: schemas.EventIn, engine: EngineDep, metrics: MetricsDep,
+               principal: EventAuth) -> Response:  # fmt: skip
+    return views.as_json(ingest_batch([body], engine, metrics, batch=False,
                                       principal=principal), exclude_none=True)  # fmt: skip
 
 
@@ -44,20 +43,20 @@ def report(body: schemas.EventBatchIn, services: Services,
     claim = None
     if body.claim is not None:
         lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
-        claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
-                                  body.claim.limit, body.claim.pool)  # fmt: skip
-    return ingest_batch(body.events, services.store, services.runtime, services.metrics,
-                        batch=True, principal=principal, claim=claim)  # fmt: skip
+        claim = services.engine.claim_request(body.claim.worker_id, lease_s, body.claim.limit,
+                                              body.claim.pool)  # fmt: skip
+    return ingest_batch(body.events, services.engine, services.metrics, batch=True,
+                        principal=principal, claim=claim)  # fmt: skip
 
 
-def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runtime,
-                 metrics: Metrics, *, batch: bool, principal: Principal,
-                 claim: port.ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
+def ingest_batch(items: list[schemas.EventIn], engine: Lifecycle, metrics: Metrics, *,
+                 batch: bool, principal: Principal,
+                 claim: ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
     started = time.perf_counter()
     try:
         authorize_events(principal, [item.event_type for item in items], batch)
-        done = ingest.ingest(runtime, store, items, batch, claim)
-    except (errors.ApiError, port.EventIdConflict):
+        done = ingest.ingest(engine, items, batch, claim)
+    except ingest.REJECTIONS:
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
         raise
@@ -81,7 +80,7 @@ def ingest_batch(items: list[schemas.EventIn], store: port.Store, runtime: Runti
         ignored_reasons={str(k): why for k, why in done.ignored.items()} or None,
         stored_ids=[str(e.event_id) for e in done.events if e.event_id in done.stored_ids],
         duplicates=[str(e.event_id) for e in done.events if e.event_id in done.duplicate_ids],
-        commands=None if claim is None else commands.hand_out(runtime, done.claimed,
+        commands=None if claim is None else commands.hand_out(engine, done.claimed,
                                                               fresh=done.written),
     )  # fmt: skip
 

@@ -11,13 +11,12 @@ from starlette.concurrency import run_in_threadpool
 from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
-from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
-from milepost.api.runtime import Runtime
 from milepost.core import state as st
 from milepost.engine import summaries
+from milepost.engine.lifecycle import ExecutionRow, Lifecycle
 from milepost.playbook import model
-from milepost.store import port
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
@@ -32,23 +31,19 @@ def parse_execution_id(value: str) -> int:
         raise errors.invalid([{"loc": ["path", "execution_id"], "msg": str(exc)}]) from None
 
 
-def existing(store: port.Store, value: str) -> port.ExecutionRow:
-    xid = parse_execution_id(value)
-    row = store.get_execution(xid)
-    if row is None:
-        raise errors.execution_not_found(xid)
-    return row
+def existing(engine: Lifecycle, value: str) -> ExecutionRow:
+    return engine.execution(parse_execution_id(value))
 
 
 @router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
-    store: StoreDep, _: ReadAuth,
+    engine: EngineDep, _: ReadAuth,
     status: Annotated[str | None, Query(max_length=40, pattern=checks.NO_NUL_PATTERN)] = None,
     path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
 ) -> schemas.ExecutionList:
-    rows = store.list_executions(status=status, path=path, limit=limit, offset=offset)
+    rows = engine.executions(status=status, path=path, limit=limit, offset=offset)
     return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
                                  offset=offset)  # fmt: skip
 
@@ -59,14 +54,14 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
 
 @router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_execution(
-    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ReadAuth,
+    execution_id: ExecutionId, engine: EngineDep, _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
     events_after: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET,
                                        description="Return events with seq > this.")] = 0,
 ) -> schemas.ExecutionOut:
-    row = existing(store, execution_id)
-    summary = runtime.read(row.execution_id, _summary)
-    page = store.load(row.execution_id, after_seq=events_after)
+    row = existing(engine, execution_id)
+    summary = engine.read(row.execution_id, _summary)
+    page = engine.events(row.execution_id, after_seq=events_after)
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(
@@ -79,53 +74,46 @@ def get_execution(
 MAX_STATUS_WAIT = 60.0
 """Longest `wait` of the status route, in seconds (the client asks for at most 30)."""
 STATUS_RECHECK = 0.2
-"""While a status long-poll waits, how often it looks at the store: this server's runtime
+"""While a status long-poll waits, how often it looks at the store: this server's engine
 wakes it at once when it ends the run, but another server or the CLI may end it too."""
 
 
-def _status_out(runtime: Runtime, execution_id: int) -> schemas.StatusOut:
-    summary = runtime.read(execution_id, _summary)
+def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
+    summary = engine.read(execution_id, _summary)
     return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
                              error=summary["error"], steps=summary["steps"])  # fmt: skip
-
-
-def _ended(store: port.Store, execution_id: int) -> bool:
-    """The projection's status (one row, no runtime lock): cheap enough to poll."""
-    row = store.get_execution(execution_id)
-    return row is None or row.status in st.TERMINAL
 
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut,
             responses=errors.responses(*AUTH, 404, 422))
 async def get_status(
-    execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep, _: ChildStatusAuth,
+    execution_id: ExecutionId, engine: EngineDep, _: ChildStatusAuth,
     wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
         "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
         "CANCELLED); after that the current status. 0: answer at once."))] = 0,
 ) -> Response:  # fmt: skip
     """The status, at once or long-polled with `wait`.
 
-    Async so a waiting request holds no thread: the store and the runtime are synchronous,
-    so every read goes through the thread pool, and the wait itself is an `asyncio.Event`
-    that `Runtime` sets when it finishes the run, with a look at the store every
+    Async so a waiting request holds no thread: the engine is synchronous, so every read
+    goes through the thread pool, and the wait itself is an `asyncio.Event` that the
+    engine sets when it finishes the run (`Lifecycle.watch`), with a look at the store every
     `STATUS_RECHECK` seconds for runs ended elsewhere.
     """
     xid = parse_execution_id(execution_id)
-    if runtime.orchestrator.cached(xid) is None:  # this server knows it: no need to ask
-        await run_in_threadpool(existing, store, execution_id)
-    return views.as_json(await _status(store, runtime, xid, wait))
+    if engine.orchestrator.cached(xid) is None:  # this server knows it: no need to ask
+        await run_in_threadpool(existing, engine, execution_id)
+    return views.as_json(await _status(engine, xid, wait))
 
 
-async def _status(store: port.Store, runtime: Runtime, xid: int,
-                  wait: float) -> schemas.StatusOut:  # fmt: skip
+async def _status(engine: Lifecycle, xid: int, wait: float) -> schemas.StatusOut:
     if wait <= 0:
-        return await run_in_threadpool(_status_out, runtime, xid)
+        return await run_in_threadpool(_status_out, engine, xid)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     ended = asyncio.Event()
-    runtime.watch(xid, loop, ended)  # before the first read: an end in between still wakes us
+    engine.watch(xid, loop, ended)  # before the first read: an end in between still wakes us
     try:
-        out = await run_in_threadpool(_status_out, runtime, xid)
+        out = await run_in_threadpool(_status_out, engine, xid)
         while out.status not in st.TERMINAL:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -134,21 +122,17 @@ async def _status(store: port.Store, runtime: Runtime, xid: int,
                 await asyncio.wait_for(ended.wait(), min(STATUS_RECHECK, remaining))
                 ended.clear()  # set once per end; from now on only the store re-checks count
             except TimeoutError:
-                if not await run_in_threadpool(_ended, store, xid) and loop.time() < deadline:
+                if not await run_in_threadpool(engine.ended, xid) and loop.time() < deadline:
                     continue
-            out = await run_in_threadpool(_status_out, runtime, xid)
+            out = await run_in_threadpool(_status_out, engine, xid)
         return out
     finally:
-        runtime.unwatch(xid, ended)
+        engine.unwatch(xid, ended)
 
 
 @router.post("/{execution_id}/cancel", responses=errors.responses(*AUTH, 404, 409, 422))
-def cancel(execution_id: ExecutionId, store: StoreDep, runtime: RuntimeDep,
+def cancel(execution_id: ExecutionId, engine: EngineDep,
            _: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
-    row = existing(store, execution_id)
-    status = runtime.read(row.execution_id, lambda state, _pb: state.status)
-    if status in st.TERMINAL:
-        raise errors.conflict("already_terminal", f"execution {row.execution_id} is already "
-                              f"{status}", execution_id=str(row.execution_id), status=status)  # fmt: skip
-    state = runtime.cancel(row.execution_id)
+    row = existing(engine, execution_id)
+    state = engine.cancel(row.execution_id)  # AlreadyTerminal: 409
     return schemas.CancelOut(execution_id=str(row.execution_id), status=state.status)

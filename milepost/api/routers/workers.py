@@ -12,7 +12,7 @@ from fastapi import APIRouter
 
 from milepost.api import errors, schemas
 from milepost.api.auth import WorkAuth
-from milepost.api.deps import RuntimeDep, StoreDep
+from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY
 from milepost.engine.machine import LEASE_TTL_S
 
@@ -21,13 +21,10 @@ router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 @router.post("/machine-id", response_model=schemas.MachineIdOut,
              responses=errors.responses(*AUTH, *BODY, 503))
-def machine_id(body: schemas.MachineIdIn, store: StoreDep, runtime: RuntimeDep,
+def machine_id(body: schemas.MachineIdIn, engine: EngineDep,
                _: WorkAuth) -> schemas.MachineIdOut:  # fmt: skip
-    holder = f"worker:{body.worker_id}"
-    now = runtime.clock()
-    if body.machine_id is not None and store.renew_machine_id(body.machine_id, holder, now,
-                                                              LEASE_TTL_S):  # fmt: skip
-        return schemas.MachineIdOut(machine_id=body.machine_id,
-                                    expires_at=now + LEASE_TTL_S, renewed=True)  # fmt: skip
-    leased = store.lease_machine_id(holder, now, LEASE_TTL_S)
-    return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S, renewed=False)
+    now = engine.clock()
+    leased, renewed = engine.lease_machine_id(f"worker:{body.worker_id}", body.machine_id,
+                                              LEASE_TTL_S)  # fmt: skip
+    return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S,
+                                renewed=renewed)  # fmt: skip

@@ -1,0 +1,159 @@
+"""The embedded engine's workers: they run, in this process, the commands claimed for them.
+
+Commands are claimed through the engine service like a remote worker's (in the
+transaction of the report that freed the slot, `claim_request` with limit = free slots),
+so fencing, leases and cancel settlement are the server's: a report carries its claim's
+epoch, an attempt that runs for a third of its lease heartbeats, a claimed command of a
+run whose cancel was requested is given back instead of run, and on a clean exit the
+commands claimed and not started are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from milepost.attempt.runner import run_attempt
+from milepost.core import events as ev
+from milepost.core.work import WorkItem, report_events
+from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
+from milepost.errors import MilepostError
+from milepost.tools.base import CredentialLookup
+
+log = logging.getLogger(__name__)
+
+Claim = tuple[WorkItem, Lease]
+
+
+class InProcessWorkers:
+    def __init__(self, engine: Lifecycle, *, claimant: str, reporter: str, lease_s: float,
+                 concurrency: int, credentials: CredentialLookup | None,
+                 holds: Callable[[int], bool], report: Callable[[ev.Event], None]) -> None:  # fmt: skip
+        self.engine = engine
+        self.claimant = claimant
+        """The worker id of this engine's claims: unique per engine."""
+        self.reporter = reporter
+        """The `worker_id` its reports carry."""
+        self.lease_s = lease_s
+        self.capacity = concurrency
+        """Worker tasks alive (lent ones included): the slots claims fill."""
+        self.credentials = credentials
+        self.holds = holds
+        self.report = report
+        self.tools: Any = None
+        self.busy = 0
+        """Attempts running right now."""
+        self._queue: asyncio.Queue[Claim] = asyncio.Queue()
+        self._running: dict[int, tuple[Lease, float]] = {}
+        """command id -> its claim and when its attempt started."""
+
+    def free(self) -> int:
+        """Slots no attempt runs in nor waits for: what the next claim may take. A worker
+        has two: the attempt it runs and the next one, claimed while it runs so that the
+        worker goes on at once instead of waiting for the commit of its report."""
+        return max(0, 2 * self.capacity - self.busy - self._queue.qsize())
+
+    def claim_request(self, executions: frozenset[int]) -> ClaimRequest | None:
+        """The claim of the next report: as many commands of `executions` as slots are free."""
+        free = self.free()
+        if free <= 0 or not executions:
+            return None
+        return self.engine.claim_request(self.claimant, self.lease_s, free,
+                                         executions=executions)  # fmt: skip
+
+    def dispatch(self, claimed: Claimed) -> None:
+        """Queue the commands claimed for these workers, each with its render context."""
+        orchestrator = self.engine.orchestrator
+        for row, lease in claimed:
+            cached = orchestrator.cached(row.execution_id)
+            cmd = None if cached is None else cached.commands.get(row.command_id)
+            if cmd is None:
+                cmd = orchestrator.state(row.execution_id).commands.get(row.command_id)
+            if cmd is None:  # settled since the claim: nothing to run
+                self._give_back(row.command_id, lease)
+                continue
+            self._queue.put_nowait((orchestrator.work_for(row.execution_id, cmd, lease.epoch),
+                                    lease))  # fmt: skip
+
+    def spawn(self, name: str, until: asyncio.Event | None = None) -> asyncio.Task[None]:
+        """One more worker task (`until`: lent for a while, it stops between items)."""
+        self.capacity += 1
+        return asyncio.create_task(self._worker(until), name=name)
+
+    async def _next(self, until: asyncio.Event | None) -> Claim | None:
+        if until is None:
+            return await self._queue.get()
+        getter = asyncio.ensure_future(self._queue.get())
+        stopper = asyncio.ensure_future(until.wait())
+        try:
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        return None
+
+    async def _worker(self, until: asyncio.Event | None) -> None:
+        try:
+            while True:
+                got = await self._next(until)
+                if got is None:
+                    return
+                await self._run(*got)
+        finally:
+            self.capacity -= 1
+
+    async def _run(self, item: WorkItem, lease: Lease) -> None:
+        assert self.tools is not None
+        if not self.holds(item.execution_id):
+            return  # claimed before another process took the run over: its driver reclaims
+        orchestrator = self.engine.orchestrator
+        state = orchestrator.state(item.execution_id)
+        if state.cancel_requested or state.terminal:
+            self._give_back(item.command_id, lease)  # a cancelled run's work is never run
+            return
+        playbook = orchestrator.playbook_for(state)
+        self.busy += 1
+        self._running[item.command_id] = (lease, time.monotonic())
+        try:
+            # a crash in a tool is an `internal` outcome, logged redacted, not a raise
+            outcome = await run_attempt(playbook, item, self.tools, credentials=self.credentials)
+        finally:
+            self.busy -= 1
+            self._running.pop(item.command_id, None)
+        for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
+                                   self.reporter):  # fmt: skip
+            # the fence reads a report's epoch off its meta, as a remote worker's carries it
+            self.report(replace(event, meta={**event.meta, "epoch": item.epoch}))
+
+    def _give_back(self, command_id: int, lease: Lease) -> None:
+        """Release a claim not started (a cancelled run's is settled by the release)."""
+        try:
+            self.engine.release(command_id, self.claimant, lease.epoch)
+        except MilepostError:  # it moved (expired, settled): nothing to give back
+            log.warning("could not release command %s", command_id, exc_info=True)
+
+    async def heartbeats(self) -> None:
+        """Every third of the lease, extend the claims of attempts running that long."""
+        every = self.lease_s / 3
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for command_id, (lease, started) in list(self._running.items()):
+                if now - started < every:
+                    continue
+                try:
+                    self.engine.heartbeat(command_id, self.claimant, lease.epoch, self.lease_s)
+                except MilepostError:  # lost: its report will be fenced as stale
+                    log.warning("heartbeat of command %s refused", command_id, exc_info=True)
+
+    def release_unstarted(self) -> None:
+        """Give back every claim no attempt started (a clean exit)."""
+        while not self._queue.empty():
+            item, lease = self._queue.get_nowait()
+            self._give_back(item.command_id, lease)

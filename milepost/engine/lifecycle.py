@@ -1,0 +1,375 @@
+"""The engine service: the run lifecycle, written once for every transport.
+
+The server's routes and the embedded engine are transports over one `Lifecycle`: start,
+register, report (with the claim of the reporting worker's next commands in the same
+transaction), claim, heartbeat, release, cancel (the request and the settlement of
+queued commands), tick (the reconciler's timers, lease expiry, re-publish, re-drive),
+reads of a run's state, and watch/unwatch for the status long-poll.
+
+Every call that reads or changes an execution's state holds that execution's lock
+(`ExecutionLocks`): calls for different executions run side by side. Across processes the
+orchestrator is optimistic when the database is shared (`Orchestrator(shared=True)`).
+After each call the service publishes the wake-ups of the commands it issued and did not
+hand out, schedules retry timers (`on_wake`) and counts what happened (`Meters`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.core.ids import machine_of
+from milepost.engine import cancel as cancelling
+from milepost.engine import notify, reporting
+from milepost.engine.claims import Claims, HandedOut
+from milepost.engine.errors import AlreadyTerminal, command_not_found
+from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
+from milepost.engine.meters import Meters
+from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
+from milepost.engine.watchers import Watchers
+from milepost.errors import ClaimRefused, ExecutionNotFound
+from milepost.playbook import model
+from milepost.store import port
+from milepost.store.port import CatalogEntry as CatalogEntry
+from milepost.store.port import Claimed as Claimed
+from milepost.store.port import ClaimRequest as ClaimRequest
+from milepost.store.port import CommandRow as CommandRow
+from milepost.store.port import ExecutionRow as ExecutionRow
+from milepost.store.port import Lease as Lease
+
+# the rows above are the engine's answers: a transport names them from here, not the store
+
+T = TypeVar("T")
+
+Reported = reporting.Reported
+
+
+class Lifecycle:
+    def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
+                 publisher: notify.Publisher | None = None, meters: Meters | None = None,
+                 pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
+                 refresh: bool = True, threads: bool = True) -> None:  # fmt: skip
+        self.store = store
+        self.orchestrator = orchestrator
+        self.publisher: notify.Publisher = publisher or notify.NullPublisher()
+        self.meters = meters or Meters()
+        self.pool = pool
+        # called from one thread only (`threads=False`: an asyncio loop), nothing interleaves
+        self.locks: ExecutionLocks | NoLocks = ExecutionLocks() if threads else NoLocks()
+        self.handed = HandedOut()
+        self.claims = Claims(store)
+        self.watchers = Watchers()
+        self._catalog = threading.Lock()
+        """Registering and parsing playbooks (the orchestrator's catalog caches)."""
+        self._minter = orchestrator.new_id
+        if threads:
+            orchestrator.new_id = locked_ids(orchestrator.new_id)
+        self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
+                                     pool=pool,
+                                     on_expired=lambda _cid: self.meters.lease_expired())  # fmt: skip
+        self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
+        """Called with (execution_id, time) for every retry timer a decision set."""
+        self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
+        """Called with every outcome (a transport that dispatches work itself)."""
+        self.refresh = refresh
+        """Other writers may append to these logs: reports fold what they wrote first. An
+        embedded engine, the only writer of the runs it drives, says False."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.orchestrator.clock
+
+    def new_id(self) -> int:
+        return self.orchestrator.new_id()
+
+    def machine_id(self) -> int:
+        """The machine id the engine mints with now (fixed, leased, or leased again after
+        a lapse); read off a fresh id only for a generator that does not say it."""
+        known = getattr(self._minter, "machine_id", None)
+        return known if isinstance(known, int) else machine_of(self.new_id())
+
+    def locked(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
+        """Hold these executions' locks (for a read-then-process that must not interleave)."""
+        return self.locks.hold(execution_ids)
+
+    # -- the orchestrator, locked ----------------------------------------------------------
+
+    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
+                *, refresh: bool = True, claim: port.ClaimRequest | None = None,
+                check_claims: bool = False) -> Outcome:  # fmt: skip
+        """`Orchestrator.process`, refreshed from the log by default (other writers exist).
+        Commands claimed through `claim` are not announced: their worker has them."""
+        xids = {e.execution_id for e in reports} | set(also)
+        with self.locks.hold(xids):
+            started = time.perf_counter()
+            outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim,
+                                                check_claims=check_claims)  # fmt: skip
+            self.meters.evaluated(time.perf_counter() - started)
+        self._after(outcome)
+        return outcome
+
+    def register(self, text: str, playbook: model.Playbook) -> tuple[str, int]:
+        with self._catalog:
+            return self.orchestrator.register(text, playbook)
+
+    def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
+              parent_execution_id: int | None = None, parent_command_id: int | None = None,
+              execution_id: int | None = None,
+              claim: port.ClaimRequest | None = None) -> tuple[int, Outcome]:  # fmt: skip
+        # no lock: nobody knows the new execution's id before this returns
+        started = time.perf_counter()
+        xid, outcome = self.orchestrator.start(playbook, version, workload,
+                                               parent_execution_id=parent_execution_id,
+                                               parent_command_id=parent_command_id,
+                                               execution_id=execution_id, claim=claim)  # fmt: skip
+        self.meters.evaluated(time.perf_counter() - started)
+        self._after(outcome)
+        return xid, outcome
+
+    def report(self, events: list[ev.Event],
+               claim: port.ClaimRequest | None = None) -> Reported:  # fmt: skip
+        """Check, fence and process a batch of events (nothing is written unless every one
+        is taken); `claim`: claim the reporting worker's next commands in the same
+        transaction (`claim_request`)."""
+        return reporting.report(self, events, claim)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def playbook(self, path: str, version: int) -> model.Playbook:
+        """The playbook of a catalog entry (parsed once, then cached by the orchestrator)."""
+        with self._catalog:
+            return self.orchestrator.catalog_playbook(path, version)
+
+    def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
+             *, refresh: bool = True, knows: int | None = None) -> T:  # fmt: skip
+        """`view(state, playbook)` of an execution brought up to date with the log, under the
+        lock (the state object is shared: never keep it past `view`). `refresh=False` skips
+        the look at the log, for an execution this engine has just appended to; `knows`
+        skips it when the cached state already holds that live command (a claimed
+        command's render context is the state it was issued from, which that cache has)."""
+        with self.locks.hold([execution_id]):
+            cached = self.orchestrator.cached(execution_id)
+            if cached is not None and (not refresh or cached.terminal or (
+                    knows is not None and knows in cached.commands)):  # fmt: skip
+                state = cached  # an ended run's state never changes: no need to look again
+            else:
+                state = self.fresh(execution_id)  # rebuilt from the log when not cached
+            try:
+                return view(state, self.orchestrator.playbook_for(state))
+            finally:
+                if state.terminal:
+                    self.orchestrator.retire(execution_id)  # only live runs stay live
+
+    def fresh(self, execution_id: int) -> st.ExecutionState:
+        """The state with whatever other writers appended since the cache last looked
+        (call it holding the execution's lock)."""
+        cached = self.orchestrator.cached(execution_id)
+        if cached is None:
+            return self.orchestrator.state(execution_id)  # rebuilt from the log just now
+        newer = self.store.load(execution_id, after_seq=cached.last_seq)
+        if newer:
+            st.fold(cached, newer)
+        return cached
+
+    def execution(self, execution_id: int, what: str = "execution") -> port.ExecutionRow:
+        """The execution's projection row; ExecutionNotFound (`what` names it: "parent
+        execution") when there is none."""
+        row = self.store.get_execution(execution_id)
+        if row is None:
+            raise ExecutionNotFound(f"no {what} {execution_id}", execution_id=str(execution_id))
+        return row
+
+    def ended(self, execution_id: int) -> bool:
+        """The projection's status (one row, no lock): cheap enough to poll."""
+        row = self.store.get_execution(execution_id)
+        return row is None or row.status in st.TERMINAL
+
+    def executions(self, *, status: str | None, path: str | None, limit: int,
+                   offset: int) -> list[port.ExecutionRow]:  # fmt: skip
+        return self.store.list_executions(status=status, path=path, limit=limit, offset=offset)
+
+    def events(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
+        return self.store.load(execution_id, after_seq=after_seq)
+
+    def command(self, command_id: int) -> port.CommandRow:
+        row = self.store.get_command(command_id)
+        if row is None:
+            raise command_not_found(command_id)
+        return row
+
+    def result(self, uri: str) -> bytes:
+        """A stored result (`milepost://results/...`), as the result store keeps it."""
+        return self.store.get_blob(uri)
+
+    def catalog_entry(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
+        return self.store.get_playbook(path, version)
+
+    def catalog_entries(self) -> list[port.CatalogEntry]:
+        return self.store.list_playbooks()
+
+    def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
+        """A machine id for `holder` (a worker): `held` renewed while it is still its, else
+        a new one. Returns (id, renewed)."""
+        now = self.clock()
+        if held is not None and self.store.renew_machine_id(held, holder, now, ttl):
+            return held, True
+        return self.store.lease_machine_id(holder, now, ttl), False
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def claim_request(self, worker_id: str, lease_s: float, limit: int, pool: str | None = None,
+                      executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
+        """The claim a report makes in its own transaction (`report(..., claim=)`);
+        `executions`: only commands of these."""
+        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool, executions)
+
+    def claim(self, command_id: int, worker_id: str,
+              lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip
+        """Claim one command by id (the store refuses a cancelled run's: `ClaimRefused`)."""
+        row = self.command(command_id)
+        try:
+            lease = self.claims.claim(row.command_id, worker_id, self.clock(), lease_s)
+        except ClaimRefused as exc:
+            self.meters.claim_refused(str(exc.fields.get("reason") or exc.code))
+            raise
+        self.claimed([(row, lease)])
+        return row, lease
+
+    def claim_next(self, worker_id: str, lease_s: float, limit: int,
+                   pool: str | None = None) -> port.Claimed:  # fmt: skip
+        """Claim up to `limit` queued commands (the polling path)."""
+        claimed = self.claims.claim_next(worker_id, self.clock(), lease_s, limit, pool)
+        self.claimed(claimed)
+        return claimed
+
+    def heartbeat(self, command_id: int, worker_id: str, epoch: int,
+                  lease_s: float) -> tuple[port.Lease, bool]:  # fmt: skip
+        """Extend a live claim; answers the lease and whether the run's cancel was asked."""
+        row = self.command(command_id)
+        lease = self.claims.heartbeat(row.command_id, worker_id, epoch, self.clock(), lease_s)
+        # the projection (one row), not the log: a heartbeat comes every lease/3 per command
+        execution = self.store.get_execution(row.execution_id)
+        cancelled = execution is not None and (execution.cancel_requested
+                                               or execution.status == st.CANCELLED)  # fmt: skip
+        return lease, cancelled
+
+    def release(self, command_id: int, worker_id: str, epoch: int) -> bool:
+        """Give back a claimed command that was not started: queued again for another
+        worker, same attempt and key. A cancelled run's command is settled instead."""
+        row = self.command(command_id)
+        released = self.claims.release(row.command_id, worker_id, epoch, self.clock())
+        # a worker gives back the commands of a cancelled run: settle them so the run can end
+        if released and not self.settle_cancelled([row.execution_id]):
+            self.publisher.notify([notify.Notice(row.command_id, row.execution_id, self.pool)])
+        return bool(released)
+
+    def release_claims(self, execution_id: int) -> int:
+        """Give back every live claim of an execution whose driver died (`resume`): its
+        commands are queued again, same attempt and key, for the new driver to claim.
+        Returns how many were released."""
+        released = 0
+        for row in self.store.open_commands(execution_id):
+            if row.status == port.COMMAND_CLAIMED and row.worker_id is not None:
+                with contextlib.suppress(ClaimRefused):  # it moved since: nothing to give back
+                    released += self.claims.release(row.command_id, row.worker_id, row.epoch,
+                                                    self.clock())  # fmt: skip
+        return released
+
+    def claimed(self, claimed: port.Claimed) -> None:
+        """Count commands handed to a worker and remember their claims (`handed`)."""
+        self.meters.claimed(len(claimed))
+        self.handed.remember(claimed)
+
+    # -- cancellation ----------------------------------------------------------------------
+
+    def cancel(self, execution_id: int) -> st.ExecutionState:
+        """Request a cancel and settle the commands nobody claimed yet; returns the state.
+        AlreadyTerminal when the run had ended before."""
+        with self.locks.hold([execution_id]):
+            state = self.fresh(execution_id)
+            if state.terminal:
+                raise AlreadyTerminal(f"execution {execution_id} is already {state.status}",
+                                      execution_id=str(execution_id), status=state.status)  # fmt: skip
+            if not state.cancel_requested:
+                event = ev.new_event(self.new_id(), execution_id,
+                                     ev.EXECUTION_CANCEL_REQUESTED, self.clock())  # fmt: skip
+                self.process([event])
+            self.settle_cancelled([execution_id])
+            return self.orchestrator.state(execution_id)
+
+    def settle_cancelled(self, execution_ids: Iterable[int]) -> set[int]:
+        """Fail the queued commands of cancel-requested executions (claims are refused for
+        them, so no worker would ever report them). Returns the executions cancelled."""
+        xids = sorted(set(execution_ids))
+        with self.locks.hold(xids):
+            cancelled: set[int] = set()
+            reports: list[ev.Event] = []
+            for xid in xids:
+                state = self.fresh(xid)
+                if not state.cancel_requested or state.terminal:
+                    continue
+                cancelled.add(xid)
+                reports += [cancelling.cancelled_report(row, self.new_id(), self.clock())
+                            for row in self.store.open_commands(xid)
+                            if row.status == port.COMMAND_QUEUED
+                            and row.command_id in state.commands]  # fmt: skip
+            if reports:
+                self.process(reports)
+            return cancelled
+
+    # -- on a clock ------------------------------------------------------------------------
+
+    def tick(self, now: float) -> TickReport:
+        """Due retry timers, expired leases, re-published wake-ups, re-drives, settled
+        cancels (`Reconciler.tick`)."""
+        return self.reconciler.tick(now)
+
+    def recover(self) -> int:
+        """Re-evaluate every RUNNING execution once (after a restart)."""
+        return self.reconciler.recover()
+
+    # -- who waits for a run to end ---------------------------------------------------------
+
+    def watch(self, execution_id: int, loop: asyncio.AbstractEventLoop,
+              event: asyncio.Event) -> None:  # fmt: skip
+        """Set `event` when a call of this engine finishes `execution_id` (`Watchers`)."""
+        self.watchers.watch(execution_id, loop, event)
+
+    def unwatch(self, execution_id: int, event: asyncio.Event) -> None:
+        self.watchers.unwatch(execution_id, event)
+
+    # -- after each call -------------------------------------------------------------------
+
+    def _after(self, outcome: Outcome) -> None:
+        if outcome.issued:
+            self.meters.issued(len(outcome.issued))
+            taken = {row.command_id for row, _ in outcome.claimed}
+            notices = [notify.Notice(cmd.command_id, xid, self.pool)
+                       for xid, cmd in outcome.issued if cmd.command_id not in taken]  # fmt: skip
+            if notices:
+                self.publisher.notify(notices)
+        if outcome.claimed:
+            self.claimed(outcome.claimed)
+        if outcome.engine_errors:
+            self.meters.engine_errors(len(outcome.engine_errors))
+        for event in outcome.events:
+            if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
+                self.meters.settled("completed")
+            elif event.event_type == ev.COMMAND_FAILED and not event.meta.get("stale"):
+                self.meters.settled("failed")
+        for xid, at in outcome.wake_at.items():
+            self.on_wake(xid, at)
+        if outcome.finished:
+            finished = [state.execution_id for state in outcome.finished]
+            with self.locks.hold(finished):
+                for xid in finished:
+                    self.orchestrator.retire(xid)
+            self.watchers.wake(outcome.finished)
+        self.on_outcome(outcome)

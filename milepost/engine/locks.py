@@ -1,0 +1,76 @@
+"""Per-execution locks: the engine's cached states are plain objects shared by threads.
+
+Every call of the engine service that reads or changes an execution's state holds that
+execution's lock, so calls for different executions run side by side, their database
+waits included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+from milepost.engine.machine import LeasedIds
+
+
+class ExecutionLocks:
+    """One reentrant lock per execution, made on demand and dropped when nobody holds or
+    waits for it. `hold` takes several in id order, so two callers cannot deadlock (a
+    thread that already holds some may take more only in that order too)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[int, tuple[threading.RLock, int]] = {}
+
+    @contextlib.contextmanager
+    def hold(self, execution_ids: Iterable[int]) -> Iterator[None]:
+        taken: list[int] = []
+        try:
+            for xid in sorted(set(execution_ids)):
+                with self._guard:
+                    lock, users = self._locks.get(xid) or (threading.RLock(), 0)
+                    self._locks[xid] = (lock, users + 1)
+                taken.append(xid)
+                lock.acquire()
+            yield
+        finally:
+            for xid in reversed(taken):
+                with self._guard:
+                    lock, users = self._locks[xid]
+                    if users > 1:
+                        self._locks[xid] = (lock, users - 1)
+                    else:
+                        del self._locks[xid]
+                with contextlib.suppress(RuntimeError):  # not acquired: the acquire raised
+                    lock.release()
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)
+
+
+class NoLocks:
+    """`ExecutionLocks` for an engine called from one thread only (the embedded engine's
+    loop): nothing can interleave, so holding costs nothing."""
+
+    _held = contextlib.nullcontext()
+
+    def hold(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
+        return self._held
+
+    def __len__(self) -> int:
+        return 0
+
+
+def locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
+    """An id generator safe to call from several threads at once."""
+    if isinstance(new_id, LeasedIds):
+        return new_id  # it holds its own lock (shared with its renewal): one is enough
+    lock = threading.Lock()
+
+    def locked() -> int:
+        with lock:
+            return new_id()
+
+    return locked
