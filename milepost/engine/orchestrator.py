@@ -401,9 +401,13 @@ class Orchestrator:
             mine = seqs.get(xid, [])
             if mine and mine != list(range(before + 1, before + 1 + len(mine))):
                 # another writer appended in between: fold its events (ours are already
-                # seen) and ask to be woken at once, so decide sees them too
-                st.fold(state, self.store.load(xid, after_seq=before))
-                out.wake_at[xid] = self.clock()
+                # seen) and ask to be woken at once, so decide sees them too; claims and
+                # releases (the store's) change no decision: folded, no wake
+                theirs = [e for e in self.store.load(xid, after_seq=before)
+                          if e.event_id not in state.seen]  # fmt: skip
+                st.fold(state, theirs)
+                if any(e.event_type not in ev.CLAIM_EVENTS for e in theirs):
+                    out.wake_at[xid] = self.clock()
             elif mine:
                 state.last_seq = mine[-1]
             self._maybe_snapshot(state)

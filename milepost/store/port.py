@@ -9,9 +9,9 @@ queue), so the projections can always be rebuilt from the log. Adapters: `sqlite
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -234,6 +234,8 @@ class ClaimRequest:
     lease_s: float
     limit: int
     pool: str | None = None
+    new_id: Callable[[], int] = field(kw_only=True)
+    """The ids of the `command.claimed` events the claim appends."""
 
 
 Claimed = list[tuple[CommandRow, Lease]]
@@ -295,8 +297,10 @@ class Store(Protocol):
         nothing is written.
 
         `expect` maps executions to the last `seq` the caller folded: if the log of an
-        execution these events write to has moved past it, nothing is written and LogMoved
-        is raised (optimistic concurrency between orchestrators on one database). When it
+        execution these events write to holds an event past it that may change a decision,
+        nothing is written and LogMoved is raised (optimistic concurrency between
+        orchestrators on one database). Claims and releases (`ev.CLAIM_EVENTS`) past it do
+        not count: the events get the seqs after them. When it
         covers every execution written to, the caller vouches that the events are new (it
         has folded those logs; a repeat it passes on costs a retry), which lets a store skip
         its read of repeated ids; an id that is in the log anyway is still left out only
@@ -312,7 +316,9 @@ class Store(Protocol):
                          expect: Mapping[int, int] | None = None,
                          check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
         """`append`, then `claim_next` as `claim` asks, in the same transaction where the
-        database allows it (the commands just issued are claimable at once)."""
+        database allows it (the commands just issued are claimable at once). The events
+        returned are those of the append; the claims' `command.claimed` come after them in
+        the log."""
         ...
 
     def load(self, execution_id: int, after_seq: int = 0) -> list[Event]: ...
@@ -338,15 +344,20 @@ class Store(Protocol):
         """Commands queued or claimed (not yet completed, failed or cancelled)."""
         ...
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> Lease:
-        """Take a queued command (or renew this worker's own live claim); raises ClaimRefused."""
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
+              new_id: Callable[[], int]) -> Lease:  # fmt: skip
+        """Take a queued command (or renew this worker's own live claim); raises ClaimRefused.
+        Appends `command.claimed` (id from `new_id`) in the transaction of the claim."""
         ...
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> Lease:  # fmt: skip
+        """Move the lease end of a live claim; no event: the projection only."""
         ...
 
-    def expired_claims(self, now: float) -> list[CommandRow]: ...
+    def expired_claims(self, now: float) -> list[CommandRow]:
+        """Claims whose lease ended before `now`, by command id."""
+        ...
 
     # snapshots
     def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None: ...
@@ -397,16 +408,18 @@ class Store(Protocol):
 
     # the polling claim path
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
+                   pool: str | None = None, *,
+                   new_id: Callable[[], int]) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
         """Claim up to `limit` of the oldest queued commands (epoch += 1) of RUNNING
         executions with no cancel requested; `pool` None = any pool. Two workers never get
-        the same command."""
+        the same command. Each claim appends `command.claimed` in the same transaction."""
         ...
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
+                new_id: Callable[[], int]) -> bool:  # fmt: skip
         """Give back a live claim that was not started: the command is queued again, same
-        attempt and key (the next claim gets epoch + 1). Raises ClaimRefused
-        (`stale_epoch`) when `worker_id` holds no claim with that epoch."""
+        attempt and key (the next claim gets epoch + 1), and `command.released` appended.
+        Raises ClaimRefused (`stale_epoch`) when `worker_id` holds no claim with that epoch."""
         ...
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:

@@ -70,7 +70,7 @@ def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
     runtime, store = services.runtime, services.store
     now = runtime.clock()
     claimed = store.claim_next(body.worker_id, now, lease_s(services.settings, body.lease_seconds),
-                               body.limit, body.pool)  # fmt: skip
+                               body.limit, body.pool, new_id=runtime.new_id)  # fmt: skip
     out = hand_out(runtime, claimed)
     runtime.claimed(claimed)
     return views.as_json(schemas.ClaimNextOut(commands=out))
@@ -95,7 +95,8 @@ def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, met
     row = existing(store, event_id)
     try:  # the store refuses a cancelled execution's command (`execution_cancelled`) itself
         lease = store.claim(row.command_id, body.worker_id, runtime.clock(),
-                            lease_s(services.settings, body.lease_seconds))  # fmt: skip
+                            lease_s(services.settings, body.lease_seconds),
+                            new_id=runtime.new_id)  # fmt: skip
     except ClaimRefused as exc:
         metrics.claim_conflicts.labels(str(exc.fields.get("reason") or exc.code)).inc()
         raise
@@ -124,7 +125,8 @@ def release(event_id: CommandId, body: schemas.ReleaseIn, services: ServicesDep,
     again for another worker, same attempt and key."""
     runtime, store = services.runtime, services.store
     row = existing(store, event_id)
-    released = store.release(row.command_id, body.worker_id, body.epoch, runtime.clock())
+    released = store.release(row.command_id, body.worker_id, body.epoch, runtime.clock(),
+                             new_id=runtime.new_id)  # fmt: skip
     # a worker gives back the commands of a cancelled run: settle them so the run can end
     if released and not runtime.settle_cancelled([row.execution_id]):
         runtime.publisher.notify([runtime.notice(row)])

@@ -45,7 +45,8 @@ def report(body: schemas.EventBatchIn, services: Services,
     if body.claim is not None:
         lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
         claim = port.ClaimRequest(body.claim.worker_id, services.runtime.clock(), lease_s,
-                                  body.claim.limit, body.claim.pool)  # fmt: skip
+                                  body.claim.limit, body.claim.pool,
+                                  new_id=services.runtime.new_id)  # fmt: skip
     return ingest_batch(body.events, services.store, services.runtime, services.metrics,
                         batch=True, principal=principal, claim=claim)  # fmt: skip
 
