@@ -18,7 +18,6 @@ caller's watermark). Another writer may have moved the log since: the unique
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -78,22 +77,7 @@ class SQLStore(Tables):
     def __init__(self) -> None:
         self.seqs = SeqCache()
 
-    # -- the dialect's hooks ---------------------------------------------------------------
-
-    def read(self) -> contextlib.AbstractContextManager[Conn]:
-        """A connection for reads (driver errors classified)."""
-        raise NotImplementedError
-
-    def txn(self) -> contextlib.AbstractContextManager[Conn]:
-        """A write transaction, committed at the end of the block (errors classified)."""
-        raise NotImplementedError
-
-    def sql(self, text: str) -> str:
-        """A shared statement (`?` placeholders) in the dialect's form."""
-        return text
-
-    def lock_key(self, conn: Conn, namespace: int, key: int) -> None:
-        """Hold off other writers of (namespace, key) until the transaction ends."""
+    # -- the dialect's hooks (and those of `Tables`) ----------------------------------------
 
     def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
                     expect: Mapping[int, int] | None, claims: Mapping[int, int],
@@ -326,10 +310,6 @@ class SQLStore(Tables):
                          (port.COMMAND_CANCELLED, at, xid, port.COMMAND_QUEUED,
                           port.COMMAND_CLAIMED))  # fmt: skip
             self.seqs.forget([xid])
-
-    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.read() as conn:
-            return list(conn.execute(self.sql(text), params).fetchall())
 
     def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
         rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"

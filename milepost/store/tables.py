@@ -23,19 +23,29 @@ _ACQUIRE_DRIVER = (
 
 
 class Tables:
-    """Needs `rows`, `txn`, `sql` and `lock_key` (`store.sql.SQLStore`)."""
+    """The hooks every SQL dialect supplies (`store.sql.SQLStore` adds the rest), and the
+    tables written with them alone."""
 
-    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def read(self) -> contextlib.AbstractContextManager[Any]:
+        """A connection for reads (driver errors classified); `execute(sql, params)`
+        returns a cursor (`fetchone`, `fetchall`, `rowcount`, `description`)."""
         raise NotImplementedError
 
     def txn(self) -> contextlib.AbstractContextManager[Any]:
+        """A write transaction, committed at the end of the block (errors classified)."""
         raise NotImplementedError
 
     def sql(self, text: str) -> str:
-        raise NotImplementedError
+        """A shared statement (`?` placeholders) in the dialect's form."""
+        return text
 
     def lock_key(self, conn: Any, namespace: int, key: int) -> None:
-        raise NotImplementedError
+        """Hold off other writers of (namespace, key) until the transaction ends (nothing
+        where a write transaction holds the whole database)."""
+
+    def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.read() as conn:
+            return list(conn.execute(self.sql(text), params).fetchall())
 
     def _write(self, text: str, params: Sequence[Any]) -> Any:
         """One statement in its own transaction; the cursor's first row or rowcount."""

@@ -973,3 +973,20 @@ def test_processes_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Pa
             t.join()
     assert failures == []
     assert SQLiteStore(tmp_path / "new0.db").schema_version() == len(migrations.scripts("sqlite"))
+
+
+def test_a_locked_sqlite_file_is_store_unavailable_as_on_postgresql(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "locked.db")
+    try:
+        with store.read() as conn:
+            conn.execute("PRAGMA busy_timeout=50")  # the default waits 10 s for the lock
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the file
+        with pytest.raises(port.StoreUnavailable, match="database is locked") as caught:
+            store.append([started(77)])
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        other.close()
+        store.append([started(77)])  # the lock is gone: the same call goes through
+        assert store.get_execution(77) is not None
+    finally:
+        store.close()
