@@ -54,7 +54,7 @@ def _as_stored(event: ev.Event, seq: int) -> ev.Event:
     return dataclasses.replace(event, payload=payload, meta=meta, seq=seq)
 
 
-class MemoryStore:
+class MemoryStore(port.Appends):
     """Implements `port.Store` in memory; `MemoryStore(db)` shares `db` with others."""
 
     def __init__(self, db: MemoryDatabase | None = None) -> None:
@@ -70,10 +70,6 @@ class MemoryStore:
         pass
 
     # -- events ----------------------------------------------------------------------------
-
-    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
-               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
-        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
 
     def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
                          expect: Mapping[int, int] | None = None, check_claims: bool = False,
@@ -120,9 +116,11 @@ class MemoryStore:
         projection.apply(projection.changes(self._log(events)), self.db.executions,
                          self.db.commands)  # fmt: skip
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
         with self.db.lock:
-            return [e for e in self.db.logs.get(execution_id, ()) if e.seq > after_seq]
+            return [e for e in self.db.logs.get(execution_id, ())
+                    if after_seq < e.seq and (before_seq is None or e.seq < before_seq)]  # fmt: skip
 
     def event_count(self, execution_id: int) -> int:
         with self.db.lock:

@@ -2,8 +2,10 @@
 
 The event log is the truth. `append` writes events and, in the same transaction, the
 projections derived from them (`execution` for the list view, `command` for the claim
-queue), so the projections can always be rebuilt from the log. Adapters: `sqlite`
-(embedded default) and, later, `postgres`; one contract suite runs against both.
+queue; `store.projection`, a pure function of events), so the projections can always be
+rebuilt from the log: claims and releases are events too. Adapters: `store.sql` written
+once with its dialects `sqlite` (embedded default) and `postgres`, `sharded` over several,
+`memory` for tests; one contract suite runs against all of them.
 """
 
 from __future__ import annotations
@@ -281,6 +283,19 @@ def claim_epoch(command_id: int, worker_id: str, now: float, command: tuple[Any,
                        command_id=str(command_id))  # fmt: skip
 
 
+class Appends:
+    """`append` is `append_and_claim` without a claim, in every store written on this."""
+
+    def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
+
+    def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None,
+                         check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
+        raise NotImplementedError
+
+
 class Store(Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
@@ -321,7 +336,11 @@ class Store(Protocol):
         the log."""
         ...
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[Event]: ...
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[Event]:  # fmt: skip
+        """The execution's events with `after_seq < seq`, and `seq < before_seq` if given
+        (what slipped in before one's own append, without reading that append back)."""
+        ...
 
     def event_count(self, execution_id: int) -> int: ...
 

@@ -93,21 +93,26 @@ _COMMAND_SETTLE = _Rows(
     " WHERE command.command_id = v.id", ("text", "float8", "bigint"))
 _CLAIM_MOVED = "MP409"
 """The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
-_FOLD = ("(CASE WHEN ((x.execution_id # (x.execution_id >> 32)) & 4294967295) >= 2147483648"
-         " THEN ((x.execution_id # (x.execution_id >> 32)) & 4294967295) - 4294967296"
-         " ELSE (x.execution_id # (x.execution_id >> 32)) & 4294967295 END)::int4")
-"""`sql.fold_key` in SQL, of `x.execution_id`."""
+
+
+def _fold(column: str) -> str:
+    """`sql.fold_key` of a column, in SQL."""
+    v = f"(({column} # ({column} >> 32)) & 4294967295)"
+    return f"(CASE WHEN {v} >= 2147483648 THEN {v} - 4294967296 ELSE {v} END)::int4"
+
+
 _CLAIM = (
     # SKIP LOCKED: a claimer never waits for, nor takes, a row another one is taking; `OF c`
-    # locks the command rows only. Its events need the log of their execution: a claimer
-    # takes what it can lock at once (`pg_try_`: never waits, so never deadlocks with an
-    # appender holding that log), and leaves the rest for the next claim
+    # locks the command rows only. Its events need the log of their execution ({hold}):
+    # a claim alone waits for those logs, in the order of their keys like every appender
+    # (it holds no log yet: no cycle); a claim after an append holds that append's logs,
+    # so it takes only the others it can lock at once and leaves the rest for the next
     "WITH picked AS (SELECT c.command_id, c.execution_id FROM command c JOIN execution x"
     " ON x.execution_id = c.execution_id WHERE c.status=%(queued)s AND x.status='RUNNING'"
     " AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
     " LIMIT %(limit)s FOR UPDATE OF c SKIP LOCKED),"
     " free AS (SELECT x.execution_id FROM (SELECT DISTINCT execution_id FROM picked) x"
-    f" WHERE pg_try_advisory_xact_lock({sql.NS_APPEND}, {_FOLD})),"
+    " WHERE {hold}),"
     " taken AS (UPDATE command SET status=%(claimed)s, worker_id=%(worker)s,"
     " epoch=command.epoch+1, lease_expires_at=%(expires)s, updated_at=%(now)s"
     " FROM picked JOIN free ON free.execution_id = picked.execution_id"
@@ -117,20 +122,31 @@ _CLAIM = (
     " SELECT set_config('milepost.claimed', coalesce(string_agg(command_id::text, ','), ''),"
     " true) FROM taken"
 )
+_WAIT = ("x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
+         f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
+         f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
+         f" {_fold('s.execution_id')}) IS NOT NULL)")
+"""The claim alone: wait for each log, keys in order (`OFFSET 0` keeps the sort first)."""
+_TRY = f"pg_try_advisory_xact_lock({sql.NS_APPEND}, {_fold('x.execution_id')})"
+"""The claim after an append: only the logs free now (or held by this transaction)."""
 _LOG_CLAIMS = (
     f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
     " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[])),"
+    # each log's end read once, not once a claim
+    " ends AS (SELECT x.execution_id, COALESCE((SELECT max(e.seq) FROM event e"
+    " WHERE e.execution_id = x.execution_id), 0) AS seq FROM"
+    " (SELECT DISTINCT execution_id FROM claimed) x),"
     " numbered AS (SELECT claimed.*, row_number() OVER (ORDER BY created_at, command_id) AS n,"
-    " row_number() OVER (PARTITION BY execution_id ORDER BY created_at, command_id) AS k"
-    " FROM claimed),"
+    " ends.seq + row_number() OVER (PARTITION BY claimed.execution_id ORDER BY created_at,"
+    " command_id) AS seq FROM claimed JOIN ends ON ends.execution_id = claimed.execution_id),"
     " logged AS (INSERT INTO event (event_id, execution_id, seq, event_type, step, status,"
     " result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
-    " k + COALESCE((SELECT max(e.seq) FROM event e WHERE e.execution_id ="
-    " numbered.execution_id), 0), %(type)s, step, 'RUNNING', json_build_object('status',"
+    " seq, %(type)s, step, 'RUNNING', json_build_object('status',"
     " 'RUNNING', 'context', json_build_object('command_id', command_id, 'worker_id',"
     " worker_id, 'epoch', epoch, 'lease_expires_at', lease_expires_at, 'run', run, 'index',"
     " idx, 'attempt', attempt))::text, worker_id, %(now)s FROM numbered RETURNING event_id, seq)"
-    f" SELECT {sql.CMD_COLS}, logged.event_id, logged.seq FROM numbered JOIN logged"
+    f" SELECT {', '.join('numbered.' + c.strip() for c in sql.CMD_COLS.split(','))},"
+    " logged.event_id, logged.seq FROM numbered JOIN logged"
     " ON logged.event_id = (%(ids)s::bigint[])[numbered.n] ORDER BY created_at, command_id"
 )
 
@@ -266,7 +282,8 @@ class PostgresStore(sql.SQLStore):
             with conn.pipeline() as pipe, conn.transaction():
                 self.check_claims(conn, claims)
                 check = self.insert_events(conn, events, expect, careful)
-                collect = self.claim_queued(conn, claim) if claim is not None else None
+                collect = (None if claim is None
+                           else self.claim_queued(conn, claim, after_append=bool(events)))  # fmt: skip
                 if not vouched:
                     pipe.sync()
                     stored = check()  # before the commit
@@ -286,13 +303,13 @@ class PostgresStore(sql.SQLStore):
     def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
         _COMMAND_SETTLE.execute(conn, rows)
 
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest) -> Collect:
+    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *, after_append: bool) -> Collect:
         expires = req.now + req.lease_s
         params = {"queued": port.COMMAND_QUEUED, "claimed": port.COMMAND_CLAIMED,
                   "worker": req.worker_id, "expires": expires, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
-        conn.execute(_CLAIM.format(pool=pool), params)
+        conn.execute(_CLAIM.format(pool=pool, hold=_TRY if after_append else _WAIT), params)
         cursor = conn.execute(_LOG_CLAIMS, {"ids": [req.new_id() for _ in range(req.limit)],
                                             "type": ev.COMMAND_CLAIMED, "now": req.now})  # fmt: skip
 

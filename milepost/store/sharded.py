@@ -96,8 +96,9 @@ class ShardedStore:
         return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,
                                        claim.pool, new_id=claim.new_id)  # fmt: skip
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
-        return self.shard(execution_id).load(execution_id, after_seq)
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.shard(execution_id).load(execution_id, after_seq, before_seq=before_seq)
 
     def event_count(self, execution_id: int) -> int:
         return self.shard(execution_id).event_count(execution_id)

@@ -59,16 +59,15 @@ _DECIDED_AFTER = ("SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_
 
 
 class SeqTaken(ConcurrencyConflict):
-    """Another writer took a seq this append numbered from what it trusted: read, retry."""
-
-    code = "seq_taken"
+    """Another writer took a seq this append numbered from what it trusted: read, retry.
+    (Its code stays `concurrency_conflict`: should it ever escape, it is a 409.)"""
 
 
 class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(Tables):
+class SQLStore(Tables, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
     cancel_true = "1"
@@ -88,7 +87,8 @@ class SQLStore(Tables):
         with self.txn() as conn:
             self.check_claims(conn, claims)
             stored = self.insert_events(conn, events, expect, careful)()
-            claimed, logged = self.claim_queued(conn, claim)() if claim is not None else ([], [])
+            claimed, logged = ([], []) if claim is None else self.claim_queued(
+                conn, claim, after_append=bool(events))()
         return stored, claimed, logged
 
     def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
@@ -125,27 +125,23 @@ class SQLStore(Tables):
             " VALUES (?,?,?,?,?,?,?,?,?,?,?)"), rows)  # fmt: skip
 
     def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
-        self.many(conn, ("UPDATE command SET status=?, updated_at=? WHERE"
-                                  " command_id=?"), rows)  # fmt: skip
+        self.many(conn, "UPDATE command SET status=?, updated_at=? WHERE command_id=?", rows)
 
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest) -> Collect:
+    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *, after_append: bool) -> Collect:
         """Claim the oldest queued commands and append their `command.claimed`; the call
-        returns the claims (after a pipeline's commit too)."""
+        returns the claims (after a pipeline's commit too). `after_append`: the
+        transaction holds the logs of an append already."""
         raise NotImplementedError
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
-               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
-        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
-
     def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
                          expect: Mapping[int, int] | None = None, check_claims: bool = False,
                          ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
-        if not events and claim is None:
-            return [], []
         if claim is not None and claim.limit <= 0:
             claim = None
+        if not events and claim is None:
+            return [], []
         claims = port.claims_reported(events) if check_claims else {}
         careful = False
         for _ in range(TRIES):
@@ -311,9 +307,14 @@ class SQLStore(Tables):
                           port.COMMAND_CLAIMED))  # fmt: skip
             self.seqs.forget([xid])
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
-        rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
-                         " ORDER BY seq", (execution_id, after_seq))  # fmt: skip
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+        if before_seq is None:
+            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
+                             " ORDER BY seq", (execution_id, after_seq))  # fmt: skip
+        else:
+            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
+                             " AND seq<? ORDER BY seq", (execution_id, after_seq, before_seq))  # fmt: skip
         return [self.decode(row) for row in rows]
 
     def decode(self, row: Sequence[Any]) -> ev.Event:

@@ -113,7 +113,8 @@ class SQLiteStore(sql.SQLStore):
         inserted = conn.total_changes - before
         return lambda: inserted
 
-    def claim_queued(self, conn: sqlite3.Connection, req: port.ClaimRequest) -> Collect:
+    def claim_queued(self, conn: sqlite3.Connection, req: port.ClaimRequest, *,
+                     after_append: bool) -> Collect:  # fmt: skip
         # the IMMEDIATE transaction holds the write lock: no other claimer reads in between
         text, params = _CLAIMABLE, [port.COMMAND_QUEUED]
         if req.pool is not None:
