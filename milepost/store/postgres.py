@@ -101,13 +101,14 @@ def _fold(column: str) -> str:
     return f"(CASE WHEN {v} >= 2147483648 THEN {v} - 4294967296 ELSE {v} END)::int4"
 
 
-_CLAIM = (
+_TAKEN = ", ".join(f"command.{c.strip()}" for c in sql.CMD_COLS.split(","))
+_PICK = (
     # SKIP LOCKED: a claimer never waits for, nor takes, a row another one is taking; `OF c`
     # locks the command rows only. Its events need the log of their execution ({hold}):
     # a claim alone waits for those logs, in the order of their keys like every appender
     # (it holds no log yet: no cycle); a claim after an append holds that append's logs,
     # so it takes only the others it can lock at once and leaves the rest for the next
-    "WITH picked AS (SELECT c.command_id, c.execution_id FROM command c JOIN execution x"
+    "picked AS (SELECT c.command_id, c.execution_id FROM command c JOIN execution x"
     " ON x.execution_id = c.execution_id WHERE c.status=%(queued)s AND x.status='RUNNING'"
     " AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
     " LIMIT %(limit)s FOR UPDATE OF c SKIP LOCKED),"
@@ -116,22 +117,9 @@ _CLAIM = (
     " taken AS (UPDATE command SET status=%(claimed)s, worker_id=%(worker)s,"
     " epoch=command.epoch+1, lease_expires_at=%(expires)s, updated_at=%(now)s"
     " FROM picked JOIN free ON free.execution_id = picked.execution_id"
-    " WHERE command.command_id = picked.command_id RETURNING command.command_id)"
-    # the next statement numbers the claims' events: it sees the log as it is now that
-    # this one holds it (a statement reads as of its start)
-    " SELECT set_config('milepost.claimed', coalesce(string_agg(command_id::text, ','), ''),"
-    " true) FROM taken"
+    " WHERE command.command_id = picked.command_id RETURNING {returning})"
 )
-_WAIT = ("x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
-         f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
-         f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
-         f" {_fold('s.execution_id')}) IS NOT NULL)")
-"""The claim alone: wait for each log, keys in order (`OFFSET 0` keeps the sort first)."""
-_TRY = f"pg_try_advisory_xact_lock({sql.NS_APPEND}, {_fold('x.execution_id')})"
-"""The claim after an append: only the logs free now (or held by this transaction)."""
-_LOG_CLAIMS = (
-    f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
-    " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[])),"
+_LOG = (
     # each log's end read once, not once a claim
     " ends AS (SELECT x.execution_id, COALESCE((SELECT max(e.seq) FROM event e"
     " WHERE e.execution_id = x.execution_id), 0) AS seq FROM"
@@ -149,6 +137,28 @@ _LOG_CLAIMS = (
     " logged.event_id, logged.seq FROM numbered JOIN logged"
     " ON logged.event_id = (%(ids)s::bigint[])[numbered.n] ORDER BY created_at, command_id"
 )
+"""Number and insert the `command.claimed` of the rows of `claimed`, return them."""
+_CLAIM_AND_LOG = ("WITH " + _PICK.replace("{returning}", _TAKEN) + ", claimed AS"
+                  " (SELECT * FROM taken)," + _LOG)
+"""The claim after an append, one statement: the logs it writes to are the append's (held
+by this transaction, read as they are now) or ones it has just locked at once, which a
+writer may have committed to since the statement began: then the unique index refuses
+the event (SeqTaken) and the append is tried again."""
+_CLAIM = ("WITH " + _PICK.replace("{returning}", "command.command_id") +
+          # the next statement numbers the claims' events: it sees the log as it is now
+          # that this one holds it (a statement reads as of its start)
+          " SELECT set_config('milepost.claimed', coalesce(string_agg(command_id::text, ','),"
+          " ''), true) FROM taken")
+"""The claim alone: the claim, then `_LOG_CLAIMS` writes its events."""
+_LOG_CLAIMS = (f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
+               " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[]))," + _LOG)
+_WAIT = ("x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
+         f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
+         f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
+         f" {_fold('s.execution_id')}) IS NOT NULL)")
+"""The claim alone: wait for each log, keys in order (`OFFSET 0` keeps the sort first)."""
+_TRY = f"pg_try_advisory_xact_lock({sql.NS_APPEND}, {_fold('x.execution_id')})"
+"""The claim after an append: only the logs free now (or held by this transaction)."""
 
 
 @functools.lru_cache(maxsize=512)
@@ -309,9 +319,13 @@ class PostgresStore(sql.SQLStore):
                   "worker": req.worker_id, "expires": expires, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
-        conn.execute(_CLAIM.format(pool=pool, hold=_TRY if after_append else _WAIT), params)
-        cursor = conn.execute(_LOG_CLAIMS, {"ids": [req.new_id() for _ in range(req.limit)],
-                                            "type": ev.COMMAND_CLAIMED, "now": req.now})  # fmt: skip
+        log = {"ids": [req.new_id() for _ in range(req.limit)], "type": ev.COMMAND_CLAIMED}
+        if after_append:
+            text = _CLAIM_AND_LOG.replace("{pool}", pool).replace("{hold}", _TRY)
+            cursor = conn.execute(text, {**params, **log})
+        else:
+            conn.execute(_CLAIM.replace("{pool}", pool).replace("{hold}", _WAIT), params)
+            cursor = conn.execute(_LOG_CLAIMS, {**log, "now": req.now})
 
         def collect() -> tuple[port.Claimed, list[ev.Event]]:
             claimed: port.Claimed = []
