@@ -177,7 +177,7 @@ APPROVE = frozenset({"admin", "approver"})
 """Approval decisions."""
 
 EVENT_ROLES: dict[str, frozenset[str]] = {
-    ev.COMMAND_CLAIMED: WORK, ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
+    ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
     ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
     ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
@@ -186,7 +186,8 @@ EVENT_ROLES: dict[str, frozenset[str]] = {
 """The roles that may post each client event type, through `POST /api/events[/batch]` and
 the worker channel: those of the route that makes the same change (a cancel request:
 `POST /api/executions/{id}/cancel`), so the event routes are no way around a route's role.
-Types not listed are written by the engine only (422, `milepost.api.ingest`)."""
+Types not listed are written by the engine only (422, `milepost.api.ingest`): among them
+`command.claimed` and `command.released`, which the store writes with the claim itself."""
 POST_EVENTS = frozenset().union(*EVENT_ROLES.values())
 """Who may call the event routes at all: everyone who may post some event type."""
 

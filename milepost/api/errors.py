@@ -21,7 +21,7 @@ from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
-from milepost.store.port import EventIdConflict, MachineIdsExhausted
+from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ _WHEN: dict[int, str] = {
     422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
          "`playbook_invalid` with `problems`.",
     503: "The server cannot serve this now (e.g. `machine_ids_exhausted`; "
-         "`workload_unreadable`: it lacks the key that sealed the run's workload).",
+         "`workload_unreadable`: it lacks the key that sealed the run's workload; "
+         "`store_unavailable`: the database is locked or unreachable, retry after "
+         "`Retry-After` seconds).",
 }
 
 AUTH = (401, 403)
@@ -125,8 +127,17 @@ def internal(exc: BaseException, what: str) -> dict[str, Any]:
             "request_id": request_id}  # fmt: skip
 
 
+RETRY_AFTER_S = 1
+"""What a 503 `store_unavailable` asks the client to wait before it tries again."""
+
+
 def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
     """The status and JSON body that answer a MilepostError (HTTP and the worker channel)."""
+    if isinstance(exc, StoreUnavailable):
+        # the driver's text names the database (a path, a masked URL): the log has it
+        log.warning("the database is unavailable: %s", exc, extra={"action": "store_unavailable"})
+        return 503, {"code": exc.code, "message": "the database is unavailable (locked or"
+                     " unreachable): try again later", "retry_after": RETRY_AFTER_S}  # fmt: skip
     if isinstance(exc, errors.ClaimRefused):
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
@@ -142,7 +153,8 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
 def _milepost_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.MilepostError)
     status, body = milepost_reply(exc)
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, StoreUnavailable) else None
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _count_unparsed(request: Request) -> None:

@@ -15,6 +15,7 @@ EXECUTION_STARTED = "execution.started"
 STEP_ENTER = "step.enter"
 COMMAND_ISSUED = "command.issued"
 COMMAND_CLAIMED = "command.claimed"
+COMMAND_RELEASED = "command.released"
 COMMAND_STARTED = "command.started"
 COMMAND_HEARTBEAT = "command.heartbeat"
 CALL_DONE = "call.done"
@@ -38,7 +39,8 @@ EXECUTION_FAILED = "execution.failed"
 
 EVENT_TYPES = frozenset(
     {
-        EXECUTION_STARTED, STEP_ENTER, COMMAND_ISSUED, COMMAND_CLAIMED, COMMAND_STARTED,
+        EXECUTION_STARTED, STEP_ENTER, COMMAND_ISSUED, COMMAND_CLAIMED, COMMAND_RELEASED,
+        COMMAND_STARTED,
         COMMAND_HEARTBEAT, CALL_DONE, CALL_ERROR, STEP_EXIT, COMMAND_COMPLETED, COMMAND_FAILED,
         COMMAND_RETRY_SCHEDULED, COMMAND_LEASE_EXPIRED, LOOP_DONE, APPROVAL_REQUESTED,
         APPROVAL_GRANTED, APPROVAL_DENIED, APPROVAL_EXPIRED, APPROVAL_INVALIDATED,
@@ -56,6 +58,10 @@ ALIASES = {
 TERMINAL_EXECUTION_EVENTS = frozenset({EXECUTION_COMPLETED, EXECUTION_FAILED, EXECUTION_CANCELLED})
 SETTLING_REPORTS = frozenset({COMMAND_COMPLETED, COMMAND_FAILED})
 """A worker's reports that settle their command (a projection, a fence, a stale mark)."""
+CLAIM_EVENTS = frozenset({COMMAND_CLAIMED, COMMAND_RELEASED})
+"""Written by the store in the transaction that takes or gives back a claim: they record
+who held a command with which epoch (the command projection is rebuilt from them) and
+change no decision, so they never move an orchestrator's `expect` nor wake it."""
 
 # Statuses an event carries when its producer gave none (NoETL derives them from the name).
 _DEFAULT_STATUS = {
@@ -63,6 +69,7 @@ _DEFAULT_STATUS = {
     STEP_ENTER: "RUNNING",
     COMMAND_ISSUED: "PENDING",
     COMMAND_CLAIMED: "RUNNING",
+    COMMAND_RELEASED: "PENDING",
     COMMAND_STARTED: "RUNNING",
     COMMAND_HEARTBEAT: "RUNNING",
     CALL_DONE: "COMPLETED",

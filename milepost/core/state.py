@@ -385,6 +385,7 @@ _HANDLERS: dict[str, Any] = {
     ev.EXECUTION_FAILED: _apply_terminal(FAILED),
     ev.EXECUTION_CANCELLED: _apply_terminal(CANCELLED),
     ev.COMMAND_CLAIMED: _apply_informative,
+    ev.COMMAND_RELEASED: _apply_informative,
     ev.COMMAND_STARTED: _apply_informative,
     ev.COMMAND_HEARTBEAT: _apply_informative,
     ev.CALL_DONE: _apply_informative,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from milepost.core import events as ev
 from milepost.store import port
@@ -64,25 +64,28 @@ class HandedOut:
 class Claims:
     """The store's claim methods, as the engine calls them."""
 
-    def __init__(self, store: port.Store) -> None:
+    def __init__(self, store: port.Store, new_id: Callable[[], int]) -> None:
         self.store = store
+        self.new_id = new_id
+        """The ids of the `command.claimed` / `command.released` events the store appends."""
 
     def request(self, worker_id: str, now: float, lease_s: float, limit: int,
                 pool: str | None = None,
                 executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
         """The claim made in the transaction of a report (`Orchestrator.process`)."""
-        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, executions)
+        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, executions,
+                                 new_id=self.new_id)  # fmt: skip
 
     def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
-        return self.store.claim(command_id, worker_id, now, lease_s)
+        return self.store.claim(command_id, worker_id, now, lease_s, new_id=self.new_id)
 
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int,
                    pool: str | None) -> port.Claimed:  # fmt: skip
-        return self.store.claim_next(worker_id, now, lease_s, limit, pool)
+        return self.store.claim_next(worker_id, now, lease_s, limit, pool, new_id=self.new_id)
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> port.Lease:  # fmt: skip
         return self.store.heartbeat(command_id, worker_id, epoch, now, lease_s)
 
     def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
-        return self.store.release(command_id, worker_id, epoch, now)
+        return self.store.release(command_id, worker_id, epoch, now, new_id=self.new_id)

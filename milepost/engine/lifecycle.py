@@ -64,7 +64,7 @@ class Lifecycle:
         # called from one thread only (`threads=False`: an asyncio loop), nothing interleaves
         self.locks: ExecutionLocks | NoLocks = ExecutionLocks() if threads else NoLocks()
         self.handed = HandedOut()
-        self.claims = Claims(store)
+        self.claims = Claims(store, lambda: self.orchestrator.new_id())  # the locked minter
         self.watchers = Watchers()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""

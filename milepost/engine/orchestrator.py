@@ -385,14 +385,22 @@ class Orchestrator:
         seqs: dict[int, list[int]] = {}
         for event in stored:
             seqs.setdefault(event.execution_id, []).append(event.seq)
+        ours = {e.event_id for e in stored}
         for xid, before in watermarks.items():
             state = self._states[xid]
             mine = seqs.get(xid, [])
             if mine and mine != list(range(before + 1, before + 1 + len(mine))):
-                # another writer appended in between: fold its events (ours are already
-                # seen) and ask to be woken at once, so decide sees them too
-                st.fold(state, self.store.load(xid, after_seq=before))
-                out.wake_at[xid] = self.clock()
+                # another writer appended in between (ours are numbered in one run, after
+                # theirs): fold its events and ask to be woken at once, so decide sees them
+                # too; claims and releases (the store's) change no decision: no wake
+                one_run = mine == list(range(mine[0], mine[0] + len(mine)))
+                theirs = self.store.load(xid, after_seq=before,
+                                         before_seq=mine[0] if one_run else None)  # fmt: skip
+                st.fold(state, theirs)
+                state.last_seq = max(state.last_seq, mine[-1])
+                if any(e.event_type not in ev.CLAIM_EVENTS and e.event_id not in ours
+                       for e in theirs):  # fmt: skip
+                    out.wake_at[xid] = self.clock()
             elif mine:
                 state.last_seq = mine[-1]
             self._maybe_snapshot(state)

@@ -2,16 +2,18 @@
 
 The event log is the truth. `append` writes events and, in the same transaction, the
 projections derived from them (`execution` for the list view, `command` for the claim
-queue), so the projections can always be rebuilt from the log. Adapters: `sqlite`
-(embedded default) and, later, `postgres`; one contract suite runs against both.
+queue; `store.projection`, a pure function of events), so the projections can always be
+rebuilt from the log: claims and releases are events too. Adapters: `store.sql` written
+once with its dialects `sqlite` (embedded default) and `postgres`, `sharded` over several,
+`memory` for tests; one contract suite runs against all of them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -237,6 +239,8 @@ class ClaimRequest:
     executions: frozenset[int] | None = None
     """Only commands of these executions (an embedded engine claims the runs it drives,
     not those of another process on the same database); None: any."""
+    new_id: Callable[[], int] = field(kw_only=True)
+    """The ids of the `command.claimed` events the claim appends."""
 
 
 Claimed = list[tuple[CommandRow, Lease]]
@@ -282,6 +286,19 @@ def claim_epoch(command_id: int, worker_id: str, now: float, command: tuple[Any,
                        command_id=str(command_id))  # fmt: skip
 
 
+class Appends:
+    """`append` is `append_and_claim` without a claim, in every store written on this."""
+
+    def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
+               check_claims: bool = False) -> list[Event]:  # fmt: skip
+        return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
+
+    def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None,
+                         check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
+        raise NotImplementedError
+
+
 class Store(Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
@@ -298,8 +315,10 @@ class Store(Protocol):
         nothing is written.
 
         `expect` maps executions to the last `seq` the caller folded: if the log of an
-        execution these events write to has moved past it, nothing is written and LogMoved
-        is raised (optimistic concurrency between orchestrators on one database). When it
+        execution these events write to holds an event past it that may change a decision,
+        nothing is written and LogMoved is raised (optimistic concurrency between
+        orchestrators on one database). Claims and releases (`ev.CLAIM_EVENTS`) past it do
+        not count: the events get the seqs after them. When it
         covers every execution written to, the caller vouches that the events are new (it
         has folded those logs; a repeat it passes on costs a retry), which lets a store skip
         its read of repeated ids; an id that is in the log anyway is still left out only
@@ -315,10 +334,16 @@ class Store(Protocol):
                          expect: Mapping[int, int] | None = None,
                          check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
         """`append`, then `claim_next` as `claim` asks, in the same transaction where the
-        database allows it (the commands just issued are claimable at once)."""
+        database allows it (the commands just issued are claimable at once). The events
+        returned are those of the append; the claims' `command.claimed` come after them in
+        the log."""
         ...
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[Event]: ...
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[Event]:  # fmt: skip
+        """The execution's events with `after_seq < seq`, and `seq < before_seq` if given
+        (what slipped in before one's own append, without reading that append back)."""
+        ...
 
     def event_count(self, execution_id: int) -> int: ...
 
@@ -341,15 +366,20 @@ class Store(Protocol):
         """Commands queued or claimed (not yet completed, failed or cancelled)."""
         ...
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> Lease:
-        """Take a queued command (or renew this worker's own live claim); raises ClaimRefused."""
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
+              new_id: Callable[[], int]) -> Lease:  # fmt: skip
+        """Take a queued command (or renew this worker's own live claim); raises ClaimRefused.
+        Appends `command.claimed` (id from `new_id`) in the transaction of the claim."""
         ...
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> Lease:  # fmt: skip
+        """Move the lease end of a live claim; no event: the projection only."""
         ...
 
-    def expired_claims(self, now: float) -> list[CommandRow]: ...
+    def expired_claims(self, now: float) -> list[CommandRow]:
+        """Claims whose lease ended before `now`, by command id."""
+        ...
 
     # snapshots
     def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None: ...
@@ -400,16 +430,18 @@ class Store(Protocol):
 
     # the polling claim path
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
+                   pool: str | None = None, *,
+                   new_id: Callable[[], int]) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
         """Claim up to `limit` of the oldest queued commands (epoch += 1) of RUNNING
         executions with no cancel requested; `pool` None = any pool. Two workers never get
-        the same command."""
+        the same command. Each claim appends `command.claimed` in the same transaction."""
         ...
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
+                new_id: Callable[[], int]) -> bool:  # fmt: skip
         """Give back a live claim that was not started: the command is queued again, same
-        attempt and key (the next claim gets epoch + 1). Raises ClaimRefused
-        (`stale_epoch`) when `worker_id` holds no claim with that epoch."""
+        attempt and key (the next claim gets epoch + 1), and `command.released` appended.
+        Raises ClaimRefused (`stale_epoch`) when `worker_id` holds no claim with that epoch."""
         ...
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import re
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Mapping, Sequence
 
 from milepost.core import events as ev
 from milepost.errors import MilepostError
 from milepost.store import port
 
 _MASK64 = (1 << 64) - 1
-_COUNT = re.compile(r"^\s*select\s+count\s*\(", re.IGNORECASE)
 
 
 def shard_of(execution_id: int, n: int) -> int:
@@ -62,14 +59,6 @@ class ShardedStore:
 
     def schema_version(self) -> int:
         return min(store.schema_version() for store in self.stores)
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Test hook: the statement on every shard, rows concatenated in shard order; a
-        `SELECT count(...)` answers one row of sums instead."""
-        answers = [cast(Any, store)._query(sql, params) for store in self.stores]
-        if _COUNT.match(sql) and all(len(rows) == 1 for rows in answers):
-            return [tuple(sum(col) for col in zip(*(rows[0] for rows in answers), strict=True))]
-        return [row for rows in answers for row in rows]
 
     # -- events ----------------------------------------------------------------------------
 
@@ -105,10 +94,11 @@ class ShardedStore:
         if claim is None:
             return stored, []
         return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,
-                                       claim.pool)  # fmt: skip
+                                       claim.pool, new_id=claim.new_id)  # fmt: skip
 
-    def load(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
-        return self.shard(execution_id).load(execution_id, after_seq)
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.shard(execution_id).load(execution_id, after_seq, before_seq=before_seq)
 
     def event_count(self, execution_id: int) -> int:
         return self.shard(execution_id).event_count(execution_id)
@@ -160,11 +150,12 @@ class ShardedStore:
         rows = [c for store in self.stores for c in store.open_commands()]
         return sorted(rows, key=lambda c: c.command_id)
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
+              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
         store = self._shard_of_command(command_id)
         if store is None:
             raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
-        return store.claim(command_id, worker_id, now, lease_s)
+        return store.claim(command_id, worker_id, now, lease_s, new_id=new_id)
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> port.Lease:  # fmt: skip
@@ -176,7 +167,8 @@ class ShardedStore:
         return sorted(rows, key=lambda c: c.command_id)
 
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
+                   pool: str | None = None, *,
+                   new_id: Callable[[], int]) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
         """Shards in rotation: each call starts one shard further, so no shard starves."""
         with self._turn_lock:
             start = next(self._turn)
@@ -186,12 +178,14 @@ class ShardedStore:
             if len(claimed) >= limit:
                 break
             store = self.stores[(start + i) % n]
-            claimed.extend(store.claim_next(worker_id, now, lease_s, limit - len(claimed), pool))
+            claimed.extend(store.claim_next(worker_id, now, lease_s, limit - len(claimed), pool,
+                                            new_id=new_id))  # fmt: skip
         return claimed
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
+                new_id: Callable[[], int]) -> bool:  # fmt: skip
         store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
-        return store.release(command_id, worker_id, epoch, now)
+        return store.release(command_id, worker_id, epoch, now, new_id=new_id)
 
     def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
         # one registry of machine ids for every process on these databases: the catalog's

@@ -19,6 +19,7 @@ import pytest
 
 from tests.acceptance.harness import Cluster, database, tail
 from tests.shared import wait_for
+from tests.sql import query
 
 pytestmark = pytest.mark.slow
 
@@ -151,13 +152,13 @@ def _tables_containing(db_url: str, needle: str) -> list[str]:
     store = open_store(db_url)
     try:
         if db_url.startswith("postgres"):
-            names = [r[0] for r in store._query("SELECT table_name FROM information_schema.tables"
+            names = [r[0] for r in query(store, "SELECT table_name FROM information_schema.tables"
                                                 " WHERE table_schema='public'", ())]  # fmt: skip
-            rows = {n: store._query(f"SELECT t::text FROM {n} t", ()) for n in names}
+            rows = {n: query(store, f"SELECT t::text FROM {n} t", ()) for n in names}
         else:
-            names = [r[0] for r in store._query("SELECT name FROM sqlite_master"
+            names = [r[0] for r in query(store, "SELECT name FROM sqlite_master"
                                                 " WHERE type='table'", ())]  # fmt: skip
-            rows = {n: store._query(f"SELECT * FROM {n}", ()) for n in names}
+            rows = {n: query(store, f"SELECT * FROM {n}", ()) for n in names}
     finally:
         store.close()
     found = [n for n, content in rows.items() if needle in repr(content)]

@@ -10,6 +10,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from milepost.api.routers import channel
 from tests.api.support import Api, report_wire
+from tests.sql import query
 
 PATH = "/api/worker/channel"
 
@@ -74,7 +75,7 @@ def test_a_revoked_token_stops_an_open_socket(api: Api, monkeypatch: pytest.Monk
     heartbeat = {"events": [{"execution_id": xid, "event_type": "command.heartbeat"}]}
     with api.client.websocket_connect(PATH, headers=api.headers("worker")) as ws:
         assert ask(ws, 1, heartbeat)["status"] == 200
-        api.store._query("DELETE FROM token WHERE role = 'worker'")
+        query(api.store, "DELETE FROM token WHERE role = 'worker'")
         api.client.app.state.token_cache = None  # what its lifetime would do, at once
         assert ask(ws, 2, heartbeat)["status"] == 200  # one check holds RECHECK_SECONDS
         monkeypatch.setattr(channel, "RECHECK_SECONDS", 0.0)

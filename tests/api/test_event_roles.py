@@ -19,12 +19,14 @@ APPROVE = {"admin", "approver"}
 
 # every event type -> the roles that may post it (None: nobody, the engine writes it)
 EXPECTED: dict[str, set[str] | None] = {
-    ev.COMMAND_CLAIMED: WORK, ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
+    **{etype: None for etype in ingest.ENGINE_TYPES},
+    ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
     ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
     ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
     ev.APPROVAL_EXPIRED: APPROVE, ev.APPROVAL_INVALIDATED: APPROVE,
-    **{etype: None for etype in ingest.ENGINE_TYPES},
+    # the store writes a claim's events in the claim's transaction: no client posts them
+    ev.COMMAND_CLAIMED: None, ev.COMMAND_RELEASED: None,
 }  # fmt: skip
 
 
@@ -50,6 +52,18 @@ def test_a_new_event_type_no_role_is_listed_for_is_refused(api: Api,
     for role in ("admin", "worker"):
         body = error(api.post("/api/events", event, role=role), 422, "validation_error")
         assert body["errors"][0]["loc"] == ["body", "event_type"]
+        assert "written by the engine" in body["message"]
+    assert api.store.load(int(xid)) == before
+
+
+def test_a_worker_cannot_post_a_claim_or_a_release(api: Api) -> None:
+    xid = api.execute(HELLO)
+    command = api.claim_one("w1")
+    before = api.store.load(int(xid))
+    for etype in (ev.COMMAND_CLAIMED, ev.COMMAND_RELEASED):
+        event = {"execution_id": xid, "event_type": etype, "step": "start",
+                 "context": {"command_id": command["command_id"]}}  # fmt: skip
+        body = error(api.post("/api/events", event, role="worker"), 422, "validation_error")
         assert "written by the engine" in body["message"]
     assert api.store.load(int(xid)) == before
 

@@ -8,10 +8,11 @@ from milepost.api import app as app_module
 from milepost.core.ids import machine_of
 from milepost.store import factory, port
 from tests.api.support import HELLO, Api, error, ok, start_server
+from tests.sql import query
 
 
 def _leases(api: Api) -> dict[int, str]:
-    return {int(m): str(h) for m, h in api.store._query(
+    return {int(m): str(h) for m, h in query(api.store,
         "SELECT machine_id, holder FROM machine_lease", ())}  # fmt: skip
 
 

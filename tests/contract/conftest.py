@@ -1,7 +1,8 @@
 """Fixtures of the store contract suite: fresh databases for every test.
 
 `make_store` runs each test against `sqlite` (a fresh WAL file), `postgres` (a fresh
-database) and `sharded` (a ShardedStore over two fresh PostgreSQL databases).
+database), `sharded` (a ShardedStore over two fresh PostgreSQL databases) and `memory`
+(MemoryStores over one MemoryDatabase; tests that look at tables skip it).
 
 PostgreSQL: `MILEPOST_TEST_PG_URL` (a URL; default
 `postgresql://postgres@127.0.0.1:5432/postgres`) is the maintenance connection. A template
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from milepost.store.memory import MemoryDatabase, MemoryStore
 from milepost.store.postgres import PostgresStore
 from milepost.store.sharded import ShardedStore
 from milepost.store.sqlite import SQLiteStore
@@ -38,11 +40,14 @@ class StoreFactory:
         self.tmp_path = tmp_path
         self.pg_urls = pg_urls
         self.opened: list[Any] = []
+        self.memory = MemoryDatabase()
 
     def __call__(self) -> Any:
         store: Any
         if self.kind == "sqlite":
             store = SQLiteStore(self.tmp_path / "contract.db")
+        elif self.kind == "memory":
+            store = MemoryStore(self.memory)
         elif self.kind == "postgres":
             store = PostgresStore(self.pg_urls[0], min_size=1, max_size=4)
         else:
@@ -51,13 +56,13 @@ class StoreFactory:
         return store
 
 
-@pytest.fixture(params=["sqlite", "postgres", "sharded"])
+@pytest.fixture(params=["sqlite", "postgres", "sharded", "memory"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """A factory of stores on ONE database (several instances = several processes)."""
     kind = str(request.param)
     dbs: PgDatabases | None = None
     urls: list[str] = []
-    if kind != "sqlite":
+    if kind in ("postgres", "sharded"):
         dbs = request.getfixturevalue("pg")
         urls = [dbs.create() for _ in range(1 if kind == "postgres" else 2)]
     factory = StoreFactory(kind, tmp_path, urls)

@@ -23,12 +23,18 @@ from milepost.store import factory, migrations, port
 from milepost.store.postgres import PostgresStore, mask_url
 from milepost.store.sharded import ShardedStore, shard_of
 from milepost.store.sqlite import SQLiteStore
+from tests.sql import query
 
 StoreFactory = Callable[[], Any]
 """`make_store` and `store` (sqlite, postgres, sharded) come from conftest.py."""
 
 
 _ids = itertools.count(1_000)
+
+
+def new_id() -> int:
+    """Ids of the events the store writes itself (claims, releases)."""
+    return next(_ids)
 
 
 def event(xid: int, etype: str, step: str | None = None, **payload: Any) -> ev.Event:
@@ -75,8 +81,8 @@ def test_payload_round_trips_and_large_ones_go_to_the_result_store(store: Any) -
     store.append([started(6), event(6, ev.STEP_EXIT, "s", run=1, result=big, ctx={"k": [1, 2]})])
     loaded = store.load(6)[1]
     assert loaded.payload["result"] == big and loaded.payload["ctx"] == {"k": [1, 2]}
-    # every adapter keeps `_query(sql, params)` for tests like this one
-    assert store._query("SELECT count(*) FROM result_blob", ())[0][0] == 1
+    # the tables are looked at through `tests.sql.query`, on every adapter
+    assert query(store, "SELECT count(*) FROM result_blob", ())[0][0] == 1
     uri = store.put_blob(6, b"abc", 1.0)
     assert uri.startswith("milepost://results/") and store.get_blob(uri) == b"abc"
     xid, blob_id = port.parse_blob_uri(uri)
@@ -113,11 +119,11 @@ def test_command_projection_is_the_claim_queue(store: Any) -> None:
 
 def test_claim_gives_one_live_lease_per_command(store: Any) -> None:
     store.append([started(10), issued(10, 101)])
-    lease = store.claim(101, "w1", now=50.0, lease_s=10.0)
+    lease = store.claim(101, "w1", now=50.0, lease_s=10.0, new_id=new_id)
     assert (lease.epoch, lease.expires_at) == (1, 60.0)
-    assert store.claim(101, "w1", now=51.0, lease_s=10.0).epoch == 1  # repeat by the holder
+    assert store.claim(101, "w1", now=51.0, lease_s=10.0, new_id=new_id).epoch == 1  # repeat by the holder
     with pytest.raises(ClaimRefused) as refused:
-        store.claim(101, "w2", now=52.0, lease_s=10.0)
+        store.claim(101, "w2", now=52.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "active_claim"
     renewed = store.heartbeat(101, "w1", 1, now=55.0, lease_s=10.0)
     assert renewed.expires_at == 65.0
@@ -127,10 +133,10 @@ def test_claim_gives_one_live_lease_per_command(store: Any) -> None:
     assert [c.command_id for c in store.expired_claims(now=66.0)] == [101]
     store.append([event(10, ev.COMMAND_COMPLETED, "s", command_id=101, result=None)])
     with pytest.raises(ClaimRefused) as done:
-        store.claim(101, "w1", now=70.0, lease_s=10.0)
+        store.claim(101, "w1", now=70.0, lease_s=10.0, new_id=new_id)
     assert done.value.fields["reason"] == "already_terminal"
     with pytest.raises(MilepostError):
-        store.claim(404, "w1", now=70.0, lease_s=10.0)
+        store.claim(404, "w1", now=70.0, lease_s=10.0, new_id=new_id)
 
 
 def test_snapshots_keep_only_the_newest(store: Any) -> None:
@@ -223,19 +229,19 @@ def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store
     store.append([started(21), event(21, ev.EXECUTION_FAILED, error={"message": "x"})])
     store.append([issued(21, 211)])  # queued, but its execution is not RUNNING
     store.append([issued(22, 221)])  # queued, and no execution row at all
-    first = store.claim_next("w1", now=50.0, lease_s=10.0, limit=2)
+    first = store.claim_next("w1", now=50.0, lease_s=10.0, limit=2, new_id=new_id)
     assert [(c.command_id, c.status, c.worker_id, c.epoch) for c, _ in first] == [
         (203, port.COMMAND_CLAIMED, "w1", 1), (202, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
     assert [(le.command_id, le.worker_id, le.epoch, le.expires_at) for _, le in first] == [
         (203, "w1", 1, 60.0), (202, "w1", 1, 60.0)]  # fmt: skip
-    rest = store.claim_next("w2", now=51.0, lease_s=10.0, limit=5)
+    rest = store.claim_next("w2", now=51.0, lease_s=10.0, limit=5, new_id=new_id)
     assert [c.command_id for c, _ in rest] == [201]
-    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=5) == []
-    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=0) == []
+    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=5, new_id=new_id) == []
+    assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=0, new_id=new_id) == []
     # the claims are real: heartbeat and claim know them
     assert store.heartbeat(203, "w1", 1, now=55.0, lease_s=10.0).expires_at == 65.0
     with pytest.raises(ClaimRefused) as refused:
-        store.claim(201, "w1", now=52.0, lease_s=10.0)
+        store.claim(201, "w1", now=52.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "active_claim"
     assert store.get_command(211).status == store.get_command(221).status == port.COMMAND_QUEUED
 
@@ -262,7 +268,7 @@ def test_get_commands_reads_a_batch_by_id(store: Any) -> None:
 
 def test_append_and_claim_hands_out_the_commands_it_just_issued(store: Any) -> None:
     store.append([started(24), issued(24, 241)])
-    req = port.ClaimRequest("w1", now=10.0, lease_s=5.0, limit=3)
+    req = port.ClaimRequest("w1", now=10.0, lease_s=5.0, limit=3, new_id=new_id)
     stored, claimed = store.append_and_claim([issued(24, 242), issued(24, 243)], req)
     assert [e.seq for e in stored] == [3, 4]
     # oldest first: the command queued before the append, then the two it issued
@@ -270,7 +276,7 @@ def test_append_and_claim_hands_out_the_commands_it_just_issued(store: Any) -> N
         (241, port.COMMAND_CLAIMED, "w1", 1), (242, port.COMMAND_CLAIMED, "w1", 1),
         (243, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
     assert all(lease.expires_at == 15.0 for _, lease in claimed)
-    assert store.claim_next("w2", now=11.0, lease_s=5.0, limit=5) == []
+    assert store.claim_next("w2", now=11.0, lease_s=5.0, limit=5, new_id=new_id) == []
     # nothing to append: a plain claim; nothing queued: nothing claimed
     assert store.append_and_claim([], req) == ([], [])
 
@@ -286,7 +292,7 @@ def test_append_with_an_expected_seq_refuses_when_the_log_moved(store: Any) -> N
     assert [e.seq for e in stored] == [3]
     # a new execution is expected at 0; a claim in a refused append is rolled back too
     with pytest.raises(port.LogMoved):
-        store.append_and_claim([issued(25, 253)], port.ClaimRequest("w", 1.0, 5.0, 5),
+        store.append_and_claim([issued(25, 253)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
                                expect={25: 2})  # fmt: skip
     assert store.get_command(251).status == port.COMMAND_QUEUED
     assert [e.seq for e in store.append([started(26)], expect={26: 0})] == [1]
@@ -302,16 +308,17 @@ def report(xid: int, command_id: int, epoch: int, **meta: Any) -> ev.Event:
 def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(
         store: Any) -> None:  # fmt: skip
     store.append([started(28), issued(28, 281), issued(28, 282)])
-    [(_, lease)] = store.claim_next("w1", 10.0, 60.0, 1)  # 281, epoch 1
-    assert store.release(281, "w1", lease.epoch, 11.0)
-    [(_, again)] = store.claim_next("w2", 12.0, 60.0, 1)  # 281 again: epoch 2
+    [(_, lease)] = store.claim_next("w1", 10.0, 60.0, 1, new_id=new_id)  # 281, epoch 1
+    assert store.release(281, "w1", lease.epoch, 11.0, new_id=new_id)
+    [(_, again)] = store.claim_next("w2", 12.0, 60.0, 1, new_id=new_id)  # 281 again: epoch 2
     assert again.epoch == 2
     for moved in (report(28, 281, 1),  # the released claim's epoch
                   report(28, 282, 0)):  # a queued command: nobody holds it
         with pytest.raises(port.ClaimMoved):
-            store.append_and_claim([moved, issued(28, 283)], port.ClaimRequest("w", 13.0, 5.0, 5),
+            store.append_and_claim([moved, issued(28, 283)], port.ClaimRequest("w", 13.0, 5.0, 5, new_id=new_id),
                                    check_claims=True)  # fmt: skip
-        assert [e.seq for e in store.load(28)] == [1, 2, 3]  # nothing written, nothing claimed
+        # nothing written, nothing claimed: the three events, then claim, release, claim
+        assert [e.seq for e in store.load(28)] == [1, 2, 3, 4, 5, 6]
         assert store.get_command(283) is None
         assert store.get_command(282).status == port.COMMAND_QUEUED
     # a report the caller marked stale is not checked: it settles nothing
@@ -319,7 +326,7 @@ def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(
     assert len(stored) == 1 and store.get_command(281).status == port.COMMAND_CLAIMED
     # the live claim's report goes in and settles its command
     stored = store.append([report(28, 281, 2)], check_claims=True)
-    assert [e.seq for e in stored] == [5]
+    assert [e.seq for e in stored] == [8]  # after the stale one (7)
     assert store.get_command(281).status == port.COMMAND_COMPLETED
 
 
@@ -328,20 +335,21 @@ def test_a_sharded_store_checks_each_shards_claims_in_that_shards_transaction(pg
     try:
         xids = [next(x for x in range(1, 200) if shard_of(x, 2) == i) for i in (0, 1)]
         shards.append([started(x) for x in xids] + [issued(x, x * 10) for x in xids])
-        claimed = {row.execution_id: lease for row, lease in shards.claim_next("w", 1.0, 60.0, 2)}
+        claimed = {row.execution_id: lease for row, lease in shards.claim_next("w", 1.0, 60.0, 2, new_id=new_id)}
         assert sorted(claimed) == sorted(xids)
         first, second = xids
         # the second shard's claim moves: its append refuses, writing nothing there
-        assert shards.release(second * 10, "w", claimed[second].epoch, 2.0)
+        assert shards.release(second * 10, "w", claimed[second].epoch, 2.0, new_id=new_id)
         with pytest.raises(port.ClaimMoved):
             shards.append([report(first, first * 10, claimed[first].epoch),
                            report(second, second * 10, claimed[second].epoch)],
                           check_claims=True)  # fmt: skip
         assert shards.get_command(second * 10).status == port.COMMAND_QUEUED
-        assert [e.event_type for e in shards.load(second)] == [ev.EXECUTION_STARTED,
-                                                               ev.COMMAND_ISSUED]  # fmt: skip
+        # the report was not written there: the log holds the claim and its release only
+        assert [e.event_type for e in shards.load(second)] == [
+            ev.EXECUTION_STARTED, ev.COMMAND_ISSUED, ev.COMMAND_CLAIMED, ev.COMMAND_RELEASED]
         # each shard's live claim goes in, checked there
-        [(_, again)] = shards.claim_next("w", 3.0, 60.0, 1)
+        [(_, again)] = shards.claim_next("w", 3.0, 60.0, 1, new_id=new_id)
         stored = shards.append([report(second, second * 10, again.epoch)], check_claims=True)
         assert len(stored) == 1 and shards.get_command(second * 10).status == "completed"
     finally:
@@ -357,7 +365,7 @@ def test_an_append_that_fails_late_writes_nothing_even_when_the_caller_vouches(
     reused = issued(29, 291)  # a new event issuing a command id that exists: refused
     with pytest.raises((MilepostError, sqlite3.IntegrityError)):
         store.append_and_claim([event(29, ev.STEP_ENTER, "t", run=1), reused],
-                               port.ClaimRequest("w", 1.0, 5.0, 5), expect={29: 2})  # fmt: skip
+                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={29: 2})  # fmt: skip
     assert [e.seq for e in store.load(29)] == [1, 2]
     assert store.get_command(291).status == port.COMMAND_QUEUED  # nor was anything claimed
 
@@ -366,9 +374,9 @@ def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
     store.append([started(23), issued(23, 231),
                   event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,
                         idempotency_key="g" * 64, pool="gpu")])  # fmt: skip
-    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="gpu")] == [232]
-    assert store.claim_next("w", 1.0, 5.0, 5, pool="gpu") == []
-    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="default")] == [231]
+    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="gpu", new_id=new_id)] == [232]
+    assert store.claim_next("w", 1.0, 5.0, 5, pool="gpu", new_id=new_id) == []
+    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="default", new_id=new_id)] == [231]
 
 
 def test_racing_workers_claim_every_command_exactly_once(
@@ -391,7 +399,7 @@ def test_racing_workers_claim_every_command_exactly_once(
         try:
             gate.wait()
             while True:
-                got = stores[w].claim_next(f"w{w}", now=1000.0, lease_s=60.0, limit=w % 3 + 1)
+                got = stores[w].claim_next(f"w{w}", now=1000.0, lease_s=60.0, limit=w % 3 + 1, new_id=new_id)
                 if not got:
                     return
                 claimed[w].extend((c.command_id, lease.epoch) for c, lease in got)
@@ -419,38 +427,38 @@ def test_racing_workers_claim_every_command_exactly_once(
 
 def test_claims_are_refused_for_a_cancelled_execution(store: Any) -> None:
     store.append([started(40), issued(40, 401), issued(40, 402), issued(40, 403)])
-    lease = store.claim(401, "w1", now=50.0, lease_s=10.0)
+    lease = store.claim(401, "w1", now=50.0, lease_s=10.0, new_id=new_id)
     assert store.get_execution(40).cancel_requested is False
     store.append([event(40, ev.EXECUTION_CANCEL_REQUESTED)])
     row = store.get_execution(40)
     assert (row.cancel_requested, row.status) == (True, "RUNNING")
     for cid, worker in ((402, "w2"), (401, "w1")):  # a queued one, and the holder's repeat
         with pytest.raises(ClaimRefused) as refused:
-            store.claim(cid, worker, now=51.0, lease_s=10.0)
+            store.claim(cid, worker, now=51.0, lease_s=10.0, new_id=new_id)
         assert refused.value.fields["reason"] == "execution_cancelled"
-    assert store.claim_next("w3", now=51.0, lease_s=10.0, limit=10) == []
+    assert store.claim_next("w3", now=51.0, lease_s=10.0, limit=10, new_id=new_id) == []
     # the holder still heartbeats (and reads the flag to learn it should stop)
     assert store.heartbeat(401, "w1", lease.epoch, now=52.0, lease_s=10.0).expires_at == 62.0
     store.append([event(40, ev.EXECUTION_CANCELLED)])
     with pytest.raises(ClaimRefused) as refused:
-        store.claim(403, "w2", now=53.0, lease_s=10.0)
+        store.claim(403, "w2", now=53.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "execution_cancelled"
     # cancelled without a request first: refused for the same reason
     store.append([started(42), issued(42, 421)])
     store.append([event(42, ev.EXECUTION_CANCELLED)])
     with pytest.raises(ClaimRefused) as refused:
-        store.claim(421, "w2", now=53.0, lease_s=10.0)
+        store.claim(421, "w2", now=53.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "execution_cancelled"
     # other executions are unaffected
     store.append([started(41), issued(41, 411)])
-    assert [c.command_id for c, _ in store.claim_next("w3", 54.0, 10.0, limit=10)] == [411]
+    assert [c.command_id for c, _ in store.claim_next("w3", 54.0, 10.0, limit=10, new_id=new_id)] == [411]
 
 
 def test_executions_to_redrive_are_running_idle_and_without_live_commands(store: Any) -> None:
     store.append([at(started(50), 200.0)])  # running, nothing to do: re-drive once idle
     store.append([at(started(51), 200.0), at(issued(51, 511), 200.0)])  # queued work
     store.append([at(started(52), 200.0), at(issued(52, 521), 200.0)])
-    store.claim(521, "w", now=200.0, lease_s=1.0)  # claimed (even lapsed): the reconciler's
+    store.claim(521, "w", now=200.0, lease_s=1.0, new_id=new_id)  # claimed (even lapsed): the reconciler's
     store.append([at(started(53), 200.0), at(issued(53, 531), 200.0)])
     store.append([at(event(53, ev.COMMAND_COMPLETED, "s", command_id=531, result=1), 300.0)])
     store.append([at(started(54), 200.0), at(event(54, ev.EXECUTION_COMPLETED), 200.0)])
@@ -524,14 +532,14 @@ def test_the_same_events_from_two_writers_are_stored_once(make_store: StoreFacto
 
 
 def _sqlite_columns(store: SQLiteStore) -> set[tuple[str, str, bool]]:
-    tables = [r[0] for r in store._query("SELECT name FROM sqlite_master WHERE type='table'"
+    tables = [r[0] for r in query(store, "SELECT name FROM sqlite_master WHERE type='table'"
                                          " AND name NOT LIKE 'sqlite_%'")]  # fmt: skip
     return {(t, r[1], bool(r[3] or r[5]))
-            for t in tables for r in store._query(f"PRAGMA table_info({t})")}  # fmt: skip
+            for t in tables for r in query(store, f"PRAGMA table_info({t})")}  # fmt: skip
 
 
 def _pg_columns(store: PostgresStore) -> set[tuple[str, str, bool]]:
-    rows = store._query("SELECT table_name, column_name, is_nullable FROM"
+    rows = query(store, "SELECT table_name, column_name, is_nullable FROM"
                         " information_schema.columns WHERE table_schema='public'")  # fmt: skip
     return {(t, c, nullable == "NO") for t, c, nullable in rows}
 
@@ -547,9 +555,9 @@ def test_both_dialects_describe_the_same_tables_and_columns(pg: Any, tmp_path: P
         assert columns == _pg_columns(pgs)  # names and NOT NULL alike
         assert {("execution", "cancel_requested", True), ("credential", "ciphertext", True),
                 ("token", "token_hash", True), ("command", "pool", True)} <= columns  # fmt: skip
-        lite_idx = {r[0] for r in lite._query("SELECT name FROM sqlite_master WHERE type='index'"
+        lite_idx = {r[0] for r in query(lite, "SELECT name FROM sqlite_master WHERE type='index'"
                                               " AND sql IS NOT NULL")}  # fmt: skip
-        pg_idx = {r[0] for r in pgs._query("SELECT indexname FROM pg_indexes WHERE"
+        pg_idx = {r[0] for r in query(pgs, "SELECT indexname FROM pg_indexes WHERE"
                                            " schemaname='public' AND indexname NOT LIKE"
                                            " '%%_pkey' AND indexname NOT LIKE '%%_key'")}  # fmt: skip
         assert lite_idx == pg_idx and "command_queue" in lite_idx
@@ -598,7 +606,7 @@ def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
         assert store.schema_version() == len(migrations.scripts(dialect)) >= 2
         assert store.get_execution(80).cancel_requested is True
         with pytest.raises(ClaimRefused) as refused:
-            store.claim(801, "w", now=3.0, lease_s=1.0)
+            store.claim(801, "w", now=3.0, lease_s=1.0, new_id=new_id)
         assert refused.value.fields["reason"] == "execution_cancelled"
         assert store.get_command(801).status == port.COMMAND_QUEUED
     finally:
@@ -697,7 +705,7 @@ def _check_sharding(store: ShardedStore) -> None:
     assert [r.execution_id for r in store.list_executions(limit=5, offset=3)] == newest_first[3:8]
     assert [r.execution_id for r in store.list_executions(limit=100)] == newest_first
     # claim_next finds work on every shard; claim and heartbeat reach the right one
-    got = store.claim_next("w", now=1.0, lease_s=5.0, limit=100)
+    got = store.claim_next("w", now=1.0, lease_s=5.0, limit=100, new_id=new_id)
     assert sorted(c.command_id for c, _ in got) == [x * 10 for x in xids]
     assert store.heartbeat(900, "w", 1, now=2.0, lease_s=5.0).expires_at == 7.0
     # results live with their execution; the catalog and secrets on the first shard
@@ -716,18 +724,18 @@ def _check_sharding(store: ShardedStore) -> None:
 
 def test_release_gives_a_live_claim_back_to_the_queue(store: Any) -> None:
     store.append([started(24), issued(24, 241)])
-    lease = store.claim(241, "w1", now=10.0, lease_s=5.0)
+    lease = store.claim(241, "w1", now=10.0, lease_s=5.0, new_id=new_id)
     for worker, epoch in (("w2", lease.epoch), ("w1", lease.epoch + 1)):
         with pytest.raises(ClaimRefused) as refused:
-            store.release(241, worker, epoch, now=11.0)
+            store.release(241, worker, epoch, now=11.0, new_id=new_id)
         assert refused.value.fields["reason"] == "stale_epoch"
-    assert store.release(241, "w1", lease.epoch, now=11.0) is True
+    assert store.release(241, "w1", lease.epoch, now=11.0, new_id=new_id) is True
     row = store.get_command(241)
     assert (row.status, row.worker_id, row.lease_expires_at, row.attempt) == (
         port.COMMAND_QUEUED, None, None, 1)  # fmt: skip
     with pytest.raises(ClaimRefused):
         store.heartbeat(241, "w1", lease.epoch, now=12.0, lease_s=5.0)  # the claim is gone
-    [(again, second)] = store.claim_next("w2", now=12.0, lease_s=5.0)
+    [(again, second)] = store.claim_next("w2", now=12.0, lease_s=5.0, new_id=new_id)
     assert (again.command_id, second.worker_id, second.epoch) == (241, "w2", lease.epoch + 1)
 
 
@@ -757,7 +765,7 @@ def stale(event_: ev.Event) -> ev.Event:
 
 def test_a_stale_report_changes_no_projection(store: Any) -> None:
     store.append([started(25), issued(25, 251), issued(25, 252)])
-    store.claim(251, "w1", now=10.0, lease_s=5.0)
+    store.claim(251, "w1", now=10.0, lease_s=5.0, new_id=new_id)
     stored = store.append([
         stale(event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=1)),
         stale(event(25, ev.COMMAND_FAILED, "s", command_id=252, error={"message": "x"})),
@@ -774,10 +782,10 @@ def test_a_stale_report_changes_no_projection(store: Any) -> None:
 
 def test_a_lease_expiry_settles_the_lapsed_claim_only(store: Any) -> None:
     store.append([started(26), issued(26, 261), issued(26, 262)])
-    store.claim(261, "w1", now=10.0, lease_s=5.0)
-    first = store.claim(262, "w1", now=10.0, lease_s=5.0)
-    store.release(262, "w1", first.epoch, now=11.0)
-    store.claim(262, "w2", now=12.0, lease_s=50.0)  # epoch 2, live
+    store.claim(261, "w1", now=10.0, lease_s=5.0, new_id=new_id)
+    first = store.claim(262, "w1", now=10.0, lease_s=5.0, new_id=new_id)
+    store.release(262, "w1", first.epoch, now=11.0, new_id=new_id)
+    store.claim(262, "w2", now=12.0, lease_s=50.0, new_id=new_id)  # epoch 2, live
     assert [c.command_id for c in store.expired_claims(now=20.0)] == [261]
     store.append([
         event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=261, epoch=1),
@@ -964,3 +972,20 @@ def test_processes_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Pa
             t.join()
     assert failures == []
     assert SQLiteStore(tmp_path / "new0.db").schema_version() == len(migrations.scripts("sqlite"))
+
+
+def test_a_locked_sqlite_file_is_store_unavailable_as_on_postgresql(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "locked.db")
+    try:
+        with store.read() as conn:
+            conn.execute("PRAGMA busy_timeout=50")  # the default waits 10 s for the lock
+        other = sqlite3.connect(store.path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the file
+        with pytest.raises(port.StoreUnavailable, match="database is locked") as caught:
+            store.append([started(77)])
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        other.close()
+        store.append([started(77)])  # the lock is gone: the same call goes through
+        assert store.get_execution(77) is not None
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.shared import PLAYBOOKS, needs_shared, wait_for
+from tests.sql import query
 
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/t}\n"
@@ -477,6 +478,6 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
             assert types.count("command.completed") == n + 1 and types[-1] == "execution.completed"
             assert store.open_commands(xid) == []
         # each run leased its own machine id and gave it back
-        assert store._query("SELECT count(*) FROM machine_lease", ())[0][0] == 0
+        assert query(store, "SELECT count(*) FROM machine_lease", ())[0][0] == 0
     finally:
         store.close()

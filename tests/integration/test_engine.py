@@ -29,6 +29,7 @@ from milepost.playbook import load
 from milepost.store.port import DriverBusy, EventIdConflict, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for_async
+from tests.sql import query
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/engine}\n"
 
@@ -166,8 +167,8 @@ def test_a_large_result_is_stored_by_reference_and_read_back_whole(store: Any) -
         tool: {kind: python, input: {b: "{{ start.blob }}"}, code: "result = len(b)"}
     """))
     assert state.status == st.COMPLETED and state.results["size"] == 600000
-    assert store._query("SELECT count(*) FROM result_blob", ())[0][0] >= 1
-    biggest = store._query("SELECT max(length(result)) FROM event", ())[0][0]
+    assert query(store, "SELECT count(*) FROM result_blob", ())[0][0] >= 1
+    biggest = query(store, "SELECT max(length(result)) FROM event", ())[0][0]
     assert biggest < 10_000  # the log itself stays small
     reread = Orchestrator(store).state(state.execution_id)
     assert reread.results["start"]["blob"] == "x" * 600000
@@ -576,7 +577,7 @@ def test_only_a_credentials_secret_fields_are_masked_in_the_result(store: Any) -
     lookup = {"warehouse": DB_CREDENTIAL}.get
     state = asyncio.run(run(store, PRINTS_CREDENTIAL, credentials=lookup))
     assert state.results["connect"] == {"said": "connected to db.internal as etl", "pw": "***"}
-    assert "pa55-w0rd-xyz" not in str(store._query("SELECT * FROM event", ()))
+    assert "pa55-w0rd-xyz" not in str(query(store, "SELECT * FROM event", ()))
 
 
 READS_PASSWORD = """
@@ -608,7 +609,7 @@ def test_a_sensitive_workload_value_is_masked_in_the_log_and_real_for_the_step(
     assert state.results["start"] == {"ok": True, "user": "ada", "echo": "***"}
     started = _started(store, state.execution_id)
     assert started.payload["workload"] == {"password": "***", "user": "ada"}
-    assert "hunter2-real" not in str(store._query("SELECT * FROM event", ()))
+    assert "hunter2-real" not in str(query(store, "SELECT * FROM event", ()))
     sealed = store.get_blob(started.payload["sealed_workload"])
     assert (b"hunter2-real" in sealed) is (key is None)  # encrypted when a key is set
     # a new engine (a resume) opens the sealed workload again
@@ -648,8 +649,8 @@ workflow:
 
 
 def _stored_text(store: SQLiteStore) -> str:
-    return str(store._query("SELECT * FROM event", ())) + str(
-        store._query("SELECT * FROM snapshot", ()))
+    return str(query(store, "SELECT * FROM event", ())) + str(
+        query(store, "SELECT * FROM snapshot", ()))
 
 
 def test_a_value_derived_from_a_sealed_workload_stays_out_of_the_log_and_snapshots(
@@ -739,7 +740,7 @@ def test_a_start_retried_after_an_id_conflict_seals_its_workload_once(
     monkeypatch.setattr(orchestrator, "process", conflict_once)
     xid, _ = orchestrator.start(pb, version, {"password": "hunter2real"}, execution_id=777)
     assert xid == 777 and len(calls) == 2
-    blobs = store._query("SELECT * FROM result_blob", ())
+    blobs = query(store, "SELECT * FROM result_blob", ())
     assert len(blobs) == 1
 
 

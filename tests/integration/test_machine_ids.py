@@ -16,6 +16,7 @@ from milepost.engine.machine import LeasedIds, MachineIdLost
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for_async
+from tests.sql import query
 
 HELLO = """\
 apiVersion: noetl.io/v2
@@ -41,7 +42,7 @@ def test_a_lost_lease_is_replaced_before_another_id_is_made(tmp_path: Path) -> N
     assert not ids.renew()
     assert ids.machine_id != first and machine_of(ids()) == ids.machine_id
     ids.release()
-    assert store._query("SELECT holder FROM machine_lease", ()) == [("b",)]
+    assert query(store, "SELECT holder FROM machine_lease", ()) == [("b",)]
 
 
 def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: Path) -> None:
@@ -56,8 +57,8 @@ def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: 
             machines = [{machine_of(e.event_id) for e in s.load(x.execution_id)}
                         for s, x in zip(stores, states, strict=True)]  # fmt: skip
             assert [len(m) for m in machines] == [1, 1] and machines[0] != machines[1]
-            assert stores[0]._query("SELECT count(*) FROM machine_lease", ())[0][0] == 2
-        assert stores[0]._query("SELECT count(*) FROM machine_lease", ())[0][0] == 0
+            assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 2
+        assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 0
         for store in stores:
             store.close()
 

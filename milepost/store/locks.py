@@ -1,0 +1,35 @@
+"""In-process reentrant locks by key: the orchestrator's lock on an execution where the
+database has no lock of its own to offer (SQLite, memory)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Hashable, Iterator
+
+
+class LockTable:
+    """One RLock per key while anyone holds or waits for it: the table keeps them weakly,
+    so a lock nobody uses any more goes with its last holder (no reference counts)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[Hashable, threading.RLock] = (
+            weakref.WeakValueDictionary())
+
+    @contextlib.contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._mutex:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.RLock()
+        with lock:  # `lock` keeps it alive until the block ends
+            yield
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+EXECUTION_LOCKS = LockTable()
+"""Shared by every store of this process: the key names the database and the execution."""

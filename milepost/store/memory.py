@@ -1,0 +1,369 @@
+"""The in-memory store: `port.Store` on Python dicts, for the engine's unit tests.
+
+It passes the store contract suite (`tests/contract`) like the SQL stores, with the same
+projections (`store.projection`: a claim is its `command.claimed` event, applied) and the
+same checks (`expect`, `check_claims`, repeated ids). One lock makes every call a
+transaction: each checks all it needs before it changes anything. Payloads and meta go
+through JSON as on a database, so what comes back is what a database gives back.
+
+Several `MemoryStore`s over one `MemoryDatabase` are several processes on one database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from milepost.core import events as ev
+from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.store import locks, migrations, port, projection
+
+SCHEMA_VERSION = len(migrations.scripts("sqlite"))
+"""What `migrate` answers: the version the SQL stores are at (there is no schema here)."""
+
+
+@dataclass
+class MemoryDatabase:
+    """Everything a database holds, behind one lock."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    logs: dict[int, list[ev.Event]] = field(default_factory=dict)
+    by_id: dict[int, ev.Event] = field(default_factory=dict)
+    executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
+    commands: dict[int, port.CommandRow] = field(default_factory=dict)
+    pools: dict[int, str] = field(default_factory=dict)
+    snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
+    catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
+    blobs: dict[int, tuple[int, bytes]] = field(default_factory=dict)
+    blob_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    credentials: dict[str, port.CredentialRow] = field(default_factory=dict)
+    tokens: dict[str, port.TokenRow] = field(default_factory=dict)
+    machines: dict[int, tuple[str, float]] = field(default_factory=dict)
+    drivers: dict[int, port.DriverLease] = field(default_factory=dict)
+
+
+def _as_stored(event: ev.Event, seq: int) -> ev.Event:
+    # what a database gives back: JSON's types (string keys, lists for tuples)
+    payload = json.loads(json.dumps(event.payload, default=str))
+    meta = json.loads(json.dumps(event.meta, default=str)) if event.meta else {}
+    return dataclasses.replace(event, payload=payload, meta=meta, seq=seq)
+
+
+class MemoryStore(port.Appends):
+    """Implements `port.Store` in memory; `MemoryStore(db)` shares `db` with others."""
+
+    def __init__(self, db: MemoryDatabase | None = None) -> None:
+        self.db = db or MemoryDatabase()
+
+    def migrate(self) -> int:
+        return SCHEMA_VERSION
+
+    def schema_version(self) -> int:
+        return SCHEMA_VERSION
+
+    def close(self) -> None:
+        pass
+
+    # -- events ----------------------------------------------------------------------------
+
+    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
+                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+        db = self.db
+        with db.lock:
+            if check_claims:
+                claims = port.claims_reported(events)
+                rows = [db.commands.get(cid) for cid in claims]
+                if any(r is None or r.status != port.COMMAND_CLAIMED or r.epoch != claims[r.command_id]
+                       for r in rows):  # fmt: skip
+                    raise port.ClaimMoved("a reported claim is no longer live",
+                                          command_ids=sorted(str(c) for c in claims))  # fmt: skip
+            for xid in {e.execution_id for e in events} & (expect or {}).keys():
+                assert expect is not None
+                if any(e.seq > expect[xid] and e.event_type not in ev.CLAIM_EVENTS
+                       for e in db.logs.get(xid, ())):  # fmt: skip
+                    raise port.LogMoved("another writer appended to this execution first",
+                                        execution_ids=[str(xid)])  # fmt: skip
+            known = {e.event_id: db.by_id[e.event_id] for e in events if e.event_id in db.by_id}
+            fresh = port.new_events(events, known)
+            change = projection.changes(fresh)
+            clash = [c[0] for c in change.issued if c[0] in db.commands]
+            if clash:
+                raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
+            stored = self._log(fresh)
+            db.pools.update((c[0], c[8]) for c in change.issued)
+            projection.apply(change, db.executions, db.commands)
+            claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
+            return stored, claimed
+
+    def _log(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+        stored = []
+        for event in events:
+            log = self.db.logs.setdefault(event.execution_id, [])
+            kept = _as_stored(event, len(log) + 1)
+            log.append(kept)
+            self.db.by_id[kept.event_id] = kept
+            stored.append(kept)
+        return stored
+
+    def _take(self, events: list[ev.Event]) -> None:
+        """Log the store's own events (claims, releases) and apply them."""
+        projection.apply(projection.changes(self._log(events)), self.db.executions,
+                         self.db.commands)  # fmt: skip
+
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+        with self.db.lock:
+            return [e for e in self.db.logs.get(execution_id, ())
+                    if after_seq < e.seq and (before_seq is None or e.seq < before_seq)]  # fmt: skip
+
+    def event_count(self, execution_id: int) -> int:
+        with self.db.lock:
+            return len(self.db.logs.get(execution_id, ()))
+
+    # -- executions ------------------------------------------------------------------------
+
+    def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
+        return self.db.executions.get(execution_id)
+
+    def list_executions(self, *, status: str | None = None, path: str | None = None,
+                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+        with self.db.lock:
+            rows = [r for r in self.db.executions.values()
+                    if (not status or r.status == status.upper()) and (not path or r.path == path)]  # fmt: skip
+        rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
+        return rows[offset:offset + limit]
+
+    # -- commands and claims ---------------------------------------------------------------
+
+    def get_command(self, command_id: int) -> port.CommandRow | None:
+        return self.db.commands.get(command_id)
+
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
+        with self.db.lock:
+            return {c: self.db.commands[c] for c in command_ids if c in self.db.commands}
+
+    def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
+        with self.db.lock:
+            return sorted((r for r in self.db.commands.values()
+                           if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
+                           and execution_id in (None, r.execution_id)),
+                          key=lambda r: r.command_id)  # fmt: skip
+
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
+              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
+        with self.db.lock:
+            row = self.db.commands.get(command_id)
+            if row is None:
+                raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
+            x = self.db.executions.get(row.execution_id)
+            held = (row.status, row.worker_id, row.epoch, row.lease_expires_at)
+            epoch = port.claim_epoch(command_id, worker_id, now, held,
+                                     None if x is None else (x.status, x.cancel_requested))  # fmt: skip
+            lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
+            self._take([projection.claimed_event(new_id(), row, lease, now)])
+            return lease
+
+    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
+                  lease_s: float) -> port.Lease:  # fmt: skip
+        with self.db.lock:
+            row = self._live(command_id, worker_id, epoch)
+            self.db.commands[command_id] = dataclasses.replace(row, lease_expires_at=now + lease_s)
+        return port.Lease(command_id, worker_id, epoch, now + lease_s)
+
+    def _live(self, command_id: int, worker_id: str, epoch: int) -> port.CommandRow:
+        row = self.db.commands.get(command_id)
+        if row is None or (row.status, row.worker_id, row.epoch) != (port.COMMAND_CLAIMED,
+                                                                     worker_id, epoch):  # fmt: skip
+            raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
+                               command_id=str(command_id))  # fmt: skip
+        return row
+
+    def expired_claims(self, now: float) -> list[port.CommandRow]:
+        with self.db.lock:
+            return sorted((r for r in self.db.commands.values() if r.status == port.COMMAND_CLAIMED
+                           and (r.lease_expires_at or 0) < now), key=lambda r: r.command_id)  # fmt: skip
+
+    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
+                   pool: str | None = None, *,
+                   new_id: Callable[[], int]) -> port.Claimed:  # fmt: skip
+        if limit <= 0:
+            return []
+        with self.db.lock:
+            return self._claim_next(port.ClaimRequest(worker_id, now, lease_s, limit, pool,
+                                                      new_id=new_id))  # fmt: skip
+
+    def _claim_next(self, req: port.ClaimRequest) -> port.Claimed:
+        db = self.db
+
+        def claimable(r: port.CommandRow) -> bool:
+            x = db.executions.get(r.execution_id)
+            return (r.status == port.COMMAND_QUEUED and x is not None and x.status == "RUNNING"
+                    and not x.cancel_requested and req.pool in (None, db.pools.get(r.command_id))
+                    and (req.executions is None or r.execution_id in req.executions))  # fmt: skip
+
+        rows = sorted(filter(claimable, db.commands.values()),
+                      key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
+        leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + req.lease_s)
+                  for r in rows]  # fmt: skip
+        self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
+                    for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
+        return [(db.commands[r.command_id], lease) for r, lease in zip(rows, leases, strict=True)]
+
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
+                new_id: Callable[[], int]) -> bool:  # fmt: skip
+        with self.db.lock:
+            row = self._live(command_id, worker_id, epoch)
+            self._take([projection.released_event(new_id(), row, worker_id, epoch, now)])
+        return True
+
+    def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
+        with self.db.lock:
+            busy = {r.execution_id for r in self.db.commands.values()
+                    if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)}  # fmt: skip
+            out = []
+            for xid, row in self.db.executions.items():
+                log = self.db.logs.get(xid)
+                last = log[-1].created_at if log else row.updated_at
+                if row.status == "RUNNING" and xid not in busy and last < now - idle_s:
+                    out.append(xid)
+        return sorted(out)
+
+    def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
+        """In-process, per (database, execution): there is no other process to exclude."""
+        return locks.EXECUTION_LOCKS.hold((id(self.db), execution_id))
+
+    # -- snapshots, catalog, results -------------------------------------------------------
+
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        with self.db.lock:
+            held = self.db.snapshots.get(execution_id)
+            if held is None or seq > held[0]:
+                self.db.snapshots[execution_id] = (seq, bytes(data))
+
+    def load_snapshot(self, execution_id: int) -> tuple[int, bytes] | None:
+        return self.db.snapshots.get(execution_id)
+
+    def register_playbook(self, path: str, content: str, now: float) -> port.CatalogEntry:
+        with self.db.lock:
+            versions = self.db.catalog.setdefault(path, [])
+            if versions and versions[-1].content == content:
+                return versions[-1]
+            entry = port.CatalogEntry(path, len(versions) + 1, content, now)
+            versions.append(entry)
+            return entry
+
+    def get_playbook(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
+        with self.db.lock:
+            versions = self.db.catalog.get(path, [])
+            if version is None:
+                return versions[-1] if versions else None
+            return versions[version - 1] if 0 < version <= len(versions) else None
+
+    def list_playbooks(self) -> list[port.CatalogEntry]:
+        with self.db.lock:
+            return [e for path in sorted(self.db.catalog) for e in self.db.catalog[path]]
+
+    def put_blob(self, execution_id: int, data: bytes, now: float) -> str:
+        with self.db.lock:
+            blob_id = next(self.db.blob_ids)
+            self.db.blobs[blob_id] = (execution_id, bytes(data))
+        return f"{port.BLOB_PREFIX}{execution_id}/{blob_id}"
+
+    def get_blob(self, uri: str) -> bytes:
+        xid, blob_id = port.parse_blob_uri(uri)
+        held = self.db.blobs.get(blob_id)
+        if held is None or (xid is not None and held[0] != xid):
+            raise MilepostError(f"unknown result reference {uri!r}", uri=uri)
+        return held[1]
+
+    # -- credentials and tokens ------------------------------------------------------------
+
+    def put_credential(self, name: str, type: str, ciphertext: bytes,
+                       now: float) -> port.CredentialRow:  # fmt: skip
+        with self.db.lock:
+            old = self.db.credentials.get(name)
+            row = port.CredentialRow(name, type, bytes(ciphertext),
+                                     now if old is None else old.created_at, now)  # fmt: skip
+            self.db.credentials[name] = row
+            return row
+
+    def get_credential(self, name: str) -> port.CredentialRow | None:
+        return self.db.credentials.get(name)
+
+    def list_credentials(self) -> list[port.CredentialRow]:
+        with self.db.lock:
+            return [dataclasses.replace(self.db.credentials[n], ciphertext=None)
+                    for n in sorted(self.db.credentials)]  # fmt: skip
+
+    def delete_credential(self, name: str) -> bool:
+        with self.db.lock:
+            return self.db.credentials.pop(name, None) is not None
+
+    def create_token(self, token_hash: str, role: str, name: str | None,
+                     now: float) -> port.TokenRow:  # fmt: skip
+        with self.db.lock:
+            if token_hash in self.db.tokens:
+                raise ConcurrencyConflict("a token with that hash exists", constraint="token")
+            row = self.db.tokens[token_hash] = port.TokenRow(token_hash, role, name, now)
+            return row
+
+    def get_token(self, token_hash: str) -> port.TokenRow | None:
+        return self.db.tokens.get(token_hash)
+
+    # -- machine ids and driver leases -----------------------------------------------------
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        with self.db.lock:
+            live = {m for m, (_, until) in self.db.machines.items() if until > now}
+            machine_id = port.free_machine_id(live)
+            self.db.machines[machine_id] = (holder, now + ttl)
+            return machine_id
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self.db.lock:
+            if self.db.machines.get(machine_id, ("", 0.0))[0] != holder:
+                return False
+            self.db.machines[machine_id] = (holder, now + ttl)
+            return True
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        with self.db.lock:
+            if self.db.machines.get(machine_id, ("", 0.0))[0] != holder:
+                return False
+            del self.db.machines[machine_id]
+            return True
+
+    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
+                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
+        with self.db.lock:
+            held = self.db.drivers.get(execution_id)
+            if held is not None and held.holder not in (holder, replace) and held.expires_at > now:
+                raise port.DriverBusy(held)
+            lease = self.db.drivers[execution_id] = port.DriverLease(execution_id, holder, now + ttl)
+            return lease
+
+    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
+        with self.db.lock:
+            held = self.db.drivers.get(execution_id)
+            if held is None or held.holder != holder:
+                return False
+            self.db.drivers[execution_id] = dataclasses.replace(held, expires_at=now + ttl)
+            return True
+
+    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
+        with self.db.lock:
+            held = self.db.drivers.get(execution_id)
+            if held is None or held.holder != holder:
+                return False
+            self.db.drivers[execution_id] = dataclasses.replace(
+                held, expires_at=min(held.expires_at, now))
+            return True
+
+    def get_driver(self, execution_id: int) -> port.DriverLease | None:
+        return self.db.drivers.get(execution_id)

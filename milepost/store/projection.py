@@ -1,0 +1,176 @@
+"""The projections of the log as a pure function of events: events in, row changes out.
+
+The `execution` rows (the list view) and the `command` rows (the claim queue) are derived
+from the log and nothing else, so every store computes their changes here and only
+applies them: the SQL stores with one statement per kind of change, in the order of the
+fields of `Changes`, the in-memory store and `rebuild` with `apply`. No I/O here.
+
+Claims are events too (`command.claimed`, `command.released`, written by the store in the
+transaction that takes or gives back the claim), so the command table can be rebuilt from
+the log (`rebuild`). One column is not in the log: a heartbeat moves `lease_expires_at`
+of a live claim in the projection only (a heartbeat comes every lease/3 per command; an
+event each would triple the log of a long task). `rebuild` gives the claim's lease end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from milepost.core import events as ev
+from milepost.store import port
+
+ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
+                ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
+
+
+@dataclass(slots=True)
+class Changes:
+    """The row changes of a batch of stored events, as statement parameters (one Python type
+    per column, in the column order of the statements that apply them)."""
+
+    started: list[tuple[int, str, int | None, str, int | None, float, float]] = field(
+        default_factory=list)
+    """execution_id, path, version, status, parent_execution_id, created_at, updated_at:
+    inserted unless the execution has a row."""
+    cancels: list[int] = field(default_factory=list)
+    """Executions whose cancel was requested."""
+    issued: list[tuple[int, int, str, int, int, int, str, str, str, float, float]] = field(
+        default_factory=list)
+    """command_id, execution_id, step, run, idx, attempt, idempotency_key, status, pool,
+    created_at, updated_at: new queued commands."""
+    settled: list[tuple[str, float, int]] = field(default_factory=list)
+    """status, updated_at, command_id: a worker's report settled the command."""
+    expired: list[tuple[float, int, int | None]] = field(default_factory=list)
+    """updated_at, command_id, epoch: the claim of that epoch (any when None) lapsed, the
+    command failed; a newer claim is left alone."""
+    claimed: list[tuple[int, str, int, float, float]] = field(default_factory=list)
+    """command_id, worker_id, epoch, lease_expires_at, updated_at. The SQL stores take the
+    claim with the statement that writes the event, so they skip these and `released`."""
+    released: list[tuple[int, str, int, float]] = field(default_factory=list)
+    """command_id, worker_id, epoch, updated_at: queued again."""
+    ended: list[tuple[str, str | None, float, int]] = field(default_factory=list)
+    """status, error (JSON), updated_at, execution_id: the run ended, and its commands
+    still queued or claimed are cancelled (applied last: after the batch's commands)."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.started or self.cancels or self.issued or self.settled
+                    or self.expired or self.claimed or self.released or self.ended)  # fmt: skip
+
+
+def changes(events: Iterable[ev.Event]) -> Changes:
+    """The projection changes of stored events. A stale report (`meta.stale`, fenced by
+    the server) changes nothing."""
+    out = Changes()
+    for event in events:
+        if event.meta.get("stale"):
+            continue
+        p = event.payload
+        t = event.event_type
+        at = float(event.created_at)
+        if t == ev.COMMAND_ISSUED:
+            out.issued.append((int(p["command_id"]), event.execution_id, str(event.step),
+                               int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
+                               str(p.get("idempotency_key", "")), port.COMMAND_QUEUED,
+                               str(p.get("pool") or "default"), at, at))  # fmt: skip
+        elif t in ev.SETTLING_REPORTS:
+            status = port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED else port.COMMAND_FAILED
+            out.settled.append((status, at, int(p["command_id"])))
+        elif t == ev.COMMAND_LEASE_EXPIRED:
+            epoch = p.get("epoch", event.meta.get("epoch"))
+            out.expired.append((at, int(p["command_id"]), None if epoch is None else int(epoch)))
+        elif t == ev.COMMAND_CLAIMED:
+            out.claimed.append((int(p["command_id"]), str(p["worker_id"]), int(p["epoch"]),
+                                float(p["lease_expires_at"]), at))  # fmt: skip
+        elif t == ev.COMMAND_RELEASED:
+            out.released.append((int(p["command_id"]), str(p["worker_id"]), int(p["epoch"]), at))
+        elif t == ev.EXECUTION_STARTED:
+            parent = p.get("parent_execution_id")
+            version = p.get("version")
+            out.started.append((event.execution_id, str(p.get("path", "")),
+                                None if version is None else int(version), "RUNNING",
+                                None if parent is None else int(parent), at, at))  # fmt: skip
+        elif t == ev.EXECUTION_CANCEL_REQUESTED:
+            out.cancels.append(event.execution_id)
+        elif t in ev.TERMINAL_EXECUTION_EVENTS:
+            error = p.get("error")
+            out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
+                              event.execution_id))  # fmt: skip
+    return out
+
+
+def claimed_event(event_id: int, row: port.CommandRow, lease: port.Lease,
+                  now: float) -> ev.Event:  # fmt: skip
+    """The `command.claimed` event of a claim the store takes (`lease` is the claim)."""
+    return ev.new_event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, step=row.step,
+                        worker_id=lease.worker_id, payload={
+                            "command_id": row.command_id, "worker_id": lease.worker_id,
+                            "epoch": lease.epoch, "lease_expires_at": lease.expires_at,
+                            "run": row.run, "index": row.index, "attempt": row.attempt})  # fmt: skip
+
+
+def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
+                   now: float) -> ev.Event:  # fmt: skip
+    """The `command.released` event of a claim given back (`row` as it was claimed)."""
+    return ev.new_event(event_id, row.execution_id, ev.COMMAND_RELEASED, now, step=row.step,
+                        worker_id=worker_id, payload={
+                            "command_id": row.command_id, "worker_id": worker_id,
+                            "epoch": epoch, "run": row.run, "index": row.index,
+                            "attempt": row.attempt})  # fmt: skip
+
+
+_OPEN = (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
+
+
+def apply(change: Changes, executions: dict[int, port.ExecutionRow],
+          commands: dict[int, port.CommandRow]) -> None:  # fmt: skip
+    """Apply `change` to rows held in memory, as the SQL stores' statements do."""
+    for xid, path, version, status, parent, created, updated in change.started:
+        if xid not in executions:
+            executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,
+                                                parent)  # fmt: skip
+    for xid in change.cancels:
+        if xid in executions:
+            executions[xid] = dataclasses.replace(executions[xid], cancel_requested=True)
+    for cid, xid, step, run, idx, attempt, key, status, _pool, created, _ in change.issued:
+        commands[cid] = port.CommandRow(cid, xid, step, run, idx, attempt, key, status, None, 0,
+                                        None, created)  # fmt: skip
+    for status, _, cid in change.settled:
+        if cid in commands:
+            commands[cid] = dataclasses.replace(commands[cid], status=status)
+    for _, cid, epoch in change.expired:
+        row = commands.get(cid)
+        if row is not None and row.status == port.COMMAND_CLAIMED and epoch in (None, row.epoch):
+            commands[cid] = dataclasses.replace(row, status=port.COMMAND_FAILED)
+    for cid, worker, epoch, expires, _ in change.claimed:
+        if cid in commands:
+            commands[cid] = dataclasses.replace(commands[cid], status=port.COMMAND_CLAIMED,
+                                                worker_id=worker, epoch=epoch,
+                                                lease_expires_at=expires)  # fmt: skip
+    for cid, _, _, _ in change.released:
+        if cid in commands:
+            commands[cid] = dataclasses.replace(commands[cid], status=port.COMMAND_QUEUED,
+                                                worker_id=None, lease_expires_at=None)  # fmt: skip
+    for status, error, updated, xid in change.ended:
+        if xid in executions:
+            executions[xid] = dataclasses.replace(
+                executions[xid], status=status, updated_at=updated,
+                error=json.loads(error) if error else None)  # fmt: skip
+        for cid, row in list(commands.items()):
+            if row.execution_id == xid and row.status in _OPEN:
+                commands[cid] = dataclasses.replace(row, status=port.COMMAND_CANCELLED)
+
+
+def rebuild(log: Sequence[ev.Event]) -> dict[int, port.CommandRow]:
+    """The command projection of `log` (one or more executions' events, each execution's in
+    seq order), event by event. `lease_expires_at` of a claimed command is the lease end
+    its `command.claimed` event gave: a heartbeat moved it in the stored row only."""
+    executions: dict[int, port.ExecutionRow] = {}
+    commands: dict[int, port.CommandRow] = {}
+    for event in log:
+        apply(changes([event]), executions, commands)
+    return commands
+

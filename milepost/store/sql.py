@@ -1,0 +1,477 @@
+"""The store port written once for SQL databases; the dialects supply what differs.
+
+`SQLStore` implements `port.Store` over hooks (`Dialect`, below): connections and
+transactions, placeholders, how writers of one log are serialized, batch inserts, the
+claim query and error classification. Everything else is here: the append retry loop,
+seq numbering, the `expect` and claim checks, the projections (`store.projection`, a pure
+function of events), claims as events, catalog, credentials, tokens, blobs, snapshots,
+machine-id and driver leases. Shared statements are written with `?` placeholders; a
+dialect's `sql` turns them into its own.
+
+Numbering: events get `max(seq) + 1` of their execution, read with the log's writers held
+off (`lock_key`). An append whose caller vouches for the log (`expect` covers it) reads
+nothing first: it numbers from `expect`, or from `SeqCache` (the last seq this store
+committed and the last one that may change a decision: claims may have come after the
+caller's watermark). Another writer may have moved the log since: the unique
+(execution_id, seq) index refuses the insert (`SeqTaken`) and the retry reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from milepost.core import events as ev
+from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.store import port, projection
+from milepost.store.seqs import SeqCache
+from milepost.store.tables import Tables
+
+Conn = Any
+"""A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
+`fetchall`, `rowcount`)."""
+Collect = Callable[[], tuple[port.Claimed, list[ev.Event]]]
+"""What `claim_queued` took: the claims and their `command.claimed` events."""
+
+EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
+              " meta, worker_id, created_at")  # fmt: skip
+EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
+             " parent_execution_id, error, cancel_requested")  # fmt: skip
+CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
+            " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+TRIES = 4
+"""Appends tried before the log is said to keep moving (each retry reads what it trusted)."""
+
+NS_APPEND = 0x6D70_0002
+"""The namespace of the keys appenders are serialized on (`lock_key`)."""
+
+_REDRIVE = (
+    "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
+    " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
+    " AND c.status IN (?, ?))"
+    " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
+    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
+    " ORDER BY x.execution_id"
+)
+_DECIDED_AFTER = ("SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_type NOT IN"
+                  f" ({','.join('?' * len(ev.CLAIM_EVENTS))}) LIMIT 1")  # fmt: skip
+
+
+class SeqTaken(ConcurrencyConflict):
+    """Another writer took a seq this append numbered from what it trusted: read, retry.
+    (Its code stays `concurrency_conflict`: should it ever escape, it is a 409.)"""
+
+
+class RepeatedId(Exception):
+    """An event id of the append was already in the log: retry leaving out the known ids."""
+
+
+class SQLStore(Tables, port.Appends):
+    """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
+
+    cancel_true = "1"
+    """How the dialect writes a true `cancel_requested`."""
+
+    def __init__(self) -> None:
+        self.seqs = SeqCache()
+
+    # -- the dialect's hooks (and those of `Tables`) ----------------------------------------
+
+    def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
+                    expect: Mapping[int, int] | None, claims: Mapping[int, int],
+                    careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
+        """One try of `append_and_claim` in one transaction: `check_claims`, then
+        `insert_events` (with the projections), `claim_queued`; returns the events stored,
+        the claims and their events. A dialect may pipeline it."""
+        with self.txn() as conn:
+            self.check_claims(conn, claims)
+            stored = self.insert_events(conn, events, expect, careful)()
+            claimed, logged = ([], []) if claim is None else self.claim_queued(
+                conn, claim, after_append=bool(events))()
+        return stored, claimed, logged
+
+    def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
+        """Raise ClaimMoved unless every command is claimed with that epoch, holding the
+        rows until the commit."""
+        if not claims:
+            return
+        rows = conn.execute(self.sql(
+            f"SELECT command_id, epoch FROM command WHERE command_id IN ({_marks(claims)})"
+            f" AND status=?{self.for_update('')}"), (*claims, port.COMMAND_CLAIMED)).fetchall()  # fmt: skip
+        live = {int(r[0]): int(r[1]) for r in rows}
+        if any(live.get(cid) != epoch for cid, epoch in claims.items()):
+            raise port.ClaimMoved("a reported claim is no longer live",
+                                  command_ids=sorted(str(c) for c in claims))  # fmt: skip
+
+    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
+        """A shared statement once per row of parameters."""
+        conn.executemany(self.sql(text), rows)
+
+    def for_update(self, of: str) -> str:
+        """The row-lock clause of a SELECT (`of`: the table alias), if the dialect has one."""
+        return ""
+
+    def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
+                    strict: bool) -> Callable[[], int]:  # fmt: skip
+        """Queue the insert of event rows (`ON CONFLICT (event_id) DO NOTHING` unless
+        `strict`); the call returns how many were inserted."""
+        raise NotImplementedError
+
+    def insert_commands(self, conn: Conn, rows: list[tuple[Any, ...]]) -> None:
+        self.many(conn, (
+            "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
+            " idempotency_key, status, pool, created_at, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?)"), rows)  # fmt: skip
+
+    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
+        self.many(conn, "UPDATE command SET status=?, updated_at=? WHERE command_id=?", rows)
+
+    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *, after_append: bool) -> Collect:
+        """Claim the oldest queued commands and append their `command.claimed`; the call
+        returns the claims (after a pipeline's commit too). `after_append`: the
+        transaction holds the logs of an append already."""
+        raise NotImplementedError
+
+    # -- events ----------------------------------------------------------------------------
+
+    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
+                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
+                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+        if claim is not None and claim.limit <= 0:
+            claim = None
+        if not events and claim is None:
+            return [], []
+        claims = port.claims_reported(events) if check_claims else {}
+        careful = False
+        for _ in range(TRIES):
+            try:
+                stored, claimed, logged = self.write_batch(events, claim, expect, claims, careful)
+                self.seqs.committed([*stored, *logged])
+                return stored, claimed
+            except (RepeatedId, SeqTaken):
+                # what the first try trusted (no repeated ids, the cached seqs) was not so:
+                # read the known ids and the seqs under the writers' lock this time
+                self.seqs.forget({e.execution_id for e in events})
+                careful = True
+            except (port.ClaimMoved, port.LogMoved):
+                raise
+            except ConcurrencyConflict:
+                # a repeated event's projection (its command row, say) is already there, or
+                # a vouched id was in the log: do it again the careful way, leaving them out
+                if careful:
+                    raise
+                careful = True
+        xids = sorted({str(e.execution_id) for e in events})
+        if expect:
+            raise port.LogMoved("another writer kept appending to these executions",
+                                execution_ids=xids)  # fmt: skip
+        raise ConcurrencyConflict("could not append: the log kept moving", execution_ids=xids)
+
+    def insert_events(self, conn: Conn, events: Sequence[ev.Event],
+                      expect: Mapping[int, int] | None,
+                      careful: bool) -> Callable[[], list[ev.Event]]:  # fmt: skip
+        """Queue the numbered insert of `events` and their projections; the call (before
+        the commit) returns the events stored, or raises RepeatedId."""
+        if not events:
+            return list
+        xids = sorted({e.execution_id for e in events})
+        vouched = not careful and expect is not None and set(xids) <= expect.keys()
+        last = self.last_seqs(conn, xids, expect or {}, careful)
+        if careful:
+            events = port.new_events(events, self._known(conn, events))
+        stored = self.numbered(events, last)
+        rows = [_row(e, self.encode_result(conn, e)) for e in stored]
+        inserted = self.insert_rows(conn, rows, strict=vouched) if rows else (lambda: 0)
+        self.project(conn, stored)
+
+        def check() -> list[ev.Event]:
+            if inserted() != len(stored):
+                raise RepeatedId()
+            return stored
+
+        return check
+
+    def last_seqs(self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int],
+                  careful: bool) -> dict[int, int]:  # fmt: skip
+        """The seq each execution's log ends at, and LogMoved where an event that may change
+        a decision is past `expect`. Trusted from the cache or `expect` unless `careful`."""
+        last: dict[int, int] = {}
+        unknown: list[int] = []
+        for xid in xids:
+            seen = expect.get(xid)
+            held = None if careful or seen is None else self.seqs.get(xid)
+            if careful or seen is None or (held is not None and held.decided is None):
+                unknown.append(xid)
+            elif held is None:
+                last[xid] = seen  # the caller folded the log to there: the index checks it
+            elif held.decided is not None and held.decided > seen:
+                raise port.LogMoved("another writer appended to this execution first",
+                                    execution_ids=[str(xid)])  # fmt: skip
+            else:
+                last[xid] = max(held.last, seen)  # claims may have come after `seen`
+        # every writer of a log holds it (the trusted too: a claim reads the log's end)
+        for key in sorted({fold_key(x) for x in xids}):
+            self.lock_key(conn, NS_APPEND, key)
+        if unknown:
+            rows = conn.execute(self.sql(
+                f"SELECT execution_id, max(seq) FROM event WHERE execution_id IN"
+                f" ({_marks(unknown)}) GROUP BY execution_id"), unknown).fetchall()  # fmt: skip
+            last.update({x: 0 for x in unknown})
+            last.update((int(x), int(s)) for x, s in rows)
+            for xid in unknown:
+                seen = expect.get(xid)
+                if seen is not None and last[xid] > seen and conn.execute(
+                        self.sql(_DECIDED_AFTER), (xid, seen, *ev.CLAIM_EVENTS)).fetchone():
+                    raise port.LogMoved("another writer appended to this execution first",
+                                        execution_ids=[str(xid)])  # fmt: skip
+        return last
+
+    @staticmethod
+    def numbered(events: Sequence[ev.Event], last: dict[int, int]) -> list[ev.Event]:
+        out = []
+        for e in events:
+            seq = last[e.execution_id] = last[e.execution_id] + 1
+            # positional construction: dataclasses.replace is several times slower here
+            out.append(ev.Event(e.event_id, e.execution_id, e.event_type, e.created_at, e.step,
+                                e.status, e.payload, e.meta, e.parent_event_id, e.worker_id,
+                                seq))  # fmt: skip
+        return out
+
+    def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
+        """Append events the store makes itself (claims, releases: fresh ids, no
+        projection) in the caller's transaction, numbered under the writers' lock."""
+        xids = sorted({e.execution_id for e in events})
+        stored = self.numbered(events, self.last_seqs(conn, xids, {}, careful=True))
+        inserted = self.insert_rows(conn, [_row(e, self.encode_result(conn, e)) for e in stored],
+                                    strict=True)  # fmt: skip
+        inserted()
+        return stored
+
+    def _known(self, conn: Conn, events: Sequence[ev.Event]) -> dict[int, ev.Event]:
+        """The log's events that have the ids of these."""
+        ids = list({e.event_id for e in events})
+        known: dict[int, ev.Event] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            rows = conn.execute(self.sql(f"SELECT {EVENT_COLS} FROM event WHERE event_id IN"
+                                         f" ({_marks(chunk)})"), chunk).fetchall()  # fmt: skip
+            known.update((int(r[1]), self.decode(r)) for r in rows)
+        return known
+
+    def encode_result(self, conn: Conn, event: ev.Event) -> str:
+        envelope = event.envelope_result()
+        text = json.dumps(envelope, default=str)
+        if len(text) <= port.BLOB_THRESHOLD:
+            return text
+        # large payloads live in the result store; the event keeps a reference that names
+        # the execution, so a sharded store finds the database that holds it. The event's
+        # id is the blob's: nothing to read back (in a pipeline that would end it early)
+        data = json.dumps(event.payload, default=str).encode()
+        conn.execute(self.sql("INSERT INTO result_blob (blob_id, execution_id, data, created_at)"
+                              " VALUES (?,?,?,?)"),
+                     (event.event_id, event.execution_id, data, event.created_at))  # fmt: skip
+        ref = {"uri": f"{port.BLOB_PREFIX}{event.execution_id}/{event.event_id}",
+               "size": len(data)}  # fmt: skip
+        return json.dumps({"status": envelope["status"], "reference": ref})
+
+    def project(self, conn: Conn, events: Sequence[ev.Event]) -> None:
+        """Apply the projection changes of stored events (`projection.changes`)."""
+        change = projection.changes(events)
+        if change.started:
+            self.many(conn, (
+                "INSERT INTO execution (execution_id, path, version, status,"
+                " parent_execution_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
+                " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
+        if change.cancels:
+            self.many(conn, (f"UPDATE execution SET cancel_requested={self.cancel_true}"
+                                      " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
+        if change.issued:
+            self.insert_commands(conn, change.issued)
+        if change.settled:
+            self.settle_commands(conn, change.settled)
+        if change.expired:
+            # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
+            self.many(conn, (
+                "UPDATE command SET status=?, updated_at=? WHERE command_id=? AND status=?"
+                " AND (CAST(? AS INTEGER) IS NULL OR epoch=?)"),
+                [(port.COMMAND_FAILED, at, cid, port.COMMAND_CLAIMED, epoch, epoch)
+                 for at, cid, epoch in change.expired])  # fmt: skip
+        for status, error, at, xid in change.ended:  # after the command rows of the batch
+            conn.execute(self.sql("UPDATE execution SET status=?, error=?, updated_at=? WHERE"
+                                  " execution_id=?"), (status, error, at, xid))  # fmt: skip
+            # whatever was still queued or claimed will never run now
+            conn.execute(self.sql("UPDATE command SET status=?, updated_at=? WHERE"
+                                  " execution_id=? AND status IN (?, ?)"),
+                         (port.COMMAND_CANCELLED, at, xid, port.COMMAND_QUEUED,
+                          port.COMMAND_CLAIMED))  # fmt: skip
+            self.seqs.forget([xid])
+
+    def load(self, execution_id: int, after_seq: int = 0, *,
+             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+        if before_seq is None:
+            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
+                             " ORDER BY seq", (execution_id, after_seq))  # fmt: skip
+        else:
+            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
+                             " AND seq<? ORDER BY seq", (execution_id, after_seq, before_seq))  # fmt: skip
+        return [self.decode(row) for row in rows]
+
+    def decode(self, row: Sequence[Any]) -> ev.Event:
+        seq, event_id, execution_id, parent, etype, step, status, result, meta, worker, at = row
+        envelope = json.loads(result) if result else {}
+        if "reference" in envelope:
+            payload = json.loads(self.get_blob(envelope["reference"]["uri"]))
+        else:
+            payload = envelope.get("context") or {}
+        return ev.Event(
+            event_id=event_id, execution_id=execution_id, event_type=etype, created_at=at,
+            step=step, status=status, payload=payload, meta=json.loads(meta) if meta else {},
+            parent_event_id=parent, worker_id=worker, seq=seq,
+        )  # fmt: skip
+
+    def event_count(self, execution_id: int) -> int:
+        return int(self.rows("SELECT count(*) FROM event WHERE execution_id=?",
+                             (execution_id,))[0][0])  # fmt: skip
+
+    # -- executions ------------------------------------------------------------------------
+
+    @staticmethod
+    def _execution(row: Sequence[Any]) -> port.ExecutionRow:
+        xid, path, version, status, created, updated, parent, error, cancel = row
+        return port.ExecutionRow(xid, path, version, status, created, updated, parent,
+                                 json.loads(error) if error else None, bool(cancel))  # fmt: skip
+
+    def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
+        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE execution_id=?",
+                         (execution_id,))  # fmt: skip
+        return self._execution(rows[0]) if rows else None
+
+    def list_executions(self, *, status: str | None = None, path: str | None = None,
+                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+        where, params = [], []
+        if status:
+            where.append("status=?")
+            params.append(status.upper())
+        if path:
+            where.append("path=?")
+            params.append(path)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution {clause}"
+                         " ORDER BY created_at DESC, execution_id DESC LIMIT ? OFFSET ?",
+                         (*params, limit, offset))  # fmt: skip
+        return [self._execution(r) for r in rows]
+
+    # -- commands and claims ---------------------------------------------------------------
+
+    def get_commands(self, command_ids: Sequence[int]) -> dict[int, port.CommandRow]:
+        ids = list(dict.fromkeys(command_ids))
+        if not ids:
+            return {}
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE command_id IN ({_marks(ids)})",
+                         ids)  # fmt: skip
+        return {int(r[0]): port.CommandRow(*r) for r in rows}
+
+    def get_command(self, command_id: int) -> port.CommandRow | None:
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE command_id=?", (command_id,))
+        return port.CommandRow(*rows[0]) if rows else None
+
+    def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
+        text = f"SELECT {CMD_COLS} FROM command WHERE status IN (?, ?)"
+        params: list[Any] = [port.COMMAND_QUEUED, port.COMMAND_CLAIMED]
+        if execution_id is not None:
+            text += " AND execution_id=?"
+            params.append(execution_id)
+        return [port.CommandRow(*r) for r in self.rows(text + " ORDER BY command_id", params)]
+
+    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
+              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
+        with self.txn() as conn:
+            row = conn.execute(self.sql(
+                f"SELECT {_prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested FROM command c"
+                " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
+                f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
+            if row is None:
+                raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
+            command = port.CommandRow(*row[:12])
+            execution = None if row[12] is None else (row[12], bool(row[13]))
+            held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
+            epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
+            lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
+            conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
+                                  " lease_expires_at=?, updated_at=? WHERE command_id=?"),
+                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now,
+                          command_id))  # fmt: skip
+            logged = self.log_events(conn, [projection.claimed_event(new_id(), command, lease,
+                                                                     now)])  # fmt: skip
+        self.seqs.committed(logged)
+        return lease
+
+    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
+                  lease_s: float) -> port.Lease:  # fmt: skip
+        with self.txn() as conn:
+            cur = conn.execute(self.sql(
+                "UPDATE command SET lease_expires_at=?, updated_at=? WHERE command_id=?"
+                " AND status=? AND worker_id=? AND epoch=?"),
+                (now + lease_s, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch))  # fmt: skip
+            if cur.rowcount == 0:
+                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
+                                   command_id=str(command_id))  # fmt: skip
+        return port.Lease(command_id, worker_id, epoch, now + lease_s)
+
+    def expired_claims(self, now: float) -> list[port.CommandRow]:
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status=? AND lease_expires_at<?"
+                         " ORDER BY command_id", (port.COMMAND_CLAIMED, now))  # fmt: skip
+        return [port.CommandRow(*r) for r in rows]
+
+    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
+                   pool: str | None = None, *,
+                   new_id: Callable[[], int]) -> port.Claimed:  # fmt: skip
+        if limit <= 0:
+            return []
+        return self.append_and_claim([], port.ClaimRequest(worker_id, now, lease_s, limit, pool,
+                                                           new_id=new_id))[1]  # fmt: skip
+
+    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
+                new_id: Callable[[], int]) -> bool:  # fmt: skip
+        with self.txn() as conn:
+            row = conn.execute(self.sql(
+                f"UPDATE command SET status=?, worker_id=NULL, lease_expires_at=NULL,"
+                f" updated_at=? WHERE command_id=? AND status=? AND worker_id=? AND epoch=?"
+                f" RETURNING {CMD_COLS}"),
+                (port.COMMAND_QUEUED, now, command_id, port.COMMAND_CLAIMED, worker_id,
+                 epoch)).fetchone()  # fmt: skip
+            if row is None:
+                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
+                                   command_id=str(command_id))  # fmt: skip
+            released = projection.released_event(new_id(), port.CommandRow(*row), worker_id,
+                                                 epoch, now)  # fmt: skip
+            logged = self.log_events(conn, [released])
+        self.seqs.committed(logged)
+        return True
+
+    def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
+        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
+        return [int(r[0]) for r in rows]
+
+
+def fold_key(execution_id: int) -> int:
+    """A 64-bit id folded into a signed 32-bit key (`lock_key`). Two executions that fold
+    alike only wait for each other's appends."""
+    v = (execution_id ^ (execution_id >> 32)) & 0xFFFFFFFF
+    return v - (1 << 32) if v >= (1 << 31) else v
+
+
+def _marks(values: Sequence[Any] | Mapping[Any, Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+def _prefixed(prefix: str, cols: str) -> str:
+    return ", ".join(prefix + c.strip() for c in cols.split(","))
+
+
+def _row(e: ev.Event, result: str) -> tuple[Any, ...]:
+    return (e.event_id, e.execution_id, e.seq, e.parent_event_id, e.event_type, e.step,
+            e.status, result, json.dumps(e.meta) if e.meta else None, e.worker_id,
+            float(e.created_at))  # fmt: skip
+
