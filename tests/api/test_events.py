@@ -265,8 +265,8 @@ def test_a_claim_that_moved_behind_the_servers_back_makes_the_report_stale(api: 
     # another server gives the command back and hands it to w2: this one still remembers
     # w1's claim, so w1's report goes to the append, which finds the claim moved
     assert api.store.release(cid, "w1", command["lease"]["epoch"], time.time(),
-                             new_id=api.services.runtime.new_id)  # fmt: skip
-    lease = api.store.claim(cid, "w2", time.time(), 60.0, new_id=api.services.runtime.new_id)
+                             new_id=api.services.engine.new_id)  # fmt: skip
+    lease = api.store.claim(cid, "w2", time.time(), 60.0, new_id=api.services.engine.new_id)
     late = api.complete(command, {"greeting": "late"})
     assert late["stored"] == 1 and late["stale"] == late["event_ids"]
     row = api.store.get_command(cid)
