@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import Response
 from pydantic import BaseModel
 
+from milepost import wire
 from milepost.api import checks, schemas
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.work import work_item
 from milepost.playbook import model
-from milepost.playbook.loop_result import LoopResult
 from milepost.store import port
 
 
@@ -52,19 +50,6 @@ def catalog_entry(entry: port.CatalogEntry) -> schemas.CatalogEntryOut:
                                    created_at=checks.iso(entry.created_at))  # fmt: skip
 
 
-def loop_steps(state: st.ExecutionState, playbook: model.Playbook,
-               context: dict[str, Any]) -> dict[str, dict[str, int]]:  # fmt: skip
-    """The loop steps named in `context`, with the failed count of their latest result."""
-    out: dict[str, dict[str, int]] = {}
-    for name in context:
-        step = playbook.steps.get(name)
-        if step is None or step.loop is None:
-            continue
-        result = state.results.get(name)
-        out[name] = {"failed": result.failed if isinstance(result, LoopResult) else 0}
-    return out
-
-
 def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.CommandRow,
                 lease: port.Lease | None = None) -> schemas.CommandOut:  # fmt: skip
     """The command with its render context built from the state now (claim time)."""
@@ -78,8 +63,8 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
         attempt=row.attempt, idempotency_key=row.idempotency_key,
         status=port.COMMAND_CLAIMED if lease else row.status,
         playbook=schemas.PlaybookRef(path=state.path, version=state.version),
-        context=_plain(item.context), loop_steps=loop_steps(state, playbook, item.context),
-        args=_plain(item.args),
+        context=wire.plain(item.context),
+        loop_steps=wire.loop_steps(state, playbook, item.context), args=wire.plain(item.args),
         lease=lease_out(lease) if lease else None,
     )  # fmt: skip
 
@@ -87,11 +72,3 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
 def lease_out(lease: port.Lease) -> schemas.LeaseOut:
     return schemas.LeaseOut(epoch=lease.epoch, expires_at=checks.iso(lease.expires_at))
 
-
-def _plain(value: Any) -> Any:
-    """Loop results travel as plain lists (the worker wraps them again by `loop_steps`)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

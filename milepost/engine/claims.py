@@ -71,9 +71,9 @@ class Claims:
 
     def request(self, worker_id: str, now: float, lease_s: float, limit: int,
                 pool: str | None = None,
-                executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
+                driver: str | None = None) -> port.ClaimRequest:  # fmt: skip
         """The claim made in the transaction of a report (`Orchestrator.process`)."""
-        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, executions,
+        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, driver,
                                  new_id=self.new_id)  # fmt: skip
 
     def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:

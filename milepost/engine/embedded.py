@@ -286,7 +286,9 @@ class EmbeddedEngine:
 
     def _claim(self, also: Iterable[int] = ()) -> Any:
         """The claim of the next call: the free slots, among the runs this engine drives."""
-        return self.workers.claim_request(frozenset(self._active.union(also)))
+        if not self._active and not also:
+            return None
+        return self.workers.claim_request(self.holder)
 
     def _lost_run(self, xid: int) -> None:
         """Another process drives `xid` now: dispatch, report and decide nothing more for it."""

@@ -57,13 +57,13 @@ class InProcessWorkers:
         worker goes on at once instead of waiting for the commit of its report."""
         return max(0, 2 * self.capacity - self.busy - self._queue.qsize())
 
-    def claim_request(self, executions: frozenset[int]) -> ClaimRequest | None:
-        """The claim of the next report: as many commands of `executions` as slots are free."""
+    def claim_request(self, driver: str) -> ClaimRequest | None:
+        """The claim of the next report: as many commands of the runs `driver` drives as
+        slots are free."""
         free = self.free()
-        if free <= 0 or not executions:
+        if free <= 0:
             return None
-        return self.engine.claim_request(self.claimant, self.lease_s, free,
-                                         executions=executions)  # fmt: skip
+        return self.engine.claim_request(self.claimant, self.lease_s, free, driver=driver)
 
     def dispatch(self, claimed: Claimed) -> None:
         """Queue the commands claimed for these workers, each with its render context."""

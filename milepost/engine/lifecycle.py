@@ -63,6 +63,7 @@ class Lifecycle:
         self.pool = pool
         # called from one thread only (`threads=False`: an asyncio loop), nothing interleaves
         self.locks: ExecutionLocks | NoLocks = ExecutionLocks() if threads else NoLocks()
+        orchestrator.exclusive = not threads
         self.handed = HandedOut()
         self.claims = Claims(store, lambda: self.orchestrator.new_id())  # the locked minter
         self.watchers = Watchers()
@@ -225,10 +226,10 @@ class Lifecycle:
     # -- claims ----------------------------------------------------------------------------
 
     def claim_request(self, worker_id: str, lease_s: float, limit: int, pool: str | None = None,
-                      executions: frozenset[int] | None = None) -> port.ClaimRequest:  # fmt: skip
+                      driver: str | None = None) -> port.ClaimRequest:  # fmt: skip
         """The claim a report makes in its own transaction (`report(..., claim=)`);
-        `executions`: only commands of these."""
-        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool, executions)
+        `driver`: only commands of the runs this driver lease holder drives."""
+        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool, driver)
 
     def claim(self, command_id: int, worker_id: str,
               lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip

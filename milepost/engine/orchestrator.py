@@ -88,6 +88,9 @@ class Orchestrator:
         self.clock = clock
         self.new_id = new_id or Snowflake(machine_id, clock)
         self.snapshot_every = snapshot_every
+        self.exclusive = False
+        """One thread calls this orchestrator (the embedded engine's loop): a call may fold
+        what it wrote into the cached state of a run it was not called for."""
         self._states: dict[int, st.ExecutionState] = {}
         self._ended: collections.OrderedDict[int, st.ExecutionState] = collections.OrderedDict()
         """The last ended executions' states: their status is asked for right after the end."""
@@ -386,9 +389,23 @@ class Orchestrator:
         for event in stored:
             seqs.setdefault(event.execution_id, []).append(event.seq)
         ours = {e.event_id for e in stored}
+        # the claims this call made, numbered after its own events in the same transaction:
+        # folded here, so the next call does not read them back as another writer's
+        claims: dict[int, list[ev.Event]] = {}
+        for _, lease in out.claimed:
+            if lease.event is not None:
+                claims.setdefault(lease.event.execution_id, []).append(lease.event)
+        for xid, logged in claims.items():
+            logged.sort(key=lambda e: e.seq)
+            if xid in watermarks:
+                seqs.setdefault(xid, []).extend(e.seq for e in logged)
+                ours.update(e.event_id for e in logged)
+            elif self.exclusive and (other := self._states.get(xid)) is not None \
+                    and other.last_seq == logged[0].seq - 1:  # fmt: skip
+                st.fold(other, logged)  # right after what it holds: nothing in between
         for xid, before in watermarks.items():
             state = self._states[xid]
-            mine = seqs.get(xid, [])
+            mine = sorted(seqs.get(xid, []))
             if mine and mine != list(range(before + 1, before + 1 + len(mine))):
                 # another writer appended in between (ours are numbered in one run, after
                 # theirs): fold its events and ask to be woken at once, so decide sees them
@@ -403,6 +420,8 @@ class Orchestrator:
                     out.wake_at[xid] = self.clock()
             elif mine:
                 state.last_seq = mine[-1]
+            if xid in claims:
+                st.fold(state, claims[xid])  # numbered after ours: after whatever `theirs` held
             self._maybe_snapshot(state)
             if state.terminal:
                 out.finished.append(state)

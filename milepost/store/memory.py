@@ -111,10 +111,11 @@ class MemoryStore(port.Appends):
             stored.append(kept)
         return stored
 
-    def _take(self, events: list[ev.Event]) -> None:
+    def _take(self, events: list[ev.Event]) -> list[ev.Event]:
         """Log the store's own events (claims, releases) and apply them."""
-        projection.apply(projection.changes(self._log(events)), self.db.executions,
-                         self.db.commands)  # fmt: skip
+        logged = self._log(events)
+        projection.apply(projection.changes(logged), self.db.executions, self.db.commands)
+        return logged
 
     def load(self, execution_id: int, after_seq: int = 0, *,
              before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
@@ -205,15 +206,17 @@ class MemoryStore(port.Appends):
             x = db.executions.get(r.execution_id)
             return (r.status == port.COMMAND_QUEUED and x is not None and x.status == "RUNNING"
                     and not x.cancel_requested and req.pool in (None, db.pools.get(r.command_id))
-                    and (req.executions is None or r.execution_id in req.executions))  # fmt: skip
+                    and (req.driver is None or getattr(db.drivers.get(r.execution_id), "holder",
+                                                       None) == req.driver))  # fmt: skip
 
         rows = sorted(filter(claimable, db.commands.values()),
                       key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
         leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + req.lease_s)
                   for r in rows]  # fmt: skip
-        self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
-                    for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
-        return [(db.commands[r.command_id], lease) for r, lease in zip(rows, leases, strict=True)]
+        logged = self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
+                             for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
+        return projection.with_events([(db.commands[r.command_id], lease) for r, lease
+                                       in zip(rows, leases, strict=True)], logged)  # fmt: skip
 
     def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
                 new_id: Callable[[], int]) -> bool:  # fmt: skip

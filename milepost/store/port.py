@@ -69,6 +69,9 @@ class Lease:
     worker_id: str
     epoch: int
     expires_at: float
+    event: Event | None = field(default=None, compare=False, repr=False)
+    """The `command.claimed` the claim appended, numbered, when the store hands it back:
+    an orchestrator that made the claim folds it instead of reading its log again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,9 +239,10 @@ class ClaimRequest:
     lease_s: float
     limit: int
     pool: str | None = None
-    executions: frozenset[int] | None = None
-    """Only commands of these executions (an embedded engine claims the runs it drives,
-    not those of another process on the same database); None: any."""
+    driver: str | None = None
+    """Only commands of executions this holder drives (`execution_driver`): an embedded
+    engine claims the runs it drives, not those of another process on the same database;
+    None: any."""
     new_id: Callable[[], int] = field(kw_only=True)
     """The ids of the `command.claimed` events the claim appends."""
 

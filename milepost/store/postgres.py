@@ -319,11 +319,9 @@ class PostgresStore(sql.SQLStore):
                   "worker": req.worker_id, "expires": expires, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
-        if req.executions is not None:
-            if not req.executions:
-                return lambda: ([], [])
-            pool += " AND c.execution_id = ANY(%(xids)s)"
-            params["xids"] = sorted(req.executions)
+        if req.driver is not None:
+            pool += " AND " + sql.DRIVEN_BY.replace("?", "%(driver)s")
+            params["driver"] = req.driver
         log = {"ids": [req.new_id() for _ in range(req.limit)], "type": ev.COMMAND_CLAIMED}
         if after_append:
             text = _CLAIM_AND_LOG.replace("{pool}", pool).replace("{hold}", _TRY)

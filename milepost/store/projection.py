@@ -174,3 +174,11 @@ def rebuild(log: Sequence[ev.Event]) -> dict[int, port.CommandRow]:
         apply(changes([event]), executions, commands)
     return commands
 
+
+def with_events(claimed: port.Claimed, logged: Sequence[ev.Event]) -> port.Claimed:
+    """Each claim with the `command.claimed` event that records it."""
+    if not logged:
+        return claimed
+    by_command = {int(e.payload["command_id"]): e for e in logged}
+    return [(row, dataclasses.replace(lease, event=by_command.get(row.command_id)))
+            for row, lease in claimed]  # fmt: skip

@@ -19,6 +19,7 @@ caller's watermark). Another writer may have moved the log since: the unique
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +41,9 @@ EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
              " parent_execution_id, error, cancel_requested")  # fmt: skip
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
             " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
+             " AND d.holder = ?)")
+"""The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
 TRIES = 4
 """Appends tried before the log is said to keep moving (each retry reads what it trusted)."""
 
@@ -75,6 +79,8 @@ class SQLStore(Tables, port.Appends):
 
     def __init__(self) -> None:
         self.seqs = SeqCache()
+        self._numbered = threading.local()
+        """`ends`: where the logs the current transaction of this thread appended to end."""
 
     # -- the dialect's hooks (and those of `Tables`) ----------------------------------------
 
@@ -146,9 +152,13 @@ class SQLStore(Tables, port.Appends):
         careful = False
         for _ in range(TRIES):
             try:
-                stored, claimed, logged = self.write_batch(events, claim, expect, claims, careful)
+                try:
+                    stored, claimed, logged = self.write_batch(events, claim, expect, claims,
+                                                               careful)  # fmt: skip
+                finally:
+                    self._numbered.ends = None  # of this transaction only
                 self.seqs.committed([*stored, *logged])
-                return stored, claimed
+                return stored, projection.with_events(claimed, logged)
             except (RepeatedId, SeqTaken):
                 # what the first try trusted (no repeated ids, the cached seqs) was not so:
                 # read the known ids and the seqs under the writers' lock this time
@@ -181,6 +191,7 @@ class SQLStore(Tables, port.Appends):
         if careful:
             events = port.new_events(events, self._known(conn, events))
         stored = self.numbered(events, last)
+        self._numbered.ends = last  # where these logs end now, for the claims' events
         rows = [_row(e, self.encode_result(conn, e)) for e in stored]
         inserted = self.insert_rows(conn, rows, strict=vouched) if rows else (lambda: 0)
         self.project(conn, stored)
@@ -201,7 +212,10 @@ class SQLStore(Tables, port.Appends):
         for xid in xids:
             seen = expect.get(xid)
             held = None if careful or seen is None else self.seqs.get(xid)
-            if careful or seen is None or (held is not None and held.decided is None):
+            cached = None if careful else self.seqs.get(xid)
+            if seen is None and cached is not None:
+                last[xid] = cached.last  # as this store committed it: the index checks it
+            elif careful or seen is None or held is not None and held.decided is None:
                 unknown.append(xid)
             elif held is None:
                 last[xid] = seen  # the caller folded the log to there: the index checks it
@@ -242,7 +256,14 @@ class SQLStore(Tables, port.Appends):
         """Append events the store makes itself (claims, releases: fresh ids, no
         projection) in the caller's transaction, numbered under the writers' lock."""
         xids = sorted({e.execution_id for e in events})
-        stored = self.numbered(events, self.last_seqs(conn, xids, {}, careful=True))
+        # the logs this transaction has just appended to end where it numbered them (it
+        # holds them); any other is read under the writers' lock
+        ends: dict[int, int] = getattr(self._numbered, "ends", None) or {}
+        last = {x: ends[x] for x in xids if x in ends}
+        rest = [x for x in xids if x not in ends]
+        if rest:
+            last.update(self.last_seqs(conn, rest, {}, careful=True))
+        stored = self.numbered(events, last)
         inserted = self.insert_rows(conn, [_row(e, self.encode_result(conn, e)) for e in stored],
                                     strict=True)  # fmt: skip
         inserted()

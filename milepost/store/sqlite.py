@@ -120,23 +120,20 @@ class SQLiteStore(sql.SQLStore):
         if req.pool is not None:
             text += " AND c.pool=?"
             params.append(req.pool)
-        if req.executions is not None:
-            if not req.executions:
-                return lambda: ([], [])
-            text += f" AND c.execution_id IN ({','.join('?' * len(req.executions))})"
-            params.extend(req.executions)
-        ids = [r[0] for r in conn.execute(text + " ORDER BY c.created_at, c.command_id LIMIT ?",
-                                          (*params, req.limit))]  # fmt: skip
-        if not ids:
-            return lambda: ([], [])
+        if req.driver is not None:
+            text += " AND " + sql.DRIVEN_BY
+            params.append(req.driver)
         expires = req.now + req.lease_s
-        conn.executemany("UPDATE command SET status=?, worker_id=?, epoch=epoch+1,"
-                         " lease_expires_at=?, updated_at=? WHERE command_id=?",
-                         [(port.COMMAND_CLAIMED, req.worker_id, expires, req.now, cid)
-                          for cid in ids])  # fmt: skip
-        rows = conn.execute(f"SELECT {sql.CMD_COLS} FROM command WHERE command_id IN"
-                            f" ({','.join('?' * len(ids))}) ORDER BY created_at, command_id",
-                            ids).fetchall()  # fmt: skip
+        # one statement: the oldest claimable rows, taken, as they are after the claim
+        rows = conn.execute(
+            "UPDATE command SET status=?, worker_id=?, epoch=epoch+1, lease_expires_at=?,"
+            f" updated_at=? WHERE command_id IN ({text} ORDER BY c.created_at, c.command_id"
+            f" LIMIT ?) RETURNING {sql.CMD_COLS}",
+            (port.COMMAND_CLAIMED, req.worker_id, expires, req.now, *params, req.limit),
+        ).fetchall()  # fmt: skip
+        if not rows:
+            return lambda: ([], [])
+        rows.sort(key=lambda r: (r[11], r[0]))  # RETURNING keeps no order: oldest first
         claimed = [(c, port.Lease(c.command_id, req.worker_id, c.epoch, expires))
                    for c in (port.CommandRow(*r) for r in rows)]  # fmt: skip
         logged = self.log_events(conn, [projection.claimed_event(req.new_id(), c, lease, req.now)

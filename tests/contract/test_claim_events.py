@@ -146,3 +146,26 @@ def test_claims_between_two_reports_cost_no_log_moved_and_no_decision(
     assert kinds.count(ev.COMMAND_CLAIMED) == 2 and kinds[-1] == ev.EXECUTION_COMPLETED
     # the cached state is the fold of the log, claims included
     assert orchestrator.state(xid).last_seq == store.load(xid)[-1].seq
+
+
+def test_a_claim_made_in_a_report_s_transaction_is_folded_not_read_back(
+        make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store = make_store()
+    orchestrator = Orchestrator(store)
+    pb = load.load_text(TWO_STEPS)
+    _, version = orchestrator.register(TWO_STEPS, pb)
+    claim = port.ClaimRequest("w1", orchestrator.clock(), 30.0, 1, new_id=orchestrator.new_id)
+    xid, outcome = orchestrator.start(pb, version, {}, claim=claim)
+    [(row, lease)] = outcome.claimed
+    assert lease.event is not None and lease.event.event_type == ev.COMMAND_CLAIMED
+    # the claim's event is numbered right after the start's events and already folded
+    assert orchestrator.cached(xid).last_seq == lease.event.seq == store.load(xid)[-1].seq
+    loads: list[int] = []
+    real = store.load
+    monkeypatch.setattr(store, "load", lambda *a, **kw: loads.append(1) or real(*a, **kw))
+    done = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
+                        step="start", payload={"command_id": row.command_id, "result": 1},
+                        meta={"epoch": lease.epoch})  # fmt: skip
+    outcome = orchestrator.process([done], claim=claim)
+    assert outcome.claimed and xid not in outcome.wake_at
+    assert loads == []  # nothing of its own log to read back

@@ -134,8 +134,7 @@ def test_a_run_resumed_by_a_new_engine_reuses_the_live_command(store: Any, tmp_p
         async with EmbeddedEngine(store) as engine:
             engine.orchestrator.register(text, pb)
             # start the run but leave before `wait` reports: the process "dies" there
-            xid, outcome = engine.orchestrator.start(pb, 1, {})
-            engine._handle(outcome)
+            xid = engine._start(pb, 1, {})  # its driver lease taken, its first command claimed
             attempts = tmp_path / "attempts"
             # `wait` is running and will not report
             await wait_for_async(attempts.exists, "the step to start")

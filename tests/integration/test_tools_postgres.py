@@ -12,7 +12,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -22,6 +21,7 @@ import yaml
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from milepost.credentials import Vault, new_key
+from milepost.store.memory import MemoryStore
 from milepost.tools import base
 from milepost.tools.postgres.statements import bind_params, placeholders
 from milepost.tools.runtime import ToolRuntime
@@ -570,31 +570,3 @@ def test_iterator_save_fixture_insert(
     assert rows == [(f"{xid}:item1", "item1", 100), (f"{xid}:item2", "item2", 250),
                     (f"{xid}:item3", "item3", 300)]  # fmt: skip
 
-
-# -- a store for the vault -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Row:
-    name: str
-    type: str
-    ciphertext: bytes
-    created_at: float
-    updated_at: float
-
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.rows: dict[str, _Row] = {}
-
-    def put_credential(self, name: str, type: str, ciphertext: bytes, now: float) -> None:
-        self.rows[name] = _Row(name, type, ciphertext, now, now)
-
-    def get_credential(self, name: str) -> _Row | None:
-        return self.rows.get(name)
-
-    def list_credentials(self) -> list[_Row]:
-        return list(self.rows.values())
-
-    def delete_credential(self, name: str) -> bool:
-        return self.rows.pop(name, None) is not None
