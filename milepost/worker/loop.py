@@ -315,12 +315,7 @@ class Worker:
         waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
         if timeout is not None:
             waiters.append(asyncio.ensure_future(self.clock.sleep(timeout)))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        await first_of(waiters)
 
     # -- one command -----------------------------------------------------------------------
 
@@ -459,9 +454,14 @@ class Worker:
         grace = asyncio.ensure_future(self.clock.sleep(self.grace_seconds))
         hard = asyncio.ensure_future(self._hard.wait())
         waiters: list[asyncio.Future[Any]] = [done, grace, hard]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            await asyncio.gather(*waiters, return_exceptions=True)
+        await first_of(waiters)
+
+
+async def first_of(waiters: list[asyncio.Future[Any]]) -> None:
+    """Wait for the first of `waiters` to finish, then cancel and reap the others."""
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)

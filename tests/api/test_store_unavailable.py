@@ -30,9 +30,9 @@ def test_a_store_that_is_unavailable_is_a_503_with_retry_after(
     assert "secret" not in reply.text
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # SQLite's own lock
 def test_a_locked_sqlite_file_is_a_503_not_a_500(api: Api) -> None:
-    if not isinstance(api.store, SQLiteStore):
-        pytest.skip("SQLite's own lock")
+    assert isinstance(api.store, SQLiteStore)
     xid = api.execute(HELLO)
     with api.store.read() as conn:
         conn.execute("PRAGMA busy_timeout=50")  # the default waits 10 s for the lock
