@@ -12,42 +12,27 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from milepost.engine.machine import LeasedIds
+from milepost.store.locks import LockTable
 
 
 class ExecutionLocks:
-    """One reentrant lock per execution, made on demand and dropped when nobody holds or
-    waits for it. `hold` takes several in id order, so two callers cannot deadlock (a
-    thread that already holds some may take more only in that order too)."""
+    """One reentrant lock per execution (a `store.locks.LockTable`: made on demand, gone
+    when nobody holds or waits for it). `hold` takes several in id order, so two callers
+    cannot deadlock (a thread that already holds some may take more only in that order
+    too)."""
 
     def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[int, tuple[threading.RLock, int]] = {}
+        self._table = LockTable()
 
     @contextlib.contextmanager
     def hold(self, execution_ids: Iterable[int]) -> Iterator[None]:
-        taken: list[int] = []
-        try:
+        with contextlib.ExitStack() as held:
             for xid in sorted(set(execution_ids)):
-                with self._guard:
-                    lock, users = self._locks.get(xid) or (threading.RLock(), 0)
-                    self._locks[xid] = (lock, users + 1)
-                taken.append(xid)
-                lock.acquire()
+                held.enter_context(self._table.hold(xid))
             yield
-        finally:
-            for xid in reversed(taken):
-                with self._guard:
-                    lock, users = self._locks[xid]
-                    if users > 1:
-                        self._locks[xid] = (lock, users - 1)
-                    else:
-                        del self._locks[xid]
-                with contextlib.suppress(RuntimeError):  # not acquired: the acquire raised
-                    lock.release()
 
     def __len__(self) -> int:
-        with self._guard:
-            return len(self._locks)
+        return len(self._table)
 
 
 class NoLocks:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from milepost.engine.locks import ExecutionLocks
+from milepost.store.locks import LockTable
 from tests.shared import wait_for
 
 DEADLINE = 10.0
@@ -33,11 +34,18 @@ class WatchedRLock:
     def release(self) -> None:
         self._lock.release()
 
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 @pytest.fixture
 def watched(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """The module of `ExecutionLocks` makes WatchedRLocks (wherever that module lives)."""
-    module = sys.modules[ExecutionLocks.__module__]
+    """The module that makes the locks of `ExecutionLocks` makes WatchedRLocks (wherever
+    that module lives)."""
+    module = sys.modules[LockTable.__module__]
     fake: Any = types.SimpleNamespace(**{**vars(threading), "RLock": WatchedRLock})
     monkeypatch.setattr(module, "threading", fake)
     WatchedRLock.blocked = threading.Event()
