@@ -27,9 +27,9 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 
+from milepost.core.ids import MAX_ID, parse_id
 from milepost.settings import Settings
 
-MAX_ID = (1 << 63) - 1
 ID_PATTERN = "^[0-9]+$"
 """An id as a string: ASCII digits (what `parse_id` reads and the API writes)."""
 MAX_OFFSET = MAX_ID
@@ -51,22 +51,6 @@ class _Limits:
 
 def configure(settings: Settings) -> None:
     _Limits.max_json_depth = settings.max_json_depth
-
-
-def parse_id(value: Any) -> int:
-    """A snowflake from a JSON integer or a string of digits."""
-    if isinstance(value, bool):
-        raise ValueError("an id is an integer or a string of digits, not a boolean")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and value.isascii() and value.isdigit():
-        # ASCII only, as ID_PATTERN says: int() also reads "١٢" (Arabic-Indic) and " 12 "
-        number = int(value)
-    else:
-        raise ValueError("an id is an integer or a string of digits")
-    if not 0 < number <= MAX_ID:
-        raise ValueError("an id is a positive 64-bit integer")
-    return number
 
 
 def parse_time(value: Any) -> float:

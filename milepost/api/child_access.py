@@ -19,10 +19,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import checks, errors
+from milepost.api import errors
 from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
 from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
+from milepost.core import ids
 from milepost.engine.errors import CommandNotFound
 from milepost.engine.lifecycle import CommandRow, Lifecycle
 from milepost.playbook import model
@@ -151,7 +152,7 @@ def _child_route(allowed: frozenset[str], what: str) -> Any:
 
 def _id(value: str, loc: list[str]) -> int:
     try:
-        return checks.parse_id(value)
+        return ids.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": loc, "msg": str(exc)}]) from None
 

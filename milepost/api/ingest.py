@@ -16,10 +16,9 @@ from typing import Any
 from milepost import sanitize
 from milepost.api import errors as api_errors
 from milepost.api.auth import EVENT_ROLES
-from milepost.api.checks import parse_id
 from milepost.api.schemas import EventIn
 from milepost.core import events as ev
-from milepost.core.ids import machine_of, timestamp_of
+from milepost.core.ids import as_id, machine_of, timestamp_of
 from milepost.engine.errors import CommandNotFound, EventsInvalid, ExecutionTerminal
 from milepost.engine.fence import REPORT_TYPES
 from milepost.engine.lifecycle import ClaimRequest, Lifecycle, Reported
@@ -97,7 +96,7 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
                       "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
     if etype in REPORT_TYPES:
         found.extend(_report_problems(item, context, loc))
-    elif context.get("command_id") is not None and _as_id(context["command_id"]) is None:
+    elif context.get("command_id") is not None and as_id(context["command_id"]) is None:
         found.append({"loc": [*loc, "context", "command_id"],
                       "msg": "an id is an integer or a string of digits"})  # fmt: skip
     return found
@@ -136,7 +135,7 @@ def _report_problems(item: EventIn, context: dict[str, Any],
     if cid is None:
         found.append({"loc": [*loc, "context", "command_id"],
                       "msg": "a report names its command: context.command_id"})  # fmt: skip
-    elif _as_id(cid) is None:
+    elif as_id(cid) is None:
         found.append({"loc": [*loc, "context", "command_id"],
                       "msg": "an id is an integer or a string of digits"})  # fmt: skip
     epoch = meta.get("epoch", context.get("epoch"))
@@ -150,13 +149,6 @@ def _report_problems(item: EventIn, context: dict[str, Any],
     return found
 
 
-def _as_id(value: Any) -> int | None:
-    try:
-        return parse_id(value)
-    except ValueError:
-        return None
-
-
 def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float) -> ev.Event:
     etype = ev.canonical_type(item.event_type)
     # a report's result comes from a worker that has redacted its declared secrets and
@@ -167,7 +159,7 @@ def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float
     meta = sanitize.mask(dict(item.meta or {}))
     if etype in REPORT_TYPES:
         # the fold and the projections read these as integers
-        payload["command_id"] = _as_id(payload["command_id"])
+        payload["command_id"] = as_id(payload["command_id"])
         meta["epoch"] = int(meta.get("epoch", payload.get("epoch")))
     status = item.status or (item.result.status if item.result else None)
     return ev.new_event(

@@ -12,7 +12,6 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 
 from milepost import credentials
 from milepost.api.checks import (
-    MAX_ID,
     NO_NUL,
     Checked,
     FreeJson,
@@ -22,7 +21,7 @@ from milepost.api.checks import (
     WireId,
     WireTime,
 )
-from milepost.core.ids import MAX_MACHINE
+from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 EPOCH_MS = 1_700_000_000_000  # 2023-11-14; keeps ids small for decades
 MACHINE_BITS = 10
 SEQUENCE_BITS = 12
 MAX_MACHINE = (1 << MACHINE_BITS) - 1
 MAX_SEQUENCE = (1 << SEQUENCE_BITS) - 1
+MAX_ID = (1 << 63) - 1
+"""The largest id: a positive signed 64-bit integer (PostgreSQL's BIGINT)."""
 
 
 class Snowflake:
@@ -57,3 +60,27 @@ def idempotency_key(execution_id: int, step: str, run: int, index: int | None, a
     """DSL 10.4: stable for one step run and loop index, distinct per attempt."""
     idx = "-" if index is None else str(index)
     return hashlib.sha256(f"{execution_id}:{step}:{run}:{idx}:{attempt}".encode()).hexdigest()
+
+
+def parse_id(value: Any) -> int:
+    """A snowflake from a JSON integer or a string of digits; ValueError names what is wrong."""
+    if isinstance(value, bool):
+        raise ValueError("an id is an integer or a string of digits, not a boolean")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        # ASCII only: int() also reads "١٢" (Arabic-Indic) and " 12 "
+        number = int(value)
+    else:
+        raise ValueError("an id is an integer or a string of digits")
+    if not 0 < number <= MAX_ID:
+        raise ValueError("an id is a positive 64-bit integer")
+    return number
+
+
+def as_id(value: Any) -> int | None:
+    """`parse_id`, None for what is not an id."""
+    try:
+        return parse_id(value)
+    except ValueError:
+        return None

@@ -85,7 +85,8 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
     base: dict[str, Any] = {"command_id": item.command_id, "run": item.run, "index": item.index,
                             "attempt": item.attempt, "epoch": item.epoch}  # fmt: skip
-    meta = {"duration_ms": round(outcome.duration_ms, 3)}
+    # the fence reads a report's epoch off its meta, whichever transport carries it
+    meta = {"duration_ms": round(outcome.duration_ms, 3), "epoch": item.epoch}
     if outcome.ok:
         payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
         if outcome.failed_ok:

@@ -1,16 +1,10 @@
-"""Claims: the one place the engine asks the store for them, and the cache of those it
-handed out.
-
-Every claim, release and heartbeat of the engine goes through `Claims`, as does every
-`ClaimRequest` it builds for the claim made in a report's transaction, so that how a claim
-is written (a row, an event) is the store's business alone.
-"""
+"""The claims an engine handed out, remembered so that their reports take the fast path."""
 
 from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from milepost.core import events as ev
 from milepost.store import port
@@ -60,32 +54,3 @@ class HandedOut:
                 if event.event_type in ev.SETTLING_REPORTS:
                     self._claims.pop(int(event.payload["command_id"]), None)
 
-
-class Claims:
-    """The store's claim methods, as the engine calls them."""
-
-    def __init__(self, store: port.Store, new_id: Callable[[], int]) -> None:
-        self.store = store
-        self.new_id = new_id
-        """The ids of the `command.claimed` / `command.released` events the store appends."""
-
-    def request(self, worker_id: str, now: float, lease_s: float, limit: int,
-                pool: str | None = None,
-                driver: str | None = None) -> port.ClaimRequest:  # fmt: skip
-        """The claim made in the transaction of a report (`Orchestrator.process`)."""
-        return port.ClaimRequest(worker_id, now, lease_s, limit, pool, driver,
-                                 new_id=self.new_id)  # fmt: skip
-
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float) -> port.Lease:
-        return self.store.claim(command_id, worker_id, now, lease_s, new_id=self.new_id)
-
-    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int,
-                   pool: str | None) -> port.Claimed:  # fmt: skip
-        return self.store.claim_next(worker_id, now, lease_s, limit, pool, new_id=self.new_id)
-
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> port.Lease:  # fmt: skip
-        return self.store.heartbeat(command_id, worker_id, epoch, now, lease_s)
-
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float) -> bool:
-        return self.store.release(command_id, worker_id, epoch, now, new_id=self.new_id)

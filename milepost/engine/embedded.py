@@ -80,7 +80,7 @@ class EmbeddedEngine:
         # this process is the only writer of the runs it drives: no look at the log
         # before each decision (the poller folds what others wrote, a cancel); and it calls
         # the service from its loop's thread only: no locks
-        self.service = Lifecycle(store, self.orchestrator, refresh=False, threads=False)
+        self.service = Lifecycle(store, self.orchestrator, exclusive=True)
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
         self.concurrency = concurrency
@@ -352,7 +352,7 @@ class EmbeddedEngine:
             claim = self._claim(also)
             if reports:
                 self.service.report(reports, claim)
-            if also or not reports:
+            if also:  # one claim a call: the report's, if there was one
                 self.service.process([], also, refresh=refresh, claim=None if reports else claim)
         except Exception as exc:  # a store failure must not hang the waiters
             log.exception("orchestrator failed")

@@ -17,6 +17,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.ids import as_id
 from milepost.engine.errors import EventsInvalid, ExecutionTerminal, Problem, command_not_found
 from milepost.playbook import model
 from milepost.store import port
@@ -26,18 +27,6 @@ REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE,
 
 Read = Callable[..., Any]
 """`Lifecycle.read`: `read(execution_id, view, refresh=...)`."""
-
-
-def as_id(value: Any) -> int | None:
-    """A command id named in a payload (an int or a string of digits; a transport has
-    refused any other already), or None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        return int(value)
-    return None
 
 
 def check_executions(read: Read, events: list[ev.Event]) -> None:
@@ -89,9 +78,7 @@ def check_named_commands(store: port.Store, events: list[ev.Event]) -> None:
         if row is None:
             raise command_not_found(cid)
         if row.execution_id != events[i].execution_id:
-            raise EventsInvalid([{"loc": [i, "context", "command_id"],
-                                  "msg": f"command {cid} belongs to execution "
-                                         f"{row.execution_id}, not {events[i].execution_id}"}])  # fmt: skip
+            raise _foreign(row, events[i], [i, "context", "command_id"])
 
 
 def fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
@@ -111,15 +98,19 @@ def fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
             raise command_not_found(cid)
         if row.execution_id != event.execution_id:
             # no index, as the API always answered it: the field, not the event
-            raise EventsInvalid([{"loc": ["context", "command_id"],
-                                  "msg": f"command {cid} belongs to execution "
-                                         f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
+            raise _foreign(row, event, ["context", "command_id"])
         why = stale_reason(row, int(event.meta["epoch"]))
         if why is None:
             out.append(event)
         else:
             out.append(replace(event, meta={**event.meta, "stale": True, "stale_reason": why}))
     return out
+
+
+def _foreign(row: port.CommandRow, event: ev.Event, loc: list[Any]) -> EventsInvalid:
+    """The event names a command of another execution."""
+    return EventsInvalid([{"loc": loc, "msg": f"command {row.command_id} belongs to execution "
+                                              f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
 
 
 def stale_reason(row: port.CommandRow, epoch: int) -> str | None:

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from milepost.attempt.runner import run_attempt
@@ -128,8 +127,7 @@ class InProcessWorkers:
             self._running.pop(item.command_id, None)
         for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
                                    self.reporter):  # fmt: skip
-            # the fence reads a report's epoch off its meta, as a remote worker's carries it
-            self.report(replace(event, meta={**event.meta, "epoch": item.epoch}))
+            self.report(event)
 
     def _give_back(self, command_id: int, lease: Lease) -> None:
         """Release a claim not started (a cancelled run's is settled by the release)."""

@@ -27,7 +27,7 @@ from milepost.core import state as st
 from milepost.core.ids import machine_of
 from milepost.engine import cancel as cancelling
 from milepost.engine import notify, reporting
-from milepost.engine.claims import Claims, HandedOut
+from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import Meters
@@ -55,22 +55,22 @@ class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
                  pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
-                 refresh: bool = True, threads: bool = True) -> None:  # fmt: skip
+                 exclusive: bool = False) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
         self.pool = pool
-        # called from one thread only (`threads=False`: an asyncio loop), nothing interleaves
-        self.locks: ExecutionLocks | NoLocks = ExecutionLocks() if threads else NoLocks()
-        orchestrator.exclusive = not threads
+        # `exclusive`: the only writer of its runs (an embedded engine), calling from one
+        # thread (its loop): nothing interleaves, and nobody else appends to those logs
+        self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
+        orchestrator.exclusive = exclusive
         self.handed = HandedOut()
-        self.claims = Claims(store, lambda: self.orchestrator.new_id())  # the locked minter
         self.watchers = Watchers()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""
         self._minter = orchestrator.new_id
-        if threads:
+        if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
                                      pool=pool,
@@ -79,9 +79,8 @@ class Lifecycle:
         """Called with (execution_id, time) for every retry timer a decision set."""
         self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
         """Called with every outcome (a transport that dispatches work itself)."""
-        self.refresh = refresh
-        """Other writers may append to these logs: reports fold what they wrote first. An
-        embedded engine, the only writer of the runs it drives, says False."""
+        self.refresh = not exclusive
+        """Other writers may append to these logs: reports fold what they wrote first."""
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -229,14 +228,16 @@ class Lifecycle:
                       driver: str | None = None) -> port.ClaimRequest:  # fmt: skip
         """The claim a report makes in its own transaction (`report(..., claim=)`);
         `driver`: only commands of the runs this driver lease holder drives."""
-        return self.claims.request(worker_id, self.clock(), lease_s, limit, pool, driver)
+        return port.ClaimRequest(worker_id, self.clock(), lease_s, limit, pool, driver,
+                                 new_id=self.new_id)  # fmt: skip
 
     def claim(self, command_id: int, worker_id: str,
               lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip
         """Claim one command by id (the store refuses a cancelled run's: `ClaimRefused`)."""
         row = self.command(command_id)
         try:
-            lease = self.claims.claim(row.command_id, worker_id, self.clock(), lease_s)
+            lease = self.store.claim(row.command_id, worker_id, self.clock(), lease_s,
+                                     new_id=self.new_id)  # fmt: skip
         except ClaimRefused as exc:
             self.meters.claim_refused(str(exc.fields.get("reason") or exc.code))
             raise
@@ -246,7 +247,8 @@ class Lifecycle:
     def claim_next(self, worker_id: str, lease_s: float, limit: int,
                    pool: str | None = None) -> port.Claimed:  # fmt: skip
         """Claim up to `limit` queued commands (the polling path)."""
-        claimed = self.claims.claim_next(worker_id, self.clock(), lease_s, limit, pool)
+        claimed = self.store.claim_next(worker_id, self.clock(), lease_s, limit, pool,
+                                        new_id=self.new_id)  # fmt: skip
         self.claimed(claimed)
         return claimed
 
@@ -254,7 +256,7 @@ class Lifecycle:
                   lease_s: float) -> tuple[port.Lease, bool]:  # fmt: skip
         """Extend a live claim; answers the lease and whether the run's cancel was asked."""
         row = self.command(command_id)
-        lease = self.claims.heartbeat(row.command_id, worker_id, epoch, self.clock(), lease_s)
+        lease = self.store.heartbeat(row.command_id, worker_id, epoch, self.clock(), lease_s)
         # the projection (one row), not the log: a heartbeat comes every lease/3 per command
         execution = self.store.get_execution(row.execution_id)
         cancelled = execution is not None and (execution.cancel_requested
@@ -265,7 +267,8 @@ class Lifecycle:
         """Give back a claimed command that was not started: queued again for another
         worker, same attempt and key. A cancelled run's command is settled instead."""
         row = self.command(command_id)
-        released = self.claims.release(row.command_id, worker_id, epoch, self.clock())
+        released = self.store.release(row.command_id, worker_id, epoch, self.clock(),
+                                      new_id=self.new_id)  # fmt: skip
         # a worker gives back the commands of a cancelled run: settle them so the run can end
         if released and not self.settle_cancelled([row.execution_id]):
             self.publisher.notify([notify.Notice(row.command_id, row.execution_id, self.pool)])
@@ -279,8 +282,8 @@ class Lifecycle:
         for row in self.store.open_commands(execution_id):
             if row.status == port.COMMAND_CLAIMED and row.worker_id is not None:
                 with contextlib.suppress(ClaimRefused):  # it moved since: nothing to give back
-                    released += self.claims.release(row.command_id, row.worker_id, row.epoch,
-                                                    self.clock())  # fmt: skip
+                    released += self.store.release(row.command_id, row.worker_id, row.epoch,
+                                                   self.clock(), new_id=self.new_id)  # fmt: skip
         return released
 
     def claimed(self, claimed: port.Claimed) -> None:

@@ -291,9 +291,10 @@ class PostgresStore(sql.SQLStore):
         with self.read() as conn:
             with conn.pipeline() as pipe, conn.transaction():
                 self.check_claims(conn, claims)
-                check = self.insert_events(conn, events, expect, careful)
+                ends: dict[int, int] = {}
+                check = self.insert_events(conn, events, expect, careful, ends)
                 collect = (None if claim is None
-                           else self.claim_queued(conn, claim, after_append=bool(events)))  # fmt: skip
+                           else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
                 if not vouched:
                     pipe.sync()
                     stored = check()  # before the commit
@@ -313,7 +314,8 @@ class PostgresStore(sql.SQLStore):
     def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
         _COMMAND_SETTLE.execute(conn, rows)
 
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *, after_append: bool) -> Collect:
+    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
+                     ends: Mapping[int, int]) -> Collect:  # fmt: skip
         expires = req.now + req.lease_s
         params = {"queued": port.COMMAND_QUEUED, "claimed": port.COMMAND_CLAIMED,
                   "worker": req.worker_id, "expires": expires, "now": req.now,
@@ -323,7 +325,7 @@ class PostgresStore(sql.SQLStore):
             pool += " AND " + sql.DRIVEN_BY.replace("?", "%(driver)s")
             params["driver"] = req.driver
         log = {"ids": [req.new_id() for _ in range(req.limit)], "type": ev.COMMAND_CLAIMED}
-        if after_append:
+        if ends:  # after an append: the statement numbers from the logs as it sees them
             text = _CLAIM_AND_LOG.replace("{pool}", pool).replace("{hold}", _TRY)
             cursor = conn.execute(text, {**params, **log})
         else:

@@ -19,7 +19,6 @@ caller's watermark). Another writer may have moved the log since: the unique
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -79,8 +78,6 @@ class SQLStore(Tables, port.Appends):
 
     def __init__(self) -> None:
         self.seqs = SeqCache()
-        self._numbered = threading.local()
-        """`ends`: where the logs the current transaction of this thread appended to end."""
 
     # -- the dialect's hooks (and those of `Tables`) ----------------------------------------
 
@@ -90,11 +87,12 @@ class SQLStore(Tables, port.Appends):
         """One try of `append_and_claim` in one transaction: `check_claims`, then
         `insert_events` (with the projections), `claim_queued`; returns the events stored,
         the claims and their events. A dialect may pipeline it."""
+        ends: dict[int, int] = {}
         with self.txn() as conn:
             self.check_claims(conn, claims)
-            stored = self.insert_events(conn, events, expect, careful)()
+            stored = self.insert_events(conn, events, expect, careful, ends)()
             claimed, logged = ([], []) if claim is None else self.claim_queued(
-                conn, claim, after_append=bool(events))()
+                conn, claim, ends=ends)()
         return stored, claimed, logged
 
     def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
@@ -133,10 +131,12 @@ class SQLStore(Tables, port.Appends):
     def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
         self.many(conn, "UPDATE command SET status=?, updated_at=? WHERE command_id=?", rows)
 
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *, after_append: bool) -> Collect:
+    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
+                     ends: Mapping[int, int]) -> Collect:  # fmt: skip
         """Claim the oldest queued commands and append their `command.claimed`; the call
-        returns the claims (after a pipeline's commit too). `after_append`: the
-        transaction holds the logs of an append already."""
+        returns the claims (after a pipeline's commit too). `ends`: the logs the
+        transaction has appended to (it holds them) and where they end now; empty when it
+        appended nothing."""
         raise NotImplementedError
 
     # -- events ----------------------------------------------------------------------------
@@ -152,11 +152,7 @@ class SQLStore(Tables, port.Appends):
         careful = False
         for _ in range(TRIES):
             try:
-                try:
-                    stored, claimed, logged = self.write_batch(events, claim, expect, claims,
-                                                               careful)  # fmt: skip
-                finally:
-                    self._numbered.ends = None  # of this transaction only
+                stored, claimed, logged = self.write_batch(events, claim, expect, claims, careful)
                 self.seqs.committed([*stored, *logged])
                 return stored, projection.with_events(claimed, logged)
             except (RepeatedId, SeqTaken):
@@ -179,10 +175,11 @@ class SQLStore(Tables, port.Appends):
         raise ConcurrencyConflict("could not append: the log kept moving", execution_ids=xids)
 
     def insert_events(self, conn: Conn, events: Sequence[ev.Event],
-                      expect: Mapping[int, int] | None,
-                      careful: bool) -> Callable[[], list[ev.Event]]:  # fmt: skip
+                      expect: Mapping[int, int] | None, careful: bool,
+                      ends: dict[int, int]) -> Callable[[], list[ev.Event]]:  # fmt: skip
         """Queue the numbered insert of `events` and their projections; the call (before
-        the commit) returns the events stored, or raises RepeatedId."""
+        the commit) returns the events stored, or raises RepeatedId. `ends` is given where
+        each log written to ends after the insert (for the claims' events)."""
         if not events:
             return list
         xids = sorted({e.execution_id for e in events})
@@ -191,7 +188,7 @@ class SQLStore(Tables, port.Appends):
         if careful:
             events = port.new_events(events, self._known(conn, events))
         stored = self.numbered(events, last)
-        self._numbered.ends = last  # where these logs end now, for the claims' events
+        ends.update(last)
         rows = [_row(e, self.encode_result(conn, e)) for e in stored]
         inserted = self.insert_rows(conn, rows, strict=vouched) if rows else (lambda: 0)
         self.project(conn, stored)
@@ -211,10 +208,9 @@ class SQLStore(Tables, port.Appends):
         unknown: list[int] = []
         for xid in xids:
             seen = expect.get(xid)
-            held = None if careful or seen is None else self.seqs.get(xid)
-            cached = None if careful else self.seqs.get(xid)
-            if seen is None and cached is not None:
-                last[xid] = cached.last  # as this store committed it: the index checks it
+            held = None if careful else self.seqs.get(xid)
+            if seen is None and held is not None:
+                last[xid] = held.last  # as this store committed it: the index checks it
             elif careful or seen is None or held is not None and held.decided is None:
                 unknown.append(xid)
             elif held is None:
@@ -252,13 +248,14 @@ class SQLStore(Tables, port.Appends):
                                 seq))  # fmt: skip
         return out
 
-    def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
+    def log_events(self, conn: Conn, events: Sequence[ev.Event],
+                   ends: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
         """Append events the store makes itself (claims, releases: fresh ids, no
-        projection) in the caller's transaction, numbered under the writers' lock."""
+        projection) in the caller's transaction, numbered under the writers' lock. `ends`:
+        the logs the transaction has appended to (it holds them) and where they end now;
+        any other is read."""
         xids = sorted({e.execution_id for e in events})
-        # the logs this transaction has just appended to end where it numbered them (it
-        # holds them); any other is read under the writers' lock
-        ends: dict[int, int] = getattr(self._numbered, "ends", None) or {}
+        ends = ends or {}
         last = {x: ends[x] for x in xids if x in ends}
         rest = [x for x in xids if x not in ends]
         if rest:

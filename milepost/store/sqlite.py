@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,7 @@ class SQLiteStore(sql.SQLStore):
         return lambda: inserted
 
     def claim_queued(self, conn: sqlite3.Connection, req: port.ClaimRequest, *,
-                     after_append: bool) -> Collect:  # fmt: skip
+                     ends: Mapping[int, int]) -> Collect:  # fmt: skip
         # the IMMEDIATE transaction holds the write lock: no other claimer reads in between
         text, params = _CLAIMABLE, list[Any]([port.COMMAND_QUEUED])
         if req.pool is not None:
@@ -137,7 +137,7 @@ class SQLiteStore(sql.SQLStore):
         claimed = [(c, port.Lease(c.command_id, req.worker_id, c.epoch, expires))
                    for c in (port.CommandRow(*r) for r in rows)]  # fmt: skip
         logged = self.log_events(conn, [projection.claimed_event(req.new_id(), c, lease, req.now)
-                                        for c, lease in claimed])  # fmt: skip
+                                        for c, lease in claimed], ends)  # fmt: skip
         return lambda: (claimed, logged)
 
     # -- the file --------------------------------------------------------------------------

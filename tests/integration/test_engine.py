@@ -672,8 +672,10 @@ def test_a_value_derived_from_a_sealed_workload_stays_out_of_the_log_and_snapsho
     assert store.load_snapshot(state.execution_id) is None
 
 
-def _sealed_run(store: SQLiteStore, body: str) -> tuple[int, Any]:
-    orchestrator = Orchestrator(store, secret_key=new_key())
+def _sealed_run(store: SQLiteStore, body: str,
+                orchestrator: Orchestrator | None = None) -> tuple[int, Any]:  # fmt: skip
+    """A sealed run started, and the report of its first command (not processed yet)."""
+    orchestrator = orchestrator or Orchestrator(store, secret_key=new_key())
     text = text_of(body)
     pb = load.load_text(text)
     _, version = orchestrator.register(text, pb)
@@ -756,13 +758,7 @@ def test_an_ended_sealed_run_evicted_from_the_cache_is_opened_again(
         store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(orchestrator_module, "ENDED_KEPT", 0)
     orchestrator = Orchestrator(store, secret_key=new_key())
-    text = text_of(ONE_STEP)
-    pb = load.load_text(text)
-    _, version = orchestrator.register(text, pb)
-    xid, outcome = orchestrator.start(pb, version, {"password": "hunter2real"})
-    [(_, cmd)] = outcome.issued
-    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
-                          step=cmd.step, payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    xid, report = _sealed_run(store, ONE_STEP, orchestrator)
     assert orchestrator.process([report]).finished
     orchestrator.retire(xid)  # ended, and evicted at once
     assert orchestrator.state(xid).workload == {"password": "hunter2real"}

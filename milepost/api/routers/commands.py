@@ -16,6 +16,7 @@ from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
 from milepost.api.deps import EngineDep, ServicesDep
 from milepost.api.errors import AUTH, BODY
+from milepost.core import ids
 from milepost.core import state as st
 from milepost.engine.lifecycle import Claimed, CommandRow, Lease, Lifecycle
 from milepost.playbook import model
@@ -29,7 +30,7 @@ CommandId = Annotated[str, Path(description="The command id = the event id of it
 
 def command_id(value: str) -> int:
     try:
-        return checks.parse_id(value)
+        return ids.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": ["path", "event_id"], "msg": str(exc)}]) from None
 

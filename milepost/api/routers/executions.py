@@ -13,6 +13,7 @@ from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
+from milepost.core import ids
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle
@@ -26,7 +27,7 @@ ExecutionId = Annotated[str, Path(description="Execution id (digits).",
 
 def parse_execution_id(value: str) -> int:
     try:
-        return checks.parse_id(value)
+        return ids.parse_id(value)
     except ValueError as exc:
         raise errors.invalid([{"loc": ["path", "execution_id"], "msg": str(exc)}]) from None
 
