@@ -16,7 +16,7 @@ from tests.api.support import ROLES, Api, error, ok
 OPEN = None
 """No token needed."""
 READ = {"admin", "operator", "approver", "viewer"}
-POSTERS = {"admin", "operator", "approver", "worker"}
+POSTERS = {"admin", "operator", "worker"}
 """Who may call the event routes at all (which event types, `auth.EVENT_ROLES` decides)."""
 
 # (method, path template) -> (path, body, roles allowed, status for them): every route of
