@@ -206,6 +206,7 @@ CredentialReadAuth = Annotated[Principal, _require(READ_WORK, "read credentials"
 
 APPROVE = frozenset({"admin", "approver"})
 """Approval decisions."""
+ApproveAuth = Annotated[Principal, _require(APPROVE, "decide approvals")]
 
 EVENT_ROLES: dict[str, frozenset[str]] = {
     ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
