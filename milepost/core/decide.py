@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals
+from milepost.core import approvals, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError

@@ -24,11 +24,10 @@ from typing import Any, TypeVar
 
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.ids import machine_of
 from milepost.core.approval_state import Voter
-from milepost.engine import approvals
+from milepost.core.ids import machine_of
+from milepost.engine import approvals, notify, reporting
 from milepost.engine import cancel as cancelling
-from milepost.engine import notify, reporting
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
