@@ -59,6 +59,10 @@ ALIASES = {
 TERMINAL_EXECUTION_EVENTS = frozenset({EXECUTION_COMPLETED, EXECUTION_FAILED, EXECUTION_CANCELLED})
 SETTLING_REPORTS = frozenset({COMMAND_COMPLETED, COMMAND_FAILED})
 """A worker's reports that settle their command (a projection, a fence, a stale mark)."""
+APPROVAL_EVENTS = frozenset({APPROVAL_REQUESTED, APPROVAL_DECIDED, APPROVAL_GRANTED, APPROVAL_DENIED,
+                             APPROVAL_EXPIRED, APPROVAL_INVALIDATED})  # fmt: skip
+"""Written by the engine only: a vote goes through the engine's checks (who may decide,
+once per identity, not on a closed approval), never through the event routes."""
 CLAIM_EVENTS = frozenset({COMMAND_CLAIMED, COMMAND_RELEASED})
 """Written by the store in the transaction that takes or gives back a claim: they record
 who held a command with which epoch (the command projection is rebuilt from them) and
@@ -81,6 +85,11 @@ _DEFAULT_STATUS = {
     COMMAND_RETRY_SCHEDULED: "PENDING",
     COMMAND_LEASE_EXPIRED: "FAILED",
     LOOP_DONE: "COMPLETED",
+    APPROVAL_REQUESTED: "PENDING",
+    APPROVAL_GRANTED: "COMPLETED",
+    APPROVAL_DENIED: "FAILED",
+    APPROVAL_EXPIRED: "FAILED",
+    APPROVAL_INVALIDATED: "FAILED",
     EXECUTION_CANCEL_REQUESTED: "RUNNING",
     EXECUTION_CANCELLED: "CANCELLED",
     EXECUTION_COMPLETED: "COMPLETED",
