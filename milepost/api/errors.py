@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
+from milepost.core import approvals
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
 from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
@@ -106,13 +107,13 @@ _STATUS_OF_CODE: dict[str, int] = {
     MachineIdsExhausted.code: 503,
     WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
     "credential_unreadable": 500,
-    # the refusals of a decision (`core.approvals`)
-    "approval_not_found": 404,
-    "approval_closed": 409,  # the approval is no longer pending (field `status`)
-    "already_voted": 409,
-    "not_an_approver": 403,
-    "self_approval": 403,
-    "invalid_decision": 422,
+    # the refusals of a decision
+    approvals.ApprovalNotFound.code: 404,
+    approvals.ApprovalClosed.code: 409,  # no longer pending (field `status`)
+    approvals.AlreadyVoted.code: 409,
+    approvals.NotAnApprover.code: 403,
+    approvals.SelfApproval.code: 403,
+    approvals.InvalidDecision.code: 422,
 }
 
 

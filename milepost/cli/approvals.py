@@ -147,7 +147,9 @@ def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
         with client:
             item = remote(lambda: client.decide(approval_id, decision, reason))
     else:
-        item = _decide_locally(approval_id, decision, reason, db, identity(user), roles)
+        # a refusal (not an approver, voted already, closed) as one line, exit 2
+        item = remote(lambda: _decide_locally(approval_id, decision, reason, db,
+                                              identity(user), roles))  # fmt: skip
     if json_out:
         typer.echo(json.dumps(item))
         return

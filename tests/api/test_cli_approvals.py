@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from milepost.api import auth
-from milepost.cli import app
+from milepost.cli import app, output
 from milepost.cli.approvals import time_left
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
@@ -20,6 +21,12 @@ from tests.api.support import live_server
 from tests.api.test_approvals import gated
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminal wide enough for the table: a wrapped cell would split the ids."""
+    monkeypatch.setattr(output.out, "width", 200)
 
 
 def milepost(*args: str, **env: str) -> Any:

@@ -17,6 +17,7 @@ from milepost.api.auth import ApproveAuth, ReadAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY, ApiError
 from milepost.core import ids
+from milepost.core.approval_state import Voter
 
 router = APIRouter(prefix="/api/approvals", tags=["approvals"])
 
@@ -76,8 +77,6 @@ def decide(approval_id: ApprovalId, body: schemas.DecisionIn, engine: EngineDep,
         raise ApiError(403, "no_user", "this token names no user, so it cannot decide an "
                        "approval: create one with `milepost token create --user NAME`",
                        role=principal.role)  # fmt: skip
-    from milepost.core.approval_state import Voter  # TODO(merge): top-level once core lands
-
     voter = Voter(identity=principal.identity, roles=principal.roles)
     row = engine.decide_approval(aid, voter, body.decision, body.reason)
     return views.as_json(views.approval_out(row))
