@@ -346,8 +346,8 @@ def _duration(seconds: float) -> str:
 def verify(playbook: model.Playbook, step_name: str, context: Mapping[str, Any],
            args: Mapping[str, Any], run: int, index: int, execution_id: int,
            approved: str) -> str | None:  # fmt: skip
-    """None when the attempt's call is the approved one, else where it differs from nothing
-    more than a readable message (the approved input is not in the work item)."""
+    """None when the attempt's call is the approved one, else why it may not run (the
+    approved input itself is not in the work item, so the message cannot say where)."""
     shown = shown_call(playbook, step_name, context, args, run, index, execution_id)
     if digest(shown) == approved:
         return None
