@@ -20,8 +20,13 @@ from milepost.core import approval_state as ap
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
-from milepost.core.approvals import (AlreadyVoted, ApprovalClosed, ApprovalNotFound,
-                                     NotAnApprover, SelfApproval)  # fmt: skip
+from milepost.core.approvals import (
+    AlreadyVoted,
+    ApprovalClosed,
+    ApprovalNotFound,
+    NotAnApprover,
+    SelfApproval,
+)
 from milepost.engine.approvals import append_decision
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, holder_name
