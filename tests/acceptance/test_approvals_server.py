@@ -54,7 +54,10 @@ PEOPLE = {
 class Site:
     """The module's cluster, its people's tokens and the upstream its playbooks call."""
 
-    def __init__(self, cluster: Cluster, tokens: dict[str, str], api: Upstream) -> None:
+    def __init__(self, kind: str, cluster: Cluster, tokens: dict[str, str],
+                 api: Upstream) -> None:  # fmt: skip
+        self.kind = kind
+        """The database: the upstream, the module's, is shared by both sites."""
         self.cluster = cluster
         self.tokens = tokens
         self.api = api
@@ -79,7 +82,7 @@ class Site:
     def name(self, what: str) -> tuple[str, str]:
         """A playbook path and an upstream URL path of this test's own."""
         self._n += 1
-        return f"approvals/{what}-{self._n}", f"/{what}/{self._n}"
+        return f"approvals/{what}-{self._n}", f"/{self.kind}/{what}/{self._n}"
 
     def execute(self, text: str, who: str = "dora", workload: dict[str, Any] | None = None) -> str:
         entry = self.admin.register(text)
@@ -148,7 +151,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                                                              user=user))  # fmt: skip
             finally:
                 store.close()
-            found = Site(cluster, tokens, api)
+            found = Site(request.param, cluster, tokens, api)
             found.up()
             yield found
         finally:

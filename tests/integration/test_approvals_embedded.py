@@ -275,6 +275,30 @@ def test_an_approval_expires_before_the_decision(store: port.Store, api: Upstrea
     assert api.count(path) == 0 and issued(store, state.execution_id) == 0
 
 
+def test_a_vote_after_expires_at_is_refused_and_records_the_expiry(store: port.Store,
+                                                                  api: Upstream) -> None:  # fmt: skip
+    path = unique("expiry-vote")
+    skew = [0.0]  # the engine's clock runs ahead of the wall clock by this much
+
+    async def go() -> tuple[int, st.ExecutionState]:
+        async with EmbeddedEngine(store, concurrency=2,
+                                  clock=lambda: time.time() + skew[0]) as engine:  # fmt: skip
+            gate = Gate(engine)
+            xid = gate.start(world.gated("tests/expiry-vote", api.url + path))  # expires in 1h
+            row = await gate.pending(xid)
+            skew[0] = 2 * 3600.0  # past expires_at, before any timer of the engine fired
+            with pytest.raises(ApprovalClosed) as closed:
+                gate.vote(row, ALICE)
+            assert closed.value.fields["status"] == ap.EXPIRED
+            return xid, await gate.ended(xid)
+
+    xid, state = run(go)
+    assert state.status == st.FAILED and state.error is not None
+    assert state.error["message"] == "approval expired after 1h"
+    assert ev.APPROVAL_DECIDED not in types(store, xid), "the late vote was not appended"
+    assert api.count(path) == 0 and issued(store, xid) == 0
+
+
 def test_an_approval_expires_while_no_process_runs(store: port.Store, api: Upstream) -> None:
     path = unique("expiry-down")
     text = world.gated("tests/expiry-down", api.url + path, expires_in="1s")
