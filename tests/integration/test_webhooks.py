@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,64 +17,17 @@ from milepost.engine import webhooks
 from milepost.engine.orchestrator import Outcome
 from milepost.engine.webhooks import Webhook, WebhookNotifier
 from milepost.settings import Settings
+from tests.receiver import Receiver, serve
 from tests.shared import wait_for
 
 SECRET = "s3cret"
 
 
-@dataclass
-class Received:
-    body: bytes
-    headers: dict[str, str]
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class Receiver:
-    """A webhook receiver: answers each POST with the next of `statuses` (then 200);
-    "hang" holds the reply until `release` is set."""
-
-    statuses: list[int | str] = field(default_factory=list)
-    received: list[Received] = field(default_factory=list)
-    release: threading.Event = field(default_factory=threading.Event)
-    url: str = ""
-
-    def answer(self) -> int | str:
-        return self.statuses.pop(0) if self.statuses else 200
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            raw = self.rfile.read(int(self.headers["Content-Length"]))
-            state.received.append(Received(raw, {k.lower(): v for k, v in self.headers.items()}))
-            status = state.answer()
-            if status == "hang":
-                state.release.wait(10)
-                status = 200
-            self.send_response(int(status))
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)  # fmt: skip
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/milepost"
-    yield state
-    state.release.set()
-    server.shutdown()
-    server.server_close()
+    with serve() as state:
+        state.url += "/hooks/milepost"
+        yield state
 
 
 def notifier_for(receiver: Receiver, **options: Any) -> WebhookNotifier:
