@@ -37,7 +37,6 @@ from milepost.errors import MilepostError
 from milepost.settings import Settings
 
 if TYPE_CHECKING:
-    from milepost.engine.lifecycle import Lifecycle
     from milepost.engine.orchestrator import Outcome
 
 log = logging.getLogger(__name__)
@@ -145,6 +144,7 @@ class WebhookNotifier:
         """Set once closing gave up waiting: back-offs end, what is left is dropped."""
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._counts = threading.Lock()  # the engine's threads drop, this one delivers
         self.delivered = 0
         self.dropped = 0
 
@@ -204,7 +204,8 @@ class WebhookNotifier:
             except Exception:  # a bug here must not end the thread: later events still go
                 log.exception("approval webhook: delivery raised",
                               extra={"action": "webhook_error", "event_id": item.event_id})  # fmt: skip
-                self.dropped += 1
+                with self._counts:
+                    self.dropped += 1
 
     def _deliver(self, item: Delivery) -> None:
         delay = self.webhook.backoff
@@ -214,7 +215,8 @@ class WebhookNotifier:
                 break
             problem = self._post(item)
             if not problem:
-                self.delivered += 1
+                with self._counts:
+                    self.delivered += 1
                 return
             log.warning("approval webhook: try %d of %d failed: %s", attempt,
                         self.webhook.tries, problem,
@@ -239,18 +241,8 @@ class WebhookNotifier:
         return f"HTTP {response.status_code}"
 
     def _drop(self, event_id: int, event_type: str, why: str) -> None:
-        self.dropped += 1
+        with self._counts:
+            self.dropped += 1
         log.error("approval webhook: %s %s dropped: %s", event_type, event_id, why,
                   extra={"action": "webhook_dropped", "event_id": event_id,
                          "event_type": event_type})  # fmt: skip
-
-
-def install(service: Lifecycle, settings: Settings) -> WebhookNotifier | None:
-    """Start a notifier for `settings`' webhook and make it a listener of `service`
-    (None when no webhook is set). The caller closes it when the service stops."""
-    webhook = Webhook.from_settings(settings)
-    if webhook is None:
-        return None
-    notifier = WebhookNotifier(webhook).start()
-    service.listeners.append(notifier)
-    return notifier
