@@ -74,6 +74,7 @@ def work_item_from_wire(command: Mapping[str, Any]) -> WorkItem:
         context=context,
         args=dict(command.get("args") or {}),
         epoch=int(lease.get("epoch", 0)),
+        approved_digest=command.get("approved_digest"),
     )
 
 

@@ -230,6 +230,8 @@ class CommandOut(BaseModel):
     loop_steps: dict[str, dict[str, int]]
     args: dict[str, Any]
     lease: LeaseOut | None = None
+    approved_digest: str | None = None
+    """The digest of the approved call (`spec.approval`): the worker refuses another call."""
 
 
 # a batch of events comes after the commands: a report may claim the next ones

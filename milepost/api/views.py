@@ -65,7 +65,7 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
         playbook=schemas.PlaybookRef(path=state.path, version=state.version),
         context=wire.plain(item.context),
         loop_steps=wire.loop_steps(state, playbook, item.context), args=wire.plain(item.args),
-        lease=lease_out(lease) if lease else None,
+        lease=lease_out(lease) if lease else None, approved_digest=item.approved_digest,
     )  # fmt: skip
 
 

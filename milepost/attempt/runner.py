@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milepost.attempt import keychain
+from milepost.core import approvals
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
 from milepost.core.work import AttemptResult, WorkItem
@@ -100,6 +101,14 @@ async def run_attempt(
     # the workload's sensitive values are real here (opened from its sealed entry,
     # `engine.seal`) and masked in the log: a step echoing one must not store it
     secrets = sensitive_values(item.context.get("workload"))
+    if item.approved_digest is not None:
+        # the call people approved, rendered again from this command's context before any
+        # secret is resolved: a different call does not run (DSL 10.3)
+        refused = approvals.verify(playbook, item.step, item.context, item.args, item.run,
+                                   item.index, item.execution_id, item.approved_digest)  # fmt: skip
+        if refused is not None:
+            return AttemptResult(ok=False, error={"kind": "approval", "message": refused,
+                                                  "retryable": False})  # fmt: skip
     if playbook.keychain:
         try:
             resolved = keychain.resolve(playbook, item.context, credentials)
@@ -252,12 +261,14 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
     # It was only passed in ToolCall, so rendering it failed as an undefined name. It is
     # a reserved name: the engine's value wins over input keys of the same name.
     idem_key = pipe.item.idempotency_key
-    render_context = {**context, "idempotency_key": idem_key}
+    op_key = pipe.item.operation_key
+    render_context = {**context, "idempotency_key": idem_key, "operation_key": op_key}
     try:
         inputs = {key: render.render_value(value, render_context, where=f"{prefix}: input '{key}'")
                   for key, value in templates.items()}  # fmt: skip
         field_context = cx.overlay(render_context, inputs) if inputs else render_context
         field_context["idempotency_key"] = idem_key
+        field_context["operation_key"] = op_key
         fields = {key: value if key in _UNRENDERED_CONFIG else
                   render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
                   for key, value in config.items()}  # fmt: skip
@@ -267,7 +278,7 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         context = {k: v for k, v in context.items() if k != "keychain"}
     call = ToolCall(
         kind=kind, config=fields, input=inputs, context=context,
-        idempotency_key=idem_key, timeout=_remaining(pipe, tool_timeout),
+        idempotency_key=idem_key, operation_key=op_key, timeout=_remaining(pipe, tool_timeout),
         execution_id=str(pipe.item.execution_id), step=step.name,
         command_id=pipe.item.command_id, epoch=pipe.item.epoch, redact=pipe.redactor.text,
     )  # fmt: skip

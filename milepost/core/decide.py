@@ -9,8 +9,11 @@ this order, so every decision sees the consequences of the one before:
 2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`);
 3. cancellation and failure -> `execution.cancelled` / `execution.failed` once idle;
 4. pending steps -> `step.enter` + `command.issued` (admission, join barrier, loops);
-5. loop iterations and due retries -> `command.issued`;
-6. nothing active -> `execution.completed`.
+   a step gated by `spec.approval` enters without commands;
+5. approval gates -> `approval.requested`, then on quorum `approval.granted` + the first
+   `command.issued` in one decision, or the outcome that fails the step (`core.approvals`);
+6. loop iterations and due retries -> `command.issued`;
+7. nothing active -> `execution.completed`.
 
 Time (`now`) and ids (`new_id`) come in as arguments.
 """
@@ -21,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost.core import approval_state as ap
+from milepost.core import approvals, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
@@ -92,7 +96,7 @@ def decide(
     if state.terminal:
         return out.decision
     for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
-                  _start_pending, _issue_work, _complete):  # fmt: skip
+                  _start_pending, _gates, _issue_work, _complete):  # fmt: skip
         phase(out, playbook)
         if out.decision.events:
             break
@@ -321,20 +325,31 @@ def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
         out.emit(ev.STEP_EXIT, step.name, st.SKIPPED, run=state.run_counts.get(step.name, 0))
         return
     run = state.run_counts.get(step.name, 0) + 1
-    if step.loop is None:
-        out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
-        _issue(out, step.name, run, st.NO_INDEX, 1)
-        return
     try:
-        items, limit = _render_loop(step, context)
+        gated = step.spec.approval is not None and approvals.required(step.spec.approval, context,
+                                                                       step.name)  # fmt: skip
+        items, limit = _render_loop(step, context) if step.loop is not None else (None, 1)
     except TemplateError as exc:
         out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
         out.emit(ev.STEP_EXIT, step.name, st.FAILED, run=run,
                  error=step_error(step.name, {"kind": "template", "message": exc.message}))
         return
-    out.emit(ev.STEP_ENTER, step.name, run=run, args=args, items=items, max_in_flight=limit)
+    enter: dict[str, Any] = {"run": run, "args": args}
+    if items is not None:
+        enter.update(items=items, max_in_flight=limit)
+    if gated:
+        enter["gated"] = True  # no command before people decide (phase 5)
+    out.emit(ev.STEP_ENTER, step.name, **enter)
+    if not gated:
+        _issue_first(out, step.name, run, items, limit)
+
+
+def _issue_first(out: _Emitter, step: str, run: int, items: list[Any] | None, limit: int) -> None:
+    if items is None:
+        _issue(out, step, run, st.NO_INDEX, 1)
+        return
     for index in range(min(limit, len(items))):
-        _issue(out, step.name, run, index, 1)
+        _issue(out, step, run, index, 1)
 
 
 def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], int]:
@@ -369,7 +384,38 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
              index=index, attempt=attempt, idempotency_key=key)  # fmt: skip
 
 
-# -- 5. more work for running steps ----------------------------------------------------------
+# -- 5. approval gates -------------------------------------------------------------------------
+
+
+def _gates(out: _Emitter, playbook: model.Playbook) -> None:
+    state = out.state
+    if _stopping(state):
+        return  # a gated run stops like any other (phase 2): its approval is cancelled
+    for sr in list(state.running.values()):
+        if not sr.gated:
+            continue
+        if sr.approval_id is None:
+            approval_id = out.new_id()
+            payload = approvals.request(state, playbook, sr, out.now)
+            out.emit(ev.APPROVAL_REQUESTED, sr.step, event_id=approval_id,
+                     approval_id=approval_id, **payload)  # fmt: skip
+            continue
+        approval = state.approvals[sr.approval_id]
+        if approval.status != ap.PENDING:
+            continue
+        verdict = approvals.resolve(state, playbook, sr, approval, out.now)
+        if verdict.event is None:
+            if verdict.wake_at is not None:
+                out.wake(verdict.wake_at)
+            continue
+        out.emit(verdict.event, sr.step, **verdict.payload)
+        if verdict.error is not None:
+            _fail_step(out, sr, verdict.error, None)
+        else:  # granted: its commands are issued in the same decision, so exactly once
+            _issue_first(out, sr.step, sr.run, sr.items, sr.max_in_flight)
+
+
+# -- 6. more work for running steps ----------------------------------------------------------
 
 
 def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
@@ -379,6 +425,8 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in state.running.values():
         if sr.failures:
             continue  # a failed iteration stops new ones; the run ends when in-flight ones finish
+        if sr.gated and not _granted(state, sr):
+            continue
         for index, at in sorted(sr.retry_at.items()):
             if at <= out.now:
                 _issue(out, sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
@@ -393,7 +441,12 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
                 nxt += 1
 
 
-# -- 6. completion ---------------------------------------------------------------------------
+def _granted(state: st.ExecutionState, sr: st.StepRun) -> bool:
+    approval = state.approvals.get(sr.approval_id) if sr.approval_id is not None else None
+    return approval is not None and approval.status == ap.GRANTED
+
+
+# -- 7. completion ---------------------------------------------------------------------------
 
 
 def _complete(out: _Emitter, playbook: model.Playbook) -> None:

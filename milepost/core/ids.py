@@ -62,6 +62,13 @@ def idempotency_key(execution_id: int, step: str, run: int, index: int | None, a
     return hashlib.sha256(f"{execution_id}:{step}:{run}:{idx}:{attempt}".encode()).hexdigest()
 
 
+def operation_key(execution_id: int, step: str, run: int, index: int | None) -> str:
+    """DSL 10.4: the same for every attempt of one step run and loop index (a retry, a
+    re-issue after a lost worker), for systems that must do the operation once."""
+    idx = "-" if index is None else str(index)
+    return hashlib.sha256(f"{execution_id}:{step}:{run}:{idx}".encode()).hexdigest()
+
+
 def parse_id(value: Any) -> int:
     """A snowflake from a JSON integer or a string of digits; ValueError names what is wrong."""
     if isinstance(value, bool):

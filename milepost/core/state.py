@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from milepost.core import approval_state as ap
 from milepost.core import events as ev
 from milepost.playbook.loop_result import LoopResult
 
@@ -66,6 +67,10 @@ class StepRun:
     """Loop iterations whose error a policy let through (loop `.stats.failed`)."""
     error: dict[str, Any] | None = None
     """The error that fails this run (set by decide through step.exit, kept here for reads)."""
+    gated: bool = False
+    """`spec.approval` required a decision before this run issues anything (DSL 10.3)."""
+    approval_id: int | None = None
+    """Its approval request, once made."""
 
     @property
     def is_loop(self) -> bool:
@@ -121,6 +126,9 @@ class ExecutionState:
     """The first step failure: the run fails once nothing is running."""
     dead_end: str | None = None
     cancel_requested: bool = False
+    started_by: str | None = None
+    """The identity that started the run (`user:alice`): it may not approve its own steps."""
+    approvals: dict[int, ap.Approval] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
     seen: set[int] = field(default_factory=set)
@@ -207,6 +215,7 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.started_at = event.created_at
     state.ctx = dict(p.get("ctx", {}))
     state.entry_step = p.get("entry_step", "")
+    state.started_by = p.get("started_by")
     if state.entry_step:
         state.pending[state.entry_step] = {}
 
@@ -224,6 +233,7 @@ def _apply_step_enter(state: ExecutionState, event: ev.Event) -> None:
         args=p.get("args", {}),
         items=p.get("items"),
         max_in_flight=int(p.get("max_in_flight", 1)),
+        gated=bool(p.get("gated")),
     )
 
 
@@ -314,6 +324,8 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
     status = event.status or COMPLETED
     sr = state.running.pop(step, None)
     state.step_status[step] = status
+    if sr is not None and sr.approval_id is not None:
+        ap.close_pending(state, step, sr.run)
     if status == SKIPPED:
         state.pending.pop(step, None)
     if status == COMPLETED:
@@ -344,6 +356,7 @@ def _apply_terminal(status: str) -> Any:
         state.status = status
         state.ended_at = event.created_at
         state.pending.clear()
+        ap.close_pending(state)
         # as in the store's projection: a command still live will never run now, so a late
         # report of it is stale (an engine error ends a run with commands out)
         state.commands.clear()
@@ -391,10 +404,11 @@ _HANDLERS: dict[str, Any] = {
     ev.CALL_DONE: _apply_informative,
     ev.CALL_ERROR: _apply_informative,
     ev.COMMAND_LEASE_EXPIRED: _apply_command_lease_expired,
-    ev.APPROVAL_REQUESTED: _apply_informative,
-    ev.APPROVAL_GRANTED: _apply_informative,
-    ev.APPROVAL_DENIED: _apply_informative,
-    ev.APPROVAL_EXPIRED: _apply_informative,
-    ev.APPROVAL_INVALIDATED: _apply_informative,
+    ev.APPROVAL_REQUESTED: ap.apply_requested,
+    ev.APPROVAL_DECIDED: ap.apply_decided,
+    ev.APPROVAL_GRANTED: ap.apply_outcome(ap.GRANTED),
+    ev.APPROVAL_DENIED: ap.apply_outcome(ap.DENIED),
+    ev.APPROVAL_EXPIRED: ap.apply_outcome(ap.EXPIRED),
+    ev.APPROVAL_INVALIDATED: ap.apply_outcome(ap.INVALIDATED),
     ev.COMPENSATION_STARTED: _apply_informative,
 }

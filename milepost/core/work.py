@@ -7,6 +7,7 @@ from typing import Any
 
 from milepost.core import context as cx
 from milepost.core import events as ev
+from milepost.core import ids
 from milepost.core import state as st
 from milepost.playbook import model, render
 
@@ -27,6 +28,15 @@ class WorkItem:
     args: dict[str, Any] = field(default_factory=dict)
     """Extra input from a legacy arc `args`."""
     epoch: int = 0
+    approved_digest: str | None = None
+    """The digest of the call people approved for this command (`spec.approval`): the
+    attempt renders its call again and refuses to run a different one."""
+
+    @property
+    def operation_key(self) -> str:
+        """DSL 10.4: the same for every attempt of this step run and loop index."""
+        return ids.operation_key(self.execution_id, self.step, self.run,
+                                 None if self.index == st.NO_INDEX else self.index)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +61,11 @@ def work_item(
     result.
     """
     sr = state.running.get(command.step)
-    names = playbook.reads_of(command.step).attempt
-    if names is not None and sr is not None and sr.args:
-        args_read = render.names_read(sr.args)  # a legacy arc's args render with the input
-        names = None if args_read is None else names | args_read
-    context = cx.base_context(state, names)
-    # a snapshot of ctx: parallel writes landing later must not change what this attempt saw
-    context["ctx"] = dict(state.ctx)
-    args: dict[str, Any] = {}
-    if sr is not None:
-        args = sr.args
-        step = playbook.steps[command.step]
-        if sr.is_loop and step.loop is not None and command.index != st.NO_INDEX:
-            loop_vars = cx.iteration_vars(sr, step.loop.iterator, command.index)
-            context = cx.overlay(context, loop_vars)
-            context["iter"] = dict(loop_vars)
+    context, args = attempt_context(state, playbook, command.step, sr, command.index)
+    approved = None
+    if sr is not None and sr.approval_id is not None:
+        approval = state.approvals.get(sr.approval_id)
+        approved = approval.digest_of(command.index) if approval is not None else None
     return WorkItem(
         command_id=command.command_id,
         execution_id=state.execution_id,
@@ -77,7 +77,30 @@ def work_item(
         context=context,
         args=args,
         epoch=epoch,
+        approved_digest=approved,
     )
+
+
+def attempt_context(state: st.ExecutionState, playbook: model.Playbook, step_name: str,
+                    sr: st.StepRun | None, index: int) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The render context of one attempt of `step_name` (loop index `index`) and its legacy
+    arc args: what its command carries, and what an approval request renders the call with."""
+    names = playbook.reads_of(step_name).attempt
+    if names is not None and sr is not None and sr.args:
+        args_read = render.names_read(sr.args)  # a legacy arc's args render with the input
+        names = None if args_read is None else names | args_read
+    context = cx.base_context(state, names)
+    # a snapshot of ctx: parallel writes landing later must not change what this attempt saw
+    context["ctx"] = dict(state.ctx)
+    args: dict[str, Any] = {}
+    if sr is not None:
+        args = sr.args
+        step = playbook.steps[step_name]
+        if sr.is_loop and step.loop is not None and index != st.NO_INDEX:
+            loop_vars = cx.iteration_vars(sr, step.loop.iterator, index)
+            context = cx.overlay(context, loop_vars)
+            context["iter"] = dict(loop_vars)
+    return context, args
 
 
 def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: float,

@@ -157,11 +157,12 @@ class EmbeddedEngine:
     # -- executions ------------------------------------------------------------------------
 
     def start(self, playbook: model.Playbook, text: str, workload: dict[str, Any] | None = None,
-              *, parent_execution_id: int | None = None) -> int:  # fmt: skip
-        """Register the playbook (new catalog version if its text changed) and start a run."""
+              *, parent_execution_id: int | None = None, started_by: str | None = None) -> int:  # fmt: skip
+        """Register the playbook (new catalog version if its text changed) and start a run
+        (`started_by`: the identity starting it, `user:<name>`)."""
         _, version = self.service.register(text, playbook)
         return self._start(playbook, version, workload or {},
-                           parent_execution_id=parent_execution_id)  # fmt: skip
+                           parent_execution_id=parent_execution_id, started_by=started_by)  # fmt: skip
 
     def _start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
                **parent: Any) -> int:  # fmt: skip

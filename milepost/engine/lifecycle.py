@@ -25,9 +25,10 @@ from typing import Any, TypeVar
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
+from milepost.engine import approvals, notify, reporting
 from milepost.engine import cancel as cancelling
-from milepost.engine import notify, reporting
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
@@ -130,14 +131,15 @@ class Lifecycle:
 
     def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
               parent_execution_id: int | None = None, parent_command_id: int | None = None,
-              execution_id: int | None = None,
-              claim: port.ClaimRequest | None = None) -> tuple[int, Outcome]:  # fmt: skip
+              execution_id: int | None = None, claim: port.ClaimRequest | None = None,
+              started_by: str | None = None) -> tuple[int, Outcome]:  # fmt: skip
         # no lock: nobody knows the new execution's id before this returns
         started = time.perf_counter()
         xid, outcome = self.orchestrator.start(playbook, version, workload,
                                                parent_execution_id=parent_execution_id,
                                                parent_command_id=parent_command_id,
-                                               execution_id=execution_id, claim=claim)  # fmt: skip
+                                               execution_id=execution_id, claim=claim,
+                                               started_by=started_by)  # fmt: skip
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         return xid, outcome
@@ -336,6 +338,24 @@ class Lifecycle:
             if reports:
                 self.process(reports)
             return cancelled
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def decide_approval(self, approval_id: int, voter: Voter, decision: str,
+                        reason: str | None) -> port.ApprovalRow:  # fmt: skip
+        """Record a vote (`approve`/`deny`) and what it decides, in one transaction; the
+        refusals of `core.approvals` (not an approver, self-approval, closed, voted)."""
+        return approvals.decide(self, approval_id, voter, decision, reason)
+
+    def approval(self, approval_id: int) -> port.ApprovalRow:
+        return approvals.approval(self.store, approval_id)
+
+    def approvals(self, *, status: str | None = None, execution_id: int | None = None,
+                  approver: str | None = None, risk: str | None = None, limit: int = 100,
+                  after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+        return self.store.list_approvals(status=status, execution_id=execution_id,
+                                         approver=approver, risk=risk, limit=limit,
+                                         after=after)  # fmt: skip
 
     # -- on a clock ------------------------------------------------------------------------
 

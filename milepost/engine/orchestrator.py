@@ -138,10 +138,16 @@ class Orchestrator:
         execution_id: int | None = None,
         parent_command_id: int | None = None,
         claim: port.ClaimRequest | None = None,
+        started_by: str | None = None,
     ) -> tuple[int, Outcome]:
         """Start an execution of a registered playbook; returns its id and the first work
-        (`claim`: claimed for a worker in the start's transaction)."""
+        (`claim`: claimed for a worker in the start's transaction). `started_by`: the
+        identity starting it (a child inherits its parent's), who may not approve it."""
         merged = deep_merge(playbook.workload, workload)
+        if started_by is None and parent_execution_id is not None:
+            parent = self.cached(parent_execution_id) or self.state(parent_execution_id,
+                                                                    workload=False)  # fmt: skip
+            started_by = parent.started_by
         self._playbooks.setdefault((playbook.path, version), playbook)
         seals: dict[int, tuple[dict[str, Any], str | None]] = {}
         for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
@@ -159,6 +165,8 @@ class Orchestrator:
                 payload["parent_command_id"] = parent_command_id
             if sealed is not None:
                 payload["sealed_workload"] = sealed
+            if started_by is not None:
+                payload["started_by"] = started_by
             started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:

@@ -15,8 +15,8 @@ is None, "the whole context", when that cannot be known from the templates:
   render context, or whose code is itself a template (its rendered text could);
 - a template that does not parse (its render reports the error; meanwhile anything).
 
-The server's own renders are trimmed the same way: admission rules, `loop.in` and
-`max_in_flight` as the step starts; its `set` and arcs (`when`, `set`, `args`) as it ends.
+The server's own renders are trimmed the same way: admission rules, `loop.in`,
+`max_in_flight` and the approval's `required` and `policy` as the step starts; its `set` and arcs (`when`, `set`, `args`) as it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def step_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
                keychain_reads: frozenset[str] | None) -> model.StepReads:  # fmt: skip
     """What `step`'s templates read when it starts, in each attempt and when it ends."""
     start: list[Any] = [rule.when for rule in step.spec.admit]
+    gate = step.spec.approval
+    if gate is not None:  # rendered as the step starts, and right before its first command
+        start += [gate.required, gate.policy_check, gate.policy_reason]
     if step.loop is not None:
         start += [step.loop.in_, step.loop.max_in_flight]
     exit_ = [step.set, [(arc.when, arc.set, arc.args) for arc in step.next.arcs]]

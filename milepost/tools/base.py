@@ -59,6 +59,8 @@ class ToolCall:
     (`playbook.reads`)."""
     idempotency_key: str
     """DSL 10.4; sent as `Idempotency-Key` by non-GET http calls."""
+    operation_key: str = ""
+    """DSL 10.4: the same for every attempt of this step run and loop index."""
     timeout: float | None = None
     """Seconds; enforced by the executor (python kills its worker process)."""
     execution_id: str = ""

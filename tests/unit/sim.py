@@ -23,14 +23,15 @@ class Sim:
     commands on request."""
 
     def __init__(self, pb: model.Playbook, workload: dict[str, Any] | None = None,
-                 now: float = 1000.0) -> None:  # fmt: skip
+                 now: float = 1000.0, started_by: str | None = None) -> None:  # fmt: skip
         self.pb = pb
         self.now = now
         self._ids = itertools.count(1)
         self.log: list[ev.Event] = []
         started = ev.new_event(self.new_id(), 77, ev.EXECUTION_STARTED, now, payload={
             "path": pb.path, "version": 1, "workload": {**pb.workload, **(workload or {})},
-            "entry_step": pb.entry_step})  # fmt: skip
+            "entry_step": pb.entry_step,
+            **({"started_by": started_by} if started_by else {})})  # fmt: skip
         self.state = st.fold(None, [started])
         self.log.append(started)
         self.settle()
