@@ -41,12 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPROVAL_DECIDED = "approval.decided"
-APPROVAL_EVENTS = frozenset({
-    ev.APPROVAL_REQUESTED, APPROVAL_DECIDED, ev.APPROVAL_GRANTED, ev.APPROVAL_DENIED,
-    ev.APPROVAL_EXPIRED, ev.APPROVAL_INVALIDATED,
-})  # fmt: skip
-"""The events a webhook is sent (every approval event; the outcome events and the votes)."""
+APPROVAL_EVENTS = ev.APPROVAL_EVENTS
+"""The events a webhook is sent (every approval event: the request, the votes, the outcomes)."""
 
 SIGNATURE_HEADER = "X-Milepost-Signature"
 EVENT_ID_HEADER = "X-Milepost-Event-Id"

@@ -44,7 +44,7 @@ def requested(event_id: int = 7001, execution_id: int = 42) -> ev.Event:
 
 
 def decided(event_id: int, approval_id: int = 7001, identity: str = "user:alice") -> ev.Event:
-    return ev.new_event(event_id, 42, webhooks.APPROVAL_DECIDED, 1_764_600_100.0, step="refund",
+    return ev.new_event(event_id, 42, ev.APPROVAL_DECIDED, 1_764_600_100.0, step="refund",
                         status="INFO",
                         payload={"approval_id": approval_id, "identity": identity,
                                  "roles": ["finance"], "decision": "approve", "reason": None})  # fmt: skip

@@ -39,7 +39,7 @@ def test_each_outcome_is_counted_with_the_time_since_its_request() -> None:
     clock = ApprovalClock(meters, MemoryStore())
     clock(Outcome(events=[requested(1, T0), requested(2, T0 + 10), requested(3, T0 + 20),
                           requested(4, T0 + 30)]))  # fmt: skip
-    vote = ev.new_event(5, XID, "approval.decided", T0 + 40, step="refund", status="INFO",
+    vote = ev.new_event(5, XID, ev.APPROVAL_DECIDED, T0 + 40, step="refund", status="INFO",
                         payload={"approval_id": 1, "identity": "user:alice",
                                  "decision": "approve"})  # fmt: skip
     clock(Outcome(events=[vote, closing(6, ev.APPROVAL_GRANTED, 1, T0 + 40)]))
