@@ -198,7 +198,8 @@ def shown_call(playbook: model.Playbook, step_name: str, context: Mapping[str, A
                   for key, value in config.items()}  # fmt: skip
         tasks.append({"task": task.name, "kind": kind, "config": fields, "input": inputs})
     secrets = sanitize.sensitive_values(context.get("workload"))
-    return _jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    shown: dict[str, Any] = _jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    return shown
 
 
 def _lenient(value: Any, context: Mapping[str, Any]) -> Any:
@@ -346,8 +347,8 @@ def _duration(seconds: float) -> str:
 def verify(playbook: model.Playbook, step_name: str, context: Mapping[str, Any],
            args: Mapping[str, Any], run: int, index: int, execution_id: int,
            approved: str) -> str | None:  # fmt: skip
-    """None when the attempt's call is the approved one, else where it differs from nothing
-    more than a readable message (the approved input is not in the work item)."""
+    """None when the attempt's call is the approved one, else why it may not run (the
+    approved input itself is not in the work item, so the message cannot say where)."""
     shown = shown_call(playbook, step_name, context, args, run, index, execution_id)
     if digest(shown) == approved:
         return None

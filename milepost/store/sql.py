@@ -25,8 +25,8 @@ from typing import Any
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import port, projection
+from milepost.store.approval_table import ApprovalTable
 from milepost.store.seqs import SeqCache
-from milepost.store.tables import Tables
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -70,7 +70,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(Tables, port.Appends):
+class SQLStore(ApprovalTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
     cancel_true = "1"
@@ -301,6 +301,8 @@ class SQLStore(Tables, port.Appends):
                 "INSERT INTO execution (execution_id, path, version, status,"
                 " parent_execution_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
+        if change.approvals:  # after `started`: a new approval row shows its run's path
+            self.project_approvals(conn, change.approvals)
         if change.cancels:
             self.many(conn, (f"UPDATE execution SET cancel_requested={self.cancel_true}"
                                       " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
