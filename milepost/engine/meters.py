@@ -58,7 +58,7 @@ class ApprovalClock:
     The time is the outcome event's `created_at` minus the request's. The request times
     this process committed are kept (a few thousand at most, the oldest forgotten first);
     a request it did not see (another server wrote it, or this one restarted since) is
-    read from the log once.
+    read from the store's approval row.
     """
 
     def __init__(self, meters: Meters, store: port.Store, *, keep: int = 10_000) -> None:
@@ -83,16 +83,13 @@ class ApprovalClock:
             approval_id = _approval_id(event)
             requested = None if approval_id is None else self._requested.pop(approval_id, None)
             if requested is None and approval_id is not None:
-                requested = self._read(event.execution_id, approval_id)
+                requested = self._read(approval_id)
             seconds = None if requested is None else max(0.0, event.created_at - requested)
             self.meters.approval_closed(label, seconds)
 
-    def _read(self, execution_id: int, approval_id: int) -> float | None:
-        # the approval id is the request event's own id: it is in its execution's log
-        for event in self.store.load(execution_id):
-            if event.event_id == approval_id and event.event_type == ev.APPROVAL_REQUESTED:
-                return event.created_at
-        return None
+    def _read(self, approval_id: int) -> float | None:
+        row = self.store.get_approval(approval_id)  # one row, rebuilt from the log like it
+        return None if row is None else row.requested_at
 
 
 def _approval_id(event: ev.Event) -> int | None:

@@ -51,7 +51,7 @@ def test_each_outcome_is_counted_with_the_time_since_its_request() -> None:
                              ("invalidated", 5.0)]  # fmt: skip
 
 
-def test_a_request_this_process_never_saw_is_read_from_the_log() -> None:
+def test_a_request_this_process_never_saw_is_read_from_the_store() -> None:
     store = MemoryStore()
     started = ev.new_event(100, XID, ev.EXECUTION_STARTED, T0 - 5,
                            payload={"path": "examples/approval", "version": 1, "workload": {}})  # fmt: skip
