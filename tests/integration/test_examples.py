@@ -10,10 +10,12 @@ import pytest
 
 from milepost.conformance.mock_api import MockServer
 from milepost.core import state as st
+from milepost.core.approval_state import Voter
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from tests.receiver import serve
+from tests.shared import wait_for_async
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLAYBOOKS = sorted(EXAMPLES.glob("*.yaml"))
@@ -69,6 +71,53 @@ def test_the_refund_example_under_the_limit_is_sent_at_once_without_approval(
     [sent] = refunds.received
     assert sent.path == "/refunds"
     assert sent.json == {"order": "A-1042", "amount": 800, "reason": "arrived damaged"}
-    assert "idempotency-key" in sent.headers  # the receiver can tell a repeat
+    assert len(sent.headers["idempotency-key"]) == 64  # operation_key: one refund per step run
     assert state.results["done"] == {"order": "A-1042",
                                      "refund": {"refund_id": "R-1", "status": "sent"}}
+
+
+async def refund(store: SQLiteStore, workload: dict[str, Any],
+                 voters: list[Voter]) -> st.ExecutionState:  # fmt: skip
+    """The example over the limit: wait for its request, then each of `voters` approves."""
+    path = EXAMPLES / "approval.yaml"
+    async with EmbeddedEngine(store) as engine:
+        xid = engine.start(load.load_file(path), path.read_text(), workload)
+        [pending] = await wait_for_async(
+            lambda: engine.service.approvals(execution_id=xid, status="pending"), "the request")
+        assert pending.quorum == 2 and pending.risk == "high"
+        assert pending.expires_at == pytest.approx(pending.requested_at + 86_400)
+        for voter in voters:
+            engine.service.decide_approval(pending.approval_id, voter, "approve", None)
+        return await engine.wait(xid, timeout=60)
+
+
+def test_the_refund_example_over_the_limit_goes_out_once_after_two_approvals(
+        tmp_path: Path) -> None:  # fmt: skip
+    store = SQLiteStore(tmp_path / "refund.db")
+    try:
+        with serve() as refunds:
+            state = asyncio.run(refund(store, {"refund_api": refunds.url, "amount": 1800},
+                                       [ALICE, FINANCE]))  # fmt: skip
+    finally:
+        store.close()
+    assert state.status == st.COMPLETED, state.error
+    [sent] = refunds.received  # two approvals, one refund
+    assert sent.json["amount"] == 1800
+
+
+def test_the_refund_example_over_5000_is_refused_at_dispatch_however_many_approve(
+        tmp_path: Path) -> None:  # fmt: skip
+    store = SQLiteStore(tmp_path / "refund.db")
+    try:
+        with serve() as refunds:
+            state = asyncio.run(refund(store, {"refund_api": refunds.url, "amount": 7200},
+                                       [ALICE, FINANCE]))  # fmt: skip
+    finally:
+        store.close()
+    assert state.status == st.FAILED
+    assert refunds.received == []  # the refund never went out
+    assert "approval invalidated: amount 7200 exceeds the 5,000 limit" in str(state.error)
+
+
+ALICE = Voter("user:alice", frozenset())
+FINANCE = Voter("user:carol", frozenset({"finance"}))
