@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milepost.core import events as ev
+from milepost.core.approval_state import (
+    CANCELLED,
+    DENIED,
+    EXPIRED,
+    GRANTED,
+    INVALIDATED,
+    PENDING,
+)
 
-PENDING = "pending"
-GRANTED = "granted"
-DENIED = "denied"
-EXPIRED = "expired"
-INVALIDATED = "invalidated"
-CANCELLED = "cancelled"
 STATUSES = (PENDING, GRANTED, DENIED, EXPIRED, INVALIDATED, CANCELLED)
 
 CLOSING = {ev.APPROVAL_GRANTED: GRANTED, ev.APPROVAL_DENIED: DENIED,

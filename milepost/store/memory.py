@@ -248,6 +248,10 @@ class MemoryStore(port.Appends):
         with self.db.lock:
             busy = {r.execution_id for r in self.db.commands.values()
                     if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)}  # fmt: skip
+            # a run waiting for people is idle on purpose, until its approval expires
+            busy |= {a.execution_id for a in self.db.approvals.values()
+                     if a.status == approvals.PENDING
+                     and (a.expires_at is None or a.expires_at > now)}  # fmt: skip
             out = []
             for xid, row in self.db.executions.items():
                 log = self.db.logs.get(xid)

@@ -53,6 +53,9 @@ _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
     " AND c.status IN (?, ?))"
+    # a run waiting for people is idle on purpose, until its approval expires
+    " AND NOT EXISTS (SELECT 1 FROM approval a WHERE a.execution_id = x.execution_id"
+    " AND a.status = 'pending' AND (a.expires_at IS NULL OR a.expires_at > ?))"
     " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
     " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
     " ORDER BY x.execution_id"
@@ -471,7 +474,7 @@ class SQLStore(ApprovalTable, port.Appends):
         return True
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
-        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
+        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now, now - idle_s))
         return [int(r[0]) for r in rows]
 
 

@@ -222,3 +222,22 @@ def test_a_version_4_database_gets_the_approval_table_and_keeps_its_tokens(
         assert store.get_approval(req.event_id).status == "pending"
     finally:
         store.close()
+
+
+def test_a_run_waiting_for_people_is_not_redriven_until_its_approval_expires(store: Any) -> None:
+    """A run whose only activity is a pending approval is idle on purpose: the reconciler
+    leaves it alone (no re-decide per tick per waiting run), but once `expires_at` has
+    passed it is re-driven, so the expiry is recorded even when the server holding the
+    timer is gone."""
+    never = requested(81, expires_at=None)
+    later = requested(82, expires_at=500.0)
+    store.append([started(81, "a"), never])
+    store.append([started(82, "b"), later])
+    assert store.executions_to_redrive(now=400.0) == []
+    assert store.executions_to_redrive(now=501.0) == [82]
+    store.append([event(82, ev.APPROVAL_EXPIRED, approval_id=later.event_id, run=1)])
+    store.append([event(81, ev.APPROVAL_DECIDED, approval_id=never.event_id,
+                        identity="user:alice", decision="deny", reason="no")])
+    store.append([event(81, ev.APPROVAL_DENIED, approval_id=never.event_id, run=1)])
+    # closed approvals: the runs are as any other idle run again
+    assert store.executions_to_redrive(now=10_000.0) == [81, 82]
