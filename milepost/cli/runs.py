@@ -33,6 +33,7 @@ from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.webhooks import Webhook
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load, yamllines
 from milepost.settings import Settings
@@ -84,7 +85,8 @@ async def _drive(db: str | None, json_out: bool, start: Any) -> st.ExecutionStat
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers,
                                   machine_id=settings.machine_id, vault=vault,
-                                  driver_ttl=settings.driver_ttl) as engine:  # fmt: skip
+                                  driver_ttl=settings.driver_ttl,
+                                  webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
             if not json_out and out.is_terminal:
                 engine.subscribe(progress)
                 with Live(progress.table(), console=out, refresh_per_second=8) as live:
