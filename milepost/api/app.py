@@ -26,6 +26,7 @@ from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import EngineMeters, Metrics
 from milepost.api.routers import (
+    approvals,
     catalog,
     channel,
     commands,
@@ -50,7 +51,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers)  # fmt: skip
+           credentials, docs, workers, approvals)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,
@@ -140,6 +141,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
                            requeue_after=settings.requeue_notice_after)  # fmt: skip
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
+        app_metrics.watch_approvals(store.pending_approvals_by_risk)
     except BaseException:
         if leased is not None:  # else the id stays taken for its ttl
             leased.release()

@@ -11,6 +11,7 @@ costs no database round trip for a token seen recently.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -27,6 +28,8 @@ from milepost.core import events as ev
 
 ROLES = ("admin", "operator", "approver", "worker", "viewer")
 TOKEN_PREFIX = "mp_"
+NAME = re.compile(r"[A-Za-z0-9._@-]{1,100}")
+"""A user or approver role name: what `user:<name>` and `role:<name>` entries can name."""
 
 
 class InvalidRole(ValueError):
@@ -35,10 +38,31 @@ class InvalidRole(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the role and name of their token."""
+    """Who is calling: the role, name, user and approver roles of their token."""
 
     role: str
     name: str | None = None
+    user: str | None = None
+    """The person who holds the token: approval votes are cast as `user:<user>`."""
+    approver_roles: frozenset[str] = frozenset()
+    """Business roles (`role:<name>` approvers) beside the API role."""
+
+    @property
+    def identity(self) -> str | None:
+        """`user:<user>`, or None for a token without a user (it cannot decide)."""
+        return None if self.user is None else f"user:{self.user}"
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """Every role an approval's `role:<name>` entry may match: the API role and the
+        approver roles."""
+        return frozenset({self.role, *self.approver_roles})
+
+    @property
+    def starter(self) -> str:
+        """Who a run this caller starts is `started_by`: its identity, else the token's
+        name or role (`token:<name or role>`)."""
+        return self.identity or f"token:{self.name or self.role}"
 
 
 def new_token() -> str:
@@ -49,12 +73,18 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_token(store: Any, role: str, name: str | None, now: float) -> str:
-    """Store the hash of a new token for `role`; returns the token (shown once)."""
+def create_token(store: Any, role: str, name: str | None, now: float, *,
+                 user: str | None = None, approver_roles: Sequence[str] = ()) -> str:
+    """Store the hash of a new token for `role` (held by `user`, with business
+    `approver_roles`); returns the token (shown once)."""
     if role not in ROLES:
         raise InvalidRole(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
+    for what, value in (("user", user), *(("approver role", r) for r in approver_roles)):
+        if value is not None and not NAME.fullmatch(value):
+            raise InvalidRole(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
     token = new_token()
-    store.create_token(token_hash(token), role, name, now)
+    store.create_token(token_hash(token), role, name, now, user=user,
+                       approver_roles=sorted(set(approver_roles)))  # fmt: skip
     return token
 
 
@@ -121,7 +151,8 @@ class TokenCache:
             row = await run_in_threadpool(self.store.get_token, key)
             if row is None:
                 return None
-            principal = Principal(role=str(row.role), name=getattr(row, "name", None))
+            principal = Principal(role=str(row.role), name=row.name, user=row.user,
+                                  approver_roles=frozenset(row.approver_roles))  # fmt: skip
             self.put(key, principal)
         return principal
 
@@ -175,19 +206,20 @@ CredentialReadAuth = Annotated[Principal, _require(READ_WORK, "read credentials"
 
 APPROVE = frozenset({"admin", "approver"})
 """Approval decisions."""
+ApproveAuth = Annotated[Principal, _require(APPROVE, "decide approvals")]
 
 EVENT_ROLES: dict[str, frozenset[str]] = {
     ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
     ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
-    ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
-    ev.APPROVAL_EXPIRED: APPROVE, ev.APPROVAL_INVALIDATED: APPROVE,
 }  # fmt: skip
 """The roles that may post each client event type, through `POST /api/events[/batch]` and
 the worker channel: those of the route that makes the same change (a cancel request:
 `POST /api/executions/{id}/cancel`), so the event routes are no way around a route's role.
 Types not listed are written by the engine only (422, `milepost.api.ingest`): among them
-`command.claimed` and `command.released`, which the store writes with the claim itself."""
+`command.claimed` and `command.released`, which the store writes with the claim itself,
+and every `approval.*` event: a vote goes through `POST /api/approvals/{id}/decision`,
+where the engine checks who may decide (an event route would be a way around that)."""
 POST_EVENTS = frozenset().union(*EVENT_ROLES.values())
 """Who may call the event routes at all: everyone who may post some event type."""
 

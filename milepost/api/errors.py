@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
+from milepost.core import approvals
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
 from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
@@ -65,9 +66,11 @@ def invalid(errs: Sequence[dict[str, Any]], message: str | None = None) -> ApiEr
 _WHEN: dict[int, str] = {
     400: "The body is not JSON text (`http_error`).",
     401: "No bearer token, or one the server does not know (`unauthorized`).",
-    403: "The token's role may not do this (`forbidden`).",
+    403: "The token's role may not do this (`forbidden`); a decision the caller may not make "
+         "(`not_an_approver`, `self_approval`, `no_user`).",
     404: "What the request names does not exist.",
-    409: "The request conflicts with the state it acts on (e.g. `stale_epoch`).",
+    409: "The request conflicts with the state it acts on (e.g. `stale_epoch`, "
+         "`approval_closed`, `already_voted`).",
     413: "The body is over the size limit.",
     422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
          "`playbook_invalid` with `problems`.",
@@ -104,6 +107,13 @@ _STATUS_OF_CODE: dict[str, int] = {
     MachineIdsExhausted.code: 503,
     WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
     "credential_unreadable": 500,
+    # the refusals of a decision
+    approvals.ApprovalNotFound.code: 404,
+    approvals.ApprovalClosed.code: 409,  # no longer pending (field `status`)
+    approvals.AlreadyVoted.code: 409,
+    approvals.NotAnApprover.code: 403,
+    approvals.SelfApproval.code: 403,
+    approvals.InvalidDecision.code: 422,
 }
 
 

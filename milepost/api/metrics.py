@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from milepost.engine.meters import Meters
 
@@ -46,8 +48,37 @@ class Metrics:
         """Compute the queue depth from the store whenever the metrics are scraped."""
         self.queue_depth.set_function(lambda: float(depth()))
 
+    def watch_approvals(self, pending: Callable[[], dict[str, int]]) -> None:
+        """`milepost_approvals_pending{risk}` from the store whenever the metrics are scraped."""
+        self.registry.register(PendingApprovals(pending))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+RISKS = ("low", "medium", "high")
+"""Always reported (0 when none is pending), so a dashboard's series never vanish."""
+
+
+class PendingApprovals(Collector):
+    """The approvals waiting for a decision, by risk, asked of the store at each scrape."""
+
+    NAME = "milepost_approvals_pending"
+    HELP = "Approvals waiting for a decision, by risk (read from the store at scrape time)."
+
+    def __init__(self, pending: Callable[[], dict[str, int]]) -> None:
+        self.pending = pending
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # without it the registry would collect (ask the store) as it registers the collector
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["risk"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["risk"])
+        counts = {risk: 0 for risk in RISKS} | self.pending()
+        for risk in sorted(counts):
+            family.add_metric([risk], float(counts[risk]))
+        yield family
 
 
 class EngineMeters(Meters):

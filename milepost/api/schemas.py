@@ -6,7 +6,7 @@ The types they are built on, and the checks every request value passes, are in
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
@@ -146,6 +146,65 @@ class ExecutionOut(ExecutionItem):
 class CancelOut(BaseModel):
     execution_id: IdOut
     status: str
+
+
+# -- approvals (DSL 10.3) --------------------------------------------------------------------
+
+ApprovalStatus = Literal["pending", "granted", "denied", "expired", "invalidated", "cancelled"]
+Risk = Literal["low", "medium", "high"]
+
+
+class VoteOut(BaseModel):
+    identity: str = Field(description="Who voted: `user:<name>`.")
+    decision: Literal["approve", "deny"]
+    reason: str | None
+    at: TimeOut | None
+
+
+class ApprovalItem(BaseModel):
+    """An approval request as the list shows it."""
+
+    approval_id: IdOut
+    execution_id: IdOut
+    path: str = Field(description="The playbook of the execution.")
+    step: str
+    run: int
+    status: ApprovalStatus
+    risk: str
+    approvers: list[str] = Field(description="Who may decide: `role:<name>`, `user:<name>`.")
+    quorum: int
+    approved: int = Field(description="Distinct approvals so far (the quorum counts them).")
+    expires_at: TimeOut | None
+    requested_at: TimeOut | None
+    decided_at: TimeOut | None
+    started_by: str | None = Field(description="Who started the run (an identity).")
+    digest: str = Field(description="SHA-256 of the calls approvers approve.")
+
+
+class ApprovalOut(ApprovalItem):
+    """One approval with what the step will do, the votes and how it closed."""
+
+    kind: str | None
+    calls: list[dict[str, Any]] = Field(
+        description="`[{index, input, digest}]`: each command the step will issue, as rendered "
+                    "(secrets redacted).")
+    policy: str | None
+    allow_self_approval: bool
+    votes: list[VoteOut]
+    outcome: dict[str, Any] | None = Field(
+        description="The payload of the event that closed it (granted, denied, expired, "
+                    "invalidated); null while pending or when cancelled.")
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalItem]
+    limit: int
+    next: IdOut | None = Field(description="`after` for the next page; null on the last.")
+
+
+class DecisionIn(StrictIn):
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=2000)
 
 
 # -- events ----------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Response
 from pydantic import BaseModel
 
@@ -72,3 +74,31 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
 def lease_out(lease: port.Lease) -> schemas.LeaseOut:
     return schemas.LeaseOut(epoch=lease.epoch, expires_at=checks.iso(lease.expires_at))
 
+
+
+def approval_item(row: port.ApprovalRow) -> schemas.ApprovalItem:
+    return schemas.ApprovalItem(**_approval_fields(row))
+
+
+def approval_out(row: port.ApprovalRow) -> schemas.ApprovalOut:
+    request = row.request
+    return schemas.ApprovalOut(
+        **_approval_fields(row), kind=request.get("kind"), calls=list(request.get("calls", [])),
+        policy=request.get("policy"), allow_self_approval=bool(request.get("allow_self_approval")),
+        votes=[schemas.VoteOut(identity=v["identity"], decision=v["decision"],
+                               reason=v.get("reason"), at=checks.iso(v.get("at")))
+               for v in row.votes],
+        outcome=row.outcome,
+    )  # fmt: skip
+
+
+def _approval_fields(row: port.ApprovalRow) -> dict[str, Any]:
+    return {
+        "approval_id": str(row.approval_id), "execution_id": str(row.execution_id),
+        "path": row.path, "step": row.step, "run": row.run, "status": row.status,
+        "risk": row.risk, "approvers": row.approvers, "quorum": row.quorum,
+        "approved": sum(v["decision"] == "approve" for v in row.votes),
+        "expires_at": checks.iso(row.expires_at), "requested_at": checks.iso(row.requested_at),
+        "decided_at": checks.iso(row.decided_at), "started_by": row.started_by,
+        "digest": row.digest,
+    }  # fmt: skip

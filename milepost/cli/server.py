@@ -52,6 +52,12 @@ app.add_typer(token_app, name="token")
 def token_create(
     role: Annotated[str, typer.Option(help="admin, operator, approver, worker or viewer.")],
     name: Annotated[str | None, typer.Option(help="A label for the token.")] = None,
+    user: Annotated[str | None, typer.Option(
+        help="Who holds it: approval votes are cast as user:<USER> (a token without a user "
+             "cannot decide approvals).")] = None,
+    approver_role: Annotated[list[str] | None, typer.Option(
+        "--approver-role", help="A business role for approvals (matches role:<NAME> "
+                                "approvers); repeatable.")] = None,
     db: ServerDbOption = None,
 ) -> None:
     """Create an API token and print it (once: only its SHA-256 is stored)."""
@@ -59,9 +65,14 @@ def token_create(
 
     if role not in auth.ROLES:
         raise fail(f"unknown role {role!r}: use one of {', '.join(auth.ROLES)}")
+    roles = approver_role or []
+    for what, value in (("--user", user), *(("--approver-role", r) for r in roles)):
+        if value is not None and not auth.NAME.fullmatch(value):
+            raise fail(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
     store = server_store(db)  # migrated as it opens
     try:
-        token = auth.create_token(store, role, name, time.time())
+        token = auth.create_token(store, role, name, time.time(), user=user,
+                                  approver_roles=roles)  # fmt: skip
     finally:
         store.close()
     typer.echo(token)

@@ -108,6 +108,27 @@ class AsyncMilepostClient:
             if pause > 0:
                 await asyncio.sleep(pause)
 
+    async def approvals(self, *, status: str | None = None,
+                        execution_id: int | str | None = None, approver: str | None = None,
+                        risk: str | None = None, limit: int = 100,
+                        after: int | str | None = None) -> dict[str, Any]:  # fmt: skip
+        """One page of approvals, by id: `{items, limit, next}`; pass `next` as `after`
+        for the following page (None: this one is the last)."""
+        result: dict[str, Any] = await self._do(routes.approvals(status, execution_id, approver,
+                                                                risk, limit, after))  # fmt: skip
+        return result
+
+    async def approval(self, approval_id: int | str) -> dict[str, Any]:
+        """One approval with what the step will do and the votes."""
+        result: dict[str, Any] = await self._do(routes.approval(approval_id))
+        return result
+
+    async def decide(self, approval_id: int | str, decision: str,
+                     reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Vote `approve` or `deny` as the token's user; the approval as the vote leaves it."""
+        result: dict[str, Any] = await self._do(routes.decide(approval_id, decision, reason))
+        return result
+
     async def command(self, event_id: int | str) -> dict[str, Any]:
         result: dict[str, Any] = await self._do(routes.command(event_id))
         return result

@@ -105,6 +105,25 @@ def cancel(execution_id: int | str, claim: ParentClaim | None = None) -> Call:
                 params=proof(claim))  # fmt: skip
 
 
+def approvals(status: str | None, execution_id: int | str | None, approver: str | None,
+              risk: str | None, limit: int, after: int | str | None) -> Call:  # fmt: skip
+    params: dict[str, Any] = {"limit": limit}
+    for name, value in (("status", status), ("execution_id", execution_id),
+                        ("approver", approver), ("risk", risk), ("after", after)):  # fmt: skip
+        if value is not None:
+            params[name] = key(value) if name in ("execution_id", "after") else value
+    return Call("GET", "/api/approvals", params=params)
+
+
+def approval(approval_id: int | str) -> Call:
+    return Call("GET", f"/api/approvals/{key(approval_id)}")
+
+
+def decide(approval_id: int | str, decision: str, reason: str | None) -> Call:
+    return Call("POST", f"/api/approvals/{key(approval_id)}/decision",
+                {"decision": decision, "reason": reason})  # fmt: skip
+
+
 def command(event_id: int | str) -> Call:
     return Call("GET", f"/api/commands/{key(event_id)}")
 

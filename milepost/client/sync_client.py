@@ -120,6 +120,27 @@ class MilepostClient:
             if pause > 0:
                 time.sleep(pause)
 
+    def approvals(self, *, status: str | None = None,
+                  execution_id: int | str | None = None, approver: str | None = None,
+                  risk: str | None = None, limit: int = 100,
+                  after: int | str | None = None) -> dict[str, Any]:  # fmt: skip
+        """One page of approvals, by id: `{items, limit, next}`; pass `next` as `after`
+        for the following page (None: this one is the last)."""
+        result: dict[str, Any] = self._do(routes.approvals(status, execution_id, approver,
+                                                          risk, limit, after))  # fmt: skip
+        return result
+
+    def approval(self, approval_id: int | str) -> dict[str, Any]:
+        """One approval with what the step will do and the votes."""
+        result: dict[str, Any] = self._do(routes.approval(approval_id))
+        return result
+
+    def decide(self, approval_id: int | str, decision: str,
+               reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Vote `approve` or `deny` as the token's user; the approval as the vote leaves it."""
+        result: dict[str, Any] = self._do(routes.decide(approval_id, decision, reason))
+        return result
+
     def command(self, event_id: int | str) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.command(event_id))
         return result

@@ -198,7 +198,8 @@ def shown_call(playbook: model.Playbook, step_name: str, context: Mapping[str, A
                   for key, value in config.items()}  # fmt: skip
         tasks.append({"task": task.name, "kind": kind, "config": fields, "input": inputs})
     secrets = sanitize.sensitive_values(context.get("workload"))
-    return _jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    shown: dict[str, Any] = _jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    return shown
 
 
 def _lenient(value: Any, context: Mapping[str, Any]) -> Any:

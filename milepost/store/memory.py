@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import locks, migrations, port, projection
+from milepost.store import approvals, locks, migrations, port, projection
 
 SCHEMA_VERSION = len(migrations.scripts("sqlite"))
 """What `migrate` answers: the version the SQL stores are at (there is no schema here)."""
@@ -36,6 +36,7 @@ class MemoryDatabase:
     by_id: dict[int, ev.Event] = field(default_factory=dict)
     executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
     commands: dict[int, port.CommandRow] = field(default_factory=dict)
+    approvals: dict[int, port.ApprovalRow] = field(default_factory=dict)
     pools: dict[int, str] = field(default_factory=dict)
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
@@ -97,7 +98,7 @@ class MemoryStore(port.Appends):
                 raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
             stored = self._log(fresh)
             db.pools.update((c[0], c[8]) for c in change.issued)
-            projection.apply(change, db.executions, db.commands)
+            projection.apply(change, db.executions, db.commands, db.approvals)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
 
@@ -114,7 +115,8 @@ class MemoryStore(port.Appends):
     def _take(self, events: list[ev.Event]) -> list[ev.Event]:
         """Log the store's own events (claims, releases) and apply them."""
         logged = self._log(events)
-        projection.apply(projection.changes(logged), self.db.executions, self.db.commands)
+        projection.apply(projection.changes(logged), self.db.executions, self.db.commands,
+                         self.db.approvals)  # fmt: skip
         return logged
 
     def load(self, execution_id: int, after_seq: int = 0, *,
@@ -139,6 +141,23 @@ class MemoryStore(port.Appends):
                     if (not status or r.status == status.upper()) and (not path or r.path == path)]  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def get_approval(self, approval_id: int) -> port.ApprovalRow | None:
+        return self.db.approvals.get(approval_id)
+
+    def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
+                       approver: str | None = None, risk: str | None = None,
+                       limit: int = 100, after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+        with self.db.lock:
+            rows = list(self.db.approvals.values())
+        return approvals.select(rows, status=status, execution_id=execution_id,
+                                approver=approver, risk=risk, limit=limit, after=after)  # fmt: skip
+
+    def pending_approvals_by_risk(self) -> dict[str, int]:
+        with self.db.lock:
+            return approvals.by_risk(self.db.approvals.values())
 
     # -- commands and claims ---------------------------------------------------------------
 
@@ -229,6 +248,10 @@ class MemoryStore(port.Appends):
         with self.db.lock:
             busy = {r.execution_id for r in self.db.commands.values()
                     if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)}  # fmt: skip
+            # a run waiting for people is idle on purpose, until its approval expires
+            busy |= {a.execution_id for a in self.db.approvals.values()
+                     if a.status == approvals.PENDING
+                     and (a.expires_at is None or a.expires_at > now)}  # fmt: skip
             out = []
             for xid, row in self.db.executions.items():
                 log = self.db.logs.get(xid)
@@ -308,12 +331,14 @@ class MemoryStore(port.Appends):
         with self.db.lock:
             return self.db.credentials.pop(name, None) is not None
 
-    def create_token(self, token_hash: str, role: str, name: str | None,
-                     now: float) -> port.TokenRow:  # fmt: skip
+    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
+                     user: str | None = None,
+                     approver_roles: Sequence[str] = ()) -> port.TokenRow:  # fmt: skip
         with self.db.lock:
             if token_hash in self.db.tokens:
                 raise ConcurrencyConflict("a token with that hash exists", constraint="token")
-            row = self.db.tokens[token_hash] = port.TokenRow(token_hash, role, name, now)
+            row = self.db.tokens[token_hash] = port.TokenRow(token_hash, role, name, now, user,
+                                                             tuple(approver_roles))  # fmt: skip
             return row
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:

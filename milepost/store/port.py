@@ -20,6 +20,11 @@ from typing import Any, Protocol
 from milepost.core import events as ev
 from milepost.core.events import Event
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.store.approvals import ApprovalRow as ApprovalRow
+from milepost.store.approvals import Approvals
+from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
+from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
+from milepost.store.machine_ids import free_machine_id as free_machine_id
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -99,6 +104,10 @@ class TokenRow:
     role: str
     name: str | None
     created_at: float
+    user: str | None = None
+    """Who holds it (`user:<user>` is the identity an approval vote is cast as)."""
+    approver_roles: tuple[str, ...] = ()
+    """Business roles (`role:<name>` entries of an approval's approvers), beside `role`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,26 +165,6 @@ class EventIdConflict(MilepostError):
     step or content): nothing of the append was written."""
 
     code = "event_id_conflict"
-
-
-class MachineIdsExhausted(MilepostError):
-    """Every machine id (1..1023) is leased by a live process."""
-
-    code = "machine_ids_exhausted"
-
-
-MACHINE_IDS = range(1, 1024)
-"""The machine ids leased to processes; 0, what every process minted on before leases,
-is never leased."""
-
-
-def free_machine_id(live: set[int]) -> int:
-    """The lowest of MACHINE_IDS not in `live` (the ids leased and not expired)."""
-    for machine_id in MACHINE_IDS:
-        if machine_id not in live:
-            return machine_id
-    raise MachineIdsExhausted(f"all {len(MACHINE_IDS)} machine ids are leased by live "
-                              "processes", leased=len(live))  # fmt: skip
 
 
 _SERVER_MARKS = frozenset({"stale", "stale_reason"})
@@ -303,7 +292,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Protocol):
+class Store(Approvals, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...
@@ -425,8 +414,8 @@ class Store(Protocol):
         ...
 
     # API tokens (only their hash is stored)
-    def create_token(self, token_hash: str, role: str, name: str | None,
-                     now: float) -> TokenRow:  # fmt: skip
+    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
+                     user: str | None = None, approver_roles: Sequence[str] = ()) -> TokenRow:
         """Raises ConcurrencyConflict if the hash is already known."""
         ...
 

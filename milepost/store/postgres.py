@@ -263,6 +263,9 @@ class PostgresStore(sql.SQLStore):
         with self.read() as conn, conn.transaction():
             yield conn
 
+    approver_entry = ("EXISTS (SELECT 1 FROM jsonb_array_elements_text(approvers::jsonb) AS a(v)"
+                      " WHERE a.v = ?)")  # fmt: skip
+
     def sql(self, text: str) -> str:
         return _pg(text)
 

@@ -1,9 +1,10 @@
 """The projections of the log as a pure function of events: events in, row changes out.
 
-The `execution` rows (the list view) and the `command` rows (the claim queue) are derived
-from the log and nothing else, so every store computes their changes here and only
-applies them: the SQL stores with one statement per kind of change, in the order of the
-fields of `Changes`, the in-memory store and `rebuild` with `apply`. No I/O here.
+The `execution` rows (the list view), the `command` rows (the claim queue) and the
+`approval` rows (`store.approvals`) are derived from the log and nothing else, so every
+store computes their changes here and only applies them: the SQL stores with one
+statement per kind of change, in the order of the fields of `Changes`, the in-memory
+store and `rebuild` with `apply`. No I/O here.
 
 Claims are events too (`command.claimed`, `command.released`, written by the store in the
 transaction that takes or gives back the claim), so the command table can be rebuilt from
@@ -20,10 +21,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from milepost.core import events as ev
+from milepost.store import approvals as ap
 from milepost.store import port
 
 ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
                 ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
+_TOUCH_APPROVALS = frozenset({ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, *ap.CLOSING,
+                              ev.STEP_EXIT, *ev.TERMINAL_EXECUTION_EVENTS})  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -54,11 +58,15 @@ class Changes:
     ended: list[tuple[str, str | None, float, int]] = field(default_factory=list)
     """status, error (JSON), updated_at, execution_id: the run ended, and its commands
     still queued or claimed are cancelled (applied last: after the batch's commands)."""
+    approvals: list[ap.Op] = field(default_factory=list)
+    """The approval rows' changes, in the order of their events (applied after `started`,
+    whose path a new approval row shows)."""
 
     @property
     def empty(self) -> bool:
         return not (self.started or self.cancels or self.issued or self.settled
-                    or self.expired or self.claimed or self.released or self.ended)  # fmt: skip
+                    or self.expired or self.claimed or self.released or self.ended
+                    or self.approvals)  # fmt: skip
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
@@ -71,6 +79,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         p = event.payload
         t = event.event_type
         at = float(event.created_at)
+        if t in _TOUCH_APPROVALS:
+            out.approvals.extend(ap.ops(event))
         if t == ev.COMMAND_ISSUED:
             out.issued.append((int(p["command_id"]), event.execution_id, str(event.step),
                                int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
@@ -126,12 +136,18 @@ _OPEN = (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
 
 
 def apply(change: Changes, executions: dict[int, port.ExecutionRow],
-          commands: dict[int, port.CommandRow]) -> None:  # fmt: skip
+          commands: dict[int, port.CommandRow],
+          approval_rows: dict[int, ap.ApprovalRow] | None = None) -> None:  # fmt: skip
     """Apply `change` to rows held in memory, as the SQL stores' statements do."""
     for xid, path, version, status, parent, created, updated in change.started:
         if xid not in executions:
             executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,
                                                 parent)  # fmt: skip
+    if change.approvals and approval_rows is not None:
+        paths = {x: executions[x].path for x in {r.row.execution_id for r in change.approvals
+                                                 if isinstance(r, ap.Requested)}
+                 if x in executions}  # fmt: skip
+        ap.apply(change.approvals, approval_rows, paths)
     for xid in change.cancels:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=True)
@@ -164,15 +180,24 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
                 commands[cid] = dataclasses.replace(row, status=port.COMMAND_CANCELLED)
 
 
-def rebuild(log: Sequence[ev.Event]) -> dict[int, port.CommandRow]:
-    """The command projection of `log` (one or more executions' events, each execution's in
-    seq order), event by event. `lease_expires_at` of a claimed command is the lease end
-    its `command.claimed` event gave: a heartbeat moved it in the stored row only."""
-    executions: dict[int, port.ExecutionRow] = {}
-    commands: dict[int, port.CommandRow] = {}
+@dataclass(slots=True)
+class Rebuilt:
+    """The projections of a log, rebuilt (`rebuild`)."""
+
+    executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
+    commands: dict[int, port.CommandRow] = field(default_factory=dict)
+    approvals: dict[int, ap.ApprovalRow] = field(default_factory=dict)
+
+
+def rebuild(log: Sequence[ev.Event]) -> Rebuilt:
+    """The command and approval projections of `log` (one or more executions' events, each
+    execution's in seq order), event by event. `lease_expires_at` of a claimed command is
+    the lease end its `command.claimed` event gave: a heartbeat moved it in the stored row
+    only."""
+    out = Rebuilt()
     for event in log:
-        apply(changes([event]), executions, commands)
-    return commands
+        apply(changes([event]), out.executions, out.commands, out.approvals)
+    return out
 
 
 def with_events(claimed: port.Claimed, logged: Sequence[ev.Event]) -> port.Claimed:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from milepost.core import events as ev
 from milepost.errors import MilepostError
-from milepost.store import port
+from milepost.store import approvals, port
 
 _MASK64 = (1 << 64) - 1
 
@@ -117,6 +117,31 @@ class ShardedStore:
                                               offset=0))  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    # -- approvals: each on its execution's shard --------------------------------------------
+
+    def get_approval(self, approval_id: int) -> port.ApprovalRow | None:
+        for store in self.stores:  # an approval id does not name its shard: ask each
+            row = store.get_approval(approval_id)
+            if row is not None:
+                return row
+        return None
+
+    def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
+                       approver: str | None = None, risk: str | None = None,
+                       limit: int = 100, after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+        shards = self.stores if execution_id is None else [self.shard(execution_id)]
+        # every shard's first page, merged: the first `limit` of all are among them
+        return approvals.merged([s.list_approvals(
+            status=status, execution_id=execution_id, approver=approver, risk=risk, limit=limit,
+            after=after) for s in shards], limit)  # fmt: skip
+
+    def pending_approvals_by_risk(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for store in self.stores:
+            for risk, n in store.pending_approvals_by_risk().items():
+                out[risk] = out.get(risk, 0) + n
+        return out
 
     # -- commands --------------------------------------------------------------------------
 
@@ -254,9 +279,11 @@ class ShardedStore:
     def delete_credential(self, name: str) -> bool:
         return self.first.delete_credential(name)
 
-    def create_token(self, token_hash: str, role: str, name: str | None,
-                     now: float) -> port.TokenRow:  # fmt: skip
-        return self.first.create_token(token_hash, role, name, now)
+    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
+                     user: str | None = None,
+                     approver_roles: Sequence[str] = ()) -> port.TokenRow:  # fmt: skip
+        return self.first.create_token(token_hash, role, name, now, user=user,
+                                       approver_roles=approver_roles)  # fmt: skip
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.first.get_token(token_hash)

@@ -25,8 +25,8 @@ from typing import Any
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import port, projection
+from milepost.store.approval_table import ApprovalTable
 from milepost.store.seqs import SeqCache
-from milepost.store.tables import Tables
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -53,6 +53,9 @@ _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
     " AND c.status IN (?, ?))"
+    # a run waiting for people is idle on purpose, until its approval expires
+    " AND NOT EXISTS (SELECT 1 FROM approval a WHERE a.execution_id = x.execution_id"
+    " AND a.status = 'pending' AND (a.expires_at IS NULL OR a.expires_at > ?))"
     " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
     " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
     " ORDER BY x.execution_id"
@@ -70,7 +73,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(Tables, port.Appends):
+class SQLStore(ApprovalTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
     cancel_true = "1"
@@ -301,6 +304,8 @@ class SQLStore(Tables, port.Appends):
                 "INSERT INTO execution (execution_id, path, version, status,"
                 " parent_execution_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
+        if change.approvals:  # after `started`: a new approval row shows its run's path
+            self.project_approvals(conn, change.approvals)
         if change.cancels:
             self.many(conn, (f"UPDATE execution SET cancel_requested={self.cancel_true}"
                                       " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
@@ -469,7 +474,7 @@ class SQLStore(Tables, port.Appends):
         return True
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
-        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now - idle_s))
+        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now, now - idle_s))
         return [int(r[0]) for r in rows]
 
 

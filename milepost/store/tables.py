@@ -4,6 +4,7 @@ credentials, tokens, machine-id leases and driver leases (`SQLStore` inherits th
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,19 +143,26 @@ class Tables:
     def delete_credential(self, name: str) -> bool:
         return bool(self._write("DELETE FROM credential WHERE name=?", (name,)))
 
-    def create_token(self, token_hash: str, role: str, name: str | None,
-                     now: float) -> port.TokenRow:  # fmt: skip
-        row = self._write("INSERT INTO token (token_hash, role, name, created_at)"
-                          " VALUES (?,?,?,?) ON CONFLICT (token_hash) DO NOTHING"
-                          " RETURNING token_hash", (token_hash, role, name, now))  # fmt: skip
+    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
+                     user: str | None = None,
+                     approver_roles: Sequence[str] = ()) -> port.TokenRow:  # fmt: skip
+        roles = tuple(approver_roles)
+        row = self._write("INSERT INTO token (token_hash, role, name, created_at, user_name,"
+                          " approver_roles) VALUES (?,?,?,?,?,?) ON CONFLICT (token_hash)"
+                          " DO NOTHING RETURNING token_hash",
+                          (token_hash, role, name, now, user, json.dumps(roles)))  # fmt: skip
         if row is None:
             raise ConcurrencyConflict("a token with that hash exists", constraint="token")
-        return port.TokenRow(token_hash, role, name, now)
+        return port.TokenRow(token_hash, role, name, now, user, roles)
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
-        rows = self.rows("SELECT token_hash, role, name, created_at FROM token"
-                         " WHERE token_hash=?", (token_hash,))  # fmt: skip
-        return port.TokenRow(*rows[0]) if rows else None
+        rows = self.rows("SELECT token_hash, role, name, created_at, user_name, approver_roles"
+                         " FROM token WHERE token_hash=?", (token_hash,))  # fmt: skip
+        if not rows:
+            return None
+        hash_, role, name, created, user, roles = rows[0]
+        return port.TokenRow(hash_, role, name, float(created), user,
+                             tuple(json.loads(roles or "[]")))  # fmt: skip
 
     # -- machine ids -----------------------------------------------------------------------
 

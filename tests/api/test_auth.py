@@ -16,7 +16,7 @@ from tests.api.support import ROLES, Api, error, ok
 OPEN = None
 """No token needed."""
 READ = {"admin", "operator", "approver", "viewer"}
-POSTERS = {"admin", "operator", "approver", "worker"}
+POSTERS = {"admin", "operator", "worker"}
 """Who may call the event routes at all (which event types, `auth.EVENT_ROLES` decides)."""
 
 # (method, path template) -> (path, body, roles allowed, status for them): every route of
@@ -63,6 +63,11 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                             404),
     ("POST", "/api/workers/machine-id"): ("/api/workers/machine-id", {"worker_id": "w"},
                                           {"admin", "worker"}, 200),
+    ("GET", "/api/approvals"): ("/api/approvals", None, READ, 200),
+    ("GET", "/api/approvals/{approval_id}"): ("/api/approvals/1", None, READ, 404),
+    ("POST", "/api/approvals/{approval_id}/decision"): ("/api/approvals/1/decision",
+                                                       {"decision": "approve"},
+                                                       {"admin", "approver"}, 404),
     ("WS", "/api/worker/channel"): ("/api/worker/channel", None, {"admin", "worker"}, 101),
 }  # fmt: skip
 

@@ -46,6 +46,21 @@ def test_token_create_prints_a_token_whose_hash_is_stored(db_url: str) -> None:
     assert bad.returncode == 2 and "unknown role" in bad.stderr
 
 
+def test_token_create_names_the_user_and_approver_roles_of_a_token(db_url: str) -> None:
+    made = cli("token", "create", "--role", "approver", "--user", "alice", "--approver-role",
+               "finance", "--approver-role", "ops", "--db", db_url)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    store = factory.open_store(db_url)
+    try:
+        row = store.get_token(auth.token_hash(made.stdout.strip()))
+        assert row is not None
+        assert (row.role, row.user, row.approver_roles) == ("approver", "alice", ("finance", "ops"))
+    finally:
+        store.close()
+    bad = cli("token", "create", "--role", "approver", "--user", "al ice", "--db", db_url)
+    assert bad.returncode == 2 and "--user 'al ice'" in bad.stderr
+
+
 def test_token_create_reads_the_database_from_the_environment(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'env.db'}"
     made = cli("token", "create", "--role", "viewer", env={"MILEPOST_DATABASE_URL": url})

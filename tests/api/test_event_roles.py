@@ -15,7 +15,8 @@ from tests.api.support import HELLO, ROLES, Api, error, ok
 
 WORK = {"admin", "worker"}
 OPERATE = {"admin", "operator"}
-APPROVE = {"admin", "approver"}
+APPROVAL_TYPES = (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, ev.APPROVAL_GRANTED,
+                  ev.APPROVAL_DENIED, ev.APPROVAL_EXPIRED, ev.APPROVAL_INVALIDATED)  # fmt: skip
 
 # every event type -> the roles that may post it (None: nobody, the engine writes it)
 EXPECTED: dict[str, set[str] | None] = {
@@ -23,8 +24,8 @@ EXPECTED: dict[str, set[str] | None] = {
     ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
     ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
-    ev.APPROVAL_REQUESTED: APPROVE, ev.APPROVAL_GRANTED: APPROVE, ev.APPROVAL_DENIED: APPROVE,
-    ev.APPROVAL_EXPIRED: APPROVE, ev.APPROVAL_INVALIDATED: APPROVE,
+    # approvals are the engine's: a vote goes through the decision route and its checks
+    **{etype: None for etype in APPROVAL_TYPES},
     # the store writes a claim's events in the claim's transaction: no client posts them
     ev.COMMAND_CLAIMED: None, ev.COMMAND_RELEASED: None,
 }  # fmt: skip
@@ -34,7 +35,7 @@ def test_the_table_covers_every_event_type_and_only_client_ones() -> None:
     assert set(EXPECTED) == ev.EVENT_TYPES
     assert {t: set(r) for t, r in auth.EVENT_ROLES.items()} == {
         t: r for t, r in EXPECTED.items() if r is not None}  # fmt: skip
-    assert set(auth.POST_EVENTS) == {"admin", "operator", "approver", "worker"}
+    assert set(auth.POST_EVENTS) == {"admin", "operator", "worker"}
 
 
 def test_every_event_type_is_a_client_one_or_refused_as_the_engines() -> None:
@@ -145,11 +146,31 @@ def test_one_refused_event_refuses_the_whole_batch(api: Api) -> None:
     xid = api.execute(HELLO)
     before = api.store.load(int(xid))
     heartbeat = valid_event(api, xid, ev.COMMAND_HEARTBEAT)
-    grant = valid_event(api, xid, ev.APPROVAL_GRANTED)
-    body = error(api.post("/api/events/batch", {"events": [heartbeat, grant]}, role="worker"),
+    cancel = valid_event(api, xid, ev.EXECUTION_CANCEL_REQUESTED)
+    body = error(api.post("/api/events/batch", {"events": [heartbeat, cancel]}, role="worker"),
                  403, "forbidden")  # fmt: skip
     assert body["loc"] == ["body", "events", 1, "event_type"]
-    assert body["event_type"] == ev.APPROVAL_GRANTED
+    assert body["event_type"] == ev.EXECUTION_CANCEL_REQUESTED
     assert api.store.load(int(xid)) == before
-    both = ok(api.post("/api/events/batch", {"events": [heartbeat, grant]}, role="admin"))
+    both = ok(api.post("/api/events/batch", {"events": [heartbeat, cancel]}, role="admin"))
     assert both["stored"] == 2
+
+
+@pytest.mark.parametrize("etype", APPROVAL_TYPES)
+def test_an_approval_event_posted_even_by_an_admin_is_refused_and_nothing_stored(
+        api: Api, etype: str) -> None:  # fmt: skip
+    xid = api.execute(HELLO)
+    before = api.store.load(int(xid))
+    vote = {"execution_id": xid, "event_type": etype, "step": "start",
+            "context": {"approval_id": "1", "identity": "user:mallory", "decision": "approve"}}
+    heartbeat = valid_event(api, xid, ev.COMMAND_HEARTBEAT)
+    for route, body, loc in (
+            ("/api/events", vote, ["body", "event_type"]),
+            ("/api/events/batch", {"events": [heartbeat, vote]}, ["body", "events", 1, "event_type"])):
+        refused = error(api.post(route, body, role="admin"), 422, "validation_error")
+        assert refused["errors"][0]["loc"] == loc, refused
+        assert "written by the engine" in refused["message"]
+    # an approver token may not call the event routes at all
+    error(api.post("/api/events", vote, role="approver"), 403, "forbidden")
+    assert api.store.load(int(xid)) == before
+    assert api.store.list_approvals(execution_id=int(xid)) == []

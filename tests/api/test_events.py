@@ -317,8 +317,7 @@ def client_events(api: Api, xid: str, command: dict[str, Any]) -> list[dict[str,
     named = {"execution_id": xid, "step": "start", "context": {"command_id": command["command_id"]}}
     return [{**named, "event_type": "command.heartbeat"},
             {**named, "event_type": "command.started"},
-            {"execution_id": xid, "event_type": "execution.cancel_requested"},
-            {"execution_id": xid, "event_type": "approval.granted", "step": "start"}]  # fmt: skip
+            {"execution_id": xid, "event_type": "execution.cancel_requested"}]  # fmt: skip
 
 
 @pytest.mark.parametrize("how", ["COMPLETED", "FAILED", "CANCELLED"])
@@ -350,16 +349,16 @@ def test_an_event_stored_before_the_end_is_a_duplicate_after_it_not_a_conflict(a
 def test_an_event_naming_a_step_the_playbook_lacks_is_422_naming_the_step(api: Api) -> None:
     xid = api.execute(HELLO)
     before = count(api, xid)
-    grant = {"execution_id": xid, "event_type": "approval.granted", "step": "nowhere"}
-    single = error(api.post("/api/events", grant, role="approver"), 422, "validation_error")
+    grant = {"execution_id": xid, "event_type": "command.started", "step": "nowhere"}
+    single = error(api.post("/api/events", grant, role="worker"), 422, "validation_error")
     assert single["errors"] == [{"loc": ["body", "step"],
                                  "msg": f"execution {xid} has no step 'nowhere'"}]  # fmt: skip
     good = {**grant, "step": "start"}
-    batch = error(api.post("/api/events/batch", {"events": [good, grant]}, role="approver"),
+    batch = error(api.post("/api/events/batch", {"events": [good, grant]}, role="worker"),
                   422, "validation_error")  # fmt: skip
     assert [e["loc"] for e in batch["errors"]] == [["body", "events", 1, "step"]]
     assert count(api, xid) == before
-    assert ok(api.post("/api/events", good, role="approver"))["stored"] == 1
+    assert ok(api.post("/api/events", good, role="worker"))["stored"] == 1
 
 
 def test_an_event_naming_an_unknown_or_foreign_command_is_refused(api: Api) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from milepost.core import events as ev
 from tests.api.support import HELLO, Api, error, ok, report_wire
 
 
@@ -43,3 +44,29 @@ def test_metrics_count_events_commands_claims_and_evaluations(api: Api) -> None:
     assert sample(text, "milepost_command_queue_depth") == 1  # `shout` waits for a worker
     assert sample(text, "milepost_event_ingest_seconds_count") == 4
     assert sample(text, "milepost_orchestrator_evaluation_seconds_count") >= 3
+
+
+def test_pending_approvals_by_risk_are_read_from_the_store_at_each_scrape(api: Api) -> None:
+    xid = int(api.execute(HELLO))
+
+    def gauge() -> dict[str, float]:
+        text = ok_text(api)
+        return {risk: sample(text, "milepost_approvals_pending", risk=risk)
+                for risk in ("low", "medium", "high")}  # fmt: skip
+
+    assert gauge() == {"low": 0, "medium": 0, "high": 0}
+    asked = [ev.new_event(900_000 + i, xid, ev.APPROVAL_REQUESTED, 1.0 + i, step="start",
+                          payload={"approval_id": 900_000 + i, "run": 1, "risk": risk,
+                                   "approvers": ["role:finance"], "quorum": 1, "digest": "d"})
+             for i, risk in enumerate(("high", "high", "low"))]  # fmt: skip
+    api.store.append(asked)
+    assert gauge() == {"low": 1, "medium": 0, "high": 2}
+    api.store.append([ev.new_event(900_010, xid, ev.APPROVAL_DENIED, 9.0, step="start",
+                                   payload={"approval_id": 900_000, "by": "user:b"})])  # fmt: skip
+    assert gauge() == {"low": 1, "medium": 0, "high": 1}
+
+
+def ok_text(api: Api) -> str:
+    response = api.get("/metrics", role="viewer")
+    assert response.status_code == 200
+    return response.text

@@ -62,7 +62,7 @@ def test_the_command_projection_is_rebuilt_from_the_log(store: Any) -> None:
     log = store.load(1) + store.load(2)
     assert sum(e.event_type == ev.COMMAND_CLAIMED for e in log) == 5
     assert sum(e.event_type == ev.COMMAND_RELEASED for e in log) == 1
-    rebuilt = projection.rebuild(log)
+    rebuilt = projection.rebuild(log).commands
     stored = store.get_commands([11, 12, 13, 14, 21, 22])
     assert {c: r.status for c, r in stored.items()} == {
         11: port.COMMAND_COMPLETED, 12: port.COMMAND_FAILED, 13: port.COMMAND_FAILED,

@@ -30,7 +30,9 @@ def execute(body: schemas.ExecuteIn, engine: EngineDep,
     playbook = engine.playbook(entry.path, entry.version)
     xid, _outcome = engine.start(playbook, entry.version, body.workload,
                                   parent_execution_id=parent,
-                                  parent_command_id=None if command is None else command.command_id)  # fmt: skip
+                                  parent_command_id=None if command is None else command.command_id,
+                                  # a child inherits its parent's (the engine reads it there)
+                                  started_by=None if parent is not None else principal.starter)  # fmt: skip
     status = engine.read(xid, lambda state, _pb: state.status, refresh=False)  # just written
     return views.as_json(schemas.ExecuteOut(execution_id=str(xid), status=status))
 

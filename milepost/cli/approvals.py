@@ -1,0 +1,189 @@
+"""Approvals from the command line: `approvals` (what waits, for whom, how long), `approve`
+and `deny`, on a server (`--server`, the token's user decides) or on the local database
+(the identity from `--user`, `$MILEPOST_USER` or the OS login, roles from `--role`).
+
+On the local database there is no auth: whoever can write the file can do anything
+anyway. A vote there is appended behind the log as it was read
+(`engine.approvals.append_decision`); the process that drives the run (`milepost run`, or
+`milepost resume`) grants, denies or waits on its next look.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.output import fail, out, remote
+
+app = typer.Typer()
+
+STATUSES = ("pending", "granted", "denied", "expired", "invalidated", "cancelled")
+PAGE = 500
+
+UserOption = Annotated[str | None, typer.Option(
+    "--user", help="Who decides, on the local database: user:<USER> [env: MILEPOST_USER; "
+                   "default the OS login]. On a server the token's user decides.")]  # fmt: skip
+RoleOption = Annotated[list[str] | None, typer.Option(
+    "--role", help="A role you hold, on the local database (matches role:<NAME> approvers); "
+                   "repeatable.")]  # fmt: skip
+ReasonOption = Annotated[str | None, typer.Option(help="Why (recorded with the vote).")]
+
+
+@app.command("approvals")
+def approvals(
+    db: DbOption = None, server: ServerOption = None,
+    status: Annotated[str, typer.Option(help=f"{', '.join(STATUSES)} or all.")] = "pending",
+    execution: Annotated[int | None, typer.Option(help="Only this execution's.")] = None,
+    json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """List approvals: what waits, its risk, the votes against the quorum, who may decide
+    and the time left."""
+    if status != "all" and status not in STATUSES:
+        raise fail(f"--status {status!r}: use one of {', '.join(STATUSES)} or all")
+    wanted = None if status == "all" else status
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            items = _pages(lambda after: remote(lambda: client.approvals(
+                status=wanted, execution_id=execution, limit=PAGE, after=after)))  # fmt: skip
+    else:
+        items = _local(db, wanted, execution)
+    if json_out:
+        typer.echo(json.dumps(items))
+        return
+    if not items:
+        out.print(f"no {wanted or ''} approvals".replace("  ", " "))
+        return
+    out.print(table(items, time.time()))
+
+
+def _pages(page: Callable[[str | None], dict[str, Any]]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    after: str | None = None
+    while True:
+        body = page(after)
+        items.extend(body["items"])
+        if (after := body.get("next")) is None:
+            return items
+
+
+def _local(db: str | None, status: str | None, execution: int | None) -> list[dict[str, Any]]:
+    from milepost.api import views  # the server's wire shape: --json reads the same both ways
+
+    with opened(db) as store:
+        rows = []
+        after: int | None = None
+        while page := store.list_approvals(status=status, execution_id=execution, limit=PAGE,
+                                           after=after):  # fmt: skip
+            rows.extend(page)
+            after = page[-1].approval_id
+    return [views.approval_item(r).model_dump() for r in rows]
+
+
+def table(items: list[dict[str, Any]], now: float) -> Table:
+    shown = Table("approval", "execution", "step", "risk", "votes", "who may decide",
+                  "time left", "status")  # fmt: skip
+    for item in items:
+        shown.add_row(item["approval_id"], f"{item['execution_id']} {item['path']}".strip(),
+                      item["step"], item["risk"], f"{item['approved']}/{item['quorum']}",
+                      ", ".join(item["approvers"]), time_left(item.get("expires_at"), now),
+                      item["status"])  # fmt: skip
+    return shown
+
+
+def time_left(expires_at: str | None, now: float) -> str:
+    """`2h 05m` until an ISO time, `expired`, or `-` without one."""
+    if not expires_at:
+        return "-"
+    left = datetime.fromisoformat(expires_at).timestamp() - now
+    if left <= 0:
+        return "expired"
+    minutes = int(left // 60)
+    if minutes < 1:
+        return f"{int(left)}s"
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{days}d {hours}h" if days else f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+@app.command()
+def approve(approval_id: int, reason: ReasonOption = None, db: DbOption = None,
+            server: ServerOption = None, user: UserOption = None, role: RoleOption = None,
+            json_out: JsonOption = False) -> None:  # fmt: skip
+    """Approve a pending approval (the step runs once the quorum approves)."""
+    _decide(approval_id, "approve", reason, db, server, user, role or [], json_out)
+
+
+@app.command()
+def deny(approval_id: int,
+         reason: Annotated[str, typer.Option(help="Why (required: the step fails with it).")],
+         db: DbOption = None, server: ServerOption = None, user: UserOption = None,
+         role: RoleOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+    """Deny a pending approval: the step fails, naming you and the reason."""
+    if not reason.strip():
+        raise fail("--reason must say why the approval is denied")
+    _decide(approval_id, "deny", reason, db, server, user, role or [], json_out)
+
+
+def identity(user: str | None) -> str:
+    """`user:<--user, else $MILEPOST_USER, else the OS login>`."""
+    name = user or os.environ.get("MILEPOST_USER") or getpass.getuser()
+    return f"user:{name}"
+
+
+def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
+            server: str | None, user: str | None, roles: list[str], json_out: bool) -> None:  # fmt: skip
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            item = remote(lambda: client.decide(approval_id, decision, reason))
+    else:
+        # a refusal (not an approver, voted already, closed) as one line, exit 2
+        item = remote(lambda: _decide_locally(approval_id, decision, reason, db,
+                                              identity(user), roles))  # fmt: skip
+    if json_out:
+        typer.echo(json.dumps(item))
+        return
+    votes = f"{item['approved']}/{item['quorum']} approvals"
+    out.print(f"approval {approval_id}: {decision} recorded; {item['status']} ({votes})",
+              highlight=False)  # fmt: skip
+    if client is None and item["status"] == "pending" and (
+            decision == "deny" or item["approved"] >= item["quorum"]):  # fmt: skip
+        out.print(f"the process running execution {item['execution_id']} acts on it (or "
+                  f"`milepost resume {item['execution_id']}`)", highlight=False)  # fmt: skip
+
+
+def _decide_locally(approval_id: int, decision: str, reason: str | None, db: str | None,
+                    voter_identity: str, roles: list[str]) -> dict[str, Any]:  # fmt: skip
+    from milepost.api import views
+    from milepost.core.approval_state import Voter
+    from milepost.engine.approvals import append_decision
+    from milepost.engine.machine import LeasedIds, holder_name
+    from milepost.engine.orchestrator import Orchestrator
+    from milepost.settings import Settings
+
+    with opened(db) as store:
+        machine_id = Settings().machine_id
+        # the one id this makes must not be one a running `milepost run` makes too
+        leased = None if machine_id is not None else LeasedIds(
+            store, time.time, holder=holder_name("approve"), ttl=30.0)  # fmt: skip
+        try:
+            orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+            append_decision(store, orchestrator, approval_id,
+                            Voter(identity=voter_identity, roles=frozenset(roles)), decision,
+                            reason)  # fmt: skip
+        finally:
+            if leased is not None:
+                leased.release()
+        row = store.get_approval(approval_id)
+    assert row is not None  # append_decision found it
+    return views.approval_out(row).model_dump()
