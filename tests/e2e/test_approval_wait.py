@@ -1,6 +1,7 @@
 """`milepost run` waiting for an approval on the local database, with real processes: the
-run shows the pending approval and waits; a vote appended by another process releases
-or fails it; Ctrl-C leaves it waiting, and `milepost resume` goes on from the decision."""
+run shows the pending approval and waits; `milepost approve`/`deny` from another process
+releases or fails it; Ctrl-C leaves it waiting, and `milepost resume` goes on from the
+decision."""
 
 from __future__ import annotations
 
@@ -20,13 +21,9 @@ from typing import Any
 import pytest
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
-from milepost.engine.machine import LeasedIds, holder_name
-from milepost.engine.orchestrator import Orchestrator
-from milepost.store.port import LogMoved
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for
 
@@ -139,26 +136,16 @@ def requested(tmp_path: Path, db: Path, cli: Cli) -> tuple[int, int]:
         return wait_for(asked, "the approval request", timeout=WAIT)
 
 
-def decide(db: Path, xid: int, approval_id: int, voter: Voter, decision: str = "approve",
+def decide(db: Path, approval_id: int, voter: Voter, decision: str = "approve",
            reason: str | None = None) -> None:  # fmt: skip
-    """A vote appended by this process behind the log it read, as `milepost approve` on the
-    same database does (the driver acts on it)."""
-    with opened(db) as store:
-        leased = LeasedIds(store, time.time, holder=holder_name("test-vote"), ttl=30.0)
-        try:
-            orchestrator = Orchestrator(store, new_id=leased)
-            for _ in range(100):
-                state = orchestrator.state(xid, workload=False)
-                event = approvals.vote_event(state, approval_id, voter, decision, reason,
-                                             time.time(), orchestrator.new_id())  # fmt: skip
-                try:
-                    store.append([event], expect={xid: state.last_seq})
-                    return
-                except LogMoved:
-                    orchestrator.forget(xid)
-            raise AssertionError("the log kept moving")
-        finally:
-            leased.release()
+    """`milepost approve` (or `deny`) from another terminal on the same database: the vote
+    is appended behind the log, the process driving the run acts on it."""
+    args = [decision, str(approval_id), "--db", str(db), "--user", voter.identity.removeprefix("user:")]
+    args += [arg for role in sorted(voter.roles) for arg in ("--role", role)]
+    args += ["--reason", reason] if reason is not None else []
+    done = subprocess.run([sys.executable, "-m", "milepost.cli", *args], env=env(),
+                          capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+    assert done.returncode == 0, (done.stdout, done.stderr)
 
 
 def status(db: Path, xid: int) -> str:
@@ -188,12 +175,12 @@ def test_run_shows_the_approval_and_votes_from_another_process_release_it(
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(gated), "--db", str(db))
     xid, aid = requested(tmp_path, db, cli)
-    decide(db, xid, aid, ALICE, reason="checked the invoice")
+    decide(db, aid, ALICE, reason="checked the invoice")
     # one vote of two: the run goes on waiting, and its display shows the vote
     wait_for(lambda: cli.running() and "(1/2 approvals)" in cli.stdout(), "the vote shown",
              timeout=WAIT)  # fmt: skip
     assert refunds(tmp_path) == []
-    decide(db, xid, aid, CAROL)
+    decide(db, aid, CAROL)
     assert cli.ended() == 0, (cli.stdout(), cli.stderr())
     stdout = cli.stdout()
     assert refunds(tmp_path) == ["1200"]  # the tool ran once
@@ -217,7 +204,7 @@ def test_a_deny_from_another_process_fails_the_run_with_the_reason(
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(gated), "--db", str(db))
     xid, aid = requested(tmp_path, db, cli)
-    decide(db, xid, aid, CAROL, "deny", "duplicate refund")
+    decide(db, aid, CAROL, "deny", "duplicate refund")
     assert cli.ended() == 1, (cli.stdout(), cli.stderr())
     stdout = cli.stdout()
     assert f"approval {aid} (refund): denied by user:carol: duplicate refund" in stdout
@@ -253,8 +240,8 @@ def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decisio
                      r"decide: user:alice, role:finance · time left: 59m \d\ds", shown), shown
 
     # decided while nobody drives it: `resume` grants it and issues the command once
-    decide(db, xid, aid, ALICE)
-    decide(db, xid, aid, CAROL)
+    decide(db, aid, ALICE)
+    decide(db, aid, CAROL)
     resumed = subprocess.run([sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db",
                               str(db), "--json"], env=env(), capture_output=True, text=True,
                              timeout=WAIT)  # fmt: skip

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
+from milepost.engine.approvals import append_decision
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
@@ -50,12 +49,10 @@ def other(db: Path) -> Iterator[SQLiteStore]:
 
 
 def vote_from_elsewhere(store: SQLiteStore, xid: int, voter: Voter) -> None:
-    orchestrator = Orchestrator(store, machine_id=901)
-    state = orchestrator.state(xid, workload=False)
-    (aid,) = state.approvals
-    event = approvals.vote_event(state, aid, voter, "approve", None, time.time(),
-                                 orchestrator.new_id())  # fmt: skip
-    store.append([event], expect={xid: state.last_seq})
+    """What `milepost approve` does in another process: the vote appended behind the log."""
+    (row,) = store.list_approvals(execution_id=xid)
+    append_decision(store, Orchestrator(store, machine_id=901), row.approval_id, voter,
+                    "approve", None)  # fmt: skip
 
 
 def seqs(events: list[ev.Event], xid: int) -> list[int]:
