@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -210,14 +209,14 @@ def pending_lines(tracked: Tracked, db: str | None, now: float) -> list[Text]:
 
 class Progress:
     """A live table of steps with the approvals under it, fed with events in log order.
-    Rendered afresh on every refresh of the `Live` display, so the time left counts down."""
+    The `Live` display renders it afresh on each of its refreshes (not on each event: a
+    big loop makes thousands), so the time left counts down between events too."""
 
     def __init__(self, db: str | None = None, clock: Callable[[], float] = time.time) -> None:
         self.rows: dict[str, dict[str, Any]] = {}
         self.approvals = Approvals()
         self.db = db
         self.clock = clock
-        self.live: Live | None = None
 
     def table(self) -> Table:
         table = Table(title="milepost", expand=False)
@@ -255,8 +254,6 @@ class Progress:
             row["done"] += 1
         elif event.event_type == ev.STEP_EXIT:
             row["status"] = event.status or ""
-        if self.live is not None:
-            self.live.refresh()
 
 
 class ApprovalLines:

@@ -72,10 +72,7 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
             if not drive.json_out and out.is_terminal:
                 progress = Progress(drive.db)
                 engine.subscribe(progress)
-                # the display renders the progress afresh on each refresh: the time left
-                # of a pending approval counts down between events
-                with Live(progress, console=out, refresh_per_second=4) as live:
-                    progress.live = live
+                with Live(progress, console=out, refresh_per_second=4):
                     drive.execution_id = await _started(start(engine))
                     return await engine.wait(drive.execution_id)
             # off a terminal approvals are lines; with --json on stderr, stdout is the JSON

@@ -272,3 +272,43 @@ def test_ctrl_c_of_resume_while_waiting_says_the_same_and_keeps_the_run(
     assert f"to go on: milepost resume {xid} --db {db}" in again.stderr()
     assert folded(db, xid).approvals[aid].status == ap.PENDING
     assert refunds(tmp_path) == []
+
+
+def test_ctrl_c_while_a_step_runs_leaves_the_run_for_resume_to_finish(
+        tmp_path: Path, clis: Any) -> None:  # fmt: skip
+    pb = tmp_path / "slow.yaml"
+    pb.write_text(HEADER + textwrap.dedent(f"""
+    workflow:
+      - step: start
+        tool:
+          kind: python
+          code: |
+            import os, time
+            open("{tmp_path}/started", "a").write("x")
+            deadline = time.monotonic() + 120
+            while not os.path.exists("{tmp_path}/gate") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            result = {{"ok": True}}
+    """))
+    db = tmp_path / "m.db"
+    cli = clis("run", "run", str(pb), "--db", str(db))
+    wait_for(lambda: cli.running() and (tmp_path / "started").exists(), "the step to start",
+             timeout=WAIT)  # fmt: skip
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.ended() == 130, (cli.stdout(), cli.stderr())
+    with opened(db) as store:
+        (row,) = store.list_executions()
+        lease = store.get_driver(row.execution_id)
+    xid = row.execution_id
+    assert row.status == st.RUNNING
+    assert lease is not None and lease.expires_at <= time.time()
+    stderr = cli.stderr()
+    assert f"interrupted: execution {xid} is left RUNNING" in stderr
+    assert "waits for a decision" not in stderr  # no approval pending: only how to go on
+    assert f"to go on: milepost resume {xid} --db {db}" in stderr
+    (tmp_path / "gate").write_text("open")
+    resumed = subprocess.run([sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db",
+                              str(db), "--json"], env=env(), capture_output=True, text=True,
+                             timeout=WAIT)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["steps"]["start"]["result"] == {"ok": True}
