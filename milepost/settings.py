@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     """Seconds an embedded run's driver lease outlives its process (`milepost run`/`resume`
     renew it every third of this): how long `resume` may wait after a kill on another host."""
 
+    approval_webhook_url: str | None = None
+    """Where every approval event is POSTed once committed (`engine/webhooks.py`): the
+    server, `milepost run` and the CLI's local decisions; unset, no webhook."""
+    approval_webhook_secret: str | None = None
+    """Signs each webhook body (`X-Milepost-Signature: sha256=<HMAC-SHA256 hex>`); required
+    with `approval_webhook_url`."""
+
     def worker_pool(self) -> str:
         """The pool a worker serves: `pool`, else the wake-up subject's `nats_pool`."""
         return self.pool or self.nats_pool

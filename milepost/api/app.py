@@ -40,7 +40,7 @@ from milepost.api.routers import (
     workers,
 )
 from milepost.credentials import SecretKeyMissing, Vault
-from milepost.engine import notify
+from milepost.engine import notify, webhooks
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
@@ -81,6 +81,8 @@ def create_app(settings: Settings | None = None, *,
                         with contextlib.suppress(asyncio.CancelledError):
                             await background
                 await services.engine.publisher.close()
+                if services.webhook is not None:  # what is queued gets a few seconds to leave
+                    await run_in_threadpool(services.webhook.close)
         finally:
             if services.machine_ids is not None:
                 await run_in_threadpool(services.machine_ids.release)
@@ -121,10 +123,12 @@ def telemetry() -> TelemetryConfig:
 def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     if not (settings.secret_key or "").strip():
         raise SecretKeyMissing()  # refuse before touching the database
+    webhook = webhooks.Webhook.from_settings(settings)  # a URL without a secret: refused
     # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
     # migrated as it opens
     store = factory.open_store(settings=settings)
     leased: LeasedIds | None = None
+    notifier: webhooks.WebhookNotifier | None = None
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
@@ -139,17 +143,23 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
                            pool=settings.nats_pool,
                            requeue_after=settings.requeue_notice_after)  # fmt: skip
+        notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
+        if notifier is not None:
+            engine.listeners.append(notifier)
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
     except BaseException:
+        if notifier is not None:
+            notifier.close(grace=0)
         if leased is not None:  # else the id stays taken for its ttl
             leased.release()
         store.close()
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
     return Services(settings=settings, store=store, engine=engine, vault=vault,
-                    metrics=app_metrics, shared=shared, machine_ids=leased)  # fmt: skip
+                    metrics=app_metrics, shared=shared, machine_ids=leased,
+                    webhook=notifier)  # fmt: skip
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:

@@ -18,6 +18,7 @@ from milepost.credentials import Vault
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds
 from milepost.engine.reconciler import Reconciler
+from milepost.engine.webhooks import WebhookNotifier
 from milepost.settings import Settings
 from milepost.store import port
 
@@ -36,6 +37,8 @@ class Services:
     """Several servers may share this database (PostgreSQL)."""
     machine_ids: LeasedIds | None = None
     """The server's leased machine id (None: `MILEPOST_MACHINE_ID` names it)."""
+    webhook: WebhookNotifier | None = None
+    """The approval webhook's notifier (None: no `MILEPOST_APPROVAL_WEBHOOK_URL`)."""
 
     @property
     def reconciler(self) -> Reconciler:

@@ -8,9 +8,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from milepost.engine.meters import Meters
+from milepost.engine.meters import APPROVAL_OUTCOMES, Meters
 
 INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
+APPROVAL_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0,
+                    24 * 3600.0, 3 * 86400.0, 7 * 86400.0, float("inf"))  # fmt: skip
+"""People decide in minutes to days (a machine in seconds): the default buckets stop at 10 s."""
 
 
 class Metrics:
@@ -43,6 +46,16 @@ class Metrics:
         self.queue_depth = Gauge(
             "milepost_command_queue_depth", "Commands queued and not yet claimed (read from the "
             "store at scrape time).", registry=r)  # fmt: skip
+
+        self.approval_decisions = Counter(
+            "milepost_approval_decisions", "Approvals closed, by outcome (granted, denied, "
+            "expired, invalidated).", ["outcome"], registry=r)  # fmt: skip
+        self.approval_time_to_decision = Histogram(
+            "milepost_approval_time_to_decision_seconds", "Seconds from an approval's request "
+            "to its outcome (granted, denied, expired or invalidated).",
+            buckets=APPROVAL_BUCKETS, registry=r)  # fmt: skip
+        for outcome in APPROVAL_OUTCOMES.values():  # every outcome shows, at 0 until it happens
+            self.approval_decisions.labels(outcome)
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Compute the queue depth from the store whenever the metrics are scraped."""
@@ -107,3 +120,8 @@ class EngineMeters(Meters):
 
     def lease_expired(self) -> None:
         self.metrics.leases_expired.inc()
+
+    def approval_closed(self, outcome: str, seconds: float | None) -> None:
+        self.metrics.approval_decisions.labels(outcome).inc()
+        if seconds is not None:
+            self.metrics.approval_time_to_decision.observe(seconds)

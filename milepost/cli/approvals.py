@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -28,6 +28,10 @@ from milepost.cli.inputs import (
     server_client,
 )
 from milepost.cli.output import fail, out, remote
+
+if TYPE_CHECKING:
+    from milepost.engine.webhooks import WebhookNotifier
+    from milepost.store import port
 
 app = typer.Typer()
 
@@ -164,14 +168,31 @@ def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
 def _decide_locally(approval_id: int, decision: str, reason: str | None, db: str | None,
                     voter_identity: str, roles: list[str]) -> dict[str, Any]:  # fmt: skip
     from milepost.api import views
+    from milepost.engine.webhooks import Webhook, WebhookNotifier
+    from milepost.settings import Settings
+
+    settings = Settings()
+    webhook = Webhook.from_settings(settings)  # refused (no secret) before anything is written
+    # the vote is this process's to announce: the driver of the run sends what it decides
+    notifier = None if webhook is None else WebhookNotifier(webhook).start()
+    try:
+        row = _append_vote(approval_id, decision, reason, db, voter_identity, roles,
+                           settings.machine_id, notifier)  # fmt: skip
+    finally:
+        if notifier is not None:
+            notifier.close()  # a few seconds for the vote to leave, then this process exits
+    return views.approval_out(row).model_dump()
+
+
+def _append_vote(approval_id: int, decision: str, reason: str | None, db: str | None,
+                 voter_identity: str, roles: list[str], machine_id: int | None,
+                 notifier: WebhookNotifier | None) -> port.ApprovalRow:  # fmt: skip
     from milepost.core.approval_state import Voter
     from milepost.engine.approvals import append_decision
     from milepost.engine.machine import LeasedIds, holder_name
     from milepost.engine.orchestrator import Orchestrator
-    from milepost.settings import Settings
 
     with opened(db) as store:
-        machine_id = Settings().machine_id
         # the one id this makes must not be one a running `milepost run` makes too
         leased = None if machine_id is not None else LeasedIds(
             store, time.time, holder=holder_name("approve"), ttl=30.0)  # fmt: skip
@@ -179,10 +200,11 @@ def _decide_locally(approval_id: int, decision: str, reason: str | None, db: str
             orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
             append_decision(store, orchestrator, approval_id,
                             Voter(identity=voter_identity, roles=frozenset(roles)), decision,
-                            reason)  # fmt: skip
+                            reason, on_appended=None if notifier is None else (
+                                lambda event: notifier.notify([event])))  # fmt: skip
         finally:
             if leased is not None:
                 leased.release()
         row = store.get_approval(approval_id)
     assert row is not None  # append_decision found it
-    return views.approval_out(row).model_dump()
+    return row

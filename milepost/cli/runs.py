@@ -36,6 +36,7 @@ from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.webhooks import Webhook
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load, yamllines
 from milepost.settings import Settings
@@ -68,7 +69,8 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers,
                                   machine_id=settings.machine_id, vault=vault,
-                                  driver_ttl=settings.driver_ttl) as engine:  # fmt: skip
+                                  driver_ttl=settings.driver_ttl,
+                                  webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
             if not drive.json_out and out.is_terminal:
                 progress = Progress(drive.db)
                 engine.subscribe(progress)

@@ -10,10 +10,12 @@ behind the log it read (`append_decision`), and the driver decides on its next l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from milepost.core import approval_state as ap
 from milepost.core import approvals
+from milepost.core import events as ev
 from milepost.core.approval_state import Voter
 from milepost.core.approvals import ApprovalClosed, ApprovalNotFound
 from milepost.engine.orchestrator import Orchestrator
@@ -54,9 +56,12 @@ def decide(service: Lifecycle, approval_id: int, voter: Voter, decision: str,
 
 
 def append_decision(store: port.Store, orchestrator: Orchestrator, approval_id: int,
-                    voter: Voter, decision: str, reason: str | None) -> ap.Approval:  # fmt: skip
+                    voter: Voter, decision: str, reason: str | None, *,
+                    on_appended: Callable[[ev.Event], None] | None = None,
+                    ) -> ap.Approval:  # fmt: skip
     """Append one checked vote behind the log as it was read, for the process that drives
-    the run to act on; returns the approval as the vote leaves it."""
+    the run to act on; returns the approval as the vote leaves it. `on_appended` gets the
+    vote once committed (the approval webhook: no engine call of this process sees it)."""
     xid = execution_of(store, approval_id)
     for _ in range(APPEND_TRIES):
         # the status and the approvals only: a run sealed with a key this process lacks
@@ -70,6 +75,8 @@ def append_decision(store: port.Store, orchestrator: Orchestrator, approval_id: 
             orchestrator.forget(xid)
             continue
         orchestrator.forget(xid)
+        if on_appended is not None:
+            on_appended(event)
         return orchestrator.state(xid, workload=False).approvals[approval_id]
     raise ConcurrencyConflict(f"the log of execution {xid} kept moving; decide again",
                               execution_ids=[str(xid)])  # fmt: skip

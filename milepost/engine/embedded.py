@@ -28,6 +28,7 @@ from milepost.engine.inprocess import InProcessWorkers
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.engine.webhooks import Webhook, WebhookNotifier
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
 from milepost.settings import Settings
@@ -67,6 +68,7 @@ class EmbeddedEngine:
         vault: Vault | None = None,
         driver_ttl: float = DRIVER_TTL,
         lease_s: float = LEASE_S,
+        webhook: Webhook | None = None,
     ) -> None:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
@@ -83,6 +85,11 @@ class EmbeddedEngine:
         self.service = Lifecycle(store, self.orchestrator, exclusive=True)
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
+        # approval events leave from a thread of their own: a slow receiver never holds
+        # up this loop (the service only queues them)
+        self.webhook = None if webhook is None else WebhookNotifier(webhook)
+        if self.webhook is not None:
+            self.service.listeners.append(self.webhook)
         self.concurrency = concurrency
         self.worker_id = worker_id
         self._tools = tools
@@ -116,6 +123,8 @@ class EmbeddedEngine:
             self._tools = ToolRuntime(python_workers=self._python_workers,
                                       credentials=self._credentials, children=self)
         self.workers.tools = self._tools
+        if self.webhook is not None:
+            self.webhook.start()
         self._tasks = [self.workers.spawn(f"worker-{i}") for i in range(self.concurrency)]
         self._tasks.append(asyncio.create_task(self._reporter(), name="reporter"))
         self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
@@ -138,6 +147,8 @@ class EmbeddedEngine:
         self.drivers.release([x for x in self.drivers.driven if x in self._active])
         if self._owns_tools and self._tools is not None:
             await self._tools.aclose()
+        if self.webhook is not None:  # the last events (a decision) get a few seconds
+            await asyncio.to_thread(self.webhook.close)
         if self._leased is not None:
             self._leased.release()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,7 +32,7 @@ from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
-from milepost.engine.meters import Meters
+from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
 from milepost.engine.watchers import Watchers
@@ -46,6 +47,8 @@ from milepost.store.port import ExecutionRow as ExecutionRow
 from milepost.store.port import Lease as Lease
 
 # the rows above are the engine's answers: a transport names them from here, not the store
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -80,6 +83,12 @@ class Lifecycle:
         """Called with (execution_id, time) for every retry timer a decision set."""
         self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
         """Called with every outcome (a transport that dispatches work itself)."""
+        self.listeners: list[Callable[[Outcome], None]] = []
+        """Also called with every outcome, after `on_outcome`: observers of the committed
+        events (approval webhooks, approval metrics); what one raises is logged, never
+        the caller's failure (its events are committed)."""
+        if meters is not None:  # only a reader of the counts pays for the approval clock
+            self.listeners.append(ApprovalClock(self.meters, store))
         self.refresh = not exclusive
         """Other writers may append to these logs: reports fold what they wrote first."""
 
@@ -397,3 +406,8 @@ class Lifecycle:
                     self.orchestrator.retire(xid)
             self.watchers.wake(outcome.finished)
         self.on_outcome(outcome)
+        for listener in self.listeners:
+            try:
+                listener(outcome)
+            except Exception:
+                log.exception("an outcome listener raised", extra={"action": "listener_failed"})

@@ -7,7 +7,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from milepost.core import approval_state
 from milepost.store import approvals as ap
 from milepost.store.tables import Tables
 
@@ -44,11 +43,11 @@ class ApprovalTable(Tables):
                 conn.execute(self.sql("UPDATE approval SET status=?, decided_at=?, outcome=?"
                                       " WHERE approval_id=? AND status=?"),
                              (op.status, op.at, json.dumps(op.outcome, default=str),
-                              op.approval_id, approval_state.PENDING))  # fmt: skip
+                              op.approval_id, ap.PENDING))  # fmt: skip
             else:
                 text = ("UPDATE approval SET status=?, decided_at=? WHERE execution_id=?"
                         " AND status=?")  # fmt: skip
-                params: list[Any] = [approval_state.CANCELLED, op.at, op.execution_id, approval_state.PENDING]
+                params: list[Any] = [ap.CANCELLED, op.at, op.execution_id, ap.PENDING]
                 if op.step is not None:
                     text += " AND step=? AND run=?"
                     params += [op.step, op.run]
@@ -77,7 +76,7 @@ class ApprovalTable(Tables):
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
         rows = self.rows("SELECT risk, count(*) FROM approval WHERE status=? GROUP BY risk",
-                         (approval_state.PENDING,))  # fmt: skip
+                         (ap.PENDING,))  # fmt: skip
         return {str(risk): int(n) for risk, n in rows}
 
 

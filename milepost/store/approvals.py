@@ -22,15 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milepost.core import events as ev
-from milepost.core.approval_state import (
-    CANCELLED,
-    DENIED,
-    EXPIRED,
-    GRANTED,
-    INVALIDATED,
-    PENDING,
-)
+from milepost.core.approval_state import CANCELLED as CANCELLED
+from milepost.core.approval_state import DENIED as DENIED
+from milepost.core.approval_state import EXPIRED as EXPIRED
+from milepost.core.approval_state import GRANTED as GRANTED
+from milepost.core.approval_state import INVALIDATED as INVALIDATED
+from milepost.core.approval_state import PENDING as PENDING
 
+# the statuses above are re-exported: the store's modules name them from here
 STATUSES = (PENDING, GRANTED, DENIED, EXPIRED, INVALIDATED, CANCELLED)
 
 CLOSING = {ev.APPROVAL_GRANTED: GRANTED, ev.APPROVAL_DENIED: DENIED,

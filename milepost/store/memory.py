@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from milepost.core import approval_state
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approvals, locks, migrations, port, projection
@@ -251,7 +250,7 @@ class MemoryStore(port.Appends):
                     if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)}  # fmt: skip
             # a run waiting for people is idle on purpose, until its approval expires
             busy |= {a.execution_id for a in self.db.approvals.values()
-                     if a.status == approval_state.PENDING
+                     if a.status == approvals.PENDING
                      and (a.expires_at is None or a.expires_at > now)}  # fmt: skip
             out = []
             for xid, row in self.db.executions.items():

@@ -12,8 +12,10 @@ from fastapi.testclient import TestClient
 
 from milepost.api import app as app_module
 from milepost.api.app import create_app
+from milepost.core.events import APPROVAL_GRANTED, new_event
 from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
 from milepost.engine import notify
+from milepost.engine.webhooks import WebhookNotifier, WebhookSecretMissing
 from tests.api.support import HELLO, settings_for, start_server
 from tests.shared import IN_CI, wait_for
 
@@ -117,3 +119,25 @@ def test_fastapis_telemetry_is_off_unless_opentelemetry_is_configured(
     monkeypatch.delenv("FASTAPI_OTEL_AUTO_CONFIGURE")
     monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
     assert app_module.telemetry() == {}
+
+
+def test_the_server_refuses_an_approval_webhook_without_a_secret(tmp_path: object) -> None:
+    db = tmp_path / "w.db"  # type: ignore[operator]
+    app = create_app(settings_for(f"sqlite:///{db}", approval_webhook_url="http://127.0.0.1:9/h"))
+    with pytest.raises(WebhookSecretMissing, match="MILEPOST_APPROVAL_WEBHOOK_SECRET"), \
+            TestClient(app):  # fmt: skip
+        pass
+    assert not db.exists()  # refused before the database was touched
+
+
+def test_the_server_s_approval_webhook_listens_to_its_engine_until_it_stops(
+        tmp_path: object) -> None:  # fmt: skip
+    with start_server(f"sqlite:///{tmp_path}/w.db", approval_webhook_url="http://127.0.0.1:9/h",
+                      approval_webhook_secret="k") as api:  # fmt: skip
+        notifier = api.services.webhook
+        assert isinstance(notifier, WebhookNotifier)
+        assert notifier in api.services.engine.listeners
+        assert notifier.webhook.url == "http://127.0.0.1:9/h"
+    # stopped with the server: what comes after is dropped, not queued for a dead thread
+    notifier.notify([new_event(1, 2, APPROVAL_GRANTED, 0.0, payload={"approval_id": 1})])
+    assert notifier.dropped == 1

@@ -5,13 +5,17 @@ the status the playbook's logic gives, with every claim in the log."""
 from __future__ import annotations
 
 import itertools
+import logging
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.lifecycle import Lifecycle
+from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.playbook import load
 from milepost.store import port
 from milepost.store.memory import MemoryStore
@@ -96,3 +100,31 @@ def test_a_failed_iteration_is_retried_under_a_new_attempt_and_key() -> None:
              and e.payload.get("index") == 1]  # fmt: skip
     assert [t["attempt"] for t in tries] == [1, 2]
     assert tries[0]["idempotency_key"] != tries[1]["idempotency_key"]
+
+
+def test_listeners_see_each_call_s_committed_events_and_one_that_raises_fails_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    store = MemoryStore()
+    service = Lifecycle(store, Orchestrator(store, clock=lambda: 1000.0, machine_id=1))
+    seen: list[list[ev.Event]] = []
+    in_the_log: list[bool] = []
+
+    def broken(outcome: Outcome) -> None:
+        raise RuntimeError("a listener's bug")
+
+    def record(outcome: Outcome) -> None:
+        # called after the commit: what it is told about is in the log already
+        stored = {e.event_id for e in store.load(outcome.events[0].execution_id)}
+        in_the_log.append(all(e.event_id in stored for e in outcome.events))
+        seen.append(list(outcome.events))
+
+    service.listeners += [broken, record]
+    pb = load.load_text(LOOP)
+    _, version = service.register(LOOP, pb)
+    with caplog.at_level(logging.ERROR, logger="milepost.engine.lifecycle"):
+        xid, outcome = service.start(pb, version, {})
+    assert seen == [outcome.events] and in_the_log == [True]
+    assert [e.event_type for e in seen[0]][:3] == [ev.EXECUTION_STARTED, ev.STEP_ENTER,
+                                                  ev.COMMAND_ISSUED]  # fmt: skip
+    assert service.execution(xid).status == st.RUNNING  # the start stands
+    assert [r.getMessage() for r in caplog.records] == ["an outcome listener raised"]
