@@ -10,9 +10,7 @@ anyway. A vote there is appended behind the log as it was read
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -21,7 +19,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.inputs import (
+    DbOption,
+    JsonOption,
+    ServerOption,
+    local_identity,
+    opened,
+    server_client,
+)
 from milepost.cli.output import fail, out, remote
 
 if TYPE_CHECKING:
@@ -138,12 +143,6 @@ def deny(approval_id: int,
     _decide(approval_id, "deny", reason, db, server, user, role or [], json_out)
 
 
-def identity(user: str | None) -> str:
-    """`user:<--user, else $MILEPOST_USER, else the OS login>`."""
-    name = user or os.environ.get("MILEPOST_USER") or getpass.getuser()
-    return f"user:{name}"
-
-
 def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
             server: str | None, user: str | None, roles: list[str], json_out: bool) -> None:  # fmt: skip
     client = server_client(server, db)
@@ -153,7 +152,7 @@ def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
     else:
         # a refusal (not an approver, voted already, closed) as one line, exit 2
         item = remote(lambda: _decide_locally(approval_id, decision, reason, db,
-                                              identity(user), roles))  # fmt: skip
+                                              local_identity(user), roles))  # fmt: skip
     if json_out:
         typer.echo(json.dumps(item))
         return

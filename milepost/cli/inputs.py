@@ -4,6 +4,7 @@ and where the runs are (the local SQLite database, a server's database, or a ser
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 from collections.abc import Iterator
@@ -52,6 +53,12 @@ def load_state(db: str | None, execution_id: int) -> st.ExecutionState:
     if not events:
         raise fail(f"no execution {execution_id}")
     return st.fold(None, events)
+
+
+def local_identity(user: str | None = None) -> str:
+    """Who acts on the local database: `user:<user, else $MILEPOST_USER, else the OS
+    login>` (no auth there: whoever can write the file can do anything anyway)."""
+    return f"user:{user or os.environ.get('MILEPOST_USER') or getpass.getuser()}"
 
 
 def server_client(server: str | None, db: str | None) -> MilepostClient | None:

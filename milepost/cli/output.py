@@ -4,6 +4,7 @@ and the shapes more than one command shows (an execution's status, short values,
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +43,25 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
+def time_left(expires_at: float | str | None, now: float) -> str:
+    """Until `expires_at` (epoch seconds or ISO-8601): `1d 2h`, `3h 05m`, `4m 10s`, `12s`;
+    `expired` once it passed, `no expiry` without one."""
+    if expires_at is None:
+        return "no expiry"
+    at = datetime.fromisoformat(expires_at).timestamp() if isinstance(expires_at, str) else expires_at
+    left = int(at - now)
+    if left <= 0:
+        return "expired"
+    days, rest = divmod(left, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
 def print_status(data: dict[str, Any], json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(data, default=str))
@@ -56,3 +76,19 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     for name, step in data["steps"].items():
         table.add_row(name, step["status"], str(step.get("runs", "")), short(step["result"], 70))
     out.print(table)
+    now = time.time()
+    for name, step in data["steps"].items():
+        if step.get("approval"):
+            out.print(approval_line(name, step["approval"], now), highlight=False, markup=False,
+                      soft_wrap=True)  # fmt: skip
+
+
+def approval_line(step: str, approval: dict[str, Any], now: float) -> str:
+    """One approval of a step (`summaries.approval_summary`): a pending one's risk, votes
+    against the quorum, who may decide and the time left; a closed one's outcome."""
+    head = f"approval {approval['approval_id']} (step {step}):"
+    if approval["status"] != "pending":
+        return f"{head} {approval.get('outcome') or approval['status']}"
+    return (f"{head} pending · risk {approval['risk']} · votes {approval['approved']}/"
+            f"{approval['quorum']} · who may decide: {', '.join(approval['approvers'])} · "
+            f"time left: {time_left(approval.get('expires_at'), now)}")  # fmt: skip

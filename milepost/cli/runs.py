@@ -8,24 +8,27 @@ import inspect
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.live import Live
-from rich.table import Table
 
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
     ServerOption,
     load_state,
+    local_identity,
     local_store,
     opened,
     read_workload,
     server_client,
 )
 from milepost.cli.output import err, fail, iso, out, remote, short
+from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resume_command
+from milepost.core import approval_state as ap
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import Vault
@@ -42,42 +45,23 @@ from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer()
 
-
-class Progress:
-    """A live table of steps, fed with events as they are committed."""
-
-    def __init__(self) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.live: Live | None = None
-
-    def table(self) -> Table:
-        table = Table(title="milepost", expand=False)
-        for col in ("step", "status", "runs", "done"):
-            table.add_column(col)
-        for name, row in self.rows.items():
-            done = f"{row['done']}/{row['total']}" if row.get("total") is not None else ""
-            table.add_row(name, row["status"], str(row["runs"]), done)
-        return table
-
-    def __call__(self, event: ev.Event) -> None:
-        if not event.step:
-            return
-        row = self.rows.setdefault(event.step, {"status": "", "runs": 0, "done": 0, "total": None})
-        if event.event_type == ev.STEP_ENTER:
-            row.update(status="RUNNING", runs=row["runs"] + 1, done=0,
-                       total=len(event.payload["items"]) if "items" in event.payload else None)
-        elif event.event_type == ev.COMMAND_COMPLETED:
-            row["done"] += 1
-        elif event.event_type == ev.STEP_EXIT:
-            row["status"] = event.status or ""
-        if self.live is not None:
-            self.live.update(self.table())
+INTERRUPTED = 130
+"""The exit code of a `run` or `resume` stopped by Ctrl-C (128 + SIGINT, as shells use)."""
 
 
-async def _drive(db: str | None, json_out: bool, start: Any) -> st.ExecutionState:
+@dataclass(slots=True)
+class Drive:
+    """One `run` or `resume`: where, how it prints, and the run once it is known (what a
+    Ctrl-C leaves behind is said about it)."""
+
+    db: str | None
+    json_out: bool
+    execution_id: int | None = None
+
+
+async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
     settings = Settings()
-    store = local_store(db)
-    progress = Progress()
+    store = local_store(drive.db)
     # credentials need the key; without one a playbook that names a credential fails
     # with a message saying it is not registered
     vault = Vault.from_env(store) if os.environ.get("MILEPOST_SECRET_KEY") else None
@@ -87,18 +71,54 @@ async def _drive(db: str | None, json_out: bool, start: Any) -> st.ExecutionStat
                                   machine_id=settings.machine_id, vault=vault,
                                   driver_ttl=settings.driver_ttl,
                                   webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
-            if not json_out and out.is_terminal:
+            if not drive.json_out and out.is_terminal:
+                progress = Progress(drive.db)
                 engine.subscribe(progress)
-                with Live(progress.table(), console=out, refresh_per_second=8) as live:
-                    progress.live = live
-                    xid = await _started(start(engine))
-                    return await engine.wait(xid)
-            xid = await _started(start(engine))
-            if not json_out:
-                out.print(f"execution {xid} started")
-            return await engine.wait(xid)
+                with Live(progress, console=out, refresh_per_second=4):
+                    drive.execution_id = await _started(start(engine))
+                    return await engine.wait(drive.execution_id)
+            # off a terminal approvals are lines; with --json on stderr, stdout is the JSON
+            engine.subscribe(ApprovalLines(err if drive.json_out else out, drive.db))
+            drive.execution_id = await _started(start(engine))
+            if not drive.json_out:
+                out.print(f"execution {drive.execution_id} started")
+            return await engine.wait(drive.execution_id)
     finally:
         store.close()
+
+
+def _driven(drive: Drive, start: Any) -> st.ExecutionState:
+    """`_drive` to the end of the run, or to a Ctrl-C: the run is left as it is (its
+    driver lease released on the way out) and the user is told how to go on."""
+    try:
+        return asyncio.run(_drive(drive, start))
+    except KeyboardInterrupt:
+        raise _interrupted(drive) from None
+    except MilepostError as exc:
+        raise fail(exc.message) from None
+
+
+def _interrupted(drive: Drive) -> typer.Exit:
+    xid = drive.execution_id
+    if xid is None:
+        err.print("interrupted before the run started", highlight=False)
+        return typer.Exit(INTERRUPTED)
+    state = load_state(drive.db, xid)
+    if state.terminal:
+        err.print(f"interrupted; execution {xid} is {state.status}", highlight=False)
+        return typer.Exit(INTERRUPTED)
+    err.print(f"interrupted: execution {xid} is left {state.status} as it is (nothing was"
+              " cancelled); another process may drive it now", highlight=False,
+              markup=False, soft_wrap=True)  # fmt: skip
+    for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
+        if approval.status == ap.PENDING:
+            approve, deny = decide_commands(approval.approval_id, drive.db)
+            err.print(f"approval {approval.approval_id} (step {approval.step}) waits for a"
+                      f" decision: {approve}  or  {deny}", highlight=False, markup=False,
+                      soft_wrap=True)  # fmt: skip
+    err.print(f"to go on: {resume_command(xid, drive.db)}", highlight=False, markup=False,
+              soft_wrap=True)  # fmt: skip
+    return typer.Exit(INTERRUPTED)
 
 
 async def _started(xid: Any) -> int:
@@ -146,10 +166,9 @@ def run(
                                    "error": {**exc.to_dict(), "reason": exc.message},
                                    "steps": {}}))  # fmt: skip
         raise fail(exc.message, code=1) from None
-    try:
-        state = asyncio.run(_drive(db, json_out, lambda e: e.start(playbook, text, workload)))
-    except MilepostError as exc:
-        raise fail(exc.message) from None
+    started_by = local_identity()
+    state = _driven(Drive(db, json_out),
+                    lambda e: e.start(playbook, text, workload, started_by=started_by))  # fmt: skip
     _print_result(state, json_out)
 
 
@@ -172,10 +191,7 @@ def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False)
         await engine.take_over(execution_id, on_wait=_waiting_for)
         return execution_id
 
-    try:
-        state = asyncio.run(_drive(db, json_out, start))
-    except MilepostError as exc:
-        raise fail(exc.message) from None
+    state = _driven(Drive(db, json_out, execution_id), start)
     _print_result(state, json_out)
 
 

@@ -106,6 +106,8 @@ class EmbeddedEngine:
         self._done: dict[int, asyncio.Event] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._listeners: list[EventListener] = []
+        self._told: dict[int, int] = {}
+        """Per execution, the seq up to which the listeners have seen its log."""
         self._active: set[int] = set()
         self._error: BaseException | None = None
 
@@ -151,7 +153,10 @@ class EmbeddedEngine:
             self._leased.release()
 
     def subscribe(self, listener: EventListener) -> None:
-        """Call `listener` with every event committed (for progress displays)."""
+        """Call `listener` with every event of the log of each run this engine drives, in
+        log order (for progress displays): those it commits, its claims, and those other
+        processes append (a vote, a cancel), folded by the poller. A resumed run's log is
+        told from its start."""
         self._listeners.append(listener)
 
     # -- executions ------------------------------------------------------------------------
@@ -200,6 +205,7 @@ class EmbeddedEngine:
         self._active.add(execution_id)
         self.service.release_claims(execution_id)
         self.service.process(also=[execution_id], refresh=False, claim=self._claim())
+        self._catch_up([execution_id])
         return state
 
     async def take_over(self, execution_id: int, *,
@@ -320,14 +326,14 @@ class EmbeddedEngine:
 
     def _handle(self, outcome: Outcome) -> None:
         """What the embedded transport does with every outcome of the service."""
-        for event in outcome.events:
-            for listener in self._listeners:
-                listener(event)
+        if self._listeners:
+            self._tell(outcome)
         self.workers.dispatch(outcome.claimed)
         for xid, at in outcome.wake_at.items():
             self._schedule(xid, at)
         for state in outcome.finished:
             self._active.discard(state.execution_id)
+            self._told.pop(state.execution_id, None)
             timer = self._timers.pop(state.execution_id, None)
             if timer is not None:
                 timer.cancel()
@@ -338,6 +344,43 @@ class EmbeddedEngine:
             # issued by a call that claimed nothing (a cancel's settlement, a timer's wake
             # with every slot busy then): claim them now that a slot is free
             asyncio.get_running_loop().call_soon(self._process_safely, [], list(waiting))
+
+    def _tell(self, outcome: Outcome) -> None:
+        """Hand the listeners an outcome's events and claims, after whatever of the log they
+        have not seen before them (another process's vote the call folded, a release)."""
+        logged = [*outcome.events, *(lease.event for _, lease in outcome.claimed
+                                     if lease.event is not None)]  # fmt: skip
+        for event in sorted(logged, key=lambda e: (e.execution_id, e.seq)):
+            told = self._told.get(event.execution_id, 0)
+            if event.seq <= told:
+                continue
+            if event.seq > told + 1:
+                self._deliver(self._unseen(event.execution_id, told, event.seq))
+            self._deliver([event])
+
+    def _catch_up(self, xids: Iterable[int]) -> None:
+        """Tell the listeners what the cached states folded past what they have seen:
+        the events other processes appended, read by a refresh that decided nothing."""
+        if not self._listeners:
+            return
+        for xid in xids:
+            state = self.orchestrator.cached(xid)
+            told = self._told.get(xid, 0)
+            if state is not None and state.last_seq > told:
+                self._deliver(self._unseen(xid, told, state.last_seq + 1))
+
+    def _unseen(self, xid: int, after: int, before: int) -> list[ev.Event]:
+        try:
+            return self.store.load(xid, after_seq=after, before_seq=before)
+        except Exception:  # a display misses a few events; the run must not fail for it
+            log.exception("could not read the events of %s the listeners missed", xid)
+            return []
+
+    def _deliver(self, events: list[ev.Event]) -> None:
+        for event in events:
+            self._told[event.execution_id] = max(self._told.get(event.execution_id, 0), event.seq)
+            for listener in self._listeners:
+                listener(event)
 
     def _schedule(self, xid: int, at: float) -> None:
         loop = asyncio.get_running_loop()
@@ -397,8 +440,9 @@ class EmbeddedEngine:
             await asyncio.sleep(POLL_INTERVAL)
             if not self._active:
                 continue
-            # re-read the log: another process may have asked to cancel
+            # re-read the log: another process may have asked to cancel, or voted
             self._process_safely([], list(self._active), refresh=True)
+            self._catch_up(list(self._active))
             cancelled = [x for x in self._active
                          if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
             if cancelled:  # their queued commands are never claimed: settle them

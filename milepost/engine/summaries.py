@@ -3,13 +3,19 @@ API's summary view and the conformance checks."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from milepost.core import approval_state as ap
 from milepost.core import state as st
 
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
-    """`{execution_id, status, error, steps: {name: {status, result, runs}}}`."""
+    """`{execution_id, status, error, steps: {name: {status, result, runs}}}`; a gated
+    step also has its latest `approval` (`approval_summary`)."""
+    latest: dict[str, ap.Approval] = {}
+    for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
+        latest[approval.step] = approval
     steps: dict[str, Any] = {}
     for name, status in state.step_status.items():
         steps[name] = {
@@ -17,6 +23,8 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
             "result": _plain(state.results.get(name)),
             "runs": state.run_counts.get(name, 0),
         }
+        if name in latest:
+            steps[name]["approval"] = approval_summary(state, latest[name])
     error = state.error
     if state.status != st.FAILED:
         error = None
@@ -27,6 +35,39 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         "error": error,
         "steps": steps,
     }
+
+
+def approval_summary(state: st.ExecutionState, approval: ap.Approval) -> dict[str, Any]:
+    """`{approval_id, status, risk, approvers, quorum, approved, votes, expires_at, outcome}`:
+    times as ISO-8601, `outcome` how a closed approval closed (None while pending)."""
+    return {
+        "approval_id": str(approval.approval_id), "status": approval.status,
+        "risk": approval.risk, "approvers": list(approval.approvers),
+        "quorum": approval.quorum, "approved": len(approval.approvals),
+        "votes": [{"identity": v.identity, "decision": v.decision, "reason": v.reason,
+                   "at": _iso(v.at)} for v in approval.votes],
+        "expires_at": None if approval.expires_at is None else _iso(approval.expires_at),
+        "outcome": _outcome(state, approval),
+    }  # fmt: skip
+
+
+def _outcome(state: st.ExecutionState, approval: ap.Approval) -> str | None:
+    if approval.status == ap.PENDING:
+        return None
+    if approval.status == ap.GRANTED:
+        return "granted by " + ", ".join(v.identity for v in approval.approvals)
+    denial = approval.denial
+    if approval.status == ap.DENIED and denial is not None:
+        return f"denied by {denial.identity}" + (f": {denial.reason}" if denial.reason else "")
+    for error in (state.failure, state.error):
+        # the step's failure says why it was invalidated or expired, in the message people read
+        if error and error.get("step") == approval.step and error.get("kind") == "approval":
+            return str(error.get("message"))
+    return approval.status
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def _plain(value: Any) -> Any:
