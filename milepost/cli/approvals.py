@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -27,7 +26,7 @@ from milepost.cli.inputs import (
     opened,
     server_client,
 )
-from milepost.cli.output import fail, out, remote
+from milepost.cli.output import fail, out, remote, time_left
 
 if TYPE_CHECKING:
     from milepost.engine.webhooks import WebhookNotifier
@@ -107,21 +106,6 @@ def table(items: list[dict[str, Any]], now: float) -> Table:
                       ", ".join(item["approvers"]), time_left(item.get("expires_at"), now),
                       item["status"])  # fmt: skip
     return shown
-
-
-def time_left(expires_at: str | None, now: float) -> str:
-    """`2h 05m` until an ISO time, `expired`, or `-` without one."""
-    if not expires_at:
-        return "-"
-    left = datetime.fromisoformat(expires_at).timestamp() - now
-    if left <= 0:
-        return "expired"
-    minutes = int(left // 60)
-    if minutes < 1:
-        return f"{int(left)}s"
-    days, minutes = divmod(minutes, 24 * 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{days}d {hours}h" if days else f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
 
 
 @app.command()

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from milepost.api import auth
 from milepost.cli import app, output
-from milepost.cli.approvals import time_left
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
@@ -124,19 +123,3 @@ def test_approvals_and_approve_through_a_server(tmp_path: Path) -> None:
         assert "granted (2/2 approvals)" in done.stdout
         left = milepost("approvals", "--server", server.url, MILEPOST_TOKEN=bob)
         assert left.exit_code == 0 and "no pending approvals" in left.stdout
-
-
-def test_time_left_reads_like_a_clock() -> None:
-    now = 1_000_000.0
-
-    def iso(seconds: float) -> str:
-        from datetime import UTC, datetime
-
-        return datetime.fromtimestamp(now + seconds, UTC).isoformat()
-
-    assert time_left(None, now) == "-"
-    assert time_left(iso(-1), now) == "expired"
-    assert time_left(iso(42), now) == "42s"
-    assert time_left(iso(5 * 60 + 3), now) == "5m"
-    assert time_left(iso(2 * 3600 + 5 * 60), now) == "2h 05m"
-    assert time_left(iso(3 * 86400 + 4 * 3600), now) == "3d 4h"
