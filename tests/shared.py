@@ -87,3 +87,14 @@ def _source(check: Callable[[], object]) -> str:
         return " ".join(inspect.getsource(check).split())
     except (OSError, TypeError):
         return repr(check)
+
+
+def metric_sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of a Prometheus exposition (`/metrics`), by name and labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    raise AssertionError(f"{name} {labels} not in the exposition")

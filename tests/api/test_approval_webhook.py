@@ -4,7 +4,6 @@ approval metrics count the outcome with its time."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +13,7 @@ from milepost.engine import webhooks
 from tests.api.support import Api, ok, start_server
 from tests.api.test_approvals import People, gated, pending
 from tests.receiver import Receiver, serve
-from tests.shared import wait_for
+from tests.shared import metric_sample, wait_for
 
 SECRET = "server-hook-secret"
 
@@ -66,8 +65,8 @@ def test_the_server_sends_the_request_the_votes_and_the_grant_in_order(
     assert [r.json["payload"].get("identity") for r in hooks.received[1:3]] == [
         "user:alice", "user:bob"]
     text = api.get("/metrics", role="viewer").text
-    assert sample(text, "milepost_approval_decisions_total", outcome="granted") == 1
-    assert sample(text, "milepost_approval_time_to_decision_seconds_count") == 1
+    assert metric_sample(text, "milepost_approval_decisions_total", outcome="granted") == 1
+    assert metric_sample(text, "milepost_approval_time_to_decision_seconds_count") == 1
 
 
 def test_a_denial_is_sent_and_a_refused_vote_sends_nothing(
@@ -87,13 +86,7 @@ def test_a_denial_is_sent_and_a_refused_vote_sends_nothing(
     denied = hooks.received[2].json["payload"]
     assert (denied["by"], denied["reason"]) == ("user:bob", "duplicate refund")
     text = api.get("/metrics", role="viewer").text
-    assert sample(text, "milepost_approval_decisions_total", outcome="denied") == 1
-    assert sample(text, "milepost_approval_decisions_total", outcome="granted") == 0
+    assert metric_sample(text, "milepost_approval_decisions_total", outcome="denied") == 1
+    assert metric_sample(text, "milepost_approval_decisions_total", outcome="granted") == 0
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
-    found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    assert found, f"{name} {labels} not in the exposition"
-    return float(found.group(1))

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 from milepost.core import events as ev
 from tests.api.support import HELLO, Api, error, ok, report_wire
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
-    found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    assert found, f"{name} {labels} not in the exposition"
-    return float(found.group(1))
+from tests.shared import metric_sample
 
 
 def test_metrics_count_events_commands_claims_and_evaluations(api: Api) -> None:
@@ -32,18 +23,18 @@ def test_metrics_count_events_commands_claims_and_evaluations(api: Api) -> None:
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
     done = "command.completed"
-    assert sample(text, "milepost_events_ingested_total", event_type=done, outcome="stored") == 1
-    assert sample(text, "milepost_events_ingested_total", event_type=done, outcome="duplicate") == 1
-    assert sample(text, "milepost_events_ingested_total", event_type=done, outcome="stale") == 1
-    assert sample(text, "milepost_events_ingested_total", event_type="unknown",
+    assert metric_sample(text, "milepost_events_ingested_total", event_type=done, outcome="stored") == 1
+    assert metric_sample(text, "milepost_events_ingested_total", event_type=done, outcome="duplicate") == 1
+    assert metric_sample(text, "milepost_events_ingested_total", event_type=done, outcome="stale") == 1
+    assert metric_sample(text, "milepost_events_ingested_total", event_type="unknown",
                   outcome="rejected") == 1  # fmt: skip
-    assert sample(text, "milepost_commands_issued_total") == 2
-    assert sample(text, "milepost_commands_claimed_total") == 1
-    assert sample(text, "milepost_commands_completed_total", outcome="completed") == 1
-    assert sample(text, "milepost_claim_conflicts_total", code="already_terminal") == 1
-    assert sample(text, "milepost_command_queue_depth") == 1  # `shout` waits for a worker
-    assert sample(text, "milepost_event_ingest_seconds_count") == 4
-    assert sample(text, "milepost_orchestrator_evaluation_seconds_count") >= 3
+    assert metric_sample(text, "milepost_commands_issued_total") == 2
+    assert metric_sample(text, "milepost_commands_claimed_total") == 1
+    assert metric_sample(text, "milepost_commands_completed_total", outcome="completed") == 1
+    assert metric_sample(text, "milepost_claim_conflicts_total", code="already_terminal") == 1
+    assert metric_sample(text, "milepost_command_queue_depth") == 1  # `shout` waits for a worker
+    assert metric_sample(text, "milepost_event_ingest_seconds_count") == 4
+    assert metric_sample(text, "milepost_orchestrator_evaluation_seconds_count") >= 3
 
 
 def test_pending_approvals_by_risk_are_read_from_the_store_at_each_scrape(api: Api) -> None:
@@ -51,7 +42,7 @@ def test_pending_approvals_by_risk_are_read_from_the_store_at_each_scrape(api: A
 
     def gauge() -> dict[str, float]:
         text = ok_text(api)
-        return {risk: sample(text, "milepost_approvals_pending", risk=risk)
+        return {risk: metric_sample(text, "milepost_approvals_pending", risk=risk)
                 for risk in ("low", "medium", "high")}  # fmt: skip
 
     assert gauge() == {"low": 0, "medium": 0, "high": 0}

@@ -3,13 +3,12 @@ the events one engine call committed (or the log, for a request this process nev
 
 from __future__ import annotations
 
-import re
-
 from milepost.api.metrics import EngineMeters, Metrics
 from milepost.core import events as ev
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Outcome
 from milepost.store.memory import MemoryStore
+from tests.shared import metric_sample
 
 T0 = 1_764_600_000.0
 XID = 42
@@ -81,14 +80,6 @@ def test_the_clock_forgets_the_oldest_requests_past_its_bound() -> None:
     assert meters.closed == [("granted", None), ("granted", 7.0)]
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" (\S+)"
-    found = re.search("^" + pattern + "$", text, re.MULTILINE)
-    assert found, f"{name} {labels} not in the exposition"
-    return float(found.group(1))
-
-
 def test_the_server_exposes_the_decisions_by_outcome_and_the_time_histogram() -> None:
     metrics = Metrics()
     clock = ApprovalClock(EngineMeters(metrics), MemoryStore())
@@ -97,13 +88,13 @@ def test_the_server_exposes_the_decisions_by_outcome_and_the_time_histogram() ->
                           closing(4, ev.APPROVAL_DENIED, 2, T0 + 7200)]))  # fmt: skip
     text = metrics.exposition().decode()
     name = "milepost_approval_decisions_total"
-    assert sample(text, name, outcome="granted") == 1
-    assert sample(text, name, outcome="denied") == 1
-    assert sample(text, name, outcome="expired") == 0  # shown before it first happens
-    assert sample(text, name, outcome="invalidated") == 0
+    assert metric_sample(text, name, outcome="granted") == 1
+    assert metric_sample(text, name, outcome="denied") == 1
+    assert metric_sample(text, name, outcome="expired") == 0  # shown before it first happens
+    assert metric_sample(text, name, outcome="invalidated") == 0
     hist = "milepost_approval_time_to_decision_seconds"
-    assert sample(text, hist + "_count") == 2
-    assert sample(text, hist + "_sum") == 7320
-    assert sample(text, hist + "_bucket", le="300.0") == 1
-    assert sample(text, hist + "_bucket", le="3600.0") == 1
-    assert sample(text, hist + "_bucket", le="14400.0") == 2
+    assert metric_sample(text, hist + "_count") == 2
+    assert metric_sample(text, hist + "_sum") == 7320
+    assert metric_sample(text, hist + "_bucket", le="300.0") == 1
+    assert metric_sample(text, hist + "_bucket", le="3600.0") == 1
+    assert metric_sample(text, hist + "_bucket", le="14400.0") == 2
