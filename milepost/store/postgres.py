@@ -25,7 +25,7 @@ import contextlib
 import functools
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,10 +36,11 @@ from psycopg import errors as pg_errors
 from milepost.core import events as ev
 from milepost.errors import ConcurrencyConflict
 from milepost.store import migrations, port, projection, sql
-from milepost.store.sql import Collect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
+Collect = Callable[[], tuple[port.Claimed, list[ev.Event]]]
+"""What `claim_queued` took: the claims and their `command.claimed` events."""
 _NS_MIGRATE = 0x6D70_0001
 _NS_LEADER = 0x6D70_0004  # the one session lock in the two-int space (see try_leader_lock)
 
@@ -109,8 +110,8 @@ _PICK = (
     # (it holds no log yet: no cycle); a claim after an append holds that append's logs,
     # so it takes only the others it can lock at once and leaves the rest for the next
     "picked AS (SELECT c.command_id, c.execution_id FROM command c JOIN execution x"
-    " ON x.execution_id = c.execution_id WHERE c.status=%(queued)s AND x.status='RUNNING'"
-    " AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
+    f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
+    " AND x.status='RUNNING' AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
     " LIMIT %(limit)s FOR UPDATE OF c SKIP LOCKED),"
     " free AS (SELECT x.execution_id FROM (SELECT DISTINCT execution_id FROM picked) x"
     " WHERE {hold}),"
@@ -303,6 +304,23 @@ class PostgresStore(sql.SQLStore):
             claimed, logged = collect() if collect is not None else ([], [])
         return stored, claimed, logged
 
+    def insert_events(self, conn: Conn, events: Sequence[ev.Event],
+                      expect: Mapping[int, int] | None, careful: bool,
+                      ends: dict[int, int]) -> Callable[[], list[ev.Event]]:  # fmt: skip
+        """Queue the numbered insert of `events` and their projections; the call (before
+        the commit) returns the events stored, or raises RepeatedId. `ends` is given where
+        each log written to ends after the insert (for the claims' events)."""
+        stored, rows, strict = self.number_events(conn, events, expect, careful, ends)
+        inserted = self.insert_rows(conn, rows, strict=strict) if rows else (lambda: 0)
+        self.project(conn, stored)
+
+        def check() -> list[ev.Event]:
+            if inserted() != len(stored):
+                raise sql.RepeatedId()
+            return stored
+
+        return check
+
     def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
                     strict: bool) -> Any:  # fmt: skip
         cursor = (_EVENT_INSERT_STRICT if strict else _EVENT_INSERT).execute(conn, rows)
@@ -311,13 +329,15 @@ class PostgresStore(sql.SQLStore):
     def insert_commands(self, conn: Conn, rows: list[tuple[Any, ...]]) -> None:
         _COMMAND_INSERT.execute(conn, rows)
 
-    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
-        _COMMAND_SETTLE.execute(conn, rows)
+    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]],
+                        claims: Mapping[int, int]) -> None:  # fmt: skip
+        if rows:  # the claims: checked first in the pipeline (`check_claims`)
+            _COMMAND_SETTLE.execute(conn, rows)
 
     def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
                      ends: Mapping[int, int]) -> Collect:  # fmt: skip
         expires = req.now + req.lease_s
-        params = {"queued": port.COMMAND_QUEUED, "claimed": port.COMMAND_CLAIMED,
+        params = {"claimed": port.COMMAND_CLAIMED,
                   "worker": req.worker_id, "expires": expires, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
@@ -337,10 +357,11 @@ class PostgresStore(sql.SQLStore):
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
                 row = port.CommandRow(*r[:12])
-                lease = port.Lease(row.command_id, req.worker_id, row.epoch, expires)
-                claimed.append((row, lease))
-                event = projection.claimed_event(int(r[12]), row, lease, req.now)
-                logged.append(sql.SQLStore.numbered([event], {row.execution_id: int(r[13]) - 1})[0])
+                event = projection.claimed_event(int(r[12]), row, req.worker_id, row.epoch,
+                                                 expires, req.now, int(r[13]))  # fmt: skip
+                claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
+                                                expires, event)))  # fmt: skip
+                logged.append(event)
             return claimed, logged
 
         return collect
