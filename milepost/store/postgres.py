@@ -224,6 +224,9 @@ class PostgresStore(sql.SQLStore):
         self._lock_pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._leader: Conn | None = None
         self._mutex = threading.Lock()
+        self._claiming = 0
+        """Claims alone (no append) in flight in this process (`write_batch`)."""
+        self._claiming_lock = threading.Lock()
         self._held = threading.local()
         """The calling thread's lock connection while it is inside `lock_execution`."""
         if migrate:
@@ -289,28 +292,38 @@ class PostgresStore(sql.SQLStore):
         # read (`last_seqs`) or an insert that may skip repeated ids must be counted
         xids = {e.execution_id for e in events}
         vouched = not careful and expect is not None and xids <= expect.keys()
-        with self.read() as conn:
-            with conn.pipeline() as pipe, conn.transaction():
-                self.check_claims(conn, claims)
-                ends: dict[int, int] = {}
-                check = self.insert_events(conn, events, expect, careful, ends)
-                collect = (None if claim is None
-                           else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
-                if not vouched:
-                    pipe.sync()
-                    stored = check()  # before the commit
-            if vouched:
-                stored = check()  # a strict insert: it failed the commit if it fell short
-            claimed, logged = collect() if collect is not None else ([], [])
+        with self._claiming_lock:
+            self._claiming += not events
+            # a claim alone of this process may be writing `command.claimed` to these logs
+            # now: numbered from the cache, the append would lose the seq to it and be
+            # tried again (a whole transaction); one read of the logs' ends costs less
+            read = bool(events) and self._claiming > 0
+        try:
+            with self.read() as conn:
+                with conn.pipeline() as pipe, conn.transaction():
+                    self.check_claims(conn, claims)
+                    ends: dict[int, int] = {}
+                    check = self.insert_events(conn, events, expect, careful, ends, read)
+                    collect = (None if claim is None
+                               else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
+                    if not vouched:
+                        pipe.sync()
+                        stored = check()  # before the commit
+                if vouched:
+                    stored = check()  # a strict insert: it failed the commit if it fell short
+                claimed, logged = collect() if collect is not None else ([], [])
+        finally:
+            with self._claiming_lock:
+                self._claiming -= not events
         return stored, claimed, logged
 
     def insert_events(self, conn: Conn, events: Sequence[ev.Event],
-                      expect: Mapping[int, int] | None, careful: bool,
-                      ends: dict[int, int]) -> Callable[[], list[ev.Event]]:  # fmt: skip
+                      expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
+                      read: bool = False) -> Callable[[], list[ev.Event]]:  # fmt: skip
         """Queue the numbered insert of `events` and their projections; the call (before
         the commit) returns the events stored, or raises RepeatedId. `ends` is given where
         each log written to ends after the insert (for the claims' events)."""
-        stored, rows, strict = self.number_events(conn, events, expect, careful, ends)
+        stored, rows, strict = self.number_events(conn, events, expect, careful, ends, read)
         inserted = self.insert_rows(conn, rows, strict=strict) if rows else (lambda: 0)
         self.project(conn, stored)
 

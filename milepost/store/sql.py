@@ -181,14 +181,15 @@ class SQLStore(Tables, port.Appends):
 
     def number_events(self, conn: Conn, events: Sequence[ev.Event],
                       expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
-                      ) -> tuple[list[ev.Event], list[tuple[Any, ...]], bool]:  # fmt: skip
-        """`events` numbered after their logs' ends (`ends` is given where each ends then),
-        their rows, and whether their insert is strict (the caller vouched for the logs)."""
+                      read: bool = False) -> tuple[list[ev.Event], list[tuple[Any, ...]], bool]:  # fmt: skip
+        """`events` numbered after their logs' ends (`ends` is given where each ends then;
+        `read`: read them under the writers' lock, not from the cache), their rows, and
+        whether their insert is strict (the caller vouched for the logs)."""
         if not events:
             return [], [], True
         xids = sorted({e.execution_id for e in events})
         vouched = not careful and expect is not None and set(xids) <= expect.keys()
-        last = self.last_seqs(conn, xids, expect or {}, careful)
+        last = self.last_seqs(conn, xids, expect or {}, careful or read)
         if careful:
             events = port.new_events(events, self._known(conn, events))
         stored = self.numbered(events, last)
