@@ -118,5 +118,7 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     else:
         payload = {**base, "error": outcome.error, "result": outcome.result}
         etype = ev.COMMAND_FAILED
+    # a report is caused by its command (the id of the `command.issued` event)
     return [ev.new_event(event_id, item.execution_id, etype, now, step=item.step, payload=payload,
-                         meta=meta, worker_id=worker_id)]  # fmt: skip
+                         meta=meta, worker_id=worker_id,
+                         parent_event_id=item.command_id)]  # fmt: skip

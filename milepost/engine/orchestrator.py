@@ -45,8 +45,9 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 4
-"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`."""
+_SNAPSHOT_VERSION = 5
+"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
+5: `causes`."""
 
 
 @dataclass(slots=True)
@@ -167,7 +168,9 @@ class Orchestrator:
                 payload["sealed_workload"] = sealed
             if started_by is not None:
                 payload["started_by"] = started_by
-            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
+            # a child run is caused by its parent's command (the `command.issued` event)
+            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload,
+                                   parent_event_id=parent_command_id)  # fmt: skip
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
                 return xid, self.process([started], claim=claim)

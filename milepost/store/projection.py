@@ -116,7 +116,7 @@ def claimed_event(event_id: int, row: port.CommandRow, lease: port.Lease,
                   now: float) -> ev.Event:  # fmt: skip
     """The `command.claimed` event of a claim the store takes (`lease` is the claim)."""
     return ev.new_event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, step=row.step,
-                        worker_id=lease.worker_id, payload={
+                        worker_id=lease.worker_id, parent_event_id=row.command_id, payload={
                             "command_id": row.command_id, "worker_id": lease.worker_id,
                             "epoch": lease.epoch, "lease_expires_at": lease.expires_at,
                             "run": row.run, "index": row.index, "attempt": row.attempt})  # fmt: skip
@@ -126,7 +126,7 @@ def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: i
                    now: float) -> ev.Event:  # fmt: skip
     """The `command.released` event of a claim given back (`row` as it was claimed)."""
     return ev.new_event(event_id, row.execution_id, ev.COMMAND_RELEASED, now, step=row.step,
-                        worker_id=worker_id, payload={
+                        worker_id=worker_id, parent_event_id=row.command_id, payload={
                             "command_id": row.command_id, "worker_id": worker_id,
                             "epoch": epoch, "run": row.run, "index": row.index,
                             "attempt": row.attempt})  # fmt: skip
