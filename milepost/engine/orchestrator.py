@@ -384,8 +384,10 @@ class Orchestrator:
         code = exc.code if isinstance(exc, WorkloadUnreadable) else ENGINE_ERROR
         error = {"step": None, "task": None, "kind": "engine", "code": code,
                  "message": message, "reason": f"engine error: {message}"}  # fmt: skip
+        cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
         failed = ev.new_event(self.new_id(), xid, ev.EXECUTION_FAILED, now,
-                              payload={"error": error, "reason": error["reason"]})  # fmt: skip
+                              payload={"error": error, "reason": error["reason"]},
+                              parent_event_id=cause)  # fmt: skip
         # the decide loop may have folded part of a decision: start again from the log
         # plus this call's reports (as stored: stale marks included)
         fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
