@@ -291,6 +291,10 @@ class CommandOut(BaseModel):
     lease: LeaseOut | None = None
     approved_digest: str | None = None
     """The digest of the approved call (`spec.approval`): the worker refuses another call."""
+    traceparent: str | None = Field(
+        default=None, description="[milepost extension] W3C trace context of the run: the "
+        "worker's span of this attempt is its child; its report carries the attempt's own "
+        "in `meta.traceparent`.")  # fmt: skip
 
 
 # a batch of events comes after the commands: a report may claim the next ones

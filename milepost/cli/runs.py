@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 
+from milepost import telemetry
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
@@ -61,6 +62,7 @@ class Drive:
 
 async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
     settings = Settings()
+    telemetry.from_settings(settings, service="milepost-run")  # a bad setting: before the store
     store = local_store(drive.db)
     # credentials need the key; without one a playbook that names a credential fails
     # with a message saying it is not registered

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, ids
+from milepost.core import approvals, causality, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -51,9 +51,11 @@ class _Emitter:
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
              event_id: int | None = None, **payload: Any) -> None:
+        parent = causality.cause(self.state.causes, self.decision.events, event_type, step,
+                                 payload)  # fmt: skip
         self.decision.events.append(ev.new_event(
             event_id or self.new_id(), self.state.execution_id, event_type, self.now,
-            step=step, status=status, payload=payload,
+            step=step, status=status, payload=payload, parent_event_id=parent,
         ))  # fmt: skip
 
     def wake(self, at: float) -> None:

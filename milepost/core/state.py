@@ -17,6 +17,7 @@ from typing import Any
 
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
+from milepost.core.causality import Causes
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
@@ -132,6 +133,8 @@ class ExecutionState:
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
     seen: set[int] = field(default_factory=set)
+    causes: Causes = field(default_factory=Causes)
+    """What decide names as the parent of each event it decides (`core.causality`)."""
     last_seq: int = 0
     event_count: int = 0
 
@@ -155,6 +158,7 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
         handler = _HANDLERS.get(event.event_type)
         if handler is None:
             raise UnknownEvent(f"unknown event type {event.event_type!r} (event {event.event_id})")
+        state.causes.note(event, state.commands)
         handler(state, event)
         state.seen.add(event.event_id)
         state.event_count += 1

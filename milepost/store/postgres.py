@@ -128,9 +128,10 @@ _LOG = (
     " numbered AS (SELECT claimed.*, row_number() OVER (ORDER BY created_at, command_id) AS n,"
     " ends.seq + row_number() OVER (PARTITION BY claimed.execution_id ORDER BY created_at,"
     " command_id) AS seq FROM claimed JOIN ends ON ends.execution_id = claimed.execution_id),"
-    " logged AS (INSERT INTO event (event_id, execution_id, seq, event_type, step, status,"
-    " result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
-    " seq, %(type)s, step, 'RUNNING', json_build_object('status',"
+    # a claim's parent is its command (`projection.claimed_event`, the other claim paths)
+    " logged AS (INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
+    " step, status, result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
+    " seq, command_id, %(type)s, step, 'RUNNING', json_build_object('status',"
     " 'RUNNING', 'context', json_build_object('command_id', command_id, 'worker_id',"
     " worker_id, 'epoch', epoch, 'lease_expires_at', lease_expires_at, 'run', run, 'index',"
     " idx, 'attempt', attempt))::text, worker_id, %(now)s FROM numbered RETURNING event_id, seq)"

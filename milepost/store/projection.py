@@ -115,19 +115,20 @@ def changes(events: Iterable[ev.Event]) -> Changes:
 
 def claimed_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
                   expires_at: float, now: float, seq: int = 0) -> ev.Event:  # fmt: skip
-    """The `command.claimed` event of a claim the store takes (`seq`: numbered already)."""
+    """The `command.claimed` event of a claim the store takes (`seq`: numbered already),
+    caused by the command it claims."""
     payload = {"command_id": row.command_id, "worker_id": worker_id, "epoch": epoch,
                "lease_expires_at": expires_at, "run": row.run, "index": row.index,
                "attempt": row.attempt}  # fmt: skip
     return ev.Event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, row.step, _CLAIMED,
-                    payload, {}, None, worker_id, seq)  # fmt: skip
+                    payload, {}, row.command_id, worker_id, seq)  # fmt: skip
 
 
 def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
                    now: float) -> ev.Event:  # fmt: skip
     """The `command.released` event of a claim given back (`row` as it was claimed)."""
     return ev.new_event(event_id, row.execution_id, ev.COMMAND_RELEASED, now, step=row.step,
-                        worker_id=worker_id, payload={
+                        worker_id=worker_id, parent_event_id=row.command_id, payload={
                             "command_id": row.command_id, "worker_id": worker_id,
                             "epoch": epoch, "run": row.run, "index": row.index,
                             "attempt": row.attempt})  # fmt: skip
