@@ -133,11 +133,23 @@ class StatusOut(BaseModel):
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
 
 
 class ExecutionOut(ExecutionItem):
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")

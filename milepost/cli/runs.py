@@ -139,6 +139,10 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
         for name, step in data["steps"].items():
             out.print(f"  {name:<28} {step['status']:<10} {short(step['result'])}",
                       highlight=False, markup=False)  # fmt: skip
+        for item in (data.get("compensation") or {}).get("items", []):
+            shown = (item.get("error") or {}).get("message") or short(item.get("result"))
+            out.print(f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
+                      f"{item['status']:<10} {shown}", highlight=False, markup=False)  # fmt: skip
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost.core import compensation_state as cs
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import ids, tracecontext
@@ -64,6 +65,9 @@ def work_item(
     """
     sr = state.running.get(command.step)
     context, args = attempt_context(state, playbook, command.step, sr, command.index)
+    undoing = cs.context_of(state, command.command_id)
+    if undoing is not None:  # DSL 10.5: the step run this compensation undoes
+        context["compensation"] = undoing
     approved = None
     if sr is not None and sr.approval_id is not None:
         approval = state.approvals.get(sr.approval_id)

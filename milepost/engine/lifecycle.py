@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from milepost import telemetry
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
@@ -333,8 +334,8 @@ class Lifecycle:
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
-                if not state.cancel_requested or state.terminal:
-                    continue
+                if not cs.cancel_stops_work(state) or state.terminal:
+                    continue  # a compensating run's commands are its compensations: they run
                 cancelled.add(xid)
                 reports += [cancelling.cancelled_report(row, self.new_id(), self.clock())
                             for row in self.store.open_commands(xid)

@@ -212,8 +212,6 @@ def _unlock_all(conn: Conn) -> None:
 class PostgresStore(sql.SQLStore):
     """Implements `port.Store` on one PostgreSQL database."""
 
-    cancel_true = "true"
-
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  connect_timeout: float = 10.0, migrate: bool = True) -> None:  # fmt: skip
         super().__init__()

@@ -42,6 +42,10 @@ class Changes:
     inserted unless the execution has a row."""
     cancels: list[int] = field(default_factory=list)
     """Executions whose cancel was requested."""
+    compensating: list[int] = field(default_factory=list)
+    """Executions that started compensating (DSL 10.5): claims are taken again, applied
+    after `cancels` (only compensations are issued from then on, and a cancel asked while
+    they run does not stop them)."""
     issued: list[tuple[int, int, str, int, int, int, str, str, str, float, float]] = field(
         default_factory=list)
     """command_id, execution_id, step, run, idx, attempt, idempotency_key, status, pool,
@@ -65,7 +69,7 @@ class Changes:
 
     @property
     def empty(self) -> bool:
-        return not (self.started or self.cancels or self.issued or self.settled
+        return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
                     or self.approvals)  # fmt: skip
 
@@ -104,8 +108,10 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             out.started.append((event.execution_id, str(p.get("path", "")),
                                 None if version is None else int(version), "RUNNING",
                                 None if parent is None else int(parent), at, at))  # fmt: skip
-        elif t == ev.EXECUTION_CANCEL_REQUESTED:
+        elif t == ev.EXECUTION_CANCEL_REQUESTED and not event.meta.get("compensating"):
             out.cancels.append(event.execution_id)
+        elif t == ev.COMPENSATION_STARTED:
+            out.compensating.append(event.execution_id)
         elif t in ev.TERMINAL_EXECUTION_EVENTS:
             error = p.get("error")
             out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
@@ -153,6 +159,9 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
     for xid in change.cancels:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=True)
+    for xid in change.compensating:
+        if xid in executions:
+            executions[xid] = dataclasses.replace(executions[xid], cancel_requested=False)
     for cid, xid, step, run, idx, attempt, key, status, _pool, created, _ in change.issued:
         commands[cid] = port.CommandRow(cid, xid, step, run, idx, attempt, key, status, None, 0,
                                         None, created)  # fmt: skip

@@ -76,8 +76,6 @@ class RepeatedId(Exception):
 class SQLStore(ApprovalTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
-    cancel_true = "1"
-    """How the dialect writes a true `cancel_requested`."""
 
     def __init__(self) -> None:
         self.seqs = SeqCache()
@@ -301,9 +299,9 @@ class SQLStore(ApprovalTable, port.Appends):
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
-        if change.cancels:
-            self.many(conn, (f"UPDATE execution SET cancel_requested={self.cancel_true}"
-                                      " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
+        flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.compensating]
+        if flags:  # compensating after the cancels: its compensations are claimed (DSL 10.5)
+            self.many(conn, "UPDATE execution SET cancel_requested=? WHERE execution_id=?", flags)
         if change.issued:
             self.insert_commands(conn, change.issued)
         if change.settled or claims:
