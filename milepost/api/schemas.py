@@ -162,6 +162,7 @@ class CancelOut(BaseModel):
 
 # -- approvals (DSL 10.3) --------------------------------------------------------------------
 
+ExecutionStatus = Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 ApprovalStatus = Literal["pending", "granted", "denied", "expired", "invalidated", "cancelled"]
 Risk = Literal["low", "medium", "high"]
 
