@@ -339,11 +339,11 @@ class PostgresStore(sql.SQLStore):
             claimed: port.Claimed = []
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
-                row = port.CommandRow(*r[:12])
+                row = port.CommandRow(*r[:13])
                 lease = port.Lease(row.command_id, req.worker_id, row.epoch, expires)
                 claimed.append((row, lease))
-                event = projection.claimed_event(int(r[12]), row, lease, req.now)
-                logged.append(sql.SQLStore.numbered([event], {row.execution_id: int(r[13]) - 1})[0])
+                event = projection.claimed_event(int(r[13]), row, lease, req.now)
+                logged.append(sql.SQLStore.numbered([event], {row.execution_id: int(r[14]) - 1})[0])
             return claimed, logged
 
         return collect
