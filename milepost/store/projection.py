@@ -24,6 +24,7 @@ from milepost.core import events as ev
 from milepost.store import approvals as ap
 from milepost.store import port
 
+_CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
 ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
                 ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
 _TOUCH_APPROVALS = frozenset({ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, *ap.CLOSING,
@@ -112,14 +113,14 @@ def changes(events: Iterable[ev.Event]) -> Changes:
     return out
 
 
-def claimed_event(event_id: int, row: port.CommandRow, lease: port.Lease,
-                  now: float) -> ev.Event:  # fmt: skip
-    """The `command.claimed` event of a claim the store takes (`lease` is the claim)."""
-    return ev.new_event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, step=row.step,
-                        worker_id=lease.worker_id, payload={
-                            "command_id": row.command_id, "worker_id": lease.worker_id,
-                            "epoch": lease.epoch, "lease_expires_at": lease.expires_at,
-                            "run": row.run, "index": row.index, "attempt": row.attempt})  # fmt: skip
+def claimed_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
+                  expires_at: float, now: float, seq: int = 0) -> ev.Event:  # fmt: skip
+    """The `command.claimed` event of a claim the store takes (`seq`: numbered already)."""
+    payload = {"command_id": row.command_id, "worker_id": worker_id, "epoch": epoch,
+               "lease_expires_at": expires_at, "run": row.run, "index": row.index,
+               "attempt": row.attempt}  # fmt: skip
+    return ev.Event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, row.step, _CLAIMED,
+                    payload, {}, None, worker_id, seq)  # fmt: skip
 
 
 def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
@@ -201,8 +202,9 @@ def rebuild(log: Sequence[ev.Event]) -> Rebuilt:
 
 
 def with_events(claimed: port.Claimed, logged: Sequence[ev.Event]) -> port.Claimed:
-    """Each claim with the `command.claimed` event that records it."""
-    if not logged:
+    """Each claim with the `command.claimed` event that records it (a store that made the
+    leases with their events hands them back as they are)."""
+    if not logged or all(lease.event is not None for _, lease in claimed):
         return claimed
     by_command = {int(e.payload["command_id"]): e for e in logged}
     return [(row, dataclasses.replace(lease, event=by_command.get(row.command_id)))
