@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from milepost.engine import worker_pools
 from tests.api.support import Api, error, ok, playbook
+from tests.api.test_cli import cli
 from tests.shared import metric_sample
 
 GPU = playbook("tests/gpu", """
@@ -50,3 +51,11 @@ def test_a_machine_id_request_with_a_bad_pool_is_refused(api: Api) -> None:
     body = error(api.post("/api/workers/machine-id", {"worker_id": "w", "pool": "gpu a"},
                           role="worker"), 422, "validation_error")  # fmt: skip
     assert body["errors"][0]["loc"] == ["body", "pool"]
+
+
+
+def test_milepost_worker_refuses_a_bad_pool_before_it_starts() -> None:
+    for args, env in ((["--pool", "gpu a"], {}), ([], {"MILEPOST_POOL": "gpu/a"})):
+        done = cli("worker", "--server", "http://127.0.0.1:9", *args, env=env)
+        assert done.returncode == 2, done.stderr
+        assert "invalid pool" in done.stderr and "--pool or MILEPOST_POOL" in done.stderr
