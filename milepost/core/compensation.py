@@ -18,7 +18,7 @@ from milepost.core import events as ev
 from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
-from milepost.playbook import model
+from milepost.playbook import model, pools
 
 LOST_ATTEMPTS = 3
 """As for steps (`decide.LOST_ATTEMPTS`): a vanished worker is not the compensation's fault."""
@@ -74,10 +74,10 @@ def proceed(out: Emitter, playbook: model.Playbook, outcome: str) -> bool:
     if item.reported is not None:
         _decide_report(out, playbook, index, item)
     elif item.status == cs.PENDING:
-        _issue(out, index, item, 1)
+        _issue(out, playbook, index, item, 1)
     elif item.retry_at is not None:
         if item.retry_at <= out.now:
-            _issue(out, index, item, item.attempt + 1)
+            _issue(out, playbook, index, item, item.attempt + 1)
         else:
             out.wake(item.retry_at)
     return True
@@ -113,9 +113,11 @@ def _retryable(spec: model.RetrySpec | None, error: dict[str, Any], attempt: int
     return kind in spec.retry_on and attempt < spec.max_attempts
 
 
-def _issue(out: Emitter, index: int, item: cs.Item, attempt: int) -> None:
+def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,
+           attempt: int) -> None:  # fmt: skip
     key = ids.idempotency_key(out.state.execution_id, item.target, item.target_run, None, attempt)
     command_id = out.new_id()
+    pool = pools.of_step(playbook.steps[item.target].spec.pool)  # its `spec` applies (DSL 10.5)
     out.emit(ev.COMMAND_ISSUED, item.target, event_id=command_id, command_id=command_id,
              run=item.target_run, index=st.NO_INDEX, attempt=attempt, idempotency_key=key,
-             compensation=index)  # fmt: skip
+             compensation=index, **pools.issued_payload(pool))  # fmt: skip

@@ -32,7 +32,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
-from milepost.playbook import model, render
+from milepost.playbook import model, pools, render
 from milepost.playbook.loop_result import LoopResult
 
 
@@ -44,10 +44,12 @@ class Decision:
 
 
 class _Emitter:
-    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int]) -> None:
+    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int],
+                 playbook: model.Playbook) -> None:  # fmt: skip
         self.state = state
         self.now = now
         self.new_id = new_id
+        self.playbook = playbook
         self.decision = Decision()
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
@@ -95,7 +97,7 @@ def settle(state: st.ExecutionState, playbook: model.Playbook, now: float,
 def decide(
     state: st.ExecutionState, playbook: model.Playbook, now: float, new_id: Callable[[], int]
 ) -> Decision:
-    out = _Emitter(state, now, new_id)
+    out = _Emitter(state, now, new_id, playbook)
     if state.terminal:
         return out.decision
     for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
@@ -389,8 +391,10 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
     # a command is named by the id of the event that issued it, as in NoETL's API
     # (`/api/commands/{event_id}`)
     command_id = out.new_id()
+    pool = pools.of_step(out.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
     out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key)  # fmt: skip
+             index=index, attempt=attempt, idempotency_key=key,
+             **pools.issued_payload(pool))  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------

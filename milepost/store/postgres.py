@@ -371,9 +371,9 @@ class PostgresStore(sql.SQLStore):
             claimed: port.Claimed = []
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
-                row = port.CommandRow(*r[:12])
-                event = projection.claimed_event(int(r[12]), row, req.worker_id, row.epoch,
-                                                 expires, req.now, int(r[13]))  # fmt: skip
+                row = port.CommandRow(*r[:13])
+                event = projection.claimed_event(int(r[13]), row, req.worker_id, row.epoch,
+                                                 expires, req.now, int(r[14]))  # fmt: skip
                 claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
                                                 expires, event)))  # fmt: skip
                 logged.append(event)

@@ -37,7 +37,7 @@ EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, s
 EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
              " parent_execution_id, error, cancel_requested")  # fmt: skip
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
-            " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+            " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
@@ -408,8 +408,8 @@ class SQLStore(ApprovalTable, port.Appends):
                 f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
-            command = port.CommandRow(*row[:12])
-            execution = None if row[12] is None else (row[12], bool(row[13]))
+            command = port.CommandRow(*row[:13])
+            execution = None if row[13] is None else (row[13], bool(row[14]))
             held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s)

@@ -164,7 +164,7 @@ class SQLiteStore(sql.SQLStore):
         logged: list[ev.Event] = []
         for r in rows:
             row = port.CommandRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], port.COMMAND_CLAIMED,
-                                  req.worker_id, r[9] + 1, expires, r[11])  # fmt: skip
+                                  req.worker_id, r[9] + 1, expires, r[11], r[12])  # fmt: skip
             seq = last[row.execution_id] = last[row.execution_id] + 1
             event = projection.claimed_event(req.new_id(), row, req.worker_id, row.epoch,
                                              expires, req.now, seq)  # fmt: skip
