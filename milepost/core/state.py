@@ -17,6 +17,7 @@ from typing import Any
 
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
+from milepost.core.usage import Totals
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
@@ -131,6 +132,8 @@ class ExecutionState:
     approvals: dict[int, ap.Approval] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
+    usage: Totals = field(default_factory=Totals)
+    """What the tools reported using (DSL 10.6), summed over every settled report."""
     seen: set[int] = field(default_factory=set)
     last_seq: int = 0
     event_count: int = 0
@@ -273,6 +276,8 @@ def _live_run(state: ExecutionState, command_id: int) -> tuple[Command, StepRun]
 
 def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
+    # before the live check: the store's projection sums every report not marked stale
+    state.usage.add(p.get("usage"))
     live = _live_run(state, int(p["command_id"]))
     if live is None:
         return
@@ -285,6 +290,7 @@ def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
 
 def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
+    state.usage.add(p.get("usage"))
     live = _live_run(state, int(p["command_id"]))
     if live is None:
         return
@@ -345,6 +351,12 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         merged.update(target.get("args") or {})
     if p.get("dead_end"):
         state.dead_end = step
+
+
+def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
+    """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
+    if state.failure is None:
+        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
@@ -411,4 +423,5 @@ _HANDLERS: dict[str, Any] = {
     ev.APPROVAL_EXPIRED: ap.apply_outcome(ap.EXPIRED),
     ev.APPROVAL_INVALIDATED: ap.apply_outcome(ap.INVALIDATED),
     ev.COMPENSATION_STARTED: _apply_informative,
+    ev.BUDGET_EXCEEDED: _apply_budget_exceeded,
 }

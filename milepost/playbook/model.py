@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 RESERVED_NAMES = frozenset(
-    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation"]
+    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation", "usage"]
 )
 
 BackoffKind = Literal["none", "fixed", "linear", "exponential"]
@@ -166,6 +166,14 @@ class KeychainEntry(BaseModel):
     token: Any = None
 
 
+class Budget(BaseModel):
+    """`executor.spec.budget` (DSL 10.6): usage past which the run fails (`core.budget`)."""
+
+    model_config = _FROZEN
+    tokens: int | None = None
+    cost: float | None = None
+
+
 class ExecutorSpec(BaseModel):
     model_config = _FROZEN
     entry_step: str | None = None
@@ -174,6 +182,7 @@ class ExecutorSpec(BaseModel):
     retry: RetrySpec | None = None
     liveness: float | None = None
     cancel_grace: float = 30.0
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True, slots=True)
