@@ -128,16 +128,46 @@ class EventOut(BaseModel):
     created_at: TimeOut | None
 
 
+class UsageEntry(BaseModel):
+    provider: str = Field(description="As the tool reported it; empty when it named none.")
+    model: str
+    input_tokens: int
+    output_tokens: int
+    tokens: int = Field(description="input_tokens + output_tokens.")
+    cost: float
+
+
+class UsageOut(BaseModel):
+    """What the tools reported using (DSL 10.6), summed, and per (provider, model)."""
+
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    by: list[UsageEntry]
+
+
+class PlaybookUsage(UsageEntry):
+    path: str
+
+
+class UsageList(BaseModel):
+    items: list[PlaybookUsage]
+
+
 class StatusOut(BaseModel):
     execution_id: IdOut
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    usage: UsageOut | None = None
 
 
 class ExecutionOut(ExecutionItem):
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    usage: UsageOut | None = Field(None, description=(
+        "Usage the run's tools reported (DSL 10.6); null when none did."))
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")

@@ -72,15 +72,34 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
         error = data["error"]
         out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
                   highlight=False)  # fmt: skip
-    table = Table("step", "status", "runs", "result")
+    if data.get("usage"):
+        out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
+    with_usage = any(step.get("usage") for step in data["steps"].values())
+    table = Table("step", "status", "runs", "result", *(["usage"] if with_usage else []))
     for name, step in data["steps"].items():
-        table.add_row(name, step["status"], str(step.get("runs", "")), short(step["result"], 70))
+        row = [name, step["status"], str(step.get("runs", "")), short(step["result"], 70)]
+        if with_usage:
+            row.append(usage_text(step["usage"], by=False) if step.get("usage") else "")
+        table.add_row(*row)
     out.print(table)
     now = time.time()
     for name, step in data["steps"].items():
         if step.get("approval"):
             out.print(approval_line(name, step["approval"], now), highlight=False, markup=False,
                       soft_wrap=True)  # fmt: skip
+
+
+def usage_text(usage: dict[str, Any], *, by: bool = True) -> str:
+    """`976 tokens (812 in, 164 out), cost 0.0041 · openai/gpt-x 976 tokens 0.0041`: a
+    `core.usage.summary`, and with `by` each (provider, model) when there are several or
+    one is named."""
+    text = (f"{usage['tokens']} tokens ({usage['input_tokens']} in, {usage['output_tokens']}"
+            f" out), cost {usage['cost']:g}")  # fmt: skip
+    entries = usage.get("by") or []
+    if by and (len(entries) > 1 or any(e["provider"] or e["model"] for e in entries)):
+        text += "".join(f" · {e['provider'] or '-'}/{e['model'] or '-'} {e['tokens']} tokens"
+                        f" {e['cost']:g}" for e in entries)  # fmt: skip
+    return text
 
 
 def approval_line(step: str, approval: dict[str, Any], now: float) -> str:

@@ -134,6 +134,8 @@ class ExecutionState:
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
     usage: Totals = field(default_factory=Totals)
     """What the tools reported using (DSL 10.6), summed over every settled report."""
+    step_usage: dict[str, Totals] = field(default_factory=dict)
+    """The same per step, every run of it."""
     seen: set[int] = field(default_factory=set)
     last_seq: int = 0
     event_count: int = 0
@@ -276,8 +278,7 @@ def _live_run(state: ExecutionState, command_id: int) -> tuple[Command, StepRun]
 
 def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
-    # before the live check: the store's projection sums every report not marked stale
-    state.usage.add(p.get("usage"))
+    _add_usage(state, event)
     live = _live_run(state, int(p["command_id"]))
     if live is None:
         return
@@ -288,9 +289,17 @@ def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     _write_ctx(state.ctx, p.get("ctx") or {})
 
 
+def _add_usage(state: ExecutionState, event: ev.Event) -> None:
+    """Before the live check: the store's projection sums every report not marked stale."""
+    reported = event.payload.get("usage")
+    if reported:
+        state.usage.add(reported)
+        state.step_usage.setdefault(event.step or "", Totals()).add(reported)
+
+
 def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
-    state.usage.add(p.get("usage"))
+    _add_usage(state, event)
     live = _live_run(state, int(p["command_id"]))
     if live is None:
         return

@@ -12,7 +12,8 @@ from milepost.core import state as st
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     """`{execution_id, status, error, steps: {name: {status, result, runs}}}`; a gated
-    step also has its latest `approval` (`approval_summary`)."""
+    step also has its latest `approval` (`approval_summary`); a run whose tools reported
+    usage has `usage` (`core.usage.summary`), and so have its steps that did."""
     latest: dict[str, ap.Approval] = {}
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         latest[approval.step] = approval
@@ -25,16 +26,21 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         }
         if name in latest:
             steps[name]["approval"] = approval_summary(state, latest[name])
+        if name in state.step_usage:
+            steps[name]["usage"] = state.step_usage[name].summary()
     error = state.error
     if state.status != st.FAILED:
         error = None
-    return {
+    summary = {
         "execution_id": str(state.execution_id),
         "playbook": state.path,
         "status": state.status,
         "error": error,
         "steps": steps,
     }
+    if state.usage.by:  # DSL 10.6: only a run whose tools reported usage shows it
+        summary["usage"] = state.usage.summary()
+    return summary
 
 
 def approval_summary(state: st.ExecutionState, approval: ap.Approval) -> dict[str, Any]:
