@@ -79,7 +79,8 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     for name, step in data["steps"].items():
         row = [name, step["status"], str(step.get("runs", "")), short(step["result"], 70)]
         if with_usage:
-            row.append(usage_text(step["usage"], by=False) if step.get("usage") else "")
+            used = step.get("usage")
+            row.append(f"{used['tokens']} tokens, {used['cost']:g}" if used else "")
         table.add_row(*row)
     out.print(table)
     now = time.time()
@@ -89,14 +90,14 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
                       soft_wrap=True)  # fmt: skip
 
 
-def usage_text(usage: dict[str, Any], *, by: bool = True) -> str:
+def usage_text(usage: dict[str, Any]) -> str:
     """`976 tokens (812 in, 164 out), cost 0.0041 · openai/gpt-x 976 tokens 0.0041`: a
-    `core.usage.summary`, and with `by` each (provider, model) when there are several or
-    one is named."""
+    `core.usage.summary`, and each (provider, model) when there are several or one is
+    named."""
     text = (f"{usage['tokens']} tokens ({usage['input_tokens']} in, {usage['output_tokens']}"
             f" out), cost {usage['cost']:g}")  # fmt: skip
     entries = usage.get("by") or []
-    if by and (len(entries) > 1 or any(e["provider"] or e["model"] for e in entries)):
+    if len(entries) > 1 or any(e["provider"] or e["model"] for e in entries):
         text += "".join(f" · {e['provider'] or '-'}/{e['model'] or '-'} {e['tokens']} tokens"
                         f" {e['cost']:g}" for e in entries)  # fmt: skip
     return text

@@ -26,7 +26,7 @@ from milepost.cli.inputs import (
     read_workload,
     server_client,
 )
-from milepost.cli.output import err, fail, iso, out, remote, short
+from milepost.cli.output import err, fail, iso, out, remote, short, usage_text
 from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resume_command
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
@@ -137,6 +137,8 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
         for name, step in data["steps"].items():
             out.print(f"  {name:<28} {step['status']:<10} {short(step['result'])}",
                       highlight=False, markup=False)  # fmt: skip
+        if data.get("usage"):
+            out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)
@@ -204,6 +206,8 @@ def _print_ended(db: str | None, execution_id: int, ended: float, json_out: bool
         typer.echo(json.dumps(summaries.execution_summary(state), default=str))
     else:
         out.print(message, highlight=False, markup=False)
+        if data.get("usage"):
+            out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)
