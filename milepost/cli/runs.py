@@ -206,8 +206,6 @@ def _print_ended(db: str | None, execution_id: int, ended: float, json_out: bool
         typer.echo(json.dumps(summaries.execution_summary(state), default=str))
     else:
         out.print(message, highlight=False, markup=False)
-        if data.get("usage"):
-            out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)
