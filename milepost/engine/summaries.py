@@ -7,13 +7,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import compensation_state as cs
 from milepost.core import state as st
 
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
-    """`{execution_id, status, error, steps: {name: {status, result, runs}}}`; a gated
-    step also has its latest `approval` (`approval_summary`); a run whose tools reported
-    usage has `usage` (`core.usage.summary`), and so have its steps that did."""
+    """`{execution_id, status, compensating, error, steps: {name: {status, result, runs}}}`;
+    a gated step also has its latest `approval` (`approval_summary`); a run that
+    compensated has `compensation` (`compensation_state.summary`, DSL 10.5); a run whose
+    tools reported usage has `usage` (`core.usage.summary`), and so have its steps that
+    did (DSL 10.6)."""
     latest: dict[str, ap.Approval] = {}
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         latest[approval.step] = approval
@@ -31,15 +34,20 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     error = state.error
     if state.status != st.FAILED:
         error = None
-    summary = {
+    summary: dict[str, Any] = {
         "execution_id": str(state.execution_id),
         "playbook": state.path,
         "status": state.status,
+        "compensating": cs.compensating(state) and not state.terminal,
         "error": error,
         "steps": steps,
     }
     if state.usage.by:  # DSL 10.6: only a run whose tools reported usage shows it
         summary["usage"] = state.usage.summary()
+    compensation = cs.summary(state)
+    if compensation is not None:
+        compensation["items"] = _plain(compensation["items"])
+        summary["compensation"] = compensation
     return summary
 
 

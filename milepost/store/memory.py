@@ -203,7 +203,8 @@ class MemoryStore(port.Appends):
             epoch = port.claim_epoch(command_id, worker_id, now, held,
                                      None if x is None else (x.status, x.cancel_requested))  # fmt: skip
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
-            self._take([projection.claimed_event(new_id(), row, lease, now)])
+            self._take([projection.claimed_event(new_id(), row, worker_id, epoch,
+                                                 lease.expires_at, now)])  # fmt: skip
             return lease
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
@@ -249,7 +250,8 @@ class MemoryStore(port.Appends):
                       key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
         leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + req.lease_s)
                   for r in rows]  # fmt: skip
-        logged = self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
+        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, lease.epoch,
+                                                      lease.expires_at, req.now)
                              for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
         return projection.with_events([(db.commands[r.command_id], lease) for r, lease
                                        in zip(rows, leases, strict=True)], logged)  # fmt: skip

@@ -67,7 +67,8 @@ def get_execution(
     page = page[:events_limit]
     return schemas.ExecutionOut(
         **views.execution_item(row).model_dump(), error=summary["error"],
-        steps=summary["steps"], events=[views.event_out(e) for e in page],
+        steps=summary["steps"], compensating=summary["compensating"],
+        compensation=summary.get("compensation"), events=[views.event_out(e) for e in page],
         events_next=page[-1].seq if more and page else None,
         usage=views.usage_out(engine.usage(row.execution_id)),
     )  # fmt: skip
@@ -84,6 +85,8 @@ def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
     summary = engine.read(execution_id, _summary)
     return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
                              error=summary["error"], steps=summary["steps"],
+                             compensating=summary["compensating"],
+                             compensation=summary.get("compensation"),
                              usage=summary.get("usage"))  # fmt: skip
 
 

@@ -1,4 +1,4 @@
--- 6: usage per execution (issue 11, DSL 10.6).
+-- 7: usage per execution (issue 11, DSL 10.6).
 -- execution_usage: a projection of the log like command (store/usage.py): each
 -- command.completed / command.failed carrying payload key usage adds its tokens and cost
 -- to the row of its execution and (provider, model); '' when the tool named none.
