@@ -385,3 +385,9 @@ def test_a_query_parameter_given_twice_is_422_naming_it(api: Api) -> None:
         [err] = _errors(api.get(route, params=[("path", "a"), ("path", "b")]))
         assert err["loc"] == ["query", "path"] and "more than once" in err["msg"], err
     assert ok(api.get("/api/usage", params={"path": "a"})) == {"items": []}
+
+
+def test_a_misspelt_status_filter_is_422_not_an_empty_list(api: Api) -> None:
+    [err] = _errors(api.get("/api/executions", params={"status": "runing"}))
+    assert err["loc"] == ["query", "status"], err
+    assert ok(api.get("/api/executions", params={"status": "failed"}))["items"] == []

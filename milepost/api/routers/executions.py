@@ -25,6 +25,10 @@ ExecutionId = Annotated[str, Path(description="Execution id (digits).",
                                    json_schema_extra={"pattern": checks.ID_PATTERN})]
 
 
+STATUS_PATTERN = "^(RUNNING|COMPLETED|FAILED|CANCELLED|running|completed|failed|cancelled)$"
+"""The statuses an execution has: a misspelt `?status=runing` is 422, not an empty list."""
+
+
 def parse_execution_id(value: str) -> int:
     try:
         return ids.parse_id(value)
@@ -39,7 +43,8 @@ def existing(engine: Lifecycle, value: str) -> ExecutionRow:
 @router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
     engine: EngineDep, _: ReadAuth,
-    status: Annotated[str | None, Query(max_length=40, pattern=checks.NO_NUL_PATTERN)] = None,
+    status: Annotated[str | None, Query(pattern=STATUS_PATTERN, description=(
+        "RUNNING, COMPLETED, FAILED or CANCELLED (or in lower case)."))] = None,
     path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
