@@ -38,6 +38,7 @@ from milepost.api.routers import (
     executions,
     health,
     metrics,
+    usage,
     workers,
 )
 from milepost.credentials import SecretKeyMissing, Vault
@@ -52,7 +53,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals)  # fmt: skip
+           credentials, docs, workers, approvals, usage)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

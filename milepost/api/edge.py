@@ -146,8 +146,9 @@ _KNOWN_QUERY: dict[int, frozenset[str]] = {}
 
 
 async def known_query(request: HTTPConnection) -> None:
-    """An app-wide dependency: 422 naming a query parameter no parameter of the route reads.
-    A misspelt `?limt=5` is otherwise ignored without a word, and the caller gets 100."""
+    """An app-wide dependency: 422 naming a query parameter no parameter of the route reads
+    (a misspelt `?limt=5` is otherwise ignored without a word, and the caller gets 100),
+    or one given more than once."""
     if not request.query_params:
         return
     route = request.scope.get("route")
@@ -162,6 +163,12 @@ async def known_query(request: HTTPConnection) -> None:
         raise errors.invalid([{"loc": ["query", name], "msg": "unknown query parameter; this "
                                f"route takes {', '.join(sorted(known)) or 'none'}"}
                               for name in unknown])  # fmt: skip
+    # no route takes a list in its query: `?path=a&path=b` would silently mean `b`
+    repeated = sorted(k for k in set(request.query_params)
+                      if len(request.query_params.getlist(k)) > 1)  # fmt: skip
+    if repeated:
+        raise errors.invalid([{"loc": ["query", name], "msg": "given more than once; this "
+                               "parameter takes one value"} for name in repeated])  # fmt: skip
 
 
 def _query_names(dependant: Dependant) -> list[str]:

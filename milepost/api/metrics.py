@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from milepost.engine.meters import APPROVAL_OUTCOMES, Meters
 
 INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
+USAGE_LABELS = ("playbook", "provider", "model")
 APPROVAL_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0,
                     24 * 3600.0, 3 * 86400.0, 7 * 86400.0, float("inf"))  # fmt: skip
 """People decide in minutes to days (a machine in seconds): the default buckets stop at 10 s."""
@@ -56,6 +57,12 @@ class Metrics:
             buckets=APPROVAL_BUCKETS, registry=r)  # fmt: skip
         for outcome in APPROVAL_OUTCOMES.values():  # every outcome shows, at 0 until it happens
             self.approval_decisions.labels(outcome)
+        self.usage_tokens = Counter(
+            "milepost_usage_tokens", "Tokens (input + output) the tools reported using, by "
+            "playbook, provider and model (DSL 10.6).", USAGE_LABELS, registry=r)  # fmt: skip
+        self.usage_cost = Counter(
+            "milepost_usage_cost", "Cost the tools reported, in their currency, by playbook, "
+            "provider and model (DSL 10.6).", USAGE_LABELS, registry=r)  # fmt: skip
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Compute the queue depth from the store whenever the metrics are scraped."""
@@ -154,3 +161,7 @@ class EngineMeters(Meters):
         self.metrics.approval_decisions.labels(outcome).inc()
         if seconds is not None:
             self.metrics.approval_time_to_decision.observe(seconds)
+
+    def used(self, playbook: str, provider: str, model: str, tokens: int, cost: float) -> None:
+        self.metrics.usage_tokens.labels(playbook, provider, model).inc(tokens)
+        self.metrics.usage_cost.labels(playbook, provider, model).inc(cost)

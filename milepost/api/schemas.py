@@ -137,6 +137,33 @@ class NoLiveWorkerOut(BaseModel):
     message: str = Field(description="`no live worker of pool <pool>`.")
 
 
+class UsageEntry(BaseModel):
+    provider: str = Field(description="As the tool reported it; empty when it named none.")
+    model: str
+    input_tokens: int
+    output_tokens: int
+    tokens: int = Field(description="input_tokens + output_tokens.")
+    cost: float
+
+
+class UsageOut(BaseModel):
+    """What the tools reported using (DSL 10.6), summed, and per (provider, model)."""
+
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    cost: float
+    by: list[UsageEntry]
+
+
+class PlaybookUsage(UsageEntry):
+    path: str
+
+
+class UsageList(BaseModel):
+    items: list[PlaybookUsage]
+
+
 class StatusOut(BaseModel):
     execution_id: IdOut
     status: str
@@ -151,6 +178,7 @@ class StatusOut(BaseModel):
     no_live_worker: list[NoLiveWorkerOut] = Field(
         default_factory=list, description="Pools this run waits on with no live worker: "
         "start `milepost worker --pool <pool>`.")  # fmt: skip
+    usage: UsageOut | None = None
 
 
 class ExecutionOut(ExecutionItem):
@@ -163,6 +191,8 @@ class ExecutionOut(ExecutionItem):
         "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
         "result, error}]}` once the run started compensating, else null."))
     no_live_worker: list[NoLiveWorkerOut] = Field(default_factory=list)
+    usage: UsageOut | None = Field(None, description=(
+        "Usage the run's tools reported (DSL 10.6); null when none did."))
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from milepost import telemetry
 from milepost.attempt import keychain
-from milepost.core import approvals
+from milepost.attempt import usage as reported
+from milepost.core import approvals, usage
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
 from milepost.core.work import AttemptResult, WorkItem
@@ -59,6 +60,8 @@ class _Pipeline:
     results: dict[str, Any] = field(default_factory=dict)
     finished: list[str] = field(default_factory=list)
     failed_ok: bool = False
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    """Every task execution's usage, retries of a policy included: each was spent."""
 
     def context(self) -> dict[str, Any]:
         base = self.item.context
@@ -174,13 +177,16 @@ async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
             await _run_tasks(pipe, tools, sleep)
     except _TaskFailed as failed:
         return AttemptResult(ok=False, result=failed.result, error=failed.error,
-                       duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+                             duration_ms=(time.monotonic() - started) * 1000,
+                             usage=usage.add(pipe.usage))  # fmt: skip
     except TimeoutError:
         error = {"kind": "timeout", "message": f"step exceeded spec.timeout of {timeout:g}s",
                  "retryable": True, "code": "TIMEOUT"}  # fmt: skip
-        return AttemptResult(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000)
+        return AttemptResult(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000,
+                             usage=usage.add(pipe.usage))  # fmt: skip
     return AttemptResult(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
-                   failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+                         failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000,
+                         usage=usage.add(pipe.usage))  # fmt: skip
 
 
 def _step_result(pipe: _Pipeline) -> Any:
@@ -210,7 +216,7 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
                 raise _TaskFailed(_error(pipe, task, "policy", f"more than {MAX_TASK_EXECUTIONS} "
                                          "task executions in one attempt"))  # fmt: skip
             context = pipe.context()
-            result = await _execute(pipe, task, context, tools)
+            result = _take_usage(pipe, task, await _execute(pipe, task, context, tools))
             envelope = _envelope(result, attempt)
             action = _decide_policy(pipe, task, context, envelope, attempt)
             if action.do == "retry" and attempt < action.attempts:
@@ -303,6 +309,17 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         command_id=pipe.item.command_id, epoch=pipe.item.epoch, redact=pipe.redactor.text,
     )  # fmt: skip
     return await tools.run(call)
+
+
+def _take_usage(pipe: _Pipeline, task: model.Task, result: ToolResult) -> ToolResult:
+    """The result without the usage it reported, which the attempt adds up (DSL 10.6)."""
+    where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline else "")
+    try:
+        result, entries = reported.take(result, where)
+    except usage.UsageInvalid as exc:  # uncounted, a budget would let the run spend on
+        raise _TaskFailed(_error(pipe, task, "usage", exc.message), result.data) from None
+    pipe.usage.extend(entries)
+    return result
 
 
 def _remaining(pipe: _Pipeline, tool_timeout: float | None) -> float | None:

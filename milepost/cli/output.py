@@ -73,9 +73,16 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
         error = data["error"]
         out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
                   highlight=False)  # fmt: skip
-    table = Table("step", "status", "runs", "result")
+    if data.get("usage"):
+        out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
+    with_usage = any(step.get("usage") for step in data["steps"].values())
+    table = Table("step", "status", "runs", "result", *(["usage"] if with_usage else []))
     for name, step in data["steps"].items():
-        table.add_row(name, step["status"], str(step.get("runs", "")), short(step["result"], 70))
+        row = [name, step["status"], str(step.get("runs", "")), short(step["result"], 70)]
+        if with_usage:
+            used = step.get("usage")
+            row.append(f"{used['tokens']} tokens, {used['cost']:g}" if used else "")
+        table.add_row(*row)
     out.print(table)
     if data.get("compensation"):
         print_compensation(data["compensation"])
@@ -93,6 +100,19 @@ def no_worker_line(entry: dict[str, Any]) -> str:
     steps = ", ".join(entry.get("steps") or ())
     return (f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
             f"(start `milepost worker --pool {entry['pool']}`)")
+
+
+def usage_text(usage: dict[str, Any]) -> str:
+    """`976 tokens (812 in, 164 out), cost 0.0041 · openai/gpt-x 976 tokens 0.0041`: a
+    `core.usage.summary`, and each (provider, model) when there are several or one is
+    named."""
+    text = (f"{usage['tokens']} tokens ({usage['input_tokens']} in, {usage['output_tokens']}"
+            f" out), cost {usage['cost']:g}")  # fmt: skip
+    entries = usage.get("by") or []
+    if len(entries) > 1 or any(e["provider"] or e["model"] for e in entries):
+        text += "".join(f" · {e['provider'] or '-'}/{e['model'] or '-'} {e['tokens']} tokens"
+                        f" {e['cost']:g}" for e in entries)  # fmt: skip
+    return text
 
 
 def print_compensation(compensation: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from milepost.cli.inputs import (
     read_workload,
     server_client,
 )
-from milepost.cli.output import err, fail, iso, out, remote, short
+from milepost.cli.output import err, fail, iso, out, remote, short, usage_text
 from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resume_command
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
@@ -143,6 +143,8 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
             shown = (item.get("error") or {}).get("message") or short(item.get("result"))
             out.print(f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
                       f"{item['status']:<10} {shown}", highlight=False, markup=False)  # fmt: skip
+        if data.get("usage"):
+            out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)

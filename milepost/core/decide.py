@@ -6,7 +6,8 @@ orchestrator appends what `settle` produced. Each call does the first phase that
 this order, so every decision sees the consequences of the one before:
 
 1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
-2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`);
+2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`),
+   then `budget.exceeded` when the usage passed `executor.spec.budget` (`core.budget`);
 3. cancellation and failure -> once idle, the compensations (`core.compensation`, one at
    a time), then `execution.cancelled` / `execution.failed`;
 4. pending steps -> `step.enter` + `command.issued` (admission, join barrier, loops);
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, causality, compensation, ids
+from milepost.core import approvals, budget, causality, compensation, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -178,6 +179,7 @@ def _stopping(state: st.ExecutionState) -> bool:
 
 
 def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
+    finished = None
     for sr in list(out.state.running.values()):
         if not _run_done(out.state, sr):
             continue
@@ -193,6 +195,11 @@ def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
             _fail_step(out, sr, failure.error, index if sr.is_loop else None)
         else:
             _complete_step(out, playbook, sr)
+            finished = sr.step
+    if finished is not None and not _stopping(out.state):  # a step boundary (DSL 10.6)
+        error = budget.check(playbook.executor.budget, out.state.usage, finished)
+        if error is not None:
+            out.emit(ev.BUDGET_EXCEEDED, finished, error=error)
 
 
 def step_error(step: str, error: dict[str, Any], index: int | None = None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.causality import Causes
 from milepost.playbook import pools
+from milepost.core.usage import Totals
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
@@ -141,6 +142,10 @@ class ExecutionState:
     approvals: dict[int, ap.Approval] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
+    usage: Totals = field(default_factory=Totals)
+    """What the tools reported using (DSL 10.6), summed over every settled report."""
+    step_usage: dict[str, Totals] = field(default_factory=dict)
+    """The same per step, every run of it."""
     seen: set[int] = field(default_factory=set)
     causes: Causes = field(default_factory=Causes)
     """What decide names as the parent of each event it decides (`core.causality`)."""
@@ -295,6 +300,7 @@ def _live_run(state: ExecutionState, command_id: int,
 
 def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
+    _add_usage(state, event)
     live = _live_run(state, int(p["command_id"]), event)
     if live is None:
         return
@@ -305,8 +311,17 @@ def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     _write_ctx(state.ctx, p.get("ctx") or {})
 
 
+def _add_usage(state: ExecutionState, event: ev.Event) -> None:
+    """Before the live check: the store's projection sums every report not marked stale."""
+    reported = event.payload.get("usage")
+    if reported:
+        state.usage.add(reported)
+        state.step_usage.setdefault(event.step or "", Totals()).add(reported)
+
+
 def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
+    _add_usage(state, event)
     live = _live_run(state, int(p["command_id"]), event)
     if live is None:
         return
@@ -372,6 +387,12 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         merged.update(target.get("args") or {})
     if p.get("dead_end"):
         state.dead_end = step
+
+
+def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
+    """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
+    if state.failure is None:
+        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
@@ -440,4 +461,5 @@ _HANDLERS: dict[str, Any] = {
     ev.COMPENSATION_STARTED: cs.apply_started,
     ev.COMPENSATION_COMPLETED: cs.apply_completed,
     ev.COMPENSATION_FAILED: cs.apply_failed,
+    ev.BUDGET_EXCEEDED: _apply_budget_exceeded,
 }

@@ -53,6 +53,8 @@ class AttemptResult:
     failed_ok: bool = False
     """The attempt succeeded only because a policy let a task error through."""
     duration_ms: float = 0.0
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    """What its tools reported using, summed per (provider, model) (`core.usage`)."""
 
 
 def work_item(
@@ -129,6 +131,8 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     else:
         payload = {**base, "error": outcome.error, "result": outcome.result}
         etype = ev.COMMAND_FAILED
+    if outcome.usage:  # beside the result, never in it (DSL 10.6); absent when none
+        payload["usage"] = outcome.usage
     # a report is caused by its command (the id of the `command.issued` event)
     return [ev.new_event(event_id, item.execution_id, etype, now, step=item.step, payload=payload,
                          meta=meta, worker_id=worker_id,

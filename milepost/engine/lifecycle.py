@@ -38,6 +38,7 @@ from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
 from milepost.engine.tracing import RunSpans
+from milepost.engine.usage_meter import UsageMeter
 from milepost.engine.watchers import Watchers
 from milepost.errors import ClaimRefused, ExecutionNotFound
 from milepost.playbook import model
@@ -90,6 +91,7 @@ class Lifecycle:
         the caller's failure (its events are committed)."""
         if meters is not None:  # only a reader of the counts pays for the approval clock
             self.listeners.append(ApprovalClock(self.meters, store))
+            self.listeners.append(UsageMeter(self.meters, store))
         spans = telemetry.active()
         if spans is not None:  # no exporter: no listener, nothing per call
             self.listeners.append(RunSpans(spans))
@@ -209,6 +211,14 @@ class Lifecycle:
     def executions(self, *, status: str | None, path: str | None, limit: int,
                    offset: int) -> list[port.ExecutionRow]:  # fmt: skip
         return self.store.list_executions(status=status, path=path, limit=limit, offset=offset)
+
+    def usage(self, execution_id: int) -> list[port.UsageRow]:
+        """The execution's usage totals (DSL 10.6), from the store's projection."""
+        return self.store.execution_usage(execution_id)
+
+    def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
+        """Usage summed per playbook path, provider and model."""
+        return self.store.playbook_usage(path)
 
     def events(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
         return self.store.load(execution_id, after_seq=after_seq)

@@ -50,6 +50,9 @@ class Meters:
         """An approval reached its outcome (granted, denied, expired, invalidated), after
         `seconds` from its request (None: the request could not be found)."""
 
+    def used(self, playbook: str, provider: str, model: str, tokens: int, cost: float) -> None:
+        """A report's usage (DSL 10.6): its tokens (input + output) and cost."""
+
 
 class ApprovalClock:
     """A listener of the engine service: each approval outcome, with the time since its

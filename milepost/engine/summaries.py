@@ -15,7 +15,9 @@ from milepost.engine import worker_pools
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     """`{execution_id, status, compensating, error, steps: {name: {status, result, runs}}}`;
     a gated step also has its latest `approval` (`approval_summary`); a run that
-    compensated has `compensation` (`compensation_state.summary`, DSL 10.5)."""
+    compensated has `compensation` (`compensation_state.summary`, DSL 10.5); a run whose
+    tools reported usage has `usage` (`core.usage.summary`), and so have its steps that
+    did (DSL 10.6)."""
     latest: dict[str, ap.Approval] = {}
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         latest[approval.step] = approval
@@ -28,6 +30,8 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         }
         if name in latest:
             steps[name]["approval"] = approval_summary(state, latest[name])
+        if name in state.step_usage:
+            steps[name]["usage"] = state.step_usage[name].summary()
     error = state.error
     if state.status != st.FAILED:
         error = None
@@ -39,6 +43,8 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         "error": error,
         "steps": steps,
     }
+    if state.usage.by:  # DSL 10.6: only a run whose tools reported usage shows it
+        summary["usage"] = state.usage.summary()
     compensation = cs.summary(state)
     if compensation is not None:
         compensation["items"] = _plain(compensation["items"])

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 RESERVED_NAMES = frozenset(
-    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation"]
+    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation", "usage"]
 )
 
 BackoffKind = Literal["none", "fixed", "linear", "exponential"]
@@ -168,6 +168,14 @@ class KeychainEntry(BaseModel):
     token: Any = None
 
 
+class Budget(BaseModel):
+    """`executor.spec.budget` (DSL 10.6): usage past which the run fails (`core.budget`)."""
+
+    model_config = _FROZEN
+    tokens: int | None = None
+    cost: float | None = None
+
+
 class ExecutorSpec(BaseModel):
     model_config = _FROZEN
     entry_step: str | None = None
@@ -178,6 +186,7 @@ class ExecutorSpec(BaseModel):
     cancel_grace: float = 30.0
     pool: str | None = None
     """`executor.spec.pool`: the pool of steps that name none (DSL 10.6)."""
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True, slots=True)

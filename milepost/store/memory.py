@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import approvals, locks, migrations, port, projection
+from milepost.store import approvals, locks, migrations, port, projection, usage
 
 SCHEMA_VERSION = len(migrations.scripts("sqlite"))
 """What `migrate` answers: the version the SQL stores are at (there is no schema here)."""
@@ -37,6 +37,7 @@ class MemoryDatabase:
     executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
     commands: dict[int, port.CommandRow] = field(default_factory=dict)
     approvals: dict[int, port.ApprovalRow] = field(default_factory=dict)
+    usage: dict[usage.Key, list[float]] = field(default_factory=dict)
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
     blobs: dict[int, tuple[int, bytes]] = field(default_factory=dict)
@@ -96,7 +97,7 @@ class MemoryStore(port.Appends):
             if clash:
                 raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
             stored = self._log(fresh)
-            projection.apply(change, db.executions, db.commands, db.approvals)
+            projection.apply(change, db.executions, db.commands, db.approvals, db.usage)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
 
@@ -139,6 +140,22 @@ class MemoryStore(port.Appends):
                     if (not status or r.status == status.upper()) and (not path or r.path == path)]  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    # -- usage -----------------------------------------------------------------------------
+
+    def execution_usage(self, execution_id: int) -> list[usage.UsageRow]:
+        with self.db.lock:
+            row = self.db.executions.get(execution_id)
+            path = row.path if row is not None else ""
+            return [usage.UsageRow(path, prov, model, int(v[0]), int(v[1]), float(v[2]),
+                                   execution_id)
+                    for (xid, prov, model), v in sorted(self.db.usage.items())
+                    if xid == execution_id]  # fmt: skip
+
+    def playbook_usage(self, path: str | None = None) -> list[usage.UsageRow]:
+        with self.db.lock:
+            xids = sorted({xid for xid, _, _ in self.db.usage})
+        return usage.by_playbook([r for x in xids for r in self.execution_usage(x)], path)
 
     # -- approvals -------------------------------------------------------------------------
 

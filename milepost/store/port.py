@@ -25,6 +25,8 @@ from milepost.store.approvals import Approvals
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
 from milepost.store.machine_ids import free_machine_id as free_machine_id
+from milepost.store.usage import UsageReads
+from milepost.store.usage import UsageRow as UsageRow
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -294,7 +296,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, Protocol):
+class Store(Approvals, UsageReads, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...

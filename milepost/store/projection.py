@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from milepost.core import events as ev
 from milepost.store import approvals as ap
 from milepost.store import port
+from milepost.store import usage as used
 
 _CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
 ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
@@ -66,12 +67,14 @@ class Changes:
     approvals: list[ap.Op] = field(default_factory=list)
     """The approval rows' changes, in the order of their events (applied after `started`,
     whose path a new approval row shows)."""
+    usage: list[used.Op] = field(default_factory=list)
+    """What the batch's reports add to `execution_usage` (`store.usage`)."""
 
     @property
     def empty(self) -> bool:
         return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
-                    or self.approvals)  # fmt: skip
+                    or self.approvals or self.usage)  # fmt: skip
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
@@ -94,6 +97,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         elif t in ev.SETTLING_REPORTS:
             status = port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED else port.COMMAND_FAILED
             out.settled.append((status, at, int(p["command_id"])))
+            out.usage.extend(used.ops(event))
         elif t == ev.COMMAND_LEASE_EXPIRED:
             epoch = p.get("epoch", event.meta.get("epoch"))
             out.expired.append((at, int(p["command_id"]), None if epoch is None else int(epoch)))
@@ -145,8 +149,11 @@ _OPEN = (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
 
 def apply(change: Changes, executions: dict[int, port.ExecutionRow],
           commands: dict[int, port.CommandRow],
-          approval_rows: dict[int, ap.ApprovalRow] | None = None) -> None:  # fmt: skip
+          approval_rows: dict[int, ap.ApprovalRow] | None = None,
+          usage_rows: dict[used.Key, list[float]] | None = None) -> None:  # fmt: skip
     """Apply `change` to rows held in memory, as the SQL stores' statements do."""
+    if change.usage and usage_rows is not None:
+        used.apply(change.usage, usage_rows)
     for xid, path, version, status, parent, created, updated in change.started:
         if xid not in executions:
             executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,

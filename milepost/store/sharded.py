@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from milepost.core import events as ev
 from milepost.errors import MilepostError
-from milepost.store import approvals, port
+from milepost.store import approvals, port, usage
 
 _MASK64 = (1 << 64) - 1
 
@@ -117,6 +117,14 @@ class ShardedStore:
                                               offset=0))  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    # -- usage: each execution's on its shard -------------------------------------------------
+
+    def execution_usage(self, execution_id: int) -> list[usage.UsageRow]:
+        return self.shard(execution_id).execution_usage(execution_id)
+
+    def playbook_usage(self, path: str | None = None) -> list[usage.UsageRow]:
+        return usage.by_playbook([r for s in self.stores for r in s.playbook_usage(path)])
 
     # -- approvals: each on its execution's shard --------------------------------------------
 

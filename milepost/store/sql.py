@@ -24,7 +24,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import approval_table, port, projection
+from milepost.store import approval_table, port, projection, usage_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.seqs import SeqCache
 
@@ -73,7 +73,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, port.Appends):
+class SQLStore(ApprovalTable, usage_table.UsageTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
@@ -306,6 +306,7 @@ class SQLStore(ApprovalTable, port.Appends):
             self.insert_commands(conn, change.issued)
         if change.settled or claims:
             self.settle_commands(conn, change.settled, claims)
+        self.project_usage(conn, change.usage)
         if change.expired:
             # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
             self.many(conn, (
@@ -358,8 +359,7 @@ class SQLStore(ApprovalTable, port.Appends):
                                  json.loads(error) if error else None, bool(cancel))  # fmt: skip
 
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
-        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE execution_id=?",
-                         (execution_id,))  # fmt: skip
+        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE execution_id=?", (execution_id,))
         return self._execution(rows[0]) if rows else None
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
@@ -383,8 +383,7 @@ class SQLStore(ApprovalTable, port.Appends):
         ids = list(dict.fromkeys(command_ids))
         if not ids:
             return {}
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE command_id IN ({_marks(ids)})",
-                         ids)  # fmt: skip
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE command_id IN ({_marks(ids)})", ids)
         return {int(r[0]): port.CommandRow(*r) for r in rows}
 
     def get_command(self, command_id: int) -> port.CommandRow | None:

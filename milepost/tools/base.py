@@ -119,6 +119,9 @@ class ToolResult:
     retry_after: float | None = None
     """Seconds, from a Retry-After response header."""
     duration_ms: float = 0.0
+    usage: Any = None
+    """What the call reported using (python: the `usage` global), as the tool gave it:
+    the attempt runner checks it (`attempt.usage`)."""
 
     @property
     def ok(self) -> bool:

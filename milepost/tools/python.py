@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.util  # noqa: F401 - its exit hook must be registered before ours
@@ -359,15 +360,16 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
     message = pickle.loads(reply)
     if message[0] == "ok":
         _log_output(message[2], call)
-        return base.ToolResult(data=message[1])
-    _, cls, text, output, trace = message
+        return base.ToolResult(data=message[1], usage=message[3] if len(message) > 3 else None)
+    _, cls, text, output, trace = message[:5]
     _log_output(output, call)
     if trace and log.isEnabledFor(logging.DEBUG):
         # the traceback quotes the code's lines and the exception's text: redacted like
         # the output
         extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
         log.debug("python code raised %s%s", cls, call.where(), extra=extra)
-    return base.failure("exception", f"{cls}: {text}", code=cls)
+    failed = base.failure("exception", f"{cls}: {text}", code=cls)
+    return dataclasses.replace(failed, usage=message[5]) if len(message) > 5 else failed
 
 
 def _log_output(output: str | None, call: base.ToolCall) -> None:

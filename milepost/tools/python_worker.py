@@ -3,7 +3,8 @@
 Kept light on purpose (stdlib only): it is imported once per worker process. The parent
 sends `pickle((source, inputs, context, idempotency_key, libs))` and gets back
 `("ok", value, output)` or `("error", class_name, text, output, traceback)`, `output`
-being what the code printed (None if nothing).
+being what the code printed (None if nothing), each followed by `usage` when the code
+assigned that global (DSL 10.6: tokens and cost, spent even when the code then raised).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ READY = b"ready"
 OUTPUT_LIMIT = 64 * 1024
 CACHE_LIMIT = 512
 SPECIALS = ("input_data", "args", "context", "idempotency_key")
+USAGE = "usage"
+"""The global the code assigns to report its usage (a reserved name: it starts unset,
+whatever the inputs hold)."""
 _BODY = "__milepost_body__"
 _FALLTHROUGH = "__milepost_fallthrough__"
 _FILENAME = "<python tool>"
@@ -113,12 +117,15 @@ class Runner:
         self._bodies: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._libs: dict[Any, dict[str, Any]] = {}
         self._capture = Capture()
+        self.usage: Any = None
+        """The `usage` global the last call's code left (None: not assigned)."""
 
     def handle(self, payload: bytes) -> bytes:
         capture = self._capture
         capture.reset()
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = capture
+        self.usage = None
         try:
             source, inputs, context, key, libs = pickle.loads(payload)
             value = to_jsonable(self.run(source, inputs, context, key, libs))
@@ -133,6 +140,11 @@ class Runner:
             )
         finally:
             sys.stdout, sys.stderr = saved
+        if self.usage is not None:
+            try:
+                reply = (*reply, to_jsonable(self.usage))
+            except BaseException:  # noqa: BLE001 - the parent reports it as not a mapping
+                reply = (*reply, repr(self.usage))
         try:
             return pickle.dumps(reply, protocol=PROTOCOL)
         except BaseException as exc:  # noqa: BLE001
@@ -154,14 +166,18 @@ class Runner:
         if libs:
             ns.update(self._modules(libs))
         ns.update(inputs)
+        ns[USAGE] = None
         code = self._compile(source)
-        if code is not None:
-            exec(code, ns)
-            return _outcome(ns, inputs)
-        params = tuple(name for name in ns if _is_param(name))
-        ns[_FALLTHROUGH] = partial(_fallthrough, inputs=inputs, ns=ns)
-        exec(self._body(source, params), ns)
-        return ns.pop(_BODY)(*(ns[p] for p in params))
+        try:
+            if code is not None:
+                exec(code, ns)
+                return _outcome(ns, inputs)
+            params = tuple(name for name in ns if _is_param(name))
+            ns[_FALLTHROUGH] = partial(_fallthrough, inputs=inputs, ns=ns)
+            exec(self._body(source, params), ns)
+            return ns.pop(_BODY)(*(ns[p] for p in params))
+        finally:
+            self.usage = ns.get(USAGE)
 
     def _compile(self, source: str) -> Any:
         """The module code object, or None when the source has a top-level `return`."""
@@ -209,7 +225,8 @@ def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
 
 
 def _is_param(name: str) -> bool:
-    return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__")
+    return (name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__")
+            and name != USAGE)  # fmt: skip
 
 
 def _has_top_level_return(source: str) -> bool:
@@ -234,7 +251,8 @@ def _as_function(source: str, params: tuple[str, ...]) -> ast.Module:
     module = ast.parse(f"def {_BODY}({', '.join(params)}):\n    return {_FALLTHROUGH}(locals())")
     func = module.body[0]
     assert isinstance(func, ast.FunctionDef)
-    func.body = [*tree.body, *func.body]
+    # `usage = ...` in code with a top-level `return` must still reach the global
+    func.body = [ast.Global(names=[USAGE]), *tree.body, *func.body]
     ast.fix_missing_locations(module)
     return module
 

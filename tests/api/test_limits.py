@@ -377,3 +377,17 @@ def test_an_unknown_query_parameter_is_422_naming_it(api: Api) -> None:
         assert err["loc"] == ["query", name] and "unknown query parameter" in err["msg"], err
         assert "limit" in err["msg"]  # it says what the route takes
     assert ok(api.get("/api/executions", params={"limit": "5"}))["limit"] == 5
+
+
+def test_a_query_parameter_given_twice_is_422_naming_it(api: Api) -> None:
+    """Schemathesis sent `?path=true&path=null`: the last one was used without a word."""
+    for route in ("/api/executions", "/api/usage"):
+        [err] = _errors(api.get(route, params=[("path", "a"), ("path", "b")]))
+        assert err["loc"] == ["query", "path"] and "more than once" in err["msg"], err
+    assert ok(api.get("/api/usage", params={"path": "a"})) == {"items": []}
+
+
+def test_a_misspelt_status_filter_is_422_not_an_empty_list(api: Api) -> None:
+    [err] = _errors(api.get("/api/executions", params={"status": "runing"}))
+    assert err["loc"] == ["query", "status"], err
+    assert ok(api.get("/api/executions", params={"status": "FAILED"}))["items"] == []

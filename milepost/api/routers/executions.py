@@ -81,6 +81,7 @@ def get_execution(
         no_live_worker=summary.get("no_live_worker", []),
         events=[views.event_out(e) for e in page],
         events_next=page[-1].seq if more and page else None,
+        usage=views.usage_out(engine.usage(row.execution_id)),
     )  # fmt: skip
 
 
@@ -97,7 +98,8 @@ def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
                              error=summary["error"], steps=summary["steps"],
                              compensating=summary["compensating"],
                              compensation=summary.get("compensation"),
-                             no_live_worker=summary.get("no_live_worker", []))  # fmt: skip
+                             no_live_worker=summary.get("no_live_worker", []),
+                             usage=summary.get("usage"))  # fmt: skip
 
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut,
