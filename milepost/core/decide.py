@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, ids
+from milepost.core import approvals, ids, liveness
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -43,8 +43,10 @@ class Decision:
 
 
 class _Emitter:
-    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int]) -> None:
+    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int],
+                 playbook: model.Playbook | None = None) -> None:  # fmt: skip
         self.state = state
+        self.playbook = playbook
         self.now = now
         self.new_id = new_id
         self.decision = Decision()
@@ -92,7 +94,7 @@ def settle(state: st.ExecutionState, playbook: model.Playbook, now: float,
 def decide(
     state: st.ExecutionState, playbook: model.Playbook, now: float, new_id: Callable[[], int]
 ) -> Decision:
-    out = _Emitter(state, now, new_id)
+    out = _Emitter(state, now, new_id, playbook)
     if state.terminal:
         return out.decision
     for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
@@ -380,8 +382,9 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
     # a command is named by the id of the event that issued it, as in NoETL's API
     # (`/api/commands/{event_id}`)
     command_id = out.new_id()
+    lease = liveness.lease_fields(out.playbook, step) if out.playbook is not None else {}
     out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key)  # fmt: skip
+             index=index, attempt=attempt, idempotency_key=key, **lease)  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------

@@ -443,6 +443,10 @@ class EmbeddedEngine:
             # re-read the log: another process may have asked to cancel, or voted
             self._process_safely([], list(self._active), refresh=True)
             self._catch_up(list(self._active))
+            try:  # an attempt silent past its liveness is lost; a run without progress fails
+                self.service.reconciler.watch_liveness(self.orchestrator.clock(), self._active)
+            except Exception:
+                log.exception("liveness check failed")
             cancelled = [x for x in self._active
                          if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
             if cancelled:  # their queued commands are never claimed: settle them

@@ -23,6 +23,7 @@ from typing import Any
 from milepost import sanitize
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import liveness
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
@@ -167,6 +168,7 @@ class Orchestrator:
                 payload["sealed_workload"] = sealed
             if started_by is not None:
                 payload["started_by"] = started_by
+            payload.update(liveness.started_fields(playbook))  # a stall window, if any
             started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:

@@ -174,6 +174,8 @@ class ExecutorSpec(BaseModel):
     retry: RetrySpec | None = None
     liveness: float | None = None
     cancel_grace: float = 30.0
+    stall_after: float | None = None
+    """Fail a run that records no progress event for this long (DSL 10.6); None: never."""
 
 
 @dataclass(frozen=True, slots=True)

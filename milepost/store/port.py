@@ -77,6 +77,9 @@ class Lease:
     event: Event | None = field(default=None, compare=False, repr=False)
     """The `command.claimed` the claim appended, numbered, when the store hands it back:
     an orchestrator that made the claim folds it instead of reading its log again."""
+    lease_s: float | None = field(default=None, compare=False)
+    """How long the claim (or heartbeat) extended it: the command's own lease when its step
+    sets `spec.liveness`, else the one asked for. Its holder heartbeats every third of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,7 @@ class ClaimRequest:
 
 
 Claimed = list[tuple[CommandRow, Lease]]
+
 
 BLOB_PREFIX = "milepost://results/"
 
@@ -440,6 +444,11 @@ class Store(Approvals, Protocol):
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         """RUNNING executions with no queued or claimed command whose last event is older
         than `idle_s` (the reconciler re-evaluates them)."""
+        ...
+
+    def stalled_executions(self, now: float) -> list[tuple[int, float]]:
+        """(execution_id, time of its last event) of RUNNING executions with a stall window
+        whose last event is older than it (`core.liveness.stall_verdict` decides)."""
         ...
 
     # machine ids: the 10 bits of a snowflake naming who made it, one per live process

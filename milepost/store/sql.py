@@ -26,6 +26,7 @@ from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import port, projection
 from milepost.store.approval_table import ApprovalTable
+from milepost.store.liveness import LivenessTable
 from milepost.store.seqs import SeqCache
 
 Conn = Any
@@ -73,7 +74,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, port.Appends):
+class SQLStore(ApprovalTable, LivenessTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
     cancel_true = "1"
@@ -311,6 +312,8 @@ class SQLStore(ApprovalTable, port.Appends):
                                       " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
         if change.issued:
             self.insert_commands(conn, change.issued)
+        if change.leases or change.stalls:  # after the rows they set a column of
+            self.project_liveness(conn, change)
         if change.settled:
             self.settle_commands(conn, change.settled)
         if change.expired:
@@ -411,7 +414,8 @@ class SQLStore(ApprovalTable, port.Appends):
               new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
         with self.txn() as conn:
             row = conn.execute(self.sql(
-                f"SELECT {_prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested FROM command c"
+                f"SELECT {_prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested, c.lease_s"
+                " FROM command c"
                 " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
                 f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
             if row is None:
@@ -420,7 +424,8 @@ class SQLStore(ApprovalTable, port.Appends):
             execution = None if row[12] is None else (row[12], bool(row[13]))
             held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
-            lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
+            lease_s = lease_s if row[14] is None else float(row[14])  # the step's liveness
+            lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
             conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
                                   " lease_expires_at=?, updated_at=? WHERE command_id=?"),
                          (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now,
@@ -429,18 +434,6 @@ class SQLStore(ApprovalTable, port.Appends):
                                                                      now)])  # fmt: skip
         self.seqs.committed(logged)
         return lease
-
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> port.Lease:  # fmt: skip
-        with self.txn() as conn:
-            cur = conn.execute(self.sql(
-                "UPDATE command SET lease_expires_at=?, updated_at=? WHERE command_id=?"
-                " AND status=? AND worker_id=? AND epoch=?"),
-                (now + lease_s, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch))  # fmt: skip
-            if cur.rowcount == 0:
-                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
-                                   command_id=str(command_id))  # fmt: skip
-        return port.Lease(command_id, worker_id, epoch, now + lease_s)
 
     def expired_claims(self, now: float) -> list[port.CommandRow]:
         rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status=? AND lease_expires_at<?"

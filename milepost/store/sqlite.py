@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.errors import ConcurrencyConflict
-from milepost.store import locks, migrations, port, projection, sql
+from milepost.store import liveness, locks, migrations, port, projection, sql
 from milepost.store.sql import Collect
 
 _MIGRATIONS: list[str] = [m.sql for m in migrations.scripts("sqlite")]
@@ -123,19 +123,20 @@ class SQLiteStore(sql.SQLStore):
         if req.driver is not None:
             text += " AND " + sql.DRIVEN_BY
             params.append(req.driver)
-        expires = req.now + req.lease_s
-        # one statement: the oldest claimable rows, taken, as they are after the claim
+        # one statement: the oldest claimable rows, taken, as they are after the claim; each
+        # leased for its step's liveness, else for what the claimer asked
         rows = conn.execute(
-            "UPDATE command SET status=?, worker_id=?, epoch=epoch+1, lease_expires_at=?,"
+            "UPDATE command SET status=?, worker_id=?, epoch=epoch+1,"
+            " lease_expires_at=? + COALESCE(lease_s, ?),"
             f" updated_at=? WHERE command_id IN ({text} ORDER BY c.created_at, c.command_id"
             f" LIMIT ?) RETURNING {sql.CMD_COLS}",
-            (port.COMMAND_CLAIMED, req.worker_id, expires, req.now, *params, req.limit),
+            (port.COMMAND_CLAIMED, req.worker_id, req.now, req.lease_s, req.now, *params,
+             req.limit),
         ).fetchall()  # fmt: skip
         if not rows:
             return lambda: ([], [])
         rows.sort(key=lambda r: (r[11], r[0]))  # RETURNING keeps no order: oldest first
-        claimed = [(c, port.Lease(c.command_id, req.worker_id, c.epoch, expires))
-                   for c in (port.CommandRow(*r) for r in rows)]  # fmt: skip
+        claimed = [(c, liveness.lease_of(c, req)) for c in (port.CommandRow(*r) for r in rows)]
         logged = self.log_events(conn, [projection.claimed_event(req.new_id(), c, lease, req.now)
                                         for c, lease in claimed], ends)  # fmt: skip
         return lambda: (claimed, logged)

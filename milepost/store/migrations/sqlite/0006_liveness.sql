@@ -1,0 +1,9 @@
+-- 6: liveness and stalls (issue 11).
+-- command.lease_s: the command's own lease (its step's spec.liveness, from the
+-- command.issued that carries it); NULL: the lease the claimer asks for. Claims and
+-- heartbeats extend a claim by COALESCE(lease_s, asked).
+-- execution.stall_after: the run's executor.spec.stall_after (from execution.started);
+-- NULL: the run is never failed for making no progress. Nothing to backfill: before this
+-- version no event carried either.
+ALTER TABLE command ADD COLUMN lease_s REAL;
+ALTER TABLE execution ADD COLUMN stall_after REAL;
