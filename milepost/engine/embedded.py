@@ -69,6 +69,7 @@ class EmbeddedEngine:
         driver_ttl: float = DRIVER_TTL,
         lease_s: float = LEASE_S,
         webhook: Webhook | None = None,
+        default_timeout: float | None = None,
     ) -> None:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
@@ -82,7 +83,8 @@ class EmbeddedEngine:
         # this process is the only writer of the runs it drives: no look at the log
         # before each decision (the poller folds what others wrote, a cancel); and it calls
         # the service from its loop's thread only: no locks
-        self.service = Lifecycle(store, self.orchestrator, exclusive=True)
+        self.service = Lifecycle(store, self.orchestrator, exclusive=True,
+                                 default_timeout=default_timeout)  # fmt: skip
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
         # approval events leave from a thread of their own: a slow receiver never holds

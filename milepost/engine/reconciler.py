@@ -13,7 +13,8 @@ reconciler"):
    - re-publishes the wake-up of commands queued for more than `requeue_after` seconds,
      and settles the queued commands of executions whose cancel was requested;
    - fails the runs that made no progress for their `executor.spec.stall_after`
-     (`engine.liveness`);
+     (`engine.liveness`), and the attempts of steps without `spec.timeout` claimed for
+     longer than the engine's `default_timeout`;
    - re-drives executions the store reports as stuck (`executions_to_redrive`), but for
      those waiting for a retry timer this server holds.
 
@@ -56,13 +57,16 @@ class TickReport:
     cancelled: list[int] = field(default_factory=list)
     stalled: list[int] = field(default_factory=list)
     """Executions failed for making no progress for `executor.spec.stall_after`."""
+    timed_out: list[int] = field(default_factory=list)
+    """Commands failed (kind `timeout`) for running past the engine's `default_timeout`."""
     errors: int = 0
 
 
 class Reconciler:
     def __init__(self, store: port.Store, driver: Lifecycle, publisher: notify.Publisher, *,
                  requeue_after: float = REQUEUE_AFTER, pool: str = notify.DEFAULT_POOL,
-                 on_expired: Callable[[int], None] | None = None) -> None:  # fmt: skip
+                 on_expired: Callable[[int], None] | None = None,
+                 default_timeout: float | None = None) -> None:  # fmt: skip
         self.store = store
         self.driver = driver
         self.publisher = publisher
@@ -76,6 +80,10 @@ class Reconciler:
         """Expired claims already reported, in case the store still lists them as claimed."""
         self._noticed: dict[int, float] = {}
         """command id -> when its wake-up was last re-published."""
+        self.default_timeout = default_timeout
+        """Bounds an attempt of a step without `spec.timeout` (settings); None: unbounded."""
+        self._bounded: set[int] = set()
+        """Overdue commands whose step has its own timeout (`liveness.fail_overdue`)."""
 
     # -- retry timers ----------------------------------------------------------------------
 
@@ -113,8 +121,7 @@ class Reconciler:
             return report
         self._expire(now, report)
         self._requeue(now, report)
-        report.stalled, errors = liveness.fail_stalled(self.driver, now)
-        report.errors += errors
+        self._watch_liveness(now, report, None)
         with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
             waiting = {xid for at, xid in self._timers if at > now}
         redrive = [x for x in self.store.executions_to_redrive(now) if x not in waiting]
@@ -141,8 +148,16 @@ class Reconciler:
         engine's poller, for the runs it drives (it is their only writer)."""
         report = TickReport()
         self._expire(now, report, only)
-        report.stalled, report.errors = liveness.fail_stalled(self.driver, now, only)
+        self._watch_liveness(now, report, only)
         return report
+
+    def _watch_liveness(self, now: float, report: TickReport, only: Container[int] | None) -> None:
+        report.stalled, errors = liveness.fail_stalled(self.driver, now, only)
+        report.errors += errors
+        if self.default_timeout:
+            report.timed_out, errors = liveness.fail_overdue(
+                self.driver, now, self.default_timeout, self._bounded, only)
+            report.errors += errors
 
     def _expire(self, now: float, report: TickReport, only: Container[int] | None = None) -> None:
         # each claim's own lease end: the step's liveness, or the lease its claimer asked for

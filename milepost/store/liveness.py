@@ -11,7 +11,7 @@ from typing import Any
 
 from milepost.errors import ClaimRefused
 from milepost.store import port, projection
-from milepost.store.tables import Tables
+from milepost.store.tables import CMD_COLS, Tables
 
 _HEARTBEAT = (
     "UPDATE command SET lease_expires_at = ? + COALESCE(lease_s, ?), updated_at=?"
@@ -60,3 +60,8 @@ class LivenessTable(Tables):
 
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         return [(int(r[0]), float(r[1])) for r in self.rows(_STALLED, (now,))]
+
+    def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status=? AND claimed_at<?"
+                         " ORDER BY command_id", (port.COMMAND_CLAIMED, now - after_s))  # fmt: skip
+        return [port.CommandRow(*r) for r in rows]

@@ -42,6 +42,8 @@ class MemoryDatabase:
     """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
     stalls: dict[int, float] = field(default_factory=dict)
     """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
+    claimed_at: dict[int, float] = field(default_factory=dict)
+    """command id -> when its live claim was taken, the SQL stores' `command.claimed_at`."""
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
     blobs: dict[int, tuple[int, bytes]] = field(default_factory=dict)
@@ -121,8 +123,9 @@ class MemoryStore(port.Appends):
     def _take(self, events: list[ev.Event]) -> list[ev.Event]:
         """Log the store's own events (claims, releases) and apply them."""
         logged = self._log(events)
-        projection.apply(projection.changes(logged), self.db.executions, self.db.commands,
-                         self.db.approvals)  # fmt: skip
+        change = projection.changes(logged)
+        self.db.claimed_at.update((claim[0], claim[4]) for claim in change.claimed)
+        projection.apply(change, self.db.executions, self.db.commands, self.db.approvals)
         return logged
 
     def load(self, execution_id: int, after_seq: int = 0, *,
@@ -252,6 +255,12 @@ class MemoryStore(port.Appends):
             row = self._live(command_id, worker_id, epoch)
             self._take([projection.released_event(new_id(), row, worker_id, epoch, now)])
         return True
+
+    def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
+        with self.db.lock:
+            return sorted((r for r in self.db.commands.values() if r.status == port.COMMAND_CLAIMED
+                           and self.db.claimed_at.get(r.command_id, now) < now - after_s),
+                          key=lambda r: r.command_id)  # fmt: skip
 
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         with self.db.lock:

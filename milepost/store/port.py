@@ -451,6 +451,10 @@ class Store(Approvals, Protocol):
         whose last event is older than it (`core.liveness.stall_verdict` decides)."""
         ...
 
+    def overdue_claims(self, now: float, after_s: float) -> list[CommandRow]:
+        """Live claims taken more than `after_s` before `now`, heartbeats or not."""
+        ...
+
     # machine ids: the 10 bits of a snowflake naming who made it, one per live process
     def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
         """The lowest id of MACHINE_IDS that is free or whose lease expired, leased to

@@ -116,7 +116,7 @@ _PICK = (
     " WHERE {hold}),"
     " taken AS (UPDATE command SET status=%(claimed)s, worker_id=%(worker)s,"
     " epoch=command.epoch+1, lease_expires_at=%(now)s + COALESCE(command.lease_s, %(lease)s),"
-    " updated_at=%(now)s"
+    " claimed_at=%(now)s, updated_at=%(now)s"
     " FROM picked JOIN free ON free.execution_id = picked.execution_id"
     " WHERE command.command_id = picked.command_id RETURNING {returning})"
 )

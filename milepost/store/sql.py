@@ -28,6 +28,7 @@ from milepost.store import port, projection
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.liveness import LivenessTable
 from milepost.store.seqs import SeqCache
+from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -39,8 +40,6 @@ EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, s
               " meta, worker_id, created_at")  # fmt: skip
 EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
              " parent_execution_id, error, cancel_requested")  # fmt: skip
-CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
-            " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
@@ -427,8 +426,9 @@ class SQLStore(ApprovalTable, LivenessTable, port.Appends):
             lease_s = lease_s if row[14] is None else float(row[14])  # the step's liveness
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
             conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
-                                  " lease_expires_at=?, updated_at=? WHERE command_id=?"),
-                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now,
+                                  " lease_expires_at=?, claimed_at=?, updated_at=?"
+                                  " WHERE command_id=?"),
+                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now, now,
                           command_id))  # fmt: skip
             logged = self.log_events(conn, [projection.claimed_event(new_id(), command, lease,
                                                                      now)])  # fmt: skip

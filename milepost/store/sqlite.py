@@ -127,11 +127,11 @@ class SQLiteStore(sql.SQLStore):
         # leased for its step's liveness, else for what the claimer asked
         rows = conn.execute(
             "UPDATE command SET status=?, worker_id=?, epoch=epoch+1,"
-            " lease_expires_at=? + COALESCE(lease_s, ?),"
+            " lease_expires_at=? + COALESCE(lease_s, ?), claimed_at=?,"
             f" updated_at=? WHERE command_id IN ({text} ORDER BY c.created_at, c.command_id"
             f" LIMIT ?) RETURNING {sql.CMD_COLS}",
-            (port.COMMAND_CLAIMED, req.worker_id, req.now, req.lease_s, req.now, *params,
-             req.limit),
+            (port.COMMAND_CLAIMED, req.worker_id, req.now, req.lease_s, req.now, req.now,
+             *params, req.limit),
         ).fetchall()  # fmt: skip
         if not rows:
             return lambda: ([], [])

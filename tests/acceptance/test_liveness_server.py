@@ -144,3 +144,26 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for(
         ("start", "queued")]
     [started] = events_of(cluster, xid, "execution.started")
     assert started["result"]["context"]["stall_after"] == 3.0
+
+
+FOREVER = playbook("acceptance/forever", """\
+workflow:
+  - step: start
+    tool: {kind: python, code: "import time\\ntime.sleep(30)\\nresult = 'slept'"}
+""")
+
+
+def test_the_engine_s_default_timeout_ends_an_attempt_that_heartbeats_forever(
+    cluster: Cluster,
+) -> None:
+    cluster.env["MILEPOST_DEFAULT_TIMEOUT"] = "2"
+    cluster.start_server()
+    worker = cluster.start_worker()
+    xid = cluster.run(FOREVER)
+    status = cluster.wait(xid, timeout=20)
+    assert status["status"] == "FAILED", status
+    assert status["error"]["kind"] == "timeout"
+    assert "default_timeout of 2s" in status["error"]["message"]
+    assert events_of(cluster, xid, "command.lease_expired") == []
+    # its worker learns it on its next heartbeat and abandons the attempt
+    wait_for(lambda: "lease lost" in worker.log.read_text(), "the worker to let go", timeout=20)

@@ -133,3 +133,32 @@ def test_a_run_without_progress_for_stall_after_fails_naming_the_approval_it_wai
     assert state.error is not None and state.error["kind"] == "stalled"
     assert "approval of step 'start'" in state.error["message"]
     assert [a["step"] for a in state.error["waiting"]["approvals"]] == ["start"]
+
+
+def _sleeper(seconds: float, spec: str = "") -> str:
+    return HEADER + textwrap.dedent(f"""
+        workflow:
+          - step: start
+            {spec}
+            tool: {{kind: python, code: "import time\\ntime.sleep({seconds})\\nresult = 'slept'"}}
+        """)  # fmt: skip
+
+
+def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_without_one(
+    store: Any,
+) -> None:
+    unbounded, bounded = _sleeper(3), _sleeper(3, "spec: {timeout: 10s}")
+
+    async def go() -> tuple[st.ExecutionState, st.ExecutionState]:
+        async with EmbeddedEngine(store, concurrency=2, default_timeout=1.5) as engine:
+            a = engine.start(load.load_text(unbounded), unbounded)
+            b = engine.start(load.load_text(bounded), bounded)
+            return await engine.wait(a, timeout=20), await engine.wait(b, timeout=20)
+
+    failed, completed = asyncio.run(go())
+    assert failed.status == st.FAILED
+    assert failed.error is not None and failed.error["kind"] == "timeout"
+    assert failed.error["message"] == ("step ran longer than the engine's default_timeout of"
+                                       " 1.5s (it sets no spec.timeout)")  # fmt: skip
+    assert of_type(store, failed.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    assert completed.status == st.COMPLETED, "its own spec.timeout bounds it, not the default"
