@@ -92,3 +92,15 @@ def test_a_run_without_liveness_fields_projects_as_before(store: Any) -> None:
     lease = store.claim(81, "w1", now=10.0, lease_s=7.0, new_id=new_id)
     assert dataclasses.astuple(store.get_command(81))[9:11] == (lease.epoch, 17.0)
     assert store.stalled_executions(10_000.0) == []
+
+
+def test_overdue_claims_are_those_taken_long_ago_whatever_their_heartbeats(store: Any) -> None:
+    store.append([started(9), issued(9, 91), issued(9, 92), issued(9, 93)])
+    old = store.claim(91, "w1", now=10.0, lease_s=5.0, new_id=new_id)
+    store.heartbeat(91, "w1", old.epoch, now=19.0, lease_s=5.0)  # alive, and still overdue
+    store.claim_next("w2", 15.0, 5.0, 1, new_id=new_id)  # 92
+    assert [r.command_id for r in store.overdue_claims(20.0, 8.0)] == [91]
+    assert [r.command_id for r in store.overdue_claims(20.0, 4.0)] == [91, 92]
+    lease = store.claim(93, "w3", now=12.0, lease_s=5.0, new_id=new_id)
+    store.release(93, "w3", lease.epoch, 13.0, new_id=new_id)  # queued again: no claim
+    assert 93 not in [r.command_id for r in store.overdue_claims(100.0, 1.0)]
