@@ -42,7 +42,10 @@ def stall_verdict(state: st.ExecutionState, playbook: model.Playbook, now: float
     none, or has ended). `holders`: command id -> the worker holding its claim (None:
     queued), as the command projection says."""
     stall = playbook.executor.stall_after
-    if stall is None or state.terminal or now - last_progress_at <= stall:
+    # a run being cancelled ends CANCELLED (its attempts abandoned after cancel_grace), not
+    # FAILED: the people who cancelled it asked for that end
+    if (stall is None or state.terminal or state.cancel_requested
+            or now - last_progress_at <= stall):  # fmt: skip
         return None
     waiting = _waiting(state, holders)
     message = (f"no progress for {now - last_progress_at:.0f}s (executor.spec.stall_after "

@@ -138,6 +138,10 @@ def test_stall_verdict_has_nothing_to_say_without_a_window_or_after_the_end() ->
     done.run_all()
     assert done.state.terminal
     assert liveness.stall_verdict(done.state, done.pb, 1e9, 0.0, {}) is None
+    cancelling = Sim(playbook(STALLING))
+    assert liveness.stall_verdict(cancelling.state, cancelling.pb, 1e9, 0.0, {}) is not None
+    cancelling.state.cancel_requested = True  # its commands still out: not yet CANCELLED
+    assert liveness.stall_verdict(cancelling.state, cancelling.pb, 1e9, 0.0, {}) is None
 
 
 def test_the_stall_window_rides_on_execution_started_only_when_set() -> None:
