@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     grace_seconds: float = 30.0
     """How long a stopping worker lets its running attempts finish before it cancels them
     unreported (their leases then expire and the server re-issues them)."""
+    otel_exporter: str | None = None
+    """Where spans of runs and attempts go (`milepost/telemetry.py`): `console`, `otlp`
+    (endpoint from the standard `OTEL_EXPORTER_OTLP_*` variables) or `none`; unset, the
+    standard `OTEL_TRACES_EXPORTER`, else no spans at all."""
     log_level: str = "INFO"
     """Log level of a `milepost worker` process."""
     lease_seconds: float = 30.0

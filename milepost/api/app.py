@@ -22,6 +22,7 @@ from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 
+from milepost import telemetry as spans
 from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import EngineMeters, Metrics
@@ -124,6 +125,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     if not (settings.secret_key or "").strip():
         raise SecretKeyMissing()  # refuse before touching the database
     webhook = webhooks.Webhook.from_settings(settings)  # a URL without a secret: refused
+    spans.from_settings(settings, service="milepost-server")  # before the engine exists
     # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
     # migrated as it opens
     store = factory.open_store(settings=settings)

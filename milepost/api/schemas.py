@@ -133,11 +133,23 @@ class StatusOut(BaseModel):
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
 
 
 class ExecutionOut(ExecutionItem):
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")
@@ -294,6 +306,10 @@ class CommandOut(BaseModel):
     lease: LeaseOut | None = None
     approved_digest: str | None = None
     """The digest of the approved call (`spec.approval`): the worker refuses another call."""
+    traceparent: str | None = Field(
+        default=None, description="[milepost extension] W3C trace context of the run: the "
+        "worker's span of this attempt is its child; its report carries the attempt's own "
+        "in `meta.traceparent`.")  # fmt: skip
 
 
 # a batch of events comes after the commands: a report may claim the next ones

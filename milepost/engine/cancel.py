@@ -16,4 +16,5 @@ def cancelled_report(row: port.CommandRow, event_id: int, now: float) -> ev.Even
     payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
                "attempt": row.attempt, "epoch": epoch, "error": dict(CANCELLED_BEFORE_CLAIM)}  # fmt: skip
     return ev.new_event(event_id, row.execution_id, ev.COMMAND_FAILED, now, step=row.step,
-                        payload=payload, meta={"epoch": epoch, "source": "server"})  # fmt: skip
+                        payload=payload, meta={"epoch": epoch, "source": "server"},
+                        parent_event_id=row.command_id)  # fmt: skip

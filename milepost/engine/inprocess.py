@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from milepost.attempt.runner import run_attempt
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.work import WorkItem, report_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
@@ -123,7 +124,7 @@ class InProcessWorkers:
             return  # claimed before another process took the run over: its driver reclaims
         orchestrator = self.engine.orchestrator
         state = orchestrator.state(item.execution_id)
-        if state.cancel_requested or state.terminal:
+        if cs.cancel_stops_work(state) or state.terminal:
             self._give_back(item.command_id, lease)  # a cancelled run's work is never run
             return
         playbook = orchestrator.playbook_for(state)

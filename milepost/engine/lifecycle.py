@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from milepost import telemetry
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
@@ -35,6 +37,7 @@ from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
+from milepost.engine.tracing import RunSpans
 from milepost.engine.watchers import Watchers
 from milepost.errors import ClaimRefused, ExecutionNotFound
 from milepost.playbook import model
@@ -90,6 +93,9 @@ class Lifecycle:
         the caller's failure (its events are committed)."""
         if meters is not None:  # only a reader of the counts pays for the approval clock
             self.listeners.append(ApprovalClock(self.meters, store))
+        spans = telemetry.active()
+        if spans is not None:  # no exporter: no listener, nothing per call
+            self.listeners.append(RunSpans(spans))
         self.refresh = not exclusive
         """Other writers may append to these logs: reports fold what they wrote first."""
 
@@ -329,8 +335,8 @@ class Lifecycle:
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
-                if not state.cancel_requested or state.terminal:
-                    continue
+                if not cs.cancel_stops_work(state) or state.terminal:
+                    continue  # a compensating run's commands are its compensations: they run
                 cancelled.add(xid)
                 reports += [cancelling.cancelled_report(row, self.new_id(), self.clock())
                             for row in self.store.open_commands(xid)

@@ -189,7 +189,8 @@ class Reconciler:
                    "lease_expires_at": row.lease_expires_at, "message": message}  # fmt: skip
         return ev.new_event(self.driver.new_id(), row.execution_id, ev.COMMAND_LEASE_EXPIRED,
                             now, step=row.step, payload=payload,
-                            meta={"epoch": row.epoch, "source": "reconciler"})  # fmt: skip
+                            meta={"epoch": row.epoch, "source": "reconciler"},
+                            parent_event_id=row.command_id)  # fmt: skip
 
     def _requeue(self, now: float, report: TickReport) -> None:
         queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]

@@ -1,4 +1,4 @@
-"""Liveness in a SQL store (migration 6): a command's own lease, a run's stall window.
+"""Liveness in a SQL store (migration 7): a command's own lease, a run's stall window.
 
 `SQLStore` inherits this. The claim statements of the dialects extend a claim by
 `COALESCE(lease_s, <asked>)`; here are the heartbeat, which does the same, the projection
@@ -62,6 +62,7 @@ class LivenessTable(Tables):
         return [(int(r[0]), float(r[1])) for r in self.rows(_STALLED, (now,))]
 
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status=? AND claimed_at<?"
-                         " ORDER BY command_id", (port.COMMAND_CLAIMED, now - after_s))  # fmt: skip
+        # the status as a literal: the partial index `command_open` (migration 6) matches it
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status='{port.COMMAND_CLAIMED}'"
+                         " AND claimed_at<? ORDER BY command_id", (now - after_s,))  # fmt: skip
         return [port.CommandRow(*r) for r in rows]

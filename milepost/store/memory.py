@@ -196,7 +196,8 @@ class MemoryStore(port.Appends):
                                      None if x is None else (x.status, x.cancel_requested))  # fmt: skip
             lease_s = self.db.leases.get(command_id, lease_s)
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
-            self._take([projection.claimed_event(new_id(), row, lease, now)])
+            self._take([projection.claimed_event(new_id(), row, worker_id, epoch,
+                                                 lease.expires_at, now)])  # fmt: skip
             return lease
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
@@ -244,7 +245,8 @@ class MemoryStore(port.Appends):
         own = [db.leases.get(r.command_id, req.lease_s) for r in rows]
         leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + s, lease_s=s)
                   for r, s in zip(rows, own, strict=True)]  # fmt: skip
-        logged = self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
+        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, lease.epoch,
+                                                      lease.expires_at, req.now)
                              for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
         return projection.with_events([(db.commands[r.command_id], lease) for r, lease
                                        in zip(rows, leases, strict=True)], logged)  # fmt: skip

@@ -67,7 +67,8 @@ def get_execution(
     page = page[:events_limit]
     return schemas.ExecutionOut(
         **views.execution_item(row).model_dump(), error=summary["error"],
-        steps=summary["steps"], events=[views.event_out(e) for e in page],
+        steps=summary["steps"], compensating=summary["compensating"],
+        compensation=summary.get("compensation"), events=[views.event_out(e) for e in page],
         events_next=page[-1].seq if more and page else None,
     )  # fmt: skip
 
@@ -82,7 +83,9 @@ wakes it at once when it ends the run, but another server or the CLI may end it 
 def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
     summary = engine.read(execution_id, _summary)
     return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
-                             error=summary["error"], steps=summary["steps"])  # fmt: skip
+                             error=summary["error"], steps=summary["steps"],
+                             compensating=summary["compensating"],
+                             compensation=summary.get("compensation"))  # fmt: skip
 
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut,

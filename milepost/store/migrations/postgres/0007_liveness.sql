@@ -1,4 +1,4 @@
--- 6: liveness and stalls (issue 11).
+-- 7: liveness and stalls (issue 11).
 -- command.lease_s: the command's own lease (its step's spec.liveness, from the
 -- command.issued that carries it); NULL: the lease the claimer asks for. Claims and
 -- heartbeats extend a claim by COALESCE(lease_s, asked).
@@ -8,6 +8,6 @@
 -- NULL: the run is never failed for making no progress. Nothing to backfill: before this
 -- version no event carried lease_s or stall_after (a claim live at the upgrade has no
 -- claimed_at: it is not bounded).
-ALTER TABLE command ADD COLUMN lease_s REAL;
-ALTER TABLE command ADD COLUMN claimed_at REAL;
-ALTER TABLE execution ADD COLUMN stall_after REAL;
+ALTER TABLE command ADD COLUMN lease_s DOUBLE PRECISION;
+ALTER TABLE command ADD COLUMN claimed_at DOUBLE PRECISION;
+ALTER TABLE execution ADD COLUMN stall_after DOUBLE PRECISION;
