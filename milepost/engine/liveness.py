@@ -53,17 +53,19 @@ def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) ->
     with engine.locked([xid]):  # no report may slip in between the verdict and the failure
         holders = {r.command_id: r.worker_id for r in engine.store.open_commands(xid)}
 
-        def verdict(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, Any] | None:
-            return liveness.stall_verdict(state, playbook, now, last_at, holders)
+        def verdict(state: st.ExecutionState,
+                    playbook: model.Playbook) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
+            # caused by the last event before the silence, as any execution event
+            return liveness.stall_verdict(state, playbook, now, last_at, holders), state.causes.last
 
-        error = engine.read(xid, verdict)
+        error, cause = engine.read(xid, verdict)
         if error is None:
             return False
         log.warning("execution %s stalled: %s", xid, error["message"],
                     extra={"action": "execution_stalled", "execution_id": xid})  # fmt: skip
         failed = ev.new_event(engine.new_id(), xid, ev.EXECUTION_FAILED, now,
                               payload={"error": error, "reason": error["reason"]},
-                              meta={"source": "reconciler"})  # fmt: skip
+                              meta={"source": "reconciler"}, parent_event_id=cause)  # fmt: skip
         engine.process([failed])
         return True
 
@@ -116,6 +118,7 @@ def _fail_if_unbounded(engine: Lifecycle, row: port.CommandRow, default_timeout:
                    "attempt": row.attempt, "epoch": row.epoch, "error": error}  # fmt: skip
         failed = ev.new_event(engine.new_id(), xid, ev.COMMAND_FAILED, now, step=row.step,
                               payload=payload, worker_id=row.worker_id,
-                              meta={"epoch": row.epoch, "source": "reconciler"})  # fmt: skip
+                              meta={"epoch": row.epoch, "source": "reconciler"},
+                              parent_event_id=row.command_id)  # fmt: skip
         engine.process([failed])
         return True

@@ -133,6 +133,9 @@ def test_a_run_without_progress_for_stall_after_fails_naming_the_approval_it_wai
     assert state.error is not None and state.error["kind"] == "stalled"
     assert "approval of step 'start'" in state.error["message"]
     assert [a["step"] for a in state.error["waiting"]["approvals"]] == ["start"]
+    *before, failed = store.load(state.execution_id)
+    assert failed.event_type == ev.EXECUTION_FAILED
+    assert failed.parent_event_id == before[-1].event_id, "caused by the last word before"
 
 
 def _sleeper(seconds: float, spec: str = "") -> str:
@@ -161,4 +164,6 @@ def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_wit
     assert failed.error["message"] == ("step ran longer than the engine's default_timeout of"
                                        " 1.5s (it sets no spec.timeout)")  # fmt: skip
     assert of_type(store, failed.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    [timed_out] = of_type(store, failed.execution_id, ev.COMMAND_FAILED)
+    assert timed_out.parent_event_id == timed_out.payload["command_id"], "caused by its issue"
     assert completed.status == st.COMPLETED, "its own spec.timeout bounds it, not the default"
