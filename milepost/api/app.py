@@ -41,7 +41,7 @@ from milepost.api.routers import (
     workers,
 )
 from milepost.credentials import SecretKeyMissing, Vault
-from milepost.engine import notify, webhooks
+from milepost.engine import notify, webhooks, worker_pools
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
@@ -143,7 +143,6 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
                                     secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
         engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
-                           pool=settings.nats_pool,
                            requeue_after=settings.requeue_notice_after,
                            default_timeout=settings.default_timeout)  # fmt: skip
         notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
@@ -152,6 +151,8 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
+        app_metrics.watch_missing_workers(
+            lambda: worker_pools.counts(engine.missing_workers()))  # fmt: skip
     except BaseException:
         if notifier is not None:
             notifier.close(grace=0)

@@ -84,6 +84,15 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
         if step.get("approval"):
             out.print(approval_line(name, step["approval"], now), highlight=False, markup=False,
                       soft_wrap=True)  # fmt: skip
+    for entry in data.get("no_live_worker") or ():
+        out.print(no_worker_line(entry), highlight=False, markup=False, soft_wrap=True)
+
+
+def no_worker_line(entry: dict[str, Any]) -> str:
+    """Commands queued in a pool no live worker serves (a server's status, DSL 10.6)."""
+    steps = ", ".join(entry.get("steps") or ())
+    return (f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
+            f"(start `milepost worker --pool {entry['pool']}`)")
 
 
 def print_compensation(compensation: dict[str, Any]) -> None:

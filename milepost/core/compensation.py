@@ -18,7 +18,7 @@ from milepost.core import events as ev
 from milepost.core import ids, liveness
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
-from milepost.playbook import model
+from milepost.playbook import model, pools
 
 LOST_ATTEMPTS = 3
 """As for steps (`decide.LOST_ATTEMPTS`): a vanished worker is not the compensation's fault."""
@@ -117,6 +117,8 @@ def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,
            attempt: int) -> None:  # fmt: skip
     key = ids.idempotency_key(out.state.execution_id, item.target, item.target_run, None, attempt)
     command_id = out.new_id()
+    pool = pools.of_step(playbook.steps[item.target].spec.pool)  # its `spec` applies (DSL 10.5)
     out.emit(ev.COMMAND_ISSUED, item.target, event_id=command_id, command_id=command_id,
              run=item.target_run, index=st.NO_INDEX, attempt=attempt, idempotency_key=key,
-             compensation=index, **liveness.lease_fields(playbook, item.target))  # fmt: skip
+             compensation=index, **pools.issued_payload(pool),
+             **liveness.lease_fields(playbook, item.target))  # fmt: skip

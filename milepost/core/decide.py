@@ -32,7 +32,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
-from milepost.playbook import model, render
+from milepost.playbook import model, pools, render
 from milepost.playbook.loop_result import LoopResult
 
 
@@ -45,11 +45,11 @@ class Decision:
 
 class _Emitter:
     def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int],
-                 playbook: model.Playbook | None = None) -> None:  # fmt: skip
+                 playbook: model.Playbook) -> None:  # fmt: skip
         self.state = state
-        self.playbook = playbook
         self.now = now
         self.new_id = new_id
+        self.playbook = playbook
         self.decision = Decision()
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
@@ -391,9 +391,10 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
     # a command is named by the id of the event that issued it, as in NoETL's API
     # (`/api/commands/{event_id}`)
     command_id = out.new_id()
-    lease = liveness.lease_fields(out.playbook, step) if out.playbook is not None else {}
+    pool = pools.of_step(out.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
     out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key, **lease)  # fmt: skip
+             index=index, attempt=attempt, idempotency_key=key, **pools.issued_payload(pool),
+             **liveness.lease_fields(out.playbook, step))  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------

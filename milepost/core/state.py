@@ -19,6 +19,7 @@ from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.causality import Causes
+from milepost.playbook import pools
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
@@ -93,6 +94,8 @@ class Command:
     index: int
     attempt: int
     idempotency_key: str
+    pool: str = pools.DEFAULT
+    """The workers it goes to (DSL 10.6): where its wake-up is published."""
 
 
 @dataclass(slots=True)
@@ -259,6 +262,7 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
         index=index,
         attempt=int(p.get("attempt", 1)),
         idempotency_key=p.get("idempotency_key", ""),
+        pool=str(p.get("pool") or pools.DEFAULT),
     )
     state.commands[cmd.command_id] = cmd
     if "compensation" in p:  # a compensation's command: it belongs to no step run

@@ -29,7 +29,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, notify, reporting
+from milepost.engine import approvals, notify, reporting, worker_pools
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
@@ -61,13 +61,12 @@ Reported = reporting.Reported
 class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
-                 pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
-                 exclusive: bool = False, default_timeout: float | None = None) -> None:  # fmt: skip
+                 requeue_after: float = REQUEUE_AFTER, exclusive: bool = False,
+                 default_timeout: float | None = None) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
-        self.pool = pool
         # `exclusive`: the only writer of its runs (an embedded engine), calling from one
         # thread (its loop): nothing interleaves, and nobody else appends to those logs
         self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
@@ -80,7 +79,6 @@ class Lifecycle:
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
-                                     pool=pool,
                                      on_expired=lambda _cid: self.meters.lease_expired(),
                                      default_timeout=default_timeout)  # fmt: skip
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
@@ -232,6 +230,10 @@ class Lifecycle:
     def catalog_entries(self) -> list[port.CatalogEntry]:
         return self.store.list_playbooks()
 
+    def missing_workers(self, execution_id: int | None = None) -> list[worker_pools.Missing]:
+        """The pools with queued commands (of one run, else of all) and no live worker."""
+        return worker_pools.missing(self.store, self.clock(), execution_id)
+
     def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
         """A machine id for `holder` (a worker): `held` renewed while it is still its, else
         a new one. Returns (id, renewed)."""
@@ -289,7 +291,7 @@ class Lifecycle:
                                       new_id=self.new_id)  # fmt: skip
         # a worker gives back the commands of a cancelled run: settle them so the run can end
         if released and not self.settle_cancelled([row.execution_id]):
-            self.publisher.notify([notify.Notice(row.command_id, row.execution_id, self.pool)])
+            self.publisher.notify([notify.Notice(row.command_id, row.execution_id, row.pool)])
         return bool(released)
 
     def release_claims(self, execution_id: int) -> int:
@@ -391,7 +393,7 @@ class Lifecycle:
         if outcome.issued:
             self.meters.issued(len(outcome.issued))
             taken = {row.command_id for row, _ in outcome.claimed}
-            notices = [notify.Notice(cmd.command_id, xid, self.pool)
+            notices = [notify.Notice(cmd.command_id, xid, cmd.pool)  # each to its pool's subject
                        for xid, cmd in outcome.issued if cmd.command_id not in taken]  # fmt: skip
             if notices:
                 self.publisher.notify(notices)

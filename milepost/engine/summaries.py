@@ -9,6 +9,7 @@ from typing import Any
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import state as st
+from milepost.engine import worker_pools
 
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
@@ -92,3 +93,17 @@ def failure_reason(state: st.ExecutionState) -> str | None:
     if state.error is None:
         return None
     return str(state.error.get("reason") or state.error.get("message") or "failed")
+
+
+def with_missing_workers(summary: dict[str, Any],
+                         missing: list[worker_pools.Missing]) -> dict[str, Any]:  # fmt: skip
+    """`summary` with `no_live_worker` (`[{pool, commands, steps, message}]`, DSL 10.6) and,
+    on each step concerned, `waiting: "no live worker of pool P"`; unchanged without any."""
+    if not missing:
+        return summary
+    steps = {name: dict(step) for name, step in summary["steps"].items()}
+    for entry in missing:
+        for name in entry.steps:
+            if name in steps:
+                steps[name]["waiting"] = entry.message
+    return {**summary, "steps": steps, "no_live_worker": [m.as_dict() for m in missing]}

@@ -37,7 +37,6 @@ class MemoryDatabase:
     executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
     commands: dict[int, port.CommandRow] = field(default_factory=dict)
     approvals: dict[int, port.ApprovalRow] = field(default_factory=dict)
-    pools: dict[int, str] = field(default_factory=dict)
     leases: dict[int, float] = field(default_factory=dict)
     """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
     stalls: dict[int, float] = field(default_factory=dict)
@@ -103,7 +102,6 @@ class MemoryStore(port.Appends):
             if clash:
                 raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
             stored = self._log(fresh)
-            db.pools.update((c[0], c[8]) for c in change.issued)
             db.leases.update((cid, lease_s) for lease_s, cid in change.leases)
             db.stalls.update((xid, stall) for stall, xid in change.stalls)
             projection.apply(change, db.executions, db.commands, db.approvals)
@@ -236,7 +234,7 @@ class MemoryStore(port.Appends):
         def claimable(r: port.CommandRow) -> bool:
             x = db.executions.get(r.execution_id)
             return (r.status == port.COMMAND_QUEUED and x is not None and x.status == "RUNNING"
-                    and not x.cancel_requested and req.pool in (None, db.pools.get(r.command_id))
+                    and not x.cancel_requested and req.pool in (None, r.pool)
                     and (req.driver is None or getattr(db.drivers.get(r.execution_id), "holder",
                                                        None) == req.driver))  # fmt: skip
 
@@ -396,6 +394,10 @@ class MemoryStore(port.Appends):
                 return False
             del self.db.machines[machine_id]
             return True
+
+    def machine_holders(self, now: float) -> list[str]:
+        with self.db.lock:
+            return sorted(h for h, until in self.db.machines.values() if until > now)
 
     def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
                        replace: str | None = None) -> port.DriverLease:  # fmt: skip

@@ -23,6 +23,7 @@ from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store.approvals import ApprovalRow as ApprovalRow
 from milepost.store.approvals import Approvals
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
+from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
 from milepost.store.machine_ids import free_machine_id as free_machine_id
 
@@ -64,6 +65,8 @@ class CommandRow:
     epoch: int
     lease_expires_at: float | None
     created_at: float
+    pool: str = "default"
+    """The workers it goes to (`spec.pool`, DSL 10.6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +299,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, Protocol):
+class Store(Approvals, MachineIds, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...
@@ -453,22 +456,6 @@ class Store(Approvals, Protocol):
 
     def overdue_claims(self, now: float, after_s: float) -> list[CommandRow]:
         """Live claims taken more than `after_s` before `now`, heartbeats or not."""
-        ...
-
-    # machine ids: the 10 bits of a snowflake naming who made it, one per live process
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
-        """The lowest id of MACHINE_IDS that is free or whose lease expired, leased to
-        `holder` until `now + ttl`; MachineIdsExhausted when every one is live."""
-        ...
-
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
-        """Extend `holder`'s lease of `machine_id` (a lapsed one too, while nobody took it:
-        then nobody else made ids with it); False when another holder has it now, and the
-        caller must lease another id before it makes more."""
-        ...
-
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
-        """Give the id back; False when `holder` did not hold it."""
         ...
 
     def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:

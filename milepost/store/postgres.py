@@ -371,10 +371,10 @@ class PostgresStore(sql.SQLStore):
             claimed: port.Claimed = []
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
-                row = port.CommandRow(*r[:12])
+                row = port.CommandRow(*r[:13])
                 lease = liveness.lease_of(row, req)
-                event = projection.claimed_event(int(r[12]), row, req.worker_id, row.epoch,
-                                                 lease.expires_at, req.now, int(r[13]))  # fmt: skip
+                event = projection.claimed_event(int(r[13]), row, req.worker_id, row.epoch,
+                                                 lease.expires_at, req.now, int(r[14]))  # fmt: skip
                 claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
                                                 lease.expires_at, event, lease.lease_s)))
                 logged.append(event)

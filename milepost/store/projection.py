@@ -171,9 +171,9 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
     for xid in change.compensating:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=False)
-    for cid, xid, step, run, idx, attempt, key, status, _pool, created, _ in change.issued:
+    for cid, xid, step, run, idx, attempt, key, status, pool, created, _ in change.issued:
         commands[cid] = port.CommandRow(cid, xid, step, run, idx, attempt, key, status, None, 0,
-                                        None, created)  # fmt: skip
+                                        None, created, pool)  # fmt: skip
     for status, _, cid in change.settled:
         if cid in commands:
             commands[cid] = dataclasses.replace(commands[cid], status=status)

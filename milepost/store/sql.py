@@ -411,11 +411,11 @@ class SQLStore(ApprovalTable, LivenessTable, port.Appends):
                 f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
-            command = port.CommandRow(*row[:12])
-            execution = None if row[12] is None else (row[12], bool(row[13]))
+            command = port.CommandRow(*row[:13])
+            execution = None if row[13] is None else (row[13], bool(row[14]))
             held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
-            lease_s = lease_s if row[14] is None else float(row[14])  # the step's liveness
+            lease_s = lease_s if row[15] is None else float(row[15])  # the step's liveness
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
             conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
                                   " lease_expires_at=?, claimed_at=?, updated_at=?"

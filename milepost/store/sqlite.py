@@ -151,8 +151,8 @@ class SQLiteStore(sql.SQLStore):
                             (*params, req.limit)).fetchall()  # fmt: skip
         if not rows:
             return [], []
-        # each leased for its step's liveness (r[12], `lease_s`), else for what was asked
-        expires = {r[0]: req.now + (req.lease_s if r[12] is None else float(r[12])) for r in rows}
+        # each leased for its step's liveness (r[13], `lease_s`), else for what was asked
+        expires = {r[0]: req.now + (req.lease_s if r[13] is None else float(r[13])) for r in rows}
         conn.executemany("UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
                          " claimed_at=?, updated_at=? WHERE command_id=?",
                          [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires[r[0]], req.now,
@@ -165,7 +165,7 @@ class SQLiteStore(sql.SQLStore):
         logged: list[ev.Event] = []
         for r in rows:
             row = port.CommandRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], port.COMMAND_CLAIMED,
-                                  req.worker_id, r[9] + 1, expires[r[0]], r[11])  # fmt: skip
+                                  req.worker_id, r[9] + 1, expires[r[0]], r[11], r[12])  # fmt: skip
             seq = last[row.execution_id] = last[row.execution_id] + 1
             event = projection.claimed_event(req.new_id(), row, req.worker_id, row.epoch,
                                              expires[r[0]], req.now, seq)  # fmt: skip

@@ -12,7 +12,7 @@ from milepost.errors import ConcurrencyConflict, MilepostError
 from milepost.store import port
 
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
-            " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+            " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 """The `command` columns of a `port.CommandRow`, in its order."""
 
 NS_CATALOG = 0x6D70_0003
@@ -189,6 +189,10 @@ class Tables:
     def release_machine_id(self, machine_id: int, holder: str) -> bool:
         return bool(self._write("DELETE FROM machine_lease WHERE machine_id=? AND holder=?",
                                 (machine_id, holder)))  # fmt: skip
+
+    def machine_holders(self, now: float) -> list[str]:
+        return [str(r[0]) for r in self.rows("SELECT holder FROM machine_lease WHERE"
+                                             " expires_at > ? ORDER BY holder", (now,))]  # fmt: skip
 
     # -- the driver of an embedded execution -----------------------------------------------
 

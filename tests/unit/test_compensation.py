@@ -263,3 +263,16 @@ def test_runs_without_compensations_write_the_same_events_as_before() -> None:
         ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.COMMAND_FAILED, ev.STEP_EXIT,
         ev.EXECUTION_FAILED]
     assert "compensation" not in _payloads(sim, ev.COMMAND_ISSUED)[0]
+
+
+def test_a_compensation_goes_to_its_own_steps_pool() -> None:
+    """Its `spec` applies (DSL 10.5), `spec.pool` included (DSL 10.6): the compensation's
+    command was issued to the default pool when both branches met."""
+    sim = Sim(playbook(SAGA.replace("  - step: refund\n    tool: {kind: noop}",
+                                    "  - step: refund\n    tool: {kind: noop}\n    spec: {pool: payments}")),
+              workload={"skus": ["x", "y"]})
+    _to_ship(sim)
+    sim.complete("ship", error=BOOM)
+    sim.complete("release")  # the loop step counts once
+    issued = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED and e.step == "refund"]
+    assert [e.payload.get("pool") for e in issued] == ["payments"]
