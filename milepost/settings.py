@@ -59,7 +59,12 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Log level of a `milepost worker` process."""
     lease_seconds: float = 30.0
-    """Default lease of a claim; workers heartbeat every third of it."""
+    """Default lease of a claim (a step's `spec.liveness` overrides it); workers heartbeat
+    every third of the lease their claim gave."""
+    default_timeout: float | None = Field(default=None, gt=0)
+    """Seconds an attempt of a step without `spec.timeout` may run, heartbeating or not,
+    before the engine fails it (kind `timeout`, retryable through `spec.retry`); unset:
+    no bound (a step that legitimately runs for days would be failed by any default)."""
     reconcile_interval: float = 1.0
     """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
     requeue_notice_after: float = 5.0

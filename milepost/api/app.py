@@ -144,7 +144,8 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
                                     secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
         engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
-                           requeue_after=settings.requeue_notice_after)  # fmt: skip
+                           requeue_after=settings.requeue_notice_after,
+                           default_timeout=settings.default_timeout)  # fmt: skip
         notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
         if notifier is not None:
             engine.listeners.append(notifier)

@@ -323,6 +323,9 @@ class ReleaseIn(StrictIn):
 class LeaseOut(BaseModel):
     epoch: int
     expires_at: TimeOut | None
+    lease_seconds: float | None = None
+    """How long the claim or heartbeat extended it (the step's `spec.liveness`, else what
+    the worker asked): the worker heartbeats every third of it."""
 
 
 class PlaybookRef(BaseModel):

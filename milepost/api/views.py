@@ -89,7 +89,8 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
 
 
 def lease_out(lease: port.Lease) -> schemas.LeaseOut:
-    return schemas.LeaseOut(epoch=lease.epoch, expires_at=checks.iso(lease.expires_at))
+    return schemas.LeaseOut(epoch=lease.epoch, expires_at=checks.iso(lease.expires_at),
+                            lease_seconds=lease.lease_s)  # fmt: skip
 
 
 

@@ -72,6 +72,8 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
                                   python_workers=settings.python_workers,
                                   machine_id=settings.machine_id, vault=vault,
                                   driver_ttl=settings.driver_ttl,
+                                  lease_s=settings.lease_seconds,
+                                  default_timeout=settings.default_timeout,
                                   webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
             if not drive.json_out and out.is_terminal:
                 progress = Progress(drive.db)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import ids
+from milepost.core import ids, liveness
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.playbook import model, pools
@@ -120,4 +120,5 @@ def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,
     pool = pools.of_step(playbook.steps[item.target].spec.pool)  # its `spec` applies (DSL 10.5)
     out.emit(ev.COMMAND_ISSUED, item.target, event_id=command_id, command_id=command_id,
              run=item.target_run, index=st.NO_INDEX, attempt=attempt, idempotency_key=key,
-             compensation=index, **pools.issued_payload(pool))  # fmt: skip
+             compensation=index, **pools.issued_payload(pool),
+             **liveness.lease_fields(playbook, item.target))  # fmt: skip

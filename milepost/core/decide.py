@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, budget, causality, compensation, ids
+from milepost.core import approvals, budget, causality, compensation, ids, liveness
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -400,8 +400,8 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
     command_id = out.new_id()
     pool = pools.of_step(out.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
     out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key,
-             **pools.issued_payload(pool))  # fmt: skip
+             index=index, attempt=attempt, idempotency_key=key, **pools.issued_payload(pool),
+             **liveness.lease_fields(out.playbook, step))  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.causality import Causes
-from milepost.playbook import pools
 from milepost.core.usage import Totals
+from milepost.playbook import pools
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"

@@ -69,6 +69,7 @@ class EmbeddedEngine:
         driver_ttl: float = DRIVER_TTL,
         lease_s: float = LEASE_S,
         webhook: Webhook | None = None,
+        default_timeout: float | None = None,
     ) -> None:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
@@ -82,7 +83,8 @@ class EmbeddedEngine:
         # this process is the only writer of the runs it drives: no look at the log
         # before each decision (the poller folds what others wrote, a cancel); and it calls
         # the service from its loop's thread only: no locks
-        self.service = Lifecycle(store, self.orchestrator, exclusive=True)
+        self.service = Lifecycle(store, self.orchestrator, exclusive=True,
+                                 default_timeout=default_timeout)  # fmt: skip
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
         # approval events leave from a thread of their own: a slow receiver never holds
@@ -443,6 +445,10 @@ class EmbeddedEngine:
             # re-read the log: another process may have asked to cancel, or voted
             self._process_safely([], list(self._active), refresh=True)
             self._catch_up(list(self._active))
+            try:  # an attempt silent past its liveness is lost; a run without progress fails
+                self.service.reconciler.watch_liveness(self.orchestrator.clock(), self._active)
+            except Exception:
+                log.exception("liveness check failed")
             cancelled = [x for x in self._active
                          if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
             if cancelled:  # their queued commands are never claimed: settle them

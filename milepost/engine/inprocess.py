@@ -3,14 +3,15 @@
 Commands are claimed through the engine service like a remote worker's (in the
 transaction of the report that freed the slot, `claim_request` with limit = free slots),
 so fencing, leases and cancel settlement are the server's: a report carries its claim's
-epoch, an attempt that runs for a third of its lease heartbeats, a claimed command of a
-run whose cancel was requested is given back instead of run, and on a clean exit the
-commands claimed and not started are released.
+epoch, a claim held for a third of its lease (the step's own, `spec.liveness`) is
+extended, a claimed command of a run whose cancel was requested is given back instead of
+run, and on a clean exit the commands claimed and not started are released.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -48,8 +49,12 @@ class InProcessWorkers:
         self.busy = 0
         """Attempts running right now."""
         self._queue: asyncio.Queue[Claim] = asyncio.Queue()
-        self._running: dict[int, tuple[Lease, float]] = {}
-        """command id -> its claim and when its attempt started."""
+        self._held: dict[int, tuple[Lease, float]] = {}
+        """command id -> its claim and when it was last extended (`time.monotonic`), from
+        the claim to the attempt's end: a claim queued behind a running attempt keeps its
+        lease too (a step's liveness may be shorter than the attempt before it)."""
+        self._beat = asyncio.Event()
+        """Set when a claim arrives: its lease may be shorter than the heartbeats' wait."""
 
     def free(self) -> int:
         """Slots no attempt runs in nor waits for: what the next claim may take. A worker
@@ -78,6 +83,8 @@ class InProcessWorkers:
                 continue
             self._queue.put_nowait((orchestrator.work_for(row.execution_id, cmd, lease.epoch),
                                     lease))  # fmt: skip
+            self._held[row.command_id] = (lease, time.monotonic())
+            self._beat.set()
 
     def spawn(self, name: str, until: asyncio.Event | None = None) -> asyncio.Task[None]:
         """One more worker task (`until`: lent for a while, it stops between items)."""
@@ -104,7 +111,10 @@ class InProcessWorkers:
                 got = await self._next(until)
                 if got is None:
                     return
-                await self._run(*got)
+                try:
+                    await self._run(*got)
+                finally:
+                    self._held.pop(got[0].command_id, None)
         finally:
             self.capacity -= 1
 
@@ -119,37 +129,50 @@ class InProcessWorkers:
             return
         playbook = orchestrator.playbook_for(state)
         self.busy += 1
-        self._running[item.command_id] = (lease, time.monotonic())
         try:
             # a crash in a tool is an `internal` outcome, logged redacted, not a raise
             outcome = await run_attempt(playbook, item, self.tools, credentials=self.credentials)
         finally:
             self.busy -= 1
-            self._running.pop(item.command_id, None)
         for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
                                    self.reporter):  # fmt: skip
             self.report(event)
 
     def _give_back(self, command_id: int, lease: Lease) -> None:
         """Release a claim not started (a cancelled run's is settled by the release)."""
+        self._held.pop(command_id, None)
         try:
             self.engine.release(command_id, self.claimant, lease.epoch)
         except MilepostError:  # it moved (expired, settled): nothing to give back
             log.warning("could not release command %s", command_id, exc_info=True)
 
+    def _every(self, lease: Lease) -> float:
+        """A claim is extended every third of its own lease (the step's liveness, else the
+        engine's): two heartbeats may be lost before it lapses."""
+        return (lease.lease_s or self.lease_s) / 3
+
     async def heartbeats(self) -> None:
-        """Every third of the lease, extend the claims of attempts running that long."""
-        every = self.lease_s / 3
+        """Extend each claim held, every third of its lease."""
         while True:
-            await asyncio.sleep(every)
             now = time.monotonic()
-            for command_id, (lease, started) in list(self._running.items()):
-                if now - started < every:
+            due = min([beat + self._every(lease) for lease, beat in self._held.values()],
+                      default=now + self.lease_s / 3)  # fmt: skip
+            self._beat.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat.wait(), max(0.0, due - now))
+            now = time.monotonic()
+            for command_id, (lease, beat) in list(self._held.items()):
+                if now - beat < self._every(lease):
                     continue
                 try:
-                    self.engine.heartbeat(command_id, self.claimant, lease.epoch, self.lease_s)
+                    extended, _ = self.engine.heartbeat(command_id, self.claimant, lease.epoch,
+                                                        self.lease_s)  # fmt: skip
                 except MilepostError:  # lost: its report will be fenced as stale
                     log.warning("heartbeat of command %s refused", command_id, exc_info=True)
+                    self._held.pop(command_id, None)
+                    continue
+                if command_id in self._held:
+                    self._held[command_id] = (extended, now)
 
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""

@@ -62,8 +62,8 @@ Reported = reporting.Reported
 class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
-                 requeue_after: float = REQUEUE_AFTER,
-                 exclusive: bool = False) -> None:  # fmt: skip
+                 requeue_after: float = REQUEUE_AFTER, exclusive: bool = False,
+                 default_timeout: float | None = None) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
@@ -80,7 +80,8 @@ class Lifecycle:
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
-                                     on_expired=lambda _cid: self.meters.lease_expired())  # fmt: skip
+                                     on_expired=lambda _cid: self.meters.lease_expired(),
+                                     default_timeout=default_timeout)  # fmt: skip
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
         """Called with (execution_id, time) for every retry timer a decision set."""
         self.on_outcome: Callable[[Outcome], None] = lambda outcome: None

@@ -23,6 +23,7 @@ from typing import Any
 from milepost import sanitize
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import liveness
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
@@ -168,6 +169,7 @@ class Orchestrator:
                 payload["sealed_workload"] = sealed
             if started_by is not None:
                 payload["started_by"] = started_by
+            payload.update(liveness.started_fields(playbook))  # a stall window, if any
             # a child run is caused by its parent's command (the `command.issued` event)
             started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload,
                                    parent_event_id=parent_command_id)  # fmt: skip

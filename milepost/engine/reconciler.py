@@ -12,6 +12,9 @@ reconciler"):
      the fold counts the attempt as lost and decide issues a new one (new key);
    - re-publishes the wake-up of commands queued for more than `requeue_after` seconds,
      and settles the queued commands of executions whose cancel was requested;
+   - fails the runs that made no progress for their `executor.spec.stall_after`
+     (`engine.liveness`), and the attempts of steps without `spec.timeout` claimed for
+     longer than the engine's `default_timeout`;
    - re-drives executions the store reports as stuck (`executions_to_redrive`), but for
      those waiting for a retry timer this server holds.
 
@@ -24,12 +27,12 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
-from milepost.engine import notify
+from milepost.engine import liveness, notify
 from milepost.store import port
 
 if TYPE_CHECKING:
@@ -52,13 +55,18 @@ class TickReport:
     republished: list[int] = field(default_factory=list)
     redriven: list[int] = field(default_factory=list)
     cancelled: list[int] = field(default_factory=list)
+    stalled: list[int] = field(default_factory=list)
+    """Executions failed for making no progress for `executor.spec.stall_after`."""
+    timed_out: list[int] = field(default_factory=list)
+    """Commands failed (kind `timeout`) for running past the engine's `default_timeout`."""
     errors: int = 0
 
 
 class Reconciler:
     def __init__(self, store: port.Store, driver: Lifecycle, publisher: notify.Publisher, *,
                  requeue_after: float = REQUEUE_AFTER,
-                 on_expired: Callable[[int], None] | None = None) -> None:  # fmt: skip
+                 on_expired: Callable[[int], None] | None = None,
+                 default_timeout: float | None = None) -> None:  # fmt: skip
         self.store = store
         self.driver = driver
         self.publisher = publisher
@@ -71,6 +79,10 @@ class Reconciler:
         """Expired claims already reported, in case the store still lists them as claimed."""
         self._noticed: dict[int, float] = {}
         """command id -> when its wake-up was last re-published."""
+        self.default_timeout = default_timeout
+        """Bounds an attempt of a step without `spec.timeout` (settings); None: unbounded."""
+        self._bounded: set[int] = set()
+        """Overdue commands whose step has its own timeout (`liveness.fail_overdue`)."""
 
     # -- retry timers ----------------------------------------------------------------------
 
@@ -108,6 +120,7 @@ class Reconciler:
             return report
         self._expire(now, report)
         self._requeue(now, report)
+        self._watch_liveness(now, report, None)
         with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
             waiting = {xid for at, xid in self._timers if at > now}
         redrive = [x for x in self.store.executions_to_redrive(now) if x not in waiting]
@@ -129,8 +142,26 @@ class Reconciler:
             count += len(self._each([r.execution_id for r in rows], scratch,
                                     lambda xid: self.driver.process(also=[xid], refresh=True)))  # fmt: skip
 
-    def _expire(self, now: float, report: TickReport) -> None:
-        rows = self.store.expired_claims(now)
+    def watch_liveness(self, now: float, only: Container[int]) -> TickReport:
+        """Expired claims and stalled runs of the executions in `only` alone: the embedded
+        engine's poller, for the runs it drives (it is their only writer)."""
+        report = TickReport()
+        self._expire(now, report, only)
+        self._watch_liveness(now, report, only)
+        return report
+
+    def _watch_liveness(self, now: float, report: TickReport, only: Container[int] | None) -> None:
+        report.stalled, errors = liveness.fail_stalled(self.driver, now, only)
+        report.errors += errors
+        if self.default_timeout:
+            report.timed_out, errors = liveness.fail_overdue(
+                self.driver, now, self.default_timeout, self._bounded, only)
+            report.errors += errors
+
+    def _expire(self, now: float, report: TickReport, only: Container[int] | None = None) -> None:
+        # each claim's own lease end: the step's liveness, or the lease its claimer asked for
+        rows = [row for row in self.store.expired_claims(now)
+                if only is None or row.execution_id in only]  # fmt: skip
         self._reported &= {row.command_id for row in rows}
         fresh = [row for row in rows if row.command_id not in self._reported]
         by_exec: dict[int, list[port.CommandRow]] = {}

@@ -16,7 +16,7 @@ _ROOT_KEYS = frozenset(
 )
 _EXECUTOR_SPEC_KEYS = frozenset(
     {"entry_step", "no_next_is_error", "timeout", "retry", "liveness", "cancel_grace", "pool",
-     "budget"}
+     "budget", "stall_after"}
 )
 _KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token"}
 """Keychain kind -> the field that holds its value."""
@@ -86,6 +86,8 @@ def executor(ctx: LoadContext, raw: Any, w: problems.Where) -> model.ExecutorSpe
         kwargs["pool"] = pools.check(spec["pool"], w / "pool")
     if spec.get("budget") is not None:  # usage past which the run fails (DSL 10.6)
         kwargs["budget"] = budget.parse(spec["budget"], w / "budget")
+    if spec.get("stall_after") is not None:
+        kwargs["stall_after"] = durations.check(spec["stall_after"], w / "stall_after")
     liveness, timeout = kwargs.get("liveness"), kwargs.get("timeout")
     if liveness is not None and timeout is not None and liveness <= timeout:
         (w / "liveness").error(
@@ -94,6 +96,21 @@ def executor(ctx: LoadContext, raw: Any, w: problems.Where) -> model.ExecutorSpe
             show="none",
         )
     return fields.build(w, model.ExecutorSpec, **kwargs) or model.ExecutorSpec()
+
+
+def check_stall_after(ctx: LoadContext, steps: dict[str, model.Step]) -> None:
+    """`executor.spec.stall_after` must exceed every step's timeout (DSL 10.6): a run whose
+    one attempt may rightly run that long, heartbeating and writing nothing, is not stalled."""
+    stall = ctx.executor.stall_after
+    if stall is None:
+        return
+    w = ctx.root / "executor" / "spec" / "stall_after"
+    for name, step in steps.items():
+        timeout = step.spec.timeout
+        if timeout is not None and stall <= timeout:
+            w.error(f"executor.spec.stall_after ({durations.text(ctx.executor_raw['stall_after'])})"
+                    f" must be greater than step '{name}' spec.timeout ({timeout:g}s)",
+                    show="none")  # fmt: skip
 
 
 def _executor_flags(spec: dict[str, Any], w: problems.Where) -> dict[str, Any]:

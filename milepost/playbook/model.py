@@ -187,6 +187,8 @@ class ExecutorSpec(BaseModel):
     pool: str | None = None
     """`executor.spec.pool`: the pool of steps that name none (DSL 10.6)."""
     budget: Budget | None = None
+    stall_after: float | None = None
+    """Fail a run that records no progress event for this long (DSL 10.6); None: never."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@ process (`Store.lease_machine_id`)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from milepost.errors import MilepostError
 
 
@@ -24,3 +26,28 @@ def free_machine_id(live: set[int]) -> int:
             return machine_id
     raise MachineIdsExhausted(f"all {len(MACHINE_IDS)} machine ids are leased by live "
                               "processes", leased=len(live))  # fmt: skip
+
+
+class MachineIds(Protocol):
+    """The machine-id part of the store port (`port.Store`): the 10 bits of a snowflake
+    naming who made it, one per live process."""
+
+    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+        """The lowest id of MACHINE_IDS that is free or whose lease expired, leased to
+        `holder` until `now + ttl`; MachineIdsExhausted when every one is live."""
+        ...
+
+    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+        """Extend `holder`'s lease of `machine_id` (a lapsed one too, while nobody took it:
+        then nobody else made ids with it); False when another holder has it now, and the
+        caller must lease another id before it makes more."""
+        ...
+
+    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+        """Give the id back; False when `holder` did not hold it."""
+        ...
+
+    def machine_holders(self, now: float) -> list[str]:
+        """The holders of the machine-id leases live at `now`, sorted (who is alive: a
+        worker's holder names its pool, `engine.worker_pools`)."""
+        ...

@@ -38,6 +38,12 @@ class MemoryDatabase:
     commands: dict[int, port.CommandRow] = field(default_factory=dict)
     approvals: dict[int, port.ApprovalRow] = field(default_factory=dict)
     usage: dict[usage.Key, list[float]] = field(default_factory=dict)
+    leases: dict[int, float] = field(default_factory=dict)
+    """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
+    stalls: dict[int, float] = field(default_factory=dict)
+    """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
+    claimed_at: dict[int, float] = field(default_factory=dict)
+    """command id -> when its live claim was taken, the SQL stores' `command.claimed_at`."""
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
     blobs: dict[int, tuple[int, bytes]] = field(default_factory=dict)
@@ -97,6 +103,8 @@ class MemoryStore(port.Appends):
             if clash:
                 raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
             stored = self._log(fresh)
+            db.leases.update((cid, lease_s) for lease_s, cid in change.leases)
+            db.stalls.update((xid, stall) for stall, xid in change.stalls)
             projection.apply(change, db.executions, db.commands, db.approvals, db.usage)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
@@ -114,8 +122,9 @@ class MemoryStore(port.Appends):
     def _take(self, events: list[ev.Event]) -> list[ev.Event]:
         """Log the store's own events (claims, releases) and apply them."""
         logged = self._log(events)
-        projection.apply(projection.changes(logged), self.db.executions, self.db.commands,
-                         self.db.approvals)  # fmt: skip
+        change = projection.changes(logged)
+        self.db.claimed_at.update((claim[0], claim[4]) for claim in change.claimed)
+        projection.apply(change, self.db.executions, self.db.commands, self.db.approvals)
         return logged
 
     def load(self, execution_id: int, after_seq: int = 0, *,
@@ -200,7 +209,8 @@ class MemoryStore(port.Appends):
             held = (row.status, row.worker_id, row.epoch, row.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held,
                                      None if x is None else (x.status, x.cancel_requested))  # fmt: skip
-            lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
+            lease_s = self.db.leases.get(command_id, lease_s)
+            lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
             self._take([projection.claimed_event(new_id(), row, worker_id, epoch,
                                                  lease.expires_at, now)])  # fmt: skip
             return lease
@@ -209,8 +219,9 @@ class MemoryStore(port.Appends):
                   lease_s: float) -> port.Lease:  # fmt: skip
         with self.db.lock:
             row = self._live(command_id, worker_id, epoch)
+            lease_s = self.db.leases.get(command_id, lease_s)
             self.db.commands[command_id] = dataclasses.replace(row, lease_expires_at=now + lease_s)
-        return port.Lease(command_id, worker_id, epoch, now + lease_s)
+        return port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
 
     def _live(self, command_id: int, worker_id: str, epoch: int) -> port.CommandRow:
         row = self.db.commands.get(command_id)
@@ -246,8 +257,9 @@ class MemoryStore(port.Appends):
 
         rows = sorted(filter(claimable, db.commands.values()),
                       key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
-        leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + req.lease_s)
-                  for r in rows]  # fmt: skip
+        own = [db.leases.get(r.command_id, req.lease_s) for r in rows]
+        leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + s, lease_s=s)
+                  for r, s in zip(rows, own, strict=True)]  # fmt: skip
         logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, lease.epoch,
                                                       lease.expires_at, req.now)
                              for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
@@ -260,6 +272,22 @@ class MemoryStore(port.Appends):
             row = self._live(command_id, worker_id, epoch)
             self._take([projection.released_event(new_id(), row, worker_id, epoch, now)])
         return True
+
+    def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
+        with self.db.lock:
+            return sorted((r for r in self.db.commands.values() if r.status == port.COMMAND_CLAIMED
+                           and self.db.claimed_at.get(r.command_id, now) < now - after_s),
+                          key=lambda r: r.command_id)  # fmt: skip
+
+    def stalled_executions(self, now: float) -> list[tuple[int, float]]:
+        with self.db.lock:
+            out = []
+            for xid, stall in sorted(self.db.stalls.items()):
+                row, log = self.db.executions.get(xid), self.db.logs.get(xid)
+                last = log[-1].created_at if log else (row.updated_at if row else now)
+                if row is not None and row.status == "RUNNING" and last < now - stall:
+                    out.append((xid, last))
+            return out
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         with self.db.lock:

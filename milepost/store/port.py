@@ -23,6 +23,7 @@ from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store.approvals import ApprovalRow as ApprovalRow
 from milepost.store.approvals import Approvals
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
+from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
 from milepost.store.machine_ids import free_machine_id as free_machine_id
 from milepost.store.usage import UsageReads
@@ -81,6 +82,9 @@ class Lease:
     event: Event | None = field(default=None, compare=False, repr=False)
     """The `command.claimed` the claim appended, numbered, when the store hands it back:
     an orchestrator that made the claim folds it instead of reading its log again."""
+    lease_s: float | None = field(default=None, compare=False)
+    """How long the claim (or heartbeat) extended it: the command's own lease when its step
+    sets `spec.liveness`, else the one asked for. Its holder heartbeats every third of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,7 @@ class ClaimRequest:
 
 Claimed = list[tuple[CommandRow, Lease]]
 
+
 BLOB_PREFIX = "milepost://results/"
 
 
@@ -296,7 +301,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, UsageReads, Protocol):
+class Store(Approvals, UsageReads, MachineIds, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...
@@ -446,25 +451,13 @@ class Store(Approvals, UsageReads, Protocol):
         than `idle_s` (the reconciler re-evaluates them)."""
         ...
 
-    # machine ids: the 10 bits of a snowflake naming who made it, one per live process
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
-        """The lowest id of MACHINE_IDS that is free or whose lease expired, leased to
-        `holder` until `now + ttl`; MachineIdsExhausted when every one is live."""
+    def stalled_executions(self, now: float) -> list[tuple[int, float]]:
+        """(execution_id, time of its last event) of RUNNING executions with a stall window
+        whose last event is older than it (`core.liveness.stall_verdict` decides)."""
         ...
 
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
-        """Extend `holder`'s lease of `machine_id` (a lapsed one too, while nobody took it:
-        then nobody else made ids with it); False when another holder has it now, and the
-        caller must lease another id before it makes more."""
-        ...
-
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
-        """Give the id back; False when `holder` did not hold it."""
-        ...
-
-    def machine_holders(self, now: float) -> list[str]:
-        """The holders of the machine-id leases live at `now`, sorted (who is alive: a
-        worker's holder names its pool, `engine.worker_pools`)."""
+    def overdue_claims(self, now: float, after_s: float) -> list[CommandRow]:
+        """Live claims taken more than `after_s` before `now`, heartbeats or not."""
         ...
 
     def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:

@@ -35,7 +35,7 @@ from psycopg import errors as pg_errors
 
 from milepost.core import events as ev
 from milepost.errors import ConcurrencyConflict
-from milepost.store import migrations, port, projection, sql
+from milepost.store import liveness, migrations, port, projection, sql
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -116,7 +116,8 @@ _PICK = (
     " free AS (SELECT x.execution_id FROM (SELECT DISTINCT execution_id FROM picked) x"
     " WHERE {hold}),"
     " taken AS (UPDATE command SET status=%(claimed)s, worker_id=%(worker)s,"
-    " epoch=command.epoch+1, lease_expires_at=%(expires)s, updated_at=%(now)s"
+    " epoch=command.epoch+1, lease_expires_at=%(now)s + COALESCE(command.lease_s, %(lease)s),"
+    " claimed_at=%(now)s, updated_at=%(now)s"
     " FROM picked JOIN free ON free.execution_id = picked.execution_id"
     " WHERE command.command_id = picked.command_id RETURNING {returning})"
 )
@@ -351,9 +352,8 @@ class PostgresStore(sql.SQLStore):
 
     def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
                      ends: Mapping[int, int]) -> Collect:  # fmt: skip
-        expires = req.now + req.lease_s
         params = {"claimed": port.COMMAND_CLAIMED,
-                  "worker": req.worker_id, "expires": expires, "now": req.now,
+                  "worker": req.worker_id, "lease": req.lease_s, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
         if req.driver is not None:
@@ -372,10 +372,11 @@ class PostgresStore(sql.SQLStore):
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
                 row = port.CommandRow(*r[:13])
+                lease = liveness.lease_of(row, req)
                 event = projection.claimed_event(int(r[13]), row, req.worker_id, row.epoch,
-                                                 expires, req.now, int(r[14]))  # fmt: skip
+                                                 lease.expires_at, req.now, int(r[14]))  # fmt: skip
                 claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
-                                                expires, event)))  # fmt: skip
+                                                lease.expires_at, event, lease.lease_s)))
                 logged.append(event)
             return claimed, logged
 

@@ -69,12 +69,17 @@ class Changes:
     whose path a new approval row shows)."""
     usage: list[used.Op] = field(default_factory=list)
     """What the batch's reports add to `execution_usage` (`store.usage`)."""
+    leases: list[tuple[float, int]] = field(default_factory=list)
+    """lease_s, command_id: a new command's own lease (`spec.liveness`; applied after
+    `issued`). Only commands of steps that set one."""
+    stalls: list[tuple[float, int]] = field(default_factory=list)
+    """stall_after, execution_id: a new run's stall window (applied after `started`)."""
 
     @property
     def empty(self) -> bool:
         return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
-                    or self.approvals or self.usage)  # fmt: skip
+                    or self.approvals or self.usage or self.leases or self.stalls)  # fmt: skip
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
@@ -94,6 +99,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
                                int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
                                str(p.get("idempotency_key", "")), port.COMMAND_QUEUED,
                                str(p.get("pool") or "default"), at, at))  # fmt: skip
+            if p.get("lease_s") is not None:
+                out.leases.append((float(p["lease_s"]), int(p["command_id"])))
         elif t in ev.SETTLING_REPORTS:
             status = port.COMMAND_COMPLETED if t == ev.COMMAND_COMPLETED else port.COMMAND_FAILED
             out.settled.append((status, at, int(p["command_id"])))
@@ -112,6 +119,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             out.started.append((event.execution_id, str(p.get("path", "")),
                                 None if version is None else int(version), "RUNNING",
                                 None if parent is None else int(parent), at, at))  # fmt: skip
+            if p.get("stall_after") is not None:
+                out.stalls.append((float(p["stall_after"]), event.execution_id))
         elif t == ev.EXECUTION_CANCEL_REQUESTED and not event.meta.get("compensating"):
             out.cancels.append(event.execution_id)
         elif t == ev.COMPENSATION_STARTED:

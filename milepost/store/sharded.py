@@ -241,6 +241,13 @@ class ShardedStore:
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         return sorted(x for store in self.stores for x in store.executions_to_redrive(now, idle_s))
 
+    def stalled_executions(self, now: float) -> list[tuple[int, float]]:
+        return sorted(x for store in self.stores for x in store.stalled_executions(now))
+
+    def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
+        rows = [c for store in self.stores for c in store.overdue_claims(now, after_s)]
+        return sorted(rows, key=lambda c: c.command_id)
+
     def lock_execution(self, execution_id: int) -> contextlib.AbstractContextManager[None]:
         return self.shard(execution_id).lock_execution(execution_id)
 

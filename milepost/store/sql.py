@@ -26,7 +26,9 @@ from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approval_table, port, projection, usage_table
 from milepost.store.approval_table import ApprovalTable
+from milepost.store.liveness import LivenessTable
 from milepost.store.seqs import SeqCache
+from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -36,8 +38,6 @@ EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, s
               " meta, worker_id, created_at")  # fmt: skip
 EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
              " parent_execution_id, error, cancel_requested")  # fmt: skip
-CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
-            " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
@@ -73,7 +73,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, usage_table.UsageTable, port.Appends):
+class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
@@ -304,6 +304,8 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, port.Appends):
             self.many(conn, "UPDATE execution SET cancel_requested=? WHERE execution_id=?", flags)
         if change.issued:
             self.insert_commands(conn, change.issued)
+        if change.leases or change.stalls:  # after the rows they set a column of
+            self.project_liveness(conn, change)
         if change.settled or claims:
             self.settle_commands(conn, change.settled, claims)
         self.project_usage(conn, change.usage)
@@ -402,7 +404,8 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, port.Appends):
               new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
         with self.txn() as conn:
             row = conn.execute(self.sql(
-                f"SELECT {prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested FROM command c"
+                f"SELECT {prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested, c.lease_s"
+                " FROM command c"
                 " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
                 f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
             if row is None:
@@ -411,27 +414,17 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, port.Appends):
             execution = None if row[13] is None else (row[13], bool(row[14]))
             held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
-            lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
+            lease_s = lease_s if row[15] is None else float(row[15])  # the step's liveness
+            lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
             conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
-                                  " lease_expires_at=?, updated_at=? WHERE command_id=?"),
-                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now,
+                                  " lease_expires_at=?, claimed_at=?, updated_at=?"
+                                  " WHERE command_id=?"),
+                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now, now,
                           command_id))  # fmt: skip
             logged = self.log_events(conn, [projection.claimed_event(
                 new_id(), command, worker_id, epoch, lease.expires_at, now)])  # fmt: skip
         self.seqs.committed(logged)
         return lease
-
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> port.Lease:  # fmt: skip
-        with self.txn() as conn:
-            cur = conn.execute(self.sql(
-                "UPDATE command SET lease_expires_at=?, updated_at=? WHERE command_id=?"
-                " AND status=? AND worker_id=? AND epoch=?"),
-                (now + lease_s, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch))  # fmt: skip
-            if cur.rowcount == 0:
-                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
-                                   command_id=str(command_id))  # fmt: skip
-        return port.Lease(command_id, worker_id, epoch, now + lease_s)
 
     def expired_claims(self, now: float) -> list[port.CommandRow]:
         rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND status=? AND"

@@ -36,7 +36,7 @@ _COLS = "(event_id, execution_id, seq, parent_event_id, event_type, step, status
         " worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"  # fmt: skip
 _INSERT_EVENT = f"INSERT INTO event {_COLS} ON CONFLICT (event_id) DO NOTHING"
 _INSERT_EVENT_STRICT = f"INSERT INTO event {_COLS}"
-_CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)} FROM command c JOIN execution x"
+_CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM command c JOIN execution x"
               f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
               " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
 
@@ -144,7 +144,6 @@ class SQLiteStore(sql.SQLStore):
         if req.driver is not None:
             text += " AND " + sql.DRIVEN_BY
             params.append(req.driver)
-        expires = req.now + req.lease_s
         # the oldest claimable rows, read, then taken one row per statement: an UPDATE of
         # several rows at once opens a statement journal, whose page bitmap is as large as
         # the database file (tens of microseconds a claim, growing with the file)
@@ -152,10 +151,12 @@ class SQLiteStore(sql.SQLStore):
                             (*params, req.limit)).fetchall()  # fmt: skip
         if not rows:
             return [], []
+        # each leased for its step's liveness (r[13], `lease_s`), else for what was asked
+        expires = {r[0]: req.now + (req.lease_s if r[13] is None else float(r[13])) for r in rows}
         conn.executemany("UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
-                         " updated_at=? WHERE command_id=?",
-                         [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires, req.now, r[0])
-                          for r in rows])  # fmt: skip
+                         " claimed_at=?, updated_at=? WHERE command_id=?",
+                         [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires[r[0]], req.now,
+                           req.now, r[0]) for r in rows])  # fmt: skip
         last = {x: ends[x] for x in {r[1] for r in rows} if x in ends}
         rest = sorted({r[1] for r in rows if r[1] not in ends})
         if rest:
@@ -164,12 +165,12 @@ class SQLiteStore(sql.SQLStore):
         logged: list[ev.Event] = []
         for r in rows:
             row = port.CommandRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], port.COMMAND_CLAIMED,
-                                  req.worker_id, r[9] + 1, expires, r[11], r[12])  # fmt: skip
+                                  req.worker_id, r[9] + 1, expires[r[0]], r[11], r[12])  # fmt: skip
             seq = last[row.execution_id] = last[row.execution_id] + 1
             event = projection.claimed_event(req.new_id(), row, req.worker_id, row.epoch,
-                                             expires, req.now, seq)  # fmt: skip
-            claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch, expires,
-                                            event)))  # fmt: skip
+                                             expires[r[0]], req.now, seq)  # fmt: skip
+            claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
+                                            expires[r[0]], event, expires[r[0]] - req.now)))
             logged.append(event)
             rows_out.append(sql.event_row(event, self.encode_result(conn, event)))
         return claimed, logged

@@ -11,6 +11,10 @@ from typing import Any
 from milepost.errors import ConcurrencyConflict, MilepostError
 from milepost.store import port
 
+CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
+            " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
+"""The `command` columns of a `port.CommandRow`, in its order."""
+
 NS_CATALOG = 0x6D70_0003
 NS_MACHINE = 0x6D70_0005
 """Namespaces of the keys writers are serialized on (`lock_key`)."""

@@ -29,6 +29,13 @@ class Job:
     task: asyncio.Task[None] | None = None
 
 
+def lease_seconds(lease: Any, asked: float) -> float:
+    """The length of a lease as the server gave it (`lease.lease_seconds`: the step's own
+    `spec.liveness`), else the one the worker asked for."""
+    given = lease.get("lease_seconds") if isinstance(lease, dict) else None
+    return float(given) if isinstance(given, int | float) and given > 0 else asked
+
+
 def log_job(job: Job, level: int, action: str, message: str, *args: Any,
             exc_info: bool = False) -> None:  # fmt: skip
     """Log about one command: its ids lead the message and go in `extra` (never values)."""

@@ -40,7 +40,7 @@ from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.work import AttemptResult, WorkItem
 from milepost.errors import MilepostError
 from milepost.settings import Settings
-from milepost.worker import remote_credentials
+from milepost.worker import jobs, remote_credentials
 from milepost.worker.clock import Clock, RealClock
 from milepost.worker.jobs import Job, log_job
 from milepost.worker.machine_ids import MachineIds
@@ -372,7 +372,8 @@ class Worker:
         return item, outcome
 
     async def _heartbeats(self, job: Job) -> None:
-        interval = self.lease_seconds / 3
+        # every third of the lease the claim gave (the step's liveness), not a global one
+        interval = jobs.lease_seconds(job.command.get("lease"), self.lease_seconds) / 3
         while True:
             await self.clock.sleep(interval)
             try:
@@ -395,6 +396,8 @@ class Worker:
                 continue
             if isinstance(reply, Mapping) and reply.get("cancelled"):
                 self._mark_cancelled(job)
+            if isinstance(reply, Mapping):
+                interval = jobs.lease_seconds(reply.get("lease"), self.lease_seconds) / 3
 
     def _heartbeat_failed(self, job: Job, exc: Exception) -> None:
         log_job(job, logging.WARNING, "heartbeat_failed", "heartbeat failed: %s: %s",

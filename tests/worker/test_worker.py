@@ -251,6 +251,33 @@ def test_heartbeats_every_third_of_the_lease_while_the_attempt_runs() -> None:
     run(scenario)
 
 
+def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() -> None:
+    """The step's `spec.liveness` (3 s) came back as the claim's `lease_seconds`: the worker
+    that asked for 30 s heartbeats every second, and by what each heartbeat gave next."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        own = command(202, epoch=2)
+        own["lease"]["lease_seconds"] = 3.0
+        client.queue.append(own)
+        client.on_heartbeat = lambda cid, epoch: {
+            "lease": {"epoch": epoch, "lease_seconds": 6.0}, "cancelled": False}
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            await clock.advance(0.9)
+            assert client.heartbeats == []
+            await clock.advance(0.2)
+            assert client.heartbeats == [(202, 2, "w-1")]
+            await clock.advance(1.5)  # the reply said 6 s: the next one comes 2 s after
+            assert len(client.heartbeats) == 1
+            await clock.advance(0.6)
+            assert len(client.heartbeats) == 2
+            gate.set()
+            await wait_for_async(lambda: bool(client.reports))
+
+    run(scenario)
+
+
 def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make()

@@ -1,0 +1,84 @@
+"""Liveness and stalls (DSL 10.2, 10.6): what a step's lease is, and when a run that makes
+no progress is failed, with what it waited for.
+
+Pure: the time, the last progress and who holds each command come in as arguments. The
+store keeps a command's own lease (`lease_s`) and a run's `stall_after` from the events
+these fields go into, only when the playbook sets them: other runs' events stay as they
+were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from milepost.core import approval_state as ap
+from milepost.core import state as st
+from milepost.playbook import durations, model
+
+STALLED = "stalled"
+"""The error kind of a run failed for making no progress for `executor.spec.stall_after`."""
+
+
+def lease_fields(playbook: model.Playbook, step: str) -> dict[str, Any]:
+    """The `command.issued` fields of a step's lease: `{lease_s}` when the step (or
+    `executor.spec`) sets `liveness`, else nothing (the claim uses the engine's lease)."""
+    spec = playbook.steps.get(step)
+    liveness = spec.spec.liveness if spec is not None else None
+    return {} if liveness is None else {"lease_s": liveness}
+
+
+def started_fields(playbook: model.Playbook) -> dict[str, Any]:
+    """The `execution.started` fields of a run's stall window, when the playbook sets one."""
+    stall = playbook.executor.stall_after
+    return {} if stall is None else {"stall_after": stall}
+
+
+def stall_verdict(state: st.ExecutionState, playbook: model.Playbook, now: float,
+                  last_progress_at: float,
+                  holders: Mapping[int, str | None]) -> dict[str, Any] | None:  # fmt: skip
+    """The error that fails a run silent since `last_progress_at` for longer than its
+    `stall_after`, naming what it waited for; None while it is within its window (or has
+    none, or has ended). `holders`: command id -> the worker holding its claim (None:
+    queued), as the command projection says."""
+    stall = playbook.executor.stall_after
+    # a run being cancelled ends CANCELLED (its attempts abandoned after cancel_grace), not
+    # FAILED: the people who cancelled it asked for that end
+    if (stall is None or state.terminal or state.cancel_requested
+            or now - last_progress_at <= stall):  # fmt: skip
+        return None
+    waiting = _waiting(state, holders)
+    message = (f"no progress for {now - last_progress_at:.0f}s (executor.spec.stall_after "
+               f"{durations.text(stall)}): waiting for {_describe(waiting)}")  # fmt: skip
+    return {"step": None, "task": None, "kind": STALLED, "message": message,
+            "reason": f"run stalled: {message}", "waiting": waiting}  # fmt: skip
+
+
+def _waiting(state: st.ExecutionState, holders: Mapping[int, str | None]) -> dict[str, Any]:
+    commands = []
+    for cid, cmd in sorted(state.commands.items()):
+        worker = holders.get(cid)
+        commands.append({"command_id": str(cid), "step": cmd.step, "index": cmd.index,
+                         "attempt": cmd.attempt, "status": "claimed" if worker else "queued",
+                         "worker_id": worker})  # fmt: skip
+    approvals = [{"approval_id": str(a.approval_id), "step": a.step, "run": a.run}
+                 for a in state.approvals.values() if a.status == ap.PENDING]  # fmt: skip
+    retries = [{"step": sr.step, "index": i, "at": at} for sr in state.running.values()
+               for i, at in sorted(sr.retry_at.items())]  # fmt: skip
+    return {"steps": sorted(state.running), "commands": commands, "approvals": approvals,
+            "retries": retries, "pending": sorted(state.pending)}  # fmt: skip
+
+
+def _describe(waiting: dict[str, Any]) -> str:
+    parts = []
+    for c in waiting["commands"]:
+        where = c["step"] + ("" if c["index"] == st.NO_INDEX else f"[{c['index']}]")
+        held = f"claimed by {c['worker_id']}" if c["worker_id"] else "queued, no worker took it"
+        parts.append(f"step '{where}' attempt {c['attempt']} ({held})")
+    parts.extend(f"approval of step '{a['step']}'" for a in waiting["approvals"])
+    parts.extend(f"retry of step '{r['step']}'" for r in waiting["retries"])
+    busy = {c["step"] for c in waiting["commands"]} | {a["step"] for a in waiting["approvals"]}
+    parts.extend(f"step '{s}' (running, nothing in flight)" for s in waiting["steps"]
+                 if s not in busy)  # fmt: skip
+    parts.extend(f"step '{s}' (pending)" for s in waiting["pending"])
+    return ", ".join(parts) or "nothing (no step running)"

@@ -1,0 +1,124 @@
+"""Stalled runs (DSL 10.6, `executor.spec.stall_after`) and unbounded attempts, on the
+engine service.
+
+The store names the candidates (RUNNING runs with a stall window whose last event is older
+than it: `stalled_executions`); the decision is the core's (`core.liveness.stall_verdict`,
+given `now`, the last event's time and who holds each open command); the failure is an
+`execution.failed` of kind `stalled` appended through the orchestrator, so both modes end
+such a run alike. The reconciler's tick calls this for every run (server), the embedded
+engine's poller for the runs it drives.
+
+Also here: the engine's `default_timeout`, which bounds an attempt of a step without
+`spec.timeout` however long it heartbeats (`fail_overdue`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container
+from typing import TYPE_CHECKING, Any
+
+from milepost.core import events as ev
+from milepost.core import liveness
+from milepost.core import state as st
+from milepost.playbook import model
+from milepost.store import port
+
+if TYPE_CHECKING:
+    from milepost.engine.lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+
+def fail_stalled(engine: Lifecycle, now: float,
+                 only: Container[int] | None = None) -> tuple[list[int], int]:  # fmt: skip
+    """Fail the runs (of `only`, when given) that made no progress for their stall window.
+    Returns the runs failed and how many could not be checked (logged)."""
+    failed: list[int] = []
+    errors = 0
+    for xid, last_at in engine.store.stalled_executions(now):
+        if only is not None and xid not in only:
+            continue
+        try:
+            if _fail_if_stalled(engine, xid, last_at, now):
+                failed.append(xid)
+        except Exception:
+            errors += 1
+            log.exception("stall check of execution %s failed", xid,
+                          extra={"action": "stall_check_failed", "execution_id": xid})  # fmt: skip
+    return failed, errors
+
+
+def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) -> bool:
+    with engine.locked([xid]):  # no report may slip in between the verdict and the failure
+        holders = {r.command_id: r.worker_id for r in engine.store.open_commands(xid)}
+
+        def verdict(state: st.ExecutionState,
+                    playbook: model.Playbook) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
+            # caused by the last event before the silence, as any execution event
+            return liveness.stall_verdict(state, playbook, now, last_at, holders), state.causes.last
+
+        error, cause = engine.read(xid, verdict)
+        if error is None:
+            return False
+        log.warning("execution %s stalled: %s", xid, error["message"],
+                    extra={"action": "execution_stalled", "execution_id": xid})  # fmt: skip
+        failed = ev.new_event(engine.new_id(), xid, ev.EXECUTION_FAILED, now,
+                              payload={"error": error, "reason": error["reason"]},
+                              meta={"source": "reconciler"}, parent_event_id=cause)  # fmt: skip
+        engine.process([failed])
+        return True
+
+
+def fail_overdue(engine: Lifecycle, now: float, default_timeout: float, bounded: set[int],
+                 only: Container[int] | None = None) -> tuple[list[int], int]:  # fmt: skip
+    """Fail, with kind `timeout`, each attempt of a step without `spec.timeout` claimed
+    more than `default_timeout` ago (the engine's `default_timeout`), heartbeats or not:
+    an attempt that heartbeats forever would hold its slot forever. The claim is settled,
+    so its worker's next heartbeat is refused and its late report is stale. Returns the
+    commands failed and how many could not be checked (logged). `bounded`: the commands
+    found to have their own timeout, kept by the caller so they are read once."""
+    failed: list[int] = []
+    errors = 0
+    rows = engine.store.overdue_claims(now, default_timeout)
+    bounded &= {row.command_id for row in rows}
+    for row in rows:
+        if row.command_id in bounded or (only is not None and row.execution_id not in only):
+            continue
+        try:
+            if _fail_if_unbounded(engine, row, default_timeout, now):
+                failed.append(row.command_id)
+            else:
+                bounded.add(row.command_id)
+        except Exception:
+            errors += 1
+            log.exception("timeout check of command %s failed", row.command_id,
+                          extra={"action": "timeout_check_failed",
+                                 "execution_id": row.execution_id})  # fmt: skip
+    return failed, errors
+
+
+def _fail_if_unbounded(engine: Lifecycle, row: port.CommandRow, default_timeout: float,
+                       now: float) -> bool:  # fmt: skip
+    xid = row.execution_id
+    with engine.locked([xid]):
+
+        def unbounded(state: st.ExecutionState, playbook: model.Playbook) -> bool:
+            step = playbook.steps.get(row.step)
+            # a step with its own timeout is bounded by its worker (kind `timeout` there)
+            return (row.command_id in state.commands and step is not None
+                    and step.spec.timeout is None)  # fmt: skip
+
+        if not engine.read(xid, unbounded):
+            return False
+        message = (f"step ran longer than the engine's default_timeout of "
+                   f"{default_timeout:g}s (it sets no spec.timeout)")  # fmt: skip
+        error = {"kind": "timeout", "message": message, "retryable": True}
+        payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
+                   "attempt": row.attempt, "epoch": row.epoch, "error": error}  # fmt: skip
+        failed = ev.new_event(engine.new_id(), xid, ev.COMMAND_FAILED, now, step=row.step,
+                              payload=payload, worker_id=row.worker_id,
+                              meta={"epoch": row.epoch, "source": "reconciler"},
+                              parent_event_id=row.command_id)  # fmt: skip
+        engine.process([failed])
+        return True

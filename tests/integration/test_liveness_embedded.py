@@ -1,0 +1,169 @@
+"""Liveness and stalls in the embedded mode (EmbeddedEngine, in-process workers): the
+same engine service as the server, so the same outcomes as tests/acceptance's cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.engine.embedded import EmbeddedEngine
+from milepost.errors import ClaimRefused
+from milepost.playbook import load
+from milepost.store.sqlite import SQLiteStore
+from tests.shared import wait_for_async
+
+HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/liveness}\n"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Any]:
+    s = SQLiteStore(tmp_path / "engine.db")
+    yield s
+    s.close()
+
+
+def of_type(store: Any, xid: int, etype: str) -> list[ev.Event]:
+    return [e for e in store.load(xid) if e.event_type == etype]
+
+
+# the first attempt writes its keys and waits for DIR/go; a later one only writes its keys
+FIRST_WAITS = """
+workflow:
+  - step: start
+    spec: {liveness: 1s}
+    tool:
+      kind: python
+      input: {key: "{{ idempotency_key }}", op: "{{ operation_key }}"}
+      code: |
+        import os, time
+        first = not os.path.exists("DIR/keys")
+        open("DIR/keys", "a").write(key + " " + op + "\\n")
+        deadline = time.monotonic() + 40
+        while first and not os.path.exists("DIR/go") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = key
+"""
+
+
+def test_a_silent_in_process_attempt_is_lost_after_its_liveness_and_issued_again(
+    store: Any, tmp_path: Path,
+) -> None:
+    text = HEADER + textwrap.dedent(FIRST_WAITS.replace("DIR", str(tmp_path)))
+    pb = load.load_text(text)
+
+    def silent(*args: Any, **kwargs: Any) -> Any:
+        raise ClaimRefused("this worker fell silent", reason="test")
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            engine.service.heartbeat = silent  # type: ignore[method-assign]
+            xid = engine.start(pb, text)
+            try:
+                return await engine.wait(xid, timeout=20)
+            finally:
+                (tmp_path / "go").touch()  # let the abandoned first attempt end
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    (key1, op1), (key2, op2) = [line.split() for line in (tmp_path / "keys").read_text().splitlines()]
+    assert key1 != key2 and op1 == op2, "a new attempt of the same operation"
+    assert state.results["start"] == key2
+    xid = state.execution_id
+    [lost] = of_type(store, xid, ev.COMMAND_LEASE_EXPIRED)
+    assert lost.payload["attempt"] == 1
+    assert [e.payload["lease_s"] for e in of_type(store, xid, ev.COMMAND_ISSUED)] == [1.0, 1.0]
+    claimed = of_type(store, xid, ev.COMMAND_CLAIMED)
+    assert all(e.payload["lease_expires_at"] - e.created_at == pytest.approx(1.0) for e in claimed)
+
+
+SLEEPS = """
+workflow:
+  - step: start
+    spec: {liveness: 1500ms}
+    tool: {kind: python, code: "import time\\ntime.sleep(4)\\nresult = 'slept'"}
+"""
+
+
+def test_an_in_process_attempt_heartbeating_past_its_liveness_is_never_lost(store: Any) -> None:
+    """4 s of work, 1.5 s of liveness: the claim is extended every 0.5 s (a third of the
+    step's own lease), not every 10 s (a third of the engine's)."""
+    text = HEADER + textwrap.dedent(SLEEPS)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1) as engine:
+            return await engine.run(load.load_text(text), text, timeout=30)
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    assert state.results["start"] == "slept"
+    assert of_type(store, state.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    assert len(of_type(store, state.execution_id, ev.COMMAND_ISSUED)) == 1
+
+
+GATED = """
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    spec: {approval: {approvers: ["role:ops"]}}
+"""
+
+
+def test_a_run_without_progress_for_stall_after_fails_naming_the_approval_it_waited_for(
+    store: Any,
+) -> None:
+    text = HEADER + textwrap.dedent(GATED)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1) as engine:
+            xid = engine.start(load.load_text(text), text)
+            await wait_for_async(lambda: of_type(store, xid, ev.APPROVAL_REQUESTED),
+                                 "the approval request", timeout=10)  # fmt: skip
+            return await engine.wait(xid, timeout=20)
+
+    state = asyncio.run(go())
+    assert state.status == st.FAILED
+    assert state.error is not None and state.error["kind"] == "stalled"
+    assert "approval of step 'start'" in state.error["message"]
+    assert [a["step"] for a in state.error["waiting"]["approvals"]] == ["start"]
+    *before, failed = store.load(state.execution_id)
+    assert failed.event_type == ev.EXECUTION_FAILED
+    assert failed.parent_event_id == before[-1].event_id, "caused by the last word before"
+
+
+def _sleeper(seconds: float, spec: str = "") -> str:
+    return HEADER + textwrap.dedent(f"""
+        workflow:
+          - step: start
+            {spec}
+            tool: {{kind: python, code: "import time\\ntime.sleep({seconds})\\nresult = 'slept'"}}
+        """)  # fmt: skip
+
+
+def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_without_one(
+    store: Any,
+) -> None:
+    unbounded, bounded = _sleeper(3), _sleeper(3, "spec: {timeout: 10s}")
+
+    async def go() -> tuple[st.ExecutionState, st.ExecutionState]:
+        async with EmbeddedEngine(store, concurrency=2, default_timeout=1.5) as engine:
+            a = engine.start(load.load_text(unbounded), unbounded)
+            b = engine.start(load.load_text(bounded), bounded)
+            return await engine.wait(a, timeout=20), await engine.wait(b, timeout=20)
+
+    failed, completed = asyncio.run(go())
+    assert failed.status == st.FAILED
+    assert failed.error is not None and failed.error["kind"] == "timeout"
+    assert failed.error["message"] == ("step ran longer than the engine's default_timeout of"
+                                       " 1.5s (it sets no spec.timeout)")  # fmt: skip
+    assert of_type(store, failed.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    [timed_out] = of_type(store, failed.execution_id, ev.COMMAND_FAILED)
+    assert timed_out.parent_event_id == timed_out.payload["command_id"], "caused by its issue"
+    assert completed.status == st.COMPLETED, "its own spec.timeout bounds it, not the default"
