@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, ids
+from milepost.core import approvals, cancellation, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -279,6 +279,9 @@ def _choose_arcs(nxt: model.Next, context: dict[str, Any], step: str) -> list[mo
 def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None:
     state = out.state
     if state.running or state.commands:
+        grace_ends = cancellation.deadline(state, playbook) if state.commands else None
+        if grace_ends is not None:  # the engine abandons what still runs then (engine.cancel)
+            out.wake(grace_ends)
         return
     if state.cancel_requested:
         out.emit(ev.EXECUTION_CANCELLED, reason="cancel requested")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from milepost.attempt.runner import run_attempt
+from milepost.attempt.stopping import Stoppable
 from milepost.core import events as ev
 from milepost.core.work import WorkItem, report_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
@@ -47,8 +48,8 @@ class InProcessWorkers:
         self.busy = 0
         """Attempts running right now."""
         self._queue: asyncio.Queue[Claim] = asyncio.Queue()
-        self._running: dict[int, tuple[Lease, float]] = {}
-        """command id -> its claim and when its attempt started."""
+        self._running: dict[int, tuple[Lease, float, int, Stoppable]] = {}
+        """command id -> its claim, when its attempt started, its execution, its stop."""
 
     def free(self) -> int:
         """Slots no attempt runs in nor waits for: what the next claim may take. A worker
@@ -118,10 +119,13 @@ class InProcessWorkers:
             return
         playbook = orchestrator.playbook_for(state)
         self.busy += 1
-        self._running[item.command_id] = (lease, time.monotonic())
+        stopper = Stoppable()
+        self._running[item.command_id] = (lease, time.monotonic(), item.execution_id, stopper)
         try:
-            # a crash in a tool is an `internal` outcome, logged redacted, not a raise
-            outcome = await run_attempt(playbook, item, self.tools, credentials=self.credentials)
+            # a crash in a tool is an `internal` outcome, logged redacted, not a raise; a
+            # cancel of the run stops it (`stop_cancelled`): a `cancelled` outcome
+            outcome = await stopper.run(run_attempt(playbook, item, self.tools,
+                                                    credentials=self.credentials))  # fmt: skip
         finally:
             self.busy -= 1
             self._running.pop(item.command_id, None)
@@ -142,13 +146,28 @@ class InProcessWorkers:
         while True:
             await asyncio.sleep(every)
             now = time.monotonic()
-            for command_id, (lease, started) in list(self._running.items()):
+            for command_id, (lease, started, xid, stopper) in list(self._running.items()):
                 if now - started < every:
                     continue
                 try:
-                    self.engine.heartbeat(command_id, self.claimant, lease.epoch, self.lease_s)
+                    _, cancelled = self.engine.heartbeat(command_id, self.claimant, lease.epoch,
+                                                         self.lease_s)  # fmt: skip
                 except MilepostError:  # lost: its report will be fenced as stale
                     log.warning("heartbeat of command %s refused", command_id, exc_info=True)
+                    continue
+                if cancelled and stopper.stop():
+                    log.info("execution %s cancelled: attempt of command %s stopped", xid,
+                             command_id, extra={"action": "attempt_stopped"})  # fmt: skip
+
+    def stop_cancelled(self, execution_ids: Iterable[int]) -> None:
+        """Stop the running attempts of those of these executions whose cancel was asked
+        (the poller noticed it, or this process asked): sooner than their heartbeat."""
+        xids = set(execution_ids)
+        orchestrator = self.engine.orchestrator
+        for _, _, xid, stopper in list(self._running.values()):
+            state = orchestrator.cached(xid) if xid in xids else None
+            if state is not None and state.cancel_requested:
+                stopper.stop()
 
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""

@@ -45,8 +45,9 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 4
-"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`."""
+_SNAPSHOT_VERSION = 5
+"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
+5: `cancel_requested_at`, `cancel_actor`."""
 
 
 @dataclass(slots=True)
