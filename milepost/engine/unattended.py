@@ -6,8 +6,6 @@ within a second), and so is a run a server drives (no driver lease at all)."""
 
 from __future__ import annotations
 
-import contextlib
-
 from milepost.core import cancellation
 from milepost.core import state as st
 from milepost.engine import cancel as cancelling
@@ -33,7 +31,7 @@ def finish(engine: Lifecycle, execution_id: int, actor: str | None,
            cause: str | None = None) -> list[int]:  # fmt: skip
     """Cancel the run and its children to the end, holding each one's driver lease while
     it writes. Returns the executions it ended; one another process took over meanwhile
-    (DriverBusy) is left to it."""
+    (DriverBusy) is left to it. AlreadyTerminal when `execution_id` had ended."""
     ended: list[int] = []
     lease = engine.store.get_driver(execution_id)
     dead = lease.holder if lease is not None and holder_alive(lease.holder) is False else None
@@ -43,8 +41,12 @@ def finish(engine: Lifecycle, execution_id: int, actor: str | None,
     except DriverBusy:
         return ended
     try:
-        with contextlib.suppress(AlreadyTerminal):
+        try:
             engine.cancel(execution_id, actor, cause)  # the request, queued work settled
+        except AlreadyTerminal:
+            if cause is None:
+                raise  # the run asked about ended before: nothing to cancel
+            return ended  # a child that ended meanwhile
         engine.abandon_overdue([execution_id], now=True)
         if engine.read(execution_id, lambda state, _: state.status) == st.CANCELLED:
             ended.append(execution_id)
