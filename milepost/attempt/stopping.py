@@ -27,15 +27,20 @@ class Stoppable:
             attempt.close()
             return stopped()
         self._task = asyncio.ensure_future(attempt)
+        current = asyncio.current_task()
         try:
-            return await self._task
+            outcome = await self._task
         except asyncio.CancelledError:
-            current = asyncio.current_task()
             if not self.stopped or (current is not None and current.cancelling()):
                 raise
             return stopped()
         finally:
             self._task = None
+        if current is not None and current.cancelling():
+            # the caller was cancelled while the attempt swallowed the cancel passed on to
+            # it: the caller's own cancel must not be lost with it
+            raise asyncio.CancelledError
+        return outcome
 
     def stop(self) -> bool:
         """Stop the attempt (now if it runs, at its start if not yet); True the first time."""

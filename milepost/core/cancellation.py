@@ -42,6 +42,19 @@ def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None
     return state.cancel_requested_at + playbook.executor.cancel_grace
 
 
+RECHECK = 1.0
+"""Seconds between two looks at a grace that has ended with attempts still live (the
+engine abandons them when woken; should that fail, it is woken again, not in a loop)."""
+
+
+def timer(state: st.ExecutionState, playbook: model.Playbook, now: float) -> float | None:
+    """When decide asks to be woken for the grace's end: then, or soon if it is past."""
+    at = deadline(state, playbook) if state.commands else None
+    if at is None:
+        return None
+    return at if at > now else now + RECHECK
+
+
 def overdue(state: st.ExecutionState, playbook: model.Playbook, now: float) -> bool:
     """The grace has run out and some attempt is still live."""
     at = deadline(state, playbook)
