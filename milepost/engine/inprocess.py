@@ -4,8 +4,9 @@ Commands are claimed through the engine service like a remote worker's (in the
 transaction of the report that freed the slot, `claim_request` with limit = free slots),
 so fencing, leases and cancel settlement are the server's: a report carries its claim's
 epoch, an attempt that runs for a third of its lease heartbeats, a claimed command of a
-run whose cancel was requested is given back instead of run, and on a clean exit the
-commands claimed and not started are released.
+run whose cancel was requested is given back instead of run, a running one is stopped
+(its heartbeat answers the cancel, or the engine saw it first: `stop_cancelled`), and on
+a clean exit the commands claimed and not started are released.
 """
 
 from __future__ import annotations
