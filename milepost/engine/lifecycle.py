@@ -347,6 +347,10 @@ class Lifecycle:
         with self.locks.hold(xids):
             reports: list[ev.Event] = []
             for xid in xids:
+                cached = self.orchestrator.cached(xid)
+                if cached is not None and not cached.cancel_requested and not now:
+                    continue  # a retry's timer: no read of the log for it (a cancel that
+                    # came meanwhile is folded by the wake's decision, which sets its timer)
                 state = self.fresh(xid)
                 playbook = self.orchestrator.playbook_for(state)
                 if not state.cancel_requested or state.terminal or not state.commands or not (

@@ -263,3 +263,59 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
     again = subprocess.run([milepost, "cancel", xid, "--db", str(db)], capture_output=True,
                            text=True, env=env, timeout=60)  # fmt: skip
     assert again.returncode == 2 and "already CANCELLED" in again.stderr
+
+
+SHELL = text("tests/cancel_shell", """\
+  - step: hold
+    tool: {kind: shell, command: "echo $$ >> {{ workload.out }}; sleep 60; echo done"}
+""")
+
+
+def test_cancel_during_a_shell_step_kills_its_process_group(store: Any, tmp_path: Path) -> None:
+    out = tmp_path / "pids"
+
+    async def go() -> tuple[st.ExecutionState, int]:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            xid = engine.start(load.load_text(SHELL), SHELL, {"out": str(out)})
+            [pid] = await wait_for_async(lambda: pids(out), "the shell step to start")
+            engine.cancel(xid)
+            return await engine.wait(xid, timeout=10), pid
+
+    state, pid = asyncio.run(go())
+    assert state.status == st.CANCELLED and gone(pid)
+    assert failures(store, state.execution_id) == [STOPPED]
+
+
+HTTP = text("tests/cancel_http", """\
+  - step: hold
+    tool: {kind: http, method: GET, url: "{{ workload.url }}", timeout: 60}
+""")
+
+
+def test_cancel_during_an_http_step_aborts_the_request(store: Any) -> None:
+    async def go() -> tuple[st.ExecutionState, list[str]]:
+        seen: list[str] = []
+
+        async def never_answers(reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:  # fmt: skip
+            seen.append("request")
+            await reader.read()  # until the client closes its side: the abort
+            seen.append("closed")
+            writer.close()
+
+        server = await asyncio.start_server(never_answers, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            async with EmbeddedEngine(store, concurrency=2) as engine:
+                xid = engine.start(load.load_text(HTTP), HTTP, {"url": f"http://127.0.0.1:{port}/"})
+                await wait_for_async(lambda: seen, "the request to arrive")
+                engine.cancel(xid)
+                state = await engine.wait(xid, timeout=10)
+                await wait_for_async(lambda: "closed" in seen, "the connection to be closed")
+                return state, seen
+        finally:
+            server.close()
+
+    state, seen = asyncio.run(go())
+    assert state.status == st.CANCELLED and seen == ["request", "closed"]
+    assert failures(store, state.execution_id) == [STOPPED]
