@@ -39,9 +39,10 @@ class Settings(BaseSettings):
     """NATS JetStream for worker wake-ups (`nats://127.0.0.1:4222`); unset = no NATS, workers
     poll."""
     nats_pool: str = "default"
-    """Pool in the wake-up subject `milepost.commands.<pool>`."""
+    """The older name of `pool` (a worker's pool, whose wake-ups it reads on
+    `milepost.commands.<pool>`); the server publishes each command on its own pool's."""
     pool: str | None = None
-    """The pool a `milepost worker` serves; unset, `nats_pool`."""
+    """The pool a `milepost worker` serves (`spec.pool`, DSL 10.6); unset, `nats_pool`."""
     server_url: str | None = None
     """The server a `milepost worker` claims from."""
     token: str | None = None
@@ -51,6 +52,10 @@ class Settings(BaseSettings):
     grace_seconds: float = 30.0
     """How long a stopping worker lets its running attempts finish before it cancels them
     unreported (their leases then expire and the server re-issues them)."""
+    otel_exporter: str | None = None
+    """Where spans of runs and attempts go (`milepost/telemetry.py`): `console`, `otlp`
+    (endpoint from the standard `OTEL_EXPORTER_OTLP_*` variables) or `none`; unset, the
+    standard `OTEL_TRACES_EXPORTER`, else no spans at all."""
     log_level: str = "INFO"
     """Log level of a `milepost worker` process."""
     lease_seconds: float = 30.0

@@ -75,6 +75,7 @@ def work_item_from_wire(command: Mapping[str, Any]) -> WorkItem:
         args=dict(command.get("args") or {}),
         epoch=int(lease.get("epoch", 0)),
         approved_digest=command.get("approved_digest"),
+        traceparent=command.get("traceparent"),
     )
 
 

@@ -22,6 +22,7 @@ from fastapi.telemetry import TelemetryConfig
 from opentelemetry import trace
 from starlette.concurrency import run_in_threadpool
 
+from milepost import telemetry as spans
 from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import EngineMeters, Metrics
@@ -40,7 +41,7 @@ from milepost.api.routers import (
     workers,
 )
 from milepost.credentials import SecretKeyMissing, Vault
-from milepost.engine import notify, webhooks
+from milepost.engine import notify, webhooks, worker_pools
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
@@ -124,6 +125,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     if not (settings.secret_key or "").strip():
         raise SecretKeyMissing()  # refuse before touching the database
     webhook = webhooks.Webhook.from_settings(settings)  # a URL without a secret: refused
+    spans.from_settings(settings, service="milepost-server")  # before the engine exists
     # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
     # migrated as it opens
     store = factory.open_store(settings=settings)
@@ -141,7 +143,6 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
                                     secret_key=settings.secret_key)  # fmt: skip
         app_metrics = Metrics()
         engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
-                           pool=settings.nats_pool,
                            requeue_after=settings.requeue_notice_after)  # fmt: skip
         notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
         if notifier is not None:
@@ -149,6 +150,8 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
                                             if row.status == port.COMMAND_QUEUED))  # fmt: skip
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
+        app_metrics.watch_missing_workers(
+            lambda: worker_pools.counts(engine.missing_workers()))  # fmt: skip
     except BaseException:
         if notifier is not None:
             notifier.close(grace=0)

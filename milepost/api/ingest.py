@@ -157,16 +157,19 @@ def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float
     payload = (_mask_strings(dict(context)) if etype in REPORT_TYPES
                else sanitize.mask(dict(context)))  # fmt: skip
     meta = sanitize.mask(dict(item.meta or {}))
+    parent = item.parent_event_id
     if etype in REPORT_TYPES:
         # the fold and the projections read these as integers
         payload["command_id"] = as_id(payload["command_id"])
         meta["epoch"] = int(meta.get("epoch", payload.get("epoch")))
+        if parent is None:  # a worker that names no cause: a report's is its command
+            parent = payload["command_id"]
     status = item.status or (item.result.status if item.result else None)
     return ev.new_event(
         item.event_id or engine.new_id(), item.execution_id, etype,
         item.created_at if item.created_at is not None else now, step=item.step,
         status=status.upper() if status else ev.default_status(etype), payload=payload,
-        meta=meta, parent_event_id=item.parent_event_id, worker_id=item.worker_id,
+        meta=meta, parent_event_id=parent, worker_id=item.worker_id,
     )  # fmt: skip
 
 

@@ -65,6 +65,10 @@ class Metrics:
         """`milepost_approvals_pending{risk}` from the store whenever the metrics are scraped."""
         self.registry.register(PendingApprovals(pending))
 
+    def watch_missing_workers(self, counts: Callable[[], dict[str, int]]) -> None:
+        """`milepost_commands_without_worker{pool}` at each scrape (`engine.worker_pools`)."""
+        self.registry.register(CommandsWithoutWorker(counts))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -91,6 +95,31 @@ class PendingApprovals(Collector):
         counts = {risk: 0 for risk in RISKS} | self.pending()
         for risk in sorted(counts):
             family.add_metric([risk], float(counts[risk]))
+        yield family
+
+
+class CommandsWithoutWorker(Collector):
+    """Queued commands of pools with no live worker, by pool, asked of the engine at each
+    scrape. A pool once reported stays, at 0 once served, so an alert on it resolves
+    instead of its series vanishing; `default` always shows."""
+
+    NAME = "milepost_commands_without_worker"
+    HELP = ("Queued commands of a pool that no live worker serves, by pool (start "
+            "`milepost worker --pool <pool>`; read at scrape time).")  # fmt: skip
+
+    def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
+        self.counts = counts
+        self.seen: set[str] = {"default"}
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["pool"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["pool"])
+        counts = self.counts()
+        self.seen.update(counts)
+        for pool in sorted(self.seen):
+            family.add_metric([pool], float(counts.get(pool, 0)))
         yield family
 
 

@@ -128,16 +128,41 @@ class EventOut(BaseModel):
     created_at: TimeOut | None
 
 
+class NoLiveWorkerOut(BaseModel):
+    """Commands of this run queued in a pool that no live worker serves (DSL 10.6)."""
+
+    pool: str
+    commands: int
+    steps: list[str]
+    message: str = Field(description="`no live worker of pool <pool>`.")
+
+
 class StatusOut(BaseModel):
     execution_id: IdOut
     status: str
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
+    no_live_worker: list[NoLiveWorkerOut] = Field(
+        default_factory=list, description="Pools this run waits on with no live worker: "
+        "start `milepost worker --pool <pool>`.")  # fmt: skip
 
 
 class ExecutionOut(ExecutionItem):
     error: dict[str, Any] | None
     steps: dict[str, Any]
+    compensating: bool = Field(False, description=(
+        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+        "still RUNNING."))
+    compensation: dict[str, Any] | None = Field(None, description=(
+        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+        "result, error}]}` once the run started compensating, else null."))
+    no_live_worker: list[NoLiveWorkerOut] = Field(default_factory=list)
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")
@@ -150,6 +175,7 @@ class CancelOut(BaseModel):
 
 # -- approvals (DSL 10.3) --------------------------------------------------------------------
 
+ExecutionStatus = Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
 ApprovalStatus = Literal["pending", "granted", "denied", "expired", "invalidated", "cancelled"]
 Risk = Literal["low", "medium", "high"]
 
@@ -291,6 +317,10 @@ class CommandOut(BaseModel):
     lease: LeaseOut | None = None
     approved_digest: str | None = None
     """The digest of the approved call (`spec.approval`): the worker refuses another call."""
+    traceparent: str | None = Field(
+        default=None, description="[milepost extension] W3C trace context of the run: the "
+        "worker's span of this attempt is its child; its report carries the attempt's own "
+        "in `meta.traceparent`.")  # fmt: skip
 
 
 # a batch of events comes after the commands: a report may claim the next ones
@@ -344,6 +374,9 @@ class ReleaseOut(BaseModel):
 
 class MachineIdIn(StrictIn):
     worker_id: str = Field(min_length=1, max_length=200)
+    pool: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,100}$",
+                      description="The pool the worker claims from (`--pool`): while its "
+                      "lease lives, that pool has a live worker.")  # fmt: skip
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
                                    description="The id held now, to renew; left out to "
                                    "lease a new one.")  # fmt: skip

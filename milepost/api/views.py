@@ -68,6 +68,7 @@ def command_out(state: st.ExecutionState, playbook: model.Playbook, row: port.Co
         context=wire.plain(item.context),
         loop_steps=wire.loop_steps(state, playbook, item.context), args=wire.plain(item.args),
         lease=lease_out(lease) if lease else None, approved_digest=item.approved_digest,
+        traceparent=item.traceparent,
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from milepost import telemetry
 from milepost.attempt import keychain
 from milepost.core import approvals
 from milepost.core import context as cx
@@ -90,6 +91,25 @@ async def run_attempt(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     credentials: CredentialLookup | None = None,
+) -> AttemptResult:
+    """Run one attempt in its span when this process exports spans (`milepost.telemetry`):
+    the one place both transports run attempts."""
+    spans = telemetry.active()
+    if spans is None:
+        return await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials)
+    with spans.attempt(item) as span:
+        outcome = await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials)
+        spans.attempt_outcome(span, outcome)
+        return outcome
+
+
+async def _run_attempt(
+    playbook: model.Playbook,
+    item: WorkItem,
+    tools: ToolRunner,
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    credentials: CredentialLookup | None,
 ) -> AttemptResult:
     """Run one attempt; never raises for a task failure (it becomes `AttemptResult.error`).
 

@@ -66,8 +66,9 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     if json_out:
         typer.echo(json.dumps(data, default=str))
         return
+    flag = " (compensating)" if data.get("compensating") else ""
     out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
-              f"[bold]{data['status']}[/bold]", highlight=False)  # fmt: skip
+              f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
     if data["status"] == st.FAILED and data.get("error"):
         error = data["error"]
         out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
@@ -76,11 +77,33 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     for name, step in data["steps"].items():
         table.add_row(name, step["status"], str(step.get("runs", "")), short(step["result"], 70))
     out.print(table)
+    if data.get("compensation"):
+        print_compensation(data["compensation"])
     now = time.time()
     for name, step in data["steps"].items():
         if step.get("approval"):
             out.print(approval_line(name, step["approval"], now), highlight=False, markup=False,
                       soft_wrap=True)  # fmt: skip
+    for entry in data.get("no_live_worker") or ():
+        out.print(no_worker_line(entry), highlight=False, markup=False, soft_wrap=True)
+
+
+def no_worker_line(entry: dict[str, Any]) -> str:
+    """Commands queued in a pool no live worker serves (a server's status, DSL 10.6)."""
+    steps = ", ".join(entry.get("steps") or ())
+    return (f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
+            f"(start `milepost worker --pool {entry['pool']}`)")
+
+
+def print_compensation(compensation: dict[str, Any]) -> None:
+    """The compensations of a run (DSL 10.5), in the order they run."""
+    table = Table("compensation", "undoes", "status", "result")
+    for item in compensation["items"]:
+        error = item.get("error") or {}
+        shown = error.get("message") if item["status"] == "FAILED" else item.get("result")
+        table.add_row(item["compensation"], f"{item['step']} (run {item['run']})",
+                      item["status"], short(shown, 70))  # fmt: skip
+    out.print(table)
 
 
 def approval_line(step: str, approval: dict[str, Any], now: float) -> str:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 
+from milepost import telemetry
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
@@ -65,6 +66,7 @@ class Drive:
 
 async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
     settings = Settings()
+    telemetry.from_settings(settings, service="milepost-run")  # a bad setting: before the store
     store = local_store(drive.db)
     # credentials need the key; without one a playbook that names a credential fails
     # with a message saying it is not registered
@@ -141,6 +143,10 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
         for name, step in data["steps"].items():
             out.print(f"  {name:<28} {step['status']:<10} {short(step['result'])}",
                       highlight=False, markup=False)  # fmt: skip
+        for item in (data.get("compensation") or {}).get("items", []):
+            shown = (item.get("error") or {}).get("message") or short(item.get("result"))
+            out.print(f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
+                      f"{item['status']:<10} {shown}", highlight=False, markup=False)  # fmt: skip
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
     raise typer.Exit(0 if state.status == st.COMPLETED else 1)

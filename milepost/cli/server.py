@@ -104,9 +104,16 @@ def secret_key() -> None:
 def worker(
     server: ServerOption = None,
     concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_CONCURRENCY; 16].")] = None,
-    pool: Annotated[str | None, typer.Option(help="Pool to serve [env: MILEPOST_POOL; default].")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool to serve: only the commands of steps with this `spec.pool` [env: MILEPOST_POOL; default].")] = None,
 ) -> None:
     """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
+    from milepost.playbook import pools
+    from milepost.settings import Settings
     from milepost.worker.main import worker_main
+
+    serves = pool if pool is not None else Settings().worker_pool()
+    if not pools.valid(serves):
+        raise fail(f"invalid pool {serves!r} (--pool or MILEPOST_POOL): use letters, digits "
+                   "and - _ . (1 to 100)")  # fmt: skip
 
     raise typer.Exit(worker_main(server, concurrency=concurrency, pool=pool))

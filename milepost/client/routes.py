@@ -153,10 +153,12 @@ def heartbeat(event_id: int | str, worker_id: str, epoch: int,
     return Call("POST", f"/api/commands/{key(event_id)}/heartbeat", body)
 
 
-def machine_id(worker_id: str, machine_id: int | None) -> Call:
+def machine_id(worker_id: str, machine_id: int | None, pool: str | None = None) -> Call:
     body: dict[str, Any] = {"worker_id": worker_id}
     if machine_id is not None:
         body["machine_id"] = machine_id
+    if pool is not None and pool != "default":  # a server older than pools takes the rest
+        body["pool"] = pool
     return Call("POST", "/api/workers/machine-id", body)
 
 

@@ -116,7 +116,8 @@ def vote_event(state: st.ExecutionState, approval_id: int, voter: Voter, decisio
     payload = {"approval_id": approval_id, "identity": voter.identity,
                "roles": sorted(voter.roles), "decision": decision, "reason": reason}  # fmt: skip
     return ev.new_event(event_id, state.execution_id, ev.APPROVAL_DECIDED, now,
-                        step=approval.step, payload=payload, meta={"actor": voter.identity})  # fmt: skip
+                        step=approval.step, payload=payload, meta={"actor": voter.identity},
+                        parent_event_id=approval_id)  # fmt: skip
 
 
 # -- the request -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.playbook import model
@@ -36,8 +37,10 @@ def child_cause(parent_id: int) -> str:
 
 
 def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None:
-    """When the live attempts of a cancelled run are abandoned; None when not cancelling."""
-    if not state.cancel_requested or state.terminal or state.cancel_requested_at is None:
+    """When the live attempts of a cancelled run are abandoned; None when not cancelling,
+    or once compensating: the commands then are its compensations, which a cancel leaves
+    alone (DSL 10.5)."""
+    if not cs.cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
         return None
     return state.cancel_requested_at + playbook.executor.cancel_grace
 
@@ -78,5 +81,7 @@ def failed_event(execution_id: int, command_id: int, step: str, where: tuple[int
     run, index, attempt = where
     payload = {"command_id": command_id, "run": run, "index": index, "attempt": attempt,
                "epoch": epoch, "error": dict(error)}  # fmt: skip
+    # its cause is the command it settles, as for a lost lease
     return ev.new_event(event_id, execution_id, ev.COMMAND_FAILED, now, step=step,
-                        payload=payload, meta={"epoch": epoch, "source": "server"})  # fmt: skip
+                        payload=payload, meta={"epoch": epoch, "source": "server"},
+                        parent_event_id=command_id)  # fmt: skip

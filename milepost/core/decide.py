@@ -7,7 +7,8 @@ this order, so every decision sees the consequences of the one before:
 
 1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
 2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`);
-3. cancellation and failure -> `execution.cancelled` / `execution.failed` once idle;
+3. cancellation and failure -> once idle, the compensations (`core.compensation`, one at
+   a time), then `execution.cancelled` / `execution.failed`;
 4. pending steps -> `step.enter` + `command.issued` (admission, join barrier, loops);
    a step gated by `spec.approval` enters without commands;
 5. approval gates -> `approval.requested`, then on quorum `approval.granted` + the first
@@ -25,13 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, cancellation, ids
+from milepost.core import approvals, cancellation, causality, compensation, ids
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.errors import TemplateError
-from milepost.playbook import model, render
+from milepost.playbook import model, pools, render
 from milepost.playbook.loop_result import LoopResult
 
 
@@ -43,17 +44,21 @@ class Decision:
 
 
 class _Emitter:
-    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int]) -> None:
+    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int],
+                 playbook: model.Playbook) -> None:  # fmt: skip
         self.state = state
         self.now = now
         self.new_id = new_id
+        self.playbook = playbook
         self.decision = Decision()
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
              event_id: int | None = None, **payload: Any) -> None:
+        parent = causality.cause(self.state.causes, self.decision.events, event_type, step,
+                                 payload)  # fmt: skip
         self.decision.events.append(ev.new_event(
             event_id or self.new_id(), self.state.execution_id, event_type, self.now,
-            step=step, status=status, payload=payload,
+            step=step, status=status, payload=payload, parent_event_id=parent,
         ))  # fmt: skip
 
     def wake(self, at: float) -> None:
@@ -92,7 +97,7 @@ def settle(state: st.ExecutionState, playbook: model.Playbook, now: float,
 def decide(
     state: st.ExecutionState, playbook: model.Playbook, now: float, new_id: Callable[[], int]
 ) -> Decision:
-    out = _Emitter(state, now, new_id)
+    out = _Emitter(state, now, new_id, playbook)
     if state.terminal:
         return out.decision
     for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
@@ -282,8 +287,15 @@ def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None
         grace_ends = cancellation.timer(state, playbook, out.now)
         if grace_ends is not None:  # the engine abandons what still runs then (Lifecycle.wake)
             out.wake(grace_ends)
+    if state.compensation is None and (state.running or state.commands or not _stopping(state)):
         return
-    if state.cancel_requested:
+    # the status was settled when compensating started: a cancel asked meanwhile changes
+    # neither the compensations nor how the run ends (DSL 10.5)
+    outcome = (state.compensation.outcome if state.compensation is not None
+               else st.CANCELLED if state.cancel_requested else st.FAILED)  # fmt: skip
+    if compensation.proceed(out, playbook, outcome):
+        return
+    if outcome == st.CANCELLED:
         out.emit(ev.EXECUTION_CANCELLED, reason="cancel requested")
     elif state.failure is not None:
         out.emit(ev.EXECUTION_FAILED, error=state.failure, reason=state.failure.get("reason"))
@@ -383,8 +395,10 @@ def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None
     # a command is named by the id of the event that issued it, as in NoETL's API
     # (`/api/commands/{event_id}`)
     command_id = out.new_id()
+    pool = pools.of_step(out.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
     out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key)  # fmt: skip
+             index=index, attempt=attempt, idempotency_key=key,
+             **pools.issued_payload(pool))  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------
@@ -454,8 +468,8 @@ def _granted(state: st.ExecutionState, sr: st.StepRun) -> bool:
 
 def _complete(out: _Emitter, playbook: model.Playbook) -> None:
     state = out.state
-    if state.running or state.pending or state.commands:
-        return
+    if state.running or state.pending or state.commands or _stopping(state):
+        return  # a stopping run ends in phase 3, after its compensations
     if state.dead_end is not None and playbook.executor.no_next_is_error:
         message = f"step '{state.dead_end}': no arc matched (executor.spec.no_next_is_error)"
         error = {"step": state.dead_end, "task": None, "kind": "dead_end", "message": message,

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core.causality import Causes
+from milepost.playbook import pools
 from milepost.playbook.loop_result import LoopResult
 
 RUNNING = "RUNNING"
@@ -91,6 +94,8 @@ class Command:
     index: int
     attempt: int
     idempotency_key: str
+    pool: str = pools.DEFAULT
+    """The workers it goes to (DSL 10.6): where its wake-up is published."""
 
 
 @dataclass(slots=True)
@@ -122,6 +127,11 @@ class ExecutionState:
     """Steps selected by arcs and not yet started -> the merged extra args of the selections."""
     commands: dict[int, Command] = field(default_factory=dict)
     completed_runs: list[tuple[str, int]] = field(default_factory=list)
+    run_results: dict[tuple[str, int], Any] = field(default_factory=dict)
+    """(step, run) -> the result of that completed run: a compensation reads the run it
+    undoes (DSL 10.5), which `results` (the latest per step) may no longer hold."""
+    compensation: cs.Compensation | None = None
+    """Set once the run started compensating (`core.compensation_state`)."""
     failure: dict[str, Any] | None = None
     """The first step failure: the run fails once nothing is running."""
     dead_end: str | None = None
@@ -136,6 +146,8 @@ class ExecutionState:
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
     seen: set[int] = field(default_factory=set)
+    causes: Causes = field(default_factory=Causes)
+    """What decide names as the parent of each event it decides (`core.causality`)."""
     last_seq: int = 0
     event_count: int = 0
 
@@ -159,6 +171,7 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
         handler = _HANDLERS.get(event.event_type)
         if handler is None:
             raise UnknownEvent(f"unknown event type {event.event_type!r} (event {event.event_id})")
+        state.causes.note(event, state.commands)
         handler(state, event)
         state.seen.add(event.event_id)
         state.event_count += 1
@@ -189,6 +202,7 @@ def fold_reports(state: ExecutionState, events: Iterable[ev.Event],
                 and not event.meta.get("stale")
                 and _command_id(event) not in state.commands):  # fmt: skip
             event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})
+        event = cs.mark_cancel(state, event)
         fold(state, [event])
         out.append(event)
     return out
@@ -252,8 +266,12 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
         index=index,
         attempt=int(p.get("attempt", 1)),
         idempotency_key=p.get("idempotency_key", ""),
+        pool=str(p.get("pool") or pools.DEFAULT),
     )
     state.commands[cmd.command_id] = cmd
+    if "compensation" in p:  # a compensation's command: it belongs to no step run
+        cs.apply_issued(state, cmd, p["compensation"])
+        return
     sr = state.running.get(step)
     if sr is None or sr.run != cmd.run:
         return
@@ -264,10 +282,14 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
         sr.next_index = max(sr.next_index, (0 if index == NO_INDEX else index) + 1)
 
 
-def _live_run(state: ExecutionState, command_id: int) -> tuple[Command, StepRun] | None:
+def _live_run(state: ExecutionState, command_id: int,
+              event: ev.Event) -> tuple[Command, StepRun] | None:  # fmt: skip
     cmd = state.commands.pop(command_id, None)
     if cmd is None:
         return None  # unknown or already settled: a late or repeated report changes nothing
+    if (item := cs.owns(state, cmd)) is not None:
+        cs.apply_report(item, event)
+        return None
     sr = state.running.get(cmd.step)
     if sr is None or sr.run != cmd.run:
         return None
@@ -277,7 +299,7 @@ def _live_run(state: ExecutionState, command_id: int) -> tuple[Command, StepRun]
 
 def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
-    live = _live_run(state, int(p["command_id"]))
+    live = _live_run(state, int(p["command_id"]), event)
     if live is None:
         return
     cmd, sr = live
@@ -289,7 +311,7 @@ def _apply_command_completed(state: ExecutionState, event: ev.Event) -> None:
 
 def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
-    live = _live_run(state, int(p["command_id"]))
+    live = _live_run(state, int(p["command_id"]), event)
     if live is None:
         return
     cmd, sr = live
@@ -299,7 +321,7 @@ def _apply_command_failed(state: ExecutionState, event: ev.Event) -> None:
 def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None:
     """The claim lapsed without a report: the attempt is lost (a late report changes nothing)."""
     p = event.payload
-    live = _live_run(state, int(p["command_id"]))
+    live = _live_run(state, int(p["command_id"]), event)
     if live is None:
         return
     cmd, sr = live
@@ -310,6 +332,9 @@ def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None
 
 def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
+    if "compensation" in p:
+        cs.apply_retry_scheduled(state, event)
+        return
     sr = state.running.get(event.step or "")
     if sr is None or sr.run != int(p["run"]):
         return
@@ -337,7 +362,9 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         if "loop" in p:
             result = LoopResult(result or [], failed=int(p["loop"].get("failed", 0)))
         state.results[step] = result
-        state.completed_runs.append((step, int(p.get("run", sr.run if sr else 0))))
+        run = int(p.get("run", sr.run if sr else 0))
+        state.completed_runs.append((step, run))
+        state.run_results[(step, run)] = result
     elif status == FAILED:
         if sr is not None:
             sr.error = p.get("error")
@@ -418,5 +445,7 @@ _HANDLERS: dict[str, Any] = {
     ev.APPROVAL_DENIED: ap.apply_outcome(ap.DENIED),
     ev.APPROVAL_EXPIRED: ap.apply_outcome(ap.EXPIRED),
     ev.APPROVAL_INVALIDATED: ap.apply_outcome(ap.INVALIDATED),
-    ev.COMPENSATION_STARTED: _apply_informative,
+    ev.COMPENSATION_STARTED: cs.apply_started,
+    ev.COMPENSATION_COMPLETED: cs.apply_completed,
+    ev.COMPENSATION_FAILED: cs.apply_failed,
 }

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost.core import compensation_state as cs
 from milepost.core import context as cx
 from milepost.core import events as ev
-from milepost.core import ids
+from milepost.core import ids, tracecontext
 from milepost.core import state as st
 from milepost.playbook import model, render
 
@@ -31,6 +32,8 @@ class WorkItem:
     approved_digest: str | None = None
     """The digest of the call people approved for this command (`spec.approval`): the
     attempt renders its call again and refuses to run a different one."""
+    traceparent: str | None = None
+    """W3C trace context of the run (`core.tracecontext`): the attempt's span is its child."""
 
     @property
     def operation_key(self) -> str:
@@ -62,6 +65,9 @@ def work_item(
     """
     sr = state.running.get(command.step)
     context, args = attempt_context(state, playbook, command.step, sr, command.index)
+    undoing = cs.context_of(state, command.command_id)
+    if undoing is not None:  # DSL 10.5: the step run this compensation undoes
+        context["compensation"] = undoing
     approved = None
     if sr is not None and sr.approval_id is not None:
         approval = state.approvals.get(sr.approval_id)
@@ -78,6 +84,7 @@ def work_item(
         args=args,
         epoch=epoch,
         approved_digest=approved,
+        traceparent=tracecontext.command_traceparent(state.execution_id),
     )
 
 
@@ -109,7 +116,11 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     base: dict[str, Any] = {"command_id": item.command_id, "run": item.run, "index": item.index,
                             "attempt": item.attempt, "epoch": item.epoch}  # fmt: skip
     # the fence reads a report's epoch off its meta, whichever transport carries it
-    meta = {"duration_ms": round(outcome.duration_ms, 3), "epoch": item.epoch}
+    meta: dict[str, Any] = {"duration_ms": round(outcome.duration_ms, 3), "epoch": item.epoch}
+    if item.traceparent is not None:
+        # the attempt's own span, child of the command's traceparent: a report names it
+        meta["traceparent"] = tracecontext.attempt_traceparent(item.execution_id,
+                                                               item.command_id)  # fmt: skip
     if outcome.ok:
         payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
         if outcome.failed_ok:
@@ -118,5 +129,7 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     else:
         payload = {**base, "error": outcome.error, "result": outcome.result}
         etype = ev.COMMAND_FAILED
+    # a report is caused by its command (the id of the `command.issued` event)
     return [ev.new_event(event_id, item.execution_id, etype, now, step=item.step, payload=payload,
-                         meta=meta, worker_id=worker_id)]  # fmt: skip
+                         meta=meta, worker_id=worker_id,
+                         parent_event_id=item.command_id)]  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 
 from milepost.attempt.runner import run_attempt
 from milepost.attempt.stopping import Stoppable
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.work import WorkItem, report_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
@@ -115,7 +116,7 @@ class InProcessWorkers:
             return  # claimed before another process took the run over: its driver reclaims
         orchestrator = self.engine.orchestrator
         state = orchestrator.state(item.execution_id)
-        if state.cancel_requested or state.terminal:
+        if cs.cancel_stops_work(state) or state.terminal:
             self._give_back(item.command_id, lease)  # a cancelled run's work is never run
             return
         playbook = orchestrator.playbook_for(state)
@@ -167,7 +168,7 @@ class InProcessWorkers:
         orchestrator = self.engine.orchestrator
         for _, _, xid, stopper in list(self._running.values()):
             state = orchestrator.cached(xid) if xid in xids else None
-            if state is not None and state.cancel_requested:
+            if state is not None and cs.cancel_stops_work(state):
                 stopper.stop()
 
     def release_unstarted(self) -> None:

@@ -23,12 +23,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from milepost import telemetry
 from milepost.core import cancellation
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, notify, reporting
+from milepost.engine import approvals, notify, reporting, worker_pools
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
@@ -36,6 +38,7 @@ from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
+from milepost.engine.tracing import RunSpans
 from milepost.engine.watchers import Watchers
 from milepost.errors import ClaimRefused, ExecutionNotFound
 from milepost.playbook import model
@@ -59,13 +62,12 @@ Reported = reporting.Reported
 class Lifecycle:
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
-                 pool: str = notify.DEFAULT_POOL, requeue_after: float = REQUEUE_AFTER,
+                 requeue_after: float = REQUEUE_AFTER,
                  exclusive: bool = False) -> None:  # fmt: skip
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
-        self.pool = pool
         # `exclusive`: the only writer of its runs (an embedded engine), calling from one
         # thread (its loop): nothing interleaves, and nobody else appends to those logs
         self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
@@ -78,7 +80,6 @@ class Lifecycle:
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
-                                     pool=pool,
                                      on_expired=lambda _cid: self.meters.lease_expired())  # fmt: skip
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
         """Called with (execution_id, time) for every retry timer a decision set."""
@@ -90,6 +91,9 @@ class Lifecycle:
         the caller's failure (its events are committed)."""
         if meters is not None:  # only a reader of the counts pays for the approval clock
             self.listeners.append(ApprovalClock(self.meters, store))
+        spans = telemetry.active()
+        if spans is not None:  # no exporter: no listener, nothing per call
+            self.listeners.append(RunSpans(spans))
         self.refresh = not exclusive
         """Other writers may append to these logs: reports fold what they wrote first."""
 
@@ -237,6 +241,10 @@ class Lifecycle:
     def catalog_entries(self) -> list[port.CatalogEntry]:
         return self.store.list_playbooks()
 
+    def missing_workers(self, execution_id: int | None = None) -> list[worker_pools.Missing]:
+        """The pools with queued commands (of one run, else of all) and no live worker."""
+        return worker_pools.missing(self.store, self.clock(), execution_id)
+
     def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
         """A machine id for `holder` (a worker): `held` renewed while it is still its, else
         a new one. Returns (id, renewed)."""
@@ -294,7 +302,7 @@ class Lifecycle:
                                       new_id=self.new_id)  # fmt: skip
         # a worker gives back the commands of a cancelled run: settle them so the run can end
         if released and not self.settle_cancelled([row.execution_id]):
-            self.publisher.notify([notify.Notice(row.command_id, row.execution_id, self.pool)])
+            self.publisher.notify([notify.Notice(row.command_id, row.execution_id, row.pool)])
         return bool(released)
 
     def release_claims(self, execution_id: int) -> int:
@@ -332,9 +340,11 @@ class Lifecycle:
                                          actor, cause))  # fmt: skip
                 self.process([event])
             self.settle_cancelled([execution_id])
-            actor = self.orchestrator.state(execution_id).cancel_actor or actor
+            state = self.orchestrator.state(execution_id)
+            actor = state.cancel_actor or actor
+            stops = cs.cancel_stops_work(state)  # a cancel while compensating stops nothing
         # outside the parent's lock: locks are taken in id order, one run at a time here
-        for child in list(cancelling.children_of(self.store, execution_id)):
+        for child in list(cancelling.children_of(self.store, execution_id)) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
                 self.cancel(child, actor, cancellation.child_cause(execution_id))
         return self.orchestrator.state(execution_id)
@@ -348,12 +358,12 @@ class Lifecycle:
             reports: list[ev.Event] = []
             for xid in xids:
                 cached = self.orchestrator.cached(xid)
-                if cached is not None and not cached.cancel_requested and not now:
+                if cached is not None and not cs.cancel_stops_work(cached) and not now:
                     continue  # a retry's timer: no read of the log for it (a cancel that
                     # came meanwhile is folded by the wake's decision, which sets its timer)
                 state = self.fresh(xid)
                 playbook = self.orchestrator.playbook_for(state)
-                if not state.cancel_requested or state.terminal or not state.commands or not (
+                if not cs.cancel_stops_work(state) or state.terminal or not state.commands or not (
                         now or cancellation.overdue(state, playbook, self.clock())):  # fmt: skip
                     continue
                 rows = self.store.get_commands(sorted(state.commands))
@@ -377,8 +387,8 @@ class Lifecycle:
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
-                if not state.cancel_requested or state.terminal:
-                    continue
+                if not cs.cancel_stops_work(state) or state.terminal:
+                    continue  # a compensating run's commands are its compensations: they run
                 cancelled.add(xid)
                 reports += [cancelling.cancelled_report(row, self.new_id(), self.clock())
                             for row in self.store.open_commands(xid)
@@ -433,7 +443,7 @@ class Lifecycle:
         if outcome.issued:
             self.meters.issued(len(outcome.issued))
             taken = {row.command_id for row, _ in outcome.claimed}
-            notices = [notify.Notice(cmd.command_id, xid, self.pool)
+            notices = [notify.Notice(cmd.command_id, xid, cmd.pool)  # each to its pool's subject
                        for xid, cmd in outcome.issued if cmd.command_id not in taken]  # fmt: skip
             if notices:
                 self.publisher.notify(notices)

@@ -45,9 +45,10 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 5
+_SNAPSHOT_VERSION = 8
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
-5: `cancel_requested_at`, `cancel_actor`."""
+5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `cancel_requested_at`,
+`cancel_actor`."""
 
 
 @dataclass(slots=True)
@@ -168,7 +169,9 @@ class Orchestrator:
                 payload["sealed_workload"] = sealed
             if started_by is not None:
                 payload["started_by"] = started_by
-            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload)
+            # a child run is caused by its parent's command (the `command.issued` event)
+            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload,
+                                   parent_event_id=parent_command_id)  # fmt: skip
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
                 return xid, self.process([started], claim=claim)
@@ -382,8 +385,10 @@ class Orchestrator:
         code = exc.code if isinstance(exc, WorkloadUnreadable) else ENGINE_ERROR
         error = {"step": None, "task": None, "kind": "engine", "code": code,
                  "message": message, "reason": f"engine error: {message}"}  # fmt: skip
+        cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
         failed = ev.new_event(self.new_id(), xid, ev.EXECUTION_FAILED, now,
-                              payload={"error": error, "reason": error["reason"]})  # fmt: skip
+                              payload={"error": error, "reason": error["reason"]},
+                              parent_event_id=cause)  # fmt: skip
         # the decide loop may have folded part of a decision: start again from the log
         # plus this call's reports (as stored: stale marks included)
         fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)

@@ -58,13 +58,12 @@ class TickReport:
 
 class Reconciler:
     def __init__(self, store: port.Store, driver: Lifecycle, publisher: notify.Publisher, *,
-                 requeue_after: float = REQUEUE_AFTER, pool: str = notify.DEFAULT_POOL,
+                 requeue_after: float = REQUEUE_AFTER,
                  on_expired: Callable[[int], None] | None = None) -> None:  # fmt: skip
         self.store = store
         self.driver = driver
         self.publisher = publisher
         self.requeue_after = requeue_after
-        self.pool = pool
         self.on_expired = on_expired
         self._timers: list[tuple[float, int]] = []
         self._timer_set: set[tuple[float, int]] = set()
@@ -159,7 +158,8 @@ class Reconciler:
                    "lease_expires_at": row.lease_expires_at, "message": message}  # fmt: skip
         return ev.new_event(self.driver.new_id(), row.execution_id, ev.COMMAND_LEASE_EXPIRED,
                             now, step=row.step, payload=payload,
-                            meta={"epoch": row.epoch, "source": "reconciler"})  # fmt: skip
+                            meta={"epoch": row.epoch, "source": "reconciler"},
+                            parent_event_id=row.command_id)  # fmt: skip
 
     def _requeue(self, now: float, report: TickReport) -> None:
         queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]
@@ -176,7 +176,7 @@ class Reconciler:
             report.errors += 1
             log.exception("reconciler: settling cancelled executions failed",
                           extra={"action": "reconcile_cancel_failed"})  # fmt: skip
-        notices = [notify.Notice(row.command_id, row.execution_id, self.pool) for row in stale
+        notices = [notify.Notice(row.command_id, row.execution_id, row.pool) for row in stale
                    if row.execution_id not in report.cancelled]  # fmt: skip
         self.publisher.notify(notices)
         for notice in notices:

@@ -7,12 +7,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import compensation_state as cs
 from milepost.core import state as st
+from milepost.engine import worker_pools
 
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
-    """`{execution_id, status, error, steps: {name: {status, result, runs}}}`; a gated
-    step also has its latest `approval` (`approval_summary`)."""
+    """`{execution_id, status, compensating, error, steps: {name: {status, result, runs}}}`;
+    a gated step also has its latest `approval` (`approval_summary`); a run that
+    compensated has `compensation` (`compensation_state.summary`, DSL 10.5)."""
     latest: dict[str, ap.Approval] = {}
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         latest[approval.step] = approval
@@ -28,13 +31,19 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     error = state.error
     if state.status != st.FAILED:
         error = None
-    return {
+    summary: dict[str, Any] = {
         "execution_id": str(state.execution_id),
         "playbook": state.path,
         "status": state.status,
+        "compensating": cs.compensating(state) and not state.terminal,
         "error": error,
         "steps": steps,
     }
+    compensation = cs.summary(state)
+    if compensation is not None:
+        compensation["items"] = _plain(compensation["items"])
+        summary["compensation"] = compensation
+    return summary
 
 
 def approval_summary(state: st.ExecutionState, approval: ap.Approval) -> dict[str, Any]:
@@ -84,3 +93,17 @@ def failure_reason(state: st.ExecutionState) -> str | None:
     if state.error is None:
         return None
     return str(state.error.get("reason") or state.error.get("message") or "failed")
+
+
+def with_missing_workers(summary: dict[str, Any],
+                         missing: list[worker_pools.Missing]) -> dict[str, Any]:  # fmt: skip
+    """`summary` with `no_live_worker` (`[{pool, commands, steps, message}]`, DSL 10.6) and,
+    on each step concerned, `waiting: "no live worker of pool P"`; unchanged without any."""
+    if not missing:
+        return summary
+    steps = {name: dict(step) for name, step in summary["steps"].items()}
+    for entry in missing:
+        for name in entry.steps:
+            if name in steps:
+                steps[name]["waiting"] = entry.message
+    return {**summary, "steps": steps, "no_live_worker": [m.as_dict() for m in missing]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from milepost.playbook import durations, fields, legacy, model, problems, step_spec
+from milepost.playbook import durations, fields, legacy, model, pools, problems, step_spec
 from milepost.playbook.context import LoadContext
 
 API_VERSION = "noetl.io/v2"
@@ -15,7 +15,7 @@ _ROOT_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "executor", "workbook", "workflow"}
 )
 _EXECUTOR_SPEC_KEYS = frozenset(
-    {"entry_step", "no_next_is_error", "timeout", "retry", "liveness", "cancel_grace"}
+    {"entry_step", "no_next_is_error", "timeout", "retry", "liveness", "cancel_grace", "pool"}
 )
 _KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token"}
 """Keychain kind -> the field that holds its value."""
@@ -81,6 +81,8 @@ def executor(ctx: LoadContext, raw: Any, w: problems.Where) -> model.ExecutorSpe
             kwargs["cancel_grace"] = grace
     if spec.get("retry") is not None:
         kwargs["retry"] = step_spec.retry(spec["retry"], w / "retry")
+    if spec.get("pool") is not None:
+        kwargs["pool"] = pools.check(spec["pool"], w / "pool")
     liveness, timeout = kwargs.get("liveness"), kwargs.get("timeout")
     if liveness is not None and timeout is not None and liveness <= timeout:
         (w / "liveness").error(

@@ -70,6 +70,8 @@ class StepSpec(BaseModel):
     admit: tuple[AdmitRule, ...] = ()
     approval: ApprovalSpec | None = None
     compensation: str | None = None
+    pool: str | None = None
+    """`spec.pool`, else `executor.spec.pool` (DSL 10.6); None: the default pool."""
 
 
 class PolicyThen(BaseModel):
@@ -174,6 +176,8 @@ class ExecutorSpec(BaseModel):
     retry: RetrySpec | None = None
     liveness: float | None = None
     cancel_grace: float = 30.0
+    pool: str | None = None
+    """`executor.spec.pool`: the pool of steps that name none (DSL 10.6)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from milepost.playbook import durations, fields, model, problems
+from milepost.playbook import durations, fields, model, pools, problems
 from milepost.playbook.context import LoadContext
 
 _APPROVER_RE = re.compile(r"^(user|role):\S+$")
-_STEP_SPEC_KEYS = frozenset({"timeout", "retry", "liveness", "approval", "compensation", "policy"})
+_STEP_SPEC_KEYS = frozenset({"timeout", "retry", "liveness", "approval", "compensation", "policy",
+                             "pool"})
 _RETRY_KEYS = frozenset({"max_attempts", "backoff", "delay", "max_delay", "retry_on"})
 _APPROVAL_KEYS = frozenset(
     {"required", "approvers", "quorum", "expires_in", "allow_self_approval", "policy", "risk"}
@@ -25,7 +26,10 @@ def check(ctx: LoadContext, raw: Any, w: problems.Where, step: str) -> model.Ste
         "timeout": ex.timeout,
         "liveness": ex.liveness,
         "retry": ex.retry,
+        "pool": ex.pool,
     }
+    if spec.get("pool") is not None:
+        kwargs["pool"] = pools.check(spec["pool"], w / "pool")
     for key in ("timeout", "liveness"):
         if spec.get(key) is not None:
             kwargs[key] = durations.check(spec[key], w / key)

@@ -10,6 +10,10 @@ from typing import Any
 from milepost.store import approvals as ap
 from milepost.store.tables import Tables
 
+WAITING = ("EXISTS (SELECT 1 FROM approval a WHERE a.execution_id = x.execution_id"
+           " AND a.status = 'pending' AND (a.expires_at IS NULL OR a.expires_at > ?))")
+"""A run `x` waits for people: idle on purpose (not re-driven) until its approval expires."""
+
 COLS = ("approval_id, execution_id, step, run, status, risk, approvers, quorum, expires_at,"
         " requested_at, decided_at, started_by, digest, request, votes, outcome, path")  # fmt: skip
 _INSERT = (f"INSERT INTO approval ({COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"

@@ -37,7 +37,6 @@ class MemoryDatabase:
     executions: dict[int, port.ExecutionRow] = field(default_factory=dict)
     commands: dict[int, port.CommandRow] = field(default_factory=dict)
     approvals: dict[int, port.ApprovalRow] = field(default_factory=dict)
-    pools: dict[int, str] = field(default_factory=dict)
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     catalog: dict[str, list[port.CatalogEntry]] = field(default_factory=dict)
     blobs: dict[int, tuple[int, bytes]] = field(default_factory=dict)
@@ -97,7 +96,6 @@ class MemoryStore(port.Appends):
             if clash:
                 raise ConcurrencyConflict(f"command {clash[0]} exists", constraint="command_pkey")
             stored = self._log(fresh)
-            db.pools.update((c[0], c[8]) for c in change.issued)
             projection.apply(change, db.executions, db.commands, db.approvals)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
@@ -186,7 +184,8 @@ class MemoryStore(port.Appends):
             epoch = port.claim_epoch(command_id, worker_id, now, held,
                                      None if x is None else (x.status, x.cancel_requested))  # fmt: skip
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
-            self._take([projection.claimed_event(new_id(), row, lease, now)])
+            self._take([projection.claimed_event(new_id(), row, worker_id, epoch,
+                                                 lease.expires_at, now)])  # fmt: skip
             return lease
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
@@ -224,7 +223,7 @@ class MemoryStore(port.Appends):
         def claimable(r: port.CommandRow) -> bool:
             x = db.executions.get(r.execution_id)
             return (r.status == port.COMMAND_QUEUED and x is not None and x.status == "RUNNING"
-                    and not x.cancel_requested and req.pool in (None, db.pools.get(r.command_id))
+                    and not x.cancel_requested and req.pool in (None, r.pool)
                     and (req.driver is None or getattr(db.drivers.get(r.execution_id), "holder",
                                                        None) == req.driver))  # fmt: skip
 
@@ -232,7 +231,8 @@ class MemoryStore(port.Appends):
                       key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
         leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + req.lease_s)
                   for r in rows]  # fmt: skip
-        logged = self._take([projection.claimed_event(req.new_id(), r, lease, req.now)
+        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, lease.epoch,
+                                                      lease.expires_at, req.now)
                              for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
         return projection.with_events([(db.commands[r.command_id], lease) for r, lease
                                        in zip(rows, leases, strict=True)], logged)  # fmt: skip
@@ -366,6 +366,10 @@ class MemoryStore(port.Appends):
                 return False
             del self.db.machines[machine_id]
             return True
+
+    def machine_holders(self, now: float) -> list[str]:
+        with self.db.lock:
+            return sorted(h for h, until in self.db.machines.values() if until > now)
 
     def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
                        replace: str | None = None) -> port.DriverLease:  # fmt: skip

@@ -64,6 +64,8 @@ class CommandRow:
     epoch: int
     lease_expires_at: float | None
     created_at: float
+    pool: str = "default"
+    """The workers it goes to (`spec.pool`, DSL 10.6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +458,11 @@ class Store(Approvals, Protocol):
 
     def release_machine_id(self, machine_id: int, holder: str) -> bool:
         """Give the id back; False when `holder` did not hold it."""
+        ...
+
+    def machine_holders(self, now: float) -> list[str]:
+        """The holders of the machine-id leases live at `now`, sorted (who is alive: a
+        worker's holder names its pool, `engine.worker_pools`)."""
         ...
 
     def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:

@@ -25,7 +25,7 @@ import contextlib
 import functools
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,10 +36,11 @@ from psycopg import errors as pg_errors
 from milepost.core import events as ev
 from milepost.errors import ConcurrencyConflict
 from milepost.store import migrations, port, projection, sql
-from milepost.store.sql import Collect
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
+Collect = Callable[[], tuple[port.Claimed, list[ev.Event]]]
+"""What `claim_queued` took: the claims and their `command.claimed` events."""
 _NS_MIGRATE = 0x6D70_0001
 _NS_LEADER = 0x6D70_0004  # the one session lock in the two-int space (see try_leader_lock)
 
@@ -109,8 +110,8 @@ _PICK = (
     # (it holds no log yet: no cycle); a claim after an append holds that append's logs,
     # so it takes only the others it can lock at once and leaves the rest for the next
     "picked AS (SELECT c.command_id, c.execution_id FROM command c JOIN execution x"
-    " ON x.execution_id = c.execution_id WHERE c.status=%(queued)s AND x.status='RUNNING'"
-    " AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
+    f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
+    " AND x.status='RUNNING' AND NOT x.cancel_requested{pool} ORDER BY c.created_at, c.command_id"
     " LIMIT %(limit)s FOR UPDATE OF c SKIP LOCKED),"
     " free AS (SELECT x.execution_id FROM (SELECT DISTINCT execution_id FROM picked) x"
     " WHERE {hold}),"
@@ -127,9 +128,10 @@ _LOG = (
     " numbered AS (SELECT claimed.*, row_number() OVER (ORDER BY created_at, command_id) AS n,"
     " ends.seq + row_number() OVER (PARTITION BY claimed.execution_id ORDER BY created_at,"
     " command_id) AS seq FROM claimed JOIN ends ON ends.execution_id = claimed.execution_id),"
-    " logged AS (INSERT INTO event (event_id, execution_id, seq, event_type, step, status,"
-    " result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
-    " seq, %(type)s, step, 'RUNNING', json_build_object('status',"
+    # a claim's parent is its command (`projection.claimed_event`, the other claim paths)
+    " logged AS (INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
+    " step, status, result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
+    " seq, command_id, %(type)s, step, 'RUNNING', json_build_object('status',"
     " 'RUNNING', 'context', json_build_object('command_id', command_id, 'worker_id',"
     " worker_id, 'epoch', epoch, 'lease_expires_at', lease_expires_at, 'run', run, 'index',"
     " idx, 'attempt', attempt))::text, worker_id, %(now)s FROM numbered RETURNING event_id, seq)"
@@ -210,8 +212,6 @@ def _unlock_all(conn: Conn) -> None:
 class PostgresStore(sql.SQLStore):
     """Implements `port.Store` on one PostgreSQL database."""
 
-    cancel_true = "true"
-
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
                  connect_timeout: float = 10.0, migrate: bool = True) -> None:  # fmt: skip
         super().__init__()
@@ -223,6 +223,9 @@ class PostgresStore(sql.SQLStore):
         self._lock_pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._leader: Conn | None = None
         self._mutex = threading.Lock()
+        self._claiming = 0
+        """Claims alone (no append) in flight in this process (`write_batch`)."""
+        self._claiming_lock = threading.Lock()
         self._held = threading.local()
         """The calling thread's lock connection while it is inside `lock_execution`."""
         if migrate:
@@ -291,20 +294,47 @@ class PostgresStore(sql.SQLStore):
         # read (`last_seqs`) or an insert that may skip repeated ids must be counted
         xids = {e.execution_id for e in events}
         vouched = not careful and expect is not None and xids <= expect.keys()
-        with self.read() as conn:
-            with conn.pipeline() as pipe, conn.transaction():
-                self.check_claims(conn, claims)
-                ends: dict[int, int] = {}
-                check = self.insert_events(conn, events, expect, careful, ends)
-                collect = (None if claim is None
-                           else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
-                if not vouched:
-                    pipe.sync()
-                    stored = check()  # before the commit
-            if vouched:
-                stored = check()  # a strict insert: it failed the commit if it fell short
-            claimed, logged = collect() if collect is not None else ([], [])
+        with self._claiming_lock:
+            self._claiming += not events
+            # a claim alone of this process may be writing `command.claimed` to these logs
+            # now: numbered from the cache, the append would lose the seq to it and be
+            # tried again (a whole transaction); one read of the logs' ends costs less
+            read = bool(events) and self._claiming > 0
+        try:
+            with self.read() as conn:
+                with conn.pipeline() as pipe, conn.transaction():
+                    self.check_claims(conn, claims)
+                    ends: dict[int, int] = {}
+                    check = self.insert_events(conn, events, expect, careful, ends, read)
+                    collect = (None if claim is None
+                               else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
+                    if not vouched:
+                        pipe.sync()
+                        stored = check()  # before the commit
+                if vouched:
+                    stored = check()  # a strict insert: it failed the commit if it fell short
+                claimed, logged = collect() if collect is not None else ([], [])
+        finally:
+            with self._claiming_lock:
+                self._claiming -= not events
         return stored, claimed, logged
+
+    def insert_events(self, conn: Conn, events: Sequence[ev.Event],
+                      expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
+                      read: bool = False) -> Callable[[], list[ev.Event]]:  # fmt: skip
+        """Queue the numbered insert of `events` and their projections; the call (before
+        the commit) returns the events stored, or raises RepeatedId. `ends` is given where
+        each log written to ends after the insert (for the claims' events)."""
+        stored, rows, strict = self.number_events(conn, events, expect, careful, ends, read)
+        inserted = self.insert_rows(conn, rows, strict=strict) if rows else (lambda: 0)
+        self.project(conn, stored)
+
+        def check() -> list[ev.Event]:
+            if inserted() != len(stored):
+                raise sql.RepeatedId()
+            return stored
+
+        return check
 
     def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
                     strict: bool) -> Any:  # fmt: skip
@@ -314,13 +344,15 @@ class PostgresStore(sql.SQLStore):
     def insert_commands(self, conn: Conn, rows: list[tuple[Any, ...]]) -> None:
         _COMMAND_INSERT.execute(conn, rows)
 
-    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
-        _COMMAND_SETTLE.execute(conn, rows)
+    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]],
+                        claims: Mapping[int, int]) -> None:  # fmt: skip
+        if rows:  # the claims: checked first in the pipeline (`check_claims`)
+            _COMMAND_SETTLE.execute(conn, rows)
 
     def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
                      ends: Mapping[int, int]) -> Collect:  # fmt: skip
         expires = req.now + req.lease_s
-        params = {"queued": port.COMMAND_QUEUED, "claimed": port.COMMAND_CLAIMED,
+        params = {"claimed": port.COMMAND_CLAIMED,
                   "worker": req.worker_id, "expires": expires, "now": req.now,
                   "limit": req.limit, "pool": req.pool}  # fmt: skip
         pool = "" if req.pool is None else " AND c.pool=%(pool)s"
@@ -339,11 +371,12 @@ class PostgresStore(sql.SQLStore):
             claimed: port.Claimed = []
             logged: list[ev.Event] = []
             for r in cursor.fetchall():
-                row = port.CommandRow(*r[:12])
-                lease = port.Lease(row.command_id, req.worker_id, row.epoch, expires)
-                claimed.append((row, lease))
-                event = projection.claimed_event(int(r[12]), row, lease, req.now)
-                logged.append(sql.SQLStore.numbered([event], {row.execution_id: int(r[13]) - 1})[0])
+                row = port.CommandRow(*r[:13])
+                event = projection.claimed_event(int(r[13]), row, req.worker_id, row.epoch,
+                                                 expires, req.now, int(r[14]))  # fmt: skip
+                claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
+                                                expires, event)))  # fmt: skip
+                logged.append(event)
             return claimed, logged
 
         return collect

@@ -24,6 +24,7 @@ from milepost.core import events as ev
 from milepost.store import approvals as ap
 from milepost.store import port
 
+_CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
 ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
                 ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
 _TOUCH_APPROVALS = frozenset({ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, *ap.CLOSING,
@@ -41,6 +42,10 @@ class Changes:
     inserted unless the execution has a row."""
     cancels: list[int] = field(default_factory=list)
     """Executions whose cancel was requested."""
+    compensating: list[int] = field(default_factory=list)
+    """Executions that started compensating (DSL 10.5): claims are taken again, applied
+    after `cancels` (only compensations are issued from then on, and a cancel asked while
+    they run does not stop them)."""
     issued: list[tuple[int, int, str, int, int, int, str, str, str, float, float]] = field(
         default_factory=list)
     """command_id, execution_id, step, run, idx, attempt, idempotency_key, status, pool,
@@ -64,7 +69,7 @@ class Changes:
 
     @property
     def empty(self) -> bool:
-        return not (self.started or self.cancels or self.issued or self.settled
+        return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
                     or self.approvals)  # fmt: skip
 
@@ -103,8 +108,10 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             out.started.append((event.execution_id, str(p.get("path", "")),
                                 None if version is None else int(version), "RUNNING",
                                 None if parent is None else int(parent), at, at))  # fmt: skip
-        elif t == ev.EXECUTION_CANCEL_REQUESTED:
+        elif t == ev.EXECUTION_CANCEL_REQUESTED and not event.meta.get("compensating"):
             out.cancels.append(event.execution_id)
+        elif t == ev.COMPENSATION_STARTED:
+            out.compensating.append(event.execution_id)
         elif t in ev.TERMINAL_EXECUTION_EVENTS:
             error = p.get("error")
             out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
@@ -112,21 +119,22 @@ def changes(events: Iterable[ev.Event]) -> Changes:
     return out
 
 
-def claimed_event(event_id: int, row: port.CommandRow, lease: port.Lease,
-                  now: float) -> ev.Event:  # fmt: skip
-    """The `command.claimed` event of a claim the store takes (`lease` is the claim)."""
-    return ev.new_event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, step=row.step,
-                        worker_id=lease.worker_id, payload={
-                            "command_id": row.command_id, "worker_id": lease.worker_id,
-                            "epoch": lease.epoch, "lease_expires_at": lease.expires_at,
-                            "run": row.run, "index": row.index, "attempt": row.attempt})  # fmt: skip
+def claimed_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
+                  expires_at: float, now: float, seq: int = 0) -> ev.Event:  # fmt: skip
+    """The `command.claimed` event of a claim the store takes (`seq`: numbered already),
+    caused by the command it claims."""
+    payload = {"command_id": row.command_id, "worker_id": worker_id, "epoch": epoch,
+               "lease_expires_at": expires_at, "run": row.run, "index": row.index,
+               "attempt": row.attempt}  # fmt: skip
+    return ev.Event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, row.step, _CLAIMED,
+                    payload, {}, row.command_id, worker_id, seq)  # fmt: skip
 
 
 def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
                    now: float) -> ev.Event:  # fmt: skip
     """The `command.released` event of a claim given back (`row` as it was claimed)."""
     return ev.new_event(event_id, row.execution_id, ev.COMMAND_RELEASED, now, step=row.step,
-                        worker_id=worker_id, payload={
+                        worker_id=worker_id, parent_event_id=row.command_id, payload={
                             "command_id": row.command_id, "worker_id": worker_id,
                             "epoch": epoch, "run": row.run, "index": row.index,
                             "attempt": row.attempt})  # fmt: skip
@@ -151,9 +159,12 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
     for xid in change.cancels:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=True)
-    for cid, xid, step, run, idx, attempt, key, status, _pool, created, _ in change.issued:
+    for xid in change.compensating:
+        if xid in executions:
+            executions[xid] = dataclasses.replace(executions[xid], cancel_requested=False)
+    for cid, xid, step, run, idx, attempt, key, status, pool, created, _ in change.issued:
         commands[cid] = port.CommandRow(cid, xid, step, run, idx, attempt, key, status, None, 0,
-                                        None, created)  # fmt: skip
+                                        None, created, pool)  # fmt: skip
     for status, _, cid in change.settled:
         if cid in commands:
             commands[cid] = dataclasses.replace(commands[cid], status=status)
@@ -201,8 +212,9 @@ def rebuild(log: Sequence[ev.Event]) -> Rebuilt:
 
 
 def with_events(claimed: port.Claimed, logged: Sequence[ev.Event]) -> port.Claimed:
-    """Each claim with the `command.claimed` event that records it."""
-    if not logged:
+    """Each claim with the `command.claimed` event that records it (a store that made the
+    leases with their events hands them back as they are)."""
+    if not logged or all(lease.event is not None for _, lease in claimed):
         return claimed
     by_command = {int(e.payload["command_id"]): e for e in logged}
     return [(row, dataclasses.replace(lease, event=by_command.get(row.command_id)))

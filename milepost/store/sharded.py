@@ -222,6 +222,9 @@ class ShardedStore:
     def release_machine_id(self, machine_id: int, holder: str) -> bool:
         return self.first.release_machine_id(machine_id, holder)
 
+    def machine_holders(self, now: float) -> list[str]:
+        return self.first.machine_holders(now)
+
     def try_leader_lock(self) -> bool:
         """The first store's leader lock; a store without one (SQLite) leads in-process."""
         leader = getattr(self.first, "try_leader_lock", None)

@@ -24,22 +24,20 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import port, projection
+from milepost.store import approval_table, port, projection
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.seqs import SeqCache
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
 `fetchall`, `rowcount`)."""
-Collect = Callable[[], tuple[port.Claimed, list[ev.Event]]]
-"""What `claim_queued` took: the claims and their `command.claimed` events."""
 
 EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
               " meta, worker_id, created_at")  # fmt: skip
 EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
              " parent_execution_id, error, cancel_requested")  # fmt: skip
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
-            " worker_id, epoch, lease_expires_at, created_at")  # fmt: skip
+            " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
@@ -49,17 +47,19 @@ TRIES = 4
 NS_APPEND = 0x6D70_0002
 """The namespace of the keys appenders are serialized on (`lock_key`)."""
 
+OPEN = f"status IN ('{port.COMMAND_QUEUED}', '{port.COMMAND_CLAIMED}')"
+"""Open commands, as the partial indexes `command_open` and `command_queue` (migration 6)
+are written: statuses as literals, which a planner can match with an index's condition."""
 _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
-    " AND c.status IN (?, ?))"
-    # a run waiting for people is idle on purpose, until its approval expires
-    " AND NOT EXISTS (SELECT 1 FROM approval a WHERE a.execution_id = x.execution_id"
-    " AND a.status = 'pending' AND (a.expires_at IS NULL OR a.expires_at > ?))"
+    f" AND c.{OPEN}) AND NOT {approval_table.WAITING}"
     " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
     " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
     " ORDER BY x.execution_id"
 )
+_SETTLE = "UPDATE command SET status=?, updated_at=? WHERE command_id=?"
+_NONE: Mapping[int, int] = {}
 _DECIDED_AFTER = ("SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_type NOT IN"
                   f" ({','.join('?' * len(ev.CLAIM_EVENTS))}) LIMIT 1")  # fmt: skip
 
@@ -76,8 +76,6 @@ class RepeatedId(Exception):
 class SQLStore(ApprovalTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
-    cancel_true = "1"
-    """How the dialect writes a true `cancel_requested`."""
 
     def __init__(self) -> None:
         self.seqs = SeqCache()
@@ -87,16 +85,11 @@ class SQLStore(ApprovalTable, port.Appends):
     def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
                     expect: Mapping[int, int] | None, claims: Mapping[int, int],
                     careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
-        """One try of `append_and_claim` in one transaction: `check_claims`, then
-        `insert_events` (with the projections), `claim_queued`; returns the events stored,
-        the claims and their events. A dialect may pipeline it."""
-        ends: dict[int, int] = {}
-        with self.txn() as conn:
-            self.check_claims(conn, claims)
-            stored = self.insert_events(conn, events, expect, careful, ends)()
-            claimed, logged = ([], []) if claim is None else self.claim_queued(
-                conn, claim, ends=ends)()
-        return stored, claimed, logged
+        """One try of `append_and_claim` in one transaction: the claim check (`claims`:
+        command -> epoch), the events (`number_events`, `project`), the claim of `claim`
+        with its `command.claimed`; returns the events stored, the claims and their
+        events (each claim's `Lease.event` set)."""
+        raise NotImplementedError
 
     def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
         """Raise ClaimMoved unless every command is claimed with that epoch, holding the
@@ -108,8 +101,7 @@ class SQLStore(ApprovalTable, port.Appends):
             f" AND status=?{self.for_update('')}"), (*claims, port.COMMAND_CLAIMED)).fetchall()  # fmt: skip
         live = {int(r[0]): int(r[1]) for r in rows}
         if any(live.get(cid) != epoch for cid, epoch in claims.items()):
-            raise port.ClaimMoved("a reported claim is no longer live",
-                                  command_ids=sorted(str(c) for c in claims))  # fmt: skip
+            raise _moved(claims)
 
     def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
         """A shared statement once per row of parameters."""
@@ -131,16 +123,24 @@ class SQLStore(ApprovalTable, port.Appends):
             " idempotency_key, status, pool, created_at, updated_at)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?)"), rows)  # fmt: skip
 
-    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]]) -> None:
-        self.many(conn, "UPDATE command SET status=?, updated_at=? WHERE command_id=?", rows)
-
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
-                     ends: Mapping[int, int]) -> Collect:  # fmt: skip
-        """Claim the oldest queued commands and append their `command.claimed`; the call
-        returns the claims (after a pipeline's commit too). `ends`: the logs the
-        transaction has appended to (it holds them) and where they end now; empty when it
-        appended nothing."""
-        raise NotImplementedError
+    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]],
+                        claims: Mapping[int, int]) -> None:  # fmt: skip
+        """Settle the commands; those of `claims` (command -> epoch) only while claimed with
+        that epoch (its row count tells: no read first), the rest of `claims` checked too."""
+        checked: dict[int, tuple[Any, ...]] = {}
+        plain = []
+        for status, at, cid in rows:
+            if cid in claims and cid not in checked:
+                checked[cid] = (status, at, cid, port.COMMAND_CLAIMED, claims[cid])
+            else:
+                plain.append((status, at, cid))
+        if checked and conn.executemany(self.sql(_SETTLE + " AND status=? AND epoch=?"),
+                                        list(checked.values())).rowcount != len(checked):  # fmt: skip
+            raise _moved(claims)
+        if plain:
+            self.many(conn, _SETTLE, plain)
+        if len(checked) < len(claims):
+            self.check_claims(conn, {c: e for c, e in claims.items() if c not in checked})
 
     # -- events ----------------------------------------------------------------------------
 
@@ -177,31 +177,22 @@ class SQLStore(ApprovalTable, port.Appends):
                                 execution_ids=xids)  # fmt: skip
         raise ConcurrencyConflict("could not append: the log kept moving", execution_ids=xids)
 
-    def insert_events(self, conn: Conn, events: Sequence[ev.Event],
-                      expect: Mapping[int, int] | None, careful: bool,
-                      ends: dict[int, int]) -> Callable[[], list[ev.Event]]:  # fmt: skip
-        """Queue the numbered insert of `events` and their projections; the call (before
-        the commit) returns the events stored, or raises RepeatedId. `ends` is given where
-        each log written to ends after the insert (for the claims' events)."""
+    def number_events(self, conn: Conn, events: Sequence[ev.Event],
+                      expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
+                      read: bool = False) -> tuple[list[ev.Event], list[tuple[Any, ...]], bool]:  # fmt: skip
+        """`events` numbered after their logs' ends (`ends` is given where each ends then;
+        `read`: read them under the writers' lock, not from the cache), their rows, and
+        whether their insert is strict (the caller vouched for the logs)."""
         if not events:
-            return list
+            return [], [], True
         xids = sorted({e.execution_id for e in events})
         vouched = not careful and expect is not None and set(xids) <= expect.keys()
-        last = self.last_seqs(conn, xids, expect or {}, careful)
+        last = self.last_seqs(conn, xids, expect or {}, careful or read)
         if careful:
             events = port.new_events(events, self._known(conn, events))
         stored = self.numbered(events, last)
         ends.update(last)
-        rows = [_row(e, self.encode_result(conn, e)) for e in stored]
-        inserted = self.insert_rows(conn, rows, strict=vouched) if rows else (lambda: 0)
-        self.project(conn, stored)
-
-        def check() -> list[ev.Event]:
-            if inserted() != len(stored):
-                raise RepeatedId()
-            return stored
-
-        return check
+        return stored, [event_row(e, self.encode_result(conn, e)) for e in stored], vouched
 
     def last_seqs(self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int],
                   careful: bool) -> dict[int, int]:  # fmt: skip
@@ -264,7 +255,7 @@ class SQLStore(ApprovalTable, port.Appends):
         if rest:
             last.update(self.last_seqs(conn, rest, {}, careful=True))
         stored = self.numbered(events, last)
-        inserted = self.insert_rows(conn, [_row(e, self.encode_result(conn, e)) for e in stored],
+        inserted = self.insert_rows(conn, [event_row(e, self.encode_result(conn, e)) for e in stored],
                                     strict=True)  # fmt: skip
         inserted()
         return stored
@@ -296,8 +287,10 @@ class SQLStore(ApprovalTable, port.Appends):
                "size": len(data)}  # fmt: skip
         return json.dumps({"status": envelope["status"], "reference": ref})
 
-    def project(self, conn: Conn, events: Sequence[ev.Event]) -> None:
-        """Apply the projection changes of stored events (`projection.changes`)."""
+    def project(self, conn: Conn, events: Sequence[ev.Event],
+                claims: Mapping[int, int] = _NONE) -> None:  # fmt: skip
+        """Apply the projection changes of stored events (`projection.changes`); `claims`:
+        checked as they settle (`settle_commands`)."""
         change = projection.changes(events)
         if change.started:
             self.many(conn, (
@@ -306,13 +299,13 @@ class SQLStore(ApprovalTable, port.Appends):
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
-        if change.cancels:
-            self.many(conn, (f"UPDATE execution SET cancel_requested={self.cancel_true}"
-                                      " WHERE execution_id=?"), [(x,) for x in change.cancels])  # fmt: skip
+        flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.compensating]
+        if flags:  # compensating after the cancels: its compensations are claimed (DSL 10.5)
+            self.many(conn, "UPDATE execution SET cancel_requested=? WHERE execution_id=?", flags)
         if change.issued:
             self.insert_commands(conn, change.issued)
-        if change.settled:
-            self.settle_commands(conn, change.settled)
+        if change.settled or claims:
+            self.settle_commands(conn, change.settled, claims)
         if change.expired:
             # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
             self.many(conn, (
@@ -324,10 +317,9 @@ class SQLStore(ApprovalTable, port.Appends):
             conn.execute(self.sql("UPDATE execution SET status=?, error=?, updated_at=? WHERE"
                                   " execution_id=?"), (status, error, at, xid))  # fmt: skip
             # whatever was still queued or claimed will never run now
-            conn.execute(self.sql("UPDATE command SET status=?, updated_at=? WHERE"
-                                  " execution_id=? AND status IN (?, ?)"),
-                         (port.COMMAND_CANCELLED, at, xid, port.COMMAND_QUEUED,
-                          port.COMMAND_CLAIMED))  # fmt: skip
+            conn.execute(self.sql(f"UPDATE command SET status=?, updated_at=? WHERE"
+                                  f" execution_id=? AND {OPEN}"),
+                         (port.COMMAND_CANCELLED, at, xid))  # fmt: skip
             self.seqs.forget([xid])
 
     def load(self, execution_id: int, after_seq: int = 0, *,
@@ -400,8 +392,8 @@ class SQLStore(ApprovalTable, port.Appends):
         return port.CommandRow(*rows[0]) if rows else None
 
     def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
-        text = f"SELECT {CMD_COLS} FROM command WHERE status IN (?, ?)"
-        params: list[Any] = [port.COMMAND_QUEUED, port.COMMAND_CLAIMED]
+        text = f"SELECT {CMD_COLS} FROM command WHERE {OPEN}"
+        params: list[Any] = []
         if execution_id is not None:
             text += " AND execution_id=?"
             params.append(execution_id)
@@ -411,13 +403,13 @@ class SQLStore(ApprovalTable, port.Appends):
               new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
         with self.txn() as conn:
             row = conn.execute(self.sql(
-                f"SELECT {_prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested FROM command c"
+                f"SELECT {prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested FROM command c"
                 " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
                 f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
-            command = port.CommandRow(*row[:12])
-            execution = None if row[12] is None else (row[12], bool(row[13]))
+            command = port.CommandRow(*row[:13])
+            execution = None if row[13] is None else (row[13], bool(row[14]))
             held = (command.status, command.worker_id, command.epoch, command.lease_expires_at)
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s)
@@ -425,8 +417,8 @@ class SQLStore(ApprovalTable, port.Appends):
                                   " lease_expires_at=?, updated_at=? WHERE command_id=?"),
                          (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now,
                           command_id))  # fmt: skip
-            logged = self.log_events(conn, [projection.claimed_event(new_id(), command, lease,
-                                                                     now)])  # fmt: skip
+            logged = self.log_events(conn, [projection.claimed_event(
+                new_id(), command, worker_id, epoch, lease.expires_at, now)])  # fmt: skip
         self.seqs.committed(logged)
         return lease
 
@@ -443,8 +435,8 @@ class SQLStore(ApprovalTable, port.Appends):
         return port.Lease(command_id, worker_id, epoch, now + lease_s)
 
     def expired_claims(self, now: float) -> list[port.CommandRow]:
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status=? AND lease_expires_at<?"
-                         " ORDER BY command_id", (port.COMMAND_CLAIMED, now))  # fmt: skip
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND status=? AND"
+                         " lease_expires_at<? ORDER BY command_id", (port.COMMAND_CLAIMED, now))  # fmt: skip
         return [port.CommandRow(*r) for r in rows]
 
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
@@ -474,7 +466,7 @@ class SQLStore(ApprovalTable, port.Appends):
         return True
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
-        rows = self.rows(_REDRIVE, (port.COMMAND_QUEUED, port.COMMAND_CLAIMED, now, now - idle_s))
+        rows = self.rows(_REDRIVE, (now, now - idle_s))
         return [int(r[0]) for r in rows]
 
 
@@ -485,15 +477,20 @@ def fold_key(execution_id: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
 
 
+def _moved(claims: Mapping[int, int]) -> port.ClaimMoved:
+    return port.ClaimMoved("a reported claim is no longer live",
+                           command_ids=sorted(str(c) for c in claims))  # fmt: skip
+
+
 def _marks(values: Sequence[Any] | Mapping[Any, Any]) -> str:
     return ",".join("?" * len(values))
 
 
-def _prefixed(prefix: str, cols: str) -> str:
+def prefixed(prefix: str, cols: str) -> str:
     return ", ".join(prefix + c.strip() for c in cols.split(","))
 
 
-def _row(e: ev.Event, result: str) -> tuple[Any, ...]:
+def event_row(e: ev.Event, result: str) -> tuple[Any, ...]:
     return (e.event_id, e.execution_id, e.seq, e.parent_event_id, e.event_type, e.step,
             e.status, result, json.dumps(e.meta) if e.meta else None, e.worker_id,
             float(e.created_at))  # fmt: skip

@@ -74,8 +74,9 @@ class ChannelClient:
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
         return await self.http.release(event_id, worker_id, epoch)
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
-        return await self.http.machine_id(worker_id, machine_id)
+    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
+                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return await self.http.machine_id(worker_id, machine_id, pool=pool)
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
         return await self.http.resource(path, version)

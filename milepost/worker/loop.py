@@ -73,8 +73,8 @@ class WorkerClient(Protocol):
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
-    async def machine_id(self, worker_id: str,
-                         machine_id: int | None = None) -> dict[str, Any]: ...  # fmt: skip
+    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
+                         pool: str | None = None) -> dict[str, Any]: ...  # fmt: skip
 
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -144,7 +144,7 @@ class Worker:
         # the holder of the machine id lease: unique even when two workers share a worker id
         self.ids = MachineIds(client, f"{self.worker_id}/{secrets.token_hex(4)}", self.clock,
                               new_id, settings=settings, min_poll=min_poll,
-                              max_poll=max_poll)  # fmt: skip
+                              max_poll=max_poll, pool=self.pool)  # fmt: skip
         self.reporter = Reporter(client, self, self.clock, self.ids.mint, self.worker_id,
                                  report_timeout)  # fmt: skip
         self.playbooks = Playbooks(client)

@@ -36,8 +36,8 @@ def machine_id(settings: Settings | None = None) -> int | None:
 
 
 class MachineIdServer(Protocol):
-    async def machine_id(self, worker_id: str,
-                         machine_id: int | None = None) -> dict[str, Any]: ...  # fmt: skip
+    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
+                         pool: str | None = None) -> dict[str, Any]: ...  # fmt: skip
 
 
 class MachineIds:
@@ -47,12 +47,14 @@ class MachineIds:
     Args:
         holder: who holds the lease, unique per worker process.
         min_poll, max_poll: the back-off of `lease` while the server does not answer.
+        pool: the pool the worker serves: the server counts it live while the lease is.
     """
 
     def __init__(self, server: MachineIdServer, holder: str, clock: Clock,
                  new_id: Callable[[], int] | None = None, *, settings: Settings,
-                 min_poll: float, max_poll: float) -> None:  # fmt: skip
+                 min_poll: float, max_poll: float, pool: str = "default") -> None:  # fmt: skip
         self.server = server
+        self.pool = pool
         self.holder = holder
         self.clock = clock
         fixed = machine_id(settings)
@@ -110,7 +112,7 @@ class MachineIds:
 
     async def _ask(self) -> None:
         asked = self.clock.time()
-        reply = await self.server.machine_id(self.holder, self._leased)
+        reply = await self.server.machine_id(self.holder, self._leased, pool=self.pool)
         self._use(reply, (asked + self.clock.time()) / 2)
 
     def _use(self, reply: Mapping[str, Any], local_now: float) -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from milepost import telemetry
 from milepost.client import AsyncMilepostClient, MilepostClient
 from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
@@ -34,6 +35,7 @@ async def run_worker(settings: Settings | None = None, *, handle_signals: bool =
     python_workers, machine_id.
     """
     settings = settings or Settings()
+    telemetry.from_settings(settings, service="milepost-worker")
     server, token = settings.server_url, settings.token
     async with AsyncMilepostClient(server, token) as client:
         reports = ChannelClient(client)  # reports over the worker channel, the rest over HTTP

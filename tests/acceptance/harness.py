@@ -228,7 +228,8 @@ class Cluster:
     # -- workers -------------------------------------------------------------------------
 
     def start_worker(self, *, concurrency: int = 4, python_workers: int = 2,
-                     grace_seconds: float = 10.0) -> Proc:  # fmt: skip
+                     grace_seconds: float = 10.0, pool: str | None = None) -> Proc:  # fmt: skip
+        """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default)."""
         index = len(self.workers) + 1
         env = dict(self.env)
         env.update({
@@ -239,6 +240,8 @@ class Cluster:
             "MILEPOST_GRACE_SECONDS": str(grace_seconds),
             "MILEPOST_WORKER_ID": f"worker-{index}",
         })  # fmt: skip
+        if pool is not None:
+            env["MILEPOST_POOL"] = pool
         proc = Proc(f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env,
                     self.tmp / f"worker-{index}.log")  # fmt: skip
         self.workers.append(proc)

@@ -142,3 +142,10 @@ def test_cancel_waits_for_a_claimed_command_and_heartbeats_say_cancelled(api: Ap
     api.complete(command, {"greeting": "late"})
     assert api.status(xid)["status"] == "CANCELLED"
     assert "shout" not in api.status(xid)["steps"]
+
+
+def test_a_status_no_run_can_have_is_refused_naming_the_choices(api: Api) -> None:
+    """Found by the OpenAPI fuzz test: any text was taken as a status filter and answered
+    with an empty list, so a typo (`status=complete`) looked like "no such runs"."""
+    body = error(api.get("/api/executions", params={"status": "complete"}), 422, "validation_error")
+    assert "status" in str(body) and "COMPLETED" in str(body)

@@ -26,8 +26,9 @@ TIERS: list[tuple[str, ...]] = [
     # the fold, decide and what a worker is handed and reports (pure)
     ("milepost.core",),
     # ports to the outside world, each on its own: the log, credentials at rest, tools,
-    # the wire shape of commands and reports
-    ("milepost.store", "milepost.credentials", "milepost.tools", "milepost.wire"),
+    # the wire shape of commands and reports, and the spans of runs and attempts
+    ("milepost.store", "milepost.credentials", "milepost.tools", "milepost.wire",
+     "milepost.telemetry"),
     # running one attempt (below both transports), and the server's HTTP client
     ("milepost.attempt", "milepost.client"),
     # the engine: the run lifecycle over a store

@@ -31,7 +31,8 @@ def _encoded(state: st.ExecutionState, command: st.Command, epoch: int) -> dict[
             "attempt": command.attempt, "idempotency_key": command.idempotency_key,
             "context": wire.plain(item.context),
             "loop_steps": wire.loop_steps(state, PB, item.context),
-            "args": wire.plain(item.args), "lease": {"epoch": epoch}}  # fmt: skip
+            "args": wire.plain(item.args), "lease": {"epoch": epoch},
+            "traceparent": item.traceparent}  # fmt: skip
 
 
 def test_a_command_survives_the_wire_loop_results_and_their_failures_included() -> None:

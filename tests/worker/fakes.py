@@ -178,6 +178,8 @@ class FakeClient:
         """Reply as the server does to reports for a run that had ended: not stored."""
         self.machine_id_calls: list[int | None] = []
         """The machine id each `machine_id` call held (None: asked for a new one)."""
+        self.machine_id_pools: list[str | None] = []
+        """The pool each `machine_id` call named."""
         self.machine_ids_lost: set[int] = set()
         """Ids whose lease the next renewal finds taken by another process."""
         self._next_machine_id = itertools.count(7)
@@ -204,8 +206,10 @@ class FakeClient:
         self.releases.append((int(event_id), epoch))
         return {"released": True}
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None) -> dict[str, Any]:
+    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
+                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
         self.machine_id_calls.append(machine_id)
+        self.machine_id_pools.append(pool)
         if self.machine_id_failures:
             failure = self.machine_id_failures.pop(0)
             if isinstance(failure, Exception):

@@ -39,7 +39,8 @@ def existing(engine: Lifecycle, value: str) -> ExecutionRow:
 @router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
     engine: EngineDep, _: ReadAuth,
-    status: Annotated[str | None, Query(max_length=40, pattern=checks.NO_NUL_PATTERN)] = None,
+    # an enum: a status no run can have is a 422 naming the choices, not an empty 200
+    status: Annotated[schemas.ExecutionStatus | None, Query()] = None,
     path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
@@ -53,6 +54,14 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
     return summaries.execution_summary(state)
 
 
+def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
+    """The summary, with the pools it waits on that have no live worker (DSL 10.6)."""
+    summary = engine.read(execution_id, _summary)
+    if summary["status"] in st.TERMINAL:
+        return summary
+    return summaries.with_missing_workers(summary, engine.missing_workers(execution_id))
+
+
 @router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_execution(
     execution_id: ExecutionId, engine: EngineDep, _: ReadAuth,
@@ -61,13 +70,16 @@ def get_execution(
                                        description="Return events with seq > this.")] = 0,
 ) -> schemas.ExecutionOut:
     row = existing(engine, execution_id)
-    summary = engine.read(row.execution_id, _summary)
+    summary = _summary_now(engine, row.execution_id)
     page = engine.events(row.execution_id, after_seq=events_after)
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(
         **views.execution_item(row).model_dump(), error=summary["error"],
-        steps=summary["steps"], events=[views.event_out(e) for e in page],
+        steps=summary["steps"], compensating=summary["compensating"],
+        compensation=summary.get("compensation"),
+        no_live_worker=summary.get("no_live_worker", []),
+        events=[views.event_out(e) for e in page],
         events_next=page[-1].seq if more and page else None,
     )  # fmt: skip
 
@@ -80,9 +92,12 @@ wakes it at once when it ends the run, but another server or the CLI may end it 
 
 
 def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
-    summary = engine.read(execution_id, _summary)
+    summary = _summary_now(engine, execution_id)
     return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
-                             error=summary["error"], steps=summary["steps"])  # fmt: skip
+                             error=summary["error"], steps=summary["steps"],
+                             compensating=summary["compensating"],
+                             compensation=summary.get("compensation"),
+                             no_live_worker=summary.get("no_live_worker", []))  # fmt: skip
 
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut,

@@ -14,6 +14,7 @@ from milepost.api import errors, schemas
 from milepost.api.auth import WorkAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY
+from milepost.engine import worker_pools
 from milepost.engine.machine import LEASE_TTL_S
 
 router = APIRouter(prefix="/api/workers", tags=["workers"])
@@ -24,7 +25,8 @@ router = APIRouter(prefix="/api/workers", tags=["workers"])
 def machine_id(body: schemas.MachineIdIn, engine: EngineDep,
                _: WorkAuth) -> schemas.MachineIdOut:  # fmt: skip
     now = engine.clock()
-    leased, renewed = engine.lease_machine_id(f"worker:{body.worker_id}", body.machine_id,
-                                              LEASE_TTL_S)  # fmt: skip
+    # the holder names the worker's pool: a live lease is a live worker of that pool
+    leased, renewed = engine.lease_machine_id(worker_pools.holder(body.worker_id, body.pool),
+                                              body.machine_id, LEASE_TTL_S)  # fmt: skip
     return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S,
                                 renewed=renewed)  # fmt: skip

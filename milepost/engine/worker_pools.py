@@ -1,0 +1,101 @@
+"""Which pools have a live worker, and the queued commands of the pools that have none.
+
+A worker is alive while it holds its machine-id lease (`POST /api/workers/machine-id`,
+renewed every `machine.RENEW_EVERY_S`, lapsing after `machine.LEASE_TTL_S`): the lease's
+holder names the worker's pool, so being alive and serving a pool is one fact, kept
+where the worker already writes it. A command queued in a pool no live worker serves
+would wait silently; `missing` names it for the status reads and `/metrics`
+(`milepost_commands_without_worker{pool}`).
+
+An execution driven by an embedded engine (`milepost run`, a live driver lease) is run by
+that process's in-process workers, which take every pool: its commands are never missing
+a worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from milepost.playbook import pools
+from milepost.store import port
+
+_DEFAULT_PREFIX = "worker:"
+"""The holder of a default-pool worker, as it was before pools: `worker:<worker id>`."""
+_POOL_PREFIX = "worker@"
+"""The holder of a worker of another pool: `worker@<pool>:<worker id>`."""
+
+
+def holder(worker_id: str, pool: str) -> str:
+    """The machine-id lease holder of a worker serving `pool`."""
+    if pool == pools.DEFAULT:
+        return f"{_DEFAULT_PREFIX}{worker_id}"
+    return f"{_POOL_PREFIX}{pool}:{worker_id}"
+
+
+def pool_of(holder_name: str) -> str | None:
+    """The pool a lease holder serves; None for a holder that is not a worker (a server,
+    an embedded engine)."""
+    if holder_name.startswith(_DEFAULT_PREFIX):
+        return pools.DEFAULT
+    if holder_name.startswith(_POOL_PREFIX):
+        pool, sep, _ = holder_name[len(_POOL_PREFIX):].partition(":")
+        return pool if sep and pool else None
+    return None
+
+
+def live_pools(holders: Iterable[str]) -> set[str]:
+    return {p for p in (pool_of(h) for h in holders) if p is not None}
+
+
+@dataclass(slots=True)
+class Missing:
+    """The queued commands of one pool that no live worker serves."""
+
+    pool: str
+    commands: int = 0
+    steps: set[str] = field(default_factory=set)
+
+    @property
+    def message(self) -> str:
+        return f"no live worker of pool {self.pool}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pool": self.pool, "commands": self.commands, "steps": sorted(self.steps),
+                "message": self.message}  # fmt: skip
+
+
+def missing(store: port.Store, now: float, execution_id: int | None = None) -> list[Missing]:
+    """The pools with queued commands (of `execution_id`, else of every run) and no live
+    worker, sorted by pool; commands of runs an embedded engine drives are left out."""
+    queued = [row for row in store.open_commands(execution_id)
+              if row.status == port.COMMAND_QUEUED]  # fmt: skip
+    if not queued:
+        return []
+    live = live_pools(store.machine_holders(now))
+    unserved = [row for row in queued if row.pool not in live]
+    driven = _driven({row.execution_id for row in unserved}, store, now)
+    by_pool: dict[str, Missing] = {}
+    for row in unserved:
+        if row.execution_id in driven:
+            continue
+        entry = by_pool.setdefault(row.pool, Missing(row.pool))
+        entry.commands += 1
+        entry.steps.add(row.step)
+    return [by_pool[p] for p in sorted(by_pool)]
+
+
+def _driven(execution_ids: set[int], store: port.Store, now: float) -> set[int]:
+    """The executions whose driver lease is live (an embedded engine runs every pool)."""
+    driven = set()
+    for xid in execution_ids:
+        lease = store.get_driver(xid)
+        if lease is not None and lease.expires_at > now:
+            driven.add(xid)
+    return driven
+
+
+def counts(found: Iterable[Missing]) -> dict[str, int]:
+    """pool -> queued commands without a worker (the metric's samples)."""
+    return {m.pool: m.commands for m in found}

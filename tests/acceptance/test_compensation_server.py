@@ -1,0 +1,96 @@
+"""Compensation through a server (DSL 10.5): `milepost server` and a `milepost worker`
+process on SQLite and PostgreSQL, the saga's side effects counted in a file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.harness import Cluster, database
+from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.shared import wait_for
+
+pytestmark = pytest.mark.slow
+
+DONE = ["charge", "reserve a", "reserve b"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    with database(request.param, tmp_path) as url:
+        made = Cluster(url, tmp_path, lease_seconds=5)
+        try:
+            made.start_server()
+            made.start_worker()
+            yield made
+        finally:
+            made.close()
+
+
+def start(cluster: Cluster, tmp_path: Path, workload: dict[str, Any]) -> str:
+    _, text = saga(tmp_path)
+    return cluster.run(text, workload)
+
+
+def types(cluster: Cluster, xid: str) -> list[str]:
+    return [e["event_type"] for e in cluster.client.events(xid)]
+
+
+def test_failed_runs_compensate_in_reverse_order_once_and_a_completed_one_never(
+        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    xid = start(cluster, tmp_path, {"fail": ["ship"], "gate": []})
+    status = cluster.wait(xid)
+    assert status["status"] == "FAILED" and status["error"]["step"] == "ship"
+    assert effects(tmp_path) == [*DONE, RELEASE, REFUND]
+    assert status["compensating"] is False
+    assert [(i["compensation"], i["status"]) for i in status["compensation"]["items"]] == [
+        ("release", "COMPLETED"), ("refund", "COMPLETED")]
+    assert types(cluster, xid)[-1] == "execution.failed"
+
+    (tmp_path / "effects").unlink()
+    failing = start(cluster, tmp_path, {"fail": ["ship", "release"], "gate": []})
+    status = cluster.wait(failing)
+    assert status["status"] == "FAILED" and status["error"]["step"] == "ship"
+    assert effects(tmp_path) == [*DONE, REFUND]  # the failing release did not stop refund
+    items = status["compensation"]["items"]
+    assert [(i["compensation"], i["status"]) for i in items] == [
+        ("release", "FAILED"), ("refund", "COMPLETED")]
+
+    (tmp_path / "effects").unlink()
+    fine = start(cluster, tmp_path, {"fail": [], "gate": []})
+    status = cluster.wait(fine)
+    assert status["status"] == "COMPLETED" and status.get("compensation") is None
+    assert effects(tmp_path) == [*DONE, "ship"]
+    assert not any(t.startswith("compensation.") for t in types(cluster, fine))
+
+
+def test_a_cancelled_run_compensates_on_the_worker_then_ends_cancelled(
+        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    xid = start(cluster, tmp_path, {"fail": [], "gate": ["ship"]})
+    wait_for(lambda: (tmp_path / "ship.started").exists(), "ship to start", timeout=45)
+    cluster.client.cancel(xid)
+    (tmp_path / "ship.gate").touch()
+    status = cluster.wait(xid)
+    assert status["status"] == "CANCELLED", cluster.diagnostics()
+    assert effects(tmp_path) == [*DONE, "ship", RELEASE, REFUND]
+    assert types(cluster, xid)[-1] == "execution.cancelled"
+
+
+def test_a_server_killed_while_compensating_resumes_without_running_any_twice(
+        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    xid = start(cluster, tmp_path, {"fail": ["ship"], "gate": ["refund"]})
+    wait_for(lambda: (tmp_path / "refund.started").exists(), "refund to start", timeout=45)
+    status = cluster.client.status(xid)
+    assert status["status"] == "RUNNING" and status["compensating"] is True
+    assert [i["status"] for i in status["compensation"]["items"]] == ["COMPLETED", "RUNNING"]
+    cluster.kill_server()
+    cluster.start_server()
+    (tmp_path / "refund.gate").touch()
+    status = cluster.wait(xid, timeout=60)
+    assert status["status"] == "FAILED", cluster.diagnostics()
+    assert effects(tmp_path) == [*DONE, RELEASE, REFUND]
+    issued = [e for e in cluster.client.events(xid) if e["event_type"] == "command.issued"]
+    assert len(issued) == 2 + 1 + 1 + 2  # start, two iterations, ship, two compensations

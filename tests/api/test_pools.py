@@ -1,0 +1,61 @@
+"""Pools over HTTP (DSL 10.6): the claim route filters by pool; a worker's machine-id
+request names its pool; the status, the execution and `/metrics` report the queued
+commands of a pool with no live worker."""
+
+from __future__ import annotations
+
+from milepost.engine import worker_pools
+from tests.api.support import Api, error, ok, playbook
+from tests.api.test_cli import cli
+from tests.shared import metric_sample
+
+GPU = playbook("tests/gpu", """
+workflow:
+  - step: train
+    spec: {pool: gpu}
+    tool: {kind: python, code: "result = 1"}
+""")
+
+
+def _without_worker(api: Api, pool: str) -> float:
+    reply = api.get("/metrics")
+    assert reply.status_code == 200, reply.text
+    return metric_sample(reply.text, "milepost_commands_without_worker", pool=pool)
+
+
+def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None:
+    xid = api.execute(GPU)
+    missing = [{"pool": "gpu", "commands": 1, "steps": ["train"],
+                "message": "no live worker of pool gpu"}]  # fmt: skip
+    status = api.status(xid)
+    assert status["no_live_worker"] == missing
+    assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
+    assert ok(api.get(f"/api/executions/{xid}"))["no_live_worker"] == missing
+    assert _without_worker(api, "gpu") == 1.0
+    assert api.claim_next("w1", pool="default") == []  # a default worker takes nothing
+    ok(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="worker"))
+    assert api.status(xid)["no_live_worker"] == missing  # a default worker is no gpu worker
+    ok(api.post("/api/workers/machine-id", {"worker_id": "g1", "pool": "gpu"}, role="worker"))
+    assert worker_pools.live_pools(api.store.machine_holders(api.services.engine.clock())) == {
+        "default", "gpu"}  # fmt: skip
+    assert api.status(xid)["no_live_worker"] == []
+    assert "waiting" not in api.status(xid)["steps"]["train"]
+    assert _without_worker(api, "gpu") == 0.0
+    command = api.claim_one("g1", pool="gpu")
+    assert command["step"] == "train"
+    api.complete(command, 1)
+    assert api.status(xid)["status"] == "COMPLETED"
+
+
+def test_a_machine_id_request_with_a_bad_pool_is_refused(api: Api) -> None:
+    body = error(api.post("/api/workers/machine-id", {"worker_id": "w", "pool": "gpu a"},
+                          role="worker"), 422, "validation_error")  # fmt: skip
+    assert body["errors"][0]["loc"] == ["body", "pool"]
+
+
+
+def test_milepost_worker_refuses_a_bad_pool_before_it_starts() -> None:
+    for args, env in ((["--pool", "gpu a"], {}), ([], {"MILEPOST_POOL": "gpu/a"})):
+        done = cli("worker", "--server", "http://127.0.0.1:9", *args, env=env)
+        assert done.returncode == 2, done.stderr
+        assert "invalid pool" in done.stderr and "--pool or MILEPOST_POOL" in done.stderr

@@ -1,0 +1,96 @@
+"""A saga for the compensation tests of both modes (DSL 10.5): python steps whose side
+effect is a line in a file, so "ran once, in this order" is checked outside the engine."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from milepost.playbook import load
+
+HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: saga, path: tests/saga}\n"
+
+# each step appends its effect to DIR/effects; a step named in `gate` waits for
+# DIR/<step>.gate (and says it started in DIR/<step>.started); those in `fail` raise
+SAGA = """
+workload: {fail: [ship], gate: []}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input: {w: "{{ workload }}"}
+      code: |
+        PRELUDE
+        effect("start", "charge")
+        result = {"id": "ch_1"}
+    spec: {compensation: refund}
+    next: reserve
+  - step: reserve
+    loop: {in: [a, b], iterator: sku}
+    tool:
+      kind: python
+      input: {w: "{{ workload }}", sku: "{{ sku }}"}
+      code: |
+        PRELUDE
+        effect("reserve", "reserve " + sku)
+        result = sku
+    spec: {compensation: release}
+    next: ship
+  - step: ship
+    tool:
+      kind: python
+      input: {w: "{{ workload }}"}
+      code: |
+        PRELUDE
+        effect("ship", "ship")
+  - step: refund
+    tool:
+      kind: python
+      input: {w: "{{ workload }}", c: "{{ compensation }}"}
+      code: |
+        PRELUDE
+        effect("refund", "refund " + json.dumps(c, sort_keys=True))
+    next: ship
+  - step: release
+    tool:
+      kind: python
+      input: {w: "{{ workload }}", c: "{{ compensation }}"}
+      code: |
+        PRELUDE
+        effect("release", "release " + json.dumps(c, sort_keys=True))
+"""
+
+PRELUDE = """\
+import json, os, time
+def effect(name, line):
+    if name in w["gate"]:
+        open("DIR/" + name + ".started", "a").write("x\\n")
+        deadline = time.monotonic() + 60
+        while not os.path.exists("DIR/" + name + ".gate") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    if name in w["fail"]:
+        raise RuntimeError(name + " refused")
+    open("DIR/effects", "a").write(line + "\\n")
+"""
+
+
+def saga(tmp_path: Path) -> tuple[Any, str]:
+    lines = []
+    for line in textwrap.dedent(SAGA).splitlines():
+        if line.strip() == "PRELUDE":
+            pad = line[: len(line) - len(line.lstrip())]
+            lines += [pad + code for code in PRELUDE.splitlines()]
+        else:
+            lines.append(line)
+    text = HEADER + "\n".join(lines).replace("DIR", str(tmp_path)) + "\n"
+    return load.load_text(text), text
+
+
+def effects(tmp_path: Path) -> list[str]:
+    path = tmp_path / "effects"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+REFUND = 'refund {"result": {"id": "ch_1"}, "run": 1, "step": "start"}'
+RELEASE = 'release {"result": ["a", "b"], "run": 1, "step": "reserve"}'

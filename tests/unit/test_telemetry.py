@@ -1,0 +1,90 @@
+"""W3C trace context of runs and attempts, and the exporter settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from milepost import telemetry
+from milepost.core import tracecontext as tc
+from milepost.engine.lifecycle import Lifecycle
+from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.tracing import RunSpans
+from milepost.settings import Settings
+from milepost.store.memory import MemoryStore
+from tests import traces
+
+
+def test_a_runs_trace_id_is_stable_and_differs_between_runs() -> None:
+    assert tc.trace_id(402601968591175680) == tc.trace_id(402601968591175680)
+    assert tc.trace_id(402601968591175680) != tc.trace_id(402601968591175681)
+    assert tc.run_span_id(7) != tc.attempt_span_id(7)
+    assert 0 < tc.trace_id(0) < 2**128 and 0 < tc.run_span_id(0) < 2**64
+
+
+def test_a_commands_traceparent_is_w3c_shaped_and_names_the_run_span() -> None:
+    value = tc.command_traceparent(42)
+    version, trace, span, flags = value.split("-")
+    assert (version, flags, len(trace), len(span)) == ("00", "01", 32, 16)
+    assert tc.parse(value) == (tc.trace_id(42), tc.run_span_id(42))
+    assert tc.parse(tc.attempt_traceparent(42, 99)) == (tc.trace_id(42), 99)
+
+
+@pytest.mark.parametrize("value", [
+    None, 7, "", "00-abc-def-01", "ff-" + "1" * 32 + "-" + "1" * 16 + "-01",
+    "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-" + "1" * 32 + "-" + "0" * 16 + "-01",
+    "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
+])  # fmt: skip
+def test_an_invalid_traceparent_is_ignored_not_an_error(value: object) -> None:
+    assert tc.parse(value) is None
+
+
+@pytest.fixture
+def no_exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    telemetry.reset()
+    yield
+    telemetry.reset()
+
+
+def test_no_exporter_configured_means_no_telemetry_and_no_run_listener(no_exporter: None) -> None:
+    assert telemetry.from_settings(Settings(otel_exporter=None)) is None
+    assert telemetry.from_settings(Settings(otel_exporter="none")) is None
+    store = MemoryStore()
+    engine = Lifecycle(store, Orchestrator(store))
+    assert not any(isinstance(listener, RunSpans) for listener in engine.listeners)
+
+
+def test_a_configured_exporter_puts_the_run_listener_on_the_engine(no_exporter: None) -> None:
+    for _ in traces.exporting():
+        store = MemoryStore()
+        engine = Lifecycle(store, Orchestrator(store))
+        assert any(isinstance(listener, RunSpans) for listener in engine.listeners)
+
+
+def test_the_standard_variable_configures_the_console_exporter(
+        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    configured = telemetry.from_settings(Settings())
+    assert configured is not None and telemetry.active() is configured
+
+
+def test_an_unknown_exporter_is_refused_naming_the_setting_and_the_choices(no_exporter: None) -> None:
+    with pytest.raises(telemetry.TelemetryMisconfigured) as caught:
+        telemetry.from_settings(Settings(otel_exporter="zipkin"))
+    assert caught.value.code == "telemetry_misconfigured"
+    assert caught.value.fields == {"setting": "otel_exporter", "value": "zipkin",
+                                   "allowed": ["none", "console", "otlp"]}  # fmt: skip
+    assert "'zipkin'" in caught.value.message and telemetry.active() is None
+
+
+def test_otlp_without_its_exporter_installed_says_what_to_install(no_exporter: None) -> None:
+    try:  # the OTLP exporter is an extra (`milepost[otlp]`), not in the dev install
+        import opentelemetry.exporter.otlp.proto.http  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("the OTLP exporter is installed here")
+    with pytest.raises(telemetry.TelemetryMisconfigured, match=r"milepost\[otlp\]"):
+        telemetry.from_settings(Settings(otel_exporter="otlp"))
