@@ -266,8 +266,9 @@ class Worker:
             job = self._job(command)
             if job is None:
                 continue
-            if self._stopping or job.execution_id in self._cancelled:
-                await self._release(job)
+            if self._stopping or (job.execution_id in self._cancelled
+                                  and not _compensates(command)):  # fmt: skip
+                await self._release(job)  # a cancelled run's work (its compensations run)
                 continue
             self._start(job)
             started += 1
@@ -412,7 +413,7 @@ class Worker:
             log_job(job, logging.INFO, "execution_cancelled",
                       "execution cancelled: stopping its attempts, claiming no more of it")
         for held in list(self.jobs.values()):
-            if held.execution_id == job.execution_id:
+            if held.execution_id == job.execution_id and not _compensates(held.command):
                 held.stopper.stop()
         self._cancelled[job.execution_id] = None
         self._cancelled.move_to_end(job.execution_id)
@@ -459,6 +460,12 @@ class Worker:
         hard = asyncio.ensure_future(self._hard.wait())
         waiters: list[asyncio.Future[Any]] = [done, grace, hard]
         await first_of(waiters)
+
+
+def _compensates(command: Mapping[str, Any]) -> bool:
+    """A compensation's command (DSL 10.5): a cancel of its run does not stop it."""
+    context = command.get("context")
+    return isinstance(context, Mapping) and context.get("compensation") is not None
 
 
 async def first_of(waiters: list[asyncio.Future[Any]]) -> None:
