@@ -30,11 +30,15 @@ from milepost.cli.inputs import (
 from milepost.cli.output import err, fail, iso, out, remote, short, usage_text
 from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resume_command
 from milepost.core import approval_state as ap
+from milepost.core import cancellation
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import Vault
-from milepost.engine import summaries
+from milepost.engine import cancel as cancelling
+from milepost.engine import summaries, unattended
 from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.webhooks import Webhook
@@ -227,10 +231,12 @@ def _waiting_for(lease: DriverLease) -> None:
 
 @app.command()
 def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) -> None:
-    """Ask a running execution to stop at the next step boundary.
+    """Ask a running execution to stop: nothing new is issued, running steps are stopped.
 
     The process running it (`milepost run` or `resume`, or the server) notices within
-    seconds, lets running steps finish, issues nothing new and ends the run CANCELLED.
+    seconds, stops the running attempts (abandoned after `executor.spec.cancel_grace`),
+    cancels its child runs and ends the run CANCELLED. A local run that no process drives
+    any more is finished here.
     """
     client = server_client(server, db)
     if client is not None:
@@ -239,38 +245,70 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         out.print(f"cancel requested for execution {execution_id}")
         return
 
+    actor = local_identity()
     with opened(db) as store:
         machine_id = Settings().machine_id
         # the one id this makes must not be one a running `milepost run` makes too
         leased = None if machine_id is not None else LeasedIds(
             store, time.time, holder=holder_name("cancel"), ttl=30.0)  # fmt: skip
         try:
-            request_cancel(store, execution_id, Orchestrator(
-                store, machine_id=machine_id or 0, new_id=leased))  # fmt: skip
+            orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+            engine = Lifecycle(store, orchestrator)
+            if unattended.driver_gone(engine, execution_id):
+                finished = _finish(engine, execution_id, actor)
+                if finished:
+                    return
+            request_cancel(store, execution_id, orchestrator, actor)
         finally:
             if leased is not None:
                 leased.release()
     out.print(f"cancel requested for execution {execution_id}")
 
 
+def _finish(engine: Lifecycle, execution_id: int, actor: str) -> bool:
+    """Finish the cancel of a run nothing drives; False when it could not (said why)."""
+    try:
+        ended = unattended.finish(engine, execution_id, actor)
+    except AlreadyTerminal as exc:
+        raise fail(exc.message) from None
+    except MilepostError as exc:  # a sealed workload without its key: the request only
+        err.print(f"could not finish the cancel here ({exc.message}); requesting it",
+                  highlight=False, markup=False)  # fmt: skip
+        return False
+    if execution_id not in ended:
+        return False  # another process took the run over meanwhile: it acts on the request
+    out.print(f"execution {execution_id} CANCELLED (no process was driving it)")
+    return True
+
+
 CANCEL_TRIES = 100
 """Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
 
 
-def request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchestrator) -> None:
+def request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchestrator,
+                   actor: str | None = None, cause: str | None = None) -> None:  # fmt: skip
     """Append the request only to the log as it was read: a run that ended in between
-    (another process writes it) takes nothing after its terminal event."""
+    (another process writes it) takes nothing after its terminal event. Its running
+    children get one too, naming their parent (their driver acts on each)."""
+    payload = cancellation.request_payload(actor, cause)
     for _ in range(CANCEL_TRIES):
         # only the status and the watermark are read: a run sealed with a key this
         # process lacks can still be cancelled
         state = orchestrator.state(execution_id, workload=False)
         if state.terminal:
+            if cause is not None:
+                return  # a child that ended meanwhile: nothing to cancel
             raise fail(f"execution {execution_id} is already {state.status}")
+        if state.cancel_requested:
+            break
         event = ev.new_event(orchestrator.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
-                             orchestrator.clock())  # fmt: skip
+                             orchestrator.clock(), payload=payload)  # fmt: skip
         try:
             store.append([event], expect={execution_id: state.last_seq})
-            return
+            break
         except LogMoved:
             orchestrator.forget(execution_id)
-    raise fail(f"execution {execution_id} kept moving; cancel again")
+    else:
+        raise fail(f"execution {execution_id} kept moving; cancel again")
+    for child in list(cancelling.children_of(store, execution_id)):
+        request_cancel(store, child, orchestrator, actor, cancellation.child_cause(execution_id))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, budget, causality, compensation, ids, liveness
+from milepost.core import approvals, budget, cancellation, causality, compensation, ids, liveness
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -290,6 +290,10 @@ def _choose_arcs(nxt: model.Next, context: dict[str, Any], step: str) -> list[mo
 
 def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None:
     state = out.state
+    if state.running or state.commands:
+        grace_ends = cancellation.timer(state, playbook, out.now)
+        if grace_ends is not None:  # the engine abandons what still runs then (Lifecycle.wake)
+            out.wake(grace_ends)
     if state.compensation is None and (state.running or state.commands or not _stopping(state)):
         return
     # the status was settled when compensating started: a cancel asked meanwhile changes

@@ -137,6 +137,10 @@ class ExecutionState:
     """The first step failure: the run fails once nothing is running."""
     dead_end: str | None = None
     cancel_requested: bool = False
+    cancel_requested_at: float | None = None
+    """When the first cancel request was logged: `executor.spec.cancel_grace` runs from it."""
+    cancel_actor: str | None = None
+    """Who asked for that cancel (`user:alice`, `token:ci`), when the request says."""
     started_by: str | None = None
     """The identity that started the run (`user:alice`): it may not approve its own steps."""
     approvals: dict[int, ap.Approval] = field(default_factory=dict)
@@ -396,6 +400,10 @@ def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
+    if not state.cancel_requested:  # the grace runs from the first request, not a repeat
+        state.cancel_requested_at = event.created_at
+        actor = event.payload.get("actor")
+        state.cancel_actor = actor if isinstance(actor, str) else None
     state.cancel_requested = True
 
 

@@ -277,10 +277,12 @@ class EmbeddedEngine:
             raise MilepostError("this engine has no credential vault (set MILEPOST_SECRET_KEY)")
         self.vault.put(name, type_, data)
 
-    def cancel(self, execution_id: int) -> None:
-        """Ask the run to stop: its queued commands are settled, none is run any more."""
+    def cancel(self, execution_id: int, actor: str | None = None) -> None:
+        """Ask the run to stop: its queued commands are settled, its running attempts
+        stopped, its children cancelled; none is run any more."""
         with contextlib.suppress(AlreadyTerminal):
-            self.service.cancel(execution_id)
+            self.service.cancel(execution_id, actor)
+        self.workers.stop_cancelled(self._active)
 
     async def wait(self, execution_id: int, timeout: float | None = None) -> st.ExecutionState:
         done = self._done.setdefault(execution_id, asyncio.Event())
@@ -394,6 +396,11 @@ class EmbeddedEngine:
 
     def _wake(self, xid: int) -> None:
         self._timers.pop(xid, None)
+        if xid in self._active and self.drivers.holds(xid):
+            try:  # the timer may be the end of a cancel's grace: abandon what still runs
+                self.service.abandon_overdue([xid])
+            except Exception:  # the decision below sets the timer again
+                log.exception("abandoning the attempts of cancelled run %s failed", xid)
         self._process_safely([], [xid])
 
     def _process_safely(self, reports: list[ev.Event], also: Iterable[int] = (),
@@ -452,6 +459,7 @@ class EmbeddedEngine:
             cancelled = [x for x in self._active
                          if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
             if cancelled:  # their queued commands are never claimed: settle them
+                self.workers.stop_cancelled(cancelled)  # and what runs learns it now
                 try:
                     self.service.settle_cancelled(cancelled)
                 except Exception:

@@ -5,7 +5,9 @@ transaction of the report that freed the slot, `claim_request` with limit = free
 so fencing, leases and cancel settlement are the server's: a report carries its claim's
 epoch, a claim held for a third of its lease (the step's own, `spec.liveness`) is
 extended, a claimed command of a run whose cancel was requested is given back instead of
-run, and on a clean exit the commands claimed and not started are released.
+run, a running one is stopped (its heartbeat answers the cancel, or the engine saw it
+first: `stop_cancelled`), and on a clean exit the commands claimed and not started are
+released.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from milepost.attempt.runner import run_attempt
+from milepost.attempt.stopping import Stoppable
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core.work import WorkItem, report_events
@@ -55,6 +58,8 @@ class InProcessWorkers:
         lease too (a step's liveness may be shorter than the attempt before it)."""
         self._beat = asyncio.Event()
         """Set when a claim arrives: its lease may be shorter than the heartbeats' wait."""
+        self._stops: dict[int, tuple[int, Stoppable]] = {}
+        """command id -> the execution and the stop of its running attempt."""
 
     def free(self) -> int:
         """Slots no attempt runs in nor waits for: what the next claim may take. A worker
@@ -129,11 +134,16 @@ class InProcessWorkers:
             return
         playbook = orchestrator.playbook_for(state)
         self.busy += 1
+        stopper = Stoppable()
+        self._stops[item.command_id] = (item.execution_id, stopper)
         try:
-            # a crash in a tool is an `internal` outcome, logged redacted, not a raise
-            outcome = await run_attempt(playbook, item, self.tools, credentials=self.credentials)
+            # a crash in a tool is an `internal` outcome, logged redacted, not a raise; a
+            # cancel of the run stops it (`stop_cancelled`): a `cancelled` outcome
+            outcome = await stopper.run(run_attempt(playbook, item, self.tools,
+                                                    credentials=self.credentials))  # fmt: skip
         finally:
             self.busy -= 1
+            self._stops.pop(item.command_id, None)
         for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
                                    self.reporter):  # fmt: skip
             self.report(event)
@@ -165,14 +175,28 @@ class InProcessWorkers:
                 if now - beat < self._every(lease):
                     continue
                 try:
-                    extended, _ = self.engine.heartbeat(command_id, self.claimant, lease.epoch,
-                                                        self.lease_s)  # fmt: skip
+                    extended, cancelled = self.engine.heartbeat(command_id, self.claimant,
+                                                                lease.epoch, self.lease_s)  # fmt: skip
                 except MilepostError:  # lost: its report will be fenced as stale
                     log.warning("heartbeat of command %s refused", command_id, exc_info=True)
                     self._held.pop(command_id, None)
                     continue
                 if command_id in self._held:
                     self._held[command_id] = (extended, now)
+                running = self._stops.get(command_id)
+                if cancelled and running is not None and running[1].stop():
+                    log.info("execution %s cancelled: attempt of command %s stopped",
+                             running[0], command_id, extra={"action": "attempt_stopped"})  # fmt: skip
+
+    def stop_cancelled(self, execution_ids: Iterable[int]) -> None:
+        """Stop the running attempts of those of these executions whose cancel was asked
+        (the poller noticed it, or this process asked): sooner than their heartbeat."""
+        xids = set(execution_ids)
+        orchestrator = self.engine.orchestrator
+        for xid, stopper in list(self._stops.values()):
+            state = orchestrator.cached(xid) if xid in xids else None
+            if state is not None and cs.cancel_stops_work(state):
+                stopper.stop()
 
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""

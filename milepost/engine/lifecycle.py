@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from milepost import telemetry
+from milepost.core import cancellation
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -149,7 +150,18 @@ class Lifecycle:
                                                started_by=started_by)  # fmt: skip
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
+        if parent_execution_id is not None:
+            self._cancel_with_parent(xid, parent_execution_id)
         return xid, outcome
+
+    def _cancel_with_parent(self, xid: int, parent_id: int) -> None:
+        """A child started after its parent's cancel was asked (its tool was already on
+        its way) is cancelled at once: the cancel's walk through the children missed it."""
+        parent = self.store.get_execution(parent_id)
+        if parent is not None and (parent.cancel_requested or parent.status == st.CANCELLED):
+            actor = self.read(parent_id, lambda state, _: state.cancel_actor)
+            with contextlib.suppress(AlreadyTerminal):
+                self.cancel(xid, actor, cancellation.child_cause(parent_id))
 
     def report(self, events: list[ev.Event],
                claim: port.ClaimRequest | None = None) -> Reported:  # fmt: skip
@@ -323,20 +335,59 @@ class Lifecycle:
 
     # -- cancellation ----------------------------------------------------------------------
 
-    def cancel(self, execution_id: int) -> st.ExecutionState:
-        """Request a cancel and settle the commands nobody claimed yet; returns the state.
-        AlreadyTerminal when the run had ended before."""
+    def cancel(self, execution_id: int, actor: str | None = None,
+               cause: str | None = None) -> st.ExecutionState:  # fmt: skip
+        """Request a cancel (`actor`: who asks, logged on the request), settle the commands
+        nobody claimed yet and cancel the running children with the same actor; returns
+        the state. AlreadyTerminal when the run had ended before."""
         with self.locks.hold([execution_id]):
             state = self.fresh(execution_id)
             if state.terminal:
                 raise AlreadyTerminal(f"execution {execution_id} is already {state.status}",
                                       execution_id=str(execution_id), status=state.status)  # fmt: skip
             if not state.cancel_requested:
-                event = ev.new_event(self.new_id(), execution_id,
-                                     ev.EXECUTION_CANCEL_REQUESTED, self.clock())  # fmt: skip
+                event = ev.new_event(self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
+                                     self.clock(), payload=cancellation.request_payload(
+                                         actor, cause))  # fmt: skip
                 self.process([event])
             self.settle_cancelled([execution_id])
-            return self.orchestrator.state(execution_id)
+            state = self.orchestrator.state(execution_id)
+            actor = state.cancel_actor or actor
+            stops = cs.cancel_stops_work(state)  # a cancel while compensating stops nothing
+        # outside the parent's lock: locks are taken in id order, one run at a time here
+        for child in list(cancelling.children_of(self.store, execution_id)) if stops else []:
+            with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
+                self.cancel(child, actor, cancellation.child_cause(execution_id))
+        return self.orchestrator.state(execution_id)
+
+    def abandon_overdue(self, execution_ids: Iterable[int], *, now: bool = False) -> set[int]:
+        """Fail, as cancelled, every attempt still live of the cancelled executions whose
+        `cancel_grace` has passed (`now`: whatever the grace, for a run nothing drives any
+        more); a report that comes later is stale. Returns the executions abandoned."""
+        xids = sorted(set(execution_ids))
+        with self.locks.hold(xids):
+            reports: list[ev.Event] = []
+            for xid in xids:
+                cached = self.orchestrator.cached(xid)
+                if cached is not None and not cs.cancel_stops_work(cached) and not now:
+                    continue  # a retry's timer: no read of the log for it (a cancel that
+                    # came meanwhile is folded by the wake's decision, which sets its timer)
+                state = self.fresh(xid)
+                playbook = self.orchestrator.playbook_for(state)
+                if not cs.cancel_stops_work(state) or state.terminal or not state.commands or not (
+                        now or cancellation.overdue(state, playbook, self.clock())):  # fmt: skip
+                    continue
+                rows = self.store.get_commands(sorted(state.commands))
+                reports += cancellation.abandoned(state, playbook, self.clock(), self.new_id,
+                                                  {c: r.epoch for c, r in rows.items()})  # fmt: skip
+            if reports:
+                self.process(reports)
+            return {r.execution_id for r in reports}
+
+    def wake(self, execution_id: int) -> None:
+        """A timer of the run is due: a retry's, or the end of a cancel's grace."""
+        if not self.abandon_overdue([execution_id]):
+            self.process(also=[execution_id], refresh=True)
 
     def settle_cancelled(self, execution_ids: Iterable[int]) -> set[int]:
         """Fail the queued commands of cancel-requested executions (claims are refused for

@@ -4,8 +4,9 @@ It is the engine service's (`Lifecycle.tick`, which drives it); `tick(now)` runs
 second in the server (docs/server-contract.md, "Leases, fencing,
 reconciler"):
 
-1. wakes executions whose retry timer is due (every server: the timers come from this
-   server's own `process` outcomes, and waking twice is harmless);
+1. wakes executions whose retry timer is due, or whose cancel grace ended (their live
+   attempts are abandoned as cancelled); every server: the timers come from this
+   server's own `process` outcomes, and waking twice is harmless;
 2. then, on the leader only (a PostgreSQL advisory lock, `store.try_leader_lock()`, when
    the store has one):
    - appends `command.lease_expired` for each expired claim, through the orchestrator, so
@@ -112,8 +113,8 @@ class Reconciler:
 
     def tick(self, now: float) -> TickReport:
         report = TickReport()
-        report.woken = self._each(self._due(now), report, lambda xid: self.driver.process(
-            also=[xid], refresh=True))  # fmt: skip
+        # a due timer is a retry's, or the end of a cancel's grace (`Lifecycle.wake`)
+        report.woken = self._each(self._due(now), report, self.driver.wake)
         leader_lock = getattr(self.store, "try_leader_lock", None)
         if leader_lock is not None and not leader_lock():
             report.leader = False

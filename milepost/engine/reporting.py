@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from milepost.core import events as ev
 from milepost.engine import fence
+from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.orchestrator import Outcome
 from milepost.store import port
 
@@ -93,6 +94,7 @@ def report(engine: Lifecycle, events: list[ev.Event],
         engine.handed.forget(events)
     # settling skips a run that has ended, so a cancel left out after the end settles nothing
     cancels = {e.execution_id for e in fenced if e.event_type == ev.EXECUTION_CANCEL_REQUESTED}
-    if cancels:
-        engine.settle_cancelled(cancels)
+    for xid in sorted(cancels):  # as the cancel route: queued work settled, children too
+        with contextlib.suppress(AlreadyTerminal):
+            engine.cancel(xid)
     return Reported(fenced, outcome)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from milepost.attempt.stopping import Stoppable
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ class Job:
     refilled: bool = False
     """Its report claimed the next commands: the claim loop need not poll for its slot."""
     task: asyncio.Task[None] | None = None
+    stopper: Stoppable = field(default_factory=Stoppable)
+    """Stops its attempt when the run is cancelled (a `cancelled` outcome, reported)."""
 
 
 def lease_seconds(lease: Any, asked: float) -> float:

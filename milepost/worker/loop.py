@@ -13,8 +13,9 @@ One `Worker` runs up to `concurrency` attempts at once on one event loop:
   attempt and cached briefly; the tools and the keychain read them from that cache.
 - **leases**: a heartbeat every lease/3 while a command is held. A heartbeat refused
   with 409/404 means the lease is lost: the attempt is abandoned and never reported (the
-  server has re-issued it). `cancelled: true` lets the attempt finish but no more of
-  that execution's commands are taken.
+  server has re-issued it). `cancelled: true` stops the execution's running attempts
+  (`attempt.stopping`: the tool is killed or aborted; each is reported failed with kind
+  `cancelled`) and no more of its commands are taken.
 - **reporting** (`reporter`): finished attempts go in batches, each report claiming the
   commands for the slots it frees.
 - **shutdown** (`stop()`, SIGTERM/SIGINT): stop claiming, give back claimed commands not
@@ -265,8 +266,9 @@ class Worker:
             job = self._job(command)
             if job is None:
                 continue
-            if self._stopping or job.execution_id in self._cancelled:
-                await self._release(job)
+            if self._stopping or (job.execution_id in self._cancelled
+                                  and not _compensates(command)):  # fmt: skip
+                await self._release(job)  # a cancelled run's work (its compensations run)
                 continue
             self._start(job)
             started += 1
@@ -366,9 +368,9 @@ class Worker:
         job.phase = "running"
         log_job(job, logging.DEBUG, "attempt_started", "running")
         # a crash inside becomes an `internal` outcome there, logged redacted
-        outcome = await attempt_mod.run_attempt(playbook, item, self.tools,
-                                                sleep=self.clock.sleep,
-                                                credentials=self.credentials)  # fmt: skip
+        outcome = await job.stopper.run(attempt_mod.run_attempt(
+            playbook, item, self.tools, sleep=self.clock.sleep,
+            credentials=self.credentials))  # fmt: skip
         return item, outcome
 
     async def _heartbeats(self, job: Job) -> None:
@@ -412,7 +414,10 @@ class Worker:
     def _mark_cancelled(self, job: Job) -> None:
         if job.execution_id not in self._cancelled:
             log_job(job, logging.INFO, "execution_cancelled",
-                      "execution cancelled: finishing this attempt, claiming no more of it")
+                      "execution cancelled: stopping its attempts, claiming no more of it")
+        for held in list(self.jobs.values()):
+            if held.execution_id == job.execution_id and not _compensates(held.command):
+                held.stopper.stop()
         self._cancelled[job.execution_id] = None
         self._cancelled.move_to_end(job.execution_id)
         while len(self._cancelled) > CANCELLED_MEMORY:
@@ -458,6 +463,12 @@ class Worker:
         hard = asyncio.ensure_future(self._hard.wait())
         waiters: list[asyncio.Future[Any]] = [done, grace, hard]
         await first_of(waiters)
+
+
+def _compensates(command: Mapping[str, Any]) -> bool:
+    """A compensation's command (DSL 10.5): a cancel of its run does not stop it."""
+    context = command.get("context")
+    return isinstance(context, Mapping) and context.get("compensation") is not None
 
 
 async def first_of(waiters: list[asyncio.Future[Any]]) -> None:

@@ -71,11 +71,10 @@ def test_a_cancelled_run_compensates_on_the_worker_then_ends_cancelled(
         cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
     xid = start(cluster, tmp_path, {"fail": [], "gate": ["ship"]})
     wait_for(lambda: (tmp_path / "ship.started").exists(), "ship to start", timeout=45)
-    cluster.client.cancel(xid)
-    (tmp_path / "ship.gate").touch()
+    cluster.client.cancel(xid)  # the worker stops ship at its next heartbeat: no effect
     status = cluster.wait(xid)
     assert status["status"] == "CANCELLED", cluster.diagnostics()
-    assert effects(tmp_path) == [*DONE, "ship", RELEASE, REFUND]
+    assert effects(tmp_path) == [*DONE, RELEASE, REFUND]
     assert types(cluster, xid)[-1] == "execution.cancelled"
 
 

@@ -83,9 +83,13 @@ def test_the_work_of_a_run_whose_cancel_was_requested_is_never_run(store: Any,
     state = asyncio.run(go())
     assert state.status == st.CANCELLED
     assert attempts(tmp_path) == ["0"]  # the two queued iterations never ran
-    failed = [e.payload["error"]["kind"] for e in store.load(state.execution_id)
+    failed = [e.payload["error"] for e in store.load(state.execution_id)
               if e.event_type == ev.COMMAND_FAILED]  # fmt: skip
-    assert failed == ["cancelled", "cancelled"]
+    # the two queued iterations settled, the running one stopped (its process killed)
+    assert [f["kind"] for f in failed] == ["cancelled"] * 3
+    assert sorted(f["message"] for f in failed) == [
+        "execution cancelled before the command ran"] * 2 + [
+        "execution cancelled: the attempt was stopped"]  # fmt: skip
 
 
 def test_claims_are_made_for_free_slots_under_a_worker_id_of_the_engine(store: Any,

@@ -6,6 +6,7 @@ import itertools
 import textwrap
 from typing import Any
 
+from milepost.core import cancellation
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -74,9 +75,14 @@ class Sim:
         return self.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None)
 
     def fire(self) -> list[ev.Event]:
-        """The retry timer decide asked for went off."""
+        """The timer decide asked for went off: a retry's, or the end of a cancel's grace,
+        when the engine abandons what still runs (`Lifecycle.wake`)."""
         assert self.wake_at is not None, "no timer set"
         self.now = max(self.now, self.wake_at)
+        if cancellation.overdue(self.state, self.pb, self.now):
+            abandoned = cancellation.abandoned(self.state, self.pb, self.now, self.new_id, {})
+            st.fold(self.state, abandoned)
+            self.log.extend(abandoned)
         return self.settle()
 
     def fold_and_settle(self, event_type: str, step: str | None, **payload: Any) -> list[ev.Event]:

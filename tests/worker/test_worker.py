@@ -295,7 +295,7 @@ def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
     run(scenario)
 
 
-def test_a_cancelled_execution_finishes_its_attempt_and_gets_no_more_claims() -> None:
+def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
@@ -311,7 +311,34 @@ def test_a_cancelled_execution_finishes_its_attempt_and_gets_no_more_claims() ->
             await wait_for_async(lambda: len(client.reports) == 2)
         assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
             [203, 205]  # fmt: skip
+        stopped = client.reported_events()[0]
+        assert stopped["event_type"] == "command.failed"
+        assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
         assert client.releases == [(204, 1)]
+
+    run(scenario)
+
+
+def test_a_compensation_of_a_cancelled_execution_is_run_not_given_back() -> None:
+    """After the cancel the server hands out only that run's compensations (DSL 10.5)."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch}, "cancelled": True}
+        client.queue.append(command(206, execution_id=601))
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT)  # cancelled: 206 is stopped
+            await wait_for_async(lambda: bool(client.reports))
+            gate.set()
+            undo = {"workload": {}, "ctx": {}, "iter": {}, "execution_id": "601",
+                    "compensation": {"step": "start", "run": 1, "result": None}}  # fmt: skip
+            client.queue.append(command(207, execution_id=601, context=undo))
+            worker.notify()
+            await wait_for_async(lambda: len(client.reports) == 2)
+        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
+            [206, 207]  # fmt: skip
+        assert client.releases == []
 
     run(scenario)
 

@@ -150,7 +150,7 @@ async def _status(engine: Lifecycle, xid: int, wait: float) -> schemas.StatusOut
 
 @router.post("/{execution_id}/cancel", responses=errors.responses(*AUTH, 404, 409, 422))
 def cancel(execution_id: ExecutionId, engine: EngineDep,
-           _: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
+           principal: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
     row = existing(engine, execution_id)
-    state = engine.cancel(row.execution_id)  # AlreadyTerminal: 409
+    state = engine.cancel(row.execution_id, principal.starter)  # AlreadyTerminal: 409
     return schemas.CancelOut(execution_id=str(row.execution_id), status=state.status)

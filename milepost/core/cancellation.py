@@ -1,0 +1,87 @@
+"""Cancellation with a deadline (DSL 10): a cancel request stops new work at once, and
+`executor.spec.cancel_grace` after it the engine abandons every attempt still live, so a
+worker that never stops cannot keep a cancelled run from ending. Pure: time comes in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from milepost.core import compensation_state as cs
+from milepost.core import events as ev
+from milepost.core import state as st
+from milepost.playbook import model
+
+STOPPED = {"kind": "cancelled", "retryable": False,
+           "message": "execution cancelled: the attempt was stopped"}  # fmt: skip
+"""The error a worker reports for an attempt it stopped because the run was cancelled."""
+
+
+def abandoned_error(grace: float) -> dict[str, object]:
+    """The error of an attempt the engine abandoned at the end of the grace."""
+    return {"kind": "cancelled", "retryable": False,
+            "message": f"execution cancelled: attempt abandoned after the cancel grace ({grace:g}s)"}  # fmt: skip
+
+
+def request_payload(actor: str | None, cause: str | None = None) -> dict[str, str]:
+    """The payload of `execution.cancel_requested`: empty when nobody is named, so a run
+    cancelled the old way logs what it always did."""
+    payload = {} if actor is None else {"actor": actor}
+    if cause is not None:
+        payload["cause"] = cause
+    return payload
+
+
+def child_cause(parent_id: int) -> str:
+    return f"parent {parent_id} cancelled"
+
+
+def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None:
+    """When the live attempts of a cancelled run are abandoned; None when not cancelling,
+    or once compensating: the commands then are its compensations, which a cancel leaves
+    alone (DSL 10.5)."""
+    if not cs.cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
+        return None
+    return state.cancel_requested_at + playbook.executor.cancel_grace
+
+
+RECHECK = 1.0
+"""Seconds between two looks at a grace that has ended with attempts still live (the
+engine abandons them when woken; should that fail, it is woken again, not in a loop)."""
+
+
+def timer(state: st.ExecutionState, playbook: model.Playbook, now: float) -> float | None:
+    """When decide asks to be woken for the grace's end: then, or soon if it is past."""
+    at = deadline(state, playbook) if state.commands else None
+    if at is None:
+        return None
+    return at if at > now else now + RECHECK
+
+
+def overdue(state: st.ExecutionState, playbook: model.Playbook, now: float) -> bool:
+    """The grace has run out and some attempt is still live."""
+    at = deadline(state, playbook)
+    return at is not None and now >= at and bool(state.commands)
+
+
+def abandoned(state: st.ExecutionState, playbook: model.Playbook, now: float,
+              new_id: Callable[[], int], epochs: Mapping[int, int]) -> list[ev.Event]:
+    """A `command.failed` (kind `cancelled`) for every command the state still waits for,
+    each with its claim's epoch (`epochs`, 0 for one without a claim). The caller decides
+    when: the grace ran out (`overdue`), or nothing drives the run any more."""
+    error = abandoned_error(playbook.executor.cancel_grace)
+    return [failed_event(state.execution_id, cid, cmd.step, (cmd.run, cmd.index, cmd.attempt),
+                         epochs.get(cid, 0), error, new_id(), now)
+            for cid, cmd in sorted(state.commands.items())]  # fmt: skip
+
+
+def failed_event(execution_id: int, command_id: int, step: str, where: tuple[int, int, int],
+                 epoch: int, error: Mapping[str, Any], event_id: int, now: float) -> ev.Event:  # fmt: skip
+    """The `command.failed` the engine writes to settle a command of a cancelled run."""
+    run, index, attempt = where
+    payload = {"command_id": command_id, "run": run, "index": index, "attempt": attempt,
+               "epoch": epoch, "error": dict(error)}  # fmt: skip
+    # its cause is the command it settles, as for a lost lease
+    return ev.new_event(event_id, execution_id, ev.COMMAND_FAILED, now, step=step,
+                        payload=payload, meta={"epoch": epoch, "source": "server"},
+                        parent_event_id=command_id)  # fmt: skip

@@ -1,0 +1,52 @@
+"""The pure part of a cancel with a deadline (`core.cancellation`): the grace runs from
+the first request, decide asks to be woken at its end, and what the engine then writes
+(`abandoned`) ends the run CANCELLED."""
+
+from __future__ import annotations
+
+from milepost.core import cancellation
+from milepost.core import events as ev
+from milepost.core import state as st
+from tests.unit.sim import Sim, playbook
+
+TWO = playbook("""
+executor: {spec: {cancel_grace: 10s}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: after
+  - step: after
+    tool: {kind: noop}
+""")
+
+
+def test_the_grace_runs_from_the_first_request_and_decide_wakes_at_its_end() -> None:
+    sim = Sim(TWO, now=1000.0)
+    sim.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None, actor="user:alice")
+    sim.now = 1004.0
+    sim.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None, actor="user:bob")
+    assert sim.state.cancel_requested_at == 1000.0 and sim.state.cancel_actor == "user:alice"
+    assert sim.wake_at == 1010.0
+    assert not cancellation.overdue(sim.state, TWO, 1009.9)
+    assert cancellation.overdue(sim.state, TWO, 1010.0)
+    # past the end with the attempt still live (the engine not there yet): soon, not now
+    assert cancellation.timer(sim.state, TWO, 1012.0) == 1013.0
+
+
+def test_what_the_engine_writes_at_the_end_of_the_grace_ends_the_run_cancelled() -> None:
+    sim = Sim(TWO, now=1000.0)
+    [cmd] = sim.live()
+    sim.cancel()
+    assert sim.state.status == st.RUNNING and sim.wake_at == 1010.0
+    sim.fire()  # the engine's part, as `Lifecycle.wake` does it
+    assert sim.state.status == st.CANCELLED and sim.wake_at is None
+    [abandoned] = [e for e in sim.log if e.event_type == ev.COMMAND_FAILED]
+    assert abandoned.payload["command_id"] == cmd.command_id
+    assert abandoned.payload["error"]["kind"] == "cancelled"
+    assert "after" not in sim.state.step_status
+
+
+def test_a_run_without_a_cancel_sets_no_grace_timer() -> None:
+    sim = Sim(TWO, now=1000.0)
+    assert sim.wake_at is None and cancellation.deadline(sim.state, TWO) is None
+    assert cancellation.request_payload(None) == {}  # an old-style request logs nothing new
