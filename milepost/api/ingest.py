@@ -36,8 +36,10 @@ FUTURE_ID_SKEW_S = 10.0
 skew): an id from further ahead could be one the engine is about to mint for itself."""
 
 
-def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool) -> list[ev.Event]:
-    """Wire events -> core events; raises one 422 naming every bad field of every event."""
+def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool,
+            actor: str | None = None) -> list[ev.Event]:  # fmt: skip
+    """Wire events -> core events; raises one 422 naming every bad field of every event.
+    `actor`: the caller's identity, which a cancel request it posts is logged with."""
     problems: list[dict[str, Any]] = []
     out: list[ev.Event] = []
     now = engine.clock()
@@ -50,7 +52,7 @@ def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool) -> list[ev
         if found:
             problems.extend(found)
             continue
-        out.append(_event(item, context, engine, now))
+        out.append(_event(item, context, engine, now, actor))
     if problems:
         raise api_errors.invalid(problems)
     return out
@@ -149,7 +151,8 @@ def _report_problems(item: EventIn, context: dict[str, Any],
     return found
 
 
-def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float) -> ev.Event:
+def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float,
+           actor: str | None) -> ev.Event:  # fmt: skip
     etype = ev.canonical_type(item.event_type)
     # a report's result comes from a worker that has redacted its declared secrets and
     # patterns already: masking keys again would turn `{"next_page_token": ...}` into `***`
@@ -164,6 +167,10 @@ def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float
         meta["epoch"] = int(meta.get("epoch", payload.get("epoch")))
         if parent is None:  # a worker that names no cause: a report's is its command
             parent = payload["command_id"]
+    if etype == ev.EXECUTION_CANCEL_REQUESTED:
+        # who asked is the caller, as on the cancel route: a client cannot name another
+        # actor (or a parent's cancel as the cause) in the log
+        payload = {"actor": actor} if actor is not None else {}
     status = item.status or (item.result.status if item.result else None)
     return ev.new_event(
         item.event_id or engine.new_id(), item.execution_id, etype,
@@ -185,10 +192,11 @@ def _mask_strings(value: Any) -> Any:
 
 
 def ingest(engine: Lifecycle, items: Sequence[EventIn], batch: bool,
-           claim: ClaimRequest | None = None) -> Reported:  # fmt: skip
+           claim: ClaimRequest | None = None, actor: str | None = None) -> Reported:  # fmt: skip
     """Convert a batch and report it to the engine; nothing is written unless every event
-    is valid. `claim`: claim the reporting worker's next commands in the same transaction."""
-    events = convert(items, engine, batch)
+    is valid. `claim`: claim the reporting worker's next commands in the same transaction;
+    `actor`: the caller's identity (`convert`)."""
+    events = convert(items, engine, batch, actor)
     try:
         return engine.report(events, claim)
     except EventsInvalid as exc:

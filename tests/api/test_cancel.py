@@ -53,6 +53,18 @@ def test_the_request_names_the_token_that_asked(fake: Api) -> None:
     assert request.payload == {"actor": "token:test-operator"}
 
 
+def test_a_cancel_posted_as_an_event_is_logged_with_its_caller_not_the_actor_it_names(
+        fake: Api) -> None:  # fmt: skip
+    """The event routes are no way around the cancel route: a client that names another
+    actor, or a parent's cancel as the cause, is logged as itself."""
+    xid = fake.execute(HELLO)
+    forged = {"execution_id": xid, "event_type": ev.EXECUTION_CANCEL_REQUESTED,
+              "context": {"actor": "user:ceo", "cause": "parent 1 cancelled"}}  # fmt: skip
+    ok(fake.post("/api/events", forged, role="operator"))
+    [request] = events_of(fake, xid, ev.EXECUTION_CANCEL_REQUESTED)
+    assert request.payload == {"actor": "token:test-operator"}
+
+
 def test_a_completed_run_is_never_moved_to_cancelled(fake: Api) -> None:
     xid = fake.execute(HELLO)
     fake.complete(fake.claim_one(), {"greeting": "hi"})

@@ -55,7 +55,7 @@ def ingest_batch(items: list[schemas.EventIn], engine: Lifecycle, metrics: Metri
     started = time.perf_counter()
     try:
         authorize_events(principal, [item.event_type for item in items], batch)
-        done = ingest.ingest(engine, items, batch, claim)
+        done = ingest.ingest(engine, items, batch, claim, actor=principal.starter)
     except ingest.REJECTIONS:
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()
