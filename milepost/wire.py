@@ -10,12 +10,12 @@ carry as they are: they travel as plain lists, with their failed counts beside t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.events import jsonable as jsonable  # the wire carries what the log keeps
 from milepost.core.work import WorkItem
 from milepost.playbook import model
 from milepost.playbook.loop_result import LoopResult
@@ -96,6 +96,3 @@ def event_to_wire(event: ev.Event, epoch: int,
     }
 
 
-def jsonable(value: Any) -> Any:
-    """`value` as JSON will carry it: what is not JSON becomes its `str` (as the stores do)."""
-    return json.loads(json.dumps(value, default=str))

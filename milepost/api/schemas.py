@@ -164,9 +164,9 @@ class UsageList(BaseModel):
     items: list[PlaybookUsage]
 
 
-class StatusOut(BaseModel):
-    execution_id: IdOut
-    status: str
+class RunProgress(BaseModel):
+    """What the execution and the status replies show of a run as it goes."""
+
     error: dict[str, Any] | None
     steps: dict[str, Any]
     compensating: bool = Field(False, description=(
@@ -178,21 +178,16 @@ class StatusOut(BaseModel):
     no_live_worker: list[NoLiveWorkerOut] = Field(
         default_factory=list, description="Pools this run waits on with no live worker: "
         "start `milepost worker --pool <pool>`.")  # fmt: skip
-    usage: UsageOut | None = None
-
-
-class ExecutionOut(ExecutionItem):
-    error: dict[str, Any] | None
-    steps: dict[str, Any]
-    compensating: bool = Field(False, description=(
-        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
-        "still RUNNING."))
-    compensation: dict[str, Any] | None = Field(None, description=(
-        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
-        "result, error}]}` once the run started compensating, else null."))
-    no_live_worker: list[NoLiveWorkerOut] = Field(default_factory=list)
     usage: UsageOut | None = Field(None, description=(
         "Usage the run's tools reported (DSL 10.6); null when none did."))
+
+
+class StatusOut(RunProgress):
+    execution_id: IdOut
+    status: str
+
+
+class ExecutionOut(ExecutionItem, RunProgress):
     events: list[EventOut]
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last.")

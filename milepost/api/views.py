@@ -11,7 +11,6 @@ from milepost import wire
 from milepost.api import checks, schemas
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core import usage
 from milepost.core.work import work_item
 from milepost.playbook import model
 from milepost.store import port
@@ -45,15 +44,6 @@ def execution_item(row: port.ExecutionRow) -> schemas.ExecutionItem:
         status=row.status, created_at=checks.iso(row.created_at),
         updated_at=checks.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
     )  # fmt: skip
-
-
-def usage_out(rows: list[port.UsageRow]) -> schemas.UsageOut | None:
-    """An execution's usage rows (`store.usage`), summed; None when it has none."""
-    if not rows:
-        return None
-    entries = [usage.Entry(r.provider, r.model, r.input_tokens, r.output_tokens, r.cost)
-               for r in rows]  # fmt: skip
-    return schemas.UsageOut.model_validate(usage.summary(entries))
 
 
 def playbook_usage(row: port.UsageRow) -> schemas.PlaybookUsage:

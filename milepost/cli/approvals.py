@@ -23,6 +23,7 @@ from milepost.cli.inputs import (
     JsonOption,
     ServerOption,
     local_identity,
+    one_shot_orchestrator,
     opened,
     server_client,
 )
@@ -173,22 +174,13 @@ def _append_vote(approval_id: int, decision: str, reason: str | None, db: str | 
                  notifier: WebhookNotifier | None) -> port.ApprovalRow:  # fmt: skip
     from milepost.core.approval_state import Voter
     from milepost.engine.approvals import append_decision
-    from milepost.engine.machine import LeasedIds, holder_name
-    from milepost.engine.orchestrator import Orchestrator
 
     with opened(db) as store:
-        # the one id this makes must not be one a running `milepost run` makes too
-        leased = None if machine_id is not None else LeasedIds(
-            store, time.time, holder=holder_name("approve"), ttl=30.0)  # fmt: skip
-        try:
-            orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+        with one_shot_orchestrator(store, "approve", machine_id) as orchestrator:
             append_decision(store, orchestrator, approval_id,
                             Voter(identity=voter_identity, roles=frozenset(roles)), decision,
                             reason, on_appended=None if notifier is None else (
                                 lambda event: notifier.notify([event])))  # fmt: skip
-        finally:
-            if leased is not None:
-                leased.release()
         row = store.get_approval(approval_id)
     assert row is not None  # append_decision found it
     return row

@@ -16,7 +16,7 @@ import yaml
 from milepost.cli.output import fail
 from milepost.client import MilepostClient
 from milepost.core import state as st
-from milepost.engine.orchestrator import deep_merge
+from milepost.engine.orchestrator import Orchestrator, deep_merge
 from milepost.settings import Settings, sqlite_path
 from milepost.store.port import Store
 from milepost.store.sqlite import SQLiteStore
@@ -31,6 +31,25 @@ ServerDbOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 ServerOption = Annotated[str | None, typer.Option(
     "--server", help="A milepost server URL [env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
+
+
+@contextlib.contextmanager
+def one_shot_orchestrator(store: Store, holder: str,
+                          machine_id: int | None = None) -> Iterator[Orchestrator]:  # fmt: skip
+    """An orchestrator for a command that writes a few events to a local database and exits
+    (`cancel`, `approve`): the ids it makes must not be ones a running `milepost run` makes
+    too, so it leases a machine id for its few seconds unless one is set."""
+    import time
+
+    from milepost.engine.machine import LeasedIds, holder_name
+
+    leased = None if machine_id is not None else LeasedIds(
+        store, time.time, holder=holder_name(holder), ttl=30.0)  # fmt: skip
+    try:
+        yield Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+    finally:
+        if leased is not None:
+            leased.release()
 
 
 def local_store(db: str | None) -> SQLiteStore:

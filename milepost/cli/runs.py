@@ -7,7 +7,6 @@ import asyncio
 import inspect
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +22,7 @@ from milepost.cli.inputs import (
     load_state,
     local_identity,
     local_store,
+    one_shot_orchestrator,
     opened,
     read_workload,
     server_client,
@@ -39,7 +39,6 @@ from milepost.engine import summaries, unattended
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.webhooks import Webhook
 from milepost.errors import MilepostError, PlaybookInvalid
@@ -246,22 +245,14 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         return
 
     actor = local_identity()
-    with opened(db) as store:
-        machine_id = Settings().machine_id
-        # the one id this makes must not be one a running `milepost run` makes too
-        leased = None if machine_id is not None else LeasedIds(
-            store, time.time, holder=holder_name("cancel"), ttl=30.0)  # fmt: skip
-        try:
-            orchestrator = Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
-            engine = Lifecycle(store, orchestrator)
-            if unattended.driver_gone(engine, execution_id):
-                finished = _finish(engine, execution_id, actor)
-                if finished:
-                    return
-            request_cancel(store, execution_id, orchestrator, actor)
-        finally:
-            if leased is not None:
-                leased.release()
+    with opened(db) as store, one_shot_orchestrator(store, "cancel",
+                                                   Settings().machine_id) as orchestrator:
+        engine = Lifecycle(store, orchestrator)
+        if unattended.driver_gone(engine, execution_id):
+            finished = _finish(engine, execution_id, actor)
+            if finished:
+                return
+        request_cancel(store, execution_id, orchestrator, actor)
     out.print(f"cancel requested for execution {execution_id}")
 
 

@@ -199,7 +199,7 @@ def shown_call(playbook: model.Playbook, step_name: str, context: Mapping[str, A
                   for key, value in config.items()}  # fmt: skip
         tasks.append({"task": task.name, "kind": kind, "config": fields, "input": inputs})
     secrets = sanitize.sensitive_values(context.get("workload"))
-    shown: dict[str, Any] = _jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    shown: dict[str, Any] = ev.jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
     return shown
 
 
@@ -219,14 +219,10 @@ def _lenient(value: Any, context: Mapping[str, Any]) -> Any:
 
 def digest(value: Any) -> str:
     """SHA-256 of the canonical JSON of `value` (keys sorted, no spaces)."""
-    text = json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(ev.jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _jsonable(value: Any) -> Any:
-    # what JSON cannot carry becomes its str, as the stores do; keys become strings, so a
-    # call read back from the log digests the same as the one rendered
-    return json.loads(json.dumps(value, default=str))
 
 
 # -- what a pending approval leads to --------------------------------------------------------

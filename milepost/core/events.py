@@ -8,6 +8,7 @@ payload lives in the result store.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,3 +167,9 @@ def new_event(
         parent_event_id=parent_event_id,
         worker_id=worker_id,
     )
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as JSON will carry it and the log keeps it: what is not JSON becomes its
+    `str`, keys become strings, tuples lists (every store, the wire and a digest alike)."""
+    return json.loads(json.dumps(value, default=str))

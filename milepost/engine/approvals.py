@@ -30,10 +30,7 @@ APPEND_TRIES = 100
 
 
 def execution_of(store: port.Store, approval_id: int) -> int:
-    row = store.get_approval(approval_id)
-    if row is None:
-        raise ApprovalNotFound(f"no approval {approval_id}", approval_id=str(approval_id))
-    return row.execution_id
+    return approval(store, approval_id).execution_id
 
 
 def decide(service: Lifecycle, approval_id: int, voter: Voter, decision: str,

@@ -225,10 +225,6 @@ class Lifecycle:
                    offset: int) -> list[port.ExecutionRow]:  # fmt: skip
         return self.store.list_executions(status=status, path=path, limit=limit, offset=offset)
 
-    def usage(self, execution_id: int) -> list[port.UsageRow]:
-        """The execution's usage totals (DSL 10.6), from the store's projection."""
-        return self.store.execution_usage(execution_id)
-
     def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
         """Usage summed per playbook path, provider and model."""
         return self.store.playbook_usage(path)

@@ -16,7 +16,6 @@ with `apply`. Approval events are rare (a person decides each): no batching here
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -156,7 +155,7 @@ def requested_row(event: ev.Event) -> ApprovalRow:
 
 def _as_json(value: Mapping[str, Any]) -> dict[str, Any]:
     # what a database gives back (string keys, lists for tuples): every store alike
-    out: dict[str, Any] = json.loads(json.dumps(value, default=str))
+    out: dict[str, Any] = ev.jsonable(value)
     return out
 
 

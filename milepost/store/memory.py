@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,8 +55,8 @@ class MemoryDatabase:
 
 def _as_stored(event: ev.Event, seq: int) -> ev.Event:
     # what a database gives back: JSON's types (string keys, lists for tuples)
-    payload = json.loads(json.dumps(event.payload, default=str))
-    meta = json.loads(json.dumps(event.meta, default=str)) if event.meta else {}
+    payload = ev.jsonable(event.payload)
+    meta = ev.jsonable(event.meta) if event.meta else {}
     return dataclasses.replace(event, payload=payload, meta=meta, seq=seq)
 
 

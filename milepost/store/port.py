@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from milepost.core import events as ev
-from milepost.core.events import Event
+from milepost.core.events import Event, jsonable
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store.approvals import ApprovalRow as ApprovalRow
 from milepost.store.approvals import Approvals
@@ -184,7 +184,7 @@ def _identity(event: Event) -> tuple[Any, ...]:
     # the client gave none, so a retried report may differ there and still be the same
     meta = {k: v for k, v in event.meta.items() if k not in _SERVER_MARKS}
     # as the log keeps it (JSON: string keys, lists for tuples), then in one key order
-    kept = json.loads(json.dumps([event.payload, meta], default=str))
+    kept = jsonable([event.payload, meta])
     content = json.dumps(kept, sort_keys=True)
     return event.execution_id, event.event_type, event.step, content
 

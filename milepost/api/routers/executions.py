@@ -75,13 +75,9 @@ def get_execution(
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(
-        **views.execution_item(row).model_dump(), error=summary["error"],
-        steps=summary["steps"], compensating=summary["compensating"],
-        compensation=summary.get("compensation"),
-        no_live_worker=summary.get("no_live_worker", []),
+        **views.execution_item(row).model_dump(), **_progress(summary),
         events=[views.event_out(e) for e in page],
         events_next=page[-1].seq if more and page else None,
-        usage=views.usage_out(engine.usage(row.execution_id)),
     )  # fmt: skip
 
 
@@ -95,11 +91,15 @@ wakes it at once when it ends the run, but another server or the CLI may end it 
 def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
     summary = _summary_now(engine, execution_id)
     return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
-                             error=summary["error"], steps=summary["steps"],
-                             compensating=summary["compensating"],
-                             compensation=summary.get("compensation"),
-                             no_live_worker=summary.get("no_live_worker", []),
-                             usage=summary.get("usage"))  # fmt: skip
+                             **_progress(summary))  # fmt: skip
+
+
+def _progress(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the execution and status replies both show of a run's summary (`RunProgress`):
+    the usage is the fold's, the same sums the store's `execution_usage` keeps."""
+    return {"error": summary["error"], "steps": summary["steps"],
+            "compensating": summary["compensating"], "compensation": summary.get("compensation"),
+            "no_live_worker": summary.get("no_live_worker", []), "usage": summary.get("usage")}
 
 
 @router.get("/{execution_id}/status", response_model=schemas.StatusOut,
