@@ -39,6 +39,18 @@ class TemplateError(MilepostError):
 
     code = "template_error"
 
+    def failure(self) -> dict[str, Any]:
+        """The error of the step it fails: kind `template`, the message and, when the
+        renderer said them, where (`step 'a': input 'v'`) and the template itself."""
+        found = {k: self.fields[k] for k in ("where", "template") if self.fields.get(k)}
+        if isinstance(found.get("template"), str) and len(found["template"]) > TEMPLATE_KEPT:
+            found["template"] = found["template"][:TEMPLATE_KEPT] + "..."
+        return {"kind": "template", "message": self.message, **found}
+
+
+TEMPLATE_KEPT = 500
+"""Characters of a failed template kept in the step's error."""
+
 
 class UndefinedValue(TemplateError):
     """A template referenced an undefined name."""
