@@ -285,8 +285,11 @@ def _approval(state: st.ExecutionState, approval: ap.Approval, now: float) -> Fi
                f"risk {approval.risk}); who may decide: {who}")  # fmt: skip
     if approval.started_by and not approval.allow_self_approval:
         message += f" (not {approval.started_by}, who started the run)"
-    if approval.expires_at is not None:
+    if approval.expires_at is not None and approval.expires_at > now:
         message += f"; it expires in {span(approval.expires_at - now)}"
+    elif approval.expires_at is not None:
+        message += (f"; it expired {span(now - approval.expires_at)} ago: the engine records "
+                    "that on its next look")  # fmt: skip
     return Finding(AWAITING_APPROVAL, message, approval.step, {
         "approval_id": str(approval.approval_id), "approvers": list(approval.approvers),
         "quorum": approval.quorum, "approved": len(approval.approvals),

@@ -224,6 +224,8 @@ def test_an_approval_names_who_may_decide_the_votes_and_the_time_left() -> None:
                              "(not user:runner, who started the run); it expires in 1h 00m")  # fmt: skip
     assert found.fields["approvers"] == ["user:alice", "role:finance"]
     assert found.fields["expires_at"] == NOW + 3600 and found.fields["quorum"] == 2
+    (late,) = diagnose(sim, now=NOW + 3610)  # past its expiry, before a tick recorded it
+    assert late.message.endswith("; it expired 10s ago: the engine records that on its next look")
 
 
 RETRIED = """
