@@ -8,13 +8,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from milepost.api.checks import IdOut
+from milepost.core import diagnosis
 
 
 class FindingOut(BaseModel):
-    kind: str = Field(description=(
-        "A stable code: completed, failed, cancelled, failing, no_driver, no_live_worker, "
-        "lease_expired, awaiting_approval, cancel_pending, compensating, retry_pending, "
-        "join_waiting, loop_waiting, claimed, queued, stall_near, budget_near, idle."))
+    kind: str = Field(description=f"A stable code: {', '.join(diagnosis.ORDER)}.")
     step: str | None = Field(description="The step it concerns, if one.")
     message: str = Field(description="One line for people.")
     fields: dict[str, Any] = Field(description=(

@@ -20,6 +20,7 @@ from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import state as st
 from milepost.playbook import durations, model
+from milepost.playbook.durations import span
 
 COMPLETED = "completed"
 FAILED = "failed"
@@ -145,11 +146,11 @@ def _ended(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
                              fields={**took, "actor": state.cancel_actor}))  # fmt: skip
     error = state.failure or state.error
     if error and (state.status == st.FAILED or error.get("kind") != "cancelled"):
-        found.append(first_error(error, playbook))
+        found.append(_first_error(error, playbook))
     return found
 
 
-def first_error(error: Mapping[str, Any], playbook: model.Playbook) -> Finding:
+def _first_error(error: Mapping[str, Any], playbook: model.Playbook) -> Finding:
     """The error that failed the run: its step, task, tool, template or line of code."""
     step = error.get("step")
     task = error.get("task")
@@ -408,16 +409,3 @@ def _budget(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]
 
 def _where(step: str, index: int) -> str:
     return step if index == st.NO_INDEX else f"{step}[{index}]"
-
-
-def span(seconds: float) -> str:
-    """`12s`, `4m 10s`, `3h 05m`, `2d 1h`: a duration as people read it."""
-    left = max(int(round(seconds)), 0)
-    days, rest = divmod(left, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"

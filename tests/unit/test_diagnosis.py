@@ -103,6 +103,13 @@ def test_a_failed_pipeline_task_names_the_task_and_its_tool() -> None:
     (found,) = diagnose(sim)
     assert found.message == "step 'start' task 'parse' (python) failed: KeyError: 'a'"
     assert (found.fields["task"], found.fields["tool"]) == ("parse", "python")
+    error = {"kind": "template", "task": "fetch", "where": "step 'start' task 'fetch': field 'url'",
+             "template": "{{ nope }}", "step": "start",
+             "message": "step 'start' task 'fetch': field 'url': undefined name 'nope' in '{{ nope }}'"}
+    assert dg.diagnose(st.ExecutionState(1, status=st.FAILED, error=error), sim.pb,
+                       dg.Facts(NOW))[0].message == (
+        "step 'start' task 'fetch' (http) failed: template error in field 'url': undefined name "
+        "'nope' in '{{ nope }}'")  # fmt: skip
 
 
 def test_a_cancelled_run_names_who_cancelled_it() -> None:
