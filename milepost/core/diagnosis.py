@@ -38,6 +38,8 @@ COMPENSATING = "compensating"
 RETRY_PENDING = "retry_pending"
 JOIN_WAITING = "join_waiting"
 LOOP_WAITING = "loop_waiting"
+CHILD_RUNNING = "child_running"
+"""A `playbook` step waits for the child run it started (`milepost doctor CHILD`)."""
 CLAIMED = "claimed"
 QUEUED = "queued"
 STALL_NEAR = "stall_near"
@@ -47,7 +49,7 @@ IDLE = "idle"
 
 ORDER = (FAILED, CANCELLED, COMPLETED, FAILING, NO_DRIVER, NO_LIVE_WORKER, LEASE_EXPIRED,
          AWAITING_APPROVAL, CANCEL_PENDING, COMPENSATING, RETRY_PENDING, JOIN_WAITING,
-         LOOP_WAITING, CLAIMED, QUEUED, STALL_NEAR, BUDGET_NEAR, IDLE)  # fmt: skip
+         LOOP_WAITING, CHILD_RUNNING, CLAIMED, QUEUED, STALL_NEAR, BUDGET_NEAR, IDLE)  # fmt: skip
 """Every kind, the most likely cause of a run not moving first: what stops everything
 (no driver, no worker, a dead worker) before what only waits (a person, a timer) and
 what is merely under way (a claimed command)."""
@@ -102,6 +104,15 @@ class Driver:
 
 
 @dataclass(frozen=True, slots=True)
+class Child:
+    """A running child execution, started by a `playbook` tool's command."""
+
+    execution_id: int
+    path: str
+    parent_command_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Facts:
     """What the engine knows beside the fold."""
 
@@ -112,6 +123,7 @@ class Facts:
     driver: Driver | None = None
     """None: no embedded process ever drove the run (a server does)."""
     last_event_at: float | None = None
+    children: tuple[Child, ...] = ()
 
 
 def diagnose(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -> list[Finding]:
@@ -208,7 +220,7 @@ def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
         found += _retries(sr, facts.now)
         if sr.is_loop:
             found.append(_loop(sr))
-    found += _joins(state, playbook)
+    found += _joins(state, playbook) + [_child(state, c) for c in facts.children]
     found += _stall(playbook, facts) + _budget(state, playbook)
     return found
 
@@ -357,6 +369,15 @@ def _loop(sr: st.StepRun) -> Finding:
                    {"total": sr.total, "done": done, "in_flight": in_flight,
                     "retrying": retrying, "not_started": not_started,
                     "max_in_flight": sr.max_in_flight, "failed_ok": sr.failed_ok})  # fmt: skip
+
+
+def _child(state: st.ExecutionState, child: Child) -> Finding:
+    cmd = state.commands.get(child.parent_command_id or -1)
+    who = f"step '{_where(cmd.step, cmd.index)}' waits for its" if cmd else "it waits for a"
+    return Finding(CHILD_RUNNING, f"{who} child execution {child.execution_id} "
+                   f"({child.path}), still running: `milepost doctor {child.execution_id}` says "
+                   "why", cmd.step if cmd else None,
+                   {"child_execution_id": str(child.execution_id), "path": child.path})  # fmt: skip
 
 
 def _joins(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:

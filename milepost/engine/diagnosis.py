@@ -2,7 +2,8 @@
 /api/executions/{id}/diagnosis`): the verdict is the core's (`core.diagnosis`), given the
 fold and what the store knows beside it: the command table (who holds each command, until
 when), the pools with a live worker (machine-id leases, `engine.worker_pools`), the run's
-driver lease (`engine.drivers`) and the time of its last event (the stall window's clock).
+driver lease (`engine.drivers`), the time of its last event (the stall window's clock)
+and its running children.
 
 The server reads through `Lifecycle.diagnosis` (under the run's lock, with its cached
 state); the CLI on a local database through `local`, which folds the log itself: both
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
+from milepost.engine import cancel as cancelling
 from milepost.engine import drivers, summaries, worker_pools
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
@@ -68,4 +70,22 @@ def gather(store: port.Store, state: st.ExecutionState, playbook: model.Playbook
         last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
         last_at = last[-1].created_at if last else None
     return dg.Facts(now, commands, frozenset(worker_pools.live_pools(store.machine_holders(now))),
-                    driver, last_at)  # fmt: skip
+                    driver, last_at, _children(store, state, playbook))  # fmt: skip
+
+
+def _children(store: port.Store, state: st.ExecutionState,
+              playbook: model.Playbook) -> tuple[dg.Child, ...]:  # fmt: skip
+    """The running children, looked for only while a `playbook` step has a command out
+    (the store has no index by parent: `children_of` pages through the running runs)."""
+    steps = {cmd.step for cmd in state.commands.values()}
+    if not any(task.kind == "playbook" for step in steps if step in playbook.steps
+               for task in playbook.steps[step].tasks):  # fmt: skip
+        return ()
+    found = []
+    for xid in cancelling.children_of(store, state.execution_id):
+        started = store.load(xid, before_seq=2)  # its execution.started names the command
+        payload = started[0].payload if started else {}
+        command = payload.get("parent_command_id")
+        found.append(dg.Child(xid, str(payload.get("path") or ""),
+                              None if command is None else int(command)))  # fmt: skip
+    return tuple(found)

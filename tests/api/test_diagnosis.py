@@ -102,3 +102,22 @@ def test_an_unknown_execution_is_404_a_bad_id_422_and_a_token_is_needed(api: Api
     assert body["execution_id"] == "12345"
     error(api.get("/api/executions/x1/diagnosis"), 422, "validation_error")
     assert api.get("/api/executions/12345/diagnosis", role=None).status_code == 401
+
+
+def test_a_playbook_step_names_its_running_child(api: Api) -> None:
+    api.register(HELLO)
+    parent = api.execute(playbook("tests/parent", """
+    workflow:
+      - step: sub
+        tool: {kind: playbook, path: tests/hello}
+    """))
+    command = api.claim_one("w1")
+    child = ok(api.post("/api/execute", {
+        "path": "tests/hello", "parent_execution_id": parent,
+        "parent_command_id": command["command_id"], "parent_epoch": command["lease"]["epoch"]},
+        role="worker"))["execution_id"]  # fmt: skip
+    found = diagnosis(api, parent)
+    assert kinds(found) == ["child_running", "claimed"]
+    assert found["findings"][0]["step"] == "sub"
+    assert found["findings"][0]["fields"] == {"child_execution_id": child, "path": "tests/hello"}
+    assert kinds(diagnosis(api, child)) == ["no_live_worker"]  # nobody serves the child's pool

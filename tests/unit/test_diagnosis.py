@@ -340,3 +340,19 @@ def test_findings_come_most_likely_cause_first() -> None:
     found = diagnose(sim, commands=commands, live_pools=frozenset({"default"}))
     assert kinds(found) == [dg.NO_LIVE_WORKER, dg.LOOP_WAITING, dg.CLAIMED]
     assert set(dg.ORDER) >= {f.kind for f in found}
+
+
+def test_a_playbook_step_names_the_child_run_it_waits_for() -> None:
+    sim = Sim(playbook("""
+    workflow:
+      - step: sub
+        tool: {kind: playbook, path: tests/child}
+    """))
+    (cmd,) = sim.live("sub")
+    found = diagnose(sim, commands=claimed(sim, "sub"),
+                     children=(dg.Child(900, "tests/child", cmd.command_id),))  # fmt: skip
+    assert kinds(found) == [dg.CHILD_RUNNING, dg.CLAIMED]
+    assert found[0].step == "sub" and found[0].fields == {"child_execution_id": "900",
+                                                          "path": "tests/child"}
+    assert found[0].message == ("step 'sub' waits for its child execution 900 (tests/child), "
+                                "still running: `milepost doctor 900` says why")  # fmt: skip
