@@ -34,6 +34,10 @@ class PlaybookInvalid(MilepostError):
         )
 
 
+TEMPLATE_KEPT = 500
+"""Characters of a failed template kept in the step's error (`TemplateError.failure`)."""
+
+
 class TemplateError(MilepostError):
     """A template could not be rendered."""
 
@@ -46,10 +50,6 @@ class TemplateError(MilepostError):
         if isinstance(found.get("template"), str) and len(found["template"]) > TEMPLATE_KEPT:
             found["template"] = found["template"][:TEMPLATE_KEPT] + "..."
         return {"kind": "template", "message": self.message, **found}
-
-
-TEMPLATE_KEPT = 500
-"""Characters of a failed template kept in the step's error."""
 
 
 class UndefinedValue(TemplateError):

@@ -213,7 +213,7 @@ def _tool_of(playbook: model.Playbook, step: Any, task: Any) -> str | None:
 def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -> list[Finding]:
     found = _failing(state) + _driver(state, facts)
     found += _commands(state, facts)
-    found += [_approval(state, a, facts.now) for a in state.approvals.values()
+    found += [_approval(a, facts.now) for a in state.approvals.values()
               if a.status == ap.PENDING]  # fmt: skip
     found += _cancel(state, playbook, facts.now) + _compensation(state)
     for sr in state.running.values():
@@ -249,7 +249,9 @@ def _driver(state: st.ExecutionState, facts: Facts) -> list[Finding]:
 
 
 def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
-    driven = facts.driver is not None and facts.driver.live(facts.now)
+    # a run of the embedded mode is run by the in-process workers of its driver, in every
+    # pool: its queued commands wait for that driver, never for a worker of their pool
+    driver = facts.driver
     found: list[Finding] = []
     unserved: dict[str, list[st.Command]] = {}
     shown: dict[str, int] = {}
@@ -257,12 +259,12 @@ def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
         row = facts.commands.get(cid)
         if row is None:
             continue  # settled since the fold was read: a report is on its way in
-        if row.status == QUEUED_STATUS and not driven and row.pool not in facts.live_pools:
+        if row.status == QUEUED_STATUS and driver is None and row.pool not in facts.live_pools:
             unserved.setdefault(row.pool, []).append(cmd)
             continue
         shown[cmd.step] = shown.get(cmd.step, 0) + 1
         if shown[cmd.step] <= SHOWN_PER_STEP:
-            found.append(_command(cmd, row, facts.now, driven))
+            found.append(_command(cmd, row, facts.now, driver))
     for pool, cmds in sorted(unserved.items()):
         steps = sorted({c.step for c in cmds})
         found.append(Finding(NO_LIVE_WORKER, f"{len(cmds)} command(s) of step "
@@ -272,17 +274,25 @@ def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
     return found
 
 
-def _command(cmd: st.Command, row: OpenCommand, now: float, driven: bool) -> Finding:
+def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | None) -> Finding:
     what = f"step '{_where(cmd.step, cmd.index)}' attempt {cmd.attempt}"
     fields: dict[str, Any] = {"command_id": str(cmd.command_id), "index": cmd.index,
                               "attempt": cmd.attempt, "pool": row.pool,
                               "worker_id": row.worker_id}  # fmt: skip
     if row.status == QUEUED_STATUS:
-        who = "the in-process workers of `milepost run`" if driven else \
-            f"a live worker of pool {row.pool}"
-        return Finding(QUEUED, f"{what} is queued: {who} should claim it", cmd.step, fields)
+        if driver is None:
+            then = f"a live worker of pool {row.pool} should claim it"
+        elif driver.live(now):
+            then = "the in-process workers of `milepost run` should claim it"
+        else:
+            then = "it runs once `milepost resume` drives the run again"
+        return Finding(QUEUED, f"{what} is queued: {then}", cmd.step, fields)
     ends = row.lease_expires_at
     fields["lease_expires_at"] = ends
+    if driver is not None and not driver.live(now):
+        return Finding(CLAIMED, f"{what} was claimed by {row.worker_id} of the `milepost run` "
+                       "that stopped: `milepost resume` gives it back and runs it again",
+                       cmd.step, fields)  # fmt: skip
     if ends is not None and ends <= now:
         return Finding(LEASE_EXPIRED, f"{what}: the lease of {row.worker_id} ended "
                        f"{span(now - ends)} ago without a report; the reconciler takes the "
@@ -291,7 +301,7 @@ def _command(cmd: st.Command, row: OpenCommand, now: float, driven: bool) -> Fin
     return Finding(CLAIMED, f"{what} is claimed by {row.worker_id}{left}", cmd.step, fields)
 
 
-def _approval(state: st.ExecutionState, approval: ap.Approval, now: float) -> Finding:
+def _approval(approval: ap.Approval, now: float) -> Finding:
     votes = f"{len(approval.approvals)}/{approval.quorum} approvals"
     who = ", ".join(approval.approvers)
     message = (f"step '{approval.step}' waits for approval {approval.approval_id} ({votes}, "

@@ -369,7 +369,7 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
         extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
         log.debug("python code raised %s%s", cls, call.where(), extra=extra)
     where = code_line.failing_line(trace, _source(call.config))
-    if where.get("code_line"):
+    if where.get("code_line"):  # it quotes the code: redacted like the traceback
         where["code_line"] = call.redact(where["code_line"])
     failed = base.failure("exception", f"{cls}: {text}", code=cls, **where)
     return dataclasses.replace(failed, usage=message[5]) if len(message) > 5 else failed

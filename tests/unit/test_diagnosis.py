@@ -209,7 +209,15 @@ def test_a_run_whose_driver_stopped_says_to_resume_it() -> None:
     for driver, why in ((dg.Driver("host:1:ab", NOW - 5, alive=None), "its lease ended 5s ago"),
                         (dg.Driver("host:1:ab", NOW + 20, alive=False), "its process is gone")):  # fmt: skip
         found = diagnose(sim, commands=queued(sim, "start"), driver=driver)
-        assert kinds(found) == [dg.NO_DRIVER, dg.NO_LIVE_WORKER]
+        # no worker of any pool would take it: the run's own driver runs it, once resumed
+        assert kinds(found) == [dg.NO_DRIVER, dg.QUEUED]
+        assert found[1].message == ("step 'start' attempt 1 is queued: it runs once `milepost "
+                                    "resume` drives the run again")  # fmt: skip
+        held = diagnose(sim, commands=claimed(sim, "start", worker="embedded:host:1:ab"),
+                        driver=driver)  # fmt: skip
+        assert held[1].message == ("step 'start' attempt 1 was claimed by embedded:host:1:ab of "
+                                   "the `milepost run` that stopped: `milepost resume` gives it "
+                                   "back and runs it again")  # fmt: skip
         assert found[0].message == ("no process drives this run: the `milepost run` that drove "
                                     f"it (host:1:ab) stopped, {why}; continue it with "
                                     "`milepost resume 77`")  # fmt: skip
