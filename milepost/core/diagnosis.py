@@ -215,7 +215,7 @@ def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
     found += _commands(state, facts)
     found += [_approval(a, facts.now) for a in state.approvals.values()
               if a.status == ap.PENDING]  # fmt: skip
-    found += _cancel(state, playbook, facts.now) + _compensation(state)
+    found += _cancel(state, playbook, facts.now) + _compensation(state, facts.now)
     for sr in state.running.values():
         found += _retries(sr, facts.now)
         if sr.is_loop:
@@ -340,15 +340,23 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
         "commands": out})]  # fmt: skip
 
 
-def _compensation(state: st.ExecutionState) -> list[Finding]:
+def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
     comp = state.compensation
     if comp is None or not comp.active:
         return []
     done = sum(1 for i in comp.items if i.status in (cs.COMPLETED, cs.FAILED))
-    return [Finding(COMPENSATING, f"the run is compensating before it ends {comp.outcome}: {done} of "
-                    f"{len(comp.items)} compensation(s) done",
-                    fields={"outcome": comp.outcome, "done": done,
-                            "total": len(comp.items)})]  # fmt: skip
+    found = [Finding(COMPENSATING, f"the run is compensating before it ends {comp.outcome}: "
+                     f"{done} of {len(comp.items)} compensation(s) done",
+                     fields={"outcome": comp.outcome, "done": done,
+                             "total": len(comp.items)})]  # fmt: skip
+    for item in comp.items:
+        if item.retry_at is not None and item.command_id is None:
+            found.append(Finding(RETRY_PENDING, f"compensation '{item.target}' of step "
+                                 f"'{item.step}' attempt {item.attempt + 1} waits for its "
+                                 f"retry timer ({_due(item.retry_at, now)})", item.target,
+                                 {"attempt": item.attempt + 1, "not_before_at": item.retry_at,
+                                  "undoes": item.step, "error": item.error}))  # fmt: skip
+    return found
 
 
 def _retries(sr: st.StepRun, now: float) -> list[Finding]:
@@ -356,15 +364,18 @@ def _retries(sr: st.StepRun, now: float) -> list[Finding]:
     for index, at in sorted(sr.retry_at.items()):
         attempt = sr.attempts.get(index, 0) + 1
         error = sr.retry_errors.get(index) or {}
-        when = f"due in {span(at - now)}" if at > now else f"due {span(now - at)} ago"
         after = f", after attempt {attempt - 1} failed"
         after += f": {error['message']}" if error.get("message") else ""
         found.append(Finding(RETRY_PENDING, f"step '{_where(sr.step, index)}' attempt "
-                             f"{attempt} waits for its retry timer ({when})"
+                             f"{attempt} waits for its retry timer ({_due(at, now)})"
                              f"{after}", sr.step,
                              {"index": index, "attempt": attempt, "not_before_at": at,
                               "error": error or None}))  # fmt: skip
     return found
+
+
+def _due(at: float, now: float) -> str:
+    return f"due in {span(at - now)}" if at > now else f"due {span(now - at)} ago"
 
 
 def _loop(sr: st.StepRun) -> Finding:

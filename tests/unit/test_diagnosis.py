@@ -292,6 +292,7 @@ def test_a_compensating_run_says_how_far_it_got() -> None:
         tool: {kind: noop}
       - step: refund
         tool: {kind: noop}
+        spec: {retry: {max_attempts: 2, delay: 5, retry_on: [server_error]}}
     """))  # fmt: skip
     sim.complete("charge")
     sim.complete("ship", error={"kind": "exception", "message": "boom"})
@@ -299,6 +300,11 @@ def test_a_compensating_run_says_how_far_it_got() -> None:
     assert kinds(found)[0] == dg.COMPENSATING
     assert found[0].message == ("the run is compensating before it ends FAILED: 0 of 1 "
                                 "compensation(s) done")  # fmt: skip
+    sim.complete("refund", error={"kind": "server_error", "message": "HTTP 503"})
+    found = diagnose(sim)
+    assert kinds(found) == [dg.COMPENSATING, dg.RETRY_PENDING]
+    assert found[1].message == ("compensation 'refund' of step 'charge' attempt 2 waits for its "
+                                "retry timer (due in 5s)")  # fmt: skip
 
 
 def test_a_stall_window_nearly_used_is_named() -> None:
