@@ -30,7 +30,7 @@ HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: stuck, path:
 STUCK = """
 workflow:
   - step: start
-    tool: {kind: noop}
+    tool: {kind: python, code: "open('DIR/started', 'w').write('x'); result = 1"}
     next:
       spec: {mode: inclusive}
       arcs: [{step: gate}, {step: each}, {step: flaky}, {step: slow}, {step: train}]
@@ -152,7 +152,7 @@ def running(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 def _only_run(db: Path) -> str:
     from milepost.store.sqlite import SQLiteStore
 
-    if not db.exists():
+    if not (db.parent / "started").exists():  # the database is migrated by then
         return ""
     store = SQLiteStore(db)
     try:
