@@ -61,6 +61,7 @@ SHOWN_PER_STEP = 5
 
 QUEUED_STATUS = "queued"
 CLAIMED_STATUS = "claimed"
+"""The command table's statuses (`store.port.COMMAND_*`: core imports no store)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from milepost.core import diagnosis as dg
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.playbook import model
+from milepost.store import port
 from tests.unit.sim import Sim, playbook
 
 NOW = 1000.0
@@ -370,3 +371,7 @@ def test_a_playbook_step_names_the_child_run_it_waits_for() -> None:
                                                           "path": "tests/child"}
     assert found[0].message == ("step 'sub' waits for its child execution 900 (tests/child), "
                                 "still running: `milepost doctor 900` says why")  # fmt: skip
+
+
+def test_the_command_statuses_are_the_command_tables() -> None:
+    assert (dg.QUEUED_STATUS, dg.CLAIMED_STATUS) == (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
