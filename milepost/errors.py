@@ -34,10 +34,22 @@ class PlaybookInvalid(MilepostError):
         )
 
 
+TEMPLATE_KEPT = 500
+"""Characters of a failed template kept in the step's error (`TemplateError.failure`)."""
+
+
 class TemplateError(MilepostError):
     """A template could not be rendered."""
 
     code = "template_error"
+
+    def failure(self) -> dict[str, Any]:
+        """The error of the step it fails: kind `template`, the message and, when the
+        renderer said them, where (`step 'a': input 'v'`) and the template itself."""
+        found = {k: self.fields[k] for k in ("where", "template") if self.fields.get(k)}
+        if isinstance(found.get("template"), str) and len(found["template"]) > TEMPLATE_KEPT:
+            found["template"] = found["template"][:TEMPLATE_KEPT] + "..."
+        return {"kind": "template", "message": self.message, **found}
 
 
 class UndefinedValue(TemplateError):

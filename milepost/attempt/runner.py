@@ -257,7 +257,7 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
             set_context["output"] = output
             pipe.apply_set(task.set, set_context, f"{where}: set")
         except TemplateError as exc:
-            raise _TaskFailed(_error(pipe, task, "template", exc.message)) from None
+            raise _TaskFailed(_error(pipe, task, **exc.failure())) from None
         if action.do == "break":
             return
         if action.do == "jump":
@@ -299,7 +299,7 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
                   render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
                   for key, value in config.items()}  # fmt: skip
     except TemplateError as exc:
-        raise _TaskFailed(_error(pipe, task, "template", exc.message)) from None
+        raise _TaskFailed(_error(pipe, task, **exc.failure())) from None
     if "keychain" in context:  # python's `context` global is a snapshot without secrets
         context = {k: v for k, v in context.items() if k != "keychain"}
     call = ToolCall(
@@ -361,9 +361,10 @@ def _decide_policy(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
     return _CONTINUE if envelope["status"] == "ok" else _FAIL
 
 
-def _error(pipe: _Pipeline, task: model.Task, kind: str, message: str) -> dict[str, Any]:
+def _error(pipe: _Pipeline, task: model.Task, kind: str, message: str,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
     return {"kind": kind, "message": message, "retryable": False,
-            "task": task.name if pipe.step.pipeline else None}  # fmt: skip
+            "task": task.name if pipe.step.pipeline else None, **extra}  # fmt: skip
 
 
 def _tool_error(pipe: _Pipeline, task: model.Task, result: ToolResult) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from milepost.core import state as st
 from milepost.errors import MilepostError
+from milepost.playbook import durations
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True)
@@ -50,16 +51,7 @@ def time_left(expires_at: float | str | None, now: float) -> str:
         return "no expiry"
     at = datetime.fromisoformat(expires_at).timestamp() if isinstance(expires_at, str) else expires_at
     left = int(at - now)
-    if left <= 0:
-        return "expired"
-    days, rest = divmod(left, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+    return "expired" if left <= 0 else durations.span(left)
 
 
 def print_status(data: dict[str, Any], json_out: bool) -> None:

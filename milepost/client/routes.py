@@ -90,6 +90,10 @@ def status(execution_id: int | str, wait: float | None = None,
     return Call("GET", path, params={"wait": wait, **proof(claim)}, hold=wait)
 
 
+def diagnosis(execution_id: int | str) -> Call:
+    return Call("GET", f"/api/executions/{key(execution_id)}/diagnosis")
+
+
 def execution(execution_id: int | str, events_limit: int | None,
               events_after: int | None) -> Call:  # fmt: skip
     params: dict[str, Any] = {}

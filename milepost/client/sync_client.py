@@ -88,6 +88,11 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.execution(execution_id, events_limit, events_after))
         return result
 
+    def diagnosis(self, execution_id: int | str) -> dict[str, Any]:
+        """Why the run is not moving, or why it ended: `{..., findings: [...]}`."""
+        result: dict[str, Any] = self._do(routes.diagnosis(execution_id))
+        return result
+
     def events(self, execution_id: int | str) -> list[dict[str, Any]]:
         """Every event of a run, in log order (paged)."""
         events: list[dict[str, Any]] = []

@@ -249,7 +249,7 @@ def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> N
                                        f"'{arc.step}': args", mode="set")  # fmt: skip
             targets.append({"step": arc.step, "args": args})
     except TemplateError as exc:
-        _fail_step(out, sr, {"kind": "template", "message": exc.message}, None)
+        _fail_step(out, sr, exc.failure(), None)
         return
     if sr.is_loop:
         out.emit(ev.LOOP_DONE, sr.step, run=sr.run, count=len(result))
@@ -354,7 +354,7 @@ def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
     except TemplateError as exc:
         out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
         out.emit(ev.STEP_EXIT, step.name, st.FAILED, run=run,
-                 error=step_error(step.name, {"kind": "template", "message": exc.message}))
+                 error=step_error(step.name, exc.failure()))
         return
     enter: dict[str, Any] = {"run": run, "args": args}
     if items is not None:

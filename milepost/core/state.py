@@ -67,6 +67,8 @@ class StepRun:
     """index -> failure awaiting a decision (retry or fail)."""
     retry_at: dict[int, float] = field(default_factory=dict)
     """index -> time after which the next attempt may be issued."""
+    retry_errors: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """index -> the error of the attempt that timer retries (`milepost doctor` names it)."""
     failed_ok: int = 0
     """Loop iterations whose error a policy let through (loop `.stats.failed`)."""
     error: dict[str, Any] | None = None
@@ -283,6 +285,7 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
     sr.in_flight[index] = cmd.command_id
     sr.attempts[index] = cmd.attempt
     sr.retry_at.pop(index, None)
+    sr.retry_errors.pop(index, None)
     if cmd.attempt == 1:
         sr.next_index = max(sr.next_index, (0 if index == NO_INDEX else index) + 1)
 
@@ -356,6 +359,7 @@ def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> No
     index = int(p.get("index", NO_INDEX))
     sr.failures.pop(index, None)
     sr.retry_at[index] = float(p["not_before"])
+    sr.retry_errors[index] = p.get("error") or {}
 
 
 def _apply_loop_done(state: ExecutionState, event: ev.Event) -> None:

@@ -30,7 +30,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, notify, reporting, worker_pools
+from milepost.engine import approvals, diagnosis, notify, reporting, worker_pools
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
@@ -251,6 +251,10 @@ class Lifecycle:
     def missing_workers(self, execution_id: int | None = None) -> list[worker_pools.Missing]:
         """The pools with queued commands (of one run, else of all) and no live worker."""
         return worker_pools.missing(self.store, self.clock(), execution_id)
+
+    def diagnosis(self, execution_id: int) -> dict[str, Any]:
+        """Why the run is not moving, or why it ended (`engine.diagnosis`)."""
+        return diagnosis.of(self, execution_id)
 
     def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
         """A machine id for `holder` (a worker): `held` renewed while it is still its, else

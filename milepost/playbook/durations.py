@@ -61,3 +61,17 @@ def text(raw: Any) -> str:
     if isinstance(raw, int | float) and not isinstance(raw, bool):
         return f"{raw:g}s"
     return str(raw)
+
+
+def span(seconds: float) -> str:
+    """A length of time as people read it, to the second below: `12s`, `4m 10s`,
+    `3h 05m`, `2d 1h` (a negative one reads `0s`)."""
+    left = max(int(seconds), 0)
+    days, rest = divmod(left, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"

@@ -94,6 +94,10 @@ class ToolFailure:
     retryable: bool = False
     status: int | None = None
     """HTTP status, http tool only."""
+    line: int | None = None
+    """The line of the tool's code that raised (python), 1-based as written."""
+    code_line: str | None = None
+    """That line's text."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,8 +106,9 @@ class ToolFailure:
             "retryable": self.retryable,
             "code": self.code,
         }
-        if self.status is not None:
-            out["status"] = self.status
+        for name in ("status", "line", "code_line"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
 

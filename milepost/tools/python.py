@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from milepost.tools import base, python_worker
+from milepost.tools import base, code_line, python_worker
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("milepost.tools.python.output")
@@ -368,7 +368,10 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
         # the output
         extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
         log.debug("python code raised %s%s", cls, call.where(), extra=extra)
-    failed = base.failure("exception", f"{cls}: {text}", code=cls)
+    where = code_line.failing_line(trace, _source(call.config))
+    if where.get("code_line"):  # it quotes the code: redacted like the traceback
+        where["code_line"] = call.redact(where["code_line"])
+    failed = base.failure("exception", f"{cls}: {text}", code=cls, **where)
     return dataclasses.replace(failed, usage=message[5]) if len(message) > 5 else failed
 
 

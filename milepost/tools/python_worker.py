@@ -35,7 +35,7 @@ USAGE = "usage"
 whatever the inputs hold)."""
 _BODY = "__milepost_body__"
 _FALLTHROUGH = "__milepost_fallthrough__"
-_FILENAME = "<python tool>"
+FILENAME = "<python tool>"
 
 
 def main(conn: Connection) -> None:
@@ -186,7 +186,7 @@ class Runner:
         except KeyError:
             pass
         try:
-            code = compile(source, _FILENAME, "exec")
+            code = compile(source, FILENAME, "exec")
         except SyntaxError:
             if not _has_top_level_return(source):
                 raise
@@ -198,7 +198,7 @@ class Runner:
         key = (source, params)
         code = self._bodies.get(key)
         if code is None:
-            code = compile(_as_function(source, params), _FILENAME, "exec")
+            code = compile(_as_function(source, params), FILENAME, "exec")
             _remember(self._bodies, key, code)
         return code
 
@@ -231,7 +231,7 @@ def _is_param(name: str) -> bool:
 
 def _has_top_level_return(source: str) -> bool:
     try:
-        tree = ast.parse(source, _FILENAME)
+        tree = ast.parse(source, FILENAME)
     except SyntaxError:
         return False
     stack: list[ast.AST] = list(tree.body)
@@ -247,7 +247,7 @@ def _has_top_level_return(source: str) -> bool:
 
 def _as_function(source: str, params: tuple[str, ...]) -> ast.Module:
     """`def __milepost_body__(<params>): <source>; return fallthrough(locals())`."""
-    tree = ast.parse(source, _FILENAME)
+    tree = ast.parse(source, FILENAME)
     module = ast.parse(f"def {_BODY}({', '.join(params)}):\n    return {_FALLTHROUGH}(locals())")
     func = module.body[0]
     assert isinstance(func, ast.FunctionDef)

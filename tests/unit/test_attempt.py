@@ -254,6 +254,8 @@ def test_undefined_name_in_a_pipeline_task_names_the_task() -> None:
     assert out.error["kind"] == "template"
     assert "step 'x' task 'b': input 'k': undefined" in out.error["message"]
     assert out.error["task"] == "b"
+    # where and which template, for `milepost doctor` to name without parsing the message
+    assert (out.error["where"], out.error["template"]) == ("step 'x' task 'b': input 'k'", "{{ nope }}")
     assert tools.labels == ["a"]
 
 

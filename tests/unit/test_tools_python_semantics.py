@@ -132,14 +132,39 @@ def test_missing_lib_is_an_exception() -> None:
 
 
 def test_exception_shape() -> None:
+    code = "raise ValueError('bad value')"
     result = _decode(
-        python_worker.Runner().handle(
-            pickle.dumps(("raise ValueError('bad value')", {}, {}, "k", None))
-        ),
-        base.ToolCall("python", {}, {}, {}, "k"),
+        python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None))),
+        base.ToolCall("python", {"code": code}, {}, {}, "k"),
     )
-    assert result.error == base.ToolFailure("exception", "ValueError: bad value", code="ValueError")
+    assert result.error == base.ToolFailure("exception", "ValueError: bad value", code="ValueError",
+                                            line=1, code_line=code)  # fmt: skip
     assert result.data is None
+
+
+def _failure(code: str) -> base.ToolFailure | None:
+    reply = python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None)))
+    return _decode(reply, base.ToolCall("python", {"code": code}, {}, {}, "k")).error
+
+
+@pytest.mark.parametrize(("code", "line", "text"), [
+    ("a = 1\nb = 0\nresult = a / b\n", 3, "result = a / b"),
+    # the innermost line of the tool's code: in the function it called, not the call
+    ("def f(x):\n    return x['nope']\n\nresult = f({})\n", 2, "return x['nope']"),
+    # code with a top-level `return` runs as a function body: its lines stay the same
+    ("x = 1\nif x:\n    return 1 / 0\n", 3, "return 1 / 0"),
+    ("result = (1,\n", 1, "result = (1,"),  # a syntax error names its line too
+])  # fmt: skip
+def test_a_failure_names_the_line_of_code_that_raised(code: str, line: int, text: str) -> None:
+    failure = _failure(code)
+    assert failure is not None and (failure.line, failure.code_line) == (line, text), failure
+    assert {"line": line, "code_line": text}.items() <= failure.to_dict().items()
+
+
+def test_an_error_raised_in_a_library_names_the_tools_line_that_called_it() -> None:
+    failure = _failure("import json\nresult = json.loads('{')\n")
+    assert failure is not None and failure.code == "JSONDecodeError"
+    assert (failure.line, failure.code_line) == (2, "result = json.loads('{')")
 
 
 def test_syntax_error_is_an_exception() -> None:
