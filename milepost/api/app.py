@@ -37,6 +37,7 @@ from milepost.api.routers import (
     execute,
     executions,
     health,
+    logs,
     metrics,
     usage,
     workers,
@@ -53,7 +54,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage)  # fmt: skip
+           credentials, docs, workers, approvals, usage, logs)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

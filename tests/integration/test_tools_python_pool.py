@@ -105,7 +105,8 @@ def test_loop_result_inputs(pool: PythonPool) -> None:
 def test_exception(pool: PythonPool) -> None:
     (result,) = run(pool, call("raise KeyError('missing')"))
     assert result.error == base.ToolFailure(
-        "exception", "KeyError: 'missing'", code="KeyError", retryable=False
+        "exception", "KeyError: 'missing'", code="KeyError", retryable=False,
+        line=1, source="raise KeyError('missing')",
     )
     assert result.data is None
 
