@@ -73,6 +73,9 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
         error = data["error"]
         out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
                   highlight=False)  # fmt: skip
+        if error.get("line") is not None:  # a python step's: its last frame in the code
+            out.print(f"at line {error['line']}: {error.get('source') or ''}", highlight=False,
+                      markup=False)  # fmt: skip
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
     with_usage = any(step.get("usage") for step in data["steps"].values())

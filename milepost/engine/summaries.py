@@ -98,7 +98,10 @@ def failure_reason(state: st.ExecutionState) -> str | None:
     """Why a failed execution failed, in one line; None when it has no error."""
     if state.error is None:
         return None
-    return str(state.error.get("reason") or state.error.get("message") or "failed")
+    reason = str(state.error.get("reason") or state.error.get("message") or "failed")
+    if state.error.get("line") is not None:  # a python step's last frame in its code
+        reason += f" (line {state.error['line']}: {state.error.get('source') or ''})"
+    return reason
 
 
 def with_missing_workers(summary: dict[str, Any],
