@@ -11,9 +11,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from milepost.core import state as st
+from milepost.engine import summaries
 from milepost.errors import MilepostError
 
 out = Console(soft_wrap=True)
@@ -70,12 +72,8 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
               f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
     if data["status"] == st.FAILED and data.get("error"):
-        error = data["error"]
-        out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
+        out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))}",
                   highlight=False)  # fmt: skip
-        if error.get("line") is not None:  # a python step's: its last frame in the code
-            out.print(f"at line {error['line']}: {error.get('source') or ''}", highlight=False,
-                      markup=False)  # fmt: skip
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
     with_usage = any(step.get("usage") for step in data["steps"].values())

@@ -96,11 +96,15 @@ def _plain(value: Any) -> Any:
 
 def failure_reason(state: st.ExecutionState) -> str | None:
     """Why a failed execution failed, in one line; None when it has no error."""
-    if state.error is None:
-        return None
-    reason = str(state.error.get("reason") or state.error.get("message") or "failed")
-    if state.error.get("line") is not None:  # a python step's last frame in its code
-        reason += f" (line {state.error['line']}: {state.error.get('source') or ''})"
+    return None if state.error is None else error_reason(state.error)
+
+
+def error_reason(error: dict[str, Any]) -> str:
+    """An execution's error in one line: its reason, and the line of a python step's code
+    its exception left last."""
+    reason = str(error.get("reason") or error.get("message") or "failed")
+    if error.get("line") is not None:
+        reason += f" (line {error['line']}: {error.get('source') or ''})"
     return reason
 
 
