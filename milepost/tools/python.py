@@ -361,13 +361,11 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
     message = pickle.loads(reply)
     if message[0] == "ok":
         _, value, output, used = message
-        logs = _logs(output, None, call)
-        return base.ToolResult(data=value, usage=used, logs=logs)
+        return base.ToolResult(data=value, usage=used, logs=_logs(output, None, call))
     _, cls, text, output, trace, at, used = message
-    logs = _logs(output, trace, call)
     line, source = at if at else (None, None)
     failed = base.failure("exception", f"{cls}: {text}", code=cls, line=line, source=source)
-    return dataclasses.replace(failed, usage=used, logs=logs)
+    return dataclasses.replace(failed, usage=used, logs=_logs(output, trace, call))
 
 
 def _logs(output: list[tuple[str, str, int]] | None, trace: str | None,
