@@ -38,6 +38,7 @@ from milepost.api.routers import (
     execute,
     executions,
     health,
+    logs,
     metrics,
     usage,
     workers,
@@ -54,7 +55,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage, diagnosis)  # fmt: skip
+           credentials, docs, workers, approvals, usage, diagnosis, logs)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -9,6 +9,7 @@ as the API always did: `EventsInvalid` as 422 with its problems placed in the re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from milepost.api import errors as api_errors
 from milepost.api.auth import EVENT_ROLES
 from milepost.api.schemas import EventIn
 from milepost.core import events as ev
+from milepost.core import logs
 from milepost.core.ids import as_id, machine_of, timestamp_of
 from milepost.engine.errors import CommandNotFound, EventsInvalid, ExecutionTerminal
 from milepost.engine.fence import REPORT_TYPES
@@ -197,8 +199,13 @@ def ingest(engine: Lifecycle, items: Sequence[EventIn], batch: bool,
     is valid. `claim`: claim the reporting worker's next commands in the same transaction;
     `actor`: the caller's identity (`convert`)."""
     events = convert(items, engine, batch, actor)
+    # `convert` keeps the batch's order; masked like a report's result (`_mask_strings`)
+    printed = {event.event_id: [dataclasses.replace(c, text=sanitize.mask_patterns(c.text))
+                                for c in logs.from_wire(i.model_dump() for i in item.logs)]
+               for item, event in zip(items, events, strict=True)
+               if item.logs and event.event_type in REPORT_TYPES}  # fmt: skip
     try:
-        return engine.report(events, claim)
+        return engine.report(events, claim, printed)
     except EventsInvalid as exc:
         raise api_errors.invalid([{**p, "loc": wire_loc(batch, p["loc"])}
                                   for p in exc.problems]) from None  # fmt: skip

@@ -21,6 +21,7 @@ from milepost.api.checks import (
     WireId,
     WireTime,
 )
+from milepost.api.schemas_logs import LogIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
@@ -291,6 +292,8 @@ class EventIn(Checked):
     worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
     parent_event_id: WireId | None = None
     created_at: WireTime | None = None
+    logs: list[LogIn] | None = Field(default=None, description="What a report's attempt "
+                                     "printed (kept beside the log, never in the event).")
 
 
 # -- commands --------------------------------------------------------------------------------

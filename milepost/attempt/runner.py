@@ -12,14 +12,14 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milepost import telemetry
 from milepost.attempt import keychain
 from milepost.attempt import usage as reported
-from milepost.core import approvals, usage
+from milepost.core import approvals, logs, usage
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
 from milepost.core.work import AttemptResult, WorkItem
@@ -62,6 +62,9 @@ class _Pipeline:
     failed_ok: bool = False
     usage: list[dict[str, Any]] = field(default_factory=list)
     """Every task execution's usage, retries of a policy included: each was spent."""
+    log_cap: int = logs.DEFAULT_CAP
+    printed: list[logs.Captured] = field(default_factory=list)
+    """What every task execution printed, as its tool gave it (`AttemptResult.logs`)."""
 
     def context(self) -> dict[str, Any]:
         base = self.item.context
@@ -94,14 +97,18 @@ async def run_attempt(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     credentials: CredentialLookup | None = None,
+    log_cap: int = logs.DEFAULT_CAP,
 ) -> AttemptResult:
     """Run one attempt in its span when this process exports spans (`milepost.telemetry`):
-    the one place both transports run attempts."""
+    the one place both transports run attempts. `log_cap`: bytes kept of each stream it
+    prints (`MILEPOST_LOG_CAP_BYTES`)."""
     spans = telemetry.active()
     if spans is None:
-        return await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials)
+        return await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials,
+                                  log_cap=log_cap)  # fmt: skip
     with spans.attempt(item) as span:
-        outcome = await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials)
+        outcome = await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials,
+                                     log_cap=log_cap)  # fmt: skip
         spans.attempt_outcome(span, outcome)
         return outcome
 
@@ -113,6 +120,7 @@ async def _run_attempt(
     *,
     sleep: Callable[[float], Awaitable[None]],
     credentials: CredentialLookup | None,
+    log_cap: int,
 ) -> AttemptResult:
     """Run one attempt; never raises for a task failure (it becomes `AttemptResult.error`).
 
@@ -142,12 +150,24 @@ async def _run_attempt(
         item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
     redactor = Redactor(secrets)
     try:
-        outcome = await _run(playbook, item, tools, sleep, redactor)
+        outcome = await _run(playbook, item, tools, sleep, redactor, log_cap)
     except Exception as exc:  # a bug in a tool must fail the step, not hang the run
         outcome = _crashed(item, exc, redactor)
     return dataclasses.replace(outcome, result=redactor.value(outcome.result),
                                ctx=redactor.value(outcome.ctx),
-                               error=redactor.value(outcome.error))  # fmt: skip
+                               error=redactor.value(outcome.error),
+                               logs=_logs(outcome.logs, redactor, log_cap))  # fmt: skip
+
+
+def _logs(pieces: Sequence[logs.Captured], redactor: Redactor,
+          log_cap: int) -> tuple[logs.Captured, ...]:  # fmt: skip
+    """Each stream's pieces (one per task execution) redacted, then joined and capped:
+    redacted first, so a cut never leaves half a secret that redaction would not know."""
+    # a NUL, which no text column of PostgreSQL and no API string holds, shows as U+FFFD
+    found = (logs.capped(stream, [dataclasses.replace(p, text=redactor.text(
+        p.text.replace("\x00", "\ufffd"))) for p in pieces if p.stream == stream], log_cap)
+             for stream in logs.STREAMS)  # fmt: skip
+    return tuple(c for c in found if c is not None)
 
 
 def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> AttemptResult:
@@ -162,11 +182,12 @@ def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> AttemptResul
 
 async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
                sleep: Callable[[float], Awaitable[None]],
-               redactor: Redactor) -> AttemptResult:  # fmt: skip
+               redactor: Redactor, log_cap: int) -> AttemptResult:  # fmt: skip
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
-    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None, redactor)
+    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None, redactor,
+                     log_cap=log_cap)  # fmt: skip
     try:
         if timeout:
             # the tools enforce the remaining time themselves (python kills its process);
@@ -178,15 +199,15 @@ async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
     except _TaskFailed as failed:
         return AttemptResult(ok=False, result=failed.result, error=failed.error,
                              duration_ms=(time.monotonic() - started) * 1000,
-                             usage=usage.add(pipe.usage))  # fmt: skip
+                             usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
     except TimeoutError:
         error = {"kind": "timeout", "message": f"step exceeded spec.timeout of {timeout:g}s",
                  "retryable": True, "code": "TIMEOUT"}  # fmt: skip
         return AttemptResult(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000,
-                             usage=usage.add(pipe.usage))  # fmt: skip
+                             usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
     return AttemptResult(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
                          failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000,
-                         usage=usage.add(pipe.usage))  # fmt: skip
+                         usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
 
 
 def _step_result(pipe: _Pipeline) -> Any:
@@ -217,6 +238,7 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
                                          "task executions in one attempt"))  # fmt: skip
             context = pipe.context()
             result = _take_usage(pipe, task, await _execute(pipe, task, context, tools))
+            pipe.printed.extend(result.logs)
             envelope = _envelope(result, attempt)
             action = _decide_policy(pipe, task, context, envelope, attempt)
             if action.do == "retry" and attempt < action.attempts:
@@ -307,6 +329,7 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
         idempotency_key=idem_key, operation_key=op_key, timeout=_remaining(pipe, tool_timeout),
         execution_id=str(pipe.item.execution_id), step=step.name,
         command_id=pipe.item.command_id, epoch=pipe.item.epoch, redact=pipe.redactor.text,
+        log_cap=pipe.log_cap,
     )  # fmt: skip
     return await tools.run(call)
 

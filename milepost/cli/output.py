@@ -11,9 +11,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from milepost.core import state as st
+from milepost.engine import summaries
 from milepost.errors import MilepostError
 from milepost.playbook import durations
 
@@ -62,8 +64,7 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
               f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
     if data["status"] == st.FAILED and data.get("error"):
-        error = data["error"]
-        out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
+        out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))}",
                   highlight=False)  # fmt: skip
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)

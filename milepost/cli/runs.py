@@ -77,6 +77,7 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
                                   driver_ttl=settings.driver_ttl,
                                   lease_s=settings.lease_seconds,
                                   default_timeout=settings.default_timeout,
+                                  log_cap=settings.log_cap_bytes,
                                   webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
             if not drive.json_out and out.is_terminal:
                 progress = Progress(drive.db)

@@ -104,6 +104,13 @@ def execution(execution_id: int | str, events_limit: int | None,
     return Call("GET", f"/api/executions/{key(execution_id)}", params=params)
 
 
+def logs(execution_id: int | str, step: str | None, after: int, limit: int) -> Call:
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    if step is not None:
+        params["step"] = step
+    return Call("GET", f"/api/executions/{key(execution_id)}/logs", params=params)
+
+
 def cancel(execution_id: int | str, claim: ParentClaim | None = None) -> Call:
     return Call("POST", f"/api/executions/{key(execution_id)}/cancel", {},
                 params=proof(claim))  # fmt: skip

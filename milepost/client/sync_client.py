@@ -93,6 +93,13 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.diagnosis(execution_id))
         return result
 
+    def logs(self, execution_id: int | str, *, step: str | None = None, after: int = 0,
+             limit: int = 500) -> dict[str, Any]:  # fmt: skip
+        """One page of what the run's attempts printed: `{status, entries, next}` (pass
+        `next` as `after` for the page that follows)."""
+        result: dict[str, Any] = self._do(routes.logs(execution_id, step, after, limit))
+        return result
+
     def events(self, execution_id: int | str) -> list[dict[str, Any]]:
         """Every event of a run, in log order (paged)."""
         events: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import ids, tracecontext
 from milepost.core import state as st
+from milepost.core.logs import Captured
 from milepost.playbook import model, render
 
 
@@ -55,6 +56,9 @@ class AttemptResult:
     duration_ms: float = 0.0
     usage: list[dict[str, Any]] = field(default_factory=list)
     """What its tools reported using, summed per (provider, model) (`core.usage`)."""
+    logs: tuple[Captured, ...] = ()
+    """What its tools printed, per stream, redacted and capped: reported beside its event,
+    never in it (`core.logs`)."""
 
 
 def work_item(

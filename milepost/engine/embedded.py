@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.credentials import Vault
 from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
 from milepost.engine.errors import AlreadyTerminal
@@ -70,6 +71,7 @@ class EmbeddedEngine:
         lease_s: float = LEASE_S,
         webhook: Webhook | None = None,
         default_timeout: float | None = None,
+        log_cap: int = DEFAULT_CAP,
     ) -> None:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
@@ -102,8 +104,10 @@ class EmbeddedEngine:
         self.workers = InProcessWorkers(
             self.service, claimant=f"{worker_id}:{self.holder}", reporter=worker_id,
             lease_s=lease_s, concurrency=0, credentials=self._credentials,
-            holds=self.drivers.holds, report=self._report)  # fmt: skip
+            holds=self.drivers.holds, report=self._report, log_cap=log_cap)  # fmt: skip
         self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
+        self._printed: dict[int, Sequence[Captured]] = {}
+        """What the attempts of the queued reports printed, by report event id."""
         self._tasks: list[asyncio.Task[None]] = []
         self._done: dict[int, asyncio.Event] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
@@ -405,6 +409,8 @@ class EmbeddedEngine:
 
     def _process_safely(self, reports: list[ev.Event], also: Iterable[int] = (),
                         refresh: bool = False) -> None:  # fmt: skip
+        printed = {r.event_id: self._printed.pop(r.event_id) for r in reports
+                   if r.event_id in self._printed}  # fmt: skip
         try:
             also = list(also)
             dropped = self.drivers.fence({r.execution_id for r in reports}.union(also))
@@ -415,7 +421,7 @@ class EmbeddedEngine:
                 return
             claim = self._claim(also)
             if reports:
-                self.service.report(reports, claim)
+                self.service.report(reports, claim, printed)
             if also:  # one claim a call: the report's, if there was one
                 self.service.process([], also, refresh=refresh, claim=None if reports else claim)
         except Exception as exc:  # a store failure must not hang the waiters
@@ -424,7 +430,9 @@ class EmbeddedEngine:
             for done in self._done.values():
                 done.set()
 
-    def _report(self, event: ev.Event) -> None:
+    def _report(self, event: ev.Event, printed: Sequence[Captured]) -> None:
+        if printed:
+            self._printed[event.event_id] = printed
         self._reports.put_nowait(event)
 
     async def _reporter(self) -> None:

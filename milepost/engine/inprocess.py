@@ -16,13 +16,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from milepost.attempt.runner import run_attempt
 from milepost.attempt.stopping import Stoppable
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.core.work import WorkItem, report_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
 from milepost.errors import MilepostError
@@ -36,7 +37,9 @@ Claim = tuple[WorkItem, Lease]
 class InProcessWorkers:
     def __init__(self, engine: Lifecycle, *, claimant: str, reporter: str, lease_s: float,
                  concurrency: int, credentials: CredentialLookup | None,
-                 holds: Callable[[int], bool], report: Callable[[ev.Event], None]) -> None:  # fmt: skip
+                 holds: Callable[[int], bool],
+                 report: Callable[[ev.Event, Sequence[Captured]], None],
+                 log_cap: int = DEFAULT_CAP) -> None:  # fmt: skip
         self.engine = engine
         self.claimant = claimant
         """The worker id of this engine's claims: unique per engine."""
@@ -48,6 +51,7 @@ class InProcessWorkers:
         self.credentials = credentials
         self.holds = holds
         self.report = report
+        self.log_cap = log_cap
         self.tools: Any = None
         self.busy = 0
         """Attempts running right now."""
@@ -140,13 +144,14 @@ class InProcessWorkers:
             # a crash in a tool is an `internal` outcome, logged redacted, not a raise; a
             # cancel of the run stops it (`stop_cancelled`): a `cancelled` outcome
             outcome = await stopper.run(run_attempt(playbook, item, self.tools,
-                                                    credentials=self.credentials))  # fmt: skip
+                                                    credentials=self.credentials,
+                                                    log_cap=self.log_cap))  # fmt: skip
         finally:
             self.busy -= 1
             self._stops.pop(item.command_id, None)
         for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
                                    self.reporter):  # fmt: skip
-            self.report(event)
+            self.report(event, outcome.logs)
 
     def _give_back(self, command_id: int, lease: Lease) -> None:
         """Release a claim not started (a cancelled run's is settled by the release)."""

@@ -30,7 +30,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, diagnosis, notify, reporting, worker_pools
+from milepost.engine import approvals, attempt_logs, diagnosis, notify, reporting, worker_pools
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
@@ -163,12 +163,12 @@ class Lifecycle:
             with contextlib.suppress(AlreadyTerminal):
                 self.cancel(xid, actor, cancellation.child_cause(parent_id))
 
-    def report(self, events: list[ev.Event],
-               claim: port.ClaimRequest | None = None) -> Reported:  # fmt: skip
+    def report(self, events: list[ev.Event], claim: port.ClaimRequest | None = None,
+               printed: attempt_logs.Printed | None = None) -> Reported:  # fmt: skip
         """Check, fence and process a batch of events (nothing is written unless every one
         is taken); `claim`: claim the reporting worker's next commands in the same
-        transaction (`claim_request`)."""
-        return reporting.report(self, events, claim)
+        transaction (`claim_request`); `printed`: what the reports' attempts printed."""
+        return reporting.report(self, events, claim, printed)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -228,6 +228,11 @@ class Lifecycle:
     def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
         """Usage summed per playbook path, provider and model."""
         return self.store.playbook_usage(path)
+
+    def logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
+             limit: int = port.LOG_PAGE) -> list[port.LogRow]:
+        """What its attempts printed, past the cursor `after` (`engine.attempt_logs`)."""
+        return self.store.attempt_logs(execution_id, step=step, after=after, limit=limit)
 
     def events(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
         return self.store.load(execution_id, after_seq=after_seq)

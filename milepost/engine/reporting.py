@@ -18,7 +18,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from milepost.core import events as ev
-from milepost.engine import fence
+from milepost.engine import attempt_logs, fence
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.orchestrator import Outcome
 from milepost.store import port
@@ -75,12 +75,14 @@ class Reported:
         return {e.execution_id for e in self.outcome.events}
 
 
-def report(engine: Lifecycle, events: list[ev.Event],
-           claim: port.ClaimRequest | None) -> Reported:  # fmt: skip
+def report(engine: Lifecycle, events: list[ev.Event], claim: port.ClaimRequest | None,
+           printed: attempt_logs.Printed | None = None) -> Reported:  # fmt: skip
     # the epochs read here must not move before the append
     with engine.locked({e.execution_id for e in events}):
         fence.check_executions(engine.read, events)
         fence.check_named_commands(engine.store, events)
+        if printed:  # before the append: a run seen ended has its reports' logs stored
+            attempt_logs.keep(engine.store, events, printed)
         outcome: Outcome | None = None
         fenced = events
         if engine.handed.vouches(events):

@@ -96,9 +96,16 @@ def _plain(value: Any) -> Any:
 
 def failure_reason(state: st.ExecutionState) -> str | None:
     """Why a failed execution failed, in one line; None when it has no error."""
-    if state.error is None:
-        return None
-    return str(state.error.get("reason") or state.error.get("message") or "failed")
+    return None if state.error is None else error_reason(state.error)
+
+
+def error_reason(error: dict[str, Any]) -> str:
+    """An execution's error in one line: its reason, and the line of a python step's code
+    its exception left last."""
+    reason = str(error.get("reason") or error.get("message") or "failed")
+    if error.get("line") is not None:
+        reason += f" (line {error['line']}: {error.get('code_line') or ''})"
+    return reason
 
 
 def with_missing_workers(summary: dict[str, Any],

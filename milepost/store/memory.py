@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approvals, locks, migrations, port, projection, usage
+from milepost.store.attempt_logs import LOG_PAGE
 
 SCHEMA_VERSION = len(migrations.scripts("sqlite"))
 """What `migrate` answers: the version the SQL stores are at (there is no schema here)."""
@@ -51,6 +52,8 @@ class MemoryDatabase:
     tokens: dict[str, port.TokenRow] = field(default_factory=dict)
     machines: dict[int, tuple[str, float]] = field(default_factory=dict)
     drivers: dict[int, port.DriverLease] = field(default_factory=dict)
+    attempt_logs: dict[tuple[int, str], port.LogRow] = field(default_factory=dict)
+    """(event_id, stream) -> its entry, in `log_id` order (the SQL stores' `attempt_log`)."""
 
 
 def _as_stored(event: ev.Event, seq: int) -> ev.Event:
@@ -164,6 +167,22 @@ class MemoryStore(port.Appends):
         with self.db.lock:
             xids = sorted({xid for xid, _, _ in self.db.usage})
         return usage.by_playbook([r for x in xids for r in self.execution_usage(x)], path)
+
+    # -- attempt logs ----------------------------------------------------------------------
+
+    def add_attempt_logs(self, rows: Sequence[port.LogRow]) -> int:
+        with self.db.lock:
+            kept = self.db.attempt_logs
+            fresh = [r for r in rows if (r.event_id, r.stream) not in kept]
+            for row in fresh:
+                kept[row.event_id, row.stream] = dataclasses.replace(row, log_id=len(kept) + 1)
+            return len(fresh)
+
+    def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
+                     limit: int = LOG_PAGE) -> list[port.LogRow]:  # fmt: skip
+        with self.db.lock:
+            return [r for r in self.db.attempt_logs.values() if r.execution_id == execution_id
+                    and r.log_id > after and (step is None or r.step == step)][:limit]  # fmt: skip
 
     # -- approvals -------------------------------------------------------------------------
 

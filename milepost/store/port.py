@@ -22,6 +22,9 @@ from milepost.core.events import Event, jsonable
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store.approvals import ApprovalRow as ApprovalRow
 from milepost.store.approvals import Approvals
+from milepost.store.attempt_logs import LOG_PAGE as LOG_PAGE
+from milepost.store.attempt_logs import AttemptLogs
+from milepost.store.attempt_logs import LogRow as LogRow
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
 from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
@@ -301,7 +304,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, UsageReads, MachineIds, Protocol):
+class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...

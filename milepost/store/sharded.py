@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from milepost.core import events as ev
 from milepost.errors import MilepostError
 from milepost.store import approvals, port, usage
+from milepost.store.attempt_logs import LOG_PAGE
 
 _MASK64 = (1 << 64) - 1
 
@@ -117,6 +118,19 @@ class ShardedStore:
                                               offset=0))  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    # -- attempt logs: each execution's on its shard ------------------------------------------
+
+    def add_attempt_logs(self, rows: Sequence[port.LogRow]) -> int:
+        by_shard: dict[int, list[port.LogRow]] = {}
+        for row in rows:
+            by_shard.setdefault(shard_of(row.execution_id, len(self.stores)), []).append(row)
+        return sum(self.stores[i].add_attempt_logs(part) for i, part in by_shard.items())
+
+    def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
+                     limit: int = LOG_PAGE) -> list[port.LogRow]:  # fmt: skip
+        return self.shard(execution_id).attempt_logs(execution_id, step=step, after=after,
+                                                     limit=limit)  # fmt: skip
 
     # -- usage: each execution's on its shard -------------------------------------------------
 

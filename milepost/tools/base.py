@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.sanitize import mask_patterns
 
 CredentialLookup = Callable[[str], Mapping[str, Any] | None]
@@ -71,6 +72,8 @@ class ToolCall:
     redact: Callable[[str], str] = mask_patterns
     """What a tool applies to any text it logs (its output, an error quoting it): the
     attempt's `Redactor.text`, so a log line hides what the events hide."""
+    log_cap: int = DEFAULT_CAP
+    """Bytes of each stream a tool keeps of what its code printed (`core.logs.Capped`)."""
 
     def where(self) -> str:
         """` (execution X step Y command Z)`, for log messages read without `extra`."""
@@ -95,9 +98,9 @@ class ToolFailure:
     status: int | None = None
     """HTTP status, http tool only."""
     line: int | None = None
-    """The line of the tool's code that raised (python), 1-based as written."""
+    """Python: the line of the step's `code` the exception left last (its last frame there)."""
     code_line: str | None = None
-    """That line's text."""
+    """Python: that line's text (redacted)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -127,6 +130,9 @@ class ToolResult:
     usage: Any = None
     """What the call reported using (python: the `usage` global), as the tool gave it:
     the attempt runner checks it (`attempt.usage`)."""
+    logs: tuple[Captured, ...] = ()
+    """What the call printed, per stream (python, shell), not yet redacted: the attempt
+    runner redacts, caps and reports it beside the result (`core.logs`)."""
 
     @property
     def ok(self) -> bool:

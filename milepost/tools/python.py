@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-from milepost.tools import base, code_line, python_worker
+from milepost.core import logs
+from milepost.tools import base, python_worker
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("milepost.tools.python.output")
@@ -135,7 +136,7 @@ class PythonPool:
             return base.failure("invalid", "python `libs` must map aliases to module names")
         try:
             payload = pickle.dumps(
-                (code, dict(call.input), call.context, call.idempotency_key, libs),
+                (code, dict(call.input), call.context, call.idempotency_key, libs, call.log_cap),
                 protocol=python_worker.PROTOCOL,
             )
         except Exception as exc:  # noqa: BLE001 - whatever pickling raises
@@ -359,29 +360,31 @@ async def _exchange(worker: _Worker, payload: bytes | None, timeout: float | Non
 def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
     message = pickle.loads(reply)
     if message[0] == "ok":
-        _log_output(message[2], call)
-        return base.ToolResult(data=message[1], usage=message[3] if len(message) > 3 else None)
-    _, cls, text, output, trace = message[:5]
-    _log_output(output, call)
-    if trace and log.isEnabledFor(logging.DEBUG):
-        # the traceback quotes the code's lines and the exception's text: redacted like
-        # the output
-        extra = {**call.log_extra("python_exception"), "traceback": call.redact(trace)}
-        log.debug("python code raised %s%s", cls, call.where(), extra=extra)
-    where = code_line.failing_line(trace, _source(call.config))
-    if where.get("code_line"):  # it quotes the code: redacted like the traceback
-        where["code_line"] = call.redact(where["code_line"])
-    failed = base.failure("exception", f"{cls}: {text}", code=cls, **where)
-    return dataclasses.replace(failed, usage=message[5]) if len(message) > 5 else failed
+        _, value, output, used = message
+        return base.ToolResult(data=value, usage=used, logs=_logs(output, None, call))
+    _, cls, text, output, trace, at, used = message
+    line, code_line = at if at else (None, None)
+    if code_line:  # it quotes the code: redacted like the traceback
+        code_line = call.redact(code_line)
+    failed = base.failure("exception", f"{cls}: {text}", code=cls, line=line,
+                          code_line=code_line)  # fmt: skip
+    return dataclasses.replace(failed, usage=used, logs=_logs(output, trace, call))
 
 
-def _log_output(output: str | None, call: base.ToolCall) -> None:
-    """What the code printed, as one log record naming its execution and step (in the
-    text too, on the line of the first output line, for a plain formatter and grep) and
-    redacted like the attempt's events."""
-    if output and output_log.isEnabledFor(logging.INFO):
-        output_log.info("python output%s: %s", call.where(), call.redact(output.rstrip("\n")),
+def _logs(output: list[tuple[str, str, int]] | None, trace: str | None,
+          call: base.ToolCall) -> tuple[logs.Captured, ...]:  # fmt: skip
+    """The streams the worker captured (and the traceback, its file named as the step),
+    also logged as one record naming the execution and step (in the text too, for a plain
+    formatter and grep), redacted like the attempt's events."""
+    found = [logs.Captured(stream, text, cut) for stream, text, cut in output or ()]
+    if trace:
+        found.append(logs.Captured(logs.TRACEBACK, trace.replace(
+            f'File "{python_worker.FILENAME}"', f'File "<step {call.step or "-"}>"')))  # fmt: skip
+    if found and output_log.isEnabledFor(logging.INFO):
+        text = "\n".join(f"[{c.stream}] {c.text.rstrip()}" for c in found)
+        output_log.info("python output%s: %s", call.where(), call.redact(text),
                         extra=call.log_extra("python_output"))  # fmt: skip
+    return tuple(found)
 
 
 def _source(config: Mapping[str, Any]) -> str | None:

@@ -1,10 +1,13 @@
 """The child side of the python tool: a warm worker process running user code (DSL 3.1).
 
 Kept light on purpose (stdlib only): it is imported once per worker process. The parent
-sends `pickle((source, inputs, context, idempotency_key, libs))` and gets back
-`("ok", value, output)` or `("error", class_name, text, output, traceback)`, `output`
-being what the code printed (None if nothing), each followed by `usage` when the code
-assigned that global (DSL 10.6: tokens and cost, spent even when the code then raised).
+sends `pickle((source, inputs, context, idempotency_key, libs[, log_cap]))` and gets back
+`("ok", value, output, usage)` or `("error", class_name, text, output, traceback, at,
+usage)`: `output` what the code printed, `[(stream, text, cut)]` per stream written
+(`core.logs`: each kept within `log_cap` bytes, head and tail), `traceback` the
+exception's frames from the code's first on (its lines quoted), `at` `(line, text)` of
+the last frame in the code (None outside it), `usage` the global the code assigned (DSL
+10.6: tokens and cost, spent even when the code then raised; None when unassigned).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import importlib
 import inspect
 import io
 import keyword
+import linecache
 import os
 import pickle
 import signal
@@ -25,9 +29,10 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
+from milepost.core import logs
+
 PROTOCOL = 5
 READY = b"ready"
-OUTPUT_LIMIT = 64 * 1024
 CACHE_LIMIT = 512
 SPECIALS = ("input_data", "args", "context", "idempotency_key")
 USAGE = "usage"
@@ -36,6 +41,7 @@ whatever the inputs hold)."""
 _BODY = "__milepost_body__"
 _FALLTHROUGH = "__milepost_fallthrough__"
 FILENAME = "<python tool>"
+"""The file name of the code's frames (the parent names it as the step in the traceback)."""
 
 
 def main(conn: Connection) -> None:
@@ -71,17 +77,11 @@ def _isolate_stdio() -> None:
 
 
 class Capture(io.TextIOBase):
-    """A size-capped text sink standing in for sys.stdout/sys.stderr during one call."""
+    """A size-capped text sink standing in for sys.stdout or sys.stderr during one call."""
 
-    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+    def __init__(self, limit: int = logs.DEFAULT_CAP) -> None:
         super().__init__()
-        self._limit = limit
-        self.reset()
-
-    def reset(self) -> None:
-        self._parts: list[str] = []
-        self._room = self._limit
-        self._dropped = 0
+        self.sink = logs.Capped(limit)
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
@@ -93,20 +93,14 @@ class Capture(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        kept = text[: max(self._room, 0)]
-        if kept:
-            self._parts.append(kept)
-            self._room -= len(kept)
-        self._dropped += len(text) - len(kept)
+        self.sink.write(text)
         return len(text)
 
-    def getvalue(self) -> str:
-        if not self._parts:
-            return ""
-        text = "".join(self._parts)
-        if self._dropped:
-            text += f"\n... [{self._dropped} characters dropped]"
-        return text
+
+def _output(streams: Mapping[str, Capture]) -> list[tuple[str, str, int]] | None:
+    found = [(name, c.text, c.cut) for name, capture in streams.items()
+             if (c := capture.sink.value()) is not None]  # fmt: skip
+    return found or None
 
 
 class Runner:
@@ -116,39 +110,38 @@ class Runner:
         self._code: dict[str, Any] = {}
         self._bodies: dict[tuple[str, tuple[str, ...]], Any] = {}
         self._libs: dict[Any, dict[str, Any]] = {}
-        self._capture = Capture()
         self.usage: Any = None
         """The `usage` global the last call's code left (None: not assigned)."""
 
     def handle(self, payload: bytes) -> bytes:
-        capture = self._capture
-        capture.reset()
         saved = sys.stdout, sys.stderr
-        sys.stdout = sys.stderr = capture
         self.usage = None
+        streams: dict[str, Capture] = {}
         try:
-            source, inputs, context, key, libs = pickle.loads(payload)
+            source, inputs, context, key, libs, *rest = pickle.loads(payload)
+            limit = int(rest[0]) if rest else logs.DEFAULT_CAP
+            streams = {logs.STDOUT: Capture(limit), logs.STDERR: Capture(limit)}
+            sys.stdout, sys.stderr = streams[logs.STDOUT], streams[logs.STDERR]
+            # the traceback quotes the code's lines: linecache holds them for its file name
+            linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
             value = to_jsonable(self.run(source, inputs, context, key, libs))
-            reply: tuple[Any, ...] = ("ok", value, capture.getvalue() or None)
+            reply: tuple[Any, ...] = ("ok", value, _output(streams))
         except BaseException as exc:  # noqa: BLE001 - user code may raise anything
-            reply = (
-                "error",
-                type(exc).__name__,
-                _text(exc),
-                capture.getvalue() or None,
-                _traceback(),
-            )
+            trace, at = _traceback(exc)
+            reply = ("error", type(exc).__name__, _text(exc), _output(streams), trace, at)
         finally:
             sys.stdout, sys.stderr = saved
+        usage = None
         if self.usage is not None:
             try:
-                reply = (*reply, to_jsonable(self.usage))
+                usage = to_jsonable(self.usage)
             except BaseException:  # noqa: BLE001 - the parent reports it as not a mapping
-                reply = (*reply, repr(self.usage))
+                usage = repr(self.usage)
         try:
-            return pickle.dumps(reply, protocol=PROTOCOL)
+            return pickle.dumps((*reply, usage), protocol=PROTOCOL)
         except BaseException as exc:  # noqa: BLE001
-            return pickle.dumps(("error", type(exc).__name__, _text(exc), None, None), PROTOCOL)
+            return pickle.dumps(("error", type(exc).__name__, _text(exc), None, None, None, None),
+                                PROTOCOL)  # fmt: skip
 
     def run(
         self,
@@ -346,8 +339,20 @@ def _text(exc: BaseException) -> str:
         return f"<unprintable {type(exc).__name__}>"
 
 
-def _traceback() -> str | None:
+def _traceback(exc: BaseException) -> tuple[str | None, tuple[int, str] | None]:
+    """The exception's traceback from the code's first frame on (this module's frames, which
+    ran it, left out), and `(line, text)` of its last frame in the code."""
     try:
-        return traceback.format_exc(limit=20)[-8000:]
+        found = traceback.TracebackException.from_exception(exc)
+        while found.stack and found.stack[0].filename == __file__:
+            found.stack.pop(0)
+        ours = [f for f in found.stack if f.filename == FILENAME]
+        if ours:
+            at: tuple[int, str] | None = (ours[-1].lineno or 0, (ours[-1].line or "").strip())
+        elif isinstance(exc, SyntaxError) and exc.filename == FILENAME and exc.lineno:
+            at = (exc.lineno, (exc.text or "").strip())
+        else:
+            at = None
+        return "".join(found.format()), at
     except Exception:  # noqa: BLE001
-        return None
+        return None, None

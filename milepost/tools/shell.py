@@ -9,6 +9,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
+from milepost.core import logs
 from milepost.tools import base
 
 SHELL = "/bin/sh"
@@ -53,11 +54,15 @@ async def run(call: base.ToolCall) -> base.ToolResult:
             )
         raise
     code = proc.returncode if proc.returncode is not None else -1
-    data = {"exit_code": code, "stdout": _text(stdout), "stderr": _text(stderr)}
+    out, errors = _text(stdout), _text(stderr)
+    data = {"exit_code": code, "stdout": out, "stderr": errors}
+    # the same text as the result's, kept as the attempt's logs too (`milepost logs`)
+    streams = tuple(logs.Captured(name, text) for name, text in
+                    ((logs.STDOUT, out), (logs.STDERR, errors)) if text)  # fmt: skip
     if code == 0:
-        return base.ToolResult(data=data)
+        return base.ToolResult(data=data, logs=streams)
     return base.ToolResult(
-        data=data,
+        data=data, logs=streams,
         error=base.ToolFailure("exit_code", f"shell command exited with code {code}", code=str(code)),
     )
 

@@ -138,6 +138,7 @@ class Worker:
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
         self.lease_seconds = lease_seconds or settings.lease_seconds
         self.grace_seconds = settings.grace_seconds if grace_seconds is None else grace_seconds
+        self.log_cap = settings.log_cap_bytes
         self.clock: Clock = clock or RealClock()
         self.min_poll = min_poll
         self.max_poll = max_poll
@@ -370,7 +371,7 @@ class Worker:
         # a crash inside becomes an `internal` outcome there, logged redacted
         outcome = await job.stopper.run(attempt_mod.run_attempt(
             playbook, item, self.tools, sleep=self.clock.sleep,
-            credentials=self.credentials))  # fmt: skip
+            credentials=self.credentials, log_cap=self.log_cap))  # fmt: skip
         return item, outcome
 
     async def _heartbeats(self, job: Job) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from milepost import wire
 from milepost.client import ServerRefused, ServerUnavailable
+from milepost.core import logs
 from milepost.core.work import AttemptResult, WorkItem, report_events
 from milepost.errors import MilepostError
 from milepost.worker.clock import Clock
@@ -78,6 +79,8 @@ class Reporter:
         given up on)."""
         events = report_events(item, outcome, self.mint(), self.clock.time(), self.worker_id)
         body = wire.jsonable([wire.event_to_wire(e, job.epoch, job.command_id) for e in events])
+        if outcome.logs:  # beside the report, never in its payload (`core.logs`)
+            body[-1]["logs"] = logs.to_wire(outcome.logs)
         entry = Report(job, outcome, body, asyncio.get_running_loop().create_future())
         self._outbox.append(entry)
         self._outbox_ready.set()

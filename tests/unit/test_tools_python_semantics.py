@@ -23,7 +23,8 @@ def run(
     libs: Any = None,
     context: dict[str, Any] | None = None,
 ) -> Any:
-    """The reply of one call: ("ok", value, output) or ("error", cls, text, output, tb)."""
+    """The reply of one call: ("ok", value, output, usage) or ("error", cls, text, output,
+    traceback, at, usage)."""
     payload = pickle.dumps((code, dict(inputs or {}), context or {}, "key-9", libs), protocol=5)
     return pickle.loads(python_worker.Runner().handle(payload))
 
@@ -178,13 +179,31 @@ def test_system_exit_is_an_exception() -> None:
 
 def test_print_is_captured_not_written() -> None:
     reply = run("print('hello'); import sys; print('oops', file=sys.stderr); result = 1")
-    assert reply == ("ok", 1, "hello\noops\n")
+    assert reply == ("ok", 1, [("stdout", "hello\n", 0), ("stderr", "oops\n", 0)], None)
 
 
-def test_output_is_capped() -> None:
-    output = run(f"print('x' * {python_worker.OUTPUT_LIMIT + 10})")[2]
-    assert output.startswith("x" * 100)
-    assert output.endswith("... [11 characters dropped]")
+def test_output_is_capped_keeping_head_and_tail() -> None:
+    payload = pickle.dumps(("print('a' * 1000 + 'b' * 5000 + 'c' * 1000, end='')", {}, {}, "k",
+                            None, 1024), protocol=5)  # fmt: skip
+    [(stream, text, cut)] = pickle.loads(python_worker.Runner().handle(payload))[2]
+    assert stream == "stdout" and cut == 7000 - 1024
+    assert text == "a" * 512 + f"\n[... {cut} bytes cut ...]\n" + "c" * 512
+
+
+def test_traceback_quotes_the_code_from_its_first_frame() -> None:
+    code = "def f(x):\n    return 1 / x\n\nprint('before')\nresult = f(0)\n"
+    reply = run(code)
+    assert reply[:3] == ("error", "ZeroDivisionError", "division by zero")
+    trace, at = reply[4], reply[5]
+    assert "python_worker" not in trace
+    assert 'File "<python tool>", line 5, in <module>\n    result = f(0)' in trace
+    assert 'File "<python tool>", line 2, in f\n    return 1 / x' in trace
+    assert at == (2, "return 1 / x")
+    result = _decode(python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None))),
+                     base.ToolCall("python", {}, {}, {}, "k", step="divide"))  # fmt: skip
+    assert result.error is not None and result.error.to_dict()["line"] == 2
+    assert [c.stream for c in result.logs] == ["stdout", "traceback"]
+    assert 'File "<step divide>", line 2, in f' in result.logs[1].text
 
 
 def test_result_is_converted_to_json_values() -> None:
