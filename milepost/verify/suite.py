@@ -8,6 +8,7 @@ import contextlib
 import functools
 import heapq
 import itertools
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from milepost.client import MilepostClient, ServerRefused, ServerUnavailable
-from milepost.core import events as ev
 from milepost.store.factory import open_store
 from milepost.verify import catalog, checks, effects, journal, zombie
 from milepost.verify.schedule import KILL, PAUSE, SERVER, ZOMBIE, Fault, Order, Schedule
@@ -24,6 +24,8 @@ from milepost.verify.supervisor import Installation
 
 TICK = 0.1
 """Seconds between two turns of the suite's loop (approvals, due actions, progress)."""
+ZOMBIE_AGAIN = 1.0
+"""Seconds before a zombie that could not claim anything tries again."""
 CALL_TIMEOUT = 3.0
 """Seconds the suite waits for its server (paused, it answers nothing): tried again."""
 TRANSIENT = (ServerUnavailable, OSError)
@@ -79,6 +81,8 @@ class Suite:
         self._n = itertools.count()
         self._last = "starting"
         self.unstarted = 0
+        self.tag = secrets.token_hex(4)
+        """In the workload of this suite's orders: the checks read only its runs."""
 
     def close(self) -> None:
         self.admin.close()
@@ -144,7 +148,7 @@ class Suite:
         return set(self.placed) <= self.ended
 
     def _place(self, order: Order, index: int) -> bool:
-        workload = {**order.workload(self.where), "order": index}
+        workload = {**order.workload(self.where), "order": index, "verify": self.tag}
         try:
             xid = self.admin.execute(checks.ORDER_PATH, workload)
         except TRANSIENT:
@@ -153,29 +157,42 @@ class Suite:
         return True
 
     def _inject(self, fault: Fault, start: float) -> None:
-        name = f"{fault.what} {'server' if fault.target == SERVER else 'worker'}"
+        now = time.monotonic() - start
         if fault.what == ZOMBIE:
+            if not self._haunt():
+                if now + ZOMBIE_AGAIN < self.o.duration:
+                    # the server was down, or nothing was queued: again a bit later
+                    self.at(now + ZOMBIE_AGAIN, functools.partial(self._inject, fault, start))
+                return
             name = ZOMBIE
-            if not self.site.processes[SERVER].alive() or self.site.processes[SERVER].paused:
-                return  # it would only wait: the faults after it must keep their moments
-            with contextlib.suppress(*TRANSIENT, ServerRefused):
-                haunting = zombie.haunt_once(self.site.url, self.site.worker_token)
-                self.hauntings.append(haunting)
-                if haunting.event_id is not None:
-                    self.reported.add(haunting.event_id)
         else:
+            name = f"{fault.what} {'server' if fault.target == SERVER else 'worker'}"
             proc = self.site.processes[fault.target]
             if not proc.alive() or proc.paused:
                 return  # already down: this fault would add nothing
-            back = time.monotonic() - start + fault.hold
             if fault.what == KILL:
                 proc.kill()
-                self.at(back, lambda: self.site.restart(fault.target))
+                self.at(now + fault.hold, functools.partial(self.site.restart, fault.target))
             elif fault.what == PAUSE:
                 proc.pause()
-                self.at(back, proc.resume)
+                self.at(now + fault.hold, proc.resume)
         self.injected[name] = self.injected.get(name, 0) + 1
-        self._last = f"{name} ({fault.target}) at {fault.at:.1f}s"
+        self._last = f"{name} ({fault.target}) at {now:.1f}s"
+
+    def _haunt(self) -> bool:
+        """The zombie's report, if it claimed something; False when it could not."""
+        server = self.site.processes[SERVER]
+        if not server.alive() or server.paused:
+            return False  # it would only wait: the faults after it must keep their moments
+        try:
+            haunting = zombie.haunt_once(self.site.url, self.site.worker_token)
+        except (*TRANSIENT, ServerRefused):
+            return False
+        if haunting.event_id is None:
+            return False
+        self.hauntings.append(haunting)
+        self.reported.add(haunting.event_id)
+        return True
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
         deadline = time.monotonic() + 60
@@ -190,18 +207,24 @@ class Suite:
     # -- the evidence ----------------------------------------------------------------------
 
     def evidence(self) -> checks.Evidence:
-        """Read once every process has stopped: the log as it will stay."""
+        """Read once every process has stopped: the log as it will stay. Only this suite's
+        runs: its orders (by the tag in their workload) and their children."""
         store = open_store(self.o.db_url)
         try:
-            logs = {row.execution_id: store.load(row.execution_id) for row in _every(store)}
+            rows = list(_every(store))
+            logs = {row.execution_id: store.load(row.execution_id) for row in rows
+                    if row.path == checks.ORDER_PATH}  # fmt: skip
+            expected: dict[int, str] = {}
+            for xid, log in list(logs.items()):
+                workload = (log[0].payload.get("workload") or {}) if log else {}
+                if workload.get("verify") != self.tag:
+                    del logs[xid]  # another suite's, on the same database
+                elif isinstance(index := workload.get("order"), int):
+                    expected[xid] = self.schedule.orders[index].expected  # a start retried too
+            logs.update({row.execution_id: store.load(row.execution_id) for row in rows
+                         if row.parent_execution_id in expected})  # fmt: skip
         finally:
             store.close()
-        expected: dict[int, str] = {}
-        for xid, log in logs.items():
-            started = log[0] if log and log[0].event_type == ev.EXECUTION_STARTED else None
-            index = (started.payload.get("workload") or {}).get("order") if started else None
-            if checks._path(log) == checks.ORDER_PATH and isinstance(index, int):
-                expected[xid] = self.schedule.orders[index].expected  # a start retried too
         reported = self.reported | journal.read(self.site.journals())
         return checks.Evidence(logs, expected, effects.read(self.where), reported,
                                self.unstarted)  # fmt: skip

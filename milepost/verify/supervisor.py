@@ -134,8 +134,10 @@ class Installation:
                               MILEPOST_PYTHON_WORKERS="2", MILEPOST_GRACE_SECONDS="2")  # fmt: skip
             argv = [sys.executable, "-m", "milepost.verify.journal", str(self.journal(name))]
             self.processes[name] = Process(name, argv, worker_env, workdir / f"{name}.log")
+            self.journal(name).unlink(missing_ok=True)  # a kept folder's last suite
 
     def journal(self, name: str) -> Path:
+        """What worker `name` was told the log holds (emptied as the suite starts)."""
         return self.workdir / f"journal-{name}.txt"
 
     def journals(self) -> list[Path]:
