@@ -42,7 +42,7 @@ def verify(
 
     Exit 0 when every invariant held, 1 on any violation (the seed replays it).
     """
-    from milepost.verify import report, schedule, suite
+    from milepost.verify import checks, report, schedule, suite
 
     with _workdir(keep) as workdir:
         db_url = db or f"sqlite:///{workdir / 'verify.db'}"
@@ -53,9 +53,8 @@ def verify(
         if Settings().fault_skip_fence:
             out.print("[yellow]MILEPOST_FAULT_SKIP_FENCE is set: the installation takes stale "
                       "reports; the suite must fail[/yellow]")  # fmt: skip
-        options = suite.Options(db_url=db_url, workdir=workdir, runs=runs, seed=seed,
-                                duration=duration, deadline=deadline, workers=workers,
-                                lease=lease)  # fmt: skip
+        options = suite.Options(db_url=db_url, workdir=workdir, duration=duration,
+                                deadline=deadline, workers=workers, lease=lease)  # fmt: skip
         columns = (TextColumn("runs ended"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"))  # fmt: skip
         with Progress(*columns, console=err, transient=True) as bar:
@@ -65,8 +64,10 @@ def verify(
                 bar.update(task, completed=ended, total=total, description=last)
 
             outcome = suite.run(options, plan, progress)
-        found = report.verdicts(outcome)
-        report.render(out, outcome, found)
+        found = checks.check(outcome.evidence)
+        replay = (f"milepost verify --seed {seed} --runs {runs} --duration {duration:g} "
+                  f"--workers {workers} --lease {lease:g}")  # fmt: skip
+        report.render(out, outcome, found, replay)
         if keep is None and not all(v.ok for v in found):
             out.print("(run again with --keep DIR to keep the processes' logs)")
     raise typer.Exit(0 if all(v.ok for v in found) else 1)

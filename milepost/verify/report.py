@@ -13,11 +13,8 @@ SHOWN = 10
 """Violations printed per invariant (the rest counted)."""
 
 
-def verdicts(outcome: Outcome) -> list[checks.Verdict]:
-    return checks.check(outcome.evidence)
-
-
-def render(console: Console, outcome: Outcome, found: list[checks.Verdict]) -> None:
+def render(console: Console, outcome: Outcome, found: list[checks.Verdict], replay: str) -> None:
+    """`replay`: the command line that draws the same schedule again."""
     table = Table(title="invariants", show_lines=False)
     table.add_column("invariant")
     table.add_column("result")
@@ -44,5 +41,4 @@ def render(console: Console, outcome: Outcome, found: list[checks.Verdict]) -> N
     console.print(figures)
     ok = all(v.ok for v in found)
     word = "[green]passed[/green]" if ok else "[red]FAILED[/red]"
-    console.print(f"verify {word}: seed {schedule.seed} (replay: milepost verify --seed "
-                  f"{schedule.seed} --runs {len(schedule.orders)} ...)", highlight=False)  # fmt: skip
+    console.print(f"verify {word}: seed {schedule.seed} (replay: {replay})", highlight=False)

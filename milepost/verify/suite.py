@@ -12,7 +12,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +36,12 @@ TRANSIENT = (ServerUnavailable, OSError)
 class Options:
     db_url: str
     workdir: Path
-    runs: int = 20
-    seed: int = 1
     duration: float = 30.0
     """Seconds of faults; the orders start over its first half."""
     deadline: float = 120.0
     """Seconds after the faults end within which every run must have ended."""
     workers: int = 2
     lease: float = 3.0
-    server_env: dict[str, str] = field(default_factory=dict)
-    """Extra environment of every process (`MILEPOST_FAULT_SKIP_FENCE=1` in a test)."""
 
 
 @dataclass(slots=True)
@@ -243,7 +239,7 @@ def _every(store: Any) -> Iterator[Any]:
 def run(options: Options, schedule: Schedule, progress: Progress) -> Outcome:
     started = time.monotonic()
     with Installation(options.db_url, options.workdir, workers=options.workers,
-                      lease=options.lease, extra_env=options.server_env) as site:  # fmt: skip
+                      lease=options.lease) as site:  # fmt: skip
         suite = Suite(options, schedule, site, progress)
         try:
             suite.run()

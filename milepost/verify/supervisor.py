@@ -102,8 +102,7 @@ class Installation:
     """`with Installation(db_url, workdir) as site:` -> `site.url`, the tokens, and the
     processes by name (`server`, `worker-1`...)."""
 
-    def __init__(self, db_url: str, workdir: Path, *, workers: int, lease: float,
-                 extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(self, db_url: str, workdir: Path, *, workers: int, lease: float) -> None:
         self.db_url = db_url
         self.workdir = workdir
         self.port = free_port()
@@ -113,7 +112,7 @@ class Installation:
                if not k.startswith("MILEPOST_") or k.startswith(FAULTS)}  # fmt: skip
         env.update({"MILEPOST_DATABASE_URL": db_url, "MILEPOST_SECRET_KEY": new_key(),
                     "MILEPOST_LEASE_SECONDS": str(lease), "MILEPOST_LOG_LEVEL": "INFO",
-                    "PYTHONUNBUFFERED": "1", **(extra_env or {})})  # fmt: skip
+                    "PYTHONUNBUFFERED": "1"})  # fmt: skip
         self.env = env
         store = open_store(db_url)  # migrates the database
         try:
