@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,30 +18,17 @@ from typing import IO
 import httpx
 
 from milepost.api import auth
+from milepost.conformance.cluster import MILEPOST, ClusterError, free_port
 from milepost.credentials import new_key
-from milepost.errors import MilepostError
 from milepost.store.factory import open_store
 from milepost.verify.schedule import SERVER
 
-MILEPOST = str(Path(sys.executable).with_name("milepost"))
 APPROVER = "verify"
 """The user of the suite's approver token (the playbook's `approvers: [user:verify]`)."""
 
 
 FAULTS = "MILEPOST_FAULT_"
 """The prefix of the settings that inject faults (`engine/faults.py`), passed on."""
-
-
-class InstallationError(MilepostError):
-    """The installation under test could not start."""
-
-    code = "verify_start_failed"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Process:
@@ -163,12 +149,12 @@ class Installation:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not server.alive():
-                raise InstallationError(f"milepost server exited (log: {server.log})")
+                raise ClusterError(f"milepost server exited (log: {server.log})")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
                     return
             time.sleep(0.1)
-        raise InstallationError(f"milepost server did not answer on {self.url} within "
+        raise ClusterError(f"milepost server did not answer on {self.url} within "
                                 f"{timeout:g}s (log: {server.log})")  # fmt: skip
 
     def restart(self, name: str) -> None:
