@@ -48,6 +48,7 @@ def test_the_short_suite_passes(kind: str, tmp_path: Path) -> None:
     assert table["orders"] == "4" and int(table["completed"]) + int(table["failed"]) >= 4
     assert sum(int(v) for k, v in table.items() if k.startswith("faults: ")) >= 2
     assert table["zombie reports fenced"] == table.get("faults: zombie", "0")
+    assert int(table["acknowledged events"]) > 0  # the journals are not empty: checked
     assert "verify passed: seed 1 (replay: milepost verify --seed 1 --runs 4" in proc.stdout
 
 
