@@ -38,7 +38,6 @@ class Process:
         self.name, self.argv, self.env, self.log = name, argv, env, log
         self.popen: subprocess.Popen[bytes] | None = None
         self.paused = False
-        self.starts = 0
         self._out: IO[bytes] | None = None
 
     def start(self) -> None:
@@ -47,7 +46,6 @@ class Process:
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       start_new_session=True)  # fmt: skip
         self.paused = False
-        self.starts += 1
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
