@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SHARED ?= ../shared
 CONFORMANCE ?= $(SHARED)/conformance/noetl
 
-.PHONY: install demo test unit conformance bench lint clean
+.PHONY: install demo test unit conformance bench verify lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ bench: install
 	$(BIN)/milepost bench W2 1000 --variant server
 	$(BIN)/milepost bench W3 200 --variant server
 	$(BIN)/milepost bench INGEST 200
+
+# the fault suite's long version (README, "Verifying an installation"); `make test` runs
+# the short one on SQLite and PostgreSQL (tests/e2e/test_verify.py)
+verify: install
+	$(BIN)/milepost verify --runs 50 --seed 1 --duration 120
 
 lint: install
 	$(BIN)/ruff check milepost tests examples

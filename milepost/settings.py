@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     """Signs each webhook body (`X-Milepost-Signature: sha256=<HMAC-SHA256 hex>`); required
     with `approval_webhook_url`."""
 
+    fault_skip_fence: bool = False
+    """For testing `milepost verify` only: the engine takes reports of claims that are no
+    longer live (`engine/faults.py`); the suite must then fail. Never set it otherwise."""
+
     def worker_pool(self) -> str:
         """The pool a worker serves: `pool`, else the wake-up subject's `nats_pool`."""
         return self.pool or self.nats_pool

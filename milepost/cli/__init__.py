@@ -20,6 +20,7 @@ from milepost.cli import (
     runs,
     server,
     suites,
+    verify,
 )
 from milepost.cli.output import err
 from milepost.errors import MilepostError
@@ -27,7 +28,9 @@ from milepost.errors import MilepostError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-for group in (runs, executions, logs, approvals, catalog, credentials, suites, server, doctor):
+_GROUPS = (runs, executions, logs, approvals, catalog, credentials, suites, verify, server,
+           doctor)  # fmt: skip
+for group in _GROUPS:
     app.add_typer(group.app)
 
 

@@ -32,7 +32,7 @@ class ClusterError(MilepostError):
     code = "cluster_error"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -55,7 +55,7 @@ class LocalCluster:
         self.workers = workers
         self.concurrency = concurrency
         self.startup_timeout = startup_timeout
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = ""
         self.worker_token = ""

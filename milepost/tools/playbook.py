@@ -62,6 +62,8 @@ class PlaybookTool:
         except TimeoutError:
             return base.failure("timeout", f"child playbook {path!r} did not finish within "
                                 f"{timeout:g}s", retryable=True)  # fmt: skip
+        except ConnectionError as exc:  # the host could not reach the server to start it
+            return base.failure("connection", f"child playbook {path!r}: {exc}", retryable=True)
         except Exception as exc:  # the host could not start it: unknown path, invalid playbook
             return base.failure("playbook", f"child playbook {path!r}: {exc}")
         summary = {"execution_id": child.execution_id, "status": child.status}

@@ -9,10 +9,21 @@ command (`ParentClaim`): a `worker` token may start, watch and cancel only such 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
-from milepost.client import AsyncMilepostClient, ParentClaim, WaitTimeout
+from milepost.client import (
+    AsyncMilepostClient,
+    ParentClaim,
+    ServerRefused,
+    ServerUnavailable,
+    WaitTimeout,
+)
 from milepost.tools.playbook import ChildRun, Parent
+
+UNAVAILABLE_FIRST = 0.1
+UNAVAILABLE_MAX = 2.0
+"""The back-off of a wait while the server does not answer (seconds)."""
 
 
 class ServerChildren:
@@ -24,10 +35,14 @@ class ServerChildren:
     async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
                         timeout: float) -> ChildRun:  # fmt: skip
         claim = ParentClaim(parent.command_id, parent.epoch)
-        xid = await self.client.execute(path, workload, parent_execution_id=parent.execution_id,
-                                        claim=claim)  # fmt: skip
         try:
-            status = await self.client.wait(xid, timeout=timeout, claim=claim)  # the final reply
+            xid = await self.client.execute(path, workload,
+                                            parent_execution_id=parent.execution_id,
+                                            claim=claim)  # fmt: skip
+        except ServerUnavailable as exc:  # kind `connection`: `spec.retry` may try again
+            raise ConnectionError(str(exc)) from None
+        try:
+            status = await self._wait(xid, timeout, claim)  # the final reply
         except WaitTimeout:
             await self._cancel(xid, claim)
             raise TimeoutError(f"child {xid} still running after {timeout:g}s") from None
@@ -38,6 +53,24 @@ class ServerChildren:
         completed = tuple(name for name, s in steps.items() if s.get("status") == "COMPLETED")
         results = {name: steps[name].get("result") for name in completed}
         return ChildRun(str(xid), str(status["status"]), status.get("error"), results, completed)
+
+    async def _wait(self, xid: str, timeout: float, claim: ParentClaim) -> dict[str, Any]:
+        """The child's final status. A server that does not answer for a while (restarted,
+        paused: the child runs on meanwhile) is waited out until `timeout`, instead of
+        failing the parent's step for a lost connection."""
+        deadline = time.monotonic() + timeout
+        delay = UNAVAILABLE_FIRST
+        while True:
+            try:
+                return await self.client.wait(xid, timeout=max(deadline - time.monotonic(), 0.0),
+                                              claim=claim)  # fmt: skip
+            except (ServerUnavailable, ServerRefused) as exc:
+                if isinstance(exc, ServerRefused) and not exc.transient:
+                    raise
+                if time.monotonic() + delay >= deadline:
+                    raise WaitTimeout(f"child {xid}: the server did not answer ({exc})") from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, UNAVAILABLE_MAX)
 
     async def _cancel(self, xid: str, claim: ParentClaim) -> None:
         try:

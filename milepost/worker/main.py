@@ -26,19 +26,22 @@ CREDENTIAL_FETCH_TIMEOUT = 5.0
 """A credential not foreseen is fetched blocking the loop: keep that short."""
 
 
-async def run_worker(settings: Settings | None = None, *, handle_signals: bool = False) -> None:
+async def run_worker(settings: Settings | None = None, *, handle_signals: bool = False,
+                     channel: Callable[[AsyncMilepostClient], ChannelClient] = ChannelClient,
+                     ) -> None:  # fmt: skip
     """Run a worker against `settings.server_url` until stopped (SIGTERM/SIGINT with
     `handle_signals`: the first stops gracefully, the second ends the grace period).
 
     The settings used: server_url and token (else the client's own defaults), concurrency,
     pool, worker_id, nats_url (None: poll only), lease_seconds, grace_seconds,
-    python_workers, machine_id.
+    python_workers, machine_id. `channel` carries the reports (`milepost verify` wraps it
+    to note what the server said it stored).
     """
     settings = settings or Settings()
     telemetry.from_settings(settings, service="milepost-worker")
     server, token = settings.server_url, settings.token
     async with AsyncMilepostClient(server, token) as client:
-        reports = ChannelClient(client)  # reports over the worker channel, the rest over HTTP
+        reports = channel(client)  # reports over the worker channel, the rest over HTTP
         blocking = MilepostClient(server, token, timeout=CREDENTIAL_FETCH_TIMEOUT)
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
         tools = ToolRuntime(python_workers=settings.python_workers, credentials=credentials,
@@ -116,6 +119,7 @@ def worker_main(
     grace_seconds: float | None = None,
     python_workers: int | None = None,
     log_level: str | None = None,
+    channel: Callable[[AsyncMilepostClient], ChannelClient] = ChannelClient,
 ) -> int:
     """The blocking entry of `milepost worker`; returns the exit code (0 after a clean stop).
 
@@ -138,7 +142,7 @@ def worker_main(
         logging.getLogger().setLevel(level)
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(run_worker(settings, handle_signals=True))
+        runner.run(run_worker(settings, handle_signals=True, channel=channel))
     return 0
 
 

@@ -38,6 +38,8 @@ TIERS: list[tuple[str, ...]] = [
     # entry points, each may use the ones before it
     ("milepost.conformance",),
     ("milepost.bench",),
+    # the fault suite: an installation of server and workers under faults
+    ("milepost.verify",),
     ("milepost.cli",),
 ]
 """Lowest first. A unit is a module or package; a module belongs to its longest unit."""

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from milepost.client import AsyncMilepostClient, ServerRefused
-from milepost.tools.playbook import Parent
+from milepost.tools.base import ToolCall
+from milepost.tools.playbook import ChildRun, Parent, PlaybookTool
 from milepost.worker.children import ServerChildren
 from tests.worker.test_client import URL, Recorder
 
@@ -67,3 +68,41 @@ def test_a_child_whose_wait_is_refused_is_cancelled_and_the_error_raised() -> No
     cancel = rec.requests[-1]
     assert cancel.url.path == "/api/executions/7/cancel"
     assert dict(cancel.url.params) == PROOF
+
+
+def test_a_server_that_drops_the_wait_for_a_while_is_waited_out() -> None:
+    calls = {"n": 0}
+
+    def status(request: httpx.Request) -> dict[str, object]:
+        calls["n"] += 1
+        if calls["n"] <= 2:  # killed and restarted meanwhile: the child runs on
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return {"execution_id": "7", "status": "COMPLETED", "steps": {}}
+
+    rec = Recorder({
+        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+        ("GET", "/api/executions/7/status"): status,
+    })  # fmt: skip
+    run(rec, timeout=30)  # the parent's step was failed for a lost connection
+    assert calls["n"] == 3
+    assert all(r.url.path != "/api/executions/7/cancel" for r in rec.requests)
+
+
+def test_a_child_the_server_could_not_be_reached_to_start_is_a_connection_error() -> None:
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    with pytest.raises(ConnectionError):
+        run(Recorder({("POST", "/api/execute"): down}), timeout=5)
+
+
+def test_the_playbook_tool_fails_a_start_that_could_not_reach_the_server_retryably() -> None:
+    class Unreachable:
+        async def run_child(self, path: str, workload: dict[str, object], *, parent: Parent,
+                            timeout: float) -> ChildRun:  # fmt: skip
+            raise ConnectionError("the server could not be reached")
+
+    call = ToolCall("playbook", {"path": "tests/child"}, {}, {}, "key")
+    result = asyncio.run(PlaybookTool(Unreachable()).run(call))
+    assert result.error is not None
+    assert (result.error.kind, result.error.retryable) == ("connection", True)
