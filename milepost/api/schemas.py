@@ -21,6 +21,7 @@ from milepost.api.checks import (
     WireId,
     WireTime,
 )
+from milepost.api.schemas_workers import WorkerIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
@@ -408,6 +409,8 @@ class MachineIdIn(StrictIn):
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
                                    description="The id held now, to renew; left out to "
                                    "lease a new one.")  # fmt: skip
+    worker: WorkerIn | None = Field(default=None, description="The worker's check-in "
+                                    "(the workers registry, `GET /api/workers`).")  # fmt: skip
 
 
 class MachineIdOut(BaseModel):

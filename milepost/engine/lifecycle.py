@@ -30,7 +30,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, notify, reporting, worker_pools
+from milepost.engine import approvals, notify, reporting, worker_pools, workers
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
@@ -252,13 +252,15 @@ class Lifecycle:
         """The pools with queued commands (of one run, else of all) and no live worker."""
         return worker_pools.missing(self.store, self.clock(), execution_id)
 
-    def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
-        """A machine id for `holder` (a worker): `held` renewed while it is still its, else
-        a new one. Returns (id, renewed)."""
-        now = self.clock()
-        if held is not None and self.store.renew_machine_id(held, holder, now, ttl):
-            return held, True
-        return self.store.lease_machine_id(holder, now, ttl), False
+    def check_in(self, who: workers.CheckIn, holder: str, held: int | None) -> tuple[int, bool]:
+        """A worker's machine id (`held` renewed while still `holder`'s, else a new one:
+        (id, renewed)) and its registry row seen now (`engine.workers`)."""
+        return workers.lease_machine_id(self.store, self.clock(), who, holder, held)
+
+    def workers(self, *, pool: str | None = None,
+                status: str | None = None) -> list[workers.Worker]:  # fmt: skip
+        """The workers registry (live or lost, with the commands each holds)."""
+        return workers.workers(self.store, self.clock(), pool=pool, status_=status)
 
     # -- claims ----------------------------------------------------------------------------
 
