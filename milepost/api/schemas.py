@@ -411,6 +411,8 @@ class MachineIdIn(StrictIn):
                                    "lease a new one.")  # fmt: skip
     worker: WorkerIn | None = Field(default=None, description="The worker's check-in "
                                     "(the workers registry, `GET /api/workers`).")  # fmt: skip
+    release: bool = Field(default=False, description="A clean stop: `machine_id` is given "
+                          "back and the worker leaves the registry.")  # fmt: skip
 
 
 class MachineIdOut(BaseModel):

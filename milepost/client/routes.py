@@ -154,8 +154,10 @@ def heartbeat(event_id: int | str, worker_id: str, epoch: int,
 
 
 def machine_id(worker_id: str, machine_id: int | None, pool: str | None = None,
-               worker: dict[str, Any] | None = None) -> Call:  # fmt: skip
+               worker: dict[str, Any] | None = None, release: bool = False) -> Call:  # fmt: skip
     body: dict[str, Any] = {"worker_id": worker_id}
+    if release:
+        body["release"] = True
     if machine_id is not None:
         body["machine_id"] = machine_id
     if pool is not None and pool != "default":  # a server older than pools takes the rest

@@ -257,6 +257,10 @@ class Lifecycle:
         (id, renewed)) and its registry row seen now (`engine.workers`)."""
         return workers.lease_machine_id(self.store, self.clock(), who, holder, held)
 
+    def check_out(self, who: workers.CheckIn, holder: str, held: int | None) -> None:
+        """A worker's clean stop: its machine id given back, its registry row removed."""
+        workers.check_out(self.store, who, holder, held)
+
     def workers(self, *, pool: str | None = None,
                 status: str | None = None) -> list[workers.Worker]:  # fmt: skip
         """The workers registry (live or lost, with the commands each holds)."""

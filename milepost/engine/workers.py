@@ -98,6 +98,16 @@ def lease_machine_id(store: port.Store, now: float, who: CheckIn, holder: str,
     return leased, renewed
 
 
+def check_out(store: port.Store, who: CheckIn, holder: str, held: int | None) -> None:
+    """A clean stop: the machine id `held` given back (while still `holder`'s) and the row
+    removed, so a worker that stopped is not reported lost."""
+    if held is not None:
+        store.release_machine_id(held, holder)
+    if store.forget_workers(worker_key=who.worker_key):
+        log.info("worker %s stopped", who.name,
+                 extra={"action": "worker_stopped", "worker_id": who.name})  # fmt: skip
+
+
 def status(row: port.WorkerRow, now: float) -> str:
     return LIVE if row.live(now) else LOST
 
@@ -127,7 +137,7 @@ def notice_lost(store: port.Store, now: float) -> list[port.WorkerRow]:
     """Mark and log the workers that stopped checking in; forget those lost long ago."""
     lost = store.mark_lost_workers(now)
     for row in lost:
-        log.warning("worker %s lost: not seen for %gs (pool %s, %s pid %s); its commands "
+        log.warning("worker %s lost: not seen for %.1fs (pool %s, %s pid %s); its commands "
                     "recover as their leases expire", row.name, now - row.last_seen, row.pool,
                     row.host, row.pid, extra={"action": "worker_lost", "worker_id": row.name})  # fmt: skip
     store.forget_workers(seen_before=now - FORGET_AFTER)

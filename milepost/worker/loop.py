@@ -77,7 +77,8 @@ class WorkerClient(Protocol):
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
                          pool: str | None = None,
-                         worker: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
 
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -212,6 +213,7 @@ class Worker:
                         task.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await task
+                await self.ids.release()  # a clean stop: not reported lost
         self.token.raise_refused()
 
     # -- claiming --------------------------------------------------------------------------

@@ -4,6 +4,7 @@ collided between workers, silently)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -20,6 +21,9 @@ from milepost.worker import token
 from milepost.worker.clock import Clock
 
 log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT = 5.0
+"""Seconds a stopping worker waits to give its machine id back."""
 
 
 class MachineIdRefused(MilepostError):
@@ -54,7 +58,8 @@ def machine_id(settings: Settings | None = None) -> int | None:
 class MachineIdServer(Protocol):
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
                          pool: str | None = None,
-                         worker: dict[str, Any] | None = None) -> dict[str, Any]: ...  # fmt: skip
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
 
 
 class MachineIds:
@@ -147,6 +152,21 @@ class MachineIds:
         reply = await self.server.machine_id(self.holder, self._leased, pool=self.pool,
                                              worker=self.check_in)  # fmt: skip
         self._use(reply, (asked + self.clock.time()) / 2)
+
+    async def release(self) -> None:
+        """Give the leased id back and leave the registry (best effort, a few seconds:
+        else the server counts the worker lost after its ttl, and the id lapses)."""
+        if self._leased is None:
+            return
+        try:
+            await asyncio.wait_for(self.server.machine_id(
+                self.holder, self._leased, pool=self.pool, worker=self.check_in,
+                release=True), RELEASE_TIMEOUT)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - stopping anyway
+            level = logging.DEBUG if token.refused(exc) else logging.WARNING  # said already
+            log.log(level, "could not give the machine id back: %s: %s", type(exc).__name__,
+                    exc, extra={"action": "machine_id_release_failed"})  # fmt: skip
+        self._leased = None
 
     def _use(self, reply: Mapping[str, Any], local_now: float) -> None:
         leased = int(reply["machine_id"])

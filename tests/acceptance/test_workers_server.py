@@ -1,8 +1,9 @@
 """The workers registry on a cluster (`milepost server` + worker processes), SQLite and
 PostgreSQL: a worker is listed as it starts (`GET /api/workers`, `milepost workers
 --server`) with the command it runs; SIGKILLed, it is marked lost (the server says so
-once) while its command recovers through its lease on another worker. A worker whose
-token the server refuses exits 2 naming MILEPOST_TOKEN instead of retrying."""
+once) while its command recovers through its lease on another worker; SIGTERMed, it leaves
+the registry. A worker whose token the server refuses exits 2 naming MILEPOST_TOKEN
+instead of retrying."""
 
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def test_a_killed_worker_is_marked_lost_while_its_command_recovers(
     assert final["worker-2"]["status"] == "live"
     assert list(listed(cluster, status="live")) == ["worker-2"]
     assert server_says(cluster, "worker worker-1 lost") == 1  # said once
+    assert cluster.workers[1].stop() == 0  # SIGTERM: a clean stop leaves the registry
+    assert list(listed(cluster)) == ["worker-1"]  # and never lost
 
 
 def server_says(cluster: Cluster, text: str) -> int:

@@ -120,3 +120,14 @@ def test_a_worker_that_stops_checking_in_is_lost_said_once_and_its_command_recov
     clock.advance(workers.FORGET_AFTER)
     reconciler.tick(clock.advance(1))
     assert listed(fake) == {}  # lost for a day: forgotten
+
+
+def test_a_released_check_in_gives_the_id_back_and_leaves_the_registry(api: Api) -> None:
+    leased = check_in(api, "w1/ab", name="w1")
+    assert list(listed(api)) == ["w1"]
+    body = {"worker_id": "w1/ab", "machine_id": leased["machine_id"], "release": True,
+            "worker": {"name": "w1"}}  # fmt: skip
+    ok(api.post("/api/workers/machine-id", body, role="worker"))
+    assert listed(api) == {}
+    # the id is free again: the next worker gets it
+    assert check_in(api, "w2/cd", name="w2")["machine_id"] == leased["machine_id"]

@@ -183,6 +183,8 @@ class FakeClient:
         self.machine_id_pools: list[str | None] = []
         """The pool each `machine_id` call named."""
         self.check_ins: list[dict[str, Any] | None] = []
+        self.machine_id_releases: list[int | None] = []
+        """The machine id each release (a clean stop) gave back."""
         """The `worker` (its check-in in the registry) each `machine_id` call sent."""
         self.machine_ids_lost: set[int] = set()
         """Ids whose lease the next renewal finds taken by another process."""
@@ -214,7 +216,11 @@ class FakeClient:
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
                          pool: str | None = None,
-                         worker: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]:  # fmt: skip
+        if release:
+            self.machine_id_releases.append(machine_id)
+            return {"machine_id": machine_id, "expires_at": None, "renewed": False}
         self.machine_id_calls.append(machine_id)
         self.check_ins.append(worker)
         self.machine_id_pools.append(pool)

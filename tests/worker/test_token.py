@@ -138,3 +138,19 @@ def test_each_lease_and_renewal_checks_the_worker_in(monkeypatch: pytest.MonkeyP
         assert worker.ids.every == LEASE / 3  # lost after its lease: checked in thrice in one
 
     run(scenario)
+
+
+def test_a_clean_stop_gives_the_machine_id_back_and_leaves_the_registry(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
+
+    async def scenario() -> None:
+        client = FakeClient()
+        worker, _ = _leasing(client)
+        task = asyncio.create_task(worker.run())
+        await wait_for_async(lambda: client.machine_id_calls == [None])
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+        assert client.machine_id_releases == [7]
+
+    run(scenario)

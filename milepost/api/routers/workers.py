@@ -49,7 +49,11 @@ def machine_id(body: schemas.MachineIdIn, engine: EngineDep,
     now = engine.clock()
     who = (body.worker or schemas_workers.WorkerIn()).check_in(body.worker_id, body.pool)
     # the holder names the worker's pool, for people reading `machine_lease`
-    leased, renewed = engine.check_in(who, worker_pools.holder(body.worker_id, body.pool),
-                                      body.machine_id)  # fmt: skip
+    holder = worker_pools.holder(body.worker_id, body.pool)
+    if body.release:
+        engine.check_out(who, holder, body.machine_id)
+        return schemas.MachineIdOut(machine_id=body.machine_id or 0, expires_at=now,
+                                    renewed=False)  # fmt: skip
+    leased, renewed = engine.check_in(who, holder, body.machine_id)
     return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S,
                                 renewed=renewed)  # fmt: skip
