@@ -13,10 +13,9 @@ from rich.table import Table
 
 from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
 from milepost.cli.output import fail, out, remote
+from milepost.engine import workers as registry
 
 app = typer.Typer()
-
-STATUSES = ("live", "lost")
 
 
 @app.command("workers")
@@ -32,7 +31,7 @@ def workers(
     the commands each runs now."""
     from milepost.playbook import pools
 
-    if status is not None and status not in STATUSES:
+    if status is not None and status not in registry.STATUSES:
         raise fail(f"--status {status!r}: use live or lost")
     if pool is not None and not pools.valid(pool):
         raise fail(f"--pool {pool!r}: a pool is a name of letters, digits and - _ . (1 to 100)")
@@ -54,7 +53,6 @@ def workers(
 
 def _local(db: str | None, pool: str | None, status: str | None) -> list[dict[str, Any]]:
     from milepost.api import schemas_workers  # the server's wire shape: --json reads the same
-    from milepost.engine import workers as registry
 
     with opened(db) as store:
         found = registry.workers(store, time.time(), pool=pool, status_=status)

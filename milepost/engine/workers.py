@@ -134,11 +134,15 @@ def live_pools(store: port.Store, now: float) -> set[str]:
 
 
 def notice_lost(store: port.Store, now: float) -> list[port.WorkerRow]:
-    """Mark and log the workers that stopped checking in; forget those lost long ago."""
-    lost = store.mark_lost_workers(now)
+    """Mark and log the workers that stopped checking in; forget those lost long ago. One
+    read a tick: the writes only when there is something to write."""
+    rows = store.list_workers()
+    lost = (store.mark_lost_workers(now)
+            if any(r.lost_at is None and not r.live(now) for r in rows) else [])  # fmt: skip
     for row in lost:
         log.warning("worker %s lost: not seen for %.1fs (pool %s, %s pid %s); its commands "
                     "recover as their leases expire", row.name, now - row.last_seen, row.pool,
                     row.host, row.pid, extra={"action": "worker_lost", "worker_id": row.name})  # fmt: skip
-    store.forget_workers(seen_before=now - FORGET_AFTER)
+    if any(r.last_seen < now - FORGET_AFTER for r in rows):
+        store.forget_workers(seen_before=now - FORGET_AFTER)
     return lost

@@ -200,7 +200,7 @@ class Worker:
         renewer = None
         if self.ids.needs_lease:
             await self.ids.lease(lambda: self._stopping)
-            renewer = asyncio.create_task(self.ids.renew_forever(self.token))
+            renewer = asyncio.create_task(self.ids.renew_forever(self.token), name="machine-id")
         reporter = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
             await self._claim_loop()
