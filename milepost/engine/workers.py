@@ -128,6 +128,15 @@ def workers(store: port.Store, now: float, *, pool: str | None = None,
     return [Worker(r, s, tuple(held.get(r.name, ()))) for r, s in shown]
 
 
+def counts(store: port.Store, now: float) -> dict[tuple[str, str], int]:
+    """(pool, status) -> workers (the metric `milepost_workers`)."""
+    found: dict[tuple[str, str], int] = {}
+    for row in store.list_workers():
+        key = (row.pool, status(row, now))
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
 def live_pools(store: port.Store, now: float) -> set[str]:
     """The pools a live `milepost worker` serves (embedded workers serve only their runs)."""
     return {r.pool for r in store.list_workers() if r.kind == WORKER and r.live(now)}

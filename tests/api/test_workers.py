@@ -12,6 +12,7 @@ import pytest
 from milepost.engine import workers
 from tests.api.support import HELLO, Api, error, ok, playbook, start_server
 from tests.api.test_reconciler import FakeClock
+from tests.shared import metric_sample
 
 GPU = playbook("tests/gpu", """
 workflow:
@@ -42,6 +43,12 @@ def check_in(api: Api, key: str, machine_id: int | None = None, *, pool: str = "
 
 def listed(api: Api, query: str = "", role: str = "viewer") -> dict[str, dict[str, Any]]:
     return {w["name"]: w for w in ok(api.get(f"/api/workers{query}", role=role))["items"]}
+
+
+def workers_metric(api: Api, pool: str, status: str) -> float:
+    reply = api.get("/metrics")
+    assert reply.status_code == 200, reply.text
+    return metric_sample(reply.text, "milepost_workers", pool=pool, status=status)
 
 
 def test_a_check_in_lists_the_worker_with_what_it_runs(fake: Api, clock: FakeClock) -> None:
@@ -111,15 +118,18 @@ def test_a_worker_that_stops_checking_in_is_lost_said_once_and_its_command_recov
     assert reconciler.tick(clock.advance(1)).lost_workers == []  # said once
     gone = listed(fake)["gone"]
     assert gone["status"] == "lost" and gone["lost_at"] is not None
+    assert workers_metric(fake, "gpu", "lost") == 1.0 and workers_metric(fake, "gpu", "live") == 0
     assert gone["running"] == []  # re-issued: queued for another gpu worker
     assert fake.status(xid)["no_live_worker"][0]["pool"] == "gpu"
     check_in(fake, "new/1", name="new", pool="gpu", ttl=5.0)
     again = fake.claim_one("new", pool="gpu")
     assert again["step"] == "train" and again["command_id"] != command["command_id"]
     assert listed(fake, "?status=live")["new"]["running"][0]["step"] == "train"
+    assert workers_metric(fake, "gpu", "live") == 1.0
     clock.advance(workers.FORGET_AFTER)
     reconciler.tick(clock.advance(1))
     assert listed(fake) == {}  # lost for a day: forgotten
+    assert workers_metric(fake, "gpu", "lost") == 0.0  # the series stays, at 0
 
 
 def test_a_released_check_in_gives_the_id_back_and_leaves_the_registry(api: Api) -> None:
