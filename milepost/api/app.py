@@ -45,6 +45,7 @@ from milepost.api.routers import (
 )
 from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify, webhooks, worker_pools
+from milepost.engine import workers as registry
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LeasedIds, holder_name, renew_forever
 from milepost.engine.orchestrator import Orchestrator
@@ -156,6 +157,7 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
         app_metrics.watch_missing_workers(
             lambda: worker_pools.counts(engine.missing_workers()))  # fmt: skip
+        app_metrics.watch_workers(lambda: registry.counts(store, clock()))
     except BaseException:
         if notifier is not None:
             notifier.close(grace=0)

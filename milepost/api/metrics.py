@@ -76,6 +76,10 @@ class Metrics:
         """`milepost_commands_without_worker{pool}` at each scrape (`engine.worker_pools`)."""
         self.registry.register(CommandsWithoutWorker(counts))
 
+    def watch_workers(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
+        """`milepost_workers{pool,status}` at each scrape (`engine.workers`)."""
+        self.registry.register(Workers(counts))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -127,6 +131,31 @@ class CommandsWithoutWorker(Collector):
         self.seen.update(counts)
         for pool in sorted(self.seen):
             family.add_metric([pool], float(counts.get(pool, 0)))
+        yield family
+
+
+class Workers(Collector):
+    """The workers of the registry by pool and status, read at each scrape; `live` and
+    `lost` of a pool once seen stay, at 0, so an alert on lost workers resolves."""
+
+    NAME = "milepost_workers"
+    HELP = ("Workers of the registry by pool and status (lost: not seen for their ttl; "
+            "`milepost workers`; read at scrape time).")  # fmt: skip
+
+    def __init__(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
+        self.counts = counts
+        self.seen: set[str] = {"default"}
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["pool", "status"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["pool", "status"])
+        counts = self.counts()
+        self.seen.update(pool for pool, _ in counts)
+        for pool in sorted(self.seen):
+            for status in ("live", "lost"):
+                family.add_metric([pool, status], float(counts.get((pool, status), 0)))
         yield family
 
 

@@ -22,6 +22,7 @@ from milepost.api.checks import (
     WireTime,
 )
 from milepost.api.schemas_logs import LogIn
+from milepost.api.schemas_workers import WorkerIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
@@ -411,6 +412,10 @@ class MachineIdIn(StrictIn):
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
                                    description="The id held now, to renew; left out to "
                                    "lease a new one.")  # fmt: skip
+    worker: WorkerIn | None = Field(default=None, description="The worker's check-in "
+                                    "(the workers registry, `GET /api/workers`).")  # fmt: skip
+    release: bool = Field(default=False, description="A clean stop: `machine_id` is given "
+                          "back and the worker leaves the registry.")  # fmt: skip
 
 
 class MachineIdOut(BaseModel):

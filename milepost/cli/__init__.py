@@ -21,6 +21,7 @@ from milepost.cli import (
     server,
     suites,
     verify,
+    workers,
 )
 from milepost.cli.output import err
 from milepost.errors import MilepostError
@@ -29,7 +30,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
 _GROUPS = (runs, executions, logs, approvals, catalog, credentials, suites, verify, server,
-           doctor)  # fmt: skip
+           doctor, workers)  # fmt: skip
 for group in _GROUPS:
     app.add_typer(group.app)
 

@@ -156,11 +156,16 @@ class AsyncMilepostClient:
         return result
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
+                         pool: str | None = None,
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]:  # fmt: skip
         """Lease a machine id for this worker's event ids, or renew `machine_id`:
         `{machine_id, expires_at, renewed}` (a new id when the one held was lost). `pool`:
-        the pool the worker serves, live while the lease is (DSL 10.6)."""
-        result: dict[str, Any] = await self._do(routes.machine_id(worker_id, machine_id, pool))
+        the pool the worker serves (DSL 10.6); `worker`: its check-in in the workers
+        registry (name, host, pid, version, ttl); `release`: a clean stop, the id given
+        back and the worker out of the registry."""
+        result: dict[str, Any] = await self._do(routes.machine_id(worker_id, machine_id, pool,
+                                                                  worker, release))  # fmt: skip
         return result
 
     async def post_events(self, events: list[dict[str, Any]],

@@ -164,13 +164,23 @@ def heartbeat(event_id: int | str, worker_id: str, epoch: int,
     return Call("POST", f"/api/commands/{key(event_id)}/heartbeat", body)
 
 
-def machine_id(worker_id: str, machine_id: int | None, pool: str | None = None) -> Call:
+def machine_id(worker_id: str, machine_id: int | None, pool: str | None = None,
+               worker: dict[str, Any] | None = None, release: bool = False) -> Call:  # fmt: skip
     body: dict[str, Any] = {"worker_id": worker_id}
+    if release:
+        body["release"] = True
     if machine_id is not None:
         body["machine_id"] = machine_id
     if pool is not None and pool != "default":  # a server older than pools takes the rest
         body["pool"] = pool
+    if worker is not None:
+        body["worker"] = worker
     return Call("POST", "/api/workers/machine-id", body)
+
+
+def workers(pool: str | None, status: str | None) -> Call:
+    params = {k: v for k, v in (("pool", pool), ("status", status)) if v is not None}
+    return Call("GET", "/api/workers", params=params)
 
 
 def release(event_id: int | str, worker_id: str, epoch: int) -> Call:

@@ -132,6 +132,11 @@ class MilepostClient:
             if pause > 0:
                 time.sleep(pause)
 
+    def workers(self, *, pool: str | None = None, status: str | None = None) -> dict[str, Any]:
+        """The workers registry: `{items: [{name, pools, host, pid, status, running, ...}]}`."""
+        result: dict[str, Any] = self._do(routes.workers(pool, status))
+        return result
+
     def approvals(self, *, status: str | None = None,
                   execution_id: int | str | None = None, approver: str | None = None,
                   risk: str | None = None, limit: int = 100,

@@ -1,7 +1,7 @@
 """The diagnosis of a run on the engine service (`milepost doctor`, `GET
 /api/executions/{id}/diagnosis`): the verdict is the core's (`core.diagnosis`), given the
 fold and what the store knows beside it: the command table (who holds each command, until
-when), the pools with a live worker (machine-id leases, `engine.worker_pools`), the run's
+when), the pools with a live worker (the workers registry, `engine.workers`), the run's
 driver lease (`engine.drivers`), the time of its last event (the stall window's clock)
 and its running children.
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
 from milepost.engine import cancel as cancelling
-from milepost.engine import drivers, summaries, worker_pools
+from milepost.engine import drivers, summaries, workers
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
 from milepost.store import port
@@ -69,7 +69,7 @@ def gather(store: port.Store, state: st.ExecutionState, playbook: model.Playbook
     if playbook.executor.stall_after is not None:  # only a stall window reads the clock
         last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
         last_at = last[-1].created_at if last else None
-    return dg.Facts(now, commands, frozenset(worker_pools.live_pools(store.machine_holders(now))),
+    return dg.Facts(now, commands, frozenset(workers.live_pools(store, now)),
                     driver, last_at, _children(store, state, playbook))  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.credentials import Vault
+from milepost.engine import workers as registry
 from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.inprocess import InProcessWorkers
@@ -105,6 +106,11 @@ class EmbeddedEngine:
             self.service, claimant=f"{worker_id}:{self.holder}", reporter=worker_id,
             lease_s=lease_s, concurrency=0, credentials=self._credentials,
             holds=self.drivers.holds, report=self._report, log_cap=log_cap)  # fmt: skip
+        # in the workers registry as one worker (`milepost workers`), checked in on the
+        # driver keeper's beat: it outlives both that beat and a claim's lease
+        self.registered = registry.this_process(
+            self.workers.claimant, self.workers.claimant, kind=registry.EMBEDDED,
+            ttl=max(lease_s, driver_ttl))  # fmt: skip
         self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
         self._printed: dict[int, Sequence[Captured]] = {}
         """What the attempts of the queued reports printed, by report event id."""
@@ -129,6 +135,7 @@ class EmbeddedEngine:
             self._tools = ToolRuntime(python_workers=self._python_workers,
                                       credentials=self._credentials, children=self)
         self.workers.tools = self._tools
+        registry.check_in(self.store, self.service.clock(), self.registered)
         if self.webhook is not None:
             self.webhook.start()
         self._tasks = [self.workers.spawn(f"worker-{i}") for i in range(self.concurrency)]
@@ -157,6 +164,8 @@ class EmbeddedEngine:
             await asyncio.to_thread(self.webhook.close)
         if self._leased is not None:
             self._leased.release()
+        with contextlib.suppress(Exception):  # a locked file: the row is lost after its ttl
+            self.store.forget_workers(worker_key=self.registered.worker_key)
 
     def subscribe(self, listener: EventListener) -> None:
         """Call `listener` with every event of the log of each run this engine drives, in
@@ -329,6 +338,7 @@ class EmbeddedEngine:
             await asyncio.sleep(self.drivers.ttl / 3)
             try:
                 self.drivers.tend(self._active)
+                registry.check_in(self.store, self.service.clock(), self.registered)
             except Exception:  # a store hiccup: the next tick (or `holds`) tries again
                 log.exception("driver lease renewal failed")
 

@@ -30,14 +30,15 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, attempt_logs, diagnosis, notify, reporting, worker_pools
+from milepost.engine import approvals, attempt_logs, diagnosis, notify, reporting
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
-from milepost.engine.errors import AlreadyTerminal, command_not_found
+from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
+from milepost.engine.store_reads import StoreReads
 from milepost.engine.tracing import RunSpans
 from milepost.engine.usage_meter import UsageMeter
 from milepost.engine.watchers import Watchers
@@ -60,7 +61,7 @@ T = TypeVar("T")
 Reported = reporting.Reported
 
 
-class Lifecycle:
+class Lifecycle(StoreReads):
     def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
                  publisher: notify.Publisher | None = None, meters: Meters | None = None,
                  requeue_after: float = REQUEUE_AFTER, exclusive: bool = False,
@@ -208,66 +209,9 @@ class Lifecycle:
             st.fold(cached, newer)
         return cached
 
-    def execution(self, execution_id: int, what: str = "execution") -> port.ExecutionRow:
-        """The execution's projection row; ExecutionNotFound (`what` names it: "parent
-        execution") when there is none."""
-        row = self.store.get_execution(execution_id)
-        if row is None:
-            raise ExecutionNotFound(f"no {what} {execution_id}", execution_id=str(execution_id))
-        return row
-
-    def ended(self, execution_id: int) -> bool:
-        """The projection's status (one row, no lock): cheap enough to poll."""
-        row = self.store.get_execution(execution_id)
-        return row is None or row.status in st.TERMINAL
-
-    def executions(self, *, status: str | None, path: str | None, limit: int,
-                   offset: int) -> list[port.ExecutionRow]:  # fmt: skip
-        return self.store.list_executions(status=status, path=path, limit=limit, offset=offset)
-
-    def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
-        """Usage summed per playbook path, provider and model."""
-        return self.store.playbook_usage(path)
-
-    def logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
-             limit: int = port.LOG_PAGE) -> list[port.LogRow]:
-        """What its attempts printed, past the cursor `after` (`engine.attempt_logs`)."""
-        return self.store.attempt_logs(execution_id, step=step, after=after, limit=limit)
-
-    def events(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
-        return self.store.load(execution_id, after_seq=after_seq)
-
-    def command(self, command_id: int) -> port.CommandRow:
-        row = self.store.get_command(command_id)
-        if row is None:
-            raise command_not_found(command_id)
-        return row
-
-    def result(self, uri: str) -> bytes:
-        """A stored result (`milepost://results/...`), as the result store keeps it."""
-        return self.store.get_blob(uri)
-
-    def catalog_entry(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
-        return self.store.get_playbook(path, version)
-
-    def catalog_entries(self) -> list[port.CatalogEntry]:
-        return self.store.list_playbooks()
-
-    def missing_workers(self, execution_id: int | None = None) -> list[worker_pools.Missing]:
-        """The pools with queued commands (of one run, else of all) and no live worker."""
-        return worker_pools.missing(self.store, self.clock(), execution_id)
-
     def diagnosis(self, execution_id: int) -> dict[str, Any]:
         """Why the run is not moving, or why it ended (`engine.diagnosis`)."""
         return diagnosis.of(self, execution_id)
-
-    def lease_machine_id(self, holder: str, held: int | None, ttl: float) -> tuple[int, bool]:
-        """A machine id for `holder` (a worker): `held` renewed while it is still its, else
-        a new one. Returns (id, renewed)."""
-        now = self.clock()
-        if held is not None and self.store.renew_machine_id(held, holder, now, ttl):
-            return held, True
-        return self.store.lease_machine_id(holder, now, ttl), False
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -421,16 +365,6 @@ class Lifecycle:
         """Record a vote (`approve`/`deny`) and what it decides, in one transaction; the
         refusals of `core.approvals` (not an approver, self-approval, closed, voted)."""
         return approvals.decide(self, approval_id, voter, decision, reason)
-
-    def approval(self, approval_id: int) -> port.ApprovalRow:
-        return approvals.approval(self.store, approval_id)
-
-    def approvals(self, *, status: str | None = None, execution_id: int | None = None,
-                  approver: str | None = None, risk: str | None = None, limit: int = 100,
-                  after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
-        return self.store.list_approvals(status=status, execution_id=execution_id,
-                                         approver=approver, risk=risk, limit=limit,
-                                         after=after)  # fmt: skip
 
     # -- on a clock ------------------------------------------------------------------------
 

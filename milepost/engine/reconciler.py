@@ -13,6 +13,7 @@ reconciler"):
      the fold counts the attempt as lost and decide issues a new one (new key);
    - re-publishes the wake-up of commands queued for more than `requeue_after` seconds,
      and settles the queued commands of executions whose cancel was requested;
+   - logs the workers that stopped checking in (`engine.workers.notice_lost`);
    - fails the runs that made no progress for their `executor.spec.stall_after`
      (`engine.liveness`), and the attempts of steps without `spec.timeout` claimed for
      longer than the engine's `default_timeout`;
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
-from milepost.engine import liveness, notify
+from milepost.engine import liveness, notify, workers
 from milepost.store import port
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class TickReport:
     """Executions failed for making no progress for `executor.spec.stall_after`."""
     timed_out: list[int] = field(default_factory=list)
     """Commands failed (kind `timeout`) for running past the engine's `default_timeout`."""
+    lost_workers: list[str] = field(default_factory=list)
+    """Workers found lost (not seen for their ttl), by name."""
     errors: int = 0
 
 
@@ -121,6 +124,7 @@ class Reconciler:
             return report
         self._expire(now, report)
         self._requeue(now, report)
+        self._notice_lost_workers(now, report)
         self._watch_liveness(now, report, None)
         with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
             waiting = {xid for at, xid in self._timers if at > now}
@@ -191,6 +195,14 @@ class Reconciler:
                             now, step=row.step, payload=payload,
                             meta={"epoch": row.epoch, "source": "reconciler"},
                             parent_event_id=row.command_id)  # fmt: skip
+
+    def _notice_lost_workers(self, now: float, report: TickReport) -> None:
+        try:
+            report.lost_workers = [r.name for r in workers.notice_lost(self.store, now)]
+        except Exception:
+            report.errors += 1
+            log.exception("reconciler: the workers registry failed",
+                          extra={"action": "reconcile_workers_failed"})  # fmt: skip
 
     def _requeue(self, now: float, report: TickReport) -> None:
         queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]

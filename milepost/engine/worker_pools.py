@@ -1,9 +1,8 @@
 """Which pools have a live worker, and the queued commands of the pools that have none.
 
-A worker is alive while it holds its machine-id lease (`POST /api/workers/machine-id`,
-renewed every `machine.RENEW_EVERY_S`, lapsing after `machine.LEASE_TTL_S`): the lease's
-holder names the worker's pool, so being alive and serving a pool is one fact, kept
-where the worker already writes it. A command queued in a pool no live worker serves
+A pool has a live worker while a `milepost worker` serving it is live in the workers
+registry (`engine.workers`: it checks in with its machine-id lease and each renewal, and
+is lost once it has not for its ttl). A command queued in a pool no live worker serves
 would wait silently; `missing` names it for the status reads and `/metrics`
 (`milepost_commands_without_worker{pool}`).
 
@@ -18,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost.engine import workers
 from milepost.playbook import pools
 from milepost.store import port
 
@@ -28,25 +28,11 @@ _POOL_PREFIX = "worker@"
 
 
 def holder(worker_id: str, pool: str) -> str:
-    """The machine-id lease holder of a worker serving `pool`."""
+    """The machine-id lease holder of a worker serving `pool` (for people reading
+    `machine_lease`)."""
     if pool == pools.DEFAULT:
         return f"{_DEFAULT_PREFIX}{worker_id}"
     return f"{_POOL_PREFIX}{pool}:{worker_id}"
-
-
-def pool_of(holder_name: str) -> str | None:
-    """The pool a lease holder serves; None for a holder that is not a worker (a server,
-    an embedded engine)."""
-    if holder_name.startswith(_DEFAULT_PREFIX):
-        return pools.DEFAULT
-    if holder_name.startswith(_POOL_PREFIX):
-        pool, sep, _ = holder_name[len(_POOL_PREFIX):].partition(":")
-        return pool if sep and pool else None
-    return None
-
-
-def live_pools(holders: Iterable[str]) -> set[str]:
-    return {p for p in (pool_of(h) for h in holders) if p is not None}
 
 
 @dataclass(slots=True)
@@ -73,7 +59,7 @@ def missing(store: port.Store, now: float, execution_id: int | None = None) -> l
               if row.status == port.COMMAND_QUEUED]  # fmt: skip
     if not queued:
         return []
-    live = live_pools(store.machine_holders(now))
+    live = workers.live_pools(store, now)
     unserved = [row for row in queued if row.pool not in live]
     driven = _driven({row.execution_id for row in unserved}, store, now)
     by_pool: dict[str, Missing] = {}

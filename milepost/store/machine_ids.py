@@ -46,8 +46,3 @@ class MachineIds(Protocol):
     def release_machine_id(self, machine_id: int, holder: str) -> bool:
         """Give the id back; False when `holder` did not hold it."""
         ...
-
-    def machine_holders(self, now: float) -> list[str]:
-        """The holders of the machine-id leases live at `now`, sorted (who is alive: a
-        worker's holder names its pool, `engine.worker_pools`)."""
-        ...

@@ -54,6 +54,7 @@ class MemoryDatabase:
     drivers: dict[int, port.DriverLease] = field(default_factory=dict)
     attempt_logs: dict[tuple[int, str], port.LogRow] = field(default_factory=dict)
     """(event_id, stream) -> its entry, in `log_id` order (the SQL stores' `attempt_log`)."""
+    workers: dict[str, port.WorkerRow] = field(default_factory=dict)
 
 
 def _as_stored(event: ev.Event, seq: int) -> ev.Event:
@@ -430,9 +431,36 @@ class MemoryStore(port.Appends):
             del self.db.machines[machine_id]
             return True
 
-    def machine_holders(self, now: float) -> list[str]:
+    # -- the workers registry --------------------------------------------------------------
+
+    def record_worker(self, row: port.WorkerRow) -> port.WorkerRow:
         with self.db.lock:
-            return sorted(h for h, until in self.db.machines.values() if until > now)
+            held = self.db.workers.get(row.worker_key)
+            started = row.started_at if held is None else held.started_at
+            stored = dataclasses.replace(row, started_at=started, lost_at=None)
+            self.db.workers[row.worker_key] = stored
+            return stored
+
+    def list_workers(self) -> list[port.WorkerRow]:
+        with self.db.lock:
+            return sorted(self.db.workers.values(), key=lambda r: (r.name, r.worker_key))
+
+    def mark_lost_workers(self, now: float) -> list[port.WorkerRow]:
+        with self.db.lock:
+            lost = [r for r in self.list_workers()
+                    if r.lost_at is None and r.last_seen + r.ttl <= now]  # fmt: skip
+            for row in lost:
+                self.db.workers[row.worker_key] = dataclasses.replace(row, lost_at=now)
+            return lost
+
+    def forget_workers(self, *, worker_key: str | None = None,
+                       seen_before: float | None = None) -> int:  # fmt: skip
+        with self.db.lock:
+            gone = [k for k, r in self.db.workers.items()
+                    if k == worker_key or (seen_before is not None and r.last_seen < seen_before)]  # fmt: skip
+            for key in gone:
+                del self.db.workers[key]
+            return len(gone)
 
     def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
                        replace: str | None = None) -> port.DriverLease:  # fmt: skip

@@ -31,6 +31,8 @@ from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhauste
 from milepost.store.machine_ids import free_machine_id as free_machine_id
 from milepost.store.usage import UsageReads
 from milepost.store.usage import UsageRow as UsageRow
+from milepost.store.workers import WorkerRow as WorkerRow
+from milepost.store.workers import Workers
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -304,7 +306,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Protocol):
+class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...

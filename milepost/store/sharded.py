@@ -244,8 +244,19 @@ class ShardedStore:
     def release_machine_id(self, machine_id: int, holder: str) -> bool:
         return self.first.release_machine_id(machine_id, holder)
 
-    def machine_holders(self, now: float) -> list[str]:
-        return self.first.machine_holders(now)
+    # the workers registry: one for every process on these databases, as the machine ids
+    def record_worker(self, row: port.WorkerRow) -> port.WorkerRow:
+        return self.first.record_worker(row)
+
+    def list_workers(self) -> list[port.WorkerRow]:
+        return self.first.list_workers()
+
+    def mark_lost_workers(self, now: float) -> list[port.WorkerRow]:
+        return self.first.mark_lost_workers(now)
+
+    def forget_workers(self, *, worker_key: str | None = None,
+                       seen_before: float | None = None) -> int:  # fmt: skip
+        return self.first.forget_workers(worker_key=worker_key, seen_before=seen_before)
 
     def try_leader_lock(self) -> bool:
         """The first store's leader lock; a store without one (SQLite) leads in-process."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import approval_table, port, projection, usage_table
+from milepost.store import approval_table, port, projection, usage_table, worker_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
 from milepost.store.liveness import LivenessTable
@@ -74,8 +74,8 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, AttemptLogTable,
-               port.Appends):
+class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, LivenessTable,
+               AttemptLogTable, port.Appends):  # fmt: skip
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 

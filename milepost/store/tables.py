@@ -190,10 +190,6 @@ class Tables:
         return bool(self._write("DELETE FROM machine_lease WHERE machine_id=? AND holder=?",
                                 (machine_id, holder)))  # fmt: skip
 
-    def machine_holders(self, now: float) -> list[str]:
-        return [str(r[0]) for r in self.rows("SELECT holder FROM machine_lease WHERE"
-                                             " expires_at > ? ORDER BY holder", (now,))]  # fmt: skip
-
     # -- the driver of an embedded execution -----------------------------------------------
 
     def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,

@@ -75,8 +75,11 @@ class ChannelClient:
         return await self.http.release(event_id, worker_id, epoch)
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
-        return await self.http.machine_id(worker_id, machine_id, pool=pool)
+                         pool: str | None = None,
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]:  # fmt: skip
+        return await self.http.machine_id(worker_id, machine_id, pool=pool, worker=worker,
+                                          release=release)  # fmt: skip
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
         return await self.http.resource(path, version)

@@ -18,6 +18,8 @@ One `Worker` runs up to `concurrency` attempts at once on one event loop:
   `cancelled`) and no more of its commands are taken.
 - **reporting** (`reporter`): finished attempts go in batches, each report claiming the
   commands for the slots it frees.
+- **token**: a 401/403 of the auth layer, at a claim, a heartbeat or a renewal, ends the
+  worker at once and `run` raises `TokenRefused` (`token`): retrying would not pass.
 - **shutdown** (`stop()`, SIGTERM/SIGINT): stop claiming, give back claimed commands not
   yet started, let running attempts finish within `grace_seconds`, then cancel the rest
   unreported (their leases expire and the server re-issues them).
@@ -41,7 +43,7 @@ from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.work import AttemptResult, WorkItem
 from milepost.errors import MilepostError
 from milepost.settings import Settings
-from milepost.worker import jobs, remote_credentials
+from milepost.worker import jobs, machine_ids, remote_credentials, token
 from milepost.worker.clock import Clock, RealClock
 from milepost.worker.jobs import Job, log_job
 from milepost.worker.machine_ids import MachineIds
@@ -74,7 +76,9 @@ class WorkerClient(Protocol):
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]: ...  # fmt: skip
+                         pool: str | None = None,
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
 
     async def post_events(self, events: list[dict[str, Any]],
                           claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
@@ -144,8 +148,8 @@ class Worker:
         self.max_poll = max_poll
         # the holder of the machine id lease: unique even when two workers share a worker id
         self.ids = MachineIds(client, f"{self.worker_id}/{secrets.token_hex(4)}", self.clock,
-                              new_id, settings=settings, min_poll=min_poll,
-                              max_poll=max_poll, pool=self.pool)  # fmt: skip
+                              new_id, settings=settings, min_poll=min_poll, max_poll=max_poll,
+                              pool=self.pool, check_in=machine_ids.describe(self))  # fmt: skip
         self.reporter = Reporter(client, self, self.clock, self.ids.mint, self.worker_id,
                                  report_timeout)  # fmt: skip
         self.playbooks = Playbooks(client)
@@ -164,6 +168,7 @@ class Worker:
         """Slots a claim on its way may fill (the claim loop's and the reporter's add up)."""
         self._full = False
         """The claim loop waits for a slot to free (no timer runs: someone must wake it)."""
+        self.token = token.Watch(self.kill)  # a refused token ends it now: `run` raises that
 
     # -- control ---------------------------------------------------------------------------
 
@@ -196,7 +201,7 @@ class Worker:
         renewer = None
         if self.ids.needs_lease:
             await self.ids.lease(lambda: self._stopping)
-            renewer = asyncio.create_task(self.ids.renew_forever(), name="machine-id")
+            renewer = asyncio.create_task(self.ids.renew_forever(self.token), name="machine-id")
         reporter = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
             await self._claim_loop()
@@ -209,6 +214,8 @@ class Worker:
                         task.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
                             await task
+                await self.ids.release()  # a clean stop: not reported lost
+        self.token.raise_refused()
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -246,6 +253,8 @@ class Worker:
                                                         lease_seconds=self.lease_seconds,
                                                         pool=self.pool)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad reply
+            if self.token(exc):
+                return None
             self._claim_failures += 1
             level = logging.WARNING if self._claim_failures == 1 else logging.DEBUG
             unexpected = not isinstance(exc, ServerRefused | ServerUnavailable)
@@ -383,6 +392,8 @@ class Worker:
                 reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
                                                     lease_seconds=self.lease_seconds)  # fmt: skip
             except ServerRefused as exc:
+                if self.token(exc):
+                    return
                 if exc.code == "execution_cancelled":
                     self._mark_cancelled(job)
                 elif exc.code in _LOST_CODES or exc.status in (404, 409):

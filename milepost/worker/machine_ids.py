@@ -4,18 +4,26 @@ collided between workers, silently)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import socket
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from milepost import __version__
 from milepost.client import ServerRefused
 from milepost.core.ids import Snowflake
 from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
 from milepost.errors import MilepostError
 from milepost.settings import Settings
+from milepost.worker import token
 from milepost.worker.clock import Clock
 
 log = logging.getLogger(__name__)
+
+RELEASE_TIMEOUT = 5.0
+"""Seconds a stopping worker waits to give its machine id back."""
 
 
 class MachineIdRefused(MilepostError):
@@ -29,6 +37,18 @@ class MachineIdRefused(MilepostError):
                          "is as new as the worker", status=cause.status, cause_code=cause.code)
 
 
+class Describable(Protocol):
+    worker_id: str
+    lease_seconds: float
+
+
+def describe(worker: Describable) -> dict[str, Any]:
+    """A worker's check-in in the registry (`schemas_workers.WorkerIn`): lost after its
+    lease seconds without one."""
+    return {"name": worker.worker_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "version": __version__, "ttl": worker.lease_seconds}
+
+
 def machine_id(settings: Settings | None = None) -> int | None:
     """`MILEPOST_MACHINE_ID` (of `settings`), else None: the worker leases one from its
     server as it starts."""
@@ -37,7 +57,9 @@ def machine_id(settings: Settings | None = None) -> int | None:
 
 class MachineIdServer(Protocol):
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]: ...  # fmt: skip
+                         pool: str | None = None,
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
 
 
 class MachineIds:
@@ -47,14 +69,23 @@ class MachineIds:
     Args:
         holder: who holds the lease, unique per worker process.
         min_poll, max_poll: the back-off of `lease` while the server does not answer.
-        pool: the pool the worker serves: the server counts it live while the lease is.
+        pool: the pool the worker serves.
+        check_in: the worker's description for the registry (name, host, pid, version,
+            ttl), sent with each lease and renewal: the server counts it live while it
+            comes within its ttl.
     """
 
     def __init__(self, server: MachineIdServer, holder: str, clock: Clock,
                  new_id: Callable[[], int] | None = None, *, settings: Settings,
-                 min_poll: float, max_poll: float, pool: str = "default") -> None:  # fmt: skip
+                 min_poll: float, max_poll: float, pool: str = "default",
+                 check_in: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.server = server
         self.pool = pool
+        self.check_in = check_in
+        ttl = float((check_in or {}).get("ttl") or LEASE_TTL_S)
+        self.every = min(RENEW_EVERY_S, ttl / 3)
+        """Seconds between renewals: each is also the worker's check-in in the registry,
+        which counts it lost after its ttl."""
         self.holder = holder
         self.clock = clock
         fixed = machine_id(settings)
@@ -86,6 +117,8 @@ class MachineIds:
                 await self._ask()
                 return
             except ServerRefused as exc:
+                if (bad_token := token.refused(exc)) is not None:
+                    raise bad_token from exc
                 if not exc.transient:
                     raise MachineIdRefused(exc) from exc
                 failure: Exception = exc
@@ -101,22 +134,42 @@ class MachineIds:
             await self.clock.sleep(delay)
             delay = min(delay * 2, self.max_poll)
 
-    async def renew_forever(self) -> None:
+    async def renew_forever(self, refused: Callable[[Exception], bool]) -> None:
+        """Renew (and check in) every `every` seconds; a failure for which `refused`
+        answers True (the token: the worker stops) ends the renewals."""
         while True:
-            await self.clock.sleep(RENEW_EVERY_S)
+            await self.clock.sleep(self.every)
             try:
                 await self._ask()
             except Exception as exc:  # noqa: BLE001 - the lease outlives a few misses
+                if refused(exc):
+                    return
                 log.warning("machine id renewal failed: %s: %s", type(exc).__name__, exc,
                             extra={"action": "machine_id_renew_failed"})  # fmt: skip
 
     async def _ask(self) -> None:
-        reply = await self.server.machine_id(self.holder, self._leased, pool=self.pool)
+        reply = await self.server.machine_id(self.holder, self._leased, pool=self.pool,
+                                             worker=self.check_in)  # fmt: skip
         # the server read its clock at some moment of the round trip: measured against its
         # end, the ids minted lag its clock by the trip at most, and never run ahead of it
         # (the midpoint ran half a long trip ahead: a server paused for 20 s mid-request
         # had every report refused as minted 10 s in its future, until the next renewal)
         self._use(reply, self.clock.time())
+
+    async def release(self) -> None:
+        """Give the leased id back and leave the registry (best effort, a few seconds:
+        else the server counts the worker lost after its ttl, and the id lapses)."""
+        if self._leased is None:
+            return
+        try:
+            await asyncio.wait_for(self.server.machine_id(
+                self.holder, self._leased, pool=self.pool, worker=self.check_in,
+                release=True), RELEASE_TIMEOUT)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - stopping anyway
+            level = logging.DEBUG if token.refused(exc) else logging.WARNING  # said already
+            log.log(level, "could not give the machine id back: %s: %s", type(exc).__name__,
+                    exc, extra={"action": "machine_id_release_failed"})  # fmt: skip
+        self._leased = None
 
     def _use(self, reply: Mapping[str, Any], local_now: float) -> None:
         leased = int(reply["machine_id"])

@@ -12,6 +12,7 @@ from typing import Any
 
 from milepost import telemetry
 from milepost.client import AsyncMilepostClient, MilepostClient
+from milepost.errors import MilepostError
 from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
 from milepost.worker.channel import ChannelClient
@@ -121,7 +122,8 @@ def worker_main(
     log_level: str | None = None,
     channel: Callable[[AsyncMilepostClient], ChannelClient] = ChannelClient,
 ) -> int:
-    """The blocking entry of `milepost worker`; returns the exit code (0 after a clean stop).
+    """The blocking entry of `milepost worker`; returns the exit code (0 after a clean stop,
+    2 when the server refused the token, `worker.token`, or a machine id for good).
 
     Every argument left None comes from `Settings` (`MILEPOST_SERVER_URL`, `MILEPOST_TOKEN`,
     `MILEPOST_CONCURRENCY` (16, as for `milepost run`), `MILEPOST_POOL` (else
@@ -142,7 +144,11 @@ def worker_main(
         logging.getLogger().setLevel(level)
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(run_worker(settings, handle_signals=True, channel=channel))
+        try:
+            runner.run(run_worker(settings, handle_signals=True, channel=channel))
+        except MilepostError as exc:  # a refused token or machine id: retrying would not pass
+            log.error("worker stopped: %s", exc.message, extra={"action": "worker_refused"})
+            return 2
     return 0
 
 

@@ -228,13 +228,15 @@ class Cluster:
     # -- workers -------------------------------------------------------------------------
 
     def start_worker(self, *, concurrency: int = 4, python_workers: int = 2,
-                     grace_seconds: float = 10.0, pool: str | None = None) -> Proc:  # fmt: skip
-        """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default)."""
+                     grace_seconds: float = 10.0, pool: str | None = None,
+                     token: str | None = None) -> Proc:  # fmt: skip
+        """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default);
+        `token`: its MILEPOST_TOKEN (default a worker token)."""
         index = len(self.workers) + 1
         env = dict(self.env)
         env.update({
             "MILEPOST_SERVER_URL": self.url,
-            "MILEPOST_TOKEN": self.worker_token,
+            "MILEPOST_TOKEN": self.worker_token if token is None else token,
             "MILEPOST_CONCURRENCY": str(concurrency),
             "MILEPOST_PYTHON_WORKERS": str(python_workers),
             "MILEPOST_GRACE_SECONDS": str(grace_seconds),

@@ -65,6 +65,7 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                             404),
     ("POST", "/api/workers/machine-id"): ("/api/workers/machine-id", {"worker_id": "w"},
                                           {"admin", "worker"}, 200),
+    ("GET", "/api/workers"): ("/api/workers", None, READ, 200),
     ("GET", "/api/approvals"): ("/api/approvals", None, READ, 200),
     ("GET", "/api/approvals/{approval_id}"): ("/api/approvals/1", None, READ, 404),
     ("POST", "/api/approvals/{approval_id}/decision"): ("/api/approvals/1/decision",

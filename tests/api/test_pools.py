@@ -4,7 +4,6 @@ commands of a pool with no live worker."""
 
 from __future__ import annotations
 
-from milepost.engine import worker_pools
 from tests.api.support import Api, error, ok, playbook
 from tests.api.test_cli import cli
 from tests.shared import metric_sample
@@ -36,8 +35,9 @@ def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None
     ok(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="worker"))
     assert api.status(xid)["no_live_worker"] == missing  # a default worker is no gpu worker
     ok(api.post("/api/workers/machine-id", {"worker_id": "g1", "pool": "gpu"}, role="worker"))
-    assert worker_pools.live_pools(api.store.machine_holders(api.services.engine.clock())) == {
-        "default", "gpu"}  # fmt: skip
+    listed = ok(api.get("/api/workers?status=live"))["items"]
+    assert sorted((w["name"], w["pools"]) for w in listed) == [("g1", ["gpu"]),
+                                                               ("w1", ["default"])]  # fmt: skip
     assert api.status(xid)["no_live_worker"] == []
     assert "waiting" not in api.status(xid)["steps"]["train"]
     assert _without_worker(api, "gpu") == 0.0

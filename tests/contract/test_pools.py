@@ -1,6 +1,6 @@
 """Pools on every store (DSL 10.6): a claim for one pool never takes another pool's
-commands, by any claim path, from several processes at once; the rows say their pool;
-the live machine-id holders (who is alive) are readable."""
+commands, by any claim path, from several processes at once; the rows say their pool
+(who serves a pool: tests/contract/test_workers.py)."""
 
 from __future__ import annotations
 
@@ -74,15 +74,3 @@ def test_racing_claimers_of_different_pools_never_take_each_other_s_commands(
         ids = [cid for _, cid in got[pool]]
         assert {p for p, _ in got[pool]} == {pool}
         assert sorted(ids) == sorted(c for c, p in pools.items() if p == pool)  # each once
-
-
-def test_the_live_machine_id_holders_are_listed_and_lapsed_ones_are_not(
-        make_store: StoreFactory) -> None:  # fmt: skip
-    first, second = make_store(), make_store()
-    assert first.machine_holders(100.0) == []
-    a = first.lease_machine_id("worker@gpu:a", 100.0, 30.0)
-    second.lease_machine_id("worker:b", 100.0, 10.0)
-    assert second.machine_holders(105.0) == ["worker:b", "worker@gpu:a"]
-    assert first.machine_holders(111.0) == ["worker@gpu:a"]  # b lapsed at 110
-    first.release_machine_id(a, "worker@gpu:a")
-    assert second.machine_holders(111.0) == []

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from milepost.core import events as ev
-from milepost.engine import notify, summaries, worker_pools
+from milepost.engine import notify, summaries, worker_pools, workers
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.errors import PlaybookInvalid
@@ -126,8 +126,6 @@ def test_commands_are_issued_claimed_and_published_in_their_step_s_pool() -> Non
 def test_a_worker_s_lease_holder_names_its_pool() -> None:
     assert worker_pools.holder("w1", "default") == "worker:w1"  # as before pools
     assert worker_pools.holder("h:1/ab", "gpu") == "worker@gpu:h:1/ab"
-    assert worker_pools.live_pools(["worker:w1", "worker@gpu:h:1/ab", "server:h:9:ab",
-                                    "run:h:2:cd", "worker@:x"]) == {"default", "gpu"}  # fmt: skip
 
 
 def test_queued_commands_of_a_pool_with_no_live_worker_are_missing_a_worker() -> None:
@@ -140,11 +138,16 @@ def test_queued_commands_of_a_pool_with_no_live_worker_are_missing_a_worker() ->
     assert missing.as_dict() == {"pool": "gpu.a100_x", "commands": 1, "steps": ["start"],
                                  "message": "no live worker of pool gpu.a100_x"}  # fmt: skip
     assert worker_pools.counts(service.missing_workers()) == {"gpu.a100_x": 1}
-    store.lease_machine_id(worker_pools.holder("w", "default"), 1000.0, 60.0)
+    workers.check_in(store, 1000.0, workers.CheckIn("w/1", "w"))
     assert service.missing_workers(xid) != []  # a default worker does not serve gpu
-    gpu = store.lease_machine_id(worker_pools.holder("g", "gpu.a100_x"), 1000.0, 60.0)
+    # nor do an embedded engine's workers (they take only the runs it drives)
+    workers.check_in(store, 1000.0, workers.CheckIn("e/1", "e", "gpu.a100_x", workers.EMBEDDED))
+    assert service.missing_workers(xid) != []
+    workers.check_in(store, 990.0, workers.CheckIn("g/1", "g", "gpu.a100_x", ttl=10.0))
+    assert service.missing_workers(xid) != []  # seen 10 s ago with a ttl of 10 s: lost
+    workers.check_in(store, 1000.0, workers.CheckIn("g/1", "g", "gpu.a100_x", ttl=10.0))
     assert service.missing_workers(xid) == []
-    store.release_machine_id(gpu, worker_pools.holder("g", "gpu.a100_x"))
+    store.forget_workers(worker_key="g/1")
     assert [m.pool for m in service.missing_workers(xid)] == ["gpu.a100_x"]
     # an embedded engine drives the run: its in-process workers run every pool
     store.acquire_driver(xid, "run:h:1:ab", 1000.0, 15.0)

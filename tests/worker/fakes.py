@@ -160,6 +160,8 @@ class FakeClient:
         self.playbooks = playbooks or {("tests/w", 1): PLAYBOOK}
         self.queue: list[dict[str, Any]] = []
         self.claim_limits: list[int] = []
+        self.claim_failures: list[Exception] = []
+        """What the next claims raise, in order."""
         self.heartbeats: list[tuple[int, int, str]] = []
         self.releases: list[tuple[int, int]] = []
         self.reports: list[list[dict[str, Any]]] = []
@@ -180,6 +182,10 @@ class FakeClient:
         """The machine id each `machine_id` call held (None: asked for a new one)."""
         self.machine_id_pools: list[str | None] = []
         """The pool each `machine_id` call named."""
+        self.check_ins: list[dict[str, Any] | None] = []
+        self.machine_id_releases: list[int | None] = []
+        """The machine id each release (a clean stop) gave back."""
+        """The `worker` (its check-in in the registry) each `machine_id` call sent."""
         self.machine_ids_lost: set[int] = set()
         """Ids whose lease the next renewal finds taken by another process."""
         self._next_machine_id = itertools.count(7)
@@ -192,6 +198,8 @@ class FakeClient:
                          lease_seconds: float | None = None,
                          pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
         self.claim_limits.append(limit)
+        if self.claim_failures:
+            raise self.claim_failures.pop(0)
         out, self.queue = self.queue[:limit], self.queue[limit:]
         return out
 
@@ -207,8 +215,14 @@ class FakeClient:
         return {"released": True}
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
+                         pool: str | None = None,
+                         worker: dict[str, Any] | None = None,
+                         release: bool = False) -> dict[str, Any]:  # fmt: skip
+        if release:
+            self.machine_id_releases.append(machine_id)
+            return {"machine_id": machine_id, "expires_at": None, "renewed": False}
         self.machine_id_calls.append(machine_id)
+        self.check_ins.append(worker)
         self.machine_id_pools.append(pool)
         if self.machine_id_failures:
             failure = self.machine_id_failures.pop(0)

@@ -12,7 +12,6 @@ import pytest
 
 from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.ids import machine_of, timestamp_of
-from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.loop_result import LoopResult
 from milepost.wire import event_to_wire, work_item_from_wire
 from milepost.worker import machine_ids
@@ -562,10 +561,10 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
             await clock.run_until(lambda: len(client.reports) == 1)
             assert client.machine_id_calls == [None]
             assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {7}
-            await clock.advance(RENEW_EVERY_S)
+            await clock.advance(worker.ids.every)
             assert client.machine_id_calls == [None, 7]  # renewed, same id
             client.machine_ids_lost.add(7)  # it lapsed and another process has it now
-            await clock.advance(RENEW_EVERY_S)
+            await clock.advance(worker.ids.every)
             assert client.machine_id_calls == [None, 7, 7]
             client.queue.append(command(131))
             await clock.run_until(lambda: len(client.reports) == 2)
@@ -579,19 +578,19 @@ def _leasing(client: FakeClient) -> tuple[Worker, FakeClock]:
     return Worker(client, FakeTools(), clock=clock, worker_id="w-lease", lease_seconds=LEASE), clock
 
 
-@pytest.mark.parametrize("status", [403, 404, 422])
+@pytest.mark.parametrize(("status", "code"), [(404, "not_found"), (422, "validation_error")])
 def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
-        status: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        status: int, code: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
         client = FakeClient()
-        client.machine_id_failures = [ServerRefused(status, "forbidden", "no")]
+        client.machine_id_failures = [ServerRefused(status, code, "no")]
         worker, _ = _leasing(client)
         with pytest.raises(machine_ids.MachineIdRefused) as raised:
             await worker.run()
         assert raised.value.code == "machine_id_refused"
-        assert f"HTTP {status} forbidden" in raised.value.message
+        assert f"HTTP {status} {code}" in raised.value.message
         assert client.machine_id_calls == [None] and client.claim_limits == []
 
     run(scenario)
@@ -629,7 +628,7 @@ def test_the_machine_id_renewer_outlives_a_malformed_reply(
             await clock.run_until(lambda: client.machine_id_calls == [None])
             client.machine_id_failures = [{"machine_id": "seven"}, RuntimeError("bug")]
             for _ in range(3):
-                await clock.advance(RENEW_EVERY_S)
+                await clock.advance(worker.ids.every)
             assert client.machine_id_calls == [None, 7, 7, 7]  # still renewing
 
     run(scenario)

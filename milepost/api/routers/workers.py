@@ -1,17 +1,23 @@
-"""`POST /api/workers/machine-id`: the machine id a worker mints its event ids with.
+"""The workers: `POST /api/workers/machine-id` (a worker's check-in: the machine id it
+mints its event ids with, and its row of the registry) and `GET /api/workers` (the
+registry: who is live or lost, where, and what each runs).
 
-A worker asks when it connects and again every `RENEW_EVERY_S` with the id it holds: the
-lease is renewed, or, when it lapsed and another process has that id now, a new one is
-leased and answered (the worker switches before it makes more ids). Every process on the
-database leases from the same table, so no two live ones share an id.
+A worker asks when it connects and again every third of its lease (at most every
+`RENEW_EVERY_S`) with the id it holds: the lease is renewed, or, when it lapsed and another
+process has that id now, a new one is leased and answered (the worker switches before it
+makes more ids). Every process on the database leases from the same table, so no two live
+ones share an id. The same call is the worker's heartbeat in the registry
+(`engine.workers`): no second loop.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from milepost.api import errors, schemas
-from milepost.api.auth import WorkAuth
+from fastapi import APIRouter, Query, Response
+
+from milepost.api import errors, schemas, schemas_workers, views
+from milepost.api.auth import ReadAuth, WorkAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY
 from milepost.engine import worker_pools
@@ -20,13 +26,34 @@ from milepost.engine.machine import LEASE_TTL_S
 router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 
+@router.get("", response_model=schemas_workers.WorkerList,
+            responses=errors.responses(*AUTH, 422))
+def list_workers(
+    engine: EngineDep, _: ReadAuth,
+    pool: Annotated[str | None, Query(pattern=schemas_workers.POOL_PATTERN,
+                                      description="Only the workers of this pool.")] = None,
+    status: Annotated[schemas_workers.WorkerStatus | None, Query(
+        description="`live`, or `lost`: not seen for its ttl.")] = None,
+) -> Response:  # fmt: skip
+    """The workers registry by name: pools, host, pid, version, started, last seen, status
+    and the commands each holds now."""
+    found = engine.workers(pool=pool, status=status)
+    return views.as_json(schemas_workers.WorkerList(
+        items=[schemas_workers.worker_out(w) for w in found]))  # fmt: skip
+
+
 @router.post("/machine-id", response_model=schemas.MachineIdOut,
              responses=errors.responses(*AUTH, *BODY, 503))
 def machine_id(body: schemas.MachineIdIn, engine: EngineDep,
                _: WorkAuth) -> schemas.MachineIdOut:  # fmt: skip
     now = engine.clock()
-    # the holder names the worker's pool: a live lease is a live worker of that pool
-    leased, renewed = engine.lease_machine_id(worker_pools.holder(body.worker_id, body.pool),
-                                              body.machine_id, LEASE_TTL_S)  # fmt: skip
+    who = (body.worker or schemas_workers.WorkerIn()).check_in(body.worker_id, body.pool)
+    # the holder names the worker's pool, for people reading `machine_lease`
+    holder = worker_pools.holder(body.worker_id, body.pool)
+    if body.release:
+        engine.check_out(who, holder, body.machine_id)
+        return schemas.MachineIdOut(machine_id=body.machine_id or 0, expires_at=now,
+                                    renewed=False)  # fmt: skip
+    leased, renewed = engine.check_in(who, holder, body.machine_id)
     return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S,
                                 renewed=renewed)  # fmt: skip

@@ -1,0 +1,84 @@
+"""`milepost workers`: the workers registry, from a server (`--server`) or the local
+database (the in-process workers of the `milepost run` processes on it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.output import fail, out, remote
+from milepost.engine import workers as registry
+
+app = typer.Typer()
+
+
+@app.command("workers")
+def workers(
+    db: DbOption = None, server: ServerOption = None,
+    pool: Annotated[str | None, typer.Option(help="Only the workers of this pool.")] = None,
+    status: Annotated[str | None, typer.Option(
+        help="live, or lost (not seen for its ttl: its commands recover through their "
+             "leases).")] = None,
+    json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """List the workers: name, pool, host, pid, version, started, last seen, status and
+    the commands each runs now."""
+    from milepost.playbook import pools
+
+    if status is not None and status not in registry.STATUSES:
+        raise fail(f"--status {status!r}: use live or lost")
+    if pool is not None and not pools.valid(pool):
+        raise fail(f"--pool {pool!r}: a pool is a name of letters, digits and - _ . (1 to 100)")
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            items = remote(lambda: client.workers(pool=pool, status=status))["items"]
+    else:
+        items = _local(db, pool, status)
+    if json_out:
+        typer.echo(json.dumps(items))
+        return
+    if not items:
+        out.print(f"no {status or ''} workers{f' of pool {pool}' if pool else ''}"
+                  .replace("  ", " "), highlight=False)  # fmt: skip
+        return
+    out.print(table(items, time.time()))
+
+
+def _local(db: str | None, pool: str | None, status: str | None) -> list[dict[str, Any]]:
+    from milepost.api import schemas_workers  # the server's wire shape: --json reads the same
+
+    with opened(db) as store:
+        found = registry.workers(store, time.time(), pool=pool, status_=status)
+    return [schemas_workers.worker_out(w).model_dump() for w in found]
+
+
+def table(items: list[dict[str, Any]], now: float) -> Table:
+    shown = Table("worker", "kind", "pools", "host", "pid", "version", "started", "last seen",
+                  "status", "running")  # fmt: skip
+    for item in items:
+        running = item["running"]
+        steps = ", ".join(sorted({r["step"] for r in running}))
+        shown.add_row(item["name"], item["kind"], ", ".join(item["pools"]), item["host"],
+                      "" if item["pid"] is None else str(item["pid"]), item["version"],
+                      (item["started_at"] or "")[:19].replace("T", " "),
+                      _ago(item["last_seen"], now), item["status"],
+                      f"{len(running)} ({steps})" if running else "0")  # fmt: skip
+    return shown
+
+
+def _ago(at: str | None, now: float) -> str:
+    """`12s ago`, `4m ago`, `3h ago` (the API's ISO time)."""
+    if at is None:
+        return ""
+    seconds = max(0, int(now - datetime.fromisoformat(at).timestamp()))
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
