@@ -22,7 +22,7 @@ class PausedServer:
         self.pause = pause
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None) -> dict[str, Any]:  # fmt: skip
+                         pool: str | None = None, **_: Any) -> dict[str, Any]:  # fmt: skip
         self.clock.now += self.pause
         return {"machine_id": 7, "expires_at": self.clock.now + LEASE_TTL_S, "renewed": False}
 
