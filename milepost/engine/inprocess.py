@@ -198,6 +198,15 @@ class InProcessWorkers:
             if state is not None and cs.cancel_stops_work(state):
                 stopper.stop()
 
+    def stop_commands(self, command_ids: Iterable[int]) -> None:
+        """Stop the running attempts of these commands (the engine settled them: timed
+        out, lost); their late reports are stale."""
+        for command_id in command_ids:
+            running = self._stops.get(command_id)
+            if running is not None and running[1].stop():
+                log.info("attempt of command %s stopped: its command was settled", command_id,
+                         extra={"action": "attempt_stopped", "execution_id": running[0]})  # fmt: skip
+
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""
         while not self._queue.empty():

@@ -34,6 +34,7 @@ from milepost.engine import approvals, notify, reporting, worker_pools
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal, command_not_found
+from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
@@ -94,6 +95,7 @@ class Lifecycle:
         if meters is not None:  # only a reader of the counts pays for the approval clock
             self.listeners.append(ApprovalClock(self.meters, store))
             self.listeners.append(UsageMeter(self.meters, store))
+            self.listeners.append(LivenessMeter(self.meters))
         spans = telemetry.active()
         if spans is not None:  # no exporter: no listener, nothing per call
             self.listeners.append(RunSpans(spans))

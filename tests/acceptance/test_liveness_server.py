@@ -167,3 +167,37 @@ def test_the_engine_s_default_timeout_ends_an_attempt_that_heartbeats_forever(
     assert events_of(cluster, xid, "command.lease_expired") == []
     # its worker learns it on its next heartbeat and abandons the attempt
     wait_for(lambda: "lease lost" in worker.log.read_text(), "the worker to let go", timeout=20)
+
+
+RETRIES_LATER = playbook("acceptance/retries_later", """\
+workload: {marker: ""}
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: start
+    spec: {timeout: 1s, retry: {max_attempts: 2, delay: 4}}
+    tool:
+      kind: python
+      input: {marker: "{{ workload.marker }}"}
+      code: |
+        import os, time
+        if not os.path.exists(marker):
+            open(marker, "w").write("first")
+            time.sleep(5)
+        result = "again"
+""")
+
+
+def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled_and_its_lease_covers_its_timeout(
+    cluster: Cluster, tmp_path: Path,
+) -> None:
+    """Its first attempt times out after 1 s; the retry waits 4 s, twice the stall window:
+    the run is idle as designed. Each attempt's lease is its timeout plus the engine's 30 s
+    (DSL 10.2: never below the timeout)."""
+    cluster.start_server()
+    cluster.start_worker()
+    xid = cluster.run(RETRIES_LATER, {"marker": str(tmp_path / "marker")})
+    status = cluster.wait(xid, timeout=30)
+    assert status["status"] == "COMPLETED", status
+    assert status["steps"]["start"]["result"] == "again"
+    issued = events_of(cluster, xid, "command.issued")
+    assert [e["result"]["context"]["lease_s"] for e in issued] == [31.0, 31.0]
