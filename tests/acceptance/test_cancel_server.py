@@ -117,7 +117,9 @@ def test_cancel_during_a_running_python_step_kills_its_process(db_url: str,
         xid = cluster.run(ONE, {"out": str(out)})
         [pid] = pids(out)
         cluster.client.cancel(xid)
-        assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
+        status = cluster.wait(xid, timeout=20)
+        assert status["status"] == "CANCELLED"
+        assert status["steps"]["hold"]["status"] == "CANCELLED", "stopped, not failed"
         # well within the 20 s grace: the worker stopped it, the engine did not abandon it
         wait_for(lambda: gone(pid), f"python process {pid} to be gone", timeout=10)
         log = events(db_url, xid)
