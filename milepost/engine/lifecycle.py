@@ -353,7 +353,7 @@ class Lifecycle:
             actor = state.cancel_actor or actor
             stops = cs.cancel_stops_work(state)  # a cancel while compensating stops nothing
         # outside the parent's lock: locks are taken in id order, one run at a time here
-        for child in list(cancelling.children_of(self.store, execution_id)) if stops else []:
+        for child in self.store.running_children(execution_id) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
                 self.cancel(child, actor, cancellation.child_cause(execution_id))
         return self.orchestrator.state(execution_id)

@@ -26,6 +26,7 @@ from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approval_table, port, projection, usage_table
 from milepost.store.approval_table import ApprovalTable
+from milepost.store.children_table import ChildrenTable
 from milepost.store.liveness import LivenessTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
@@ -73,7 +74,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, port.Appends):
+class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, ChildrenTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
