@@ -260,7 +260,8 @@ def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> N
         return
     if sr.is_loop:
         out.emit(ev.LOOP_DONE, sr.step, run=sr.run, count=len(result))
-    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets}
+    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets,
+                               "compensable": step.spec.compensation is not None}  # fmt: skip
     if sr.is_loop:
         payload["loop"] = {"failed": sr.failed_ok}
     if step.next.arcs and not chosen:

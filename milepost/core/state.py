@@ -129,8 +129,9 @@ class ExecutionState:
     commands: dict[int, Command] = field(default_factory=dict)
     completed_runs: list[tuple[str, int]] = field(default_factory=list)
     run_results: dict[tuple[str, int], Any] = field(default_factory=dict)
-    """(step, run) -> the result of that completed run: a compensation reads the run it
-    undoes (DSL 10.5), which `results` (the latest per step) may no longer hold."""
+    """(step, run) -> the result of that completed run of a step naming a compensation: a
+    compensation reads the run it undoes (DSL 10.5), which `results` (the latest per
+    step) may no longer hold."""
     compensation: cs.Compensation | None = None
     """Set once the run started compensating (`core.compensation_state`)."""
     failure: dict[str, Any] | None = None
@@ -379,7 +380,11 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         state.results[step] = result
         run = int(p.get("run", sr.run if sr else 0))
         state.completed_runs.append((step, run))
-        state.run_results[(step, run)] = result
+        # only a compensation reads a run's result after its step ran again (DSL 10.5): a
+        # long run without compensations keeps none. An older log's exit does not say
+        # (no `compensable`): kept, as it always was.
+        if p.get("compensable", True):
+            state.run_results[(step, run)] = result
     elif status == FAILED:
         if sr is not None:
             sr.error = p.get("error")

@@ -46,10 +46,11 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 9
+_SNAPSHOT_VERSION = 10
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
 5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
-9: `cancel_requested_at`, `cancel_actor`."""
+9: `cancel_requested_at`, `cancel_actor`; 10: `run_results` only of steps naming a
+compensation."""
 
 
 @dataclass(slots=True)
