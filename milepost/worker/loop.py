@@ -196,6 +196,8 @@ class Worker:
         if self.ids.needs_lease:
             await self.ids.lease(lambda: self._stopping)
             renewer = asyncio.create_task(self.ids.renew_forever(), name="machine-id")
+        elif self.ids.presence_only:  # MILEPOST_MACHINE_ID: a lease only to be seen alive
+            renewer = asyncio.create_task(self.ids.renew_forever(ask_first=True), name="presence")
         reporter = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
             await self._claim_loop()

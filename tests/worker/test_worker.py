@@ -574,6 +574,34 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
     run(scenario)
 
 
+def test_a_worker_on_a_fixed_machine_id_still_holds_a_lease_to_be_seen_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Its pool is live while its lease is (`engine.worker_pools`); its ids stay on 17,
+    and a refused presence is only logged."""
+    monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
+
+    async def scenario() -> None:
+        client, tools, clock = FakeClient(), FakeTools(), FakeClock()
+        client.machine_id_failures = [ServerRefused(503, "unavailable", "busy")]
+        worker = Worker(client, tools, clock=clock, worker_id="w-fixed", lease_seconds=LEASE,
+                        pool="gpu")  # fmt: skip
+        client.queue.append(command(140))
+        async with running(worker):
+            await clock.run_until(lambda: len(client.reports) == 1)
+            assert client.machine_id_calls == [None]  # refused: minting went on
+            assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {17}
+            await clock.advance(RENEW_EVERY_S)
+            assert client.machine_id_calls == [None, None]  # leased now (7)
+            await clock.advance(RENEW_EVERY_S)
+            assert client.machine_id_calls == [None, None, 7]  # and renewed
+            assert client.machine_id_pools[-1] == "gpu"
+            client.queue.append(command(141))
+            await clock.run_until(lambda: len(client.reports) == 2)
+        assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {17}, "never the lease's"
+
+    run(scenario)
+
+
 def _leasing(client: FakeClient) -> tuple[Worker, FakeClock]:
     clock = FakeClock()
     return Worker(client, FakeTools(), clock=clock, worker_id="w-lease", lease_seconds=LEASE), clock
