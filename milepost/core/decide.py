@@ -187,7 +187,7 @@ def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
         if failed is None and _stopping(out.state) and len(sr.results) < sr.total:
             # a loop cut short by a cancel or by a failure elsewhere: it neither
             # completed nor failed, and its arcs are not followed
-            reason = "cancelled" if out.state.cancel_requested else "run failed elsewhere"
+            reason = "cancelled" if out.state.cancel_requested else budget.cut_short(out.state)
             out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason=reason,
                      done=len(sr.results), total=sr.total)  # fmt: skip
         elif failed is not None:
@@ -459,6 +459,10 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
             continue  # a failed iteration stops new ones; the run ends when in-flight ones finish
         if sr.gated and not _granted(state, sr):
             continue
+        error = budget.after_iteration(playbook.executor.budget, state, sr)
+        if error is not None:  # the loop issues no more iterations
+            out.emit(ev.BUDGET_EXCEEDED, sr.step, error=error)
+            return
         for index, at in sorted(sr.retry_at.items()):
             if at <= out.now:
                 _issue(out, sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
