@@ -115,6 +115,8 @@ class ExecutionState:
     parent_execution_id: int | None = None
     parent_command_id: int | None = None
     """The command of the parent that started this run (a `playbook` tool call)."""
+    traceparent: str | None = None
+    """A child run's trace context: its parent's trace (`core.tracecontext`); None: its own."""
     started_at: float = 0.0
     ended_at: float | None = None
     ctx: dict[str, Any] = field(default_factory=dict)
@@ -236,6 +238,7 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.sealed_workload = p.get("sealed_workload")
     state.parent_execution_id = p.get("parent_execution_id")
     state.parent_command_id = p.get("parent_command_id")
+    state.traceparent = p.get("traceparent")
     state.started_at = event.created_at
     state.ctx = dict(p.get("ctx", {}))
     state.entry_step = p.get("entry_step", "")
