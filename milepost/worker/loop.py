@@ -379,7 +379,9 @@ class Worker:
         # every third of the lease the claim gave (the step's liveness), not a global one
         interval = jobs.lease_seconds(job.command.get("lease"), self.lease_seconds) / 3
         while True:
-            await self.clock.sleep(interval)
+            await first_of([asyncio.ensure_future(self.clock.sleep(interval)),
+                            asyncio.ensure_future(job.beat_now.wait())])  # fmt: skip
+            job.beat_now.clear()
             try:
                 reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
                                                     lease_seconds=self.lease_seconds)  # fmt: skip

@@ -15,7 +15,7 @@ from milepost.core.ids import machine_of, timestamp_of
 from milepost.engine.machine import RENEW_EVERY_S
 from milepost.playbook.loop_result import LoopResult
 from milepost.wire import event_to_wire, work_item_from_wire
-from milepost.worker import machine_ids
+from milepost.worker import jobs, machine_ids
 from milepost.worker.loop import Worker
 from tests.shared import wait_for_async
 from tests.worker.fakes import (
@@ -315,6 +315,28 @@ def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims()
         assert stopped["event_type"] == "command.failed"
         assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
         assert client.releases == [(204, 1)]
+
+    run(scenario)
+
+
+def test_a_cancel_announced_for_its_run_makes_an_attempt_heartbeat_now_and_stop() -> None:
+    """The announcement (NATS) is only a hint: the heartbeat it brings forward, not the
+    announcement, says the run is cancelled; another run's attempt goes on."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        tools.gate("start")  # never opened: only the stop ends it
+        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch},
+                                                  "cancelled": cid == 207}  # fmt: skip
+        client.queue.append(command(207, execution_id=602))
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            assert client.heartbeats == []
+            jobs.cancel_announced(worker.jobs.values(), {"execution_ids": ["999"]})
+            jobs.cancel_announced(worker.jobs.values(), {"execution_ids": ["602"]})
+            await wait_for_async(lambda: bool(client.reports))  # no time passed on the clock
+        assert [h[0] for h in client.heartbeats] == [207]
+        [stopped] = client.reported_events()
+        assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
 
     run(scenario)
 
