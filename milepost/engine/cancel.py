@@ -9,7 +9,7 @@ from milepost.core import cancellation
 from milepost.core import events as ev
 from milepost.store import port
 
-CANCELLED_BEFORE_CLAIM = {"kind": "cancelled", "retryable": False,
+CANCELLED_BEFORE_CLAIM = {"kind": cancellation.CANCELLED_KIND, "retryable": False,
                           "message": "execution cancelled before the command ran"}  # fmt: skip
 
 

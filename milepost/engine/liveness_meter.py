@@ -34,12 +34,11 @@ class LivenessMeter:
         for event in events:
             if event.meta.get("stale"):
                 continue  # the fold counts it for nothing either
+            error = event.payload.get("error")
+            kind = error.get("kind") if isinstance(error, dict) else None
             if event.event_type == ev.COMMAND_LEASE_EXPIRED:
                 self.meters.attempt_failed(LOST)
-            elif event.event_type in (ev.COMMAND_FAILED, ev.EXECUTION_FAILED):
-                error = event.payload.get("error")
-                kind = error.get("kind") if isinstance(error, dict) else None
-                if event.event_type == ev.COMMAND_FAILED and kind == TIMEOUT:
-                    self.meters.attempt_failed(TIMEOUT)
-                elif event.event_type == ev.EXECUTION_FAILED and kind == STALLED:
-                    self.meters.run_stalled()
+            elif event.event_type == ev.COMMAND_FAILED and kind == TIMEOUT:
+                self.meters.attempt_failed(TIMEOUT)
+            elif event.event_type == ev.EXECUTION_FAILED and kind == STALLED:
+                self.meters.run_stalled()

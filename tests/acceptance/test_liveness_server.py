@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import Cluster, database
+from tests.integration import test_liveness_embedded as embedded
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
@@ -169,22 +170,7 @@ def test_the_engine_s_default_timeout_ends_an_attempt_that_heartbeats_forever(
     wait_for(lambda: "lease lost" in worker.log.read_text(), "the worker to let go", timeout=20)
 
 
-RETRIES_LATER = playbook("acceptance/retries_later", """\
-workload: {marker: ""}
-executor: {spec: {stall_after: 2s}}
-workflow:
-  - step: start
-    spec: {timeout: 1s, retry: {max_attempts: 2, delay: 4}}
-    tool:
-      kind: python
-      input: {marker: "{{ workload.marker }}"}
-      code: |
-        import os, time
-        if not os.path.exists(marker):
-            open(marker, "w").write("first")
-            time.sleep(5)
-        result = "again"
-""")
+RETRIES_LATER = playbook("acceptance/retries_later", embedded.RETRIES_LATER)
 
 
 def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled_and_its_lease_covers_its_timeout(

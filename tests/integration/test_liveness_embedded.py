@@ -4,7 +4,6 @@ same engine service as the server, so the same outcomes as tests/acceptance's cl
 from __future__ import annotations
 
 import asyncio
-import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.errors import ClaimRefused
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
+from tests.integration.test_cancel_embedded import gone
 from tests.shared import wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/liveness}\n"
@@ -216,30 +216,25 @@ result = "slept"
 """
 
 
-def test_the_engine_s_default_timeout_stops_the_in_process_tool(store: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("spec", "default_timeout"), [("", 1.0), ("    spec: {timeout: 1s}\n", None)],
+                         ids=["default_timeout", "spec.timeout"])  # fmt: skip
+def test_a_timeout_stops_the_in_process_tool(store: Any, tmp_path: Path, spec: str,
+                                             default_timeout: float | None) -> None:  # fmt: skip
     out = tmp_path / "pid"
     code = textwrap.indent(HOLDS, " " * 8)
-    text = HEADER + ("workflow:\n  - step: start\n    tool:\n      kind: python\n"
+    text = HEADER + ("workflow:\n  - step: start\n" + spec + "    tool:\n      kind: python\n"
                      f"      input: {{out: \"{out}\"}}\n      code: |\n{code}")  # fmt: skip
 
     async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store, concurrency=1, default_timeout=1.0) as engine:
+        async with EmbeddedEngine(store, concurrency=1, default_timeout=default_timeout) as engine:
             state = await engine.run(load.load_text(text), text, timeout=30)
             pid = int(out.read_text())
-            await wait_for_async(lambda: _gone(pid), "the tool's process killed", timeout=10)
+            await wait_for_async(lambda: gone(pid), "the tool's process killed", timeout=10)
             return state
 
     state = asyncio.run(go())
     assert state.status == st.FAILED
     assert state.error is not None and state.error["kind"] == "timeout"
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 RETRIES_LATER = """
