@@ -158,8 +158,10 @@ class InProcessWorkers:
 
     def _every(self, lease: Lease) -> float:
         """A claim is extended every third of its own lease (the step's liveness, else the
-        engine's): two heartbeats may be lost before it lapses."""
-        return (lease.lease_s or self.lease_s) / 3
+        engine's; the engine's when shorter: a lease long for a step's timeout must not
+        slow the heartbeat that answers a cancel): two heartbeats may be lost before it
+        lapses."""
+        return min(lease.lease_s or self.lease_s, self.lease_s) / 3
 
     async def heartbeats(self) -> None:
         """Extend each claim held, every third of its lease."""

@@ -53,6 +53,13 @@ def lease_seconds(lease: Any, asked: float) -> float:
     return float(given) if isinstance(given, int | float) and given > 0 else asked
 
 
+def heartbeat_every(lease: Any, asked: float) -> float:
+    """A third of the lease the server gave, or of the one the worker asked for when that
+    is shorter: a step's lease may be long (its timeout's), and the heartbeat is also how
+    the worker learns of a cancel."""
+    return min(lease_seconds(lease, asked), asked) / 3
+
+
 def log_job(job: Job, level: int, action: str, message: str, *args: Any,
             exc_info: bool = False) -> None:  # fmt: skip
     """Log about one command: its ids lead the message and go in `extra` (never values)."""

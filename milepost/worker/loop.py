@@ -377,7 +377,7 @@ class Worker:
 
     async def _heartbeats(self, job: Job) -> None:
         # every third of the lease the claim gave (the step's liveness), not a global one
-        interval = jobs.lease_seconds(job.command.get("lease"), self.lease_seconds) / 3
+        interval = jobs.heartbeat_every(job.command.get("lease"), self.lease_seconds)
         while True:
             await first_of([asyncio.ensure_future(self.clock.sleep(interval)),
                             asyncio.ensure_future(job.beat_now.wait())])  # fmt: skip
@@ -403,7 +403,7 @@ class Worker:
             if isinstance(reply, Mapping) and reply.get("cancelled"):
                 self._mark_cancelled(job)
             if isinstance(reply, Mapping):
-                interval = jobs.lease_seconds(reply.get("lease"), self.lease_seconds) / 3
+                interval = jobs.heartbeat_every(reply.get("lease"), self.lease_seconds)
 
     def _heartbeat_failed(self, job: Job, exc: Exception) -> None:
         log_job(job, logging.WARNING, "heartbeat_failed", "heartbeat failed: %s: %s",

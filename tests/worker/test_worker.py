@@ -278,6 +278,29 @@ def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() 
     run(scenario)
 
 
+def test_a_lease_longer_than_the_worker_s_own_still_heartbeats_every_third_of_its_own() -> None:
+    """A step's timeout gave its command a 90 s lease; the worker asked for 30 s: it still
+    heartbeats every 10 s, so it learns a cancel as soon as for any other step."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        long = command(208, epoch=2)
+        long["lease"]["lease_seconds"] = 90.0
+        client.queue.append(long)
+        client.on_heartbeat = lambda cid, epoch: {
+            "lease": {"epoch": epoch, "lease_seconds": 90.0}, "cancelled": False}
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT + 0.1)
+            assert client.heartbeats == [(208, 2, "w-1")]
+            await clock.advance(HEARTBEAT)
+            assert len(client.heartbeats) == 2
+            gate.set()
+            await wait_for_async(lambda: bool(client.reports))
+
+    run(scenario)
+
+
 def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make()
