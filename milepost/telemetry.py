@@ -95,12 +95,7 @@ class Telemetry:
     @contextlib.contextmanager
     def attempt(self, item: WorkItem) -> Iterator[trace.Span]:
         """The span of one attempt, child of its command's traceparent, ended on exit."""
-        parent = tc.parse(item.traceparent)
-        context = None
-        if parent is not None:
-            remote = SpanContext(parent[0], parent[1], is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
-            context = trace.set_span_in_context(NonRecordingSpan(remote))
+        context = _remote_parent(item.traceparent)
         attributes: dict[str, Any] = {
             "milepost.execution_id": str(item.execution_id),
             "milepost.command_id": str(item.command_id), "milepost.step": item.step,
@@ -127,17 +122,22 @@ class Telemetry:
     def run(self, state: st.ExecutionState) -> None:
         """The span of an ended run: from `execution.started` to its terminal event."""
         xid = state.execution_id
+        # a child run's span is a child of the parent's attempt that began it, in the
+        # parent's trace (`traceparent`); a root's has no parent
+        context = _remote_parent(state.traceparent) or otel_context.Context()
         links = []
-        if state.parent_execution_id is not None and state.parent_command_id is not None:
-            # a child run is its own trace, linked to the attempt of the parent that began it
+        if (state.traceparent is None and state.parent_execution_id is not None
+                and state.parent_command_id is not None):  # fmt: skip
+            # a child started before children joined their parent's trace: its own trace,
+            # linked to that attempt
             parent = SpanContext(tc.trace_id(state.parent_execution_id),
                                  tc.attempt_span_id(state.parent_command_id), is_remote=True,
                                  trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
             links.append(Link(parent))
         attributes = {"milepost.execution_id": str(xid), "milepost.playbook": state.path,
                       "milepost.status": state.status}  # fmt: skip
-        with self._ids.chosen(tc.trace_id(xid), tc.run_span_id(xid)):
-            span = self.tracer.start_span(f"run {state.path}", context=otel_context.Context(),
+        with self._ids.chosen(tc.run_trace(xid, state.traceparent), tc.run_span_id(xid)):
+            span = self.tracer.start_span(f"run {state.path}", context=context,
                                           links=links, attributes=attributes,
                                           start_time=_ns(state.started_at))  # fmt: skip
         if state.status == st.FAILED:
@@ -147,6 +147,16 @@ class Telemetry:
 
     def shutdown(self) -> None:
         self.provider.shutdown()  # flushes what a batch still holds
+
+
+def _remote_parent(traceparent: object) -> otel_context.Context | None:
+    """The context whose current span is the (remote) parent a `traceparent` names."""
+    parent = tc.parse(traceparent)
+    if parent is None:
+        return None
+    remote = SpanContext(parent[0], parent[1], is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+    return trace.set_span_in_context(NonRecordingSpan(remote))
 
 
 def _ns(seconds: float) -> int:

@@ -30,11 +30,20 @@ def plain(value: Any) -> Any:
     return value
 
 
+COMPENSATION_RESULT = "compensation.result"
+"""The `loop_steps` name of a compensation's loop result (`compensation.result`, DSL 10.5):
+no step is named so (a step name has no dot), and a worker that does not know it skips it."""
+
+
 def loop_steps(state: st.ExecutionState, playbook: model.Playbook,
                context: Mapping[str, Any]) -> dict[str, dict[str, int]]:  # fmt: skip
-    """The loop steps named in `context`, with the failed count of their latest result
-    (what `plain` drops and `work_item_from_wire` restores)."""
+    """The loop steps named in `context`, with the failed count of their latest result,
+    and a compensation's loop result (what `plain` drops and `work_item_from_wire`
+    restores)."""
     out: dict[str, dict[str, int]] = {}
+    undoing = context.get("compensation")
+    if isinstance(undoing, Mapping) and isinstance(undoing.get("result"), LoopResult):
+        out[COMPENSATION_RESULT] = {"failed": undoing["result"].failed}
     for name in context:
         step = playbook.steps.get(name)
         if step is None or step.loop is None:
@@ -53,9 +62,15 @@ def work_item_from_wire(command: Mapping[str, Any]) -> WorkItem:
     """
     context: dict[str, Any] = dict(command.get("context") or {})
     for name, info in (command.get("loop_steps") or {}).items():
+        failed = int(info.get("failed", 0)) if isinstance(info, Mapping) else 0
+        undoing = context.get("compensation")
+        if name == COMPENSATION_RESULT and isinstance(undoing, Mapping):
+            value = undoing.get("result")
+            if isinstance(value, list) and not isinstance(value, LoopResult):
+                context["compensation"] = {**undoing, "result": LoopResult(value, failed=failed)}
+            continue
         value = context.get(name)
         if isinstance(value, list) and not isinstance(value, LoopResult):
-            failed = int(info.get("failed", 0)) if isinstance(info, Mapping) else 0
             context[name] = LoopResult(value, failed=failed)
     execution_id = int(command["execution_id"])
     context.setdefault("workload", {})

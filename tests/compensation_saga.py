@@ -55,10 +55,10 @@ workflow:
   - step: release
     tool:
       kind: python
-      input: {w: "{{ workload }}", c: "{{ compensation }}"}
+      input: {w: "{{ workload }}", c: "{{ compensation }}", s: "{{ compensation.result.stats }}"}
       code: |
         PRELUDE
-        effect("release", "release " + json.dumps(c, sort_keys=True))
+        effect("release", "release " + json.dumps(c, sort_keys=True) + " " + json.dumps(s, sort_keys=True))
 """
 
 PRELUDE = """\
@@ -93,4 +93,6 @@ def effects(tmp_path: Path) -> list[str]:
 
 
 REFUND = 'refund {"result": {"id": "ch_1"}, "run": 1, "step": "start"}'
-RELEASE = 'release {"result": ["a", "b"], "run": 1, "step": "reserve"}'
+RELEASE = ('release {"result": ["a", "b"], "run": 1, "step": "reserve"}'
+           ' {"failed": 0, "success": 2, "total": 2}')
+"""The loop's result keeps its `.stats` in both modes (the wire restores it)."""

@@ -70,6 +70,8 @@ def create_app(settings: Settings | None = None, *,
         try:
             services.engine.publisher = await notify.connect(settings.nats_url)
             services.reconciler.publisher = services.engine.publisher
+            # workers stop a cancelled run's attempts when told, not at their next heartbeat
+            services.engine.listeners.append(notify.CancelNotices(services.engine.publisher))
             app.state.services = services
             task = None
             if settings.reconcile_interval > 0:

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from milepost.engine.liveness_meter import ATTEMPT_KINDS
 from milepost.engine.meters import APPROVAL_OUTCOMES, Meters
 
 INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
@@ -38,6 +39,14 @@ class Metrics:
             "milepost_claim_conflicts", "Claims refused, by code.", ["code"], registry=r)
         self.leases_expired = Counter(
             "milepost_leases_expired", "Claims the reconciler found expired.", registry=r)
+        self.runs_stalled = Counter(
+            "milepost_runs_stalled", "Runs failed for making no progress for their "
+            "executor.spec.stall_after.", registry=r)  # fmt: skip
+        self.attempts_failed = Counter(
+            "milepost_attempts_failed", "Attempts failed by timeout (spec.timeout or the "
+            "engine's default_timeout) or lost (their lease expired).", ["kind"], registry=r)  # fmt: skip
+        for kind in ATTEMPT_KINDS:  # both show, at 0 until it happens
+            self.attempts_failed.labels(kind)
         self.evaluation_seconds = Histogram(
             "milepost_orchestrator_evaluation_seconds", "One orchestrator process() call: fold, "
             "decide and the transaction that stores both.", registry=r)  # fmt: skip
@@ -185,6 +194,12 @@ class EngineMeters(Meters):
 
     def lease_expired(self) -> None:
         self.metrics.leases_expired.inc()
+
+    def run_stalled(self) -> None:
+        self.metrics.runs_stalled.inc()
+
+    def attempt_failed(self, kind: str) -> None:
+        self.metrics.attempts_failed.labels(kind).inc()
 
     def approval_closed(self, outcome: str, seconds: float | None) -> None:
         self.metrics.approval_decisions.labels(outcome).inc()

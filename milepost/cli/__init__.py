@@ -20,6 +20,7 @@ from milepost.cli import (
     runs,
     server,
     suites,
+    usage,
     verify,
     workers,
 )
@@ -30,7 +31,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
 _GROUPS = (runs, executions, logs, approvals, catalog, credentials, suites, verify, server,
-           doctor, workers)  # fmt: skip
+           doctor, workers, usage)  # fmt: skip
 for group in _GROUPS:
     app.add_typer(group.app)
 

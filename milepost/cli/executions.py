@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated
 
 import typer
@@ -17,7 +18,7 @@ from milepost.cli.inputs import (
     server_client,
 )
 from milepost.cli.output import fail, iso, out, print_status, remote, short
-from milepost.engine import summaries
+from milepost.engine import summaries, worker_pools
 
 app = typer.Typer()
 
@@ -49,7 +50,13 @@ def status(execution_id: int, db: DbOption = None, server: ServerOption = None,
         with client:
             print_status(remote(lambda: client.status(execution_id)), json_out)
         return
-    print_status(summaries.execution_summary(load_state(db, execution_id)), json_out)
+    state = load_state(db, execution_id)
+    summary = summaries.execution_summary(state)
+    if not state.terminal:  # a queued command of a pool no live worker serves, as a server says
+        with opened(db) as store:
+            missing = worker_pools.missing(store, time.time(), execution_id)
+        summary = summaries.with_missing_workers(summary, missing)
+    print_status(summary, json_out)
 
 
 @app.command()

@@ -34,7 +34,6 @@ from milepost.core import cancellation
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.credentials import Vault
-from milepost.engine import cancel as cancelling
 from milepost.engine import summaries, unattended
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.errors import AlreadyTerminal
@@ -302,5 +301,5 @@ def request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchestr
             orchestrator.forget(execution_id)
     else:
         raise fail(f"execution {execution_id} kept moving; cancel again")
-    for child in list(cancelling.children_of(store, execution_id)):
+    for child in store.running_children(execution_id):
         request_cancel(store, child, orchestrator, actor, cancellation.child_cause(execution_id))

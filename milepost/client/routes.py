@@ -116,6 +116,11 @@ def cancel(execution_id: int | str, claim: ParentClaim | None = None) -> Call:
                 params=proof(claim))  # fmt: skip
 
 
+def usage(path: str | None) -> Call:
+    return Call("GET", "/api/usage", params={"path": path} if path else {},
+                parse=lambda b: b["items"])  # fmt: skip
+
+
 def approvals(status: str | None, execution_id: int | str | None, approver: str | None,
               risk: str | None, limit: int, after: int | str | None) -> Call:  # fmt: skip
     params: dict[str, Any] = {"limit": limit}

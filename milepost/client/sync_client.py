@@ -186,6 +186,11 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.post_events(events, claim))
         return result
 
+    def usage(self, path: str | None = None) -> list[dict[str, Any]]:
+        """Usage summed per playbook, provider and model (of `path` only, when given)."""
+        result: list[dict[str, Any]] = self._do(routes.usage(path))
+        return result
+
     def credential(self, name: str) -> dict[str, Any] | None:
         """A credential's data (worker and admin roles), None when it is not registered."""
         result: dict[str, Any] | None = self._do(routes.credential(name))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from milepost.core import state as st
 from milepost.core.usage import Totals
 from milepost.playbook import model
 
@@ -32,6 +33,22 @@ def check(budget: model.Budget | None, totals: Totals, step: str) -> dict[str, A
     return {"kind": KIND, "message": message, "reason": message, "step": step, "task": None,
             "usage": {"tokens": totals.tokens, "cost": totals.cost},
             "budget": budget.model_dump(exclude_none=True)}  # fmt: skip
+
+
+def after_iteration(budget: model.Budget | None, state: st.ExecutionState,
+                    sr: st.StepRun) -> dict[str, Any] | None:  # fmt: skip
+    """The run's error when an iteration of the loop `sr` ended past the budget and the
+    loop would issue another (or a retry): an iteration's end is a step boundary too, so
+    a loop stops issuing iterations once the budget is passed; those in flight finish."""
+    if not sr.is_loop or not sr.results or not (sr.retry_at or sr.next_index < sr.total):
+        return None
+    return check(budget, state.usage, sr.step)
+
+
+def cut_short(state: st.ExecutionState) -> str:
+    """Why a loop cut short by the run's failure ended (its `step.exit` CANCELLED)."""
+    failure = state.failure or {}
+    return "budget exceeded" if failure.get("kind") == KIND else "run failed elsewhere"
 
 
 def _number(value: float) -> str:

@@ -12,14 +12,16 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.playbook import model
 
-STOPPED = {"kind": "cancelled", "retryable": False,
+CANCELLED_KIND = "cancelled"
+"""The error kind of an attempt a cancel of its run ended (stopped, abandoned, never run)."""
+STOPPED = {"kind": CANCELLED_KIND, "retryable": False,
            "message": "execution cancelled: the attempt was stopped"}  # fmt: skip
 """The error a worker reports for an attempt it stopped because the run was cancelled."""
 
 
 def abandoned_error(grace: float) -> dict[str, object]:
     """The error of an attempt the engine abandoned at the end of the grace."""
-    return {"kind": "cancelled", "retryable": False,
+    return {"kind": CANCELLED_KIND, "retryable": False,
             "message": f"execution cancelled: attempt abandoned after the cancel grace ({grace:g}s)"}  # fmt: skip
 
 

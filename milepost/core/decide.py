@@ -187,7 +187,7 @@ def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
         if failed is None and _stopping(out.state) and len(sr.results) < sr.total:
             # a loop cut short by a cancel or by a failure elsewhere: it neither
             # completed nor failed, and its arcs are not followed
-            reason = "cancelled" if out.state.cancel_requested else "run failed elsewhere"
+            reason = "cancelled" if out.state.cancel_requested else budget.cut_short(out.state)
             out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason=reason,
                      done=len(sr.results), total=sr.total)  # fmt: skip
         elif failed is not None:
@@ -218,6 +218,13 @@ def step_error(step: str, error: dict[str, Any], index: int | None = None) -> di
 
 
 def _fail_step(out: _Emitter, sr: st.StepRun, error: dict[str, Any], index: int | None) -> None:
+    if out.state.cancel_requested and error.get("kind") == cancellation.CANCELLED_KIND:
+        # stopped by the run's cancel (stopped, abandoned, never claimed): the step did not
+        # fail, it was cancelled. The fold takes the status from the event, so older logs
+        # (FAILED, kind `cancelled`) still mean what they meant.
+        out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason="cancelled",
+                 error=step_error(sr.step, error, index))  # fmt: skip
+        return
     out.emit(ev.STEP_EXIT, sr.step, st.FAILED, run=sr.run, error=step_error(sr.step, error, index))
 
 
@@ -253,7 +260,8 @@ def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> N
         return
     if sr.is_loop:
         out.emit(ev.LOOP_DONE, sr.step, run=sr.run, count=len(result))
-    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets}
+    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets,
+                               "compensable": step.spec.compensation is not None}  # fmt: skip
     if sr.is_loop:
         payload["loop"] = {"failed": sr.failed_ok}
     if step.next.arcs and not chosen:
@@ -451,6 +459,10 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
             continue  # a failed iteration stops new ones; the run ends when in-flight ones finish
         if sr.gated and not _granted(state, sr):
             continue
+        error = budget.after_iteration(playbook.executor.budget, state, sr)
+        if error is not None:  # the loop issues no more iterations
+            out.emit(ev.BUDGET_EXCEEDED, sr.step, error=error)
+            return
         for index, at in sorted(sr.retry_at.items()):
             if at <= out.now:
                 _issue(out, sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)

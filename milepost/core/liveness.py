@@ -15,17 +15,30 @@ from typing import Any
 from milepost.core import approval_state as ap
 from milepost.core import state as st
 from milepost.playbook import durations, model
+from milepost.settings import Settings
 
 STALLED = "stalled"
 """The error kind of a run failed for making no progress for `executor.spec.stall_after`."""
 
 
+REPORT_MARGIN_S: float = Settings.model_fields["lease_seconds"].default
+"""What a step with a `spec.timeout` and no `spec.liveness` gets on top of its timeout."""
+
+
 def lease_fields(playbook: model.Playbook, step: str) -> dict[str, Any]:
     """The `command.issued` fields of a step's lease: `{lease_s}` when the step (or
-    `executor.spec`) sets `liveness`, else nothing (the claim uses the engine's lease)."""
+    `executor.spec`) sets `liveness`; for a step with only a `timeout`, the timeout plus
+    the engine's default lease (DSL 10.2: the default liveness is never below the
+    timeout, so an attempt inside its timeout is never declared lost, and one that hit
+    it still has a lease's time to report); else nothing (the claim uses the engine's
+    lease)."""
     spec = playbook.steps.get(step)
-    liveness = spec.spec.liveness if spec is not None else None
-    return {} if liveness is None else {"lease_s": liveness}
+    if spec is None:
+        return {}
+    if spec.spec.liveness is not None:
+        return {"lease_s": spec.spec.liveness}
+    timeout = spec.spec.timeout
+    return {} if timeout is None else {"lease_s": timeout + REPORT_MARGIN_S}
 
 
 def started_fields(playbook: model.Playbook) -> dict[str, Any]:
@@ -44,11 +57,17 @@ def stall_verdict(state: st.ExecutionState, playbook: model.Playbook, now: float
     stall = playbook.executor.stall_after
     # a run being cancelled ends CANCELLED (its attempts abandoned after cancel_grace), not
     # FAILED: the people who cancelled it asked for that end
-    if (stall is None or state.terminal or state.cancel_requested
-            or now - last_progress_at <= stall):  # fmt: skip
+    if stall is None or state.terminal or state.cancel_requested:
         return None
     waiting = _waiting(state, holders)
-    message = (f"no progress for {now - last_progress_at:.0f}s (executor.spec.stall_after "
+    # a run waiting for people (an approval has its own `expires_in`) or for its own retry
+    # timer is idle as designed: its window counts from the last timer's due time
+    if waiting["approvals"]:
+        return None
+    since = max([last_progress_at, *(r["at"] for r in waiting["retries"])])
+    if now - since <= stall:
+        return None
+    message = (f"no progress for {now - since:.0f}s (executor.spec.stall_after "
                f"{durations.text(stall)}): waiting for {_describe(waiting)}")  # fmt: skip
     return {"step": None, "task": None, "kind": STALLED, "message": message,
             "reason": f"run stalled: {message}", "waiting": waiting}  # fmt: skip

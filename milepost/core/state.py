@@ -117,6 +117,8 @@ class ExecutionState:
     parent_execution_id: int | None = None
     parent_command_id: int | None = None
     """The command of the parent that started this run (a `playbook` tool call)."""
+    traceparent: str | None = None
+    """A child run's trace context: its parent's trace (`core.tracecontext`); None: its own."""
     started_at: float = 0.0
     ended_at: float | None = None
     ctx: dict[str, Any] = field(default_factory=dict)
@@ -131,8 +133,9 @@ class ExecutionState:
     commands: dict[int, Command] = field(default_factory=dict)
     completed_runs: list[tuple[str, int]] = field(default_factory=list)
     run_results: dict[tuple[str, int], Any] = field(default_factory=dict)
-    """(step, run) -> the result of that completed run: a compensation reads the run it
-    undoes (DSL 10.5), which `results` (the latest per step) may no longer hold."""
+    """(step, run) -> the result of that completed run of a step naming a compensation: a
+    compensation reads the run it undoes (DSL 10.5), which `results` (the latest per
+    step) may no longer hold."""
     compensation: cs.Compensation | None = None
     """Set once the run started compensating (`core.compensation_state`)."""
     failure: dict[str, Any] | None = None
@@ -237,6 +240,7 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.sealed_workload = p.get("sealed_workload")
     state.parent_execution_id = p.get("parent_execution_id")
     state.parent_command_id = p.get("parent_command_id")
+    state.traceparent = p.get("traceparent")
     state.started_at = event.created_at
     state.ctx = dict(p.get("ctx", {}))
     state.entry_step = p.get("entry_step", "")
@@ -383,7 +387,11 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         state.results[step] = result
         run = int(p.get("run", sr.run if sr else 0))
         state.completed_runs.append((step, run))
-        state.run_results[(step, run)] = result
+        # only a compensation reads a run's result after its step ran again (DSL 10.5): a
+        # long run without compensations keeps none. An older log's exit does not say
+        # (no `compensable`): kept, as it always was.
+        if p.get("compensable", True):
+            state.run_results[(step, run)] = result
     elif status == FAILED:
         if sr is not None:
             sr.error = p.get("error")

@@ -1,7 +1,9 @@
 """W3C trace context (`traceparent`) of executions and attempts, derived from their ids.
 
-A run is one trace: its trace id is a stable hash of the execution id, and the run's own
-span id another, so the engine can emit the run's span when the run ends (its start read
+A run is one trace: its trace id is a stable hash of the execution id (a child run's: its
+parent's trace, named by the `traceparent` its `execution.started` carries, whose parent
+span is the attempt of the parent's command that started it), and the run's own span id
+another, so the engine can emit the run's span when the run ends (its start read
 from the log) and every attempt started before can already name it as its parent. A
 command carries `00-<trace>-<run span>-01`: the worker's attempt span is its child, with
 the span id of the attempt (the command id, unique per attempt), and the report carries
@@ -13,6 +15,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from milepost.core.state import ExecutionState
 
 VERSION = "00"
 SAMPLED = "01"
@@ -45,14 +51,34 @@ def format_traceparent(trace: int, span: int) -> str:
     return f"{VERSION}-{trace:032x}-{span:016x}-{SAMPLED}"
 
 
-def command_traceparent(execution_id: int) -> str:
-    """What a command carries: its run's trace, with the run span as the parent."""
-    return format_traceparent(trace_id(execution_id), run_span_id(execution_id))
+def run_trace(execution_id: int, traceparent: object = None) -> int:
+    """The trace of a run: the one its `traceparent` names (a child's: its parent's trace),
+    else the hash of its execution id."""
+    parent = parse(traceparent)
+    return parent[0] if parent is not None else trace_id(execution_id)
 
 
-def attempt_traceparent(execution_id: int, command_id: int) -> str:
-    """The attempt's own context, which its report carries back."""
-    return format_traceparent(trace_id(execution_id), attempt_span_id(command_id))
+def child_fields(parent: ExecutionState | None, parent_command_id: int) -> dict[str, Any]:
+    """What a child run's `execution.started` carries: the command of its parent that
+    started it, and (the parent's state known) the parent's trace, with that command's
+    attempt as the parent span."""
+    fields: dict[str, Any] = {"parent_command_id": parent_command_id}
+    if parent is not None:
+        fields["traceparent"] = format_traceparent(
+            run_trace(parent.execution_id, parent.traceparent), attempt_span_id(parent_command_id))
+    return fields
+
+
+def command_traceparent(execution_id: int, traceparent: object = None) -> str:
+    """What a command carries: its run's trace, with the run span as the parent
+    (`traceparent`: the run's own, a child's)."""
+    return format_traceparent(run_trace(execution_id, traceparent), run_span_id(execution_id))
+
+
+def attempt_traceparent(execution_id: int, command_id: int, traceparent: object = None) -> str:
+    """The attempt's own context, which its report carries back (`traceparent`: its
+    command's, whose trace it is in)."""
+    return format_traceparent(run_trace(execution_id, traceparent), attempt_span_id(command_id))
 
 
 def parse(value: object) -> tuple[int, int] | None:

@@ -90,7 +90,7 @@ def work_item(
         args=args,
         epoch=epoch,
         approved_digest=approved,
-        traceparent=tracecontext.command_traceparent(state.execution_id),
+        traceparent=tracecontext.command_traceparent(state.execution_id, state.traceparent),
     )
 
 
@@ -126,7 +126,7 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     if item.traceparent is not None:
         # the attempt's own span, child of the command's traceparent: a report names it
         meta["traceparent"] = tracecontext.attempt_traceparent(item.execution_id,
-                                                               item.command_id)  # fmt: skip
+                                                               item.command_id, item.traceparent)  # fmt: skip
     if outcome.ok:
         payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
         if outcome.failed_ok:

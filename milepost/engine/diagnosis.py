@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
-from milepost.engine import cancel as cancelling
 from milepost.engine import drivers, summaries, workers
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
@@ -76,13 +75,13 @@ def gather(store: port.Store, state: st.ExecutionState, playbook: model.Playbook
 def _children(store: port.Store, state: st.ExecutionState,
               playbook: model.Playbook) -> tuple[dg.Child, ...]:  # fmt: skip
     """The running children, looked for only while a `playbook` step has a command out
-    (the store has no index by parent: `children_of` pages through the running runs)."""
+    (`store.running_children`, indexed by parent)."""
     steps = {cmd.step for cmd in state.commands.values()}
     if not any(task.kind == "playbook" for step in steps if step in playbook.steps
                for task in playbook.steps[step].tasks):  # fmt: skip
         return ()
     found = []
-    for xid in cancelling.children_of(store, state.execution_id):
+    for xid in store.running_children(state.execution_id):
         started = store.load(xid, before_seq=2)  # its execution.started names the command
         payload = started[0].payload if started else {}
         command = payload.get("parent_command_id")

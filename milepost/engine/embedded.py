@@ -471,7 +471,11 @@ class EmbeddedEngine:
             self._process_safely([], list(self._active), refresh=True)
             self._catch_up(list(self._active))
             try:  # an attempt silent past its liveness is lost; a run without progress fails
-                self.service.reconciler.watch_liveness(self.orchestrator.clock(), self._active)
+                seen = self.service.reconciler.watch_liveness(self.orchestrator.clock(),
+                                                              self._active)  # fmt: skip
+                # an attempt failed by the engine's timeout, or lost, is stopped like a
+                # cancelled one: its tool must not run on after its command was settled
+                self.workers.stop_commands([*seen.timed_out, *seen.expired])
             except Exception:
                 log.exception("liveness check failed")
             cancelled = [x for x in self._active

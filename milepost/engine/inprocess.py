@@ -163,8 +163,10 @@ class InProcessWorkers:
 
     def _every(self, lease: Lease) -> float:
         """A claim is extended every third of its own lease (the step's liveness, else the
-        engine's): two heartbeats may be lost before it lapses."""
-        return (lease.lease_s or self.lease_s) / 3
+        engine's; the engine's when shorter: a lease long for a step's timeout must not
+        slow the heartbeat that answers a cancel): two heartbeats may be lost before it
+        lapses."""
+        return min(lease.lease_s or self.lease_s, self.lease_s) / 3
 
     async def heartbeats(self) -> None:
         """Extend each claim held, every third of its lease."""
@@ -202,6 +204,15 @@ class InProcessWorkers:
             state = orchestrator.cached(xid) if xid in xids else None
             if state is not None and cs.cancel_stops_work(state):
                 stopper.stop()
+
+    def stop_commands(self, command_ids: Iterable[int]) -> None:
+        """Stop the running attempts of these commands (the engine settled them: timed
+        out, lost); their late reports are stale."""
+        for command_id in command_ids:
+            running = self._stops.get(command_id)
+            if running is not None and running[1].stop():
+                log.info("attempt of command %s stopped: its command was settled", command_id,
+                         extra={"action": "attempt_stopped", "execution_id": running[0]})  # fmt: skip
 
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""

@@ -34,6 +34,7 @@ from milepost.engine import approvals, attempt_logs, diagnosis, notify, reportin
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome
@@ -95,6 +96,7 @@ class Lifecycle(StoreReads):
         if meters is not None:  # only a reader of the counts pays for the approval clock
             self.listeners.append(ApprovalClock(self.meters, store))
             self.listeners.append(UsageMeter(self.meters, store))
+            self.listeners.append(LivenessMeter(self.meters))
         spans = telemetry.active()
         if spans is not None:  # no exporter: no listener, nothing per call
             self.listeners.append(RunSpans(spans))
@@ -304,7 +306,7 @@ class Lifecycle(StoreReads):
             actor = state.cancel_actor or actor
             stops = cs.cancel_stops_work(state)  # a cancel while compensating stops nothing
         # outside the parent's lock: locks are taken in id order, one run at a time here
-        for child in list(cancelling.children_of(self.store, execution_id)) if stops else []:
+        for child in self.store.running_children(execution_id) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
                 self.cancel(child, actor, cancellation.child_cause(execution_id))
         return self.orchestrator.state(execution_id)

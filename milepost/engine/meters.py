@@ -46,6 +46,12 @@ class Meters:
     def lease_expired(self) -> None:
         """A claim the reconciler found expired."""
 
+    def run_stalled(self) -> None:
+        """A run failed for making no progress for its `executor.spec.stall_after`."""
+
+    def attempt_failed(self, kind: str) -> None:
+        """An attempt failed by `timeout` or `lost` (`engine.liveness_meter`)."""
+
     def approval_closed(self, outcome: str, seconds: float | None) -> None:
         """An approval reached its outcome (granted, denied, expired, invalidated), after
         `seconds` from its request (None: the request could not be found)."""

@@ -7,6 +7,11 @@ poll the claim route, so a lost notice only delays work: every failure here is l
 (once until the next success) and otherwise ignored, and a publish does not wait for
 JetStream's acknowledgement (the stream still records it). `notify` never blocks the
 caller; it hands the publish to the event loop the publisher was connected on.
+
+A cancel is announced too, on `milepost.cancels` (`{"execution_ids": [...]}`, plain NATS:
+outside the stream, nothing to replay): a worker running an attempt of one of those runs
+heartbeats at once, and stops the attempt when the heartbeat says the run is cancelled
+(`CancelNotices`). Also a hint: the heartbeat stays the truth, and the fallback.
 """
 
 from __future__ import annotations
@@ -17,17 +22,24 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from milepost.core import events as ev
+
+if TYPE_CHECKING:
+    from milepost.engine.orchestrator import Outcome
+
 log = logging.getLogger(__name__)
 
 STREAM = "MILEPOST_COMMANDS"
 SUBJECT_PREFIX = "milepost.commands"
+CANCELS = "milepost.cancels"
+"""Where a run's cancel is announced to the workers (not a pool's: any may run it)."""
 DEFAULT_POOL = "default"
 STREAM_MAX_AGE = 3600.0
 """Seconds a notice is kept: an old notice is useless (polling found the work long ago)."""
@@ -63,9 +75,17 @@ def messages(notices: Sequence[Notice]) -> list[tuple[str, bytes, int]]:
             for pool, group in by_pool.items()]  # fmt: skip
 
 
+def cancel_message(execution_ids: Sequence[int]) -> tuple[str, bytes, int]:
+    return CANCELS, json.dumps({"execution_ids": [str(x) for x in execution_ids]}).encode(), 0
+
+
 class Publisher(Protocol):
     def notify(self, notices: Sequence[Notice]) -> None:
         """Publish wake-ups without blocking; failures are logged, never raised."""
+        ...
+
+    def notify_cancelled(self, execution_ids: Sequence[int]) -> None:
+        """Announce these runs' cancels, as `notify` publishes (never blocks, never raises)."""
         ...
 
     async def close(self) -> None: ...
@@ -75,6 +95,9 @@ class NullPublisher:
     """No NATS configured (or reachable): workers find work by polling."""
 
     def notify(self, notices: Sequence[Notice]) -> None:
+        return None
+
+    def notify_cancelled(self, execution_ids: Sequence[int]) -> None:
         return None
 
     async def close(self) -> None:
@@ -117,9 +140,16 @@ class NatsPublisher:
         return cls(client, asyncio.get_running_loop())
 
     def notify(self, notices: Sequence[Notice]) -> None:
-        if not notices or self._loop.is_closed():
+        if notices:
+            self._hand_over(messages(notices))
+
+    def notify_cancelled(self, execution_ids: Sequence[int]) -> None:
+        if execution_ids:
+            self._hand_over([cancel_message(execution_ids)])
+
+    def _hand_over(self, batch: list[tuple[str, bytes, int]]) -> None:
+        if self._loop.is_closed():
             return
-        batch = list(notices)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -129,13 +159,13 @@ class NatsPublisher:
         else:
             self._loop.call_soon_threadsafe(self._spawn, batch)
 
-    def _spawn(self, batch: list[Notice]) -> None:
+    def _spawn(self, batch: list[tuple[str, bytes, int]]) -> None:
         task = self._loop.create_task(self._publish(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _publish(self, batch: list[Notice]) -> None:
-        for subject_, body, count in messages(batch):
+    async def _publish(self, batch: list[tuple[str, bytes, int]]) -> None:
+        for subject_, body, count in batch:
             try:
                 # a plain publish: the stream records it, and a hint needs no acknowledgement
                 # (a JetStream publish waits for one per message: most of a busy server's
@@ -177,3 +207,17 @@ async def connect(url: str | None, *, timeout: float = 2.0) -> Publisher:
 async def _quiet_error(exc: Any) -> None:
     # nats-py prints a traceback per reconnect attempt by default; one line is enough
     log.debug("nats: %s", exc)
+
+
+class CancelNotices:
+    """A listener of the engine service: every cancel request it committed (a caller's, a
+    child's with its parent, one posted as an event) announced to the workers."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+
+    def __call__(self, outcome: Outcome) -> None:
+        cancelled = [e.execution_id for e in outcome.events
+                     if e.event_type == ev.EXECUTION_CANCEL_REQUESTED]  # fmt: skip
+        if cancelled:
+            self.publisher.notify_cancelled(cancelled)

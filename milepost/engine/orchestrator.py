@@ -25,6 +25,7 @@ from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import liveness
 from milepost.core import state as st
+from milepost.core import tracecontext as tc
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
 from milepost.engine.seal import Sealer, WorkloadUnreadable
@@ -49,7 +50,8 @@ ENDED_KEPT = 256
 _SNAPSHOT_VERSION = 10
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
 5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
-9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`."""
+9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`, `run_results` of
+compensated steps, `traceparent`."""
 
 
 @dataclass(slots=True)
@@ -147,9 +149,9 @@ class Orchestrator:
         (`claim`: claimed for a worker in the start's transaction). `started_by`: the
         identity starting it (a child inherits its parent's), who may not approve it."""
         merged = deep_merge(playbook.workload, workload)
-        if started_by is None and parent_execution_id is not None:
-            parent = self.cached(parent_execution_id) or self.state(parent_execution_id,
-                                                                    workload=False)  # fmt: skip
+        parent = None if parent_execution_id is None else (
+            self.cached(parent_execution_id) or self.state(parent_execution_id, workload=False))
+        if started_by is None and parent is not None:
             started_by = parent.started_by
         self._playbooks.setdefault((playbook.path, version), playbook)
         seals: dict[int, tuple[dict[str, Any], str | None]] = {}
@@ -162,10 +164,8 @@ class Orchestrator:
             payload = {"path": playbook.path, "version": version, "workload": shown,
                        "entry_step": playbook.entry_step, "name": playbook.name,
                        "parent_execution_id": parent_execution_id}  # fmt: skip
-            if parent_command_id is not None:
-                # only children of a command carry it: the started event of every other run
-                # is unchanged
-                payload["parent_command_id"] = parent_command_id
+            if parent_command_id is not None:  # and its parent's trace: the others unchanged
+                payload.update(tc.child_fields(parent, parent_command_id))
             if sealed is not None:
                 payload["sealed_workload"] = sealed
             if started_by is not None:

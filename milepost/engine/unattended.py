@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from milepost.core import cancellation
 from milepost.core import state as st
-from milepost.engine import cancel as cancelling
 from milepost.engine.drivers import driver_holder, holder_alive
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.lifecycle import Lifecycle
@@ -52,6 +51,6 @@ def finish(engine: Lifecycle, execution_id: int, actor: str | None,
             ended.append(execution_id)
     finally:
         engine.store.release_driver(execution_id, holder, engine.clock())
-    for child in list(cancelling.children_of(engine.store, execution_id)):
+    for child in engine.store.running_children(execution_id):
         ended += finish(engine, child, actor, cancellation.child_cause(execution_id))
     return ended

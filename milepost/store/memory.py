@@ -298,6 +298,11 @@ class MemoryStore(port.Appends):
                            and self.db.claimed_at.get(r.command_id, now) < now - after_s),
                           key=lambda r: r.command_id)  # fmt: skip
 
+    def running_children(self, execution_id: int) -> list[int]:
+        with self.db.lock:
+            return sorted(r.execution_id for r in self.db.executions.values()
+                          if r.parent_execution_id == execution_id and r.status == "RUNNING")  # fmt: skip
+
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         with self.db.lock:
             out = []

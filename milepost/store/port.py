@@ -456,6 +456,10 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
         than `idle_s` (the reconciler re-evaluates them)."""
         ...
 
+    def running_children(self, execution_id: int) -> list[int]:
+        """The RUNNING executions whose parent is `execution_id`, by id (indexed)."""
+        ...
+
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         """(execution_id, time of its last event) of RUNNING executions with a stall window
         whose last event is older than it (`core.liveness.stall_verdict` decides)."""

@@ -266,6 +266,10 @@ class ShardedStore:
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         return sorted(x for store in self.stores for x in store.executions_to_redrive(now, idle_s))
 
+    def running_children(self, execution_id: int) -> list[int]:
+        # a child is placed by its own id, not its parent's: every shard may hold one
+        return sorted(x for store in self.stores for x in store.running_children(execution_id))
+
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         return sorted(x for store in self.stores for x in store.stalled_executions(now))
 

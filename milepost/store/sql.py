@@ -27,6 +27,7 @@ from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approval_table, port, projection, usage_table, worker_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
+from milepost.store.children_table import ChildrenTable
 from milepost.store.liveness import LivenessTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
@@ -75,7 +76,7 @@ class RepeatedId(Exception):
 
 
 class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, LivenessTable,
-               AttemptLogTable, port.Appends):  # fmt: skip
+               AttemptLogTable, ChildrenTable, port.Appends):  # fmt: skip
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 

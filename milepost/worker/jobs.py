@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,18 @@ class Job:
     task: asyncio.Task[None] | None = None
     stopper: Stoppable = field(default_factory=Stoppable)
     """Stops its attempt when the run is cancelled (a `cancelled` outcome, reported)."""
+    beat_now: asyncio.Event = field(default_factory=asyncio.Event)
+    """Heartbeat without waiting for the interval (a cancel was announced for its run)."""
+
+
+def cancel_announced(held: Iterable[Job], notice: Mapping[str, Any]) -> None:
+    """A cancel of runs was announced (NATS, `engine.notify.CANCELS`): the attempts held of
+    them heartbeat now, and stop if the heartbeat confirms it; the announcement alone stops
+    nothing (anyone could publish it)."""
+    ids = {str(x) for x in notice.get("execution_ids") or ()}
+    for job in held:
+        if str(job.execution_id) in ids:
+            job.beat_now.set()
 
 
 def lease_seconds(lease: Any, asked: float) -> float:
@@ -38,6 +51,13 @@ def lease_seconds(lease: Any, asked: float) -> float:
     `spec.liveness`), else the one the worker asked for."""
     given = lease.get("lease_seconds") if isinstance(lease, dict) else None
     return float(given) if isinstance(given, int | float) and given > 0 else asked
+
+
+def heartbeat_every(lease: Any, asked: float) -> float:
+    """A third of the lease the server gave, or of the one the worker asked for when that
+    is shorter: a step's lease may be long (its timeout's), and the heartbeat is also how
+    the worker learns of a cancel."""
+    return min(lease_seconds(lease, asked), asked) / 3
 
 
 def log_job(job: Job, level: int, action: str, message: str, *args: Any,

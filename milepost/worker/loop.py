@@ -202,6 +202,9 @@ class Worker:
         if self.ids.needs_lease:
             await self.ids.lease(lambda: self._stopping)
             renewer = asyncio.create_task(self.ids.renew_forever(self.token), name="machine-id")
+        elif self.ids.presence_only:  # MILEPOST_MACHINE_ID: a lease only to be seen alive
+            renewer = asyncio.create_task(self.ids.renew_forever(self.token, ask_first=True),
+                                          name="presence")  # fmt: skip
         reporter = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
             await self._claim_loop()
@@ -385,9 +388,11 @@ class Worker:
 
     async def _heartbeats(self, job: Job) -> None:
         # every third of the lease the claim gave (the step's liveness), not a global one
-        interval = jobs.lease_seconds(job.command.get("lease"), self.lease_seconds) / 3
+        interval = jobs.heartbeat_every(job.command.get("lease"), self.lease_seconds)
         while True:
-            await self.clock.sleep(interval)
+            await first_of([asyncio.ensure_future(self.clock.sleep(interval)),
+                            asyncio.ensure_future(job.beat_now.wait())])  # fmt: skip
+            job.beat_now.clear()
             try:
                 reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
                                                     lease_seconds=self.lease_seconds)  # fmt: skip
@@ -411,7 +416,7 @@ class Worker:
             if isinstance(reply, Mapping) and reply.get("cancelled"):
                 self._mark_cancelled(job)
             if isinstance(reply, Mapping):
-                interval = jobs.lease_seconds(reply.get("lease"), self.lease_seconds) / 3
+                interval = jobs.heartbeat_every(reply.get("lease"), self.lease_seconds)
 
     def _heartbeat_failed(self, job: Job, exc: Exception) -> None:
         log_job(job, logging.WARNING, "heartbeat_failed", "heartbeat failed: %s: %s",

@@ -91,6 +91,9 @@ class MachineIds:
         fixed = machine_id(settings)
         self._new_id: Callable[[], int] | None = new_id or (
             None if fixed is None else Snowflake(fixed, clock.time))  # fmt: skip
+        self.presence_only = new_id is None and fixed is not None
+        """Minting on `MILEPOST_MACHINE_ID`, it still holds a lease (never minted with): the
+        server knows a worker, and its pool, alive by its lease (`engine.worker_pools`)."""
         self.min_poll = min_poll
         self.max_poll = max_poll
         self._leased: int | None = None
@@ -134,11 +137,15 @@ class MachineIds:
             await self.clock.sleep(delay)
             delay = min(delay * 2, self.max_poll)
 
-    async def renew_forever(self, refused: Callable[[Exception], bool]) -> None:
-        """Renew (and check in) every `every` seconds; a failure for which `refused`
+    async def renew_forever(self, refused: Callable[[Exception], bool], *,
+                            ask_first: bool = False) -> None:  # fmt: skip
+        """Renew (and check in) every `every` seconds (`ask_first`: take it now, once,
+        first: a presence lease, which nothing waits for); a failure for which `refused`
         answers True (the token: the worker stops) ends the renewals."""
         while True:
-            await self.clock.sleep(self.every)
+            if not ask_first:
+                await self.clock.sleep(self.every)
+            ask_first = False
             try:
                 await self._ask()
             except Exception as exc:  # noqa: BLE001 - the lease outlives a few misses
@@ -178,6 +185,9 @@ class MachineIds:
             # the server refuses ids minted more than a few seconds ahead of its clock:
             # mint on its clock, as measured from this reply (`expires_at` = its now + ttl)
             self._clock_offset = expires_at - LEASE_TTL_S - local_now
+        if self.presence_only:  # the ids stay minted on the fixed machine id
+            self._leased = leased
+            return
         if leased != self._leased:
             if self._leased is not None:
                 log.warning("machine id %d was lost: minting with %d from now on",

@@ -15,6 +15,7 @@ from milepost.client import AsyncMilepostClient, MilepostClient
 from milepost.errors import MilepostError
 from milepost.settings import Settings
 from milepost.tools.runtime import ToolRuntime
+from milepost.worker import jobs
 from milepost.worker.channel import ChannelClient
 from milepost.worker.children import ServerChildren
 from milepost.worker.loop import Worker
@@ -50,7 +51,9 @@ async def run_worker(settings: Settings | None = None, *, handle_signals: bool =
         try:
             worker = Worker(reports, tools, settings=settings, credentials=credentials)
             wakeup = NatsWakeup(settings.nats_url, worker.pool, worker.notify,
-                                name=worker.worker_id) if settings.nats_url else None  # fmt: skip
+                                name=worker.worker_id,
+                                on_cancel=lambda n: jobs.cancel_announced(worker.jobs.values(), n),
+                                ) if settings.nats_url else None  # fmt: skip
             if wakeup is not None:
                 wakeup.start()
             remove = _install_signals(worker) if handle_signals else None

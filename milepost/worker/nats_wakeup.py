@@ -20,6 +20,8 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from milepost.engine.notify import CANCELS
+
 log = logging.getLogger(__name__)
 
 SUBJECT_PREFIX = "milepost.commands"
@@ -53,10 +55,13 @@ class NatsWakeup:
     """
 
     def __init__(self, url: str, pool: str, on_notice: Callable[[Notice], None], *,
-                 name: str | None = None) -> None:  # fmt: skip
+                 name: str | None = None,
+                 on_cancel: Callable[[Notice], None] | None = None) -> None:  # fmt: skip
         self.url = url
         self.subject = subject(pool)
         self._on_notice = on_notice
+        self._on_cancel = on_cancel
+        """Called with each cancel announced on `milepost.cancels` (`engine.notify`)."""
         self._name = name
         self._nc: Client | None = None
         self._task: asyncio.Task[None] | None = None
@@ -91,6 +96,8 @@ class NatsWakeup:
         )  # fmt: skip
         try:
             await nc.subscribe(self.subject, cb=self._on_message)
+            if self._on_cancel is not None:
+                await nc.subscribe(CANCELS, cb=self._on_cancelled)
             await nc.flush(timeout=5)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -104,6 +111,10 @@ class NatsWakeup:
     async def _on_message(self, msg: Msg) -> None:
         self.notices += 1
         self._on_notice(parse_notice(msg.data))
+
+    async def _on_cancelled(self, msg: Msg) -> None:
+        if self._on_cancel is not None:
+            self._on_cancel(parse_notice(msg.data))
 
     async def _on_error(self, exc: Exception) -> None:
         # nats-py retries the first connection too, forever: say once that we poll meanwhile

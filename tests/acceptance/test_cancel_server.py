@@ -16,7 +16,7 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.store.factory import open_store
-from tests.acceptance.harness import Cluster, database
+from tests.acceptance.harness import Cluster, database, nats_available
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
@@ -117,7 +117,9 @@ def test_cancel_during_a_running_python_step_kills_its_process(db_url: str,
         xid = cluster.run(ONE, {"out": str(out)})
         [pid] = pids(out)
         cluster.client.cancel(xid)
-        assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
+        status = cluster.wait(xid, timeout=20)
+        assert status["status"] == "CANCELLED"
+        assert status["steps"]["hold"]["status"] == "CANCELLED", "stopped, not failed"
         # well within the 20 s grace: the worker stopped it, the engine did not abandon it
         wait_for(lambda: gone(pid), f"python process {pid} to be gone", timeout=10)
         log = events(db_url, xid)
@@ -196,5 +198,26 @@ def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(
             wait_for(lambda: gone(pid), f"python process {pid} to be gone", timeout=40)
             assert len(events(db_url, xid)) == before  # nothing it did reached the log
             assert cluster.client.status(xid)["status"] == "CANCELLED"
+        finally:
+            cluster.close()
+
+
+def test_with_nats_a_cancel_reaches_the_running_attempt_without_waiting_for_its_heartbeat(
+        tmp_path: Path) -> None:  # fmt: skip
+    """A 90 s lease: the next heartbeat is 30 s away. The server announces the cancel on
+    NATS, the worker heartbeats at once, learns it and stops the attempt."""
+    if not nats_available():
+        pytest.skip("no NATS server")
+    with database("sqlite", tmp_path) as db_url:
+        cluster = start(db_url, tmp_path, lease=90.0)
+        try:
+            out = tmp_path / "pids"
+            xid = cluster.run(ONE, {"out": str(out)})
+            [pid] = pids(out)
+            cluster.client.cancel(xid)
+            status = cluster.wait(xid, timeout=15)
+            assert status["status"] == "CANCELLED", cluster.diagnostics()
+            wait_for(lambda: gone(pid), f"python process {pid} to be gone", timeout=10)
+            assert failures(events(db_url, xid)) == [STOPPED], "stopped by the worker"
         finally:
             cluster.close()

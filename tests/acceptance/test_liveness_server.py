@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import Cluster, database
+from tests.integration import test_liveness_embedded as embedded
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
@@ -167,3 +168,22 @@ def test_the_engine_s_default_timeout_ends_an_attempt_that_heartbeats_forever(
     assert events_of(cluster, xid, "command.lease_expired") == []
     # its worker learns it on its next heartbeat and abandons the attempt
     wait_for(lambda: "lease lost" in worker.log.read_text(), "the worker to let go", timeout=20)
+
+
+RETRIES_LATER = playbook("acceptance/retries_later", embedded.RETRIES_LATER)
+
+
+def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled_and_its_lease_covers_its_timeout(
+    cluster: Cluster, tmp_path: Path,
+) -> None:
+    """Its first attempt times out after 1 s; the retry waits 4 s, twice the stall window:
+    the run is idle as designed. Each attempt's lease is its timeout plus the engine's 30 s
+    (DSL 10.2: never below the timeout)."""
+    cluster.start_server()
+    cluster.start_worker()
+    xid = cluster.run(RETRIES_LATER, {"marker": str(tmp_path / "marker")})
+    status = cluster.wait(xid, timeout=30)
+    assert status["status"] == "COMPLETED", status
+    assert status["steps"]["start"]["result"] == "again"
+    issued = events_of(cluster, xid, "command.issued")
+    assert [e["result"]["context"]["lease_s"] for e in issued] == [31.0, 31.0]

@@ -7,7 +7,9 @@ and `/metrics` counts it; then a `--pool gpu` worker starts and runs it, and onl
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from milepost.engine import worker_pools
+from milepost.store import factory
 from tests.acceptance.harness import MILEPOST, Cluster, database
 from tests.shared import metric_sample, wait_for
 
@@ -84,6 +88,11 @@ def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Clus
     assert shown.returncode == 0, shown.stderr
     assert ("waiting: 1 command(s) of step train: no live worker of pool gpu "
             "(start `milepost worker --pool gpu`)") in " ".join(shown.stdout.split())
+    if not cluster.db_url.startswith("postgresql"):  # the local commands read SQLite files
+        local = subprocess.run([MILEPOST, "status", xid, "--db", cluster.db_url, "--json"],
+                               env=cluster.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert local.returncode == 0, local.stderr
+        assert json.loads(local.stdout)["no_live_worker"] == status["no_live_worker"]
     assert _claimers(cluster, xid) == {"start": "worker-1"}  # the default worker left it
 
     cluster.start_worker(pool="gpu")
@@ -95,3 +104,16 @@ def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Clus
     assert _claimers(cluster, xid) == {"start": "worker-1", "train": "worker-2",
                                        "done": "worker-1"}  # fmt: skip
     assert _without_worker(cluster, "gpu") == 0.0  # reported once, back to 0 when served
+
+
+def test_a_worker_on_a_fixed_machine_id_is_seen_alive_with_its_pool(cluster: Cluster) -> None:
+    """It mints on MILEPOST_MACHINE_ID, and still holds a lease: its pool is live."""
+    cluster.start_server()
+    cluster.env["MILEPOST_MACHINE_ID"] = "901"
+    cluster.start_worker(pool="gpu")
+    store = factory.open_store(cluster.db_url)
+    try:
+        wait_for(lambda: "gpu" in worker_pools.live_pools(store.machine_holders(time.time())),
+                 "the fixed-id gpu worker to be seen alive", timeout=30)  # fmt: skip
+    finally:
+        store.close()

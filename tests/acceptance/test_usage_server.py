@@ -5,6 +5,8 @@ and `/metrics`; a budget stopping a run at the next step boundary."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.acceptance.harness import Cluster, database
+from tests.acceptance.harness import MILEPOST, Cluster, database
 from tests.e2e.test_usage import AGENT, REVIEW
 from tests.receiver import serve
 from tests.shared import metric_sample
@@ -68,6 +70,12 @@ def test_usage_totals_and_a_budget_on_a_server_with_a_worker(cluster: Cluster) -
                              headers=headers, timeout=10).json()  # fmt: skip
     assert [(r["provider"], r["tokens"], r["cost"]) for r in per_playbook["items"]] == [
         ("anthropic", 120, 0.002), ("openai", 976, 0.0041)]
+    shown = subprocess.run([MILEPOST, "usage", "--server", cluster.url, "--playbook",
+                            "agents/writer", "--json"],
+                           env={**cluster.env, "MILEPOST_TOKEN": cluster.admin_token},
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == per_playbook["items"], "milepost usage says what the API does"
     text = httpx.get(cluster.url + "/metrics", headers=headers, timeout=10).text
     labels = {"playbook": "agents/writer", "provider": "openai", "model": "gpt-x"}
     assert metric_sample(text, "milepost_usage_tokens_total", **labels) == 976

@@ -41,6 +41,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
     ("GET", "/api/executions/{execution_id}/status"): ("/api/executions/1/status", None, READ,
                                                        404),
     ("GET", "/api/executions/{execution_id}/logs"): ("/api/executions/1/logs", None, READ, 404),
+    ("GET", "/api/executions/{execution_id}/diagnosis"): ("/api/executions/1/diagnosis", None, READ,
+                                                          404),
     ("POST", "/api/executions/{execution_id}/cancel"): ("/api/executions/1/cancel", {},
                                                         {"admin", "operator"}, 404),
     ("POST", "/api/events"): ("/api/events", {"execution_id": 1, "event_type": "x.unknown"},

@@ -35,6 +35,9 @@ class Recorder:
     def notify(self, notices: Sequence[notify.Notice]) -> None:
         self.notices.extend(notices)
 
+    def notify_cancelled(self, execution_ids: Sequence[int]) -> None:
+        return None
+
     async def close(self) -> None:
         return None
 

@@ -81,3 +81,24 @@ def test_a_budget_fails_the_run_at_the_next_step_boundary(tmp_path: Path) -> Non
     assert status["status"] == "FAILED"
     assert status["error"]["kind"] == "budget" and status["error"]["message"] == reason
     assert "review" not in status["steps"]
+
+
+def test_milepost_usage_sums_per_playbook_from_the_local_database(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with serve() as api:
+        api.reply = REVIEW
+        pb = write(tmp_path, AGENT.replace("BUDGET", "timeout: 60"))
+        for _ in range(2):
+            proc = cli("run", str(pb), "--payload", json.dumps({"url": api.url}), db=db)
+            assert proc.returncode == 0, proc.stderr
+    listed = cli("usage", "--json", db=db)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["provider"], r["model"], r["tokens"], r["cost"]) for r in rows] == [
+        ("anthropic", "claude", 240, 0.004), ("openai", "gpt-x", 1952, 0.0082)]
+    path = rows[0]["path"]
+    table = cli("usage", "--playbook", path, db=db)
+    assert table.returncode == 0, table.stderr
+    assert "gpt-x" in table.stdout and "1952" in table.stdout and "0.0082" in table.stdout
+    none = cli("usage", "--playbook", "no/such", db=db)
+    assert none.returncode == 0 and "no usage reported for no/such" in none.stdout

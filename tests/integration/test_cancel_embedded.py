@@ -104,6 +104,7 @@ def test_cancel_during_a_running_python_step_kills_its_process(store: Any,
 
     state, pid = asyncio.run(go())
     assert state.status == st.CANCELLED and "after" not in state.step_status
+    assert state.step_status["hold"] == st.CANCELLED, "stopped by the cancel, not failed"
     assert gone(pid)  # killed, well before the 20 s grace
     assert requests(store, state.execution_id) == [{"actor": "user:alice"}]
     assert failures(store, state.execution_id) == [STOPPED]

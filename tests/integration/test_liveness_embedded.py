@@ -17,6 +17,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.errors import ClaimRefused
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
+from tests.integration.test_cancel_embedded import gone
 from tests.shared import wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/liveness}\n"
@@ -114,28 +115,44 @@ workflow:
     tool: {kind: noop}
     spec: {approval: {approvers: ["role:ops"]}}
 """
+BUSY = """
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: start
+    tool: {kind: python, code: "import time\\ntime.sleep(8)\\nresult = 'slept'"}
+"""
 
 
-def test_a_run_without_progress_for_stall_after_fails_naming_the_approval_it_waited_for(
+def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for_but_not_one_waiting_for_people(
     store: Any,
 ) -> None:
-    text = HEADER + textwrap.dedent(GATED)
+    """Heartbeats write no event: an attempt silent in the log for 2 s stalls its run. A
+    run as silent waiting for an approval does not (the approval has its own expiry)."""
+    gated, busy = HEADER + textwrap.dedent(GATED), HEADER + textwrap.dedent(BUSY)
 
-    async def go() -> st.ExecutionState:
+    async def go() -> tuple[st.ExecutionState, st.ExecutionState]:
         async with EmbeddedEngine(store, concurrency=1) as engine:
-            xid = engine.start(load.load_text(text), text)
-            await wait_for_async(lambda: of_type(store, xid, ev.APPROVAL_REQUESTED),
+            waiting = engine.start(load.load_text(gated), gated)
+            await wait_for_async(lambda: of_type(store, waiting, ev.APPROVAL_REQUESTED),
                                  "the approval request", timeout=10)  # fmt: skip
-            return await engine.wait(xid, timeout=20)
+            stalled = await engine.run(load.load_text(busy), busy, timeout=20)
+            return stalled, engine.state(waiting)
 
-    state = asyncio.run(go())
+    state, waiting = asyncio.run(go())
     assert state.status == st.FAILED
     assert state.error is not None and state.error["kind"] == "stalled"
-    assert "approval of step 'start'" in state.error["message"]
-    assert [a["step"] for a in state.error["waiting"]["approvals"]] == ["start"]
-    *before, failed = store.load(state.execution_id)
+    assert "step 'start' attempt 1 (claimed by" in state.error["message"]
+    assert [c["step"] for c in state.error["waiting"]["commands"]] == ["start"]
+    *_, failed = store.load(state.execution_id)
     assert failed.event_type == ev.EXECUTION_FAILED
-    assert failed.parent_event_id == before[-1].event_id, "caused by the last word before"
+    [issued] = of_type(store, state.execution_id, ev.COMMAND_ISSUED)
+    assert failed.parent_event_id == issued.event_id, "caused by the last word before (a claim is none)"
+    assert waiting.status == st.RUNNING, "as long without progress, but waiting for people"
+    assert time_of_last(store, waiting.execution_id) <= time_of_last(store, state.execution_id) - 2
+
+
+def time_of_last(store: Any, xid: int) -> float:
+    return store.load(xid)[-1].created_at
 
 
 def _sleeper(seconds: float, spec: str = "") -> str:
@@ -167,3 +184,89 @@ def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_wit
     [timed_out] = of_type(store, failed.execution_id, ev.COMMAND_FAILED)
     assert timed_out.parent_event_id == timed_out.payload["command_id"], "caused by its issue"
     assert completed.status == st.COMPLETED, "its own spec.timeout bounds it, not the default"
+
+
+def test_a_silent_attempt_inside_its_timeout_is_never_lost_though_the_engine_s_lease_is_shorter(
+    store: Any,
+) -> None:
+    """DSL 10.2: a step with `spec.timeout` and no `spec.liveness` gets a lease past its
+    timeout; the engine's own (0.5 s here) would have lapsed twice over."""
+    text = _sleeper(2.5, "spec: {timeout: 5s}")
+
+    def silent(*args: Any, **kwargs: Any) -> Any:
+        raise ClaimRefused("this worker fell silent", reason="test")
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1, lease_s=0.5) as engine:
+            engine.service.heartbeat = silent  # type: ignore[method-assign]
+            return await engine.run(load.load_text(text), text, timeout=30)
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    assert of_type(store, state.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    [claimed] = of_type(store, state.execution_id, ev.COMMAND_CLAIMED)
+    assert claimed.payload["lease_expires_at"] - claimed.created_at == pytest.approx(35.0)
+
+
+HOLDS = """\
+import os, time
+open(out, "w").write(str(os.getpid()))
+time.sleep(60)
+result = "slept"
+"""
+
+
+@pytest.mark.parametrize(("spec", "default_timeout"), [("", 1.0), ("    spec: {timeout: 1s}\n", None)],
+                         ids=["default_timeout", "spec.timeout"])  # fmt: skip
+def test_a_timeout_stops_the_in_process_tool(store: Any, tmp_path: Path, spec: str,
+                                             default_timeout: float | None) -> None:  # fmt: skip
+    out = tmp_path / "pid"
+    code = textwrap.indent(HOLDS, " " * 8)
+    text = HEADER + ("workflow:\n  - step: start\n" + spec + "    tool:\n      kind: python\n"
+                     f"      input: {{out: \"{out}\"}}\n      code: |\n{code}")  # fmt: skip
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1, default_timeout=default_timeout) as engine:
+            state = await engine.run(load.load_text(text), text, timeout=30)
+            pid = int(out.read_text())
+            await wait_for_async(lambda: gone(pid), "the tool's process killed", timeout=10)
+            return state
+
+    state = asyncio.run(go())
+    assert state.status == st.FAILED
+    assert state.error is not None and state.error["kind"] == "timeout"
+
+
+RETRIES_LATER = """
+workload: {marker: ""}
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: start
+    spec: {timeout: 1s, retry: {max_attempts: 2, delay: 4}}
+    tool:
+      kind: python
+      input: {marker: "{{ workload.marker }}"}
+      code: |
+        import os, time
+        if not os.path.exists(marker):
+            open(marker, "w").write("first")
+            time.sleep(5)
+        result = "again"
+"""
+
+
+def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled(
+    store: Any, tmp_path: Path,
+) -> None:
+    text = HEADER + textwrap.dedent(RETRIES_LATER)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1) as engine:
+            return await engine.run(load.load_text(text), text,
+                                    {"marker": str(tmp_path / "marker")}, timeout=30)  # fmt: skip
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    assert state.results["start"] == "again"
+    [timed_out] = of_type(store, state.execution_id, ev.COMMAND_FAILED)
+    assert timed_out.payload["error"]["kind"] == "timeout"

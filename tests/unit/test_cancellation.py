@@ -50,3 +50,19 @@ def test_a_run_without_a_cancel_sets_no_grace_timer() -> None:
     sim = Sim(TWO, now=1000.0)
     assert sim.wake_at is None and cancellation.deadline(sim.state, TWO) is None
     assert cancellation.request_payload(None) == {}  # an old-style request logs nothing new
+
+
+def test_a_step_stopped_by_the_cancel_is_cancelled_and_an_older_log_still_reads_failed() -> None:
+    sim = Sim(TWO, now=1000.0)
+    sim.cancel()
+    sim.fire()
+    [exit_] = [e for e in sim.log if e.event_type == ev.STEP_EXIT]
+    assert exit_.status == st.CANCELLED and exit_.payload["error"]["kind"] == "cancelled"
+    assert sim.state.step_status["start"] == st.CANCELLED
+    # what an older engine wrote for the same end folds as it always did
+    old = [e for e in sim.log if e.event_type != ev.STEP_EXIT]
+    at = old.index(next(e for e in old if e.event_type == ev.EXECUTION_CANCELLED))
+    old.insert(at, ev.new_event(999, 77, ev.STEP_EXIT, 1010.0, step="start", status=st.FAILED,
+                                payload={"run": 1, "error": exit_.payload["error"]}))  # fmt: skip
+    folded = st.fold(None, old)
+    assert folded.step_status["start"] == st.FAILED and folded.status == st.CANCELLED

@@ -276,3 +276,38 @@ def test_a_compensation_goes_to_its_own_steps_pool() -> None:
     sim.complete("release")  # the loop step counts once
     issued = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED and e.step == "refund"]
     assert [e.payload.get("pool") for e in issued] == ["payments"]
+
+
+LONG = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: tick
+  - step: tick
+    tool: {kind: noop}
+    next: [{step: tick, when: "{{ ctx.n | default(0) < 5 }}"}, {step: pay, when: "{{ ctx.n | default(0) >= 5 }}"}]
+    set: {ctx.n: "{{ ctx.n | default(0) + 1 }}"}
+  - step: pay
+    tool: {kind: noop}
+    spec: {compensation: refund}
+  - step: refund
+    tool: {kind: noop}
+"""
+
+
+def test_only_the_runs_of_steps_naming_a_compensation_keep_their_result() -> None:
+    """A long run of steps without compensations keeps no per-run results in its state."""
+    sim = Sim(playbook(LONG))
+    sim.run_all()
+    assert sim.state.status == st.COMPLETED
+    assert sim.state.run_counts["tick"] == 5
+    assert list(sim.state.run_results) == [("pay", 1)]
+    exits = [e for e in sim.log if e.event_type == ev.STEP_EXIT]
+    assert {e.step: e.payload["compensable"] for e in exits} == {
+        "start": False, "tick": False, "pay": True}
+    # an older log's exits do not say: every run's result is kept, as it was
+    older = [ev.new_event(e.event_id, e.execution_id, e.event_type, e.created_at, step=e.step,
+                          status=e.status,
+                          payload={k: v for k, v in e.payload.items() if k != "compensable"})
+             if e.event_type == ev.STEP_EXIT else e for e in sim.log]  # fmt: skip
+    assert len(st.fold(None, older).run_results) == 7

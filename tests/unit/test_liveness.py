@@ -35,6 +35,13 @@ def test_a_step_s_liveness_or_the_executor_s_is_its_command_s_lease() -> None:
     assert _issued(sim.log, "second").payload["lease_s"] == 40.0  # executor.spec default
 
 
+def test_a_step_with_a_timeout_and_no_liveness_gets_a_lease_past_its_timeout() -> None:
+    """DSL 10.2: the default liveness is never below the timeout."""
+    sim = Sim(playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n"
+                       "    spec: {timeout: 2m}\n"))  # fmt: skip
+    assert _issued(sim.log, "start").payload["lease_s"] == 120.0 + liveness.REPORT_MARGIN_S
+
+
 def test_a_step_without_liveness_issues_the_command_as_before() -> None:
     sim = Sim(playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n"))
     assert set(_issued(sim.log, "start").payload) == {"command_id", "run", "index", "attempt",
@@ -99,13 +106,10 @@ executor: {spec: {stall_after: 1h, timeout: 10m}}
 workflow:
   - step: start
     tool: {kind: noop}
-    next: {spec: {mode: inclusive}, arcs: [{step: work}, {step: gate}]}
+    next: work
   - step: work
     tool: {kind: noop}
     loop: {in: "{{ [1, 2] }}", iterator: n, mode: parallel}
-  - step: gate
-    tool: {kind: noop}
-    spec: {approval: {approvers: ["role:ops"]}}
 """
 
 
@@ -121,13 +125,42 @@ def test_stall_verdict_fails_a_silent_run_naming_what_it_waited_for() -> None:
     assert error["message"] == (
         "no progress for 3601s (executor.spec.stall_after 3600s): waiting for step 'work[0]'"
         " attempt 1 (claimed by host-a:12), step 'work[1]' attempt 1 (queued, no worker took"
-        " it), approval of step 'gate'")
+        " it)")
     assert error["reason"] == "run stalled: " + error["message"]
     waiting = error["waiting"]
-    assert waiting["steps"] == ["gate", "work"]
+    assert waiting["steps"] == ["work"]
     assert [(c["status"], c["worker_id"]) for c in waiting["commands"]] == [
         ("claimed", "host-a:12"), ("queued", None)]
-    assert [a["step"] for a in waiting["approvals"]] == ["gate"]
+    assert waiting["approvals"] == []
+
+
+def test_a_run_waiting_for_people_is_not_stalled() -> None:
+    """An approval has its own `expires_in`: waiting for it is what the run was built to do."""
+    sim = Sim(playbook("executor: {spec: {stall_after: 1s}}\nworkflow:\n  - step: gate\n"
+                       "    tool: {kind: noop}\n    spec: {approval: {approvers: [\"role:ops\"]}}\n"))
+    assert [a.step for a in sim.state.approvals.values()] == ["gate"]
+    assert liveness.stall_verdict(sim.state, sim.pb, 1e9, 0.0, {}) is None
+
+
+RETRIED = """
+executor: {spec: {stall_after: 10s}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    spec: {retry: {max_attempts: 2, delay: 60, retry_on: [boom]}}
+"""
+
+
+def test_a_run_waiting_for_its_own_retry_timer_is_not_stalled_until_the_timer_is_overdue() -> None:
+    sim = Sim(playbook(RETRIED))
+    [first] = sim.live("start")
+    sim.report(first, error={"kind": "boom", "message": "x"})
+    assert sim.live("start") == [] and sim.wake_at == 1060.0
+    assert liveness.stall_verdict(sim.state, sim.pb, 1059.0, 1000.0, {}) is None
+    assert liveness.stall_verdict(sim.state, sim.pb, 1070.0, 1000.0, {}) is None
+    error = liveness.stall_verdict(sim.state, sim.pb, 1071.0, 1000.0, {})
+    assert error is not None and error["message"].startswith("no progress for 11s")
+    assert "retry of step 'start'" in error["message"]
 
 
 def test_stall_verdict_has_nothing_to_say_without_a_window_or_after_the_end() -> None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from milepost import telemetry
 from milepost.core import tracecontext as tc
+from milepost.core.work import AttemptResult, report_events, work_item
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.tracing import RunSpans
+from milepost.playbook import load
 from milepost.settings import Settings
 from milepost.store.memory import MemoryStore
 from tests import traces
+from tests.receiver import serve
 
 
 def test_a_runs_trace_id_is_stable_and_differs_between_runs() -> None:
@@ -79,12 +83,63 @@ def test_an_unknown_exporter_is_refused_naming_the_setting_and_the_choices(no_ex
     assert "'zipkin'" in caught.value.message and telemetry.active() is None
 
 
-def test_otlp_without_its_exporter_installed_says_what_to_install(no_exporter: None) -> None:
-    try:  # the OTLP exporter is an extra (`milepost[otlp]`), not in the dev install
-        import opentelemetry.exporter.otlp.proto.http  # type: ignore[import-not-found]  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("the OTLP exporter is installed here")
+def test_otlp_without_its_exporter_installed_says_what_to_install(
+        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the OTLP exporter is an extra (`milepost[otlp]`): as if it were not installed
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
     with pytest.raises(telemetry.TelemetryMisconfigured, match=r"milepost\[otlp\]"):
         telemetry.from_settings(Settings(otel_exporter="otlp"))
+
+
+def test_otlp_exports_the_run_and_attempt_spans_to_the_collector_s_http_endpoint(
+        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    with serve() as collector:
+        # the standard variables configure the endpoint, as for any OTLP exporter
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url + "/v1/traces")
+        spans = telemetry.from_settings(Settings(otel_exporter="otlp"), service="milepost-test")
+        assert spans is not None and telemetry.active() is spans
+        store = MemoryStore()
+        engine = Lifecycle(store, Orchestrator(store))
+        pb = load.load_text(HELLO)
+        engine.register(HELLO, pb)
+        xid, _ = engine.start(pb, 1, {})
+        state = engine.orchestrator.state(xid)
+        [command] = state.commands.values()
+        _, lease = engine.claim(command.command_id, "w1", 30.0)
+        item = work_item(state, pb, command, lease.epoch)
+        with spans.attempt(item) as span:
+            spans.attempt_outcome(span, AttemptResult(ok=True))
+        engine.report(report_events(item, AttemptResult(ok=True, result=1), engine.new_id(),
+                                    engine.clock(), "w1"))  # fmt: skip
+        assert engine.orchestrator.state(xid).status == "COMPLETED"
+        telemetry.reset()  # flushes the batch
+        assert collector.received, "nothing exported"
+    assert {r.path for r in collector.received} == {"/v1/traces"}
+    assert {r.headers["content-type"] for r in collector.received} == {"application/x-protobuf"}
+    exported = []
+    for request in collector.received:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(request.body)
+        for resource in message.resource_spans:
+            service = {a.key: a.value.string_value for a in resource.resource.attributes}
+            assert service["service.name"] == "milepost-test"
+            exported += [s for scope in resource.scope_spans for s in scope.spans]
+    by_name = {s.name: s for s in exported}
+    assert set(by_name) == {"run tests/otlp", "step start"}
+    run, attempt = by_name["run tests/otlp"], by_name["step start"]
+    assert int.from_bytes(run.trace_id, "big") == tc.trace_id(xid)
+    assert int.from_bytes(run.span_id, "big") == tc.run_span_id(xid)
+    assert attempt.trace_id == run.trace_id and attempt.parent_span_id == run.span_id
+    assert int.from_bytes(attempt.span_id, "big") == tc.attempt_span_id(command.command_id)
+
+
+HELLO = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: otlp, path: tests/otlp}
+workflow:
+  - step: start
+    tool: {kind: noop}
+"""

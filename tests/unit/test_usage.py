@@ -373,7 +373,8 @@ def test_running_steps_finish_before_the_run_fails_and_nothing_new_starts() -> N
     assert s.state.error["message"] == "budget exceeded: cost 1.5 > 1.0 after step 'a'"
 
 
-def test_a_loop_is_checked_when_it_finishes_not_per_iteration() -> None:
+def test_a_loop_stops_issuing_iterations_once_an_iteration_passed_the_budget() -> None:
+    """Each iteration's end is a step boundary (DSL 10.6): the third never starts."""
     s = sim.Sim(sim.playbook("""
         executor:
           spec:
@@ -386,12 +387,35 @@ def test_a_loop_is_checked_when_it_finishes_not_per_iteration() -> None:
           - step: end
             tool: {kind: noop}
     """))
-    for _ in range(3):
-        spend(s, "start", cost=0.6)  # past the budget after the second: the loop goes on
-    assert s.state.step_status["start"] == st.COMPLETED
-    assert s.state.status == st.FAILED and "end" not in s.state.step_status
+    spend(s, "start", cost=0.6)
+    assert [c.index for c in s.live("start")] == [1]  # within the budget: the next one
+    events = spend(s, "start", cost=0.6)
+    assert (ev.BUDGET_EXCEEDED, "start") in s.types(events)
+    assert s.live() == [] and s.state.status == st.FAILED
+    issued = [e.payload["index"] for e in s.log if e.event_type == ev.COMMAND_ISSUED]
+    assert issued == [0, 1]
+    assert s.state.step_status["start"] == st.CANCELLED and "end" not in s.state.step_status
+    [cut] = [e for e in s.log if e.event_type == ev.STEP_EXIT]
+    assert cut.payload["reason"] == "budget exceeded" and cut.payload["done"] == 2
     assert s.state.error is not None
-    assert s.state.error["message"] == "budget exceeded: cost 1.8 > 1.0 after step 'start'"
+    assert s.state.error["message"] == "budget exceeded: cost 1.2 > 1.0 after step 'start'"
+
+
+def test_a_parallel_loop_lets_its_iterations_in_flight_finish_and_counts_them() -> None:
+    s = sim.Sim(sim.playbook("""
+        executor:
+          spec:
+            budget: {cost: 1.0}
+        workflow:
+          - step: start
+            tool: {kind: noop}
+            loop: {in: "{{ [1, 2, 3, 4, 5] }}", iterator: i, spec: {mode: parallel, max_in_flight: 2}}
+    """))
+    spend(s, "start", cost=1.5)
+    assert s.state.status == st.RUNNING and [c.index for c in s.live("start")] == [1]
+    spend(s, "start", cost=0.5)
+    assert s.state.status == st.FAILED and s.state.usage.cost == 2.0
+    assert [e.payload["index"] for e in s.log if e.event_type == ev.COMMAND_ISSUED] == [0, 1]
 
 
 def test_no_budget_no_check() -> None:

@@ -66,3 +66,35 @@ def test_a_report_event_carries_its_epoch_and_parent_as_strings() -> None:
 def test_jsonable_turns_what_json_cannot_carry_into_text() -> None:
     assert wire.jsonable({"a": (1, 2), "b": {1, 2} and "x", "c": object}) == {
         "a": [1, 2], "b": "x", "c": str(object)}
+
+
+COMPENSATED = playbook("""\
+    workflow:
+      - step: start
+        loop: {in: "{{ [1, 2] }}", iterator: i}
+        tool: {kind: noop}
+        spec: {compensation: undo}
+        next: boom
+      - step: boom
+        tool: {kind: noop}
+      - step: undo
+        tool: {kind: python, input: {s: "{{ compensation.result.stats }}"}, code: "result = s"}
+    """)
+
+
+def test_a_compensation_s_loop_result_keeps_its_stats_across_the_wire() -> None:
+    sim = Sim(COMPENSATED)
+    while sim.live("start"):
+        sim.report(sim.live("start")[0], "done")
+    sim.report(sim.live("boom")[0], error={"kind": "http", "message": "refused"})
+    [undo] = sim.live("undo")
+    item = work_item(sim.state, COMPENSATED, undo, 1)
+    assert isinstance(item.context["compensation"]["result"], LoopResult)
+    sent = json.loads(json.dumps({
+        "command_id": str(undo.command_id), "execution_id": str(sim.state.execution_id),
+        "step": undo.step, "context": wire.plain(item.context),
+        "loop_steps": wire.loop_steps(sim.state, COMPENSATED, item.context)}))  # fmt: skip
+    received = wire.work_item_from_wire(sent).context["compensation"]
+    assert isinstance(received["result"], LoopResult)
+    assert received["result"].stats == {"total": 2, "success": 2, "failed": 0}
+    assert received["step"] == "start" and received["run"] == 1

@@ -14,7 +14,7 @@ from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core.ids import machine_of, timestamp_of
 from milepost.playbook.loop_result import LoopResult
 from milepost.wire import event_to_wire, work_item_from_wire
-from milepost.worker import machine_ids
+from milepost.worker import jobs, machine_ids
 from milepost.worker.loop import Worker
 from tests.shared import wait_for_async
 from tests.worker.fakes import (
@@ -277,6 +277,29 @@ def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() 
     run(scenario)
 
 
+def test_a_lease_longer_than_the_worker_s_own_still_heartbeats_every_third_of_its_own() -> None:
+    """A step's timeout gave its command a 90 s lease; the worker asked for 30 s: it still
+    heartbeats every 10 s, so it learns a cancel as soon as for any other step."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        gate = tools.gate("start")
+        long = command(208, epoch=2)
+        long["lease"]["lease_seconds"] = 90.0
+        client.queue.append(long)
+        client.on_heartbeat = lambda cid, epoch: {
+            "lease": {"epoch": epoch, "lease_seconds": 90.0}, "cancelled": False}
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT + 0.1)
+            assert client.heartbeats == [(208, 2, "w-1")]
+            await clock.advance(HEARTBEAT)
+            assert len(client.heartbeats) == 2
+            gate.set()
+            await wait_for_async(lambda: bool(client.reports))
+
+    run(scenario)
+
+
 def test_a_stale_heartbeat_abandons_the_attempt_and_never_reports_it() -> None:
     async def scenario() -> None:
         worker, client, tools, clock = make()
@@ -314,6 +337,28 @@ def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims()
         assert stopped["event_type"] == "command.failed"
         assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
         assert client.releases == [(204, 1)]
+
+    run(scenario)
+
+
+def test_a_cancel_announced_for_its_run_makes_an_attempt_heartbeat_now_and_stop() -> None:
+    """The announcement (NATS) is only a hint: the heartbeat it brings forward, not the
+    announcement, says the run is cancelled; another run's attempt goes on."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        tools.gate("start")  # never opened: only the stop ends it
+        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch},
+                                                  "cancelled": cid == 207}  # fmt: skip
+        client.queue.append(command(207, execution_id=602))
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            assert client.heartbeats == []
+            jobs.cancel_announced(worker.jobs.values(), {"execution_ids": ["999"]})
+            jobs.cancel_announced(worker.jobs.values(), {"execution_ids": ["602"]})
+            await wait_for_async(lambda: bool(client.reports))  # no time passed on the clock
+        assert [h[0] for h in client.heartbeats] == [207]
+        [stopped] = client.reported_events()
+        assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
 
     run(scenario)
 
@@ -569,6 +614,34 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
             client.queue.append(command(131))
             await clock.run_until(lambda: len(client.reports) == 2)
         assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {8}
+
+    run(scenario)
+
+
+def test_a_worker_on_a_fixed_machine_id_still_holds_a_lease_to_be_seen_alive(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Its pool is live while its lease is (`engine.worker_pools`); its ids stay on 17,
+    and a refused presence is only logged."""
+    monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
+
+    async def scenario() -> None:
+        client, tools, clock = FakeClient(), FakeTools(), FakeClock()
+        client.machine_id_failures = [ServerRefused(503, "unavailable", "busy")]
+        worker = Worker(client, tools, clock=clock, worker_id="w-fixed", lease_seconds=LEASE,
+                        pool="gpu")  # fmt: skip
+        client.queue.append(command(140))
+        async with running(worker):
+            await clock.run_until(lambda: len(client.reports) == 1)
+            assert client.machine_id_calls == [None]  # refused: minting went on
+            assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {17}
+            await clock.advance(worker.ids.every)  # a renewal is also its check-in
+            assert client.machine_id_calls == [None, None]  # leased now (7)
+            await clock.advance(worker.ids.every)
+            assert client.machine_id_calls == [None, None, 7]  # and renewed
+            assert client.machine_id_pools[-1] == "gpu"
+            client.queue.append(command(141))
+            await clock.run_until(lambda: len(client.reports) == 2)
+        assert {_machine_of(e["event_id"]) for e in client.reports[1]} == {17}, "never the lease's"
 
     run(scenario)
 

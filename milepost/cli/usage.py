@@ -1,0 +1,45 @@
+"""`milepost usage`: what the tools reported using (DSL 10.6), summed per playbook, provider
+and model, from the local database's totals or a server's (`GET /api/usage`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.output import out, remote
+
+app = typer.Typer()
+
+
+@app.command("usage")
+def usage(
+    db: DbOption = None, server: ServerOption = None,
+    playbook: Annotated[str | None, typer.Option(help="Only this playbook path.")] = None,
+    json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """Usage totals per playbook, provider and model: tokens (in, out) and cost."""
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            items: list[dict[str, Any]] = remote(lambda: client.usage(playbook))
+    else:
+        with opened(db) as store:
+            items = [{"path": r.path, "provider": r.provider, "model": r.model,
+                      "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                      "tokens": r.tokens, "cost": r.cost}
+                     for r in store.playbook_usage(playbook)]  # fmt: skip
+    if json_out:
+        typer.echo(json.dumps(items))
+        return
+    if not items:
+        out.print("no usage reported" + (f" for {playbook}" if playbook else ""))
+        return
+    table = Table("playbook", "provider", "model", "tokens", "in", "out", "cost")
+    for i in items:
+        table.add_row(i["path"], i["provider"] or "-", i["model"] or "-", str(i["tokens"]),
+                      str(i["input_tokens"]), str(i["output_tokens"]), f"{i['cost']:g}")  # fmt: skip
+    out.print(table)
