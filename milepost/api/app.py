@@ -27,6 +27,7 @@ from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import EngineMeters, Metrics
 from milepost.api.routers import (
+    actions,
     approvals,
     catalog,
     channel,
@@ -53,7 +54,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage)  # fmt: skip
+           credentials, docs, workers, approvals, usage, actions)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -40,6 +40,8 @@ class MemoryDatabase:
     leases: dict[int, float] = field(default_factory=dict)
     """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
     stalls: dict[int, float] = field(default_factory=dict)
+    restarts: dict[int, int] = field(default_factory=dict)
+    """execution id -> the run it restarts, the SQL stores' `execution.restarted_from`."""
     """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
     claimed_at: dict[int, float] = field(default_factory=dict)
     """command id -> when its live claim was taken, the SQL stores' `command.claimed_at`."""
@@ -104,6 +106,7 @@ class MemoryStore(port.Appends):
             stored = self._log(fresh)
             db.leases.update((cid, lease_s) for lease_s, cid in change.leases)
             db.stalls.update((xid, stall) for stall, xid in change.stalls)
+            db.restarts.update((xid, old) for old, xid in change.restarts)
             projection.apply(change, db.executions, db.commands, db.approvals, db.usage)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
@@ -288,6 +291,10 @@ class MemoryStore(port.Appends):
                     out.append((xid, last))
             return out
 
+    def restarts_of(self, execution_id: int) -> list[int]:
+        with self.db.lock:
+            return sorted(x for x, old in self.db.restarts.items() if old == execution_id)
+
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         with self.db.lock:
             busy = {r.execution_id for r in self.db.commands.values()
@@ -387,6 +394,14 @@ class MemoryStore(port.Appends):
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.db.tokens.get(token_hash)
+
+    def list_tokens(self) -> list[port.TokenRow]:
+        with self.db.lock:
+            return sorted(self.db.tokens.values(), key=lambda r: (r.created_at, r.token_hash))
+
+    def delete_token(self, token_hash: str) -> bool:
+        with self.db.lock:
+            return self.db.tokens.pop(token_hash, None) is not None
 
     # -- machine ids and driver leases -----------------------------------------------------
 

@@ -429,6 +429,8 @@ class Store(Approvals, UsageReads, MachineIds, Protocol):
         ...
 
     def get_token(self, token_hash: str) -> TokenRow | None: ...
+    def list_tokens(self) -> list[TokenRow]: ...  # oldest first
+    def delete_token(self, token_hash: str) -> bool: ...  # a revoke: True when there was one
 
     # the polling claim path
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
@@ -454,6 +456,10 @@ class Store(Approvals, UsageReads, MachineIds, Protocol):
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         """(execution_id, time of its last event) of RUNNING executions with a stall window
         whose last event is older than it (`core.liveness.stall_verdict` decides)."""
+        ...
+
+    def restarts_of(self, execution_id: int) -> list[int]:
+        """The runs that restart this one, oldest first (`execution.restarted_from`)."""
         ...
 
     def overdue_claims(self, now: float, after_s: float) -> list[CommandRow]:

@@ -27,6 +27,7 @@ from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approval_table, port, projection, usage_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.liveness import LivenessTable
+from milepost.store.restarts import RestartTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
 
@@ -73,7 +74,7 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, port.Appends):
+class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, RestartTable, port.Appends):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
@@ -306,6 +307,8 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, port.Append
             self.insert_commands(conn, change.issued)
         if change.leases or change.stalls:  # after the rows they set a column of
             self.project_liveness(conn, change)
+        if change.restarts:
+            self.project_restarts(conn, change.restarts)
         if change.settled or claims:
             self.settle_commands(conn, change.settled, claims)
         self.project_usage(conn, change.usage)
