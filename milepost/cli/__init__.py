@@ -10,14 +10,14 @@ import sys
 
 import typer
 
-from milepost.cli import approvals, catalog, credentials, executions, runs, server, suites
+from milepost.cli import actions, approvals, catalog, credentials, executions, runs, server, suites
 from milepost.cli.output import err
 from milepost.errors import MilepostError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-for group in (runs, executions, approvals, catalog, credentials, suites, server):
+for group in (runs, executions, actions, approvals, catalog, credentials, suites, server):
     app.add_typer(group.app)
 
 

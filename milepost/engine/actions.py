@@ -52,6 +52,14 @@ class Acted:
     issued: list[dict[str, int]] = field(default_factory=list)
     """The commands of the step its decision issued: `{command_id, index, attempt}`."""
 
+    def wire(self) -> dict[str, Any]:
+        """As the API answers it (ids as strings), and the CLI prints it both ways."""
+        return {"execution_id": str(self.execution_id), "step": self.step,
+                "action": self.action, "actor": self.actor, "event_id": str(self.event_id),
+                "status": self.status, "step_status": self.step_status,
+                "stopped": [str(c) for c in self.stopped],
+                "issued": [{**i, "command_id": str(i["command_id"])} for i in self.issued]}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Started:
@@ -60,6 +68,13 @@ class Started:
     execution_id: int
     source: int
     origin: acts.Origin
+
+    def wire(self) -> dict[str, Any]:
+        fields = self.origin.started
+        restart = fields.get("restart") or {}
+        return {"execution_id": str(self.execution_id),
+                "restarted_from": fields.get("restarted_from"), "rerun_of": fields.get("rerun_of"),
+                "from_step": restart.get("from_step"), "reused": restart.get("reused", [])}  # fmt: skip
 
 
 def epochs(store: port.Store, state: st.ExecutionState) -> dict[int, int]:
@@ -135,31 +150,60 @@ def append_behind(store: port.Store, orchestrator: Orchestrator, execution_id: i
                               execution_ids=[str(execution_id)])  # fmt: skip
 
 
-def restart(service: Lifecycle, execution_id: int, from_step: str | None, actor: str) -> Started:
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A restart or a re-run before it starts: what the new execution runs, and how it
+    comes from the old one. The embedded engine starts it as a run it drives."""
+
+    source: int
+    playbook: model.Playbook
+    version: int
+    workload: dict[str, Any]
+    origin: acts.Origin
+    actor: str
+
+    def started(self, execution_id: int) -> Started:
+        return Started(execution_id, self.source, self.origin)
+
+
+def plan_restart(service: Lifecycle, execution_id: int, from_step: str | None,
+                 actor: str) -> Plan:  # fmt: skip
     """A new execution of a FAILED or CANCELLED run from `from_step` (`core.actions.restart`),
     the results of the steps before it reused."""
-    return _start_from(service, execution_id, actor,
-                       lambda state, log, pb: acts.restart(state, log, pb, from_step, actor))  # fmt: skip
+    return _plan(service, execution_id, actor,
+                 lambda state, log, pb: acts.restart(state, log, pb, from_step, actor))  # fmt: skip
 
 
-def rerun(service: Lifecycle, execution_id: int, actor: str) -> Started:
+def plan_rerun(service: Lifecycle, execution_id: int, actor: str) -> Plan:
     """A new execution of the same playbook version and inputs, whatever the old one's status."""
-    return _start_from(service, execution_id, actor, lambda state, _log, _pb: acts.rerun(state, actor))
+    return _plan(service, execution_id, actor, lambda state, _log, _pb: acts.rerun(state, actor))
 
 
-def _start_from(service: Lifecycle, execution_id: int, actor: str,
-                plan: Callable[[st.ExecutionState, list[ev.Event], model.Playbook], acts.Origin],
-                ) -> Started:  # fmt: skip
+def _plan(service: Lifecycle, execution_id: int, actor: str,
+          origin: Callable[[st.ExecutionState, list[ev.Event], model.Playbook], acts.Origin],
+          ) -> Plan:  # fmt: skip
     service.execution(execution_id)  # ExecutionNotFound before anything else
     with service.locks.hold([execution_id]):
         service.fresh(execution_id)  # what other writers appended
         state = service.orchestrator.state(execution_id)  # with the real workload opened
         playbook = service.orchestrator.playbook_for(state)
-        origin = plan(state, service.events(execution_id), playbook)
-        version, workload = state.version, dict(state.workload)
-    assert version is not None  # every run of the catalog has one
-    xid, _ = service.start(playbook, version, workload, started_by=actor, origin=origin)
-    return Started(xid, execution_id, origin)
+        made = origin(state, service.events(execution_id), playbook)
+        assert state.version is not None  # every run of the catalog has one
+        return Plan(execution_id, playbook, state.version, dict(state.workload), made, actor)
+
+
+def start(service: Lifecycle, plan: Plan) -> Started:
+    xid, _ = service.start(plan.playbook, plan.version, plan.workload, started_by=plan.actor,
+                           origin=plan.origin)  # fmt: skip
+    return plan.started(xid)
+
+
+def restart(service: Lifecycle, execution_id: int, from_step: str | None, actor: str) -> Started:
+    return start(service, plan_restart(service, execution_id, from_step, actor))
+
+
+def rerun(service: Lifecycle, execution_id: int, actor: str) -> Started:
+    return start(service, plan_rerun(service, execution_id, actor))
 
 
 def links(service: Lifecycle, execution_id: int) -> dict[str, Any]:

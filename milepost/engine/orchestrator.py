@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost import sanitize
+from milepost.core import actions, liveness
 from milepost.core import decide as dc
 from milepost.core import events as ev
-from milepost.core import actions, liveness
 from milepost.core import state as st
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item

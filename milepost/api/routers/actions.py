@@ -31,21 +31,11 @@ ACTED = errors.responses(*AUTH, *BODY, 404, 409)
 
 
 def _acted(acted: Acted) -> schemas.ActedOut:
-    return schemas.ActedOut(
-        execution_id=str(acted.execution_id), step=acted.step, action=acted.action,
-        actor=acted.actor, event_id=str(acted.event_id), status=acted.status,
-        step_status=acted.step_status, stopped=[str(c) for c in acted.stopped],
-        issued=[schemas.IssuedOut(command_id=str(i["command_id"]), index=i["index"],
-                                  attempt=i["attempt"]) for i in acted.issued])  # fmt: skip
+    return schemas.ActedOut.model_validate(acted.wire())
 
 
 def _started(started: Started) -> schemas.StartedOut:
-    fields = started.origin.started
-    restart = fields.get("restart") or {}
-    return schemas.StartedOut(execution_id=str(started.execution_id),
-                              restarted_from=fields.get("restarted_from"),
-                              rerun_of=fields.get("rerun_of"), from_step=restart.get("from_step"),
-                              reused=restart.get("reused", []))  # fmt: skip
+    return schemas.StartedOut.model_validate(started.wire())
 
 
 @router.post("/{execution_id}/steps/{step}/retry", responses=ACTED)
