@@ -10,12 +10,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 from milepost.core import events as ev
 from milepost.store.sqlite import SQLiteStore
-from tests.e2e.test_approval_wait import WAIT, clis, env  # noqa: F401 - `clis` is a fixture
+from tests.e2e.test_approval_wait import WAIT, Cli, env
 from tests.shared import wait_for
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: ops, path: tests/ops}\n"
@@ -40,6 +42,25 @@ workflow:
     tool: {kind: python, input: {v: "{{ flaky }}"}, code: "result = v"}
 """
 WAITS = "{retry: {max_attempts: 3, delay: 3600, retry_on: [exception]}}"
+
+
+Start = Callable[..., Cli]
+
+
+@pytest.fixture
+def run_in(tmp_path: Path) -> Iterator[Start]:
+    """`milepost run` in the background (as in another terminal), killed at the end."""
+    started: list[Cli] = []
+
+    def start(*args: str) -> Cli:
+        started.append(Cli(tmp_path, "run", "run", *args))
+        return started[-1]
+
+    yield start
+    for cli in started:
+        if cli.proc.poll() is None:
+            cli.proc.kill()
+            cli.proc.wait(timeout=WAIT)
 
 
 def write(tmp: Path, spec: str) -> Path:
@@ -72,7 +93,7 @@ def count(tmp: Path, name: str) -> int:
     return len(path.read_text()) if path.exists() else 0
 
 
-def waiting(tmp: Path, db: Path, cli: Any) -> int:
+def waiting(tmp: Path, db: Path, cli: Cli) -> int:
     """The run's id once `flaky` failed and its retry waits an hour."""
     wait_for(lambda: cli.running() and db.exists() and count(tmp, "flaky") == 1,
              "flaky's first attempt", timeout=WAIT)  # fmt: skip
@@ -83,9 +104,9 @@ def waiting(tmp: Path, db: Path, cli: Any) -> int:
 
 
 def test_retry_from_another_terminal_runs_the_waiting_attempt_now(tmp_path: Path,
-                                                                  clis: Any) -> None:  # fmt: skip
+                                                                  run_in: Start) -> None:  # fmt: skip
     db = tmp_path / "m.db"
-    cli = clis("run", "run", str(write(tmp_path, WAITS)), "--db", str(db))
+    cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db))
     xid = waiting(tmp_path, db, cli)
     (tmp_path / "fixed").touch()
     done = milepost("retry", str(xid), "flaky", "--user", "oper", "--db", str(db))
@@ -99,9 +120,9 @@ def test_retry_from_another_terminal_runs_the_waiting_attempt_now(tmp_path: Path
 
 
 def test_skip_from_another_terminal_completes_the_step_and_the_run_goes_on(tmp_path: Path,
-                                                                           clis: Any) -> None:  # fmt: skip
+                                                                           run_in: Start) -> None:  # fmt: skip
     db = tmp_path / "m.db"
-    cli = clis("run", "run", str(write(tmp_path, WAITS)), "--db", str(db), "--json")
+    cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db), "--json")
     xid = waiting(tmp_path, db, cli)
     done = milepost("skip", str(xid), "flaky", "--result", '{"got": "by hand"}', "--db", str(db))
     assert done.returncode == 0, done.stderr
@@ -113,9 +134,9 @@ def test_skip_from_another_terminal_completes_the_step_and_the_run_goes_on(tmp_p
 
 
 def test_a_retry_of_a_run_nothing_drives_goes_on_with_resume(tmp_path: Path,
-                                                             clis: Any) -> None:  # fmt: skip
+                                                             run_in: Start) -> None:  # fmt: skip
     db = tmp_path / "m.db"
-    cli = clis("run", "run", str(write(tmp_path, WAITS)), "--db", str(db))
+    cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db))
     xid = waiting(tmp_path, db, cli)
     cli.proc.kill()
     cli.proc.wait(timeout=WAIT)
