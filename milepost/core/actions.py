@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import cancellation
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.errors import MilepostError
@@ -193,7 +194,8 @@ def restart(state: st.ExecutionState, log: Sequence[ev.Event], playbook: model.P
     """The new run of a FAILED or CANCELLED one, from `from_step` (default: the failed
     step, else the first step that did not complete): the results its steps completed
     before that step last started are reused, in log order (each run of a step with its
-    ctx writes); the run starts at that step, with the args it started with."""
+    ctx writes), except those its compensations undid; the run starts at that step, with
+    the args it started with."""
     xid = state.execution_id
     if state.status not in RESTARTABLE:
         raise NotRestartable(f"execution {xid} is {state.status}: only a FAILED or CANCELLED "
@@ -206,8 +208,12 @@ def restart(state: st.ExecutionState, log: Sequence[ev.Event], playbook: model.P
     enters = [i for i, e in enumerate(log) if e.event_type == ev.STEP_ENTER and e.step == step]
     cut = enters[-1] if enters else len(log)
     args = (log[cut].payload.get("args") or {}) if enters else state.pending.get(step, {})
+    # a step run the old run compensated was undone: its result is not reused
+    undone = {(i.step, i.run) for i in (state.compensation.items if state.compensation else ())
+              if i.status == cs.COMPLETED}  # fmt: skip
     reused = [(str(e.step), _reused(e, xid)) for e in log[:cut]
-              if e.event_type == ev.STEP_EXIT and e.status == st.COMPLETED and e.step != step]  # fmt: skip
+              if e.event_type == ev.STEP_EXIT and e.status == st.COMPLETED and e.step != step
+              and (e.step, e.payload.get("run", 1)) not in undone]  # fmt: skip
     started = {"entry_step": step, "entry_args": args, "restarted_from": str(xid),
                "restart": {"from_step": step, "actor": actor,
                            "reused": sorted({s for s, _ in reused})}}  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from milepost.core import actions as acts
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import ids
 from milepost.core import state as st
@@ -194,3 +195,16 @@ def test_restart_from_a_named_step_and_rerun() -> None:
     (started,) = world.events(ev.EXECUTION_STARTED, rerun.execution_id)
     assert started.payload["rerun_of"] == str(world.xid)
     assert started.payload["started_by"] == "user:bob"
+
+
+def test_a_step_run_the_old_run_compensated_is_not_reused() -> None:
+    world = World()
+    world.report("start", 1)
+    world.report("flaky", error={"kind": "fatal", "message": "no"})
+    state = world.state()
+    pb = world.service.playbook(state.path, state.version or 0)
+    log = world.service.events(world.xid)
+    assert [s for s, _ in acts.restart(state, log, pb, None, "user:bob").reused] == ["start"]
+    state.compensation = cs.Compensation(st.FAILED, [cs.Item("start", 1, "undo", 1,
+                                                             status=cs.COMPLETED)])  # fmt: skip
+    assert acts.restart(state, log, pb, None, "user:bob").reused == []
