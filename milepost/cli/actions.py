@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -88,7 +89,7 @@ def skip(execution_id: int, step: str,
 
 
 def _locally(db: str | None, execution_id: int, step: str, action: str,
-             build: Any) -> dict[str, Any]:  # fmt: skip
+             build: Callable[[float, Callable[[], int]], Build]) -> dict[str, Any]:  # fmt: skip
     """Append the action behind the local run's log; the reply as the server's."""
     with opened(db) as store, one_shot_orchestrator(store, action,
                                                    Settings().machine_id) as orchestrator:

@@ -23,9 +23,10 @@ def apply_retry_requested(state: ExecutionState, event: ev.Event) -> None:
     sr = state.running.get(event.step or "")
     if sr is None or sr.run != int(p["run"]):
         return
-    for index in p.get("indexes") or ():
-        sr.failures.pop(int(index), None)  # its stopped attempt's failure: not the step's
-        sr.retry_at[int(index)] = event.created_at
+    for index in map(int, p.get("indexes") or ()):
+        sr.failures.pop(index, None)  # its stopped attempt's failure: not the step's
+        if index not in sr.results and index not in sr.in_flight:  # another writer's
+            sr.retry_at[index] = event.created_at  # report or attempt got there first
 
 
 def apply_skip_requested(state: ExecutionState, event: ev.Event) -> None:
