@@ -40,9 +40,9 @@ class MemoryDatabase:
     leases: dict[int, float] = field(default_factory=dict)
     """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
     stalls: dict[int, float] = field(default_factory=dict)
+    """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
     restarts: dict[int, int] = field(default_factory=dict)
     """execution id -> the run it restarts, the SQL stores' `execution.restarted_from`."""
-    """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
     claimed_at: dict[int, float] = field(default_factory=dict)
     """command id -> when its live claim was taken, the SQL stores' `command.claimed_at`."""
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
