@@ -69,6 +69,8 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     flag = " (compensating)" if data.get("compensating") else ""
     out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
               f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
+    if data.get("restarted_from"):
+        out.print(f"restarts execution {data['restarted_from']}", highlight=False)
     if data["status"] == st.FAILED and data.get("error"):
         error = data["error"]
         out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
