@@ -108,33 +108,6 @@ class AsyncMilepostClient:
             if pause > 0:
                 await asyncio.sleep(pause)
 
-    async def retry(self, execution_id: int | str, step: str,
-              reason: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """A new attempt now of a step that failed and waits, or is lost or stuck."""
-        result: dict[str, Any] = await self._do(routes.retry(execution_id, step, reason))
-        return result
-
-    async def skip(self, execution_id: int | str, step: str, result: Any,
-             reason: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """Complete a step with `result`; the run goes on from it."""
-        acted: dict[str, Any] = await self._do(routes.skip(execution_id, step, result, reason))
-        return acted
-
-    async def restart(self, execution_id: int | str, from_step: str | None = None) -> dict[str, Any]:
-        """A new run of a FAILED or CANCELLED one from a step, earlier results reused."""
-        result: dict[str, Any] = await self._do(routes.restart(execution_id, from_step))
-        return result
-
-    async def rerun(self, execution_id: int | str) -> dict[str, Any]:
-        """A new run with the same playbook version and inputs."""
-        result: dict[str, Any] = await self._do(routes.rerun(execution_id))
-        return result
-
-    async def restarts(self, execution_id: int | str) -> dict[str, Any]:
-        """`{execution_id, restarted_from, restarts}`: a run's restart links."""
-        result: dict[str, Any] = await self._do(routes.restarts(execution_id))
-        return result
-
     async def approvals(self, *, status: str | None = None,
                         execution_id: int | str | None = None, approver: str | None = None,
                         risk: str | None = None, limit: int = 100,
