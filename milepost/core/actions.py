@@ -154,8 +154,8 @@ def skip(state: st.ExecutionState, playbook: model.Playbook, step: str, result: 
         raise StepNotActive(f"step {step!r} of execution {state.execution_id} is {status}: only "
                             "a step that runs or is about to start can be skipped",
                             status=status, **_fields(state, step))  # fmt: skip
-    if (sr.is_loop if sr is not None else playbook.steps[step].loop is not None) and \
-            not isinstance(result, list):  # fmt: skip
+    is_loop = sr.is_loop if sr is not None else playbook.steps[step].loop is not None
+    if is_loop and not isinstance(result, list):
         raise InvalidResult(f"step {step!r} is a loop: its result is a JSON array of its "
                             "iterations' results", **_fields(state, step))  # fmt: skip
     run = sr.run if sr is not None else state.run_counts.get(step, 0) + 1
