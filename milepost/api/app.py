@@ -27,6 +27,7 @@ from milepost.api import checks, edge, errors
 from milepost.api.deps import Services
 from milepost.api.metrics import EngineMeters, Metrics
 from milepost.api.routers import (
+    actions,
     approvals,
     catalog,
     channel,
@@ -56,7 +57,8 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage, diagnosis, logs)  # fmt: skip
+           credentials, docs, workers, approvals, usage, diagnosis, logs,
+           actions)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -198,6 +198,7 @@ ReadAuth = Annotated[Principal, _require(READ, "read executions")]
 ReadWorkAuth = Annotated[Principal, _require(READ_WORK, "read commands or the catalog")]
 WorkAuth = Annotated[Principal, _require(WORK, "claim commands or report events")]
 OperateAuth = Annotated[Principal, _require(OPERATE, "register, execute or cancel")]
+ActAuth = Annotated[Principal, _require(OPERATE, "retry, skip, restart or re-run executions")]
 CredentialWriteAuth = Annotated[Principal, _require(OPERATE, "write credentials")]
 CredentialReadAuth = Annotated[Principal, _require(READ_WORK, "read credentials")]
 

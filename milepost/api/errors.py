@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
-from milepost.core import approvals
+from milepost.core import actions, approvals
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
 from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
@@ -70,7 +70,7 @@ _WHEN: dict[int, str] = {
          "(`not_an_approver`, `self_approval`, `no_user`).",
     404: "What the request names does not exist.",
     409: "The request conflicts with the state it acts on (e.g. `stale_epoch`, "
-         "`approval_closed`, `already_voted`).",
+         "`approval_closed`, `already_voted`, `execution_terminal`, `nothing_to_retry`).",
     413: "The body is over the size limit.",
     422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
          "`playbook_invalid` with `problems`.",
@@ -114,6 +114,13 @@ _STATUS_OF_CODE: dict[str, int] = {
     approvals.NotAnApprover.code: 403,
     approvals.SelfApproval.code: 403,
     approvals.InvalidDecision.code: 422,
+    # the refusals of an operator's action (`core.actions`; `execution_terminal`: above)
+    actions.StepNotFound.code: 404,
+    actions.RunStopping.code: 409,
+    actions.NothingToRetry.code: 409,
+    actions.StepNotActive.code: 409,
+    actions.NotRestartable.code: 409,
+    actions.InvalidResult.code: 422,
 }
 
 

@@ -11,6 +11,7 @@ import sys
 import typer
 
 from milepost.cli import (
+    actions,
     approvals,
     catalog,
     credentials,
@@ -30,8 +31,8 @@ from milepost.errors import MilepostError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="milepost: run NoETL playbooks durably.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-_GROUPS = (runs, executions, logs, approvals, catalog, credentials, suites, verify, server,
-           doctor, workers, usage)  # fmt: skip
+_GROUPS = (runs, executions, actions, logs, approvals, catalog, credentials, suites, verify,
+           server, doctor, workers, usage)  # fmt: skip
 for group in _GROUPS:
     app.add_typer(group.app)
 

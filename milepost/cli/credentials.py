@@ -1,5 +1,6 @@
-"""Credentials of the local database: `credential set`, `credential list`,
-`credential delete` (encrypted with MILEPOST_SECRET_KEY)."""
+"""Credentials: `credential set`, `credential list`, `credential delete`, of the local
+database (encrypted with MILEPOST_SECRET_KEY) or of a server (`--server`, through
+`/api/credentials`: the server encrypts them with its key)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, json_object, local_store
-from milepost.cli.output import fail, out
+from milepost.cli.inputs import (
+    DbOption,
+    JsonOption,
+    ServerOption,
+    json_object,
+    local_store,
+    server_client,
+)
+from milepost.cli.output import fail, out, remote
 from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
 from milepost.errors import MilepostError
@@ -18,7 +26,8 @@ from milepost.store.sqlite import SQLiteStore
 
 app = typer.Typer()
 credential_app = typer.Typer(no_args_is_help=True,
-                             help="Credentials of the local database, encrypted with MILEPOST_SECRET_KEY.")
+                             help="Credentials of the local database (encrypted with "
+                                  "MILEPOST_SECRET_KEY) or of a server (--server).")
 app.add_typer(credential_app, name="credential")
 
 
@@ -37,6 +46,7 @@ def credential_set(
     type_: Annotated[str, typer.Option("--type", help="postgres, generic, ...")],
     data: Annotated[str, typer.Option(help="The fields as a JSON object.")],
     db: DbOption = None,
+    server: ServerOption = None,
 ) -> None:
     """Register or replace a credential for `auth:` and keychain entries."""
     try:
@@ -44,6 +54,12 @@ def credential_set(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="NAME") from None
     fields = json_object(data, "--data")
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            remote(lambda: client.put_credential(name, type_, fields))
+        out.print(f"credential {name} ({type_}) stored on the server, encrypted", highlight=False)
+        return
     store, vault = _vault(db)
     try:
         vault.put(name, type_, fields)
@@ -53,13 +69,19 @@ def credential_set(
 
 
 @credential_app.command("list")
-def credential_list(db: DbOption = None, json_out: JsonOption = False) -> None:
+def credential_list(db: DbOption = None, server: ServerOption = None,
+                    json_out: JsonOption = False) -> None:  # fmt: skip
     """Names and types of the stored credentials (never their values)."""
-    store, vault = _vault(db)
-    try:
-        items = vault.list()
-    finally:
-        store.close()
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            items = remote(client.credentials)
+    else:
+        store, vault = _vault(db)
+        try:
+            items = vault.list()
+        finally:
+            store.close()
     if json_out:
         typer.echo(json.dumps(items, default=str))
         return
@@ -70,13 +92,18 @@ def credential_list(db: DbOption = None, json_out: JsonOption = False) -> None:
 
 
 @credential_app.command("delete")
-def credential_delete(name: str, db: DbOption = None) -> None:
+def credential_delete(name: str, db: DbOption = None, server: ServerOption = None) -> None:
     """Remove a credential."""
-    store, vault = _vault(db)
-    try:
-        deleted = vault.delete(name)
-    finally:
-        store.close()
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            deleted = remote(lambda: client.delete_credential(name))
+    else:
+        store, vault = _vault(db)
+        try:
+            deleted = vault.delete(name)
+        finally:
+            store.close()
     if not deleted:
         raise fail(f"no credential {name!r}")
     out.print(f"credential {name} deleted", highlight=False)

@@ -63,6 +63,8 @@ def print_status(data: dict[str, Any], json_out: bool) -> None:
     flag = " (compensating)" if data.get("compensating") else ""
     out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
               f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
+    if data.get("restarted_from"):
+        out.print(f"restarts execution {data['restarted_from']}", highlight=False)
     if data["status"] == st.FAILED and data.get("error"):
         out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))}",
                   highlight=False)  # fmt: skip

@@ -180,9 +180,13 @@ def run(
                                    "steps": {}}))  # fmt: skip
         raise fail(exc.message, code=1) from None
     started_by = local_identity()
-    state = _driven(Drive(db, json_out),
-                    lambda e: e.start(playbook, text, workload, started_by=started_by))  # fmt: skip
-    _print_result(state, json_out)
+    drive_new(db, json_out, lambda e: e.start(playbook, text, workload, started_by=started_by))
+
+
+def drive_new(db: str | None, json_out: bool, start: Any) -> None:
+    """Drive the run `start(engine)` starts to its end and print how it ended (exit 0
+    COMPLETED, 1 FAILED or CANCELLED): what `run`, `restart` and `rerun` do."""
+    _print_result(_driven(Drive(db, json_out), start), json_out)
 
 
 @app.command()

@@ -78,6 +78,70 @@ def token_create(
     typer.echo(token)
 
 
+TOKEN_ID = 12
+"""Hex digits of a token's SHA-256 that `token list` shows as its id."""
+MIN_TOKEN_ID = 8
+
+
+@token_app.command("list")
+def token_list(db: ServerDbOption = None,
+               json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+               ) -> None:  # fmt: skip
+    """List the API tokens: id (the start of the token's SHA-256), role, name, user."""
+    import json
+
+    from rich.table import Table
+
+    from milepost.cli.output import iso, out
+
+    store = server_store(db)
+    try:
+        rows = store.list_tokens()
+    finally:
+        store.close()
+    items = [{"id": r.token_hash[:TOKEN_ID], "role": r.role, "name": r.name, "user": r.user,
+              "approver_roles": list(r.approver_roles), "created_at": iso(r.created_at)}
+             for r in rows]  # fmt: skip
+    if json_out:
+        typer.echo(json.dumps(items))
+        return
+    table = Table("id", "role", "name", "user", "approver roles", "created")
+    for row in rows:
+        table.add_row(row.token_hash[:TOKEN_ID], row.role, row.name or "", row.user or "",
+                      ", ".join(row.approver_roles), iso(row.created_at))  # fmt: skip
+    out.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token: Annotated[str, typer.Argument(help="The id `token list` shows (or a longer start of "
+                                              "the SHA-256), or the token itself.")],
+    db: ServerDbOption = None,
+) -> None:  # fmt: skip
+    """Revoke an API token: it is refused (401) from then on, within the servers' token
+    cache time (5 s)."""
+    from milepost.api import auth
+
+    store = server_store(db)
+    try:
+        if token.startswith(auth.TOKEN_PREFIX):
+            key = auth.token_hash(token)
+        elif len(token) < MIN_TOKEN_ID:
+            raise fail(f"token id {token!r} is too short: give at least {MIN_TOKEN_ID} hex "
+                       "digits (`milepost token list`)")  # fmt: skip
+        else:
+            found = [r.token_hash for r in store.list_tokens()
+                     if r.token_hash.startswith(token.lower())]  # fmt: skip
+            if len(found) > 1:
+                raise fail(f"token id {token!r} names {len(found)} tokens: give more digits")
+            key = found[0] if found else token
+        if not store.delete_token(key):
+            raise fail(f"no token {token!r} (`milepost token list` shows them)")
+    finally:
+        store.close()
+    typer.echo(f"token {key[:TOKEN_ID]} revoked")
+
+
 db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
 app.add_typer(db_app, name="db")
 

@@ -121,6 +121,36 @@ def usage(path: str | None) -> Call:
                 parse=lambda b: b["items"])  # fmt: skip
 
 
+def retry(execution_id: int | str, step: str, reason: str | None) -> Call:
+    return Call("POST", f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/retry",
+                {"reason": reason})  # fmt: skip
+
+
+def skip(execution_id: int | str, step: str, result: Any, reason: str | None) -> Call:
+    return Call("POST", f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/skip",
+                {"result": result, "reason": reason})  # fmt: skip
+
+
+def restart(execution_id: int | str, from_step: str | None) -> Call:
+    return Call("POST", f"/api/executions/{key(execution_id)}/restart", {"from_step": from_step})
+
+
+def rerun(execution_id: int | str) -> Call:
+    return Call("POST", f"/api/executions/{key(execution_id)}/rerun")
+
+
+def restarts(execution_id: int | str) -> Call:
+    return Call("GET", f"/api/executions/{key(execution_id)}/restarts")
+
+
+def credentials() -> Call:
+    return Call("GET", "/api/credentials", parse=lambda b: b["items"])
+
+
+def delete_credential(name: str) -> Call:
+    return Call("DELETE", f"/api/credentials/{quote(name, safe='')}", none_on_404=True)
+
+
 def approvals(status: str | None, execution_id: int | str | None, approver: str | None,
               risk: str | None, limit: int, after: int | str | None) -> Call:  # fmt: skip
     params: dict[str, Any] = {"limit": limit}

@@ -137,6 +137,33 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.workers(pool, status))
         return result
 
+    def retry(self, execution_id: int | str, step: str,
+              reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """A new attempt now of a step that failed and waits, or is lost or stuck."""
+        result: dict[str, Any] = self._do(routes.retry(execution_id, step, reason))
+        return result
+
+    def skip(self, execution_id: int | str, step: str, result: Any,
+             reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """Complete a step with `result`; the run goes on from it."""
+        acted: dict[str, Any] = self._do(routes.skip(execution_id, step, result, reason))
+        return acted
+
+    def restart(self, execution_id: int | str, from_step: str | None = None) -> dict[str, Any]:
+        """A new run of a FAILED or CANCELLED one from a step, earlier results reused."""
+        result: dict[str, Any] = self._do(routes.restart(execution_id, from_step))
+        return result
+
+    def rerun(self, execution_id: int | str) -> dict[str, Any]:
+        """A new run with the same playbook version and inputs."""
+        result: dict[str, Any] = self._do(routes.rerun(execution_id))
+        return result
+
+    def restarts(self, execution_id: int | str) -> dict[str, Any]:
+        """`{execution_id, restarted_from, restarts}`: a run's restart links."""
+        result: dict[str, Any] = self._do(routes.restarts(execution_id))
+        return result
+
     def approvals(self, *, status: str | None = None,
                   execution_id: int | str | None = None, approver: str | None = None,
                   risk: str | None = None, limit: int = 100,
@@ -199,3 +226,12 @@ class MilepostClient:
     def put_credential(self, name: str, type_: str, data: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.put_credential(name, type_, data))
         return result
+
+    def credentials(self) -> list[dict[str, Any]]:
+        """The credentials' names, types and times (never their data)."""
+        result: list[dict[str, Any]] = self._do(routes.credentials())
+        return result
+
+    def delete_credential(self, name: str) -> bool:
+        """False when there was no such credential."""
+        return self._do(routes.delete_credential(name)) is not None

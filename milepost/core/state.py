@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from milepost.core import action_state as acts
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
@@ -148,6 +149,8 @@ class ExecutionState:
     """Who asked for that cancel (`user:alice`, `token:ci`), when the request says."""
     started_by: str | None = None
     """The identity that started the run (`user:alice`): it may not approve its own steps."""
+    restarted_from: int | None = None
+    """The FAILED or CANCELLED run this one restarts (`core.actions.restart`)."""
     approvals: dict[int, ap.Approval] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     """The terminal error of a FAILED execution: {step, task, kind, message, reason}."""
@@ -245,8 +248,9 @@ def _apply_execution_started(state: ExecutionState, event: ev.Event) -> None:
     state.ctx = dict(p.get("ctx", {}))
     state.entry_step = p.get("entry_step", "")
     state.started_by = p.get("started_by")
-    if state.entry_step:
-        state.pending[state.entry_step] = {}
+    state.restarted_from = int(p["restarted_from"]) if p.get("restarted_from") else None
+    if state.entry_step:  # a restart's entry step starts with the args it had
+        state.pending[state.entry_step] = dict(p.get("entry_args") or {})
 
 
 def _apply_step_enter(state: ExecutionState, event: ev.Event) -> None:
@@ -482,4 +486,7 @@ _HANDLERS: dict[str, Any] = {
     ev.COMPENSATION_COMPLETED: cs.apply_completed,
     ev.COMPENSATION_FAILED: cs.apply_failed,
     ev.BUDGET_EXCEEDED: _apply_budget_exceeded,
+    ev.STEP_RETRY_REQUESTED: acts.apply_retry_requested,
+    ev.STEP_SKIP_REQUESTED: acts.apply_skip_requested,
+    ev.STEP_REUSED: acts.apply_reused,
 }

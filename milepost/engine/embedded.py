@@ -24,6 +24,7 @@ from milepost.core import state as st
 from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.credentials import Vault
 from milepost.engine import workers as registry
+from milepost.engine.actions import Plan
 from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.inprocess import InProcessWorkers
@@ -183,6 +184,11 @@ class EmbeddedEngine:
         _, version = self.service.register(text, playbook)
         return self._start(playbook, version, workload or {},
                            parent_execution_id=parent_execution_id, started_by=started_by)  # fmt: skip
+
+    def start_plan(self, plan: Plan) -> int:
+        """Start a restart or a re-run (`engine.actions.plan_*`) as a run this engine drives."""
+        return self._start(plan.playbook, plan.version, plan.workload, started_by=plan.actor,
+                           origin=plan.origin)  # fmt: skip
 
     def _start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
                **parent: Any) -> int:  # fmt: skip

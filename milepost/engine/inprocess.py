@@ -187,6 +187,9 @@ class InProcessWorkers:
                 except MilepostError:  # lost: its report will be fenced as stale
                     log.warning("heartbeat of command %s refused", command_id, exc_info=True)
                     self._held.pop(command_id, None)
+                    running = self._stops.get(command_id)
+                    if running is not None:  # settled meanwhile (an operator's retry or
+                        running[1].stop()  # skip): nothing waits for it, as for a worker
                     continue
                 if command_id in self._held:
                     self._held[command_id] = (extended, now)

@@ -28,6 +28,7 @@ from milepost.core import cancellation
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
 from milepost.engine import approvals, attempt_logs, diagnosis, notify, reporting
@@ -143,14 +144,15 @@ class Lifecycle(StoreReads):
     def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
               parent_execution_id: int | None = None, parent_command_id: int | None = None,
               execution_id: int | None = None, claim: port.ClaimRequest | None = None,
-              started_by: str | None = None) -> tuple[int, Outcome]:  # fmt: skip
+              started_by: str | None = None,
+              origin: Origin | None = None) -> tuple[int, Outcome]:  # fmt: skip
         # no lock: nobody knows the new execution's id before this returns
         started = time.perf_counter()
         xid, outcome = self.orchestrator.start(playbook, version, workload,
                                                parent_execution_id=parent_execution_id,
                                                parent_command_id=parent_command_id,
                                                execution_id=execution_id, claim=claim,
-                                               started_by=started_by)  # fmt: skip
+                                               started_by=started_by, origin=origin)  # fmt: skip
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         if parent_execution_id is not None:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost import sanitize
+from milepost.core import actions, liveness
 from milepost.core import decide as dc
 from milepost.core import events as ev
-from milepost.core import liveness
 from milepost.core import state as st
 from milepost.core import tracecontext as tc
 from milepost.core.ids import Snowflake
@@ -47,11 +47,11 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 10
+_SNAPSHOT_VERSION = 11
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
 5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
 9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`, `run_results` of
-compensated steps, `traceparent`."""
+compensated steps, `traceparent`; 11: `restarted_from`."""
 
 
 @dataclass(slots=True)
@@ -144,6 +144,7 @@ class Orchestrator:
         parent_command_id: int | None = None,
         claim: port.ClaimRequest | None = None,
         started_by: str | None = None,
+        origin: actions.Origin | None = None,
     ) -> tuple[int, Outcome]:
         """Start an execution of a registered playbook; returns its id and the first work
         (`claim`: claimed for a worker in the start's transaction). `started_by`: the
@@ -170,13 +171,15 @@ class Orchestrator:
                 payload["sealed_workload"] = sealed
             if started_by is not None:
                 payload["started_by"] = started_by
-            payload.update(liveness.started_fields(playbook))  # a stall window, if any
+            # a stall window, if any; a restart's entry step and the run it comes from
+            payload.update(liveness.started_fields(playbook), **(origin.started if origin else {}))
             # a child run is caused by its parent's command (the `command.issued` event)
             started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload,
                                    parent_event_id=parent_command_id)  # fmt: skip
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
-                return xid, self.process([started], claim=claim)
+                reused = origin.events(xid, started.event_id, now, self.new_id) if origin else []
+                return xid, self.process([started, *reused], claim=claim)
             except port.EventIdConflict:
                 self.forget(xid)
                 if tries_left == 1:

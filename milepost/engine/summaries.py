@@ -43,6 +43,8 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         "error": error,
         "steps": steps,
     }
+    if state.restarted_from is not None:  # a restart's new run names the run it restarts
+        summary["restarted_from"] = str(state.restarted_from)
     if state.usage.by:  # DSL 10.6: only a run whose tools reported usage shows it
         summary["usage"] = state.usage.summary()
     compensation = cs.summary(state)

@@ -22,6 +22,7 @@ from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.store import approvals, locks, migrations, port, projection, usage
 from milepost.store.attempt_logs import LOG_PAGE
+from milepost.store.memory_leases import MemoryLeases
 
 SCHEMA_VERSION = len(migrations.scripts("sqlite"))
 """What `migrate` answers: the version the SQL stores are at (there is no schema here)."""
@@ -42,6 +43,8 @@ class MemoryDatabase:
     """command id -> its own lease (`spec.liveness`), the SQL stores' `command.lease_s`."""
     stalls: dict[int, float] = field(default_factory=dict)
     """execution id -> its `stall_after`, the SQL stores' `execution.stall_after`."""
+    restarts: dict[int, int] = field(default_factory=dict)
+    """execution id -> the run it restarts, the SQL stores' `execution.restarted_from`."""
     claimed_at: dict[int, float] = field(default_factory=dict)
     """command id -> when its live claim was taken, the SQL stores' `command.claimed_at`."""
     snapshots: dict[int, tuple[int, bytes]] = field(default_factory=dict)
@@ -64,7 +67,7 @@ def _as_stored(event: ev.Event, seq: int) -> ev.Event:
     return dataclasses.replace(event, payload=payload, meta=meta, seq=seq)
 
 
-class MemoryStore(port.Appends):
+class MemoryStore(MemoryLeases, port.Appends):
     """Implements `port.Store` in memory; `MemoryStore(db)` shares `db` with others."""
 
     def __init__(self, db: MemoryDatabase | None = None) -> None:
@@ -108,6 +111,7 @@ class MemoryStore(port.Appends):
             stored = self._log(fresh)
             db.leases.update((cid, lease_s) for lease_s, cid in change.leases)
             db.stalls.update((xid, stall) for stall, xid in change.stalls)
+            db.restarts.update((xid, old) for old, xid in change.restarts)
             projection.apply(change, db.executions, db.commands, db.approvals, db.usage)
             claimed = self._claim_next(claim) if claim is not None and claim.limit > 0 else []
             return stored, claimed
@@ -313,6 +317,10 @@ class MemoryStore(port.Appends):
                     out.append((xid, last))
             return out
 
+    def restarts_of(self, execution_id: int) -> list[int]:
+        with self.db.lock:
+            return sorted(x for x, old in self.db.restarts.items() if old == execution_id)
+
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         with self.db.lock:
             busy = {r.execution_id for r in self.db.commands.values()
@@ -413,6 +421,14 @@ class MemoryStore(port.Appends):
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.db.tokens.get(token_hash)
 
+    def list_tokens(self) -> list[port.TokenRow]:
+        with self.db.lock:
+            return sorted(self.db.tokens.values(), key=lambda r: (r.created_at, r.token_hash))
+
+    def delete_token(self, token_hash: str) -> bool:
+        with self.db.lock:
+            return self.db.tokens.pop(token_hash, None) is not None
+
     # -- machine ids and driver leases -----------------------------------------------------
 
     def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
@@ -435,63 +451,3 @@ class MemoryStore(port.Appends):
                 return False
             del self.db.machines[machine_id]
             return True
-
-    # -- the workers registry --------------------------------------------------------------
-
-    def record_worker(self, row: port.WorkerRow) -> port.WorkerRow:
-        with self.db.lock:
-            held = self.db.workers.get(row.worker_key)
-            started = row.started_at if held is None else held.started_at
-            stored = dataclasses.replace(row, started_at=started, lost_at=None)
-            self.db.workers[row.worker_key] = stored
-            return stored
-
-    def list_workers(self) -> list[port.WorkerRow]:
-        with self.db.lock:
-            return sorted(self.db.workers.values(), key=lambda r: (r.name, r.worker_key))
-
-    def mark_lost_workers(self, now: float) -> list[port.WorkerRow]:
-        with self.db.lock:
-            lost = [r for r in self.list_workers()
-                    if r.lost_at is None and r.last_seen + r.ttl <= now]  # fmt: skip
-            for row in lost:
-                self.db.workers[row.worker_key] = dataclasses.replace(row, lost_at=now)
-            return lost
-
-    def forget_workers(self, *, worker_key: str | None = None,
-                       seen_before: float | None = None) -> int:  # fmt: skip
-        with self.db.lock:
-            gone = [k for k, r in self.db.workers.items()
-                    if k == worker_key or (seen_before is not None and r.last_seen < seen_before)]  # fmt: skip
-            for key in gone:
-                del self.db.workers[key]
-            return len(gone)
-
-    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
-                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
-        with self.db.lock:
-            held = self.db.drivers.get(execution_id)
-            if held is not None and held.holder not in (holder, replace) and held.expires_at > now:
-                raise port.DriverBusy(held)
-            lease = self.db.drivers[execution_id] = port.DriverLease(execution_id, holder, now + ttl)
-            return lease
-
-    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
-        with self.db.lock:
-            held = self.db.drivers.get(execution_id)
-            if held is None or held.holder != holder:
-                return False
-            self.db.drivers[execution_id] = dataclasses.replace(held, expires_at=now + ttl)
-            return True
-
-    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
-        with self.db.lock:
-            held = self.db.drivers.get(execution_id)
-            if held is None or held.holder != holder:
-                return False
-            self.db.drivers[execution_id] = dataclasses.replace(
-                held, expires_at=min(held.expires_at, now))
-            return True
-
-    def get_driver(self, execution_id: int) -> port.DriverLease | None:
-        return self.db.drivers.get(execution_id)

@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from milepost.core import events as ev
@@ -25,6 +24,9 @@ from milepost.store.approvals import Approvals
 from milepost.store.attempt_logs import LOG_PAGE as LOG_PAGE
 from milepost.store.attempt_logs import AttemptLogs
 from milepost.store.attempt_logs import LogRow as LogRow
+from milepost.store.driver_leases import DriverBusy as DriverBusy
+from milepost.store.driver_leases import DriverLease as DriverLease
+from milepost.store.driver_leases import DriverLeases
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
 from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
@@ -121,29 +123,6 @@ class TokenRow:
     """Who holds it (`user:<user>` is the identity an approval vote is cast as)."""
     approver_roles: tuple[str, ...] = ()
     """Business roles (`role:<name>` entries of an approval's approvers), beside `role`."""
-
-
-@dataclass(frozen=True, slots=True)
-class DriverLease:
-    """The one process that drives an execution in the embedded mode, until `expires_at`
-    (table `execution_driver`). `holder` names it for a person: `host:pid:suffix`."""
-
-    execution_id: int
-    holder: str
-    expires_at: float
-
-
-class DriverBusy(ConcurrencyConflict):
-    """Another process drives this execution: its driver lease is live."""
-
-    code = "driver_busy"
-
-    def __init__(self, lease: DriverLease) -> None:
-        until = datetime.fromtimestamp(lease.expires_at, UTC).isoformat(timespec="seconds")
-        super().__init__(f"execution {lease.execution_id} is driven by {lease.holder} until"
-                         f" {until}", execution_id=str(lease.execution_id),
-                         holder=lease.holder, expires_at=lease.expires_at)  # fmt: skip
-        self.lease = lease
 
 
 class StoreError(MilepostError):
@@ -306,7 +285,7 @@ class Appends:
         raise NotImplementedError
 
 
-class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
+class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLeases, Protocol):
     def migrate(self) -> int:
         """Bring the schema to the latest version; returns it."""
         ...
@@ -434,6 +413,8 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
         ...
 
     def get_token(self, token_hash: str) -> TokenRow | None: ...
+    def list_tokens(self) -> list[TokenRow]: ...  # oldest first
+    def delete_token(self, token_hash: str) -> bool: ...  # a revoke: True when there was one
 
     # the polling claim path
     def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
@@ -465,6 +446,10 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
         whose last event is older than it (`core.liveness.stall_verdict` decides)."""
         ...
 
+    def restarts_of(self, execution_id: int) -> list[int]:
+        """The runs that restart this one, oldest first (`execution.restarted_from`)."""
+        ...
+
     def overdue_claims(self, now: float, after_s: float) -> list[CommandRow]:
         """Live claims taken more than `after_s` before `now`, heartbeats or not."""
         ...
@@ -472,26 +457,4 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, Protocol):
     def lock_execution(self, execution_id: int) -> AbstractContextManager[None]:
         """Hold the orchestrator's lock on one execution for the block. Reentrant within
         one thread; excludes other threads and, on PostgreSQL, other processes."""
-        ...
-
-    # -- the driver of an embedded execution (table `execution_driver`) --------------------
-
-    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
-                       replace: str | None = None) -> DriverLease:  # fmt: skip
-        """Take the driver lease of an execution until `now + ttl`, in one statement: free
-        or expired -> taken; already `holder`'s -> renewed; held by `replace` (a holder the
-        caller knows is dead) -> taken. Else raises DriverBusy naming the live holder."""
-        ...
-
-    def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
-        """Extend `holder`'s lease to `now + ttl`; False when another process holds it (lost)."""
-        ...
-
-    def release_driver(self, execution_id: int, holder: str, now: float) -> bool:
-        """End `holder`'s lease at `now` (the row stays: it records that an embedded process
-        drove the run); False when `holder` did not hold it."""
-        ...
-
-    def get_driver(self, execution_id: int) -> DriverLease | None:
-        """The lease as stored, live or not; None when no embedded process ever drove it."""
         ...

@@ -74,12 +74,15 @@ class Changes:
     `issued`). Only commands of steps that set one."""
     stalls: list[tuple[float, int]] = field(default_factory=list)
     """stall_after, execution_id: a new run's stall window (applied after `started`)."""
+    restarts: list[tuple[int, int]] = field(default_factory=list)
+    """restarted_from, execution_id: the run a new run restarts (applied after `started`)."""
 
     @property
     def empty(self) -> bool:
         return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
-                    or self.approvals or self.usage or self.leases or self.stalls)  # fmt: skip
+                    or self.approvals or self.usage or self.leases or self.stalls
+                    or self.restarts)  # fmt: skip
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
@@ -121,6 +124,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
                                 None if parent is None else int(parent), at, at))  # fmt: skip
             if p.get("stall_after") is not None:
                 out.stalls.append((float(p["stall_after"]), event.execution_id))
+            if p.get("restarted_from"):
+                out.restarts.append((int(p["restarted_from"]), event.execution_id))
         elif t == ev.EXECUTION_CANCEL_REQUESTED and not event.meta.get("compensating"):
             out.cancels.append(event.execution_id)
         elif t == ev.COMPENSATION_STARTED:

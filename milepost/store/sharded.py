@@ -270,6 +270,10 @@ class ShardedStore:
         # a child is placed by its own id, not its parent's: every shard may hold one
         return sorted(x for store in self.stores for x in store.running_children(execution_id))
 
+    def restarts_of(self, execution_id: int) -> list[int]:
+        # a restart is a new run: any shard may hold it (ids are in the order they were made)
+        return sorted(x for store in self.stores for x in store.restarts_of(execution_id))
+
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         return sorted(x for store in self.stores for x in store.stalled_executions(now))
 
@@ -334,6 +338,12 @@ class ShardedStore:
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.first.get_token(token_hash)
+
+    def list_tokens(self) -> list[port.TokenRow]:
+        return self.first.list_tokens()
+
+    def delete_token(self, token_hash: str) -> bool:
+        return self.first.delete_token(token_hash)
 
     # -- the driver of an embedded execution: on the execution's shard --------------------
 

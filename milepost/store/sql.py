@@ -29,6 +29,7 @@ from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
 from milepost.store.children_table import ChildrenTable
 from milepost.store.liveness import LivenessTable
+from milepost.store.restarts import RestartTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
 
@@ -76,7 +77,7 @@ class RepeatedId(Exception):
 
 
 class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, LivenessTable,
-               AttemptLogTable, ChildrenTable, port.Appends):  # fmt: skip
+               AttemptLogTable, ChildrenTable, RestartTable, port.Appends):  # fmt: skip
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
@@ -309,6 +310,8 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             self.insert_commands(conn, change.issued)
         if change.leases or change.stalls:  # after the rows they set a column of
             self.project_liveness(conn, change)
+        if change.restarts:
+            self.project_restarts(conn, change.restarts)
         if change.settled or claims:
             self.settle_commands(conn, change.settled, claims)
         self.project_usage(conn, change.usage)

@@ -160,13 +160,21 @@ class Tables:
         return port.TokenRow(token_hash, role, name, now, user, roles)
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
+        rows = self._tokens(" WHERE token_hash=?", (token_hash,))
+        return rows[0] if rows else None
+
+    def list_tokens(self) -> list[port.TokenRow]:
+        return self._tokens(" ORDER BY created_at, token_hash", ())
+
+    def _tokens(self, where: str, params: tuple[Any, ...]) -> list[port.TokenRow]:
         rows = self.rows("SELECT token_hash, role, name, created_at, user_name, approver_roles"
-                         " FROM token WHERE token_hash=?", (token_hash,))  # fmt: skip
-        if not rows:
-            return None
-        hash_, role, name, created, user, roles = rows[0]
-        return port.TokenRow(hash_, role, name, float(created), user,
-                             tuple(json.loads(roles or "[]")))  # fmt: skip
+                         f" FROM token{where}", params)  # fmt: skip
+        return [port.TokenRow(hash_, role, name, float(created), user,
+                              tuple(json.loads(roles or "[]")))
+                for hash_, role, name, created, user, roles in rows]  # fmt: skip
+
+    def delete_token(self, token_hash: str) -> bool:
+        return bool(self._write("DELETE FROM token WHERE token_hash=?", (token_hash,)))
 
     # -- machine ids -----------------------------------------------------------------------
 

@@ -45,6 +45,16 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                                           404),
     ("POST", "/api/executions/{execution_id}/cancel"): ("/api/executions/1/cancel", {},
                                                         {"admin", "operator"}, 404),
+    ("POST", "/api/executions/{execution_id}/steps/{step}/retry"): (
+        "/api/executions/1/steps/s/retry", {}, {"admin", "operator"}, 404),
+    ("POST", "/api/executions/{execution_id}/steps/{step}/skip"): (
+        "/api/executions/1/steps/s/skip", {"result": 1}, {"admin", "operator"}, 404),
+    ("POST", "/api/executions/{execution_id}/restart"): ("/api/executions/1/restart", {},
+                                                         {"admin", "operator"}, 404),
+    ("POST", "/api/executions/{execution_id}/rerun"): ("/api/executions/1/rerun", None,
+                                                       {"admin", "operator"}, 404),
+    ("GET", "/api/executions/{execution_id}/restarts"): ("/api/executions/1/restarts", None,
+                                                         READ, 404),
     ("POST", "/api/events"): ("/api/events", {"execution_id": 1, "event_type": "x.unknown"},
                               POSTERS, 422),
     ("POST", "/api/events/batch"): ("/api/events/batch", {"events": []}, POSTERS, 422),

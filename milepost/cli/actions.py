@@ -1,0 +1,183 @@
+"""Acting on runs from the command line (issue 12): `retry`, `skip`, `restart`, `rerun`,
+on a server (`--server`: the token's user acts) or on the local database (the identity
+from `--user`, `$MILEPOST_USER` or the OS login, as `milepost approve` decides).
+
+On the local database a retry or a skip is appended behind the log as it was read
+(`engine.actions.append_behind`): the process that drives the run (`milepost run`, or
+`milepost resume`) decides what follows on its next look. A restart or a re-run is a new
+run: this command starts it and drives it to its end, as `milepost run` does (a refusal,
+before anything is written, exits 2).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from milepost.cli.inputs import (
+    DbOption,
+    JsonOption,
+    ServerOption,
+    local_identity,
+    one_shot_orchestrator,
+    opened,
+    server_client,
+)
+from milepost.cli.output import out, remote
+from milepost.cli.runs import drive_new
+from milepost.engine import actions
+from milepost.engine.actions import Build
+from milepost.engine.drivers import holder_alive
+from milepost.engine.embedded import EmbeddedEngine
+from milepost.settings import Settings
+
+app = typer.Typer()
+
+UserOption = Annotated[str | None, typer.Option(
+    "--user", help="Who acts, on the local database: user:<USER> [env: MILEPOST_USER; "
+                   "default the OS login]. On a server the token's user acts.")]  # fmt: skip
+ReasonOption = Annotated[str | None, typer.Option(help="Why (recorded with the action).")]
+
+
+@app.command()
+def retry(execution_id: int, step: str, reason: ReasonOption = None, db: DbOption = None,
+          server: ServerOption = None, user: UserOption = None,
+          json_out: JsonOption = False) -> None:  # fmt: skip
+    """Run a step's next attempt now (a run that has ended: `restart`).
+
+    The attempt that failed and waits for its retry, or one that is lost or stuck (it is
+    stopped first); a new idempotency key, the same operation key."""
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            item = remote(lambda: client.retry(execution_id, step, reason))
+    else:
+        actor = local_identity(user)
+        item = _locally(db, execution_id, step, "retry",
+                        lambda now, new_id: actions.retry_step(step, actor, now, new_id, reason))  # fmt: skip
+    _print_acted(item, json_out, client is None)
+
+
+@app.command()
+def skip(execution_id: int, step: str,
+         result: Annotated[str, typer.Option(help="The step's result, as JSON (a loop step: "
+                                                  "the array of its iterations' results).")],
+         reason: ReasonOption = None, db: DbOption = None, server: ServerOption = None,
+         user: UserOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+    """Complete a step with the result given; the run goes on from it.
+
+    Its running attempts are stopped; its `set` and arcs see the result as if the step
+    had produced it."""
+    try:
+        value = json.loads(result)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--result") from None
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            item = remote(lambda: client.skip(execution_id, step, value, reason))
+    else:
+        actor = local_identity(user)
+        item = _locally(db, execution_id, step, "skip",
+                        lambda now, new_id: actions.skip_step(step, value, actor, now, new_id,
+                                                              reason))  # fmt: skip
+    _print_acted(item, json_out, client is None)
+
+
+def _locally(db: str | None, execution_id: int, step: str, action: str,
+             build: Callable[[float, Callable[[], int]], Build]) -> dict[str, Any]:  # fmt: skip
+    """Append the action behind the local run's log; the reply as the server's."""
+    with opened(db) as store, one_shot_orchestrator(store, action,
+                                                   Settings().machine_id) as orchestrator:
+        made: Build = build(time.time(), orchestrator.new_id)
+        acted = remote(lambda: actions.append_behind(store, orchestrator, execution_id, step,
+                                                     action, made))  # fmt: skip
+        lease = store.get_driver(execution_id)
+        driven = lease is not None and lease.expires_at > time.time() and \
+            holder_alive(lease.holder) is not False  # fmt: skip
+    return {**acted.wire(), "driven": driven}
+
+
+def _print_acted(item: dict[str, Any], json_out: bool, local: bool) -> None:
+    if json_out:
+        typer.echo(json.dumps(item))
+        return
+    xid, step = item["execution_id"], item["step"]
+    done = "retried" if item["action"] == "retry" else "skipped"
+    out.print(f"execution {xid}: step {step} {done} by {item['actor']}", highlight=False,
+              markup=False)  # fmt: skip
+    if item["stopped"]:
+        out.print(f"stopped the live attempts: {', '.join(item['stopped'])}", highlight=False)
+    for issued in item["issued"]:
+        out.print(f"attempt {issued['attempt']} issued (command {issued['command_id']})",
+                  highlight=False)  # fmt: skip
+    if local and item.get("driven"):
+        out.print(f"the process running execution {xid} acts on it now", highlight=False)
+    elif local:
+        out.print(f"nothing drives execution {xid} now: `milepost resume {xid}` goes on from "
+                  "it", highlight=False, markup=False)  # fmt: skip
+
+
+FromOption = Annotated[str | None, typer.Option(
+    "--from", help="The step to start from [default: the failed step, else the first that "
+                   "did not complete].")]  # fmt: skip
+
+
+@app.command()
+def restart(execution_id: int, from_step: FromOption = None, db: DbOption = None,
+            server: ServerOption = None, user: UserOption = None,
+            json_out: JsonOption = False) -> None:  # fmt: skip
+    """Start a FAILED or CANCELLED run again from a step, as a new linked run.
+
+    The steps it completed before that step are not run again: their results are reused.
+    Locally the new run is driven to its end (exit 0 COMPLETED, 1 FAILED or CANCELLED);
+    on a server it is started and its id printed."""
+    _start_again(execution_id, db, server, user, json_out, from_step, restart=True)
+
+
+@app.command()
+def rerun(execution_id: int, db: DbOption = None, server: ServerOption = None,
+          user: UserOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+    """Start a new run with the same playbook version and inputs.
+
+    Whatever the old run's status. Locally it is driven to its end, as `milepost run` does."""
+    _start_again(execution_id, db, server, user, json_out, None, restart=False)
+
+
+def _start_again(execution_id: int, db: str | None, server: str | None, user: str | None,
+                 json_out: bool, from_step: str | None, *, restart: bool) -> None:  # fmt: skip
+    client = server_client(server, db)
+    if client is not None:
+        with client:
+            item = remote(lambda: client.restart(execution_id, from_step) if restart
+                          else client.rerun(execution_id))  # fmt: skip
+        if json_out:
+            typer.echo(json.dumps(item))
+            return
+        _print_started(item)
+        return
+    actor = local_identity(user)
+
+    def start(engine: EmbeddedEngine) -> int:
+        plan = (actions.plan_restart(engine.service, execution_id, from_step, actor) if restart
+                else actions.plan_rerun(engine.service, execution_id, actor))  # fmt: skip
+        xid = engine.start_plan(plan)
+        if not json_out:
+            _print_started(plan.started(xid).wire())
+        return xid
+
+    drive_new(db, json_out, start)
+
+
+def _print_started(item: dict[str, Any]) -> None:
+    if item.get("restarted_from"):
+        reused = ", ".join(item["reused"]) or "none"
+        out.print(f"execution {item['execution_id']} restarts {item['restarted_from']} from "
+                  f"step {item['from_step']} (reused: {reused})", highlight=False, markup=False)  # fmt: skip
+    else:
+        out.print(f"execution {item['execution_id']} re-runs {item['rerun_of']}",
+                  highlight=False)  # fmt: skip
