@@ -38,6 +38,7 @@ from milepost.api.routers import (
     executions,
     health,
     metrics,
+    reads,
     usage,
     workers,
 )
@@ -53,7 +54,7 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage)  # fmt: skip
+           credentials, docs, workers, approvals, usage, reads)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -7,24 +7,54 @@ both stay here, whatever module a command lives in.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
-from milepost.cli import approvals, catalog, credentials, executions, runs, server, suites
-from milepost.cli.output import err
+from milepost.cli import (
+    approvals,
+    catalog,
+    credentials,
+    event_log,
+    executions,
+    runs,
+    server,
+    suites,
+)
+from milepost.cli.help import quiet_flags
+from milepost.cli.output import err, exit_code
 from milepost.errors import MilepostError
 
+quiet_flags()
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="milepost: run NoETL playbooks durably.")  # fmt: skip
+                  help="milepost: run NoETL playbooks durably. Exit codes: 0 done (a run "
+                       "COMPLETED), 1 a run FAILED or was CANCELLED, 2 bad input or refused, "
+                       "3 server or database unavailable, 130 interrupted.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-for group in (runs, executions, approvals, catalog, credentials, suites, server):
+for group in (runs, executions, event_log, approvals, catalog, credentials, suites, server):
     app.add_typer(group.app)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"milepost {version('milepost')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:  # fmt: skip
+    """milepost: run NoETL playbooks durably."""
 
 
 def main() -> None:
     try:
         app()
-    except MilepostError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        sys.exit(2)
+    except MilepostError as exc:  # one line, never a traceback
+        err.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        sys.exit(exit_code(exc))
 

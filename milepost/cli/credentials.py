@@ -3,18 +3,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, json_object, local_store
-from milepost.cli.output import fail, out
+from milepost.cli.inputs import DbOption, JsonOption, OutputOption, json_object, local_store
+from milepost.cli.output import Format, chosen, emit, fail, out
 from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
 from milepost.errors import MilepostError
-from milepost.store.sqlite import SQLiteStore
+from milepost.store.port import Store
 
 app = typer.Typer()
 credential_app = typer.Typer(no_args_is_help=True,
@@ -22,7 +21,7 @@ credential_app = typer.Typer(no_args_is_help=True,
 app.add_typer(credential_app, name="credential")
 
 
-def _vault(db: str | None) -> tuple[SQLiteStore, Vault]:
+def _vault(db: str | None) -> tuple[Store, Vault]:
     store = local_store(db)
     try:
         return store, Vault.from_env(store)
@@ -53,15 +52,16 @@ def credential_set(
 
 
 @credential_app.command("list")
-def credential_list(db: DbOption = None, json_out: JsonOption = False) -> None:
+def credential_list(db: DbOption = None, output: OutputOption = None,
+                    json_out: JsonOption = False) -> None:  # fmt: skip
     """Names and types of the stored credentials (never their values)."""
     store, vault = _vault(db)
     try:
         items = vault.list()
     finally:
         store.close()
-    if json_out:
-        typer.echo(json.dumps(items, default=str))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     table = Table("name", "type")
     for item in items:

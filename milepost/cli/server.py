@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from milepost.cli.inputs import ServerDbOption, ServerOption, server_settings, server_store
+from milepost.cli.inputs import ServerDbOption, ServerOption, local_store, server_settings
 from milepost.cli.output import fail
 
 app = typer.Typer()
@@ -69,7 +69,7 @@ def token_create(
     for what, value in (("--user", user), *(("--approver-role", r) for r in roles)):
         if value is not None and not auth.NAME.fullmatch(value):
             raise fail(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
-    store = server_store(db)  # migrated as it opens
+    store = local_store(db)  # migrated as it opens
     try:
         token = auth.create_token(store, role, name, time.time(), user=user,
                                   approver_roles=roles)  # fmt: skip
@@ -103,8 +103,8 @@ def secret_key() -> None:
 @app.command()
 def worker(
     server: ServerOption = None,
-    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_CONCURRENCY; 16].")] = None,
-    pool: Annotated[str | None, typer.Option(help="Pool to serve: only the commands of steps with this `spec.pool` [env: MILEPOST_POOL; default].")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Commands at once \\[env: MILEPOST_CONCURRENCY; 16].")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool to serve: only the commands of steps with this `spec.pool` \\[env: MILEPOST_POOL; default].")] = None,
 ) -> None:
     """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
     from milepost.playbook import pools

@@ -365,8 +365,13 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, LivenessTable, port.Append
         return self._execution(rows[0]) if rows else None
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
-        where, params = [], []
+                        limit: int = 100, offset: int = 0,
+                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+        where: list[str] = []
+        params: list[Any] = []
+        if since is not None:
+            where.append("created_at>=?")
+            params.append(since)
         if status:
             where.append("status=?")
             params.append(status.upper())
