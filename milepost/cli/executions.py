@@ -62,6 +62,7 @@ def list_(
         help="Only runs started since: a duration ago (30m, 2h, 1d) or an ISO-8601 time.",
         show_default=False)] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the ids, one a line.")] = False,
     output: OutputOption = None, json_out: JsonOption = False,
 ) -> None:  # fmt: skip
     """List executions, newest first: id, playbook, status, start, end and duration."""
@@ -72,6 +73,10 @@ def list_(
     with runs(server, db) as where:
         items = remote(lambda: where.executions(status=wanted, path=playbook, since=after,
                                                 limit=limit))  # fmt: skip
+    if quiet:
+        for item in items:
+            typer.echo(item["execution_id"])
+        return
     if (fmt := chosen(output, json_out)) is not Format.table:
         emit(items, fmt)
         return

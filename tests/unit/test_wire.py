@@ -66,3 +66,11 @@ def test_a_report_event_carries_its_epoch_and_parent_as_strings() -> None:
 def test_jsonable_turns_what_json_cannot_carry_into_text() -> None:
     assert wire.jsonable({"a": (1, 2), "b": {1, 2} and "x", "c": object}) == {
         "a": [1, 2], "b": "x", "c": str(object)}
+
+
+def test_jsonable_turns_a_nan_or_an_infinity_into_null() -> None:
+    """A python step returning NaN on a server hung its run: the worker sent `NaN`, which
+    the server refuses (no JSON has it), and the report was never taken."""
+    value = {"x": float("nan"), "y": [float("inf"), -float("inf"), 1.5], "z": {"k": (float("nan"),)}}
+    assert wire.jsonable(value) == {"x": None, "y": [None, None, 1.5], "z": {"k": [None]}}
+    assert json.dumps(wire.jsonable(value), allow_nan=False)
