@@ -153,12 +153,14 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
         emit(data, fmt)
         return
     flag = " (compensating)" if data.get("compensating") else ""
-    out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
-              f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
+    playbook = f" {data['playbook']}" if data.get("playbook") else ""
+    out.print(f"execution {data['execution_id']}{playbook}: [bold]{data['status']}[/bold]{flag}",
+              highlight=False)  # fmt: skip
     if data["status"] == st.FAILED and data.get("error"):
         error = data["error"]
-        out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')}",
-                  highlight=False)  # fmt: skip
+        out.print(f"[red]reason:[/red] {error.get('reason') or error.get('message')} (each "
+                  f"attempt, its stderr or response body: milepost describe "
+                  f"{data['execution_id']})", highlight=False)  # fmt: skip
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
     with_usage = any(step.get("usage") for step in data["steps"].values())
