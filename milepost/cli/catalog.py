@@ -53,7 +53,7 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
         out.print(f"[green]✓[/green] {file} ({len(playbook.steps)} steps)", highlight=False)
         for warning in playbook.warnings:
             out.print(f"  [yellow]warning:[/yellow] {warning}", highlight=False)
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
 
 
 @app.command()

@@ -177,7 +177,8 @@ def run(
     output: OutputOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Run a playbook to a terminal state (exit 0 COMPLETED, 1 FAILED, 2 invalid input)."""
+    """Run a playbook to a terminal state (exit 0 COMPLETED; 1 FAILED, CANCELLED or the
+    playbook refused; 2 bad input: an option, a file that cannot be read)."""
     fmt = chosen(output, json_out)
     workload = read_workload(payload, set_)
     text = read_playbook(file)

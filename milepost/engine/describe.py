@@ -12,7 +12,7 @@ response body) instead of a bare `null`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approvals as core_approvals
@@ -53,11 +53,11 @@ def view(state: st.ExecutionState, playbook: model.Playbook,
         seen = steps.get(name, _Step())
         attempts = seen.attempts
         last = attempts[-1] if attempts else None
-        shown.update(started_at=iso(seen.started_at), ended_at=iso(seen.ended_at),
-                     duration_s=_span(seen.started_at, seen.ended_at),
-                     worker=last["worker"] if last else None, input=step_input(state, playbook, name),
-                     attempts_total=len(attempts),
-                     attempts=[_timed(a) for a in attempts[-ATTEMPTS_SHOWN:]])  # fmt: skip
+        shown.update(_times(seen.started_at, seen.ended_at),
+                     worker=last["worker"] if last else None,
+                     input=step_input(state, playbook, name), attempts_total=len(attempts),
+                     attempts=[{**a, **_times(a["started_at"], a["ended_at"], span=False)}
+                               for a in attempts[-ATTEMPTS_SHOWN:]])  # fmt: skip
         failed = next((a for a in reversed(attempts) if a["status"] == "FAILED"), None)
         if shown["status"] == st.FAILED and failed is not None:
             shown["error"] = failed["error"]
@@ -65,19 +65,18 @@ def view(state: st.ExecutionState, playbook: model.Playbook,
                 shown["result"] = failed["output"]  # the tool's reply: stderr, a body
     summary.update(path=state.path, version=state.version, started_by=state.started_by,
                    parent_execution_id=_sid(state.parent_execution_id),
-                   started_at=iso(state.started_at), ended_at=iso(state.ended_at),
-                   duration_s=_span(state.started_at, state.ended_at))  # fmt: skip
+                   **_times(state.started_at, state.ended_at))  # fmt: skip
     return summary
 
 
+@dataclass(slots=True)
 class _Step:
-    __slots__ = ("started_at", "ended_at", "attempts", "by_command")
+    """What the log tells of one step: its first start, last end and every attempt."""
 
-    def __init__(self) -> None:
-        self.started_at: float | None = None
-        self.ended_at: float | None = None
-        self.attempts: list[dict[str, Any]] = []
-        self.by_command: dict[int, dict[str, Any]] = {}
+    started_at: float | None = None
+    ended_at: float | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    by_command: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
@@ -136,12 +135,12 @@ def step_input(state: st.ExecutionState, playbook: model.Playbook, name: str) ->
     return {str(t.get("task") or i): t.get("input") for i, t in enumerate(tasks)}
 
 
-def _timed(attempt: dict[str, Any]) -> dict[str, Any]:
-    return {**attempt, "started_at": iso(attempt["started_at"]), "ended_at": iso(attempt["ended_at"])}
-
-
-def iso(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+def _times(start: float | None, end: float | None, span: bool = True) -> dict[str, Any]:
+    """`started_at`, `ended_at` as the API writes times, and `duration_s` unless told not."""
+    shown: dict[str, Any] = {"started_at": summaries.iso(start), "ended_at": summaries.iso(end)}
+    if span:
+        shown["duration_s"] = _span(start, end)
+    return shown
 
 
 def _span(start: float | None, end: float | None) -> float | None:
