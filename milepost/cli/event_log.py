@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from milepost.cli.executions import going_on
-from milepost.cli.inputs import DbOption, JsonOption, OutputOption, ServerOption
+from milepost.cli.inputs import DbOption, OutputOption, ServerOption
 from milepost.cli.output import (
     Format,
     chosen,
@@ -42,11 +42,14 @@ def events(
         show_default=False)] = None,
     follow_: Annotated[bool, typer.Option(
         "--follow", "-f", help="Keep printing events as they come, until the run ends.")] = False,
-    output: OutputOption = None, json_out: JsonOption = False,
+    output: OutputOption = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON object per line (as --follow prints them).")] = False,
 ) -> None:  # fmt: skip
     """Print an execution's event log: time, seq, event, step, status and payload.
 
-    --output json prints one JSON array; with --follow, one JSON object per line.
+    --output json prints one JSON array; --json, and --follow, one JSON object per line
+    (what scripts of earlier versions read).
     """
     fmt = chosen(output, json_out)
     query = event_query.EventQuery(step, event_query.types_of(type_ or []))
@@ -56,10 +59,10 @@ def events(
                 items = remote(lambda: list(all_events(where, execution_id, query)))
             else:
                 items = remote(lambda: where.events(execution_id, query, tail=tail)["events"])
-            if fmt is not Format.table:
-                emit(items, fmt)
+            if fmt is Format.table or (json_out and output is None):
+                _stream(items, fmt)
             else:
-                _lines(items)
+                emit(items, fmt)
             return
         _follow(where, execution_id, query, tail, fmt)
 

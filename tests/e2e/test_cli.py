@@ -142,7 +142,7 @@ def test_events_lists_the_log(tmp_path: Path) -> None:
         tool: {kind: noop}
     """)
     proc = cli("events", data["execution_id"], "--json", db=tmp_path / "m.db")
-    types = [e["event_type"] for e in json.loads(proc.stdout)]
+    types = [json.loads(line)["event_type"] for line in proc.stdout.splitlines()]
     # the in-process worker claims the command like a remote one: the claim is in the log
     assert types == ["execution.started", "step.enter", "command.issued", "command.claimed",
                      "command.completed", "step.exit", "execution.completed"]  # fmt: skip
@@ -303,7 +303,7 @@ workflow:
 
 
 def _event_count(db: Path, xid: str) -> int:
-    return len(json.loads(cli("events", xid, "--json", db=db).stdout))
+    return len(cli("events", xid, "--json", db=db).stdout.splitlines())
 
 
 def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) -> None:
@@ -409,7 +409,7 @@ def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_p
     names = [line.split()[0] for line in out.read_text().splitlines()]
     assert sorted(set(names) - {"start"}, key=int) == [str(i) for i in range(12)]
     assert len(names) - len(set(names)) <= 1  # only the iteration in flight at the stop, again
-    log = json.loads(cli("events", xid, "--json", db=db).stdout)
+    log = [json.loads(line) for line in cli("events", xid, "--json", db=db).stdout.splitlines()]
     reports = [e for e in log if e["event_type"] == "command.completed" and e["step"] == "work"]
     assert len(reports) == 12  # the woken process's late report was never appended
 

@@ -93,13 +93,8 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("reads-cluster")
-    made = Cluster(f"sqlite:///{tmp / 'server.db'}", tmp, use_nats=False)
-    try:
-        made.start_server()
-        made.start_worker()
+    with Cluster.running(f"sqlite:///{tmp / 'server.db'}", tmp, use_nats=False) as made:
         yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture(params=["local", "server"])
@@ -191,6 +186,8 @@ def test_events_by_step_and_type_and_the_last_few(place: Place, tmp_path: Path) 
     both = place.json("events", xid, "--type", "step.enter,execution.failed")
     assert [e["event_type"] for e in both] == ["step.enter", "step.enter", "execution.failed"]
     assert place.json("events", xid, "--tail", "2") == every[-2:]
+    as_lines = place.cli("events", xid, "--json").stdout.splitlines()  # --json as before
+    assert [json.loads(line) for line in as_lines] == every
     assert all(not math.isnan(e["seq"]) for e in every)
     lines = place.cli("events", xid, "--type", "command.failed").stdout.splitlines()
     assert len(lines) == 1 and "command.failed" in lines[0] and "sh" in lines[0]

@@ -26,6 +26,7 @@ from tests.acceptance.harness import (
     pg_available,
     tail,
 )
+from tests.e2e.test_operator_reads import SLOW
 from tests.shared import IN_CI, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,37 +141,16 @@ def test_register_names_the_file_and_the_problem(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
 
 
-SLOW = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: slow, path: tests/slow-wait}
-workload: {gate: GATE}
-workflow:
-  - step: hold
-    tool:
-      kind: python
-      input: {gate: "{{ workload.gate }}"}
-      code: |
-        import os, time
-        deadline = time.monotonic() + 120
-        while not os.path.exists(gate) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        result = 'opened'
-"""
-
-
 def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going(
         tmp_path: Path) -> None:  # fmt: skip
-    cluster = Cluster(f"sqlite:///{tmp_path / 'server.db'}", tmp_path, use_nats=False)
-    try:
-        cluster.start_server()
-        cluster.start_worker()
+    with Cluster.running(f"sqlite:///{tmp_path / 'server.db'}", tmp_path,
+                         use_nats=False) as cluster:  # fmt: skip
         gate = tmp_path / "gate"
         pb = tmp_path / "slow.yaml"
         pb.write_text(SLOW.replace("GATE", str(gate)))
         env = {"MILEPOST_SERVER_URL": cluster.url, "MILEPOST_TOKEN": cluster.admin_token}
         assert milepost("register", str(pb), env=env).returncode == 0
-        proc = subprocess.Popen([MILEPOST, "execute", "tests/slow-wait", "--wait"],
+        proc = subprocess.Popen([MILEPOST, "execute", "tests/slow", "--wait"],
                                 env={**user_env(), **env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
         assert proc.stdout is not None
@@ -186,7 +166,7 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         assert f"milepost events {xid.group(1)} --follow --server {cluster.url}" in err
         assert "Traceback" not in err
         assert cluster.client.status(xid.group(1))["status"] == "RUNNING"  # not cancelled
-        again = subprocess.Popen([MILEPOST, "execute", "tests/slow-wait", "--wait", "--json"],
+        again = subprocess.Popen([MILEPOST, "execute", "tests/slow", "--wait", "--json"],
                                  env={**user_env(), **env}, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
         gate.touch()
@@ -195,5 +175,3 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         assert json.loads(out)["steps"]["hold"]["result"] == "opened"
         assert re.search(r"execution \d+ started", err)  # off stdout: stdout is the JSON
         assert "step.exit" in err and "execution.completed" in err
-    finally:
-        cluster.close()
