@@ -6,7 +6,6 @@ both stay here, whatever module a command lives in.
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
@@ -22,7 +21,7 @@ from milepost.cli import (
     suites,
 )
 from milepost.cli.help import quiet_flags
-from milepost.cli.output import err, exit_code
+from milepost.cli.output import exit_code, fail
 from milepost.errors import MilepostError
 
 quiet_flags()
@@ -55,6 +54,5 @@ def main() -> None:
     try:
         app()
     except MilepostError as exc:  # one line, never a traceback
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
-        sys.exit(exit_code(exc))
+        raise SystemExit(fail(exc.message, exit_code(exc)).exit_code) from None
 

@@ -115,6 +115,8 @@ def waited(where: Runs, execution_id: int) -> dict[str, Any]:
         first = remote(lambda: where.status(execution_id))  # no such run: at once
         if first["status"] in st.TERMINAL:
             return dict(first)
+        err.print(f"waiting for execution {execution_id} ({first['status']}) to end; Ctrl-C "
+                  "stops waiting, not the run", highlight=False, soft_wrap=True)  # fmt: skip
         return dict(remote(lambda: where.wait(execution_id)))
     except KeyboardInterrupt:
         raise going_on(where, execution_id, "stopped waiting") from None

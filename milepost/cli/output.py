@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from milepost.cli import exit_codes
@@ -35,7 +36,7 @@ err = Console(stderr=True)
 
 def fail(message: str, code: int = exit_codes.REFUSED) -> typer.Exit:
     # one line however long (a holder, a time): a script can match it
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
