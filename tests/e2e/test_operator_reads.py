@@ -105,11 +105,13 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
         def run_local(text: str, tmp: Path) -> str:
             pb = tmp / f"pb-{time.monotonic_ns()}.yaml"
             pb.write_text(text)
+            known = set(_ids(db))
             proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
                                     env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)  # fmt: skip
             request.addfinalizer(lambda: (proc.kill(), proc.communicate()))
-            return str(wait_for(lambda: _latest(db, proc), "the local run to start", timeout=60))
+            return str(wait_for(lambda: _new(db, proc, known), "the local run to start",
+                                timeout=60))  # fmt: skip
 
         return Place("local", ["--db", str(db)], _env(), run_local)
     made: Cluster = request.getfixturevalue("cluster")
@@ -117,13 +119,18 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
     return Place("server", ["--server", made.url], env, lambda text, _tmp: made.run(text))
 
 
-def _latest(db: Path, proc: subprocess.Popen[str]) -> str | None:
-    assert proc.poll() is None or proc.returncode in (0, 1), proc.communicate()
+def _ids(db: Path) -> list[str]:
     if not db.exists():
-        return None
-    done = subprocess.run([MILEPOST, "list", "-q", "--limit", "1", "--db", str(db)], env=_env(),
+        return []
+    done = subprocess.run([MILEPOST, "list", "-q", "--db", str(db)], env=_env(),
                           capture_output=True, text=True, timeout=60)  # fmt: skip
-    return done.stdout.strip() or None
+    return done.stdout.split()
+
+
+def _new(db: Path, proc: subprocess.Popen[str], known: set[str]) -> str | None:
+    """The id of the run `proc` started, once it is in the database."""
+    assert proc.poll() is None or proc.returncode in (0, 1), proc.communicate()
+    return next((xid for xid in _ids(db) if xid not in known), None)
 
 
 def test_list_filters_and_shows_end_and_duration_in_full_when_piped(place: Place,
@@ -142,8 +149,8 @@ def test_list_filters_and_shows_end_and_duration_in_full_when_piped(place: Place
     assert "tests/reads-with-a-rather-long-catalog-path-name" in row and "FAILED" in row
     assert len(row) > 80 and "…" not in row
     assert place.cli("list", "-q").stdout.split()[0] == xid
-    bad = place.cli("list", "--since", "yesterday-ish")
-    assert bad.returncode == 2 and "--since 'yesterday-ish'" in bad.stderr
+    bad = place.cli("list", "--since", "[yesterday]")  # brackets are no markup: shown as typed
+    assert bad.returncode == 2 and "--since '[yesterday]'" in bad.stderr
 
 
 def test_describe_shows_attempts_workers_times_input_and_the_failure_output(
