@@ -41,6 +41,7 @@ from milepost.api.routers import (
     health,
     logs,
     metrics,
+    reads,
     usage,
     workers,
 )
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
            credentials, docs, workers, approvals, usage, diagnosis, logs,
-           actions)  # fmt: skip
+           actions, reads)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -108,6 +108,8 @@ class ExecutionItem(BaseModel):
     created_at: TimeOut | None
     updated_at: TimeOut | None
     parent_execution_id: IdOut | None
+    ended_at: TimeOut | None = Field(None, description="When it ended; null while it runs.")
+    duration_s: float | None = Field(None, description="Seconds from start to end.")
 
 
 class ExecutionList(BaseModel):

@@ -39,10 +39,13 @@ def event_out(event: ev.Event) -> schemas.EventOut:
 
 
 def execution_item(row: port.ExecutionRow) -> schemas.ExecutionItem:
+    ended = row.updated_at if row.status in st.TERMINAL else None
     return schemas.ExecutionItem(
         execution_id=str(row.execution_id), path=row.path, version=row.version,
         status=row.status, created_at=checks.iso(row.created_at),
         updated_at=checks.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
+        ended_at=checks.iso(ended),
+        duration_s=None if ended is None else round(ended - row.created_at, 3),
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ both stay here, whatever module a command lives in.
 
 from __future__ import annotations
 
-import sys
+from typing import Annotated
 
 import typer
 
@@ -16,6 +16,7 @@ from milepost.cli import (
     catalog,
     credentials,
     doctor,
+    event_log,
     executions,
     logs,
     runs,
@@ -25,22 +26,41 @@ from milepost.cli import (
     verify,
     workers,
 )
-from milepost.cli.output import err
+from milepost.cli.help import quiet_flags
+from milepost.cli.output import exit_code, fail
 from milepost.errors import MilepostError
 
+quiet_flags()
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="milepost: run NoETL playbooks durably.")  # fmt: skip
+                  help="milepost: run NoETL playbooks durably. Exit codes: 0 done (a run "
+                       "COMPLETED), 1 a run FAILED or was CANCELLED, 2 bad input or refused, "
+                       "3 server or database unavailable, 130 interrupted.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-_GROUPS = (runs, executions, actions, logs, approvals, catalog, credentials, suites, verify,
-           server, doctor, workers, usage)  # fmt: skip
+_GROUPS = (runs, executions, event_log, actions, logs, approvals, catalog, credentials, suites,
+           verify, server, doctor, workers, usage)  # fmt: skip
 for group in _GROUPS:
     app.add_typer(group.app)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"milepost {version('milepost')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:  # fmt: skip
+    """milepost: run NoETL playbooks durably."""
 
 
 def main() -> None:
     try:
         app()
-    except MilepostError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        sys.exit(2)
+    except MilepostError as exc:  # one line, never a traceback
+        raise SystemExit(fail(exc.message, exit_code(exc)).exit_code) from None
 

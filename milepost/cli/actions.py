@@ -27,7 +27,7 @@ from milepost.cli.inputs import (
     opened,
     server_client,
 )
-from milepost.cli.output import out, remote
+from milepost.cli.output import Format, OutputOption, chosen, emit, out, remote
 from milepost.cli.runs import drive_new
 from milepost.engine import actions
 from milepost.engine.actions import Build
@@ -46,7 +46,7 @@ ReasonOption = Annotated[str | None, typer.Option(help="Why (recorded with the a
 @app.command()
 def retry(execution_id: int, step: str, reason: ReasonOption = None, db: DbOption = None,
           server: ServerOption = None, user: UserOption = None,
-          json_out: JsonOption = False) -> None:  # fmt: skip
+          output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
     """Run a step's next attempt now (a run that has ended: `restart`).
 
     The attempt that failed and waits for its retry, or one that is lost or stuck (it is
@@ -59,7 +59,7 @@ def retry(execution_id: int, step: str, reason: ReasonOption = None, db: DbOptio
         actor = local_identity(user)
         item = _locally(db, execution_id, step, "retry",
                         lambda now, new_id: actions.retry_step(step, actor, now, new_id, reason))  # fmt: skip
-    _print_acted(item, json_out, client is None)
+    _print_acted(item, chosen(output, json_out), client is None)
 
 
 @app.command()
@@ -67,7 +67,8 @@ def skip(execution_id: int, step: str,
          result: Annotated[str, typer.Option(help="The step's result, as JSON (a loop step: "
                                                   "the array of its iterations' results).")],
          reason: ReasonOption = None, db: DbOption = None, server: ServerOption = None,
-         user: UserOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+         user: UserOption = None, output: OutputOption = None,
+         json_out: JsonOption = False) -> None:  # fmt: skip
     """Complete a step with the result given; the run goes on from it.
 
     Its running attempts are stopped; its `set` and arcs see the result as if the step
@@ -85,7 +86,7 @@ def skip(execution_id: int, step: str,
         item = _locally(db, execution_id, step, "skip",
                         lambda now, new_id: actions.skip_step(step, value, actor, now, new_id,
                                                               reason))  # fmt: skip
-    _print_acted(item, json_out, client is None)
+    _print_acted(item, chosen(output, json_out), client is None)
 
 
 def _locally(db: str | None, execution_id: int, step: str, action: str,
@@ -102,9 +103,9 @@ def _locally(db: str | None, execution_id: int, step: str, action: str,
     return {**acted.wire(), "driven": driven}
 
 
-def _print_acted(item: dict[str, Any], json_out: bool, local: bool) -> None:
-    if json_out:
-        typer.echo(json.dumps(item))
+def _print_acted(item: dict[str, Any], fmt: Format, local: bool) -> None:
+    if fmt is not Format.table:
+        emit(item, fmt)
         return
     xid, step = item["execution_id"], item["step"]
     done = "retried" if item["action"] == "retry" else "skipped"
@@ -130,33 +131,36 @@ FromOption = Annotated[str | None, typer.Option(
 @app.command()
 def restart(execution_id: int, from_step: FromOption = None, db: DbOption = None,
             server: ServerOption = None, user: UserOption = None,
-            json_out: JsonOption = False) -> None:  # fmt: skip
+            output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
     """Start a FAILED or CANCELLED run again from a step, as a new linked run.
 
     The steps it completed before that step are not run again: their results are reused.
     Locally the new run is driven to its end (exit 0 COMPLETED, 1 FAILED or CANCELLED);
     on a server it is started and its id printed."""
-    _start_again(execution_id, db, server, user, json_out, from_step, restart=True)
+    _start_again(execution_id, db, server, user, chosen(output, json_out), from_step,
+                 restart=True)  # fmt: skip
 
 
 @app.command()
 def rerun(execution_id: int, db: DbOption = None, server: ServerOption = None,
-          user: UserOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+          user: UserOption = None, output: OutputOption = None,
+         json_out: JsonOption = False) -> None:  # fmt: skip
     """Start a new run with the same playbook version and inputs.
 
     Whatever the old run's status. Locally it is driven to its end, as `milepost run` does."""
-    _start_again(execution_id, db, server, user, json_out, None, restart=False)
+    _start_again(execution_id, db, server, user, chosen(output, json_out), None,
+                 restart=False)  # fmt: skip
 
 
 def _start_again(execution_id: int, db: str | None, server: str | None, user: str | None,
-                 json_out: bool, from_step: str | None, *, restart: bool) -> None:  # fmt: skip
+                 fmt: Format, from_step: str | None, *, restart: bool) -> None:  # fmt: skip
     client = server_client(server, db)
     if client is not None:
         with client:
             item = remote(lambda: client.restart(execution_id, from_step) if restart
                           else client.rerun(execution_id))  # fmt: skip
-        if json_out:
-            typer.echo(json.dumps(item))
+        if fmt is not Format.table:
+            emit(item, fmt)
             return
         _print_started(item)
         return
@@ -166,11 +170,11 @@ def _start_again(execution_id: int, db: str | None, server: str | None, user: st
         plan = (actions.plan_restart(engine.service, execution_id, from_step, actor) if restart
                 else actions.plan_rerun(engine.service, execution_id, actor))  # fmt: skip
         xid = engine.start_plan(plan)
-        if not json_out:
+        if fmt is Format.table:
             _print_started(plan.started(xid).wire())
         return xid
 
-    drive_new(db, json_out, start)
+    drive_new(db, fmt, start)
 
 
 def _print_started(item: dict[str, Any]) -> None:

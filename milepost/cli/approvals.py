@@ -10,7 +10,6 @@ anyway. A vote there is appended behind the log as it was read
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,13 +20,14 @@ from rich.table import Table
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
+    OutputOption,
     ServerOption,
     local_identity,
     one_shot_orchestrator,
     opened,
     server_client,
 )
-from milepost.cli.output import fail, out, remote, time_left
+from milepost.cli.output import Format, chosen, emit, fail, out, remote, time_left
 
 if TYPE_CHECKING:
     from milepost.engine.webhooks import WebhookNotifier
@@ -39,7 +39,7 @@ STATUSES = ("pending", "granted", "denied", "expired", "invalidated", "cancelled
 PAGE = 500
 
 UserOption = Annotated[str | None, typer.Option(
-    "--user", help="Who decides, on the local database: user:<USER> [env: MILEPOST_USER; "
+    "--user", help="Who decides, on the local database: user:<USER> \\[env: MILEPOST_USER; "
                    "default the OS login]. On a server the token's user decides.")]  # fmt: skip
 RoleOption = Annotated[list[str] | None, typer.Option(
     "--role", help="A role you hold, on the local database (matches role:<NAME> approvers); "
@@ -52,7 +52,7 @@ def approvals(
     db: DbOption = None, server: ServerOption = None,
     status: Annotated[str, typer.Option(help=f"{', '.join(STATUSES)} or all.")] = "pending",
     execution: Annotated[int | None, typer.Option(help="Only this execution's.")] = None,
-    json_out: JsonOption = False,
+    output: OutputOption = None, json_out: JsonOption = False,
 ) -> None:  # fmt: skip
     """List approvals: what waits, its risk, the votes against the quorum, who may decide
     and the time left."""
@@ -66,8 +66,8 @@ def approvals(
                 status=wanted, execution_id=execution, limit=PAGE, after=after)))  # fmt: skip
     else:
         items = _local(db, wanted, execution)
-    if json_out:
-        typer.echo(json.dumps(items))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     if not items:
         out.print(f"no {wanted or ''} approvals".replace("  ", " "))
@@ -112,24 +112,26 @@ def table(items: list[dict[str, Any]], now: float) -> Table:
 @app.command()
 def approve(approval_id: int, reason: ReasonOption = None, db: DbOption = None,
             server: ServerOption = None, user: UserOption = None, role: RoleOption = None,
-            json_out: JsonOption = False) -> None:  # fmt: skip
+            output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
     """Approve a pending approval (the step runs once the quorum approves)."""
-    _decide(approval_id, "approve", reason, db, server, user, role or [], json_out)
+    _decide(approval_id, "approve", reason, db, server, user, role or [],
+            chosen(output, json_out))  # fmt: skip
 
 
 @app.command()
 def deny(approval_id: int,
          reason: Annotated[str, typer.Option(help="Why (required: the step fails with it).")],
          db: DbOption = None, server: ServerOption = None, user: UserOption = None,
-         role: RoleOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+         role: RoleOption = None, output: OutputOption = None,
+         json_out: JsonOption = False) -> None:  # fmt: skip
     """Deny a pending approval: the step fails, naming you and the reason."""
     if not reason.strip():
         raise fail("--reason must say why the approval is denied")
-    _decide(approval_id, "deny", reason, db, server, user, role or [], json_out)
+    _decide(approval_id, "deny", reason, db, server, user, role or [], chosen(output, json_out))
 
 
 def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
-            server: str | None, user: str | None, roles: list[str], json_out: bool) -> None:  # fmt: skip
+            server: str | None, user: str | None, roles: list[str], fmt: Format) -> None:  # fmt: skip
     client = server_client(server, db)
     if client is not None:
         with client:
@@ -138,8 +140,8 @@ def _decide(approval_id: int, decision: str, reason: str | None, db: str | None,
         # a refusal (not an approver, voted already, closed) as one line, exit 2
         item = remote(lambda: _decide_locally(approval_id, decision, reason, db,
                                               local_identity(user), roles))  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(item))
+    if fmt is not Format.table:
+        emit(item, fmt)
         return
     votes = f"{item['approved']}/{item['quorum']} approvals"
     out.print(f"approval {approval_id}: {decision} recorded; {item['status']} ({votes})",

@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from milepost.cli.inputs import JsonOption, ServerOption, read_workload
-from milepost.cli.output import err, fail, out, print_status, remote
+from milepost.cli import exit_codes
+from milepost.cli.event_log import line
+from milepost.cli.executions import going_on
+from milepost.cli.inputs import JsonOption, OutputOption, ServerOption, read_playbook, read_workload
+from milepost.cli.output import (
+    Format,
+    chosen,
+    emit,
+    err,
+    exit_code,
+    fail,
+    out,
+    print_status,
+    remote,
+)
+from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
-from milepost.core import state as st
-from milepost.errors import PlaybookInvalid
-from milepost.playbook import load
+from milepost.engine.event_query import EventQuery
+from milepost.errors import MilepostError, PlaybookInvalid
+from milepost.playbook import load, yamllines
+
+PROGRESS = EventQuery(types=("execution", "step", "approval", "command.failed",
+                             "command.retry_scheduled", "compensation"))  # fmt: skip
+"""The events `execute --wait` shows as the run goes."""
 
 app = typer.Typer()
 
@@ -36,17 +53,18 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
         out.print(f"[green]✓[/green] {file} ({len(playbook.steps)} steps)", highlight=False)
         for warning in playbook.warnings:
             out.print(f"  [yellow]warning:[/yellow] {warning}", highlight=False)
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
 
 
 @app.command()
 def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
              server: ServerOption = None) -> None:  # fmt: skip
     """Register a playbook in a server's catalog (a new version when its text changed)."""
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise fail(f"cannot read {file}: {exc.strerror}") from None
+    text = read_playbook(file)
+    try:  # every problem named here, with the file's name and lines, before the server
+        load.load_text(text, source=str(file), limits=yamllines.Limits.of())
+    except PlaybookInvalid as exc:
+        raise fail(exc.message) from None
     with MilepostClient(server) as client:
         entry = remote(lambda: client.register(text))
     out.print(f"registered {entry['path']} version {entry['version']}", highlight=False)
@@ -58,17 +76,39 @@ def execute(
     payload: Annotated[str | None, typer.Option(help="Workload as a JSON object.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Workload value KEY=VALUE.")] = [],  # noqa: B006
     version: Annotated[int | None, typer.Option(help="Catalog version (default: latest).")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait for the end; exit 0 if COMPLETED.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=(
+        "Follow the run to its end (its steps as they go); exit 0 COMPLETED, 1 FAILED or "
+        "CANCELLED."))] = False,
     server: ServerOption = None,
-    json_out: JsonOption = False,
-) -> None:
-    """Start an execution on a server."""
+    output: OutputOption = None, json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """Start an execution on a server; prints its id at once."""
+    fmt = chosen(output, json_out)
     workload = read_workload(payload, set_)
     with MilepostClient(server) as client:
         xid = remote(lambda: client.execute(path, workload, version=version))
         if not wait:
-            typer.echo(json.dumps({"execution_id": str(xid)}) if json_out else f"execution {xid}")
+            if fmt is Format.table:
+                out.print(f"execution {xid}", highlight=False)
+            else:
+                emit({"execution_id": str(xid)}, fmt)
             return
-        data = remote(lambda: client.wait(xid))  # the final status reply
-    print_status(data, json_out)
-    raise typer.Exit(0 if data["status"] == st.COMPLETED else 1)
+        data = _followed(ServerRuns(client), int(xid), fmt)
+    print_status(data, fmt)
+    raise typer.Exit(exit_codes.of_run(data["status"]))
+
+
+def _followed(where: ServerRuns, xid: int, fmt: Format) -> dict[str, Any]:
+    """The run's steps as they go (on stderr when stdout is for a document), then its
+    final status; a Ctrl-C says the run goes on and how to follow it."""
+    say = out if fmt is Format.table else err
+    say.print(f"execution {xid} started; following it (Ctrl-C stops following, not the run)",
+              highlight=False)  # fmt: skip
+    try:
+        for event in follow(where, xid, PROGRESS):
+            say.print(line(event), highlight=False, markup=False)
+        return dict(where.status(xid))
+    except KeyboardInterrupt:
+        raise going_on(where, xid, "stopped following") from None
+    except MilepostError as exc:
+        raise fail(exc.message, exit_code(exc)) from None

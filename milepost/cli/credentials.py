@@ -4,7 +4,6 @@ database (encrypted with MILEPOST_SECRET_KEY) or of a server (`--server`, throug
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -13,16 +12,17 @@ from rich.table import Table
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
+    OutputOption,
     ServerOption,
     json_object,
     local_store,
     server_client,
 )
-from milepost.cli.output import fail, out, remote
+from milepost.cli.output import Format, chosen, emit, fail, out, remote
 from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
 from milepost.errors import MilepostError
-from milepost.store.sqlite import SQLiteStore
+from milepost.store.port import Store
 
 app = typer.Typer()
 credential_app = typer.Typer(no_args_is_help=True,
@@ -31,7 +31,7 @@ credential_app = typer.Typer(no_args_is_help=True,
 app.add_typer(credential_app, name="credential")
 
 
-def _vault(db: str | None) -> tuple[SQLiteStore, Vault]:
+def _vault(db: str | None) -> tuple[Store, Vault]:
     store = local_store(db)
     try:
         return store, Vault.from_env(store)
@@ -70,7 +70,7 @@ def credential_set(
 
 @credential_app.command("list")
 def credential_list(db: DbOption = None, server: ServerOption = None,
-                    json_out: JsonOption = False) -> None:  # fmt: skip
+                    output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
     """Names and types of the stored credentials (never their values)."""
     client = server_client(server, db)
     if client is not None:
@@ -82,8 +82,8 @@ def credential_list(db: DbOption = None, server: ServerOption = None,
             items = vault.list()
         finally:
             store.close()
-    if json_out:
-        typer.echo(json.dumps(items, default=str))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     table = Table("name", "type")
     for item in items:

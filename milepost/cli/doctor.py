@@ -3,24 +3,21 @@ or a server (`engine.diagnosis`): one finding per line, the most likely cause fi
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import typer
 
 from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
-from milepost.cli.output import out, remote
+from milepost.cli.output import Format, OutputOption, chosen, emit, out, remote
 
 app = typer.Typer()
 
-OutputOption = Annotated[Literal["text", "json"], typer.Option(
-    "--output", "-o", help="text: one finding per line; json: one JSON object.")]  # fmt: skip
 
 
 @app.command()
 def doctor(execution_id: int, db: DbOption = None, server: ServerOption = None,
-           output: OutputOption = "text", json_out: JsonOption = False) -> None:  # fmt: skip
+           output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
     """Say why a run is not moving (an approval and who may decide, a claimed command and
     its lease, a pool with no live worker, a loop, a retry timer, a budget or stall limit
     near), or for an ended run that it completed or its first error."""
@@ -30,8 +27,8 @@ def doctor(execution_id: int, db: DbOption = None, server: ServerOption = None,
             found = remote(lambda: client.diagnosis(execution_id))
     else:
         found = remote(lambda: _local(db, execution_id))
-    if json_out or output == "json":
-        typer.echo(json.dumps(found))
+    if (fmt := chosen(output, json_out)) is not Format.table:  # table: a finding a line
+        emit(found, fmt)
         return
     for line in lines(found):
         out.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -1,96 +1,191 @@
-"""Reading executions, from the local database or a server: `list`, `status`, `events`."""
+"""Reading executions, from the local database or a server (`--server`, or
+MILEPOST_SERVER_URL without `--db`): `list`, `status [--wait]`, `describe`."""
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import (
-    DbOption,
-    JsonOption,
-    ServerOption,
-    load_state,
-    opened,
-    server_client,
+from milepost.cli import exit_codes
+from milepost.cli.inputs import DbOption, JsonOption, OutputOption, ServerOption
+from milepost.cli.output import (
+    Format,
+    chosen,
+    duration,
+    emit,
+    err,
+    fail,
+    out,
+    print_status,
+    remote,
+    short,
+    shown_time,
 )
-from milepost.cli.output import fail, iso, out, print_status, remote, short
-from milepost.engine import summaries, worker_pools
+from milepost.cli.reads import Runs, runs
+from milepost.core import state as st
+from milepost.playbook.durations import parse_duration
 
 app = typer.Typer()
 
+STATUSES = (st.RUNNING, st.COMPLETED, st.FAILED, st.CANCELLED)
+
+
+def parse_since(value: str, now: float) -> float:
+    """`--since`: a duration ago (`30m`, `2h`, `1d`) or an ISO-8601 time (UTC unless it
+    names a zone), as epoch seconds."""
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise fail(f"--since {value!r}: use a duration ago (30m, 2h, 1d) or an ISO-8601 time "
+                   "(2026-12-01T17:00)") from None  # fmt: skip
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
 
 @app.command("list")
-def list_(db: DbOption = None, json_out: JsonOption = False,
-          status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
-          limit: int = 50) -> None:  # fmt: skip
-    """List executions, newest first."""
-    with opened(db) as store:
-        rows = store.list_executions(status=status, limit=limit)
-    items = [{"execution_id": str(r.execution_id), "playbook": r.path, "status": r.status,
-              "start": iso(r.created_at)} for r in rows]  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(items))
-        return
-    table = Table("execution", "playbook", "status", "start")
-    for item in items:
-        table.add_row(item["execution_id"], item["playbook"], item["status"], item["start"])
-    out.print(table)
-
-
-@app.command()
-def status(execution_id: int, db: DbOption = None, server: ServerOption = None,
-           json_out: JsonOption = False) -> None:  # fmt: skip
-    """Show an execution's status, error and steps (local database or a server)."""
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            print_status(remote(lambda: client.status(execution_id)), json_out)
-        return
-    state = load_state(db, execution_id)
-    summary = summaries.execution_summary(state)
-    if not state.terminal:  # a queued command of a pool no live worker serves, as a server says
-        with opened(db) as store:
-            missing = worker_pools.missing(store, time.time(), execution_id)
-        summary = summaries.with_missing_workers(summary, missing)
-    print_status(summary, json_out)
-
-
-@app.command()
-def events(execution_id: int, db: DbOption = None, server: ServerOption = None,
-           json_out: JsonOption = False) -> None:  # fmt: skip
-    """Print an execution's event log (local database or a server)."""
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            items = remote(lambda: client.events(execution_id))
-        if json_out:
-            for item in items:
-                typer.echo(json.dumps(item, default=str))
-            return
-        table = Table("seq", "event", "step", "status", "result")
+def list_(
+    db: DbOption = None, server: ServerOption = None,
+    status: Annotated[str | None, typer.Option(
+        help=f"Only this status: {', '.join(STATUSES)}.", show_default=False)] = None,
+    playbook: Annotated[str | None, typer.Option(
+        help="Only runs of this catalog path (tests/hello).", show_default=False)] = None,
+    since: Annotated[str | None, typer.Option(
+        help="Only runs started since: a duration ago (30m, 2h, 1d) or an ISO-8601 time.",
+        show_default=False)] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many.")] = 50,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the ids, one a line.")] = False,
+    output: OutputOption = None, json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """List executions, newest first: id, playbook, status, start, end and duration."""
+    wanted = status.upper() if status else None
+    if wanted is not None and wanted not in STATUSES:
+        raise fail(f"--status {status!r}: use one of {', '.join(STATUSES)}")
+    after = None if since is None else parse_since(since, time.time())
+    with runs(server, db) as where:
+        items = remote(lambda: where.executions(status=wanted, path=playbook, since=after,
+                                                limit=limit))  # fmt: skip
+    if quiet:
         for item in items:
-            table.add_row(str(item.get("seq", "")), item["event_type"], item.get("step") or "",
-                          item.get("status") or "", short(item.get("result"), 60))  # fmt: skip
-        out.print(table)
+            typer.echo(item["execution_id"])
         return
-    with opened(db) as store:
-        log = store.load(execution_id)
-    if not log:
-        raise fail(f"no execution {execution_id}")
-    if json_out:
-        for e in log:
-            typer.echo(json.dumps({"seq": e.seq, "event_id": str(e.event_id),
-                                   "event_type": e.event_type, "step": e.step,
-                                   "status": e.status, "result": e.envelope_result(),
-                                   "meta": e.meta, "created_at": iso(e.created_at)},
-                                  default=str))  # fmt: skip
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
-    table = Table("seq", "time", "event", "step", "status", "payload")
-    for e in log:
-        table.add_row(str(e.seq), iso(e.created_at)[11:], e.event_type, e.step or "",
-                      e.status or "", short(e.payload, 60))  # fmt: skip
+    if not items:
+        out.print("no executions", highlight=False)
+        return
+    table = Table("execution", "playbook", "status", "start", "end", "duration")
+    for item in items:
+        table.add_row(item["execution_id"], item["path"], item["status"],
+                      shown_time(item["created_at"]), shown_time(item.get("ended_at")),
+                      duration(item.get("duration_s")))  # fmt: skip
     out.print(table)
+
+
+@app.command()
+def status(
+    execution_id: int, db: DbOption = None, server: ServerOption = None,
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Wait for the run to end; exit 0 COMPLETED, 1 FAILED or CANCELLED.")] = False,
+    output: OutputOption = None, json_out: JsonOption = False,
+) -> None:  # fmt: skip
+    """Show an execution's status, failure reason and steps."""
+    fmt = chosen(output, json_out)
+    with runs(server, db) as where:
+        if not wait:
+            print_status(remote(lambda: where.status(execution_id)), fmt)
+            return
+        data = waited(where, execution_id)
+    print_status(data, fmt)
+    raise typer.Exit(exit_codes.of_run(data["status"]))
+
+
+def waited(where: Runs, execution_id: int) -> dict[str, Any]:
+    """The status once the run ended; a Ctrl-C says the run goes on (exit 130)."""
+    try:
+        first = remote(lambda: where.status(execution_id))  # no such run: at once
+        if first["status"] in st.TERMINAL:
+            return dict(first)
+        err.print(f"waiting for execution {execution_id} ({first['status']}) to end; Ctrl-C "
+                  "stops waiting, not the run", highlight=False, soft_wrap=True)  # fmt: skip
+        return dict(remote(lambda: where.wait(execution_id)))
+    except KeyboardInterrupt:
+        raise going_on(where, execution_id, "stopped waiting") from None
+
+
+def going_on(where: Runs, execution_id: int, what: str) -> typer.Exit:
+    """What a Ctrl-C of a command that watched a run says: the run goes on, and how to
+    follow it, wait for it or stop it."""
+    flags = where.flags()
+    err.print(f"{what}; execution {execution_id} goes on (nothing was cancelled). Follow it: "
+              f"milepost events {execution_id} --follow{flags} · wait for it: milepost status "
+              f"{execution_id} --wait{flags} · stop it: milepost cancel {execution_id}{flags}",
+              highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+    return typer.Exit(exit_codes.INTERRUPTED)
+
+
+@app.command()
+def describe(execution_id: int, db: DbOption = None, server: ServerOption = None,
+             output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+    """Show a run step by step: status, attempts, start, end, duration, worker, input
+    (redacted), result; a failed step's error with its stderr or response body."""
+    with runs(server, db) as where:
+        data = remote(lambda: where.describe(execution_id))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(data, fmt)
+        return
+    print_described(data)
+
+
+def print_described(data: dict[str, Any]) -> None:
+    took = duration(data.get("duration_s"))
+    out.print(f"execution {data['execution_id']} {data['path']} v{data['version']}: "
+              f"[bold]{data['status']}[/bold]", highlight=False)  # fmt: skip
+    out.print(f"started {shown_time(data['started_at'])} by {data.get('started_by') or '-'}"
+              + (f" · ended {shown_time(data['ended_at'])} · took {took}" if took else ""),
+              highlight=False, markup=False)  # fmt: skip
+    if data["status"] == st.FAILED and data.get("error"):
+        error = data["error"]
+        out.print(f"reason: {error.get('reason') or error.get('message')}", highlight=False,
+                  markup=False)  # fmt: skip
+    table = Table("step", "status", "attempts", "start", "end", "duration", "worker", "result")
+    for name, step in data["steps"].items():
+        table.add_row(name, step["status"], str(step.get("attempts_total", "")),
+                      shown_time(step.get("started_at")), shown_time(step.get("ended_at")),
+                      duration(step.get("duration_s")), step.get("worker") or "",
+                      short(step.get("result"), 60))  # fmt: skip
+    out.print(table)
+    for name, step in data["steps"].items():
+        out.print(f"{name}: input {short(step.get('input'), 200)}", highlight=False,
+                  markup=False)  # fmt: skip
+        if step["status"] == st.FAILED:
+            for line in failure_lines(step):
+                out.print(f"  {line}", highlight=False, markup=False)
+
+
+def failure_lines(step: dict[str, Any]) -> list[str]:
+    """A failed step's error, and what its tool returned with it: a shell step's stderr
+    (and stdout), an http step's status and body."""
+    error = step.get("error") or {}
+    lines = [f"error: {error.get('message') or error.get('kind') or 'failed'}"]
+    result = step.get("result")
+    if not isinstance(result, dict):
+        return lines + ([f"output: {short(result, 500)}"] if result is not None else [])
+    if "status_code" in result:
+        lines.append(f"http status: {result['status_code']}")
+    for key in ("stderr", "stdout", "body"):
+        value = result.get(key)
+        if value not in (None, ""):
+            text = value if isinstance(value, str) else short(value, 2000)
+            lines.append(f"{key}:")
+            lines.extend("  " + line for line in text.rstrip("\n").splitlines()[-40:])
+    return lines

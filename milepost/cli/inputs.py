@@ -8,29 +8,30 @@ import getpass
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
+from milepost.cli.output import JsonOption as JsonOption
+from milepost.cli.output import OutputOption as OutputOption
 from milepost.cli.output import fail
 from milepost.client import MilepostClient
 from milepost.core import state as st
 from milepost.engine.orchestrator import Orchestrator, deep_merge
-from milepost.settings import Settings, sqlite_path
+from milepost.settings import Settings
 from milepost.store.port import Store
-from milepost.store.sqlite import SQLiteStore
 
 DbOption = Annotated[str | None, typer.Option(
-    "--db", help="Database: a SQLite path or sqlite:///path "
-    "[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]")]  # fmt: skip
+    "--db", help="Database: a SQLite path, sqlite:///path or postgresql://user@host/db "
+    "\\[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]", show_default=False)]  # fmt: skip
 ServerDbOption = Annotated[str | None, typer.Option(
     "--db", help="Database URL: a SQLite path, sqlite:///path or postgresql://user@host/db "
-    "[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
-    ".milepost/milepost.db]")]  # fmt: skip
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+    "\\[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
+    ".milepost/milepost.db]", show_default=False)]  # fmt: skip
 ServerOption = Annotated[str | None, typer.Option(
-    "--server", help="A milepost server URL [env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
+    "--server", help="A milepost server URL \\[env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
 
 
 @contextlib.contextmanager
@@ -52,13 +53,16 @@ def one_shot_orchestrator(store: Store, holder: str,
             leased.release()
 
 
-def local_store(db: str | None) -> SQLiteStore:
-    settings = Settings()
-    return SQLiteStore(sqlite_path(db, settings), synchronous=settings.sqlite_synchronous)
+def local_store(db: str | None) -> Store:
+    """The database a command without a server works on: `--db`, else the environment's
+    (a SQLite file, or PostgreSQL: the embedded engine runs on either)."""
+    from milepost.store import factory
+
+    return factory.open_store(settings=server_settings(db))
 
 
 @contextlib.contextmanager
-def opened(db: str | None) -> Iterator[SQLiteStore]:
+def opened(db: str | None) -> Iterator[Store]:
     store = local_store(db)
     try:
         yield store
@@ -94,10 +98,21 @@ def server_settings(db: str | None) -> Settings:
     return Settings()
 
 
-def server_store(db: str | None) -> Store:
-    from milepost.store import factory
-
-    return factory.open_store(settings=server_settings(db))
+def read_playbook(file: Path) -> str:
+    """A playbook file's text, or the error (exit 2) naming the file and what is wrong with
+    it: it cannot be read, it is not UTF-8, it is empty."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise fail(f"cannot read {file}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(f"{file}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); a "
+                   "playbook is YAML saved as UTF-8") from None  # fmt: skip
+    if not text.strip():
+        raise fail(f"{file}: the file is empty; a playbook starts with apiVersion: noetl.io/v2")
+    return text
 
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:

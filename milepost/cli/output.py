@@ -1,49 +1,135 @@
-"""What every command prints with: the two consoles, errors as one line and an exit code,
-and the shapes more than one command shows (an execution's status, short values, times)."""
+"""What every command prints with: the two consoles, errors as one line and an exit code
+(`exit_codes`), `--output table|json|yaml`, and the shapes more than one command shows (an
+execution's status, short values, times, durations)."""
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from milepost.cli import exit_codes
+from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.errors import MilepostError
 from milepost.playbook import durations
+from milepost.store.port import StoreUnavailable
+
+PIPED_WIDTH = 100_000
+"""The width of stdout off a terminal: rich would lay tables out for 80 columns and cut
+the ids and names a script reads; a table takes only the width its cells need."""
 
 out = Console(soft_wrap=True)
+if not out.is_terminal:
+    out.width = PIPED_WIDTH
 err = Console(stderr=True)
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = exit_codes.REFUSED) -> typer.Exit:
     # one line however long (a holder, a time): a script can match it
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
+def exit_code(exc: MilepostError) -> int:
+    """UNAVAILABLE for what may pass by itself (no server, a database down, a 5xx)."""
+    if isinstance(exc, ServerUnavailable | StoreUnavailable):
+        return exit_codes.UNAVAILABLE
+    if isinstance(exc, ServerRefused) and exc.transient:
+        return exit_codes.UNAVAILABLE
+    return exit_codes.REFUSED
+
+
 def remote(call: Callable[[], Any]) -> Any:
-    """A server's answer, or its refusal as `fail` prints it."""
+    """A server's (or the engine's) answer, or its refusal as `fail` prints it."""
     try:
         return call()
     except MilepostError as exc:
-        raise fail(exc.message) from None
+        raise fail(exc.message, exit_code(exc)) from None
 
 
 def short(value: Any, width: int = 90) -> str:
-    text = json.dumps(value, default=str)
+    text = json_text(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+def iso(ts: float | None) -> str:
+    """ISO-8601 UTC with milliseconds, as the API writes times; empty for none."""
+    return "" if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def shown_time(value: str | None) -> str:
+    """A wire time (ISO-8601) as the tables show it: `2026-12-01 17:01:58.123`."""
+    return (value or "").replace("T", " ").removesuffix("+00:00")
+
+
+def duration(seconds: float | None) -> str:
+    """`0.412s`, `12.3s`, `4m 05s`, `2h 03m`; empty for none (a run still going)."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.3f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    return f"{minutes // 60}h {minutes % 60:02d}m"
+
+
+# -- --output ------------------------------------------------------------------------------
+
+
+class Format(enum.StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = Annotated[Format | None, typer.Option(
+    "--output", "-o", help="table (the default), json or yaml.", show_default=False)]  # fmt: skip
+JsonOption = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
+
+
+def chosen(output: Format | None, json_out: bool) -> Format:
+    return output or (Format.json if json_out else Format.table)
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON can hold it: what is not JSON its `str`, a NaN or an infinity None
+    (JSON has neither: `json.loads` elsewhere would refuse the document), as the API does."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(plain(value), allow_nan=False)
+
+
+def emit(value: Any, fmt: Format) -> None:
+    """Print `value` as one JSON document or as YAML on stdout (not for `table`)."""
+    if fmt is Format.yaml:
+        typer.echo(yaml.safe_dump(plain(value), sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        typer.echo(json_text(value))
 
 
 def time_left(expires_at: float | str | None, now: float) -> str:
@@ -56,18 +142,20 @@ def time_left(expires_at: float | str | None, now: float) -> str:
     return "expired" if left <= 0 else durations.span(left)
 
 
-def print_status(data: dict[str, Any], json_out: bool) -> None:
-    if json_out:
-        typer.echo(json.dumps(data, default=str))
+def print_status(data: dict[str, Any], fmt: Format) -> None:
+    if fmt is not Format.table:
+        emit(data, fmt)
         return
     flag = " (compensating)" if data.get("compensating") else ""
-    out.print(f"execution {data['execution_id']} {data.get('playbook') or ''}: "
-              f"[bold]{data['status']}[/bold]{flag}", highlight=False)  # fmt: skip
+    playbook = f" {data['playbook']}" if data.get("playbook") else ""
+    out.print(f"execution {data['execution_id']}{playbook}: [bold]{data['status']}[/bold]{flag}",
+              highlight=False)  # fmt: skip
     if data.get("restarted_from"):
         out.print(f"restarts execution {data['restarted_from']}", highlight=False)
     if data["status"] == st.FAILED and data.get("error"):
-        out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))}",
-                  highlight=False)  # fmt: skip
+        out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))} (each "
+                  f"attempt, its stderr or response body: milepost describe "
+                  f"{data['execution_id']})", highlight=False)  # fmt: skip
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
     with_usage = any(step.get("usage") for step in data["steps"].values())

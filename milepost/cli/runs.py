@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,19 +14,33 @@ import typer
 from rich.live import Live
 
 from milepost import telemetry
+from milepost.cli import exit_codes
 from milepost.cli.inputs import (
     DbOption,
     JsonOption,
+    OutputOption,
     ServerOption,
     load_state,
     local_identity,
     local_store,
     one_shot_orchestrator,
     opened,
+    read_playbook,
     read_workload,
     server_client,
 )
-from milepost.cli.output import err, fail, iso, out, remote, short, usage_text
+from milepost.cli.output import (
+    Format,
+    chosen,
+    emit,
+    err,
+    fail,
+    iso,
+    out,
+    remote,
+    short,
+    usage_text,
+)
 from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resume_command
 from milepost.core import approval_state as ap
 from milepost.core import cancellation
@@ -43,14 +56,9 @@ from milepost.engine.webhooks import Webhook
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load, yamllines
 from milepost.settings import Settings
-from milepost.store.port import DriverLease, LogMoved
-from milepost.store.sqlite import SQLiteStore
+from milepost.store.port import DriverLease, LogMoved, Store
 
 app = typer.Typer()
-
-INTERRUPTED = 130
-"""The exit code of a `run` or `resume` stopped by Ctrl-C (128 + SIGINT, as shells use)."""
-
 
 @dataclass(slots=True)
 class Drive:
@@ -58,8 +66,13 @@ class Drive:
     Ctrl-C leaves behind is said about it)."""
 
     db: str | None
-    json_out: bool
+    fmt: Format
     execution_id: int | None = None
+
+    @property
+    def json_out(self) -> bool:
+        """A document goes to stdout at the end: everything else to stderr."""
+        return self.fmt is not Format.table
 
 
 async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
@@ -109,11 +122,11 @@ def _interrupted(drive: Drive) -> typer.Exit:
     xid = drive.execution_id
     if xid is None:
         err.print("interrupted before the run started", highlight=False)
-        return typer.Exit(INTERRUPTED)
+        return typer.Exit(exit_codes.INTERRUPTED)
     state = load_state(drive.db, xid)
     if state.terminal:
         err.print(f"interrupted; execution {xid} is {state.status}", highlight=False)
-        return typer.Exit(INTERRUPTED)
+        return typer.Exit(exit_codes.INTERRUPTED)
     err.print(f"interrupted: execution {xid} is left {state.status} as it is (nothing was"
               " cancelled); another process may drive it now", highlight=False,
               markup=False, soft_wrap=True)  # fmt: skip
@@ -125,7 +138,7 @@ def _interrupted(drive: Drive) -> typer.Exit:
                       soft_wrap=True)  # fmt: skip
     err.print(f"to go on: {resume_command(xid, drive.db)}", highlight=False, markup=False,
               soft_wrap=True)  # fmt: skip
-    return typer.Exit(INTERRUPTED)
+    return typer.Exit(exit_codes.INTERRUPTED)
 
 
 async def _started(xid: Any) -> int:
@@ -133,10 +146,10 @@ async def _started(xid: Any) -> int:
     return int(await xid) if inspect.isawaitable(xid) else int(xid)
 
 
-def _print_result(state: st.ExecutionState, json_out: bool) -> None:
+def _print_result(state: st.ExecutionState, fmt: Format) -> None:
     data = summaries.execution_summary(state)
-    if json_out:
-        typer.echo(json.dumps(data, default=str))
+    if fmt is not Format.table:
+        emit(data, fmt)
     else:
         colour = {"COMPLETED": "green", "FAILED": "red"}.get(state.status, "yellow")
         out.print(f"execution [bold]{state.execution_id}[/bold] "
@@ -152,7 +165,7 @@ def _print_result(state: st.ExecutionState, json_out: bool) -> None:
             out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
-    raise typer.Exit(0 if state.status == st.COMPLETED else 1)
+    raise typer.Exit(exit_codes.of_run(state.status))
 
 
 @app.command()
@@ -161,69 +174,70 @@ def run(
     set_: Annotated[list[str], typer.Option("--set", help="Workload value KEY=VALUE.")] = [],  # noqa: B006
     payload: Annotated[str | None, typer.Option(help="Workload as a JSON object.")] = None,
     db: DbOption = None,
+    output: OutputOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Run a playbook to a terminal state (exit 0 COMPLETED, 1 FAILED, 2 invalid input)."""
+    """Run a playbook to a terminal state (exit 0 COMPLETED; 1 FAILED, CANCELLED or the
+    playbook refused; 2 bad input: an option, a file that cannot be read)."""
+    fmt = chosen(output, json_out)
     workload = read_workload(payload, set_)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise fail(f"cannot read {file}: {exc.strerror}") from None
+    text = read_playbook(file)
     try:
         # read from outside, like a registered document: within the settings' limits
         playbook = load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
         # refused before anything is written: no execution exists, the run simply failed
-        if json_out:
-            typer.echo(json.dumps({"execution_id": None, "status": "FAILED",
-                                   "error": {**exc.to_dict(), "reason": exc.message},
-                                   "steps": {}}))  # fmt: skip
-        raise fail(exc.message, code=1) from None
+        if fmt is not Format.table:
+            emit({"execution_id": None, "status": "FAILED",
+                  "error": {**exc.to_dict(), "reason": exc.message}, "steps": {}}, fmt)
+        raise fail(exc.message, code=exit_codes.RUN_FAILED) from None
     started_by = local_identity()
-    drive_new(db, json_out, lambda e: e.start(playbook, text, workload, started_by=started_by))
+    drive_new(db, fmt, lambda e: e.start(playbook, text, workload, started_by=started_by))
 
 
-def drive_new(db: str | None, json_out: bool, start: Any) -> None:
+def drive_new(db: str | None, fmt: Format, start: Any) -> None:
     """Drive the run `start(engine)` starts to its end and print how it ended (exit 0
     COMPLETED, 1 FAILED or CANCELLED): what `run`, `restart` and `rerun` do."""
-    _print_result(_driven(Drive(db, json_out), start), json_out)
+    _print_result(_driven(Drive(db, fmt), start), fmt)
 
 
 @app.command()
-def resume(execution_id: int, db: DbOption = None, json_out: JsonOption = False) -> None:
+def resume(execution_id: int, db: DbOption = None, output: OutputOption = None,
+           json_out: JsonOption = False) -> None:  # fmt: skip
     """Continue an execution from its last event (after a crash or a kill).
 
     Exit 0 COMPLETED, 1 FAILED or CANCELLED (also for a run that had already ended: there
     is nothing to resume, and a script sees the run's outcome as `run` would report it),
     2 refused: another live process drives the run (its driver lease), or a server does.
     """
+    fmt = chosen(output, json_out)
     with opened(db) as store:
         row = store.get_execution(execution_id)
     if row is None:
         raise fail(f"no execution {execution_id}")
     if row.status in st.TERMINAL:
-        _print_ended(db, execution_id, row.updated_at, json_out)
+        _print_ended(db, execution_id, row.updated_at, fmt)
 
     async def start(engine: EmbeddedEngine) -> int:
         await engine.take_over(execution_id, on_wait=_waiting_for)
         return execution_id
 
-    state = _driven(Drive(db, json_out, execution_id), start)
-    _print_result(state, json_out)
+    state = _driven(Drive(db, fmt, execution_id), start)
+    _print_result(state, fmt)
 
 
-def _print_ended(db: str | None, execution_id: int, ended: float, json_out: bool) -> None:
+def _print_ended(db: str | None, execution_id: int, ended: float, fmt: Format) -> None:
     state = load_state(db, execution_id)
     message = (f"execution {execution_id} is {state.status} (ended {iso(ended)});"
                " nothing to resume")  # fmt: skip
-    if json_out:
+    if fmt is not Format.table:
         err.print(message, highlight=False, markup=False, soft_wrap=True)
-        typer.echo(json.dumps(summaries.execution_summary(state), default=str))
+        emit(summaries.execution_summary(state), fmt)
     else:
         out.print(message, highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
-    raise typer.Exit(0 if state.status == st.COMPLETED else 1)
+    raise typer.Exit(exit_codes.of_run(state.status))
 
 
 def _waiting_for(lease: DriverLease) -> None:
@@ -280,7 +294,7 @@ CANCEL_TRIES = 100
 """Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
 
 
-def request_cancel(store: SQLiteStore, execution_id: int, orchestrator: Orchestrator,
+def request_cancel(store: Store, execution_id: int, orchestrator: Orchestrator,
                    actor: str | None = None, cause: str | None = None) -> None:  # fmt: skip
     """Append the request only to the log as it was read: a run that ended in between
     (another process writes it) takes nothing after its terminal event. Its running

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from milepost.cli.inputs import ServerDbOption, ServerOption, server_settings, server_store
-from milepost.cli.output import fail
+from milepost.cli.inputs import ServerDbOption, ServerOption, local_store, server_settings
+from milepost.cli.output import JsonOption, OutputOption, fail
 
 app = typer.Typer()
 
@@ -69,7 +69,7 @@ def token_create(
     for what, value in (("--user", user), *(("--approver-role", r) for r in roles)):
         if value is not None and not auth.NAME.fullmatch(value):
             raise fail(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
-    store = server_store(db)  # migrated as it opens
+    store = local_store(db)  # migrated as it opens
     try:
         token = auth.create_token(store, role, name, time.time(), user=user,
                                   approver_roles=roles)  # fmt: skip
@@ -84,17 +84,14 @@ MIN_TOKEN_ID = 8
 
 
 @token_app.command("list")
-def token_list(db: ServerDbOption = None,
-               json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-               ) -> None:  # fmt: skip
+def token_list(db: ServerDbOption = None, output: OutputOption = None,
+               json_out: JsonOption = False) -> None:  # fmt: skip
     """List the API tokens: id (the start of the token's SHA-256), role, name, user."""
-    import json
-
     from rich.table import Table
 
-    from milepost.cli.output import iso, out
+    from milepost.cli.output import Format, chosen, emit, iso, out
 
-    store = server_store(db)
+    store = local_store(db)
     try:
         rows = store.list_tokens()
     finally:
@@ -102,8 +99,8 @@ def token_list(db: ServerDbOption = None,
     items = [{"id": r.token_hash[:TOKEN_ID], "role": r.role, "name": r.name, "user": r.user,
               "approver_roles": list(r.approver_roles), "created_at": iso(r.created_at)}
              for r in rows]  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(items))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     table = Table("id", "role", "name", "user", "approver roles", "created")
     for row in rows:
@@ -122,7 +119,7 @@ def token_revoke(
     cache time (5 s)."""
     from milepost.api import auth
 
-    store = server_store(db)
+    store = local_store(db)
     try:
         if token.startswith(auth.TOKEN_PREFIX):
             key = auth.token_hash(token)
@@ -167,8 +164,8 @@ def secret_key() -> None:
 @app.command()
 def worker(
     server: ServerOption = None,
-    concurrency: Annotated[int | None, typer.Option(help="Commands at once [env: MILEPOST_CONCURRENCY; 16].")] = None,
-    pool: Annotated[str | None, typer.Option(help="Pool to serve: only the commands of steps with this `spec.pool` [env: MILEPOST_POOL; default].")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Commands at once \\[env: MILEPOST_CONCURRENCY; 16].")] = None,
+    pool: Annotated[str | None, typer.Option(help="Pool to serve: only the commands of steps with this `spec.pool` \\[env: MILEPOST_POOL; default].")] = None,
 ) -> None:
     """Claim and run commands from a server until SIGTERM (then finish, release, exit)."""
     from milepost.playbook import pools

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from milepost.cli import exit_codes
 from milepost.cli.inputs import JsonOption, ServerOption
 from milepost.cli.output import fail, out
 
@@ -70,4 +71,4 @@ def bench(
         ok = bench_mod.run(workload.upper(), n, reps=reps, warmup=warmup, variant=variant)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    raise typer.Exit(0 if ok else 1)
+    raise typer.Exit(exit_codes.OK if ok else exit_codes.RUN_FAILED)

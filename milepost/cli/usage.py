@@ -3,14 +3,13 @@ and model, from the local database's totals or a server's (`GET /api/usage`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
-from milepost.cli.output import out, remote
+from milepost.cli.output import Format, OutputOption, chosen, emit, out, remote
 
 app = typer.Typer()
 
@@ -19,7 +18,7 @@ app = typer.Typer()
 def usage(
     db: DbOption = None, server: ServerOption = None,
     playbook: Annotated[str | None, typer.Option(help="Only this playbook path.")] = None,
-    json_out: JsonOption = False,
+    output: OutputOption = None, json_out: JsonOption = False,
 ) -> None:  # fmt: skip
     """Usage totals per playbook, provider and model: tokens (in, out) and cost."""
     client = server_client(server, db)
@@ -32,8 +31,8 @@ def usage(
                       "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                       "tokens": r.tokens, "cost": r.cost}
                      for r in store.playbook_usage(playbook)]  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(items))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     if not items:
         out.print("no usage reported" + (f" for {playbook}" if playbook else ""))

@@ -3,7 +3,6 @@ database (the in-process workers of the `milepost run` processes on it)."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import Annotated, Any
@@ -12,7 +11,7 @@ import typer
 from rich.table import Table
 
 from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
-from milepost.cli.output import fail, out, remote
+from milepost.cli.output import Format, OutputOption, chosen, emit, fail, out, remote
 from milepost.engine import workers as registry
 
 app = typer.Typer()
@@ -25,7 +24,7 @@ def workers(
     status: Annotated[str | None, typer.Option(
         help="live, or lost (not seen for its ttl: its commands recover through their "
              "leases).")] = None,
-    json_out: JsonOption = False,
+    output: OutputOption = None, json_out: JsonOption = False,
 ) -> None:  # fmt: skip
     """List the workers: name, pool, host, pid, version, started, last seen, status and
     the commands each runs now."""
@@ -41,8 +40,8 @@ def workers(
             items = remote(lambda: client.workers(pool=pool, status=status))["items"]
     else:
         items = _local(db, pool, status)
-    if json_out:
-        typer.echo(json.dumps(items))
+    if (fmt := chosen(output, json_out)) is not Format.table:
+        emit(items, fmt)
         return
     if not items:
         out.print(f"no {status or ''} workers{f' of pool {pool}' if pool else ''}"

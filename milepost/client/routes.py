@@ -72,13 +72,29 @@ def execute(path: str, workload: dict[str, Any] | None, version: int | None,
     return Call("POST", "/api/execute", body, parse=lambda b: str(b["execution_id"]))
 
 
-def executions(status: str | None, path: str | None, limit: int, offset: int) -> Call:
+def executions(status: str | None, path: str | None, limit: int, offset: int,
+               since: float | None = None) -> Call:  # fmt: skip
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if status:
         params["status"] = status
     if path:
         params["path"] = path
+    if since is not None:
+        params["since"] = since
     return Call("GET", "/api/executions", params=params, parse=lambda b: b["items"])
+
+
+def describe(execution_id: int | str) -> Call:
+    return Call("GET", f"/api/executions/{key(execution_id)}/describe")
+
+
+def event_page(execution_id: int | str, *, step: str | None, types: str | None, after: int,
+               limit: int, tail: int | None) -> Call:  # fmt: skip
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    for name, value in (("step", step), ("type", types), ("tail", tail)):
+        if value is not None:
+            params[name] = value
+    return Call("GET", f"/api/executions/{key(execution_id)}/events", params=params)
 
 
 def status(execution_id: int | str, wait: float | None = None,

@@ -72,8 +72,25 @@ class MilepostClient:
         return result
 
     def executions(self, status: str | None = None, path: str | None = None,
-                   limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:  # fmt: skip
-        result: list[dict[str, Any]] = self._do(routes.executions(status, path, limit, offset))
+                   limit: int = 100, offset: int = 0,
+                   since: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        """Executions newest first; `since`: started at or after it (epoch seconds)."""
+        result: list[dict[str, Any]] = self._do(routes.executions(status, path, limit, offset,
+                                                                  since))  # fmt: skip
+        return result
+
+    def describe(self, execution_id: int | str) -> dict[str, Any]:
+        """The run step by step: attempts, workers, times, input, failure output."""
+        result: dict[str, Any] = self._do(routes.describe(execution_id))
+        return result
+
+    def event_page(self, execution_id: int | str, *, step: str | None = None,
+                   types: str | None = None, after: int = 0, limit: int = polling.EVENTS_PAGE,
+                   tail: int | None = None) -> dict[str, Any]:  # fmt: skip
+        """Events past seq `after` of this step and these types (comma-separated; `command`
+        is `command.*`): `{events, next, last_seq}`; `tail`: only the last ones."""
+        result: dict[str, Any] = self._do(routes.event_page(execution_id, step=step, types=types,
+                                                           after=after, limit=limit, tail=tail))  # fmt: skip
         return result
 
     def status(self, execution_id: int | str, *, wait: float | None = None,

@@ -9,6 +9,7 @@ payload lives in the result store.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,5 +178,20 @@ def new_event(
 
 def jsonable(value: Any) -> Any:
     """`value` as JSON will carry it and the log keeps it: what is not JSON becomes its
-    `str`, keys become strings, tuples lists (every store, the wire and a digest alike)."""
-    return json.loads(json.dumps(value, default=str))
+    `str`, keys become strings, tuples lists, a NaN or an infinity null (JSON has neither:
+    a server refuses them, and no JSON reader takes them back), for every store, the wire
+    and a digest alike."""
+    try:
+        return json.loads(json.dumps(value, default=str, allow_nan=False))
+    except ValueError:  # a non-finite float somewhere: the rare path walks the value
+        return _finite(json.loads(json.dumps(value, default=str)))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

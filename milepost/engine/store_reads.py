@@ -37,9 +37,10 @@ class StoreReads:
         row = self.store.get_execution(execution_id)
         return row is None or row.status in st.TERMINAL
 
-    def executions(self, *, status: str | None, path: str | None, limit: int,
-                   offset: int) -> list[port.ExecutionRow]:  # fmt: skip
-        return self.store.list_executions(status=status, path=path, limit=limit, offset=offset)
+    def executions(self, *, status: str | None, path: str | None, limit: int, offset: int,
+                   since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+        return self.store.list_executions(status=status, path=path, limit=limit, offset=offset,
+                                          since=since)  # fmt: skip
 
     def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
         """Usage summed per playbook path, provider and model."""

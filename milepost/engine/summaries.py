@@ -63,7 +63,7 @@ def approval_summary(state: st.ExecutionState, approval: ap.Approval) -> dict[st
         "quorum": approval.quorum, "approved": len(approval.approvals),
         "votes": [{"identity": v.identity, "decision": v.decision, "reason": v.reason,
                    "at": iso(v.at)} for v in approval.votes],
-        "expires_at": None if approval.expires_at is None else iso(approval.expires_at),
+        "expires_at": iso(approval.expires_at),
         "outcome": _outcome(state, approval),
     }  # fmt: skip
 
@@ -83,8 +83,9 @@ def _outcome(state: st.ExecutionState, approval: ap.Approval) -> str | None:
     return approval.status
 
 
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+def iso(ts: float | None) -> str | None:
+    """ISO-8601 UTC with milliseconds, as the API writes times."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
 def _plain(value: Any) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from milepost.errors import MilepostError
 from milepost.settings import DEFAULT_DB, Settings, UnsupportedDatabase, sqlite_path
-from milepost.store import port
+from milepost.store import pg_probe, port
 from milepost.store.postgres import PostgresStore, mask_url
 from milepost.store.sharded import ShardedStore
 from milepost.store.sqlite import SQLiteStore
@@ -53,6 +53,7 @@ def _open_one(url: str, settings: Settings) -> port.Store:
     if scheme in ("", "sqlite"):
         return SQLiteStore(sqlite_path(url, settings), synchronous=settings.sqlite_synchronous)
     if scheme in ("postgresql", "postgres"):
+        pg_probe.probe(url, mask_url(url))
         return PostgresStore(url)
     masked = mask_url(url)
     raise UnsupportedDatabase(

@@ -150,10 +150,12 @@ class MemoryStore(MemoryLeases, port.Appends):
         return self.db.executions.get(execution_id)
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+                        limit: int = 100, offset: int = 0,
+                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
         with self.db.lock:
             rows = [r for r in self.db.executions.values()
-                    if (not status or r.status == status.upper()) and (not path or r.path == path)]  # fmt: skip
+                    if (not status or r.status == status.upper()) and (not path or r.path == path)
+                    and (since is None or r.created_at >= since)]  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
 

@@ -338,8 +338,10 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
 
     def list_executions(
         self, *, status: str | None = None, path: str | None = None, limit: int = 100,
-        offset: int = 0,
-    ) -> list[ExecutionRow]: ...
+        offset: int = 0, since: float | None = None,
+    ) -> list[ExecutionRow]:
+        """Newest first; `since`: only those created at or after it (epoch seconds)."""
+        ...
 
     # commands
     def get_command(self, command_id: int) -> CommandRow | None: ...

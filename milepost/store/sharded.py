@@ -110,12 +110,13 @@ class ShardedStore:
         return self.shard(execution_id).get_execution(execution_id)
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
+                        limit: int = 100, offset: int = 0,
+                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
         # every shard's first offset+limit rows hold the merged page
         rows: list[port.ExecutionRow] = []
         for store in self.stores:
             rows.extend(store.list_executions(status=status, path=path, limit=offset + limit,
-                                              offset=0))  # fmt: skip
+                                              offset=0, since=since))  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
 

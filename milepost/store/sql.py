@@ -371,8 +371,13 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         return self._execution(rows[0]) if rows else None
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0) -> list[port.ExecutionRow]:  # fmt: skip
-        where, params = [], []
+                        limit: int = 100, offset: int = 0,
+                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+        where: list[str] = []
+        params: list[Any] = []
+        if since is not None:
+            where.append("created_at>=?")
+            params.append(since)
         if status:
             where.append("status=?")
             params.append(status.upper())

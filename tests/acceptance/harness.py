@@ -268,6 +268,18 @@ class Cluster:
             parts.append(f"--- {proc.name} (alive={proc.alive()}) ---\n{tail(proc.log)}")
         return "\n".join(parts)
 
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, db_url: str, tmp: Path, **kw: Any) -> Iterator[Cluster]:
+        """A cluster with its server and one worker started, closed on the way out."""
+        made = cls(db_url, tmp, **kw)
+        try:
+            made.start_server()
+            made.start_worker()
+            yield made
+        finally:
+            made.close()
+
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()

@@ -20,14 +20,9 @@ DONE = ["charge", "reserve a", "reserve b"]
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path, lease_seconds=5)
-        try:
-            made.start_server()
-            made.start_worker()
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, \
+            Cluster.running(url, tmp_path, lease_seconds=5) as made:
+        yield made
 
 
 def start(cluster: Cluster, tmp_path: Path, workload: dict[str, Any]) -> str:

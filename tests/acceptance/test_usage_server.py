@@ -29,14 +29,8 @@ def playbook(path: str, budget: str) -> str:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path)
-        try:
-            made.start_server()
-            made.start_worker()
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, Cluster.running(url, tmp_path) as made:
+        yield made
 
 
 def test_usage_totals_and_a_budget_on_a_server_with_a_worker(cluster: Cluster) -> None:

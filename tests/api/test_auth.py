@@ -43,6 +43,10 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
     ("GET", "/api/executions/{execution_id}/logs"): ("/api/executions/1/logs", None, READ, 404),
     ("GET", "/api/executions/{execution_id}/diagnosis"): ("/api/executions/1/diagnosis", None, READ,
                                                           404),
+    ("GET", "/api/executions/{execution_id}/describe"): ("/api/executions/1/describe", None,
+                                                         READ, 404),
+    ("GET", "/api/executions/{execution_id}/events"): ("/api/executions/1/events", None, READ,
+                                                       404),
     ("POST", "/api/executions/{execution_id}/cancel"): ("/api/executions/1/cancel", {},
                                                         {"admin", "operator"}, 404),
     ("POST", "/api/executions/{execution_id}/steps/{step}/retry"): (

@@ -107,6 +107,14 @@ def test_execution_projection_follows_the_log(store: Any) -> None:
     assert store.get_execution(999) is None
 
 
+def test_executions_are_listed_since_a_time(store: Any) -> None:
+    store.append([at(started(21), 1000.0)])
+    store.append([at(started(22), 2000.0)])
+    assert [r.execution_id for r in store.list_executions(since=2000.0)] == [22]
+    assert [r.execution_id for r in store.list_executions(since=999.5)] == [22, 21]
+    assert store.list_executions(since=2000.5) == []
+
+
 def test_command_projection_is_the_claim_queue(store: Any) -> None:
     store.append([started(9), issued(9, 91), issued(9, 92)])
     assert [c.command_id for c in store.open_commands(9)] == [91, 92]
@@ -705,6 +713,8 @@ def _check_sharding(store: ShardedStore) -> None:
     newest_first = list(reversed(xids))
     assert [r.execution_id for r in store.list_executions(limit=5, offset=3)] == newest_first[3:8]
     assert [r.execution_id for r in store.list_executions(limit=100)] == newest_first
+    # `since`: started at or after it, on every shard
+    assert [r.execution_id for r in store.list_executions(since=515.0)] == newest_first[:5]
     # claim_next finds work on every shard; claim and heartbeat reach the right one
     got = store.claim_next("w", now=1.0, lease_s=5.0, limit=100, new_id=new_id)
     assert sorted(c.command_id for c, _ in got) == [x * 10 for x in xids]

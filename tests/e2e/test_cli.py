@@ -348,7 +348,7 @@ def test_resume_of_an_ended_run_says_so_and_exits_with_its_outcome(tmp_path: Pat
         human = cli("resume", xid, db=db)
         assert human.returncode == code, human.stderr
         assert re.match(rf"execution {xid} is {data['status']} \(ended \d{{4}}-\d\d-\d\dT[\d:]+"
-                        r"\+00:00\); nothing to resume\n", human.stdout)
+                        r"\.\d{3}\+00:00\); nothing to resume\n", human.stdout)
         assert "started" not in human.stdout
         if code:
             assert "reason: step 'start' failed: ZeroDivisionError" in human.stdout

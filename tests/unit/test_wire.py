@@ -98,3 +98,11 @@ def test_a_compensation_s_loop_result_keeps_its_stats_across_the_wire() -> None:
     assert isinstance(received["result"], LoopResult)
     assert received["result"].stats == {"total": 2, "success": 2, "failed": 0}
     assert received["step"] == "start" and received["run"] == 1
+
+
+def test_jsonable_turns_a_nan_or_an_infinity_into_null() -> None:
+    """A python step returning NaN on a server hung its run: the worker sent `NaN`, which
+    the server refuses (no JSON has it), and the report was never taken."""
+    value = {"x": float("nan"), "y": [float("inf"), -float("inf"), 1.5], "z": {"k": (float("nan"),)}}
+    assert wire.jsonable(value) == {"x": None, "y": [None, None, 1.5], "z": {"k": [None]}}
+    assert json.dumps(wire.jsonable(value), allow_nan=False)

@@ -44,10 +44,20 @@ def list_executions(
     path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
+    since: Annotated[str | None, Query(max_length=40, description=(
+        "Only executions started at or after it: ISO-8601 or epoch seconds."))] = None,
 ) -> schemas.ExecutionList:
-    rows = engine.executions(status=status, path=path, limit=limit, offset=offset)
+    rows = engine.executions(status=status, path=path, limit=limit, offset=offset,
+                             since=_since(since))
     return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
                                  offset=offset)  # fmt: skip
+
+
+def _since(value: str | None) -> float | None:
+    try:
+        return None if value is None else checks.parse_time(value)
+    except ValueError as exc:
+        raise errors.invalid([{"loc": ["query", "since"], "msg": str(exc)}]) from None
 
 
 def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:

@@ -1,0 +1,170 @@
+"""Where the read commands find runs: the local database, read through the engine, or a
+server, through the client. Both answer in the server's wire shapes (`api.views`,
+`api.schemas_reads`), so `--output json` reads the same either way."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from milepost.cli.inputs import local_store, server_client
+from milepost.client import MilepostClient
+from milepost.core import state as st
+from milepost.engine import describe, event_query, summaries
+from milepost.engine.lifecycle import Lifecycle
+from milepost.engine.orchestrator import Orchestrator
+
+LOCAL_POLL = 0.2
+"""How often a wait or a follow on the local database looks at it again (no long-poll
+there: another process, `milepost run` or `resume`, writes the run)."""
+SERVER_POLL = 0.5
+"""How often `events --follow` asks a server for the events past the last one."""
+
+
+class Runs(Protocol):
+    poll: float
+
+    def flags(self) -> str:
+        """The options that name this place again in a command to copy (`--server URL`)."""
+        ...
+
+    def executions(self, *, status: str | None, path: str | None, since: float | None,
+                   limit: int) -> list[dict[str, Any]]: ...  # fmt: skip
+
+    def status(self, execution_id: int) -> dict[str, Any]: ...
+
+    def wait(self, execution_id: int) -> dict[str, Any]:
+        """The status once the run ended (a server long-polls; the local database is read
+        again every `LOCAL_POLL`)."""
+        ...
+
+    def describe(self, execution_id: int) -> dict[str, Any]: ...
+
+    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
+               tail: int | None = None) -> dict[str, Any]:
+        """`{events, next, last_seq, status}`: a page past seq `after` (`tail`: the last)."""
+        ...
+
+
+class LocalRuns:
+    """The runs of a local database (SQLite or PostgreSQL), read through the engine."""
+
+    poll = LOCAL_POLL
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.store = local_store(db)
+        self.engine = Lifecycle(self.store, Orchestrator(self.store))
+
+    def close(self) -> None:
+        self.store.close()
+
+    def flags(self) -> str:
+        return f" --db {shlex.quote(self.db)}" if self.db else ""
+
+    def executions(self, *, status: str | None, path: str | None, since: float | None,
+                   limit: int) -> list[dict[str, Any]]:  # fmt: skip
+        from milepost.api import views  # the server's wire shape
+
+        rows = self.engine.executions(status=status, path=path, limit=limit, offset=0, since=since)
+        return [views.execution_item(r).model_dump() for r in rows]
+
+    def status(self, execution_id: int) -> dict[str, Any]:
+        # the log folded as it is: no key is needed to read a run sealed with one
+        row = self.engine.execution(execution_id)
+        state = st.fold(None, self.engine.events(row.execution_id))
+        summary = summaries.execution_summary(state)
+        if state.terminal:
+            return summary
+        # a queued command of a pool no live worker serves, as a server's status says
+        return summaries.with_missing_workers(summary, self.engine.missing_workers(execution_id))
+
+    def wait(self, execution_id: int) -> dict[str, Any]:
+        while not self.engine.ended(execution_id):
+            time.sleep(self.poll)
+        return self.status(execution_id)
+
+    def describe(self, execution_id: int) -> dict[str, Any]:
+        return describe.describe(self.engine, execution_id)
+
+    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
+               tail: int | None = None) -> dict[str, Any]:  # fmt: skip
+        from milepost.api import views
+
+        page = event_query.page(self.engine, execution_id, query, after=after, tail=tail)
+        return {"events": [views.event_out(e).model_dump() for e in page.events],
+                "next": page.next_after, "last_seq": page.last_seq, "status": page.status}  # fmt: skip
+
+
+class ServerRuns:
+    """The runs of a server, through its API."""
+
+    poll = SERVER_POLL
+
+    def __init__(self, client: MilepostClient) -> None:
+        self.client = client
+
+    def close(self) -> None:
+        self.client.close()
+
+    def flags(self) -> str:
+        return f" --server {shlex.quote(self.client.base_url)}"
+
+    def executions(self, *, status: str | None, path: str | None, since: float | None,
+                   limit: int) -> list[dict[str, Any]]:  # fmt: skip
+        return self.client.executions(status=status, path=path, limit=limit, since=since)
+
+    def status(self, execution_id: int) -> dict[str, Any]:
+        return self.client.status(execution_id)
+
+    def wait(self, execution_id: int) -> dict[str, Any]:
+        return self.client.wait(execution_id)
+
+    def describe(self, execution_id: int) -> dict[str, Any]:
+        return self.client.describe(execution_id)
+
+    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
+               tail: int | None = None) -> dict[str, Any]:  # fmt: skip
+        return self.client.event_page(execution_id, step=query.step,
+                                      types=",".join(query.types) or None, after=after,
+                                      tail=tail)  # fmt: skip
+
+
+@contextmanager
+def runs(server: str | None, db: str | None) -> Iterator[LocalRuns | ServerRuns]:
+    """The server of `--server` (or MILEPOST_SERVER_URL without `--db`), else the database."""
+    client = server_client(server, db)
+    where: LocalRuns | ServerRuns = LocalRuns(db) if client is None else ServerRuns(client)
+    try:
+        yield where
+    finally:
+        where.close()
+
+
+def all_events(where: Runs, execution_id: int,
+               query: event_query.EventQuery) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """Every matching event of the run as it is now, page after page."""
+    after = 0
+    while True:
+        page = where.events(execution_id, query, after=after)
+        yield from page["events"]
+        if page["next"] is None:
+            return
+        after = int(page["next"])
+
+
+def follow(where: Runs, execution_id: int, query: event_query.EventQuery,
+           after: int = 0) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The matching events past seq `after`, as they are appended, until the run ended and
+    its last event was read."""
+    while True:
+        page = where.events(execution_id, query, after=after)
+        yield from page["events"]
+        after = int(page["next"] if page["next"] is not None else page["last_seq"])
+        if page["next"] is None:
+            if page["status"] in st.TERMINAL:
+                return
+            time.sleep(where.poll)

@@ -1,0 +1,67 @@
+"""Which events of a run an operator asked for (`milepost events --step --type --tail`,
+`GET /api/executions/{id}/events`): one selection for the local database and the server."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from milepost.core import events as ev
+from milepost.engine.lifecycle import Lifecycle
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    step: str | None = None
+    """Only this step's events."""
+    types: tuple[str, ...] = ()
+    """Only these event types; a name without a dot is a family (`command`: `command.*`)."""
+
+    def matches(self, event: ev.Event) -> bool:
+        if self.step is not None and event.step != self.step:
+            return False
+        return not self.types or any(_is(event.event_type, t) for t in self.types)
+
+
+def _is(event_type: str, wanted: str) -> bool:
+    return event_type == wanted or ("." not in wanted and event_type.startswith(wanted + "."))
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    events: list[ev.Event]
+    next_after: int | None
+    """The seq to continue after (None: the log held no more when it was read)."""
+    last_seq: int
+    """The last seq of the log read, matched or not: a follower continues after it."""
+    status: str = ""
+    """The run's status read before its events: when it is terminal and `next_after` is
+    None, a follower has seen the whole log."""
+
+
+def page(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int = 0,
+         limit: int = 1000, tail: int | None = None) -> EventPage:  # fmt: skip
+    """The events past seq `after` that match, at most `limit` of them; with `tail`, only
+    the last `tail` of those. ExecutionNotFound when there is no such run."""
+    row = engine.execution(execution_id)  # before the events: an end read here is in them
+    log = engine.events(row.execution_id, after_seq=after)
+    return dataclasses.replace(select(log, query, limit=limit, tail=tail, after=after),
+                               status=row.status)  # fmt: skip
+
+
+def select(log: Sequence[ev.Event], query: EventQuery, *, limit: int, tail: int | None = None,
+           after: int = 0) -> EventPage:  # fmt: skip
+    matched = [e for e in log if query.matches(e)]
+    last_seq = log[-1].seq if log else after
+    if tail is not None:
+        return EventPage(matched[-tail:] if tail else [], None, last_seq)
+    shown = matched[:limit]
+    more = len(matched) > limit
+    return EventPage(shown, shown[-1].seq if more else None,
+                     shown[-1].seq if more else last_seq)  # fmt: skip
+
+
+def types_of(values: Iterable[str]) -> tuple[str, ...]:
+    """`--type a,b --type c` as a tuple of names, blanks dropped."""
+    return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
