@@ -45,6 +45,7 @@ def format_traceparent(trace: int, span: int) -> str:
     return f"{VERSION}-{trace:032x}-{span:016x}-{SAMPLED}"
 
 
+@functools.lru_cache(maxsize=4096)
 def command_traceparent(execution_id: int) -> str:
     """What a command carries: its run's trace, with the run span as the parent."""
     return format_traceparent(trace_id(execution_id), run_span_id(execution_id))
