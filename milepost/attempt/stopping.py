@@ -1,9 +1,9 @@
 """An attempt a cancel of its run can stop: `stop()` cancels the task running it, and
 takes that cancel back once the attempt has ended. Every tool cleans up on cancellation
 (python: its worker process is killed; http: the request is aborted; shell: the process
-group is killed), so stopping the task stops the tool. The attempt then ends as failed with kind `cancelled`, which
-the worker reports like any outcome (the engine settles the command at once instead
-of waiting for `cancel_grace`)."""
+group is killed), so stopping the task stops the tool. The attempt then ends as failed
+with kind `cancelled`, which the worker reports like any outcome (the engine settles the
+command at once instead of waiting for `cancel_grace`)."""
 
 from __future__ import annotations
 

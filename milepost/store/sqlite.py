@@ -67,6 +67,7 @@ def reraise(exc: BaseException, path: str) -> NoReturn:
 
 
 def translated(exc: BaseException, path: str) -> BaseException:
+    """The milepost error of a driver error (`Errors`); any other exception itself."""
     if isinstance(exc, sqlite3.IntegrityError):
         if "event.execution_id, event.seq" in str(exc):
             return sql.SeqTaken(str(exc), constraint="event_execution_seq")
