@@ -298,7 +298,7 @@ def _choose_arcs(nxt: model.Next, context: dict[str, Any], step: str) -> list[mo
 
 def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None:
     state = out.state
-    if state.running or state.commands:
+    if state.cancel_requested and (state.running or state.commands):  # most runs: no cancel
         grace_ends = cancellation.timer(state, playbook, out.now)
         if grace_ends is not None:  # the engine abandons what still runs then (Lifecycle.wake)
             out.wake(grace_ends)

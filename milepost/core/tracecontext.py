@@ -72,7 +72,14 @@ def child_fields(parent: ExecutionState | None, parent_command_id: int) -> dict[
 def command_traceparent(execution_id: int, traceparent: object = None) -> str:
     """What a command carries: its run's trace, with the run span as the parent
     (`traceparent`: the run's own, a child's)."""
+    if traceparent is None:  # most runs: their own trace, the same for every command
+        return _own_traceparent(execution_id)
     return format_traceparent(run_trace(execution_id, traceparent), run_span_id(execution_id))
+
+
+@functools.lru_cache(maxsize=4096)
+def _own_traceparent(execution_id: int) -> str:
+    return format_traceparent(trace_id(execution_id), run_span_id(execution_id))
 
 
 def attempt_traceparent(execution_id: int, command_id: int, traceparent: object = None) -> str:

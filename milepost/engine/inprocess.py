@@ -61,7 +61,10 @@ class InProcessWorkers:
         the claim to the attempt's end: a claim queued behind a running attempt keeps its
         lease too (a step's liveness may be shorter than the attempt before it)."""
         self._beat = asyncio.Event()
-        """Set when a claim arrives: its lease may be shorter than the heartbeats' wait."""
+        """Set when a claim arrives that is due before the heartbeats' wait ends (a shorter
+        lease than those held)."""
+        self._due = 0.0
+        """When the heartbeats' wait ends (`time.monotonic`)."""
         self._stops: dict[int, tuple[int, Stoppable]] = {}
         """command id -> the execution and the stop of its running attempt."""
 
@@ -92,8 +95,12 @@ class InProcessWorkers:
                 continue
             self._queue.put_nowait((orchestrator.work_for(row.execution_id, cmd, lease.epoch),
                                     lease))  # fmt: skip
-            self._held[row.command_id] = (lease, time.monotonic())
-            self._beat.set()
+            now = time.monotonic()
+            self._held[row.command_id] = (lease, now)
+            if now + self._every(lease) < self._due:
+                # waking the heartbeats for every claim cost a task and a turn of the loop
+                # per step; one due later is seen when the wait ends
+                self._beat.set()
 
     def spawn(self, name: str, until: asyncio.Event | None = None) -> asyncio.Task[None]:
         """One more worker task (`until`: lent for a while, it stops between items)."""
@@ -174,6 +181,7 @@ class InProcessWorkers:
             now = time.monotonic()
             due = min([beat + self._every(lease) for lease, beat in self._held.values()],
                       default=now + self.lease_s / 3)  # fmt: skip
+            self._due = due
             self._beat.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._beat.wait(), max(0.0, due - now))

@@ -72,6 +72,7 @@ class Lifecycle(StoreReads):
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
+        self._counted = meters is not None  # else no per-event count: nobody reads it
         # `exclusive`: the only writer of its runs (an embedded engine), calling from one
         # thread (its loop): nothing interleaves, and nobody else appends to those logs
         self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
@@ -405,7 +406,7 @@ class Lifecycle(StoreReads):
             self.claimed(outcome.claimed)
         if outcome.engine_errors:
             self.meters.engine_errors(len(outcome.engine_errors))
-        for event in outcome.events:
+        for event in outcome.events if self._counted else ():
             if event.event_type == ev.COMMAND_COMPLETED and not event.meta.get("stale"):
                 self.meters.settled("completed")
             elif event.event_type == ev.COMMAND_FAILED and not event.meta.get("stale"):

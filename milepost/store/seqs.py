@@ -19,8 +19,11 @@ MAX_HELD = 100_000
 """Entries kept at most (one per live execution of this process in practice)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Held:
+    """Replaced, never changed (not frozen: a frozen dataclass is several times slower to
+    make, and one is made per append and execution)."""
+
     last: int
     decided: int | None
 
@@ -47,22 +50,32 @@ class SeqCache:
         with self._mutex:
             if len(self._held) > MAX_HELD:
                 self._held.clear()
+            # execution -> (last, decided) so far, one entry made per execution at the end
+            ends: dict[int, tuple[int, int | None] | None] = {}
             for event in events:
-                self._one(event)
+                xid = event.execution_id
+                if xid not in ends:
+                    held = self._held.get(xid)
+                    ends[xid] = None if held is None else (held.last, held.decided)
+                ends[xid] = _one(ends[xid], event)
+            for xid, end in ends.items():
+                if end is None:
+                    self._held.pop(xid, None)
+                else:
+                    self._held[xid] = Held(*end)
 
-    def _one(self, event: ev.Event) -> None:
-        xid, seq = event.execution_id, event.seq
-        held = self._held.get(xid)
-        if held is not None and held.last >= seq:
-            if held.last > seq:  # a concurrent writer of this store committed past it
-                self._held.pop(xid, None)
-            return
-        contiguous = held is not None and held.last == seq - 1
-        if event.event_type not in ev.CLAIM_EVENTS:
-            # numbered right after the log's end (the index saw to it): nothing after it
-            self._held[xid] = Held(seq, seq)
-        elif contiguous:
-            assert held is not None
-            self._held[xid] = Held(seq, held.decided)
-        else:
-            self._held[xid] = Held(seq, None)
+
+def _one(held: tuple[int, int | None] | None, event: ev.Event) -> tuple[int, int | None] | None:
+    """The entry after one committed event (None: none)."""
+    seq = event.seq
+    if held is not None and held[0] >= seq:
+        # a concurrent writer of this store committed past it: forget the log's end
+        return None if held[0] > seq else held
+    contiguous = held is not None and held[0] == seq - 1
+    if event.event_type not in ev.CLAIM_EVENTS:
+        # numbered right after the log's end (the index saw to it): nothing after it
+        return seq, seq
+    if contiguous:
+        assert held is not None
+        return seq, held[1]
+    return seq, None

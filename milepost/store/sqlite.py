@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from milepost.core import events as ev
 from milepost.errors import ConcurrencyConflict
@@ -41,20 +41,71 @@ _CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM comman
               " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
 
 
-@contextlib.contextmanager
-def errors(path: str) -> Iterator[None]:
+class Errors:
     """sqlite3's errors as milepost's: a seq taken (the unique index) is SeqTaken, another
-    constraint a ConcurrencyConflict, a locked, busy or unreadable file StoreUnavailable."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
+    constraint a ConcurrencyConflict, a locked, busy or unreadable file StoreUnavailable.
+    A class, not a generator context manager: it wraps every statement of the store."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:  # fmt: skip
+        if exc is not None:
+            reraise(exc, self.path)
+
+
+def reraise(exc: BaseException, path: str) -> NoReturn:
+    """Raise the milepost error of a driver error from it; any other exception as it is."""
+    mine = translated(exc, path)
+    if mine is exc:
+        raise exc
+    raise mine from exc
+
+
+def translated(exc: BaseException, path: str) -> BaseException:
+    """The milepost error of a driver error (`Errors`); any other exception itself."""
+    if isinstance(exc, sqlite3.IntegrityError):
         if "event.execution_id, event.seq" in str(exc):
-            raise sql.SeqTaken(str(exc), constraint="event_execution_seq") from exc
-        raise ConcurrencyConflict(str(exc), constraint=str(exc)) from exc
-    except sqlite3.OperationalError as exc:
-        raise port.StoreUnavailable(f"database {path}: {exc}", url=f"sqlite:///{path}") from exc
-    except sqlite3.Error as exc:
-        raise port.StoreError(f"database {path}: {exc}", url=f"sqlite:///{path}") from exc
+            return sql.SeqTaken(str(exc), constraint="event_execution_seq")
+        return ConcurrencyConflict(str(exc), constraint=str(exc))
+    if isinstance(exc, sqlite3.OperationalError):
+        return port.StoreUnavailable(f"database {path}: {exc}", url=f"sqlite:///{path}")
+    if isinstance(exc, sqlite3.Error):
+        return port.StoreError(f"database {path}: {exc}", url=f"sqlite:///{path}")
+    return exc
+
+
+class _Txn:
+    """An IMMEDIATE transaction on the store's connection, under its lock, committed at
+    the end of the block, rolled back on any exception (driver errors translated)."""
+
+    def __init__(self, conn: sqlite3.Connection, lock: Any, path: str) -> None:
+        self.conn, self.lock, self.path = conn, lock, path
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            self.lock.release()
+            reraise(exc, self.path)
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:  # fmt: skip
+        try:
+            self.conn.execute("ROLLBACK" if exc is not None else "COMMIT")
+        except BaseException as failed:
+            if exc is None:  # the commit failed: that is the error
+                reraise(failed, self.path)
+        finally:
+            self.lock.release()
+        if exc is not None:
+            reraise(exc, self.path)
 
 
 class SQLiteStore(sql.SQLStore):
@@ -69,7 +120,7 @@ class SQLiteStore(sql.SQLStore):
         # writer takes the lock up front instead of failing to upgrade half-way through
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._lock = threading.RLock()
-        with errors(self.path):
+        with Errors(self.path):
             self._wal()
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA busy_timeout=10000")
@@ -93,19 +144,11 @@ class SQLiteStore(sql.SQLStore):
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, errors(self.path):
+        with self._lock, Errors(self.path):
             yield self._conn
 
-    @contextlib.contextmanager
-    def txn(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, errors(self.path):
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def txn(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return _Txn(self._conn, self._lock, self.path)
 
     def insert_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]],
                     strict: bool) -> Any:  # fmt: skip

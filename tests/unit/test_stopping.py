@@ -65,3 +65,47 @@ def test_a_cancel_of_the_caller_goes_through_even_when_the_attempt_swallows_it()
     for work in ("stubborn", "polite"):
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(go(work))
+
+
+def test_the_task_that_ran_a_stopped_attempt_goes_on() -> None:
+    # the attempt runs in its caller's task: the stop's cancel must not outlive the attempt
+    async def go() -> tuple[AttemptResult, AttemptResult, int]:
+        started, stopper = asyncio.Event(), Stoppable()
+
+        async def worker() -> tuple[AttemptResult, AttemptResult, int]:
+            first = await stopper.run(_forever(started, []))
+            await asyncio.sleep(0)  # a cancel left behind would raise here
+            second = await Stoppable().run(_quick())
+            current = asyncio.current_task()
+            assert current is not None
+            return first, second, current.cancelling()
+
+        task = asyncio.create_task(worker())
+        await started.wait()
+        stopper.stop()
+        return await task
+
+    first, second, cancelling = asyncio.run(go())
+    assert first.error == CANCELLED and second == AttemptResult(ok=True) and cancelling == 0
+
+
+def test_a_stop_the_attempt_swallows_gives_its_outcome() -> None:
+    async def go() -> AttemptResult:
+        started, stopper = asyncio.Event(), Stoppable()
+
+        async def stubborn() -> AttemptResult:
+            started.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+            return AttemptResult(ok=True, result=1)
+
+        task = asyncio.create_task(stopper.run(stubborn()))
+        await started.wait()
+        stopper.stop()
+        return await task
+
+    assert asyncio.run(go()) == AttemptResult(ok=True, result=1)
+
+
+async def _quick() -> AttemptResult:
+    return AttemptResult(ok=True)
