@@ -19,6 +19,9 @@ STREAMS = (STDOUT, STDERR, TRACEBACK)
 DEFAULT_CAP = 64 * 1024
 """Bytes kept of one stream of one attempt (`MILEPOST_LOG_CAP_BYTES`)."""
 MIN_CAP = 256
+SEAM = 256
+"""Bytes dropped on each side of a cut (at most a quarter of each half): what a secret
+split by the cut would leave of itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +72,14 @@ class Capped:
         cut = self.cut + over
         if not cut:  # whole: a character split between head and tail joins again
             return Captured("", bytes(self._head + self._tail).decode("utf-8", "replace"))
+        # the python tool's worker cuts before the runner redacts: a secret split by the
+        # cut would leave pieces no redaction recognises, so the bytes beside the cut go too
+        seam = min(SEAM, self._half // 4)
+        head_bytes, tail_bytes = self._head[:len(self._head) - seam], self._tail[over + seam:]
+        cut += len(self._head) - len(head_bytes) + len(self._tail) - over - len(tail_bytes)
         # the cut may split a character: its pieces are dropped
-        head = self._head.decode("utf-8", errors="ignore")
-        tail = bytes(self._tail[over:]).decode("utf-8", errors="ignore")
+        head = bytes(head_bytes).decode("utf-8", errors="ignore")
+        tail = bytes(tail_bytes).decode("utf-8", errors="ignore")
         return Captured("", head + marker(cut) + tail, cut)
 
 

@@ -22,8 +22,9 @@ def test_past_its_cap_the_head_and_the_tail_are_kept_and_the_cut_counted() -> No
     sink.write("T" * 128)
     found = sink.value()
     assert found is not None
-    assert found.cut == 200 + 9000 + 128 - 256
-    assert found.text == "H" * 128 + logs.marker(found.cut) + "T" * 128
+    seam = 32  # dropped beside the cut, on each side: a quarter of each half
+    assert found.cut == 200 + 9000 + 128 - 256 + 2 * seam
+    assert found.text == "H" * (128 - seam) + logs.marker(found.cut) + "T" * (128 - seam)
 
 
 def test_a_cut_splitting_a_character_drops_its_pieces() -> None:
@@ -31,9 +32,9 @@ def test_a_cut_splitting_a_character_drops_its_pieces() -> None:
     sink.write("é" * 1000)  # 2000 bytes; the halves end on character boundaries
     sink.write("x")  # the tail now starts in the middle of an é
     found = sink.value()
-    assert found is not None and found.cut == 2001 - 256
+    assert found is not None and found.cut == 2001 - 256 + 2 * 32
     head, _, tail = found.text.partition(logs.marker(found.cut))
-    assert head == "é" * 64 and tail == "é" * 63 + "x"
+    assert head == "é" * 48 and tail == "é" * 47 + "x"
 
 
 def test_pieces_join_and_a_piece_cut_already_is_not_cut_again() -> None:
@@ -46,3 +47,18 @@ def test_pieces_join_and_a_piece_cut_already_is_not_cut_again() -> None:
     joined = logs.capped("stderr", [logs.Captured("stderr", "one\n"), "two\n"], 256)
     assert joined == logs.Captured("stderr", "one\ntwo\n", 0)
     assert logs.capped("stdout", ["", ""], 256) is None
+
+
+def test_a_secret_split_by_the_cut_leaves_nothing_of_itself() -> None:
+    """The python tool's worker cuts before the runner redacts: the pieces of a secret on
+    either side of the cut would be recognised by no redaction, so the seam goes too."""
+    secret = "sk-" + "q7" * 14  # 31 characters
+    pieces = {secret[i:j] for i in range(len(secret)) for j in range(i + 4, len(secret) + 1)}
+    for k in range(1, len(secret)):  # every split: the head ends, or the tail starts, in it
+        for text in ("h" * (128 - k) + secret + "m" * 2000,
+                     "h" * 200 + "m" * 1000 + secret + "t" * (128 + k - len(secret))):
+            sink = logs.Capped(256)
+            sink.write(text)
+            found = sink.value()
+            assert found is not None and found.cut
+            assert not [p for p in pieces if p in found.text], (k, found.text)

@@ -186,8 +186,9 @@ def test_output_is_capped_keeping_head_and_tail() -> None:
     payload = pickle.dumps(("print('a' * 1000 + 'b' * 5000 + 'c' * 1000, end='')", {}, {}, "k",
                             None, 1024), protocol=5)  # fmt: skip
     [(stream, text, cut)] = pickle.loads(python_worker.Runner().handle(payload))[2]
-    assert stream == "stdout" and cut == 7000 - 1024
-    assert text == "a" * 512 + f"\n[... {cut} bytes cut ...]\n" + "c" * 512
+    seam = 128  # dropped on each side of the cut (`core.logs.SEAM`)
+    assert stream == "stdout" and cut == 7000 - 1024 + 2 * seam
+    assert text == "a" * (512 - seam) + f"\n[... {cut} bytes cut ...]\n" + "c" * (512 - seam)
 
 
 def test_traceback_quotes_the_code_from_its_first_frame() -> None:
