@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from milepost.core import events as ev
+from milepost.core.actions import StepNotFound
 from milepost.engine.lifecycle import Lifecycle
 
 
@@ -43,8 +44,15 @@ class EventPage:
 def page(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int = 0,
          limit: int = 1000, tail: int | None = None) -> EventPage:  # fmt: skip
     """The events past seq `after` that match, at most `limit` of them; with `tail`, only
-    the last `tail` of those. ExecutionNotFound when there is no such run."""
+    the last `tail` of those. ExecutionNotFound when there is no such run, StepNotFound
+    when its playbook has no step `query.step`."""
     row = engine.execution(execution_id)  # before the events: an end read here is in them
+    if query.step is not None and row.version is not None:
+        steps = engine.playbook(row.path, row.version).steps
+        if query.step not in steps:  # a typo would show an empty log, as if nothing ran
+            raise StepNotFound(f"execution {execution_id} has no step {query.step!r} (its "
+                               f"playbook's steps: {', '.join(steps)})",
+                               execution_id=str(execution_id), step=query.step)  # fmt: skip
     log = engine.events(row.execution_id, after_seq=after)
     return dataclasses.replace(select(log, query, limit=limit, tail=tail, after=after),
                                status=row.status)  # fmt: skip

@@ -41,6 +41,9 @@ def test_events_are_chosen_by_step_and_type_paged_and_tailed(api: Api) -> None:
     assert [e["seq"] for e in ok(api.get(url, params={"tail": 1}))["events"]] == seqs[-1:]
     assert ok(api.get(url, params={"after": seqs[-1]}))["last_seq"] == seqs[-1]
     error(api.get("/api/executions/424242/events"), 404, "execution_not_found")
+    # a step the playbook does not have is named, not answered with an empty log
+    body = error(api.get(url, params={"step": "strat"}), 404, "step_not_found")
+    assert "'strat'" in body["message"] and "start" in body["message"]
 
 
 def test_the_list_has_end_and_duration_and_filters_since(api: Api) -> None:
