@@ -29,7 +29,7 @@ conformance: install
 # the conformance suite runs twice: embedded (SQLite, in-process workers) and through a
 # server on a fresh PostgreSQL database with two worker processes
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 

@@ -27,6 +27,7 @@ from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.core.work import WorkItem, report_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
 from milepost.errors import MilepostError
+from milepost.store.port import StoreUnavailable
 from milepost.tools.base import CredentialLookup
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,11 @@ class InProcessWorkers:
                 try:
                     extended, cancelled = self.engine.heartbeat(command_id, self.claimant,
                                                                 lease.epoch, self.lease_s)  # fmt: skip
+                except StoreUnavailable:  # not refused: the claim may well be live, so the
+                    # attempt goes on, and so do the beats (the lease decides if none lands)
+                    log.warning("heartbeat of command %s failed", command_id, exc_info=True)
+                    self._held[command_id] = (lease, now)  # tried again in a beat, not at once
+                    continue
                 except MilepostError:  # lost: its report will be fenced as stale
                     log.warning("heartbeat of command %s refused", command_id, exc_info=True)
                     self._held.pop(command_id, None)

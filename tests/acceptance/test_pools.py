@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from milepost.engine import worker_pools
+from milepost.engine import workers
 from milepost.store import factory
 from tests.acceptance.harness import MILEPOST, Cluster, database
 from tests.shared import metric_sample, wait_for
@@ -107,13 +107,14 @@ def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Clus
 
 
 def test_a_worker_on_a_fixed_machine_id_is_seen_alive_with_its_pool(cluster: Cluster) -> None:
-    """It mints on MILEPOST_MACHINE_ID, and still holds a lease: its pool is live."""
+    """It mints on MILEPOST_MACHINE_ID, and still holds a lease (its check-in): its pool is
+    live."""
     cluster.start_server()
     cluster.env["MILEPOST_MACHINE_ID"] = "901"
     cluster.start_worker(pool="gpu")
     store = factory.open_store(cluster.db_url)
     try:
-        wait_for(lambda: "gpu" in worker_pools.live_pools(store.machine_holders(time.time())),
+        wait_for(lambda: "gpu" in workers.live_pools(store, time.time()),
                  "the fixed-id gpu worker to be seen alive", timeout=30)  # fmt: skip
     finally:
         store.close()

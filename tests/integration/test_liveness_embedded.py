@@ -14,8 +14,8 @@ import pytest
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.errors import ClaimRefused
 from milepost.playbook import load
+from milepost.store.port import StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 from tests.integration.test_cancel_embedded import gone
 from tests.shared import wait_for_async
@@ -59,8 +59,9 @@ def test_a_silent_in_process_attempt_is_lost_after_its_liveness_and_issued_again
     text = HEADER + textwrap.dedent(FIRST_WAITS.replace("DIR", str(tmp_path)))
     pb = load.load_text(text)
 
-    def silent(*args: Any, **kwargs: Any) -> Any:
-        raise ClaimRefused("this worker fell silent", reason="test")
+    def silent(*args: Any, **kwargs: Any) -> Any:  # its heartbeats never land: the claim
+        # is live, so the attempt goes on (a refused one would be stopped) until its lease ends
+        raise StoreUnavailable("this worker's heartbeats do not reach the database")
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=2) as engine:
@@ -193,8 +194,9 @@ def test_a_silent_attempt_inside_its_timeout_is_never_lost_though_the_engine_s_l
     timeout; the engine's own (0.5 s here) would have lapsed twice over."""
     text = _sleeper(2.5, "spec: {timeout: 5s}")
 
-    def silent(*args: Any, **kwargs: Any) -> Any:
-        raise ClaimRefused("this worker fell silent", reason="test")
+    def silent(*args: Any, **kwargs: Any) -> Any:  # its heartbeats never land: the claim
+        # is live, so the attempt goes on (a refused one would be stopped) until its lease ends
+        raise StoreUnavailable("this worker's heartbeats do not reach the database")
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=1, lease_s=0.5) as engine:
