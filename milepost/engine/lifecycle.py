@@ -31,7 +31,7 @@ from milepost.core import state as st
 from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import approvals, attempt_logs, diagnosis, notify, reporting
+from milepost.engine import actions, approvals, attempt_logs, diagnosis, notify, reporting
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal
@@ -331,9 +331,8 @@ class Lifecycle(StoreReads):
                 if not cs.cancel_stops_work(state) or state.terminal or not state.commands or not (
                         now or cancellation.overdue(state, playbook, self.clock())):  # fmt: skip
                     continue
-                rows = self.store.get_commands(sorted(state.commands))
                 reports += cancellation.abandoned(state, playbook, self.clock(), self.new_id,
-                                                  {c: r.epoch for c, r in rows.items()})  # fmt: skip
+                                                  actions.epochs(self.store, state))  # fmt: skip
             if reports:
                 self.process(reports)
             return {r.execution_id for r in reports}

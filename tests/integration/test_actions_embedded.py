@@ -10,14 +10,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import actions
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
-from milepost.store.sqlite import SQLiteStore
 from tests.integration.test_cancel_embedded import ONE, gone, pids
 from tests.shared import wait_for_async
 
@@ -35,13 +32,6 @@ FLAKY = HEADER + textwrap.dedent("""\
             result = "second"
         spec: {retry: {max_attempts: 3, delay: 3600, retry_on: [exception]}}
     """)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def test_skip_stops_the_running_attempt_and_the_run_goes_on(store: Any, tmp_path: Path) -> None:

@@ -33,10 +33,9 @@ from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store import port
-from milepost.store.postgres import PostgresStore
-from milepost.store.sqlite import SQLiteStore
 from tests import approval_world as world
 from tests.approval_world import Upstream
+from tests.integration import stores
 from tests.pg import PgDatabases, session_databases
 from tests.shared import wait_for, wait_for_async
 
@@ -56,19 +55,7 @@ def pg() -> Iterator[PgDatabases]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[port.Store]:
-    if request.param == "sqlite":
-        lite = SQLiteStore(tmp_path / "engine.db")
-        yield lite
-        lite.close()
-        return
-    dbs: PgDatabases = request.getfixturevalue("pg")
-    url = dbs.create()
-    pgs = PostgresStore(url, min_size=1, max_size=4)
-    try:
-        yield pgs
-    finally:
-        pgs.close()
-        dbs.drop(url)
+    yield from stores.either(request, tmp_path / "engine.db", max_size=4)
 
 
 @pytest.fixture(scope="module")

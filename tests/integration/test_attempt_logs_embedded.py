@@ -7,16 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
-from milepost.store.sqlite import SQLiteStore
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/logs}\n"
 
@@ -41,13 +36,6 @@ workflow:
             return 10 / n
         result = divide(0)
 """
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Any]:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def run(store: Any, body: str, **engine: Any) -> st.ExecutionState:

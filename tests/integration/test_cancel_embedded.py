@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
@@ -60,13 +58,6 @@ PARENT = text("tests/cancel_parent", """\
   - step: call
     tool: {kind: playbook, path: tests/cancel_child, input: {out: "{{ workload.out }}"}}
 """)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def pids(out: Path, count: int = 1) -> list[int]:

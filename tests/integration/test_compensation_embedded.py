@@ -8,22 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.store.sqlite import SQLiteStore
 from tests.compensation_saga import REFUND, RELEASE, effects, saga
 from tests.shared import wait_for_async
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def run(store: Any, tmp_path: Path, workload: dict[str, Any]) -> st.ExecutionState:

@@ -8,14 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store import port
-from milepost.store.sqlite import SQLiteStore
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/lifecycle}\n"
 
@@ -34,13 +31,6 @@ workflow:
             time.sleep(0.01)
         result = {"i": i}
 """
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def gated(tmp_path: Path, count: int) -> tuple[Any, str]:

@@ -45,13 +45,6 @@ async def run(store: SQLiteStore, body: str, workload: dict[str, Any] | None = N
         return await engine.run(load.load_text(text), text, workload, timeout=60)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
-
-
 LOOP = """
 workflow:
   - step: start

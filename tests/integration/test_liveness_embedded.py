@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,10 @@ from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.port import StoreUnavailable
-from milepost.store.sqlite import SQLiteStore
 from tests.integration.test_cancel_embedded import gone
 from tests.shared import wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/liveness}\n"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Any]:
-    s = SQLiteStore(tmp_path / "engine.db")
-    yield s
-    s.close()
 
 
 def of_type(store: Any, xid: int, etype: str) -> list[ev.Event]:

@@ -14,9 +14,8 @@ from milepost import telemetry
 from milepost.core import tracecontext as tc
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
-from milepost.store.postgres import PostgresStore
-from milepost.store.sqlite import SQLiteStore
 from tests import traces
+from tests.integration import stores
 from tests.pg import PgDatabases, session_databases
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/traced}\n"
@@ -29,19 +28,7 @@ def pg() -> Iterator[PgDatabases]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "sqlite":
-        s: Any = SQLiteStore(tmp_path / "traces.db")
-        yield s
-        s.close()
-        return
-    dbs: PgDatabases = request.getfixturevalue("pg")
-    url = dbs.create()
-    s = PostgresStore(url, min_size=1, max_size=2)
-    try:
-        yield s
-    finally:
-        s.close()
-        dbs.drop(url)
+    yield from stores.either(request, tmp_path / "traces.db", max_size=2)
 
 
 @pytest.fixture
