@@ -275,6 +275,11 @@ def stale(event_id: int, epoch: int) -> dict[str, Any]:
     raise ServerRefused(409, "stale_epoch", f"command {event_id}: epoch {epoch} is not live")
 
 
+def cancelled(event_id: int, epoch: int) -> dict[str, Any]:
+    """A heartbeat reply saying the command's run was cancelled (its lease kept)."""
+    return {"lease": {"epoch": epoch}, "cancelled": True}
+
+
 class FakeTools:
     """Records tool calls; a call of a gated step (or idempotency key) waits for its gate."""
 
