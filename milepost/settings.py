@@ -57,11 +57,11 @@ class Settings(BaseSettings):
     (endpoint from the standard `OTEL_EXPORTER_OTLP_*` variables) or `none`; unset, the
     standard `OTEL_TRACES_EXPORTER`, else no spans at all."""
     log_level: str = "INFO"
+    """Log level of a `milepost worker` process."""
     log_cap_bytes: int = Field(default=64 * 1024, ge=256, le=1024 * 1024)
     """Bytes kept of each stream (stdout, stderr, traceback) of one attempt's logs
     (`milepost logs`): its head and its tail, the cut in between counted. At most 1 MiB:
     a report carries them, and a batch of reports must stay within `max_body_bytes`."""
-    """Log level of a `milepost worker` process."""
     lease_seconds: float = 30.0
     """Default lease of a claim (a step's `spec.liveness` overrides it); workers heartbeat
     every third of the lease their claim gave."""

@@ -97,28 +97,40 @@ RISKS = ("low", "medium", "high")
 """Always reported (0 when none is pending), so a dashboard's series never vanish."""
 
 
-class PendingApprovals(Collector):
+class _ScrapedGauge(Collector):
+    """A gauge read at each scrape: its family, described without reading it."""
+
+    NAME: str
+    HELP: str
+    LABELS: tuple[str, ...]
+
+    def family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.NAME, self.HELP, labels=list(self.LABELS))
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # without it the registry would collect (ask the store) as it registers the collector
+        yield self.family()
+
+
+class PendingApprovals(_ScrapedGauge):
     """The approvals waiting for a decision, by risk, asked of the store at each scrape."""
 
     NAME = "milepost_approvals_pending"
     HELP = "Approvals waiting for a decision, by risk (read from the store at scrape time)."
+    LABELS = ("risk",)
 
     def __init__(self, pending: Callable[[], dict[str, int]]) -> None:
         self.pending = pending
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        # without it the registry would collect (ask the store) as it registers the collector
-        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["risk"])
-
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["risk"])
+        family = self.family()
         counts = {risk: 0 for risk in RISKS} | self.pending()
         for risk in sorted(counts):
             family.add_metric([risk], float(counts[risk]))
         yield family
 
 
-class CommandsWithoutWorker(Collector):
+class CommandsWithoutWorker(_ScrapedGauge):
     """Queued commands of pools with no live worker, by pool, asked of the engine at each
     scrape. A pool once reported stays, at 0 once served, so an alert on it resolves
     instead of its series vanishing; `default` always shows."""
@@ -126,16 +138,14 @@ class CommandsWithoutWorker(Collector):
     NAME = "milepost_commands_without_worker"
     HELP = ("Queued commands of a pool that no live worker serves, by pool (start "
             "`milepost worker --pool <pool>`; read at scrape time).")  # fmt: skip
+    LABELS = ("pool",)
 
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
         self.counts = counts
         self.seen: set[str] = {"default"}
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["pool"])
-
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["pool"])
+        family = self.family()
         counts = self.counts()
         self.seen.update(counts)
         for pool in sorted(self.seen):
@@ -143,23 +153,21 @@ class CommandsWithoutWorker(Collector):
         yield family
 
 
-class Workers(Collector):
+class Workers(_ScrapedGauge):
     """The workers of the registry by pool and status, read at each scrape; `live` and
     `lost` of a pool once seen stay, at 0, so an alert on lost workers resolves."""
 
     NAME = "milepost_workers"
     HELP = ("Workers of the registry by pool and status (lost: not seen for their ttl; "
             "`milepost workers`; read at scrape time).")  # fmt: skip
+    LABELS = ("pool", "status")
 
     def __init__(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
         self.counts = counts
         self.seen: set[str] = {"default"}
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["pool", "status"])
-
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["pool", "status"])
+        family = self.family()
         counts = self.counts()
         self.seen.update(pool for pool, _ in counts)
         for pool in sorted(self.seen):

@@ -22,7 +22,7 @@ from milepost.api.checks import (
     WireTime,
 )
 from milepost.api.schemas_logs import LogIn
-from milepost.api.schemas_workers import WorkerIn
+from milepost.api.schemas_workers import POOL_PATTERN, WorkerIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ class ReleaseOut(BaseModel):
 
 class MachineIdIn(StrictIn):
     worker_id: str = Field(min_length=1, max_length=200)
-    pool: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,100}$",
+    pool: str = Field(default="default", pattern=POOL_PATTERN,
                       description="The pool the worker claims from (`--pool`): while its "
                       "lease lives, that pool has a live worker.")  # fmt: skip
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,

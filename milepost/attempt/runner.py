@@ -163,6 +163,8 @@ def _logs(pieces: Sequence[logs.Captured], redactor: Redactor,
           log_cap: int) -> tuple[logs.Captured, ...]:  # fmt: skip
     """Each stream's pieces (one per task execution) redacted, then joined and capped:
     redacted first, so a cut never leaves half a secret that redaction would not know."""
+    if not pieces:  # most attempts (http, llm) print nothing: no sink per stream
+        return ()
     # a NUL, which no text column of PostgreSQL and no API string holds, shows as U+FFFD
     found = (logs.capped(stream, [dataclasses.replace(p, text=redactor.text(
         p.text.replace("\x00", "\ufffd"))) for p in pieces if p.stream == stream], log_cap)

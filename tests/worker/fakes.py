@@ -183,9 +183,9 @@ class FakeClient:
         self.machine_id_pools: list[str | None] = []
         """The pool each `machine_id` call named."""
         self.check_ins: list[dict[str, Any] | None] = []
+        """The `worker` (its check-in in the registry) each `machine_id` call sent."""
         self.machine_id_releases: list[int | None] = []
         """The machine id each release (a clean stop) gave back."""
-        """The `worker` (its check-in in the registry) each `machine_id` call sent."""
         self.machine_ids_lost: set[int] = set()
         """Ids whose lease the next renewal finds taken by another process."""
         self._next_machine_id = itertools.count(7)
@@ -273,6 +273,11 @@ class FakeClient:
 
 def stale(event_id: int, epoch: int) -> dict[str, Any]:
     raise ServerRefused(409, "stale_epoch", f"command {event_id}: epoch {epoch} is not live")
+
+
+def cancelled(event_id: int, epoch: int) -> dict[str, Any]:
+    """A heartbeat reply saying the command's run was cancelled (its lease kept)."""
+    return {"lease": {"epoch": epoch}, "cancelled": True}
 
 
 class FakeTools:

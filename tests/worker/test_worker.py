@@ -24,6 +24,7 @@ from tests.worker.fakes import (
     FakeClient,
     FakeClock,
     FakeTools,
+    cancelled,
     command,
     make,
     running,
@@ -321,7 +322,7 @@ def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims()
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
-        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch}, "cancelled": True}
+        client.on_heartbeat = cancelled
         client.queue.append(command(203, execution_id=600))
         async with running(worker):
             await wait_for_async(lambda: bool(tools.calls))
@@ -368,7 +369,7 @@ def test_a_compensation_of_a_cancelled_execution_is_run_not_given_back() -> None
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
-        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch}, "cancelled": True}
+        client.on_heartbeat = cancelled
         client.queue.append(command(206, execution_id=601))
         async with running(worker):
             await wait_for_async(lambda: bool(tools.calls))

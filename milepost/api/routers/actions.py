@@ -19,7 +19,7 @@ from milepost.api import schemas_actions as schemas
 from milepost.api.auth import ActAuth, ReadAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY
-from milepost.api.routers.executions import ExecutionId, existing
+from milepost.api.routers.executions import ExecutionId, existing, parse_execution_id
 from milepost.engine import actions
 from milepost.engine.actions import Acted, Started
 
@@ -43,9 +43,9 @@ def retry(execution_id: ExecutionId, step: StepName, engine: EngineDep, principa
           body: schemas.RetryIn | None = None) -> schemas.ActedOut:  # fmt: skip
     """A new attempt now of a step that failed and waits for its retry, or whose attempt
     is lost or stuck (stopped first); new idempotency key, same operation key."""
-    row = existing(engine, execution_id)
     reason = body.reason if body is not None else None
-    return _acted(actions.retry(engine, row.execution_id, step, principal.starter, reason))
+    return _acted(actions.retry(engine, parse_execution_id(execution_id), step,
+                                principal.starter, reason))  # fmt: skip
 
 
 @router.post("/{execution_id}/steps/{step}/skip", responses=ACTED)
@@ -53,9 +53,8 @@ def skip(execution_id: ExecutionId, step: StepName, body: schemas.SkipIn, engine
          principal: ActAuth) -> schemas.ActedOut:  # fmt: skip
     """The step completes with the result given (its live attempts stopped); the run goes
     on from it as if the step had produced it."""
-    row = existing(engine, execution_id)
-    return _acted(actions.skip(engine, row.execution_id, step, body.result, principal.starter,
-                               body.reason))  # fmt: skip
+    return _acted(actions.skip(engine, parse_execution_id(execution_id), step, body.result,
+                               principal.starter, body.reason))  # fmt: skip
 
 
 @router.post("/{execution_id}/restart", responses=ACTED)
@@ -63,16 +62,15 @@ def restart(execution_id: ExecutionId, engine: EngineDep, principal: ActAuth,
             body: schemas.RestartIn | None = None) -> schemas.StartedOut:  # fmt: skip
     """A new execution of a FAILED or CANCELLED run, from a step: the results of the steps
     it completed before that step are reused, not run again."""
-    row = existing(engine, execution_id)
     from_step = body.from_step if body is not None else None
-    return _started(actions.restart(engine, row.execution_id, from_step, principal.starter))
+    return _started(actions.restart(engine, parse_execution_id(execution_id), from_step,
+                                    principal.starter))  # fmt: skip
 
 
 @router.post("/{execution_id}/rerun", responses=errors.responses(*AUTH, 404, 422))
 def rerun(execution_id: ExecutionId, engine: EngineDep, principal: ActAuth) -> schemas.StartedOut:
     """A new execution with the same playbook version and inputs."""
-    row = existing(engine, execution_id)
-    return _started(actions.rerun(engine, row.execution_id, principal.starter))
+    return _started(actions.rerun(engine, parse_execution_id(execution_id), principal.starter))
 
 
 @router.get("/{execution_id}/restarts", responses=errors.responses(*AUTH, 404, 422))
