@@ -15,13 +15,9 @@ from typing import Any, Protocol
 
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import ids, liveness
+from milepost.core import ids, liveness, policies
 from milepost.core import state as st
-from milepost.core.policies import retry_delay
 from milepost.playbook import model, pools
-
-LOST_ATTEMPTS = 3
-"""As for steps (`decide.LOST_ATTEMPTS`): a vanished worker is not the compensation's fault."""
 
 
 class Emitter(Protocol):
@@ -93,9 +89,8 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
         return
     error = dict(value) if isinstance(value, dict) else {"message": str(value)}
     spec = playbook.steps[item.target].spec.retry
-    if _retryable(spec, error, item.attempt):
-        wait = retry_delay(spec.backoff, spec.delay, item.attempt, spec.max_delay) if spec else 0.0
-        wait = max(wait, float(error.get("retry_after") or 0.0))
+    if policies.retryable(spec, error.get("kind"), item.attempt):
+        wait = policies.retry_wait(spec, item.attempt, error)
         out.emit(ev.COMMAND_RETRY_SCHEDULED, item.target, run=item.target_run,
                  index=st.NO_INDEX, attempt=item.attempt + 1, not_before=out.now + wait,
                  error=error, compensation=index)  # fmt: skip
@@ -104,13 +99,6 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
     error.update(kind=error.get("kind", "error"), message=message,
                  reason=f"compensation '{item.target}' of step '{item.step}' failed: {message}")
     out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
-
-
-def _retryable(spec: model.RetrySpec | None, error: dict[str, Any], attempt: int) -> bool:
-    kind = error.get("kind")
-    if spec is None:
-        return kind == "lost" and attempt < LOST_ATTEMPTS
-    return kind in spec.retry_on and attempt < spec.max_attempts
 
 
 def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,

@@ -31,7 +31,7 @@ from milepost.core import approvals, budget, cancellation, causality, compensati
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.policies import retry_delay
+from milepost.core.policies import retry_wait, retryable
 from milepost.errors import TemplateError
 from milepost.playbook import model, pools, render
 from milepost.playbook.loop_result import LoopResult
@@ -116,18 +116,11 @@ def _retry_spec(playbook: model.Playbook, step: str) -> model.RetrySpec | None:
     return playbook.steps[step].spec.retry
 
 
-LOST_ATTEMPTS = 3
-"""Attempts a command gets when its worker vanished (error kind `lost`) and the step has no
-`spec.retry`: losing a worker is the infrastructure's fault, not the step's."""
-
-
 def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Failure) -> bool:
     if _stopping(state):
         return False
     kind = f.error.get("kind")
-    if spec is None:
-        return kind == "lost" and f.attempt < LOST_ATTEMPTS
-    return kind != "approval" and kind in spec.retry_on and f.attempt < spec.max_attempts
+    return kind != "approval" and retryable(spec, kind, f.attempt)
 
 
 def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
@@ -139,8 +132,7 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
         for index, failure in sorted(sr.failures.items()):
             if not _retryable(out.state, spec, failure):
                 continue
-            wait = retry_delay(spec.backoff, spec.delay, failure.attempt, spec.max_delay) if spec else 0.0
-            wait = max(wait, float(failure.error.get("retry_after") or 0.0))
+            wait = retry_wait(spec, failure.attempt, failure.error)
             out.emit(ev.COMMAND_RETRY_SCHEDULED, sr.step, run=sr.run, index=index,
                      attempt=failure.attempt + 1, not_before=out.now + wait,
                      error=failure.error)  # fmt: skip
