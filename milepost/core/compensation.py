@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import ids, liveness, policies
+from milepost.core import policies
 from milepost.core import state as st
-from milepost.playbook import model, pools
+from milepost.playbook import model
 
 
 class Emitter(Protocol):
@@ -32,6 +32,8 @@ class Emitter(Protocol):
              event_id: int | None = None, **payload: Any) -> None: ...  # fmt: skip
 
     def wake(self, at: float) -> None: ...
+
+    def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None: ...
 
 
 def plan(state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, Any]]:
@@ -70,10 +72,10 @@ def proceed(out: Emitter, playbook: model.Playbook, outcome: str) -> bool:
     if item.reported is not None:
         _decide_report(out, playbook, index, item)
     elif item.status == cs.PENDING:
-        _issue(out, playbook, index, item, 1)
+        _issue(out, index, item, 1)
     elif item.retry_at is not None:
         if item.retry_at <= out.now:
-            _issue(out, playbook, index, item, item.attempt + 1)
+            _issue(out, index, item, item.attempt + 1)
         else:
             out.wake(item.retry_at)
     return True
@@ -101,12 +103,6 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
     out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
 
 
-def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,
-           attempt: int) -> None:  # fmt: skip
-    key = ids.idempotency_key(out.state.execution_id, item.target, item.target_run, None, attempt)
-    command_id = out.new_id()
-    pool = pools.of_step(playbook.steps[item.target].spec.pool)  # its `spec` applies (DSL 10.5)
-    out.emit(ev.COMMAND_ISSUED, item.target, event_id=command_id, command_id=command_id,
-             run=item.target_run, index=st.NO_INDEX, attempt=attempt, idempotency_key=key,
-             compensation=index, **pools.issued_payload(pool),
-             **liveness.lease_fields(playbook, item.target))  # fmt: skip
+def _issue(out: Emitter, index: int, item: cs.Item, attempt: int) -> None:
+    # the compensation step's `spec` applies (DSL 10.5): its pool and lease, as for a step
+    out.issue(item.target, item.target_run, st.NO_INDEX, attempt, compensation=index)
