@@ -351,9 +351,7 @@ def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None
     if live is None:
         return
     cmd, sr = live
-    error = {"kind": "lost", "message": p.get("message") or "worker lost (lease expired)",
-             "retryable": True}  # fmt: skip
-    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=error)
+    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=cs.lost_error(p))
 
 
 def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
