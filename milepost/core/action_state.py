@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from milepost.core import events as ev
-from milepost.playbook.loop_result import LoopResult
 
 if TYPE_CHECKING:
     from milepost.core.state import ExecutionState
@@ -60,12 +59,7 @@ def apply_reused(state: ExecutionState, event: ev.Event) -> None:
     step = event.step or ""
     p = event.payload
     run = int(p.get("run", 1))
-    result = p.get("result")
-    if "loop" in p:
-        result = LoopResult(result or [], failed=int(p["loop"].get("failed", 0)))
-    state.results[step] = result
+    st.completed_run(state, step, run, p)  # no `compensable`: a compensation reads it
     state.step_status[step] = st.COMPLETED
     state.run_counts[step] = max(state.run_counts.get(step, 0), run)
-    state.completed_runs.append((step, run))
-    state.run_results[(step, run)] = result
     state.ctx = cx.with_writes(state.ctx, p.get("ctx") or {})

@@ -80,15 +80,20 @@ def _fields(state: st.ExecutionState, step: str | None = None) -> dict[str, str]
     return out
 
 
+def _known_step(state: st.ExecutionState, playbook: model.Playbook, step: str) -> None:
+    if step not in playbook.steps:
+        raise StepNotFound(f"execution {state.execution_id} has no step {step!r} (its "
+                           f"playbook's steps: {', '.join(playbook.steps)})",
+                           **_fields(state, step))  # fmt: skip
+
+
 def _check_live(state: st.ExecutionState, playbook: model.Playbook, step: str, what: str) -> None:
     xid = state.execution_id
     if state.terminal:
         raise RunEnded(f"execution {xid} is {state.status}: an ended run is never moved again; "
                        f"`milepost restart {xid} --from {step}` starts a new run from that step",
                        status=state.status, use="restart", **_fields(state, step))  # fmt: skip
-    if step not in playbook.steps:
-        raise StepNotFound(f"execution {xid} has no step {step!r} (its playbook's steps: "
-                           f"{', '.join(playbook.steps)})", **_fields(state, step))  # fmt: skip
+    _known_step(state, playbook, step)
     if state.failure is not None or state.cancel_requested:
         why = "cancelling" if state.cancel_requested else "failing"
         raise RunStopping(f"execution {xid} is {why}: nothing new is issued for it, so step "
@@ -202,9 +207,7 @@ def restart(state: st.ExecutionState, log: Sequence[ev.Event], playbook: model.P
                              "run is restarted (`milepost rerun` starts a new one of any)",
                              status=state.status, execution_id=str(xid))  # fmt: skip
     step = from_step or default_step(state, log, playbook)
-    if step not in playbook.steps:
-        raise StepNotFound(f"execution {xid} has no step {step!r} (its playbook's steps: "
-                           f"{', '.join(playbook.steps)})", **_fields(state, step))  # fmt: skip
+    _known_step(state, playbook, step)
     enters = [i for i, e in enumerate(log) if e.event_type == ev.STEP_ENTER and e.step == step]
     cut = enters[-1] if enters else len(log)
     args = (log[cut].payload.get("args") or {}) if enters else state.pending.get(step, {})

@@ -15,13 +15,9 @@ from typing import Any, Protocol
 
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import ids, liveness
+from milepost.core import policies
 from milepost.core import state as st
-from milepost.core.policies import retry_delay
-from milepost.playbook import model, pools
-
-LOST_ATTEMPTS = 3
-"""As for steps (`decide.LOST_ATTEMPTS`): a vanished worker is not the compensation's fault."""
+from milepost.playbook import model
 
 
 class Emitter(Protocol):
@@ -36,6 +32,8 @@ class Emitter(Protocol):
              event_id: int | None = None, **payload: Any) -> None: ...  # fmt: skip
 
     def wake(self, at: float) -> None: ...
+
+    def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None: ...
 
 
 def plan(state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, Any]]:
@@ -74,10 +72,10 @@ def proceed(out: Emitter, playbook: model.Playbook, outcome: str) -> bool:
     if item.reported is not None:
         _decide_report(out, playbook, index, item)
     elif item.status == cs.PENDING:
-        _issue(out, playbook, index, item, 1)
+        _issue(out, index, item, 1)
     elif item.retry_at is not None:
         if item.retry_at <= out.now:
-            _issue(out, playbook, index, item, item.attempt + 1)
+            _issue(out, index, item, item.attempt + 1)
         else:
             out.wake(item.retry_at)
     return True
@@ -93,9 +91,8 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
         return
     error = dict(value) if isinstance(value, dict) else {"message": str(value)}
     spec = playbook.steps[item.target].spec.retry
-    if _retryable(spec, error, item.attempt):
-        wait = retry_delay(spec.backoff, spec.delay, item.attempt, spec.max_delay) if spec else 0.0
-        wait = max(wait, float(error.get("retry_after") or 0.0))
+    if policies.retryable(spec, error.get("kind"), item.attempt):
+        wait = policies.retry_wait(spec, item.attempt, error)
         out.emit(ev.COMMAND_RETRY_SCHEDULED, item.target, run=item.target_run,
                  index=st.NO_INDEX, attempt=item.attempt + 1, not_before=out.now + wait,
                  error=error, compensation=index)  # fmt: skip
@@ -106,19 +103,6 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
     out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
 
 
-def _retryable(spec: model.RetrySpec | None, error: dict[str, Any], attempt: int) -> bool:
-    kind = error.get("kind")
-    if spec is None:
-        return kind == "lost" and attempt < LOST_ATTEMPTS
-    return kind in spec.retry_on and attempt < spec.max_attempts
-
-
-def _issue(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item,
-           attempt: int) -> None:  # fmt: skip
-    key = ids.idempotency_key(out.state.execution_id, item.target, item.target_run, None, attempt)
-    command_id = out.new_id()
-    pool = pools.of_step(playbook.steps[item.target].spec.pool)  # its `spec` applies (DSL 10.5)
-    out.emit(ev.COMMAND_ISSUED, item.target, event_id=command_id, command_id=command_id,
-             run=item.target_run, index=st.NO_INDEX, attempt=attempt, idempotency_key=key,
-             compensation=index, **pools.issued_payload(pool),
-             **liveness.lease_fields(playbook, item.target))  # fmt: skip
+def _issue(out: Emitter, index: int, item: cs.Item, attempt: int) -> None:
+    # the compensation step's `spec` applies (DSL 10.5): its pool and lease, as for a step
+    out.issue(item.target, item.target_run, st.NO_INDEX, attempt, compensation=index)

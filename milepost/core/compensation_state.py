@@ -37,6 +37,12 @@ FAILED = "FAILED"
 LOST_MESSAGE = "worker lost (lease expired)"
 
 
+def lost_error(payload: dict[str, Any]) -> dict[str, Any]:
+    """The error of an attempt whose claim lapsed (`command.lease_expired`'s payload): a
+    step's attempt (`core.state`) or a compensation's."""
+    return {"kind": "lost", "message": payload.get("message") or LOST_MESSAGE, "retryable": True}
+
+
 @dataclass(slots=True)
 class Item:
     """One compensation: the step run it undoes and the run of the compensation step."""
@@ -162,8 +168,7 @@ def apply_report(item: Item, event: ev.Event) -> None:
     elif event.event_type == ev.COMMAND_FAILED:
         item.reported = (False, p.get("error") or {})
     else:  # command.lease_expired
-        item.reported = (False, {"kind": "lost", "retryable": True,
-                                 "message": p.get("message") or LOST_MESSAGE})  # fmt: skip
+        item.reported = (False, lost_error(p))
 
 
 def apply_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:

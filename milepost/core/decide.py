@@ -31,7 +31,7 @@ from milepost.core import approvals, budget, cancellation, causality, compensati
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.policies import retry_delay
+from milepost.core.policies import retry_wait, retryable
 from milepost.errors import TemplateError
 from milepost.playbook import model, pools, render
 from milepost.playbook.loop_result import LoopResult
@@ -65,6 +65,19 @@ class _Emitter:
     def wake(self, at: float) -> None:
         current = self.decision.wake_at
         self.decision.wake_at = at if current is None else min(current, at)
+
+    def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None:
+        """A `command.issued` of `step` (a compensation's too: `extra` marks it), in the
+        step's pool and with its lease."""
+        key = ids.idempotency_key(self.state.execution_id, step, run,
+                                  None if index == st.NO_INDEX else index, attempt)  # fmt: skip
+        # a command is named by the id of the event that issued it, as in NoETL's API
+        # (`/api/commands/{event_id}`)
+        command_id = self.new_id()
+        pool = pools.of_step(self.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
+        self.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
+                  index=index, attempt=attempt, idempotency_key=key, **extra,
+                  **pools.issued_payload(pool), **liveness.lease_fields(self.playbook, step))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -116,18 +129,11 @@ def _retry_spec(playbook: model.Playbook, step: str) -> model.RetrySpec | None:
     return playbook.steps[step].spec.retry
 
 
-LOST_ATTEMPTS = 3
-"""Attempts a command gets when its worker vanished (error kind `lost`) and the step has no
-`spec.retry`: losing a worker is the infrastructure's fault, not the step's."""
-
-
 def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Failure) -> bool:
     if _stopping(state):
         return False
     kind = f.error.get("kind")
-    if spec is None:
-        return kind == "lost" and f.attempt < LOST_ATTEMPTS
-    return kind != "approval" and kind in spec.retry_on and f.attempt < spec.max_attempts
+    return kind != "approval" and retryable(spec, kind, f.attempt)
 
 
 def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
@@ -139,8 +145,7 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
         for index, failure in sorted(sr.failures.items()):
             if not _retryable(out.state, spec, failure):
                 continue
-            wait = retry_delay(spec.backoff, spec.delay, failure.attempt, spec.max_delay) if spec else 0.0
-            wait = max(wait, float(failure.error.get("retry_after") or 0.0))
+            wait = retry_wait(spec, failure.attempt, failure.error)
             out.emit(ev.COMMAND_RETRY_SCHEDULED, sr.step, run=sr.run, index=index,
                      attempt=failure.attempt + 1, not_before=out.now + wait,
                      error=failure.error)  # fmt: skip
@@ -376,10 +381,10 @@ def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
 
 def _issue_first(out: _Emitter, step: str, run: int, items: list[Any] | None, limit: int) -> None:
     if items is None:
-        _issue(out, step, run, st.NO_INDEX, 1)
+        out.issue(step, run, st.NO_INDEX, 1)
         return
     for index in range(min(limit, len(items))):
-        _issue(out, step, run, index, 1)
+        out.issue(step, run, index, 1)
 
 
 def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], int]:
@@ -402,18 +407,6 @@ def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], 
             f"step '{step.name}': loop.spec.max_in_flight rendered {raw!r}, not an integer"
         ) from None
     return list(items), max(1, limit)
-
-
-def _issue(out: _Emitter, step: str, run: int, index: int, attempt: int) -> None:
-    key = ids.idempotency_key(out.state.execution_id, step, run,
-                              None if index == st.NO_INDEX else index, attempt)  # fmt: skip
-    # a command is named by the id of the event that issued it, as in NoETL's API
-    # (`/api/commands/{event_id}`)
-    command_id = out.new_id()
-    pool = pools.of_step(out.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
-    out.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-             index=index, attempt=attempt, idempotency_key=key, **pools.issued_payload(pool),
-             **liveness.lease_fields(out.playbook, step))  # fmt: skip
 
 
 # -- 5. approval gates -------------------------------------------------------------------------
@@ -465,14 +458,14 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
             return
         for index, at in sorted(sr.retry_at.items()):
             if at <= out.now:
-                _issue(out, sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
+                out.issue(sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
             else:
                 out.wake(at)
         if sr.is_loop:
             busy = len(sr.in_flight) + len(sr.retry_at)
             nxt = sr.next_index
             while busy < sr.max_in_flight and nxt < sr.total:
-                _issue(out, sr.step, sr.run, nxt, 1)
+                out.issue(sr.step, sr.run, nxt, 1)
                 busy += 1
                 nxt += 1
 

@@ -351,9 +351,7 @@ def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None
     if live is None:
         return
     cmd, sr = live
-    error = {"kind": "lost", "message": p.get("message") or "worker lost (lease expired)",
-             "retryable": True}  # fmt: skip
-    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=error)
+    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=cs.lost_error(p))
 
 
 def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
@@ -385,17 +383,7 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
     if status == SKIPPED:
         state.pending.pop(step, None)
     if status == COMPLETED:
-        result = p.get("result")
-        if "loop" in p:
-            result = LoopResult(result or [], failed=int(p["loop"].get("failed", 0)))
-        state.results[step] = result
-        run = int(p.get("run", sr.run if sr else 0))
-        state.completed_runs.append((step, run))
-        # only a compensation reads a run's result after its step ran again (DSL 10.5): a
-        # long run without compensations keeps none. An older log's exit does not say
-        # (no `compensable`): kept, as it always was.
-        if p.get("compensable", True):
-            state.run_results[(step, run)] = result
+        completed_run(state, step, int(p.get("run", sr.run if sr else 0)), p)
     elif status == FAILED:
         if sr is not None:
             sr.error = p.get("error")
@@ -407,6 +395,21 @@ def _apply_step_exit(state: ExecutionState, event: ev.Event) -> None:
         merged.update(target.get("args") or {})
     if p.get("dead_end"):
         state.dead_end = step
+
+
+def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any]) -> None:
+    """Record run `run` of `step` completed with the result of `p` (a `step.exit`'s payload,
+    or a `step.reused`'s: the same fields)."""
+    result = p.get("result")
+    if "loop" in p:
+        result = LoopResult(result or [], failed=int(p["loop"].get("failed", 0)))
+    state.results[step] = result
+    state.completed_runs.append((step, run))
+    # only a compensation reads a run's result after its step ran again (DSL 10.5): a
+    # long run without compensations keeps none. An older log's exit does not say
+    # (no `compensable`): kept, as it always was.
+    if p.get("compensable", True):
+        state.run_results[(step, run)] = result
 
 
 def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:

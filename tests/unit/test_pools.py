@@ -68,18 +68,12 @@ def test_a_bad_pool_name_is_refused_naming_the_field(where: str, value: str) -> 
     assert "letters, digits, '-', '_' and '.'" in found[0]
 
 
-class Recorder:
+class Recorder(notify.NullPublisher):
     def __init__(self) -> None:
         self.notices: list[notify.Notice] = []
 
     def notify(self, notices: Sequence[notify.Notice]) -> None:
         self.notices.extend(notices)
-
-    def notify_cancelled(self, execution_ids: Sequence[int]) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
 
 def _service() -> tuple[MemoryStore, Lifecycle, Recorder]:
