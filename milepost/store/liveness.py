@@ -11,7 +11,7 @@ from typing import Any
 
 from milepost.errors import ClaimRefused
 from milepost.store import port, projection
-from milepost.store.tables import CMD_COLS, Tables
+from milepost.store.tables import CMD_COLS, OPEN, Tables
 
 _HEARTBEAT = (
     "UPDATE command SET lease_expires_at = ? + COALESCE(lease_s, ?), updated_at=?"
@@ -62,7 +62,9 @@ class LivenessTable(Tables):
         return [(int(r[0]), float(r[1])) for r in self.rows(_STALLED, (now,))]
 
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
-        # the status as a literal: the partial index `command_open` (migration 6) matches it
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status='{port.COMMAND_CLAIMED}'"
-                         " AND claimed_at<? ORDER BY command_id", (now - after_s,))  # fmt: skip
+        # `OPEN` as the partial index `command_open` (migration 6) is written: SQLite uses
+        # an index only for a query that repeats its condition (else: every command read)
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND"
+                         f" status='{port.COMMAND_CLAIMED}' AND claimed_at<? ORDER BY command_id",
+                         (now - after_s,))  # fmt: skip
         return [port.CommandRow(*r) for r in rows]

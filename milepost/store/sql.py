@@ -32,6 +32,7 @@ from milepost.store.liveness import LivenessTable
 from milepost.store.restarts import RestartTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
+from milepost.store.tables import OPEN as OPEN  # named by migration 6
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -50,9 +51,6 @@ TRIES = 4
 NS_APPEND = 0x6D70_0002
 """The namespace of the keys appenders are serialized on (`lock_key`)."""
 
-OPEN = f"status IN ('{port.COMMAND_QUEUED}', '{port.COMMAND_CLAIMED}')"
-"""Open commands, as the partial indexes `command_open` and `command_queue` (migration 6)
-are written: statuses as literals, which a planner can match with an index's condition."""
 _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"

@@ -14,6 +14,10 @@ from milepost.store import port
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
             " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 """The `command` columns of a `port.CommandRow`, in its order."""
+OPEN = f"status IN ('{port.COMMAND_QUEUED}', '{port.COMMAND_CLAIMED}')"
+"""Open commands, as the partial indexes `command_open` and `command_queue` (migration 6)
+are written: statuses as literals, which a planner can match with an index's condition
+(SQLite's only when the query repeats the condition itself)."""
 
 NS_CATALOG = 0x6D70_0003
 NS_MACHINE = 0x6D70_0005
