@@ -159,7 +159,7 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             try:
                 stored, claimed, logged = self.write_batch(events, claim, expect, claims, careful)
                 self.seqs.committed([*stored, *logged])
-                return stored, projection.with_events(claimed, logged)
+                return stored, claimed  # each lease with its event (`write_batch`)
             except (RepeatedId, SeqTaken):
                 # what the first try trusted (no repeated ids, the cached seqs) was not so:
                 # read the known ids and the seqs under the writers' lock this time
