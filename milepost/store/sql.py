@@ -244,18 +244,10 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                                 seq))  # fmt: skip
         return out
 
-    def log_events(self, conn: Conn, events: Sequence[ev.Event],
-                   ends: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
-        """Append events the store makes itself (claims, releases: fresh ids, no
-        projection) in the caller's transaction, numbered under the writers' lock. `ends`:
-        the logs the transaction has appended to (it holds them) and where they end now;
-        any other is read."""
-        xids = sorted({e.execution_id for e in events})
-        ends = ends or {}
-        last = {x: ends[x] for x in xids if x in ends}
-        rest = [x for x in xids if x not in ends]
-        if rest:
-            last.update(self.last_seqs(conn, rest, {}, careful=True))
+    def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
+        """Append events the store makes itself (a claim by id, a release: fresh ids, no
+        projection) in the caller's transaction, numbered under the writers' lock."""
+        last = self.last_seqs(conn, sorted({e.execution_id for e in events}), {}, careful=True)
         stored = self.numbered(events, last)
         inserted = self.insert_rows(conn, [event_row(e, self.encode_result(conn, e)) for e in stored],
                                     strict=True)  # fmt: skip
