@@ -276,9 +276,10 @@ class PostgresStore(sql.SQLStore):
     def lock_key(self, conn: Conn, namespace: int, key: int) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (namespace, key))
 
-    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> int:
         with conn.cursor() as cur:
             cur.executemany(_pg(text), rows)
+            return cur.rowcount  # the sum over the rows (not known yet in a pipeline)
 
     def for_update(self, of: str) -> str:
         return f" FOR UPDATE OF {of}" if of else " FOR UPDATE"

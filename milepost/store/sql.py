@@ -105,10 +105,6 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         if any(live.get(cid) != epoch for cid, epoch in claims.items()):
             raise _moved(claims)
 
-    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
-        """A shared statement once per row of parameters."""
-        conn.executemany(self.sql(text), rows)
-
     def for_update(self, of: str) -> str:
         """The row-lock clause of a SELECT (`of`: the table alias), if the dialect has one."""
         return ""

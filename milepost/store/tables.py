@@ -52,6 +52,10 @@ class Tables:
         """Hold off other writers of (namespace, key) until the transaction ends (nothing
         where a write transaction holds the whole database)."""
 
+    def many(self, conn: Any, text: str, rows: Sequence[Sequence[Any]]) -> int:
+        """A shared statement once per row of parameters, in one call; the rows changed."""
+        return int(conn.executemany(self.sql(text), rows).rowcount)
+
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.read() as conn:
             return list(conn.execute(self.sql(text), params).fetchall())
