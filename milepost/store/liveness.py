@@ -39,12 +39,11 @@ class LivenessTable(Tables):
     def project_liveness(self, conn: Any, change: projection.Changes) -> None:
         """Set the lease and stall columns of rows this append's `issued` and `started`
         inserted (only for playbooks that set them)."""
-        for lease_s, command_id in change.leases:
-            conn.execute(self.sql("UPDATE command SET lease_s=? WHERE command_id=?"),
-                         (lease_s, command_id))  # fmt: skip
-        for stall_after, execution_id in change.stalls:
-            conn.execute(self.sql("UPDATE execution SET stall_after=? WHERE execution_id=?"),
-                         (stall_after, execution_id))  # fmt: skip
+        if change.leases:
+            self.many(conn, "UPDATE command SET lease_s=? WHERE command_id=?", change.leases)
+        if change.stalls:
+            self.many(conn, "UPDATE execution SET stall_after=? WHERE execution_id=?",
+                      change.stalls)  # fmt: skip
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> port.Lease:  # fmt: skip
