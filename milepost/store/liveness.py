@@ -17,10 +17,12 @@ _HEARTBEAT = (
     "UPDATE command SET lease_expires_at = ? + COALESCE(lease_s, ?), updated_at=?"
     " WHERE command_id=? AND status=? AND worker_id=? AND epoch=? RETURNING lease_expires_at"
 )
+LAST_AT = ("COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
+           " ORDER BY e.seq DESC LIMIT 1), x.updated_at)")
+"""When run `x` last spoke: its last event's time, else its row's (the re-drive reads it too)."""
 _STALLED = (
     "SELECT execution_id, last_at FROM (SELECT x.execution_id, x.stall_after,"
-    " COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
-    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) AS last_at FROM execution x"
+    f" {LAST_AT} AS last_at FROM execution x"
     " WHERE x.status='RUNNING' AND x.stall_after IS NOT NULL) s"
     " WHERE last_at < ? - stall_after ORDER BY execution_id"
 )

@@ -24,7 +24,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import approval_table, port, projection, usage_table, worker_table
+from milepost.store import approval_table, liveness, port, projection, usage_table, worker_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
 from milepost.store.children_table import ChildrenTable
@@ -55,8 +55,7 @@ _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
     f" AND c.{OPEN}) AND NOT {approval_table.WAITING}"
-    " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
-    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
+    f" AND {liveness.LAST_AT} < ?"
     " ORDER BY x.execution_id"
 )
 _SETTLE = "UPDATE command SET status=?, updated_at=? WHERE command_id=?"
