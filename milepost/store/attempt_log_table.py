@@ -14,13 +14,12 @@ _ADD = (f"INSERT INTO attempt_log ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?)"
 
 class AttemptLogTable(Tables):
     def add_attempt_logs(self, rows: Sequence[LogRow]) -> int:
-        added = 0
-        with self.txn() as conn:
-            for r in rows:
-                added += conn.execute(self.sql(_ADD), (
-                    r.execution_id, r.step, r.command_id, r.attempt, r.event_id, r.stream,
-                    r.text, r.cut, r.created_at)).rowcount  # fmt: skip
-        return added
+        if not rows:
+            return 0
+        with self.txn() as conn:  # one batch (on PostgreSQL one round trip, not one a row)
+            return self.many(conn, _ADD, [(r.execution_id, r.step, r.command_id, r.attempt,
+                                           r.event_id, r.stream, r.text, r.cut, r.created_at)
+                                          for r in rows])  # fmt: skip
 
     def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
                      limit: int = LOG_PAGE) -> list[LogRow]:  # fmt: skip

@@ -11,16 +11,18 @@ from typing import Any
 
 from milepost.errors import ClaimRefused
 from milepost.store import port, projection
-from milepost.store.tables import CMD_COLS, Tables
+from milepost.store.tables import CMD_COLS, OPEN, Tables
 
 _HEARTBEAT = (
     "UPDATE command SET lease_expires_at = ? + COALESCE(lease_s, ?), updated_at=?"
     " WHERE command_id=? AND status=? AND worker_id=? AND epoch=? RETURNING lease_expires_at"
 )
+LAST_AT = ("COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
+           " ORDER BY e.seq DESC LIMIT 1), x.updated_at)")
+"""When run `x` last spoke: its last event's time, else its row's (the re-drive reads it too)."""
 _STALLED = (
     "SELECT execution_id, last_at FROM (SELECT x.execution_id, x.stall_after,"
-    " COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
-    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) AS last_at FROM execution x"
+    f" {LAST_AT} AS last_at FROM execution x"
     " WHERE x.status='RUNNING' AND x.stall_after IS NOT NULL) s"
     " WHERE last_at < ? - stall_after ORDER BY execution_id"
 )
@@ -39,12 +41,11 @@ class LivenessTable(Tables):
     def project_liveness(self, conn: Any, change: projection.Changes) -> None:
         """Set the lease and stall columns of rows this append's `issued` and `started`
         inserted (only for playbooks that set them)."""
-        for lease_s, command_id in change.leases:
-            conn.execute(self.sql("UPDATE command SET lease_s=? WHERE command_id=?"),
-                         (lease_s, command_id))  # fmt: skip
-        for stall_after, execution_id in change.stalls:
-            conn.execute(self.sql("UPDATE execution SET stall_after=? WHERE execution_id=?"),
-                         (stall_after, execution_id))  # fmt: skip
+        if change.leases:
+            self.many(conn, "UPDATE command SET lease_s=? WHERE command_id=?", change.leases)
+        if change.stalls:
+            self.many(conn, "UPDATE execution SET stall_after=? WHERE execution_id=?",
+                      change.stalls)  # fmt: skip
 
     def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
                   lease_s: float) -> port.Lease:  # fmt: skip
@@ -62,7 +63,9 @@ class LivenessTable(Tables):
         return [(int(r[0]), float(r[1])) for r in self.rows(_STALLED, (now,))]
 
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
-        # the status as a literal: the partial index `command_open` (migration 6) matches it
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE status='{port.COMMAND_CLAIMED}'"
-                         " AND claimed_at<? ORDER BY command_id", (now - after_s,))  # fmt: skip
+        # `OPEN` as the partial index `command_open` (migration 6) is written: SQLite uses
+        # an index only for a query that repeats its condition (else: every command read)
+        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND"
+                         f" status='{port.COMMAND_CLAIMED}' AND claimed_at<? ORDER BY command_id",
+                         (now - after_s,))  # fmt: skip
         return [port.CommandRow(*r) for r in rows]

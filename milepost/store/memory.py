@@ -283,13 +283,13 @@ class MemoryStore(MemoryLeases, port.Appends):
         rows = sorted(filter(claimable, db.commands.values()),
                       key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
         own = [db.leases.get(r.command_id, req.lease_s) for r in rows]
-        leases = [port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + s, lease_s=s)
-                  for r, s in zip(rows, own, strict=True)]  # fmt: skip
-        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, lease.epoch,
-                                                      lease.expires_at, req.now)
-                             for r, lease in zip(rows, leases, strict=True)])  # fmt: skip
-        return projection.with_events([(db.commands[r.command_id], lease) for r, lease
-                                       in zip(rows, leases, strict=True)], logged)  # fmt: skip
+        # `_take` logs them in this order: each lease gets its numbered `command.claimed`
+        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, r.epoch + 1,
+                                                      req.now + s, req.now)
+                             for r, s in zip(rows, own, strict=True)])  # fmt: skip
+        return [(db.commands[r.command_id], port.Lease(r.command_id, req.worker_id, r.epoch + 1,
+                                                       req.now + s, e, s))
+                for r, s, e in zip(rows, own, logged, strict=True)]  # fmt: skip
 
     def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
                 new_id: Callable[[], int]) -> bool:  # fmt: skip

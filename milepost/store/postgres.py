@@ -276,9 +276,10 @@ class PostgresStore(sql.SQLStore):
     def lock_key(self, conn: Conn, namespace: int, key: int) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (namespace, key))
 
-    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> int:
         with conn.cursor() as cur:
             cur.executemany(_pg(text), rows)
+            return cur.rowcount  # the sum over the rows (not known yet in a pipeline)
 
     def for_update(self, of: str) -> str:
         return f" FOR UPDATE OF {of}" if of else " FOR UPDATE"
@@ -293,8 +294,6 @@ class PostgresStore(sql.SQLStore):
                     careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
         # one pipeline: nothing waits for an answer before the commit unless a seq must be
         # read (`last_seqs`) or an insert that may skip repeated ids must be counted
-        xids = {e.execution_id for e in events}
-        vouched = not careful and expect is not None and xids <= expect.keys()
         with self._claiming_lock:
             self._claiming += not events
             # a claim alone of this process may be writing `command.claimed` to these logs
@@ -306,7 +305,8 @@ class PostgresStore(sql.SQLStore):
                 with conn.pipeline() as pipe, conn.transaction():
                     self.check_claims(conn, claims)
                     ends: dict[int, int] = {}
-                    check = self.insert_events(conn, events, expect, careful, ends, read)
+                    check, vouched = self.insert_events(conn, events, expect, careful, ends,
+                                                        read)  # fmt: skip
                     collect = (None if claim is None
                                else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
                     if not vouched:
@@ -322,10 +322,12 @@ class PostgresStore(sql.SQLStore):
 
     def insert_events(self, conn: Conn, events: Sequence[ev.Event],
                       expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
-                      read: bool = False) -> Callable[[], list[ev.Event]]:  # fmt: skip
+                      read: bool = False) -> tuple[Callable[[], list[ev.Event]], bool]:  # fmt: skip
         """Queue the numbered insert of `events` and their projections; the call (before
         the commit) returns the events stored, or raises RepeatedId. `ends` is given where
-        each log written to ends after the insert (for the claims' events)."""
+        each log written to ends after the insert (for the claims' events). With it:
+        whether the insert is strict (the caller vouched for the logs: a short count
+        fails the commit itself, so nothing need be counted before it)."""
         stored, rows, strict = self.number_events(conn, events, expect, careful, ends, read)
         inserted = self.insert_rows(conn, rows, strict=strict) if rows else (lambda: 0)
         self.project(conn, stored)
@@ -335,7 +337,7 @@ class PostgresStore(sql.SQLStore):
                 raise sql.RepeatedId()
             return stored
 
-        return check
+        return check, strict
 
     def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
                     strict: bool) -> Any:  # fmt: skip

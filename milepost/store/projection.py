@@ -230,13 +230,3 @@ def rebuild(log: Sequence[ev.Event]) -> Rebuilt:
     for event in log:
         apply(changes([event]), out.executions, out.commands, out.approvals)
     return out
-
-
-def with_events(claimed: port.Claimed, logged: Sequence[ev.Event]) -> port.Claimed:
-    """Each claim with the `command.claimed` event that records it (a store that made the
-    leases with their events hands them back as they are)."""
-    if not logged or all(lease.event is not None for _, lease in claimed):
-        return claimed
-    by_command = {int(e.payload["command_id"]): e for e in logged}
-    return [(row, dataclasses.replace(lease, event=by_command.get(row.command_id)))
-            for row, lease in claimed]  # fmt: skip

@@ -13,9 +13,7 @@ from milepost.store.tables import Tables
 class RestartTable(Tables):
     def project_restarts(self, conn: Any, restarts: Sequence[tuple[int, int]]) -> None:
         """Set the link of rows this append's `started` inserted."""
-        for restarted_from, execution_id in restarts:
-            conn.execute(self.sql("UPDATE execution SET restarted_from=? WHERE execution_id=?"),
-                         (restarted_from, execution_id))  # fmt: skip
+        self.many(conn, "UPDATE execution SET restarted_from=? WHERE execution_id=?", restarts)
 
     def restarts_of(self, execution_id: int) -> list[int]:
         # ids are made in time order: the oldest restart first

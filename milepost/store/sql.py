@@ -24,7 +24,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
-from milepost.store import approval_table, port, projection, usage_table, worker_table
+from milepost.store import approval_table, liveness, port, projection, usage_table, worker_table
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
 from milepost.store.children_table import ChildrenTable
@@ -32,6 +32,7 @@ from milepost.store.liveness import LivenessTable
 from milepost.store.restarts import RestartTable
 from milepost.store.seqs import SeqCache
 from milepost.store.tables import CMD_COLS as CMD_COLS  # the dialects read sql.CMD_COLS
+from milepost.store.tables import OPEN as OPEN  # named by migration 6
 
 Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
@@ -50,15 +51,11 @@ TRIES = 4
 NS_APPEND = 0x6D70_0002
 """The namespace of the keys appenders are serialized on (`lock_key`)."""
 
-OPEN = f"status IN ('{port.COMMAND_QUEUED}', '{port.COMMAND_CLAIMED}')"
-"""Open commands, as the partial indexes `command_open` and `command_queue` (migration 6)
-are written: statuses as literals, which a planner can match with an index's condition."""
 _REDRIVE = (
     "SELECT x.execution_id FROM execution x WHERE x.status='RUNNING'"
     " AND NOT EXISTS (SELECT 1 FROM command c WHERE c.execution_id = x.execution_id"
     f" AND c.{OPEN}) AND NOT {approval_table.WAITING}"
-    " AND COALESCE((SELECT e.created_at FROM event e WHERE e.execution_id = x.execution_id"
-    " ORDER BY e.seq DESC LIMIT 1), x.updated_at) < ?"
+    f" AND {liveness.LAST_AT} < ?"
     " ORDER BY x.execution_id"
 )
 _SETTLE = "UPDATE command SET status=?, updated_at=? WHERE command_id=?"
@@ -106,10 +103,6 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         live = {int(r[0]): int(r[1]) for r in rows}
         if any(live.get(cid) != epoch for cid, epoch in claims.items()):
             raise _moved(claims)
-
-    def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> None:
-        """A shared statement once per row of parameters."""
-        conn.executemany(self.sql(text), rows)
 
     def for_update(self, of: str) -> str:
         """The row-lock clause of a SELECT (`of`: the table alias), if the dialect has one."""
@@ -161,7 +154,7 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             try:
                 stored, claimed, logged = self.write_batch(events, claim, expect, claims, careful)
                 self.seqs.committed([*stored, *logged])
-                return stored, projection.with_events(claimed, logged)
+                return stored, claimed  # each lease with its event (`write_batch`)
             except (RepeatedId, SeqTaken):
                 # what the first try trusted (no repeated ids, the cached seqs) was not so:
                 # read the known ids and the seqs under the writers' lock this time
@@ -246,18 +239,10 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                                 seq))  # fmt: skip
         return out
 
-    def log_events(self, conn: Conn, events: Sequence[ev.Event],
-                   ends: Mapping[int, int] | None = None) -> list[ev.Event]:  # fmt: skip
-        """Append events the store makes itself (claims, releases: fresh ids, no
-        projection) in the caller's transaction, numbered under the writers' lock. `ends`:
-        the logs the transaction has appended to (it holds them) and where they end now;
-        any other is read."""
-        xids = sorted({e.execution_id for e in events})
-        ends = ends or {}
-        last = {x: ends[x] for x in xids if x in ends}
-        rest = [x for x in xids if x not in ends]
-        if rest:
-            last.update(self.last_seqs(conn, rest, {}, careful=True))
+    def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
+        """Append events the store makes itself (a claim by id, a release: fresh ids, no
+        projection) in the caller's transaction, numbered under the writers' lock."""
+        last = self.last_seqs(conn, sorted({e.execution_id for e in events}), {}, careful=True)
         stored = self.numbered(events, last)
         inserted = self.insert_rows(conn, [event_row(e, self.encode_result(conn, e)) for e in stored],
                                     strict=True)  # fmt: skip

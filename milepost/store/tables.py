@@ -14,6 +14,10 @@ from milepost.store import port
 CMD_COLS = ("command_id, execution_id, step, run, idx, attempt, idempotency_key, status,"
             " worker_id, epoch, lease_expires_at, created_at, pool")  # fmt: skip
 """The `command` columns of a `port.CommandRow`, in its order."""
+OPEN = f"status IN ('{port.COMMAND_QUEUED}', '{port.COMMAND_CLAIMED}')"
+"""Open commands, as the partial indexes `command_open` and `command_queue` (migration 6)
+are written: statuses as literals, which a planner can match with an index's condition
+(SQLite's only when the query repeats the condition itself)."""
 
 NS_CATALOG = 0x6D70_0003
 NS_MACHINE = 0x6D70_0005
@@ -47,6 +51,10 @@ class Tables:
     def lock_key(self, conn: Any, namespace: int, key: int) -> None:
         """Hold off other writers of (namespace, key) until the transaction ends (nothing
         where a write transaction holds the whole database)."""
+
+    def many(self, conn: Any, text: str, rows: Sequence[Sequence[Any]]) -> int:
+        """A shared statement once per row of parameters, in one call; the rows changed."""
+        return int(conn.executemany(self.sql(text), rows).rowcount)
 
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.read() as conn:
