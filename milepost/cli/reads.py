@@ -23,6 +23,8 @@ LOCAL_POLL = 0.2
 there: another process, `milepost run` or `resume`, writes the run)."""
 SERVER_POLL = 0.5
 """How often `events --follow` asks a server for the events past the last one."""
+APPROVALS_PAGE = 500
+"""Approvals read a page at a time by `milepost approvals`."""
 
 
 class Runs(Protocol):
@@ -57,6 +59,10 @@ class Runs(Protocol):
 
     def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
         """`{status, entries, next}`: what the run printed past the cursor `after`."""
+        ...
+
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        """Every approval of this status (and run), page after page."""
         ...
 
 
@@ -135,6 +141,17 @@ class LocalRuns:
                              "text": r.text, "cut": r.cut, "created_at": iso(r.created_at)}
                             for r in rows]}  # fmt: skip
 
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        from milepost.api import views
+
+        rows = []
+        after: int | None = None
+        while page := self.engine.approvals(status=status, execution_id=execution_id,
+                                            limit=APPROVALS_PAGE, after=after):  # fmt: skip
+            rows.extend(page)
+            after = page[-1].approval_id
+        return [views.approval_item(r).model_dump() for r in rows]
+
 
 class ServerRuns:
     """The runs of a server, through its API."""
@@ -181,6 +198,16 @@ class ServerRuns:
 
     def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
         return self.client.logs(execution_id, step=step, after=after)
+
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            body = self.client.approvals(status=status, execution_id=execution_id,
+                                         limit=APPROVALS_PAGE, after=after)  # fmt: skip
+            items.extend(body["items"])
+            if (after := body.get("next")) is None:
+                return items
 
 
 @contextmanager
