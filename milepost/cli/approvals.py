@@ -11,7 +11,6 @@ anyway. A vote there is appended behind the log as it was read
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -28,6 +27,7 @@ from milepost.cli.inputs import (
     server_client,
 )
 from milepost.cli.output import Format, chosen, emit, fail, out, remote, time_left
+from milepost.cli.reads import runs
 
 if TYPE_CHECKING:
     from milepost.engine.webhooks import WebhookNotifier
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 STATUSES = ("pending", "granted", "denied", "expired", "invalidated", "cancelled")
-PAGE = 500
 
 UserOption = Annotated[str | None, typer.Option(
     "--user", help="Who decides, on the local database: user:<USER> \\[env: MILEPOST_USER; "
@@ -59,13 +58,8 @@ def approvals(
     if status != "all" and status not in STATUSES:
         raise fail(f"--status {status!r}: use one of {', '.join(STATUSES)} or all")
     wanted = None if status == "all" else status
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            items = _pages(lambda after: remote(lambda: client.approvals(
-                status=wanted, execution_id=execution, limit=PAGE, after=after)))  # fmt: skip
-    else:
-        items = _local(db, wanted, execution)
+    with runs(server, db) as where:
+        items = remote(lambda: where.approvals(status=wanted, execution_id=execution))
     if (fmt := chosen(output, json_out)) is not Format.table:
         emit(items, fmt)
         return
@@ -73,29 +67,6 @@ def approvals(
         out.print(f"no {wanted or ''} approvals".replace("  ", " "))
         return
     out.print(table(items, time.time()))
-
-
-def _pages(page: Callable[[str | None], dict[str, Any]]) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    after: str | None = None
-    while True:
-        body = page(after)
-        items.extend(body["items"])
-        if (after := body.get("next")) is None:
-            return items
-
-
-def _local(db: str | None, status: str | None, execution: int | None) -> list[dict[str, Any]]:
-    from milepost.api import views  # the server's wire shape: --json reads the same both ways
-
-    with opened(db) as store:
-        rows = []
-        after: int | None = None
-        while page := store.list_approvals(status=status, execution_id=execution, limit=PAGE,
-                                           after=after):  # fmt: skip
-            rows.extend(page)
-            after = page[-1].approval_id
-    return [views.approval_item(r).model_dump() for r in rows]
 
 
 def table(items: list[dict[str, Any]], now: float) -> Table:

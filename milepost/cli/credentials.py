@@ -4,6 +4,8 @@ database (encrypted with MILEPOST_SECRET_KEY) or of a server (`--server`, throug
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -15,14 +17,12 @@ from milepost.cli.inputs import (
     OutputOption,
     ServerOption,
     json_object,
-    local_store,
+    opened,
     server_client,
 )
 from milepost.cli.output import Format, chosen, emit, fail, out, remote
 from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
-from milepost.errors import MilepostError
-from milepost.store.port import Store
 
 app = typer.Typer()
 credential_app = typer.Typer(no_args_is_help=True,
@@ -31,13 +31,11 @@ credential_app = typer.Typer(no_args_is_help=True,
 app.add_typer(credential_app, name="credential")
 
 
-def _vault(db: str | None) -> tuple[Store, Vault]:
-    store = local_store(db)
-    try:
-        return store, Vault.from_env(store)
-    except MilepostError:
-        store.close()
-        raise
+@contextlib.contextmanager
+def _vault(db: str | None) -> Iterator[Vault]:
+    """The local database's credentials (MILEPOST_SECRET_KEY), its store closed after."""
+    with opened(db) as store:
+        yield Vault.from_env(store)
 
 
 @credential_app.command("set")
@@ -60,11 +58,8 @@ def credential_set(
             remote(lambda: client.put_credential(name, type_, fields))
         out.print(f"credential {name} ({type_}) stored on the server, encrypted", highlight=False)
         return
-    store, vault = _vault(db)
-    try:
+    with _vault(db) as vault:
         vault.put(name, type_, fields)
-    finally:
-        store.close()
     out.print(f"credential {name} ({type_}) stored, encrypted", highlight=False)
 
 
@@ -77,11 +72,8 @@ def credential_list(db: DbOption = None, server: ServerOption = None,
         with client:
             items = remote(client.credentials)
     else:
-        store, vault = _vault(db)
-        try:
+        with _vault(db) as vault:
             items = vault.list()
-        finally:
-            store.close()
     if (fmt := chosen(output, json_out)) is not Format.table:
         emit(items, fmt)
         return
@@ -99,11 +91,8 @@ def credential_delete(name: str, db: DbOption = None, server: ServerOption = Non
         with client:
             deleted = remote(lambda: client.delete_credential(name))
     else:
-        store, vault = _vault(db)
-        try:
+        with _vault(db) as vault:
             deleted = vault.delete(name)
-        finally:
-            store.close()
     if not deleted:
         raise fail(f"no credential {name!r}")
     out.print(f"credential {name} deleted", highlight=False)

@@ -3,13 +3,13 @@ or a server (`engine.diagnosis`): one finding per line, the most likely cause fi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import typer
 
-from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption
 from milepost.cli.output import Format, OutputOption, chosen, emit, out, remote
+from milepost.cli.reads import runs
 
 app = typer.Typer()
 
@@ -21,24 +21,13 @@ def doctor(execution_id: int, db: DbOption = None, server: ServerOption = None,
     """Say why a run is not moving (an approval and who may decide, a claimed command and
     its lease, a pool with no live worker, a loop, a retry timer, a budget or stall limit
     near), or for an ended run that it completed or its first error."""
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            found = remote(lambda: client.diagnosis(execution_id))
-    else:
-        found = remote(lambda: _local(db, execution_id))
+    with runs(server, db) as where:
+        found = remote(lambda: where.diagnosis(execution_id))
     if (fmt := chosen(output, json_out)) is not Format.table:  # table: a finding a line
         emit(found, fmt)
         return
     for line in lines(found):
         out.print(line, highlight=False, markup=False, soft_wrap=True)
-
-
-def _local(db: str | None, execution_id: int) -> dict[str, Any]:
-    from milepost.engine import diagnosis
-
-    with opened(db) as store:
-        return diagnosis.local(store, execution_id, time.time())
 
 
 def lines(found: dict[str, Any]) -> list[str]:

@@ -11,8 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
-from milepost.cli.inputs import DbOption, ServerOption, opened, server_client
-from milepost.cli.output import err, fail, iso, out, remote
+from milepost.cli import exit_codes
+from milepost.cli.inputs import DbOption, ServerOption
+from milepost.cli.output import err, out, remote
+from milepost.cli.reads import runs
 from milepost.core import state as st
 from milepost.store.attempt_logs import LOG_PAGE
 
@@ -35,26 +37,9 @@ def logs(
 ) -> None:  # fmt: skip
     """Print what an execution's steps printed: stdout, stderr and tracebacks, per attempt
     (local database or a server)."""
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            _show(lambda after: remote(lambda: client.logs(execution_id, step=step, after=after)),
-                  execution_id, follow, json_out)  # fmt: skip
-        return
-    with opened(db) as store:
-        def page(after: int) -> dict[str, Any]:
-            # the status first: entries read after it was terminal are all there will be
-            row = store.get_execution(execution_id)
-            if row is None:
-                raise fail(f"no execution {execution_id}")
-            rows = store.attempt_logs(execution_id, step=step, after=after)
-            return {"status": row.status, "next": rows[-1].log_id if rows else after,
-                    "entries": [{"cursor": r.log_id, "step": r.step, "attempt": r.attempt,
-                                 "command_id": str(r.command_id), "stream": r.stream,
-                                 "text": r.text, "cut": r.cut, "created_at": iso(r.created_at)}
-                                for r in rows]}  # fmt: skip
-
-        _show(page, execution_id, follow, json_out)
+    with runs(server, db) as where:
+        _show(lambda after: remote(lambda: where.logs(execution_id, step=step, after=after)),
+              execution_id, follow, json_out)  # fmt: skip
 
 
 def _show(page: Page, execution_id: int, follow: bool, json_out: bool) -> None:
@@ -73,7 +58,7 @@ def _show(page: Page, execution_id: int, follow: bool, json_out: bool) -> None:
             time.sleep(FOLLOW_POLL)
     except KeyboardInterrupt:
         err.print(f"stopped following execution {execution_id}; the run goes on", highlight=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_codes.INTERRUPTED) from None
     if not shown and not json_out:
         err.print(f"execution {execution_id} ({body['status']}) has printed nothing"
                   f"{' yet' if body['status'] not in st.TERMINAL else ''}", highlight=False)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from milepost.cli.inputs import local_store, server_client
+from milepost.cli.output import iso
 from milepost.client import MilepostClient
 from milepost.core import state as st
 from milepost.engine import describe, event_query, summaries
@@ -22,6 +23,8 @@ LOCAL_POLL = 0.2
 there: another process, `milepost run` or `resume`, writes the run)."""
 SERVER_POLL = 0.5
 """How often `events --follow` asks a server for the events past the last one."""
+APPROVALS_PAGE = 500
+"""Approvals read a page at a time by `milepost approvals`."""
 
 
 class Runs(Protocol):
@@ -46,6 +49,20 @@ class Runs(Protocol):
     def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
                tail: int | None = None) -> dict[str, Any]:
         """`{events, next, last_seq, status}`: a page past seq `after` (`tail`: the last)."""
+        ...
+
+    def diagnosis(self, execution_id: int) -> dict[str, Any]: ...
+
+    def usage(self, path: str | None) -> list[dict[str, Any]]: ...
+
+    def workers(self, *, pool: str | None, status: str | None) -> list[dict[str, Any]]: ...
+
+    def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
+        """`{status, entries, next}`: what the run printed past the cursor `after`."""
+        ...
+
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        """Every approval of this status (and run), page after page."""
         ...
 
 
@@ -98,6 +115,43 @@ class LocalRuns:
         return {"events": [views.event_out(e).model_dump() for e in page.events],
                 "next": page.next_after, "last_seq": page.last_seq, "status": page.status}  # fmt: skip
 
+    def diagnosis(self, execution_id: int) -> dict[str, Any]:
+        from milepost.engine import diagnosis
+
+        return diagnosis.local(self.store, execution_id, self.engine.clock())
+
+    def usage(self, path: str | None) -> list[dict[str, Any]]:
+        from milepost.api import views
+
+        return [views.playbook_usage(r).model_dump() for r in self.engine.playbook_usage(path)]
+
+    def workers(self, *, pool: str | None, status: str | None) -> list[dict[str, Any]]:
+        from milepost.api import schemas_workers
+
+        found = self.engine.workers(pool=pool, status=status)
+        return [schemas_workers.worker_out(w).model_dump() for w in found]
+
+    def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
+        # the status first: entries read after it was terminal are all there will be
+        row = self.engine.execution(execution_id)
+        rows = self.engine.logs(execution_id, step=step, after=after)
+        return {"status": row.status, "next": rows[-1].log_id if rows else after,
+                "entries": [{"cursor": r.log_id, "step": r.step, "attempt": r.attempt,
+                             "command_id": str(r.command_id), "stream": r.stream,
+                             "text": r.text, "cut": r.cut, "created_at": iso(r.created_at)}
+                            for r in rows]}  # fmt: skip
+
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        from milepost.api import views
+
+        rows = []
+        after: int | None = None
+        while page := self.engine.approvals(status=status, execution_id=execution_id,
+                                            limit=APPROVALS_PAGE, after=after):  # fmt: skip
+            rows.extend(page)
+            after = page[-1].approval_id
+        return [views.approval_item(r).model_dump() for r in rows]
+
 
 class ServerRuns:
     """The runs of a server, through its API."""
@@ -131,6 +185,29 @@ class ServerRuns:
         return self.client.event_page(execution_id, step=query.step,
                                       types=",".join(query.types) or None, after=after,
                                       tail=tail)  # fmt: skip
+
+    def diagnosis(self, execution_id: int) -> dict[str, Any]:
+        return self.client.diagnosis(execution_id)
+
+    def usage(self, path: str | None) -> list[dict[str, Any]]:
+        return self.client.usage(path)
+
+    def workers(self, *, pool: str | None, status: str | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.client.workers(pool=pool, status=status)["items"]
+        return items
+
+    def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
+        return self.client.logs(execution_id, step=step, after=after)
+
+    def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            body = self.client.approvals(status=status, execution_id=execution_id,
+                                         limit=APPROVALS_PAGE, after=after)  # fmt: skip
+            items.extend(body["items"])
+            if (after := body.get("next")) is None:
+                return items
 
 
 @contextmanager

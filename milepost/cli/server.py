@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from milepost.cli.inputs import ServerDbOption, ServerOption, local_store, server_settings
+from milepost.cli.inputs import ServerDbOption, ServerOption, opened, server_settings
 from milepost.cli.output import JsonOption, OutputOption, fail
 
 app = typer.Typer()
@@ -69,12 +69,9 @@ def token_create(
     for what, value in (("--user", user), *(("--approver-role", r) for r in roles)):
         if value is not None and not auth.NAME.fullmatch(value):
             raise fail(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
-    store = local_store(db)  # migrated as it opens
-    try:
+    with opened(db) as store:  # migrated as it opens
         token = auth.create_token(store, role, name, time.time(), user=user,
                                   approver_roles=roles)  # fmt: skip
-    finally:
-        store.close()
     typer.echo(token)
 
 
@@ -91,11 +88,8 @@ def token_list(db: ServerDbOption = None, output: OutputOption = None,
 
     from milepost.cli.output import Format, chosen, emit, iso, out
 
-    store = local_store(db)
-    try:
+    with opened(db) as store:
         rows = store.list_tokens()
-    finally:
-        store.close()
     items = [{"id": r.token_hash[:TOKEN_ID], "role": r.role, "name": r.name, "user": r.user,
               "approver_roles": list(r.approver_roles), "created_at": iso(r.created_at)}
              for r in rows]  # fmt: skip
@@ -119,8 +113,7 @@ def token_revoke(
     cache time (5 s)."""
     from milepost.api import auth
 
-    store = local_store(db)
-    try:
+    with opened(db) as store:
         if token.startswith(auth.TOKEN_PREFIX):
             key = auth.token_hash(token)
         elif len(token) < MIN_TOKEN_ID:
@@ -134,8 +127,6 @@ def token_revoke(
             key = found[0] if found else token
         if not store.delete_token(key):
             raise fail(f"no token {token!r} (`milepost token list` shows them)")
-    finally:
-        store.close()
     typer.echo(f"token {key[:TOKEN_ID]} revoked")
 
 

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption
 from milepost.cli.output import Format, OutputOption, chosen, emit, out, remote
+from milepost.cli.reads import runs
 
 app = typer.Typer()
 
@@ -21,16 +22,8 @@ def usage(
     output: OutputOption = None, json_out: JsonOption = False,
 ) -> None:  # fmt: skip
     """Usage totals per playbook, provider and model: tokens (in, out) and cost."""
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            items: list[dict[str, Any]] = remote(lambda: client.usage(playbook))
-    else:
-        with opened(db) as store:
-            items = [{"path": r.path, "provider": r.provider, "model": r.model,
-                      "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                      "tokens": r.tokens, "cost": r.cost}
-                     for r in store.playbook_usage(playbook)]  # fmt: skip
+    with runs(server, db) as where:
+        items: list[dict[str, Any]] = remote(lambda: where.usage(playbook))
     if (fmt := chosen(output, json_out)) is not Format.table:
         emit(items, fmt)
         return

@@ -10,8 +10,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from milepost.cli.inputs import DbOption, JsonOption, ServerOption, opened, server_client
+from milepost.cli.inputs import DbOption, JsonOption, ServerOption
 from milepost.cli.output import Format, OutputOption, chosen, emit, fail, out, remote
+from milepost.cli.reads import runs
 from milepost.engine import workers as registry
 
 app = typer.Typer()
@@ -34,12 +35,8 @@ def workers(
         raise fail(f"--status {status!r}: use live or lost")
     if pool is not None and not pools.valid(pool):
         raise fail(f"--pool {pool!r}: a pool is a name of letters, digits and - _ . (1 to 100)")
-    client = server_client(server, db)
-    if client is not None:
-        with client:
-            items = remote(lambda: client.workers(pool=pool, status=status))["items"]
-    else:
-        items = _local(db, pool, status)
+    with runs(server, db) as where:
+        items = remote(lambda: where.workers(pool=pool, status=status))
     if (fmt := chosen(output, json_out)) is not Format.table:
         emit(items, fmt)
         return
@@ -48,14 +45,6 @@ def workers(
                   .replace("  ", " "), highlight=False)  # fmt: skip
         return
     out.print(table(items, time.time()))
-
-
-def _local(db: str | None, pool: str | None, status: str | None) -> list[dict[str, Any]]:
-    from milepost.api import schemas_workers  # the server's wire shape: --json reads the same
-
-    with opened(db) as store:
-        found = registry.workers(store, time.time(), pool=pool, status_=status)
-    return [schemas_workers.worker_out(w).model_dump() for w in found]
 
 
 def table(items: list[dict[str, Any]], now: float) -> Table:
