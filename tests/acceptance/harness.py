@@ -272,13 +272,16 @@ class Cluster:
     @contextlib.contextmanager
     def running(cls, db_url: str, tmp: Path, **kw: Any) -> Iterator[Cluster]:
         """A cluster with its server and one worker started, closed on the way out."""
-        made = cls(db_url, tmp, **kw)
-        try:
+        with cls(db_url, tmp, **kw) as made:
             made.start_server()
             made.start_worker()
             yield made
-        finally:
-            made.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for worker in self.workers:

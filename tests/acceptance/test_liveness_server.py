@@ -52,12 +52,9 @@ workflow:
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     # the engine's lease is long: whatever lapses sooner lapses by the step's own liveness
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path, lease_seconds=30)
-        try:
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, \
+            Cluster(url, tmp_path, lease_seconds=30) as made:
+        yield made
 
 
 def events_of(cluster: Cluster, xid: str, etype: str) -> list[dict[str, Any]]:
