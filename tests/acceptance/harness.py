@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from milepost.client import MilepostClient
-from tests.shared import IN_CI, wait_for
+from tests.shared import IN_CI, clean_env, wait_for
 
 T = TypeVar("T")
 
@@ -172,7 +172,7 @@ class Cluster:
         self.client = MilepostClient(self.url, self.admin_token, timeout=30)
 
     def _base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+        env = clean_env()
         env.update({
             "MILEPOST_DATABASE_URL": self.db_url,
             "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
