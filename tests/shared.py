@@ -39,6 +39,12 @@ if IN_CI and not PLAYBOOKS.is_dir():
 needs_shared = pytest.mark.skipif(not PLAYBOOKS.is_dir(), reason=f"no shared data at {SHARED}")
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without its `MILEPOST_` settings (a user's shell, not the
+    test run's), then `extra`."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}, **extra}
+
+
 def wait_for(check: Callable[[], T], what: str | None = None, *, timeout: float = TIMEOUT,
              interval: float = INTERVAL) -> T:  # fmt: skip
     """Poll `check` until it returns something truthy, and return that.

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
@@ -36,6 +37,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout: float, exited: Callable[[], str | None],
+                 note: str = "") -> None:  # fmt: skip
+    """Poll `url`'s /health until it answers 200. ClusterError with what `exited()` says
+    once it names the server gone, or after `timeout` seconds (`note` appended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (gone := exited()) is not None:
+            raise ClusterError(gone)
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise ClusterError(f"milepost server did not answer on {url} within {timeout:g}s{note}")
 
 
 def _with_database(url: str, database: str) -> str:
@@ -113,18 +129,10 @@ class LocalCluster:
                                                stderr=subprocess.DEVNULL))  # fmt: skip
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.processes[0].poll() is not None:
-                raise ClusterError(f"milepost server exited with {self.processes[0].returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise ClusterError(f"milepost server did not answer on {self.url} within "
-                           f"{self.startup_timeout:g}s")  # fmt: skip
+        server = self.processes[0]
+        wait_healthy(self.url, self.startup_timeout,
+                     lambda: None if server.poll() is None
+                     else f"milepost server exited with {server.returncode}")  # fmt: skip
 
     def close(self) -> None:
         for proc in reversed(self.processes):  # workers first, then the server

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from milepost.core import events as ev
+from milepost.store.projection import ENDED_STATUS
 from milepost.verify.effects import Effect
 
 ORDER_PATH = "milepost/verify/order"
@@ -188,8 +189,8 @@ def figures(x: Evidence) -> dict[str, int]:
 
 def _status(log: Iterable[ev.Event]) -> str | None:
     for event in log:
-        if event.event_type in ev.TERMINAL_EXECUTION_EVENTS:
-            return event.event_type.split(".", 1)[1].upper()
+        if (status := ENDED_STATUS.get(event.event_type)) is not None:
+            return status
     return None
 
 

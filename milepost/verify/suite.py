@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.client import MilepostClient, ServerRefused, ServerUnavailable
+from milepost.client.polling import TERMINAL_STATUSES
 from milepost.store.factory import open_store
 from milepost.verify import catalog, checks, effects, journal, zombie
 from milepost.verify.schedule import KILL, PAUSE, SERVER, ZOMBIE, Fault, Order, Schedule
@@ -136,7 +137,7 @@ class Suite:
                     self.approver.decide(item["approval_id"], "approve", "the verify suite")
         with contextlib.suppress(*TRANSIENT, ServerRefused):
             for row in self.admin.executions(path=checks.ORDER_PATH, limit=1000):
-                if row.get("status") in ("COMPLETED", "FAILED", "CANCELLED"):
+                if row.get("status") in TERMINAL_STATUSES:
                     self.ended.add(int(row["execution_id"]))
         self.progress(len(self.ended & set(self.placed)), len(self.schedule.orders), self._last)
 

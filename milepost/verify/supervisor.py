@@ -15,10 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import httpx
-
 from milepost.api import auth
-from milepost.conformance.cluster import MILEPOST, ClusterError, free_port
+from milepost.conformance.cluster import MILEPOST, free_port, wait_healthy
 from milepost.credentials import new_key
 from milepost.store.factory import open_store
 from milepost.verify.schedule import SERVER
@@ -144,16 +142,10 @@ class Installation:
 
     def wait_healthy(self, timeout: float = 60.0) -> None:
         server = self.processes[SERVER]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not server.alive():
-                raise ClusterError(f"milepost server exited (log: {server.log})")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise ClusterError(f"milepost server did not answer on {self.url} within "
-                                f"{timeout:g}s (log: {server.log})")  # fmt: skip
+        log = f"(log: {server.log})"
+        wait_healthy(self.url, timeout,
+                     lambda: None if server.alive() else f"milepost server exited {log}",
+                     f" {log}")  # fmt: skip
 
     def restart(self, name: str) -> None:
         if not self.processes[name].alive():

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from milepost.client import MilepostClient
-from tests.shared import IN_CI, wait_for
+from tests.shared import IN_CI, clean_env, wait_for
 
 T = TypeVar("T")
 
@@ -172,7 +172,7 @@ class Cluster:
         self.client = MilepostClient(self.url, self.admin_token, timeout=30)
 
     def _base_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+        env = clean_env()
         env.update({
             "MILEPOST_DATABASE_URL": self.db_url,
             "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
@@ -272,13 +272,16 @@ class Cluster:
     @contextlib.contextmanager
     def running(cls, db_url: str, tmp: Path, **kw: Any) -> Iterator[Cluster]:
         """A cluster with its server and one worker started, closed on the way out."""
-        made = cls(db_url, tmp, **kw)
-        try:
+        with cls(db_url, tmp, **kw) as made:
             made.start_server()
             made.start_worker()
             yield made
-        finally:
-            made.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for worker in self.workers:

@@ -65,13 +65,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(db_url, tmp_path, lease_seconds=3.0)  # heartbeats every second
-    cluster.start_server()
-    cluster.start_worker()
-    try:
+    with Cluster.running(db_url, tmp_path, lease_seconds=3.0) as cluster:  # heartbeats every second
         yield cluster
-    finally:
-        cluster.close()
 
 
 def operator(cluster: Cluster) -> str:

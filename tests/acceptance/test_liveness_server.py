@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import Cluster, database
+from tests.acceptance.test_cluster import playbook
 from tests.integration import test_liveness_embedded as embedded
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
-
-HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\n"
 
 # "<idempotency key> <operation key>" to workload.out, then waits while workload.block
 # exists (at most 40 s)
@@ -34,11 +33,6 @@ while os.path.exists(block) and time.time() < deadline:
     time.sleep(0.02)
 result = key
 """
-
-
-def playbook(path: str, body: str) -> str:
-    return (HEADER + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
-            + textwrap.dedent(body))  # fmt: skip
 
 
 SHORT_LIVENESS = playbook("acceptance/short_liveness", f"""\
@@ -58,12 +52,9 @@ workflow:
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     # the engine's lease is long: whatever lapses sooner lapses by the step's own liveness
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path, lease_seconds=30)
-        try:
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, \
+            Cluster(url, tmp_path, lease_seconds=30) as made:
+        yield made
 
 
 def events_of(cluster: Cluster, xid: str, etype: str) -> list[dict[str, Any]]:

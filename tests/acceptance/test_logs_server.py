@@ -60,15 +60,11 @@ workflow:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path)
-        try:
-            made.env["MILEPOST_LOG_CAP_BYTES"] = "1024"  # the worker's cap
-            made.start_server()
-            made.start_worker()
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, Cluster(url, tmp_path) as made:
+        made.env["MILEPOST_LOG_CAP_BYTES"] = "1024"  # the worker's cap
+        made.start_server()
+        made.start_worker()
+        yield made
 
 
 def logs_cli(cluster: Cluster, *args: str) -> list[str]:

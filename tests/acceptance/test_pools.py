@@ -43,12 +43,8 @@ workflow:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with database(request.param, tmp_path) as url:
-        c = Cluster(url, tmp_path)
-        try:
-            yield c
-        finally:
-            c.close()
+    with database(request.param, tmp_path) as url, Cluster(url, tmp_path) as c:
+        yield c
 
 
 def _without_worker(cluster: Cluster, pool: str) -> float:

@@ -25,12 +25,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     # a 2 s lease: a worker is lost 2 s after its last check-in, as its claims are
-    with database(request.param, tmp_path) as url:
-        made = Cluster(url, tmp_path, lease_seconds=2)
-        try:
-            yield made
-        finally:
-            made.close()
+    with database(request.param, tmp_path) as url, \
+            Cluster(url, tmp_path, lease_seconds=2) as made:
+        yield made
 
 
 def listed(cluster: Cluster, **query: str) -> dict[str, dict[str, Any]]:

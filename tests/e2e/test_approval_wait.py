@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.store.sqlite import SQLiteStore
-from tests.shared import wait_for
+from tests.shared import clean_env, wait_for
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: refund, path: tests/refund}\n"
 GATED = """
@@ -66,8 +65,7 @@ def gated(tmp_path: Path) -> Path:
 
 
 def env() -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
-    return {**base, "MILEPOST_USER": RUNNER.removeprefix("user:")}
+    return clean_env(MILEPOST_USER=RUNNER.removeprefix("user:"))
 
 
 class Cli:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import Cluster, database
-from tests.shared import wait_for
+from tests.shared import clean_env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +78,7 @@ FAILING = {
 
 
 def env(**extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
-    return {**base, "MILEPOST_USER": "runner", "MILEPOST_PYTHON_WORKERS": "4", **extra}
+    return clean_env(**{"MILEPOST_USER": "runner", "MILEPOST_PYTHON_WORKERS": "4", **extra})
 
 
 def write(tmp: Path, body: str, name: str) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ import pytest
 import yaml
 
 from tests.acceptance.harness import Cluster
-from tests.shared import wait_for
+from tests.shared import clean_env, wait_for
 
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 
@@ -87,7 +86,7 @@ class Place:
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
+    return clean_env()
 
 
 @pytest.fixture(scope="module")

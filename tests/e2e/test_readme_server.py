@@ -27,7 +27,7 @@ from tests.acceptance.harness import (
     tail,
 )
 from tests.e2e.test_operator_reads import SLOW
-from tests.shared import IN_CI, wait_for
+from tests.shared import IN_CI, clean_env, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -59,9 +59,7 @@ def pg_name() -> Iterator[str]:
 
 def user_env() -> dict[str, str]:
     """A shell with `milepost` on PATH (the README's `source .venv/bin/activate`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 @pytest.mark.skipif(not nats_available(), reason="the README's worker uses NATS")

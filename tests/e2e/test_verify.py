@@ -3,7 +3,6 @@ passes, and against an installation that skips the fence it fails (the suite can
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 from milepost.verify import checks
 from tests.acceptance.harness import database
+from tests.shared import clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -20,11 +20,10 @@ SHORT = ("--runs", "4", "--seed", "1", "--duration", "12", "--deadline", "40")
 
 
 def verify(db_url: str, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
     # wide enough for the tables not to wrap the invariants' names
     return subprocess.run([MILEPOST, "verify", "--db", db_url, *SHORT, "--keep", str(tmp / "run")],
                           capture_output=True, text=True, timeout=120,
-                          env={**environ, "COLUMNS": "160", **env})  # fmt: skip
+                          env=clean_env(**{"COLUMNS": "160", **env}))  # fmt: skip
 
 
 def rows(output: str) -> dict[str, str]:
