@@ -102,9 +102,9 @@ def _followed(where: ServerRuns, xid: int, fmt: Format) -> dict[str, Any]:
     """The run's steps as they go (on stderr when stdout is for a document), then its
     final status; a Ctrl-C says the run goes on and how to follow it."""
     say = out if fmt is Format.table else err
-    say.print(f"execution {xid} started; following it (Ctrl-C stops following, not the run)",
-              highlight=False)  # fmt: skip
-    try:
+    try:  # from the first line on, a Ctrl-C (even mid-print) names the run that goes on
+        say.print(f"execution {xid} started; following it (Ctrl-C stops following, not the "
+                  "run)", highlight=False)  # fmt: skip
         for event in follow(where, xid, PROGRESS):
             say.print(line(event), highlight=False, markup=False)
         return dict(where.status(xid))

@@ -160,7 +160,7 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
-        assert f"execution {xid.group(1)} goes on" in err
+        assert f"execution {xid.group(1)} goes on" in err, (out, err)
         assert f"milepost events {xid.group(1)} --follow --server {cluster.url}" in err
         assert "Traceback" not in err
         assert cluster.client.status(xid.group(1))["status"] == "RUNNING"  # not cancelled
