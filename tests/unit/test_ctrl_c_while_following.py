@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from milepost.cli import catalog, exit_codes
-from milepost.cli.output import Format
+from milepost.cli.output import Format, out
 
 
 class _Where:
@@ -23,7 +23,7 @@ def test_a_ctrl_c_during_the_first_line_still_names_the_run(
     def interrupted(*_: Any, **__: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(catalog.out, "print", interrupted)
+    monkeypatch.setattr(out, "print", interrupted)
     with pytest.raises(typer.Exit) as ended:
         catalog._followed(_Where(), 42, Format.table)  # type: ignore[arg-type]
     assert ended.value.exit_code == exit_codes.INTERRUPTED
