@@ -34,6 +34,7 @@ from milepost.cli.output import (
     chosen,
     emit,
     err,
+    exit_code,
     fail,
     iso,
     out,
@@ -114,8 +115,8 @@ def _driven(drive: Drive, start: Any) -> st.ExecutionState:
         return asyncio.run(_drive(drive, start))
     except KeyboardInterrupt:
         raise _interrupted(drive) from None
-    except MilepostError as exc:
-        raise fail(exc.message) from None
+    except MilepostError as exc:  # a database that went away is 3, like every command's
+        raise fail(exc.message, exit_code(exc)) from None
 
 
 def _interrupted(drive: Drive) -> typer.Exit:
