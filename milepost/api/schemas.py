@@ -13,15 +13,15 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 from milepost import credentials
 from milepost.api.checks import (
     NO_NUL,
-    Checked,
     FreeJson,
     IdOut,
     StrictIn,
     TimeOut,
     WireId,
-    WireTime,
 )
-from milepost.api.schemas_logs import LogIn
+from milepost.api.schemas_events import BatchEventIn as BatchEventIn
+from milepost.api.schemas_events import Envelope as Envelope
+from milepost.api.schemas_events import EventIn as EventIn
 from milepost.api.schemas_workers import POOL_PATTERN, WorkerIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
@@ -265,40 +265,6 @@ class DecisionIn(StrictIn):
 # -- events ----------------------------------------------------------------------------------
 
 
-class Envelope(StrictIn):
-    """`result`: `{status, context}` or `{status, reference}`, nothing else."""
-
-    status: str | None = None
-    context: FreeJson | None = None
-    reference: FreeJson | None = None
-
-    @model_validator(mode="after")
-    def _one_of(self) -> Envelope:
-        if self.context is not None and self.reference is not None:
-            raise ValueError("result carries `context` or `reference`, not both")
-        return self
-
-
-class EventIn(Checked):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    event_id: WireId | None = None
-    execution_id: WireId
-    event_type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL,
-                            validation_alias=AliasChoices("event_type", "name"))  # fmt: skip
-    step: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
-    status: str | None = Field(default=None, max_length=40, json_schema_extra=NO_NUL)
-    result: Envelope | None = None
-    context: FreeJson | None = Field(default=None,
-                                     validation_alias=AliasChoices("context", "payload"))  # fmt: skip
-    meta: FreeJson | None = None
-    worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
-    parent_event_id: WireId | None = None
-    created_at: WireTime | None = None
-    logs: list[LogIn] | None = Field(default=None, description="What a report's attempt "
-                                     "printed (kept beside the log, never in the event).")
-
-
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -361,7 +327,12 @@ class CommandOut(BaseModel):
 
 
 class EventBatchIn(StrictIn):
-    events: list[EventIn] = Field(min_length=1, max_length=10_000)
+    events: list[BatchEventIn] = Field(max_length=10_000, description="Empty: nothing is "
+                                       "stored (`stored: 0`).")
+    execution_id: WireId | None = Field(default=None, description="[NoETL] the execution of "
+                                        "the events that name none (NoETL's batch form).")
+    worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL,
+                                  description="[NoETL] the worker of the events that name none.")
     claim: ClaimNextIn | None = Field(
         default=None, description="[milepost extension] claim the reporting worker's next "
         "commands in the same transaction; they come back in `commands`.")  # fmt: skip

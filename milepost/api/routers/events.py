@@ -6,7 +6,7 @@ import time
 
 from fastapi import APIRouter, Response
 
-from milepost.api import errors, ingest, schemas, views
+from milepost.api import errors, ingest, noetl_events, schemas, views
 from milepost.api.auth import EventAuth, Principal, authorize_events
 from milepost.api.deps import EngineDep, MetricsDep, Services, ServicesDep
 from milepost.api.errors import AUTH, BODY
@@ -39,19 +39,26 @@ def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
 def report(body: schemas.EventBatchIn, services: Services,
            principal: Principal) -> schemas.IngestOut:  # fmt: skip
     """A batch and its `claim`: the body of this route and of the worker channel's messages
-    (`principal`: who sent it, for `auth.EVENT_ROLES`)."""
+    (`principal`: who sent it, for `auth.EVENT_ROLES`). NoETL's batch form names its
+    execution and worker once, at the top (`noetl_events.batch_items`)."""
+    items = noetl_events.batch_items(body)
+    if not items and body.execution_id is not None:
+        # nothing to store, but an execution named: one that does not exist is still a 404
+        services.engine.read(body.execution_id, lambda state, playbook: None)
     claim = None
     if body.claim is not None:
         lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
         claim = services.engine.claim_request(body.claim.worker_id, lease_s, body.claim.limit,
                                               body.claim.pool)  # fmt: skip
-    return ingest_batch(body.events, services.engine, services.metrics, batch=True,
+    return ingest_batch(items, services.engine, services.metrics, batch=True,
                         principal=principal, claim=claim)  # fmt: skip
 
 
 def ingest_batch(items: list[schemas.EventIn], engine: Lifecycle, metrics: Metrics, *,
                  batch: bool, principal: Principal,
                  claim: ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
+    if not items and claim is None:  # an empty batch (NoETL's flush of nothing): no-op
+        return schemas.IngestOut(accepted=0, stored=0, event_ids=[])
     started = time.perf_counter()
     try:
         authorize_events(principal, [item.event_type for item in items], batch)
