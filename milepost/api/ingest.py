@@ -229,5 +229,10 @@ def wire_loc(batch: bool, loc: list[Any]) -> list[Any]:
 
 
 REJECTIONS: tuple[type[Exception], ...] = (
-    api_errors.ApiError, EventIdConflict, ExecutionNotFound, CommandNotFound, ExecutionTerminal)
+    api_errors.ApiError,
+    EventIdConflict,
+    ExecutionNotFound,
+    CommandNotFound,
+    ExecutionTerminal,
+)
 """What refuses a batch: each of its events is counted `rejected`."""

@@ -57,8 +57,10 @@ class EventFields(Checked):
     worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
     parent_event_id: WireId | None = None
     created_at: WireTime | None = None
-    logs: list[LogIn] | None = Field(default=None, description="What a report's attempt "
-                                     "printed (kept beside the log, never in the event).")
+    logs: list[LogIn] | None = Field(
+        default=None,
+        description="What a report's attempt printed (kept beside the log, never in the event).",
+    )
     result_kind: ResultKind | None = Field(
         default=None, description="[NoETL] the result is elsewhere: `ref` names it by "
         "`result_uri`, `refs` by `event_ids`; stored as the step's result, a reference "

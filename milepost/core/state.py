@@ -420,7 +420,10 @@ def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any])
 def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
     """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
     if state.failure is None:
-        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}
+        state.failure = event.payload.get("error") or {
+            "kind": "budget",
+            "message": "budget exceeded",
+        }
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:

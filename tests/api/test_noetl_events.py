@@ -55,7 +55,9 @@ def test_results_by_event_ids_are_a_refs_object(api: Api) -> None:
              "event_ids": [command["event_id"], 7]}  # fmt: skip
     ok(api.post("/api/events/batch", {"events": [event]}, role="worker"))
     assert api.status(xid)["steps"]["start"]["result"] == {
-        "kind": "refs", "event_ids": [str(command["event_id"]), "7"]}
+        "kind": "refs",
+        "event_ids": [str(command["event_id"]), "7"],
+    }
 
 
 def test_a_reference_without_what_it_names_or_given_twice_is_a_422(api: Api) -> None:
@@ -63,19 +65,27 @@ def test_a_reference_without_what_it_names_or_given_twice_is_a_422(api: Api) -> 
     command = api.claim_one()
     base = completed(api, command)
     before = count(api, xid)
-    cases = [({"result_kind": "ref"}, ["body", "result_uri"]),
-             ({"result_kind": "refs"}, ["body", "event_ids"]),
-             ({"result_kind": "data", "result_uri": URI}, ["body", "result_kind"]),
-             ({"result_kind": "blob", "result_uri": URI}, ["body", "result_kind"]),
-             ({"result_kind": "refs", "event_ids": []}, ["body", "event_ids"]),
-             ({"result_kind": "refs", "event_ids": ["x1"]}, ["body", "event_ids", 0])]
+    cases = [
+        ({"result_kind": "ref"}, ["body", "result_uri"]),
+        ({"result_kind": "refs"}, ["body", "event_ids"]),
+        ({"result_kind": "data", "result_uri": URI}, ["body", "result_kind"]),
+        ({"result_kind": "blob", "result_uri": URI}, ["body", "result_kind"]),
+        ({"result_kind": "refs", "event_ids": []}, ["body", "event_ids"]),
+        ({"result_kind": "refs", "event_ids": ["x1"]}, ["body", "event_ids", 0]),
+    ]
     for change, loc in cases:
         body = error(api.post("/api/events", {**base, **change}, role="worker"), 422,
                      "validation_error")  # fmt: skip
         assert any(e["loc"] == loc for e in body["errors"]), (change, body["errors"])
-    twice = {**base, "result_kind": "ref", "result_uri": URI,
-             "result": {"status": "COMPLETED", "context": {**base["result"]["context"],
-                                                          "result": {"greeting": "hi"}}}}
+    twice = {
+        **base,
+        "result_kind": "ref",
+        "result_uri": URI,
+        "result": {
+            "status": "COMPLETED",
+            "context": {**base["result"]["context"], "result": {"greeting": "hi"}},
+        },
+    }
     body = error(api.post("/api/events", twice, role="worker"), 422, "validation_error")
     assert body["errors"][0]["loc"] == ["body", "result_kind"]
     assert count(api, xid) == before

@@ -18,16 +18,18 @@ from milepost.engine.lifecycle import ClaimRequest, Lifecycle
 router = APIRouter(prefix="/api/events", tags=["events"])
 
 
-@router.post("", response_model=schemas.IngestOut,
-             responses=errors.responses(*AUTH, *BODY, 404, 409))
+@router.post(
+    "", response_model=schemas.IngestOut, responses=errors.responses(*AUTH, *BODY, 404, 409)
+)
 def post_event(body: schemas.EventIn, engine: EngineDep, metrics: MetricsDep,
                principal: EventAuth) -> Response:  # fmt: skip
     return views.as_json(ingest_batch([body], engine, metrics, batch=False,
                                       principal=principal), exclude_none=True)  # fmt: skip
 
 
-@router.post("/batch", response_model=schemas.IngestOut,
-             responses=errors.responses(*AUTH, *BODY, 404, 409))
+@router.post(
+    "/batch", response_model=schemas.IngestOut, responses=errors.responses(*AUTH, *BODY, 404, 409)
+)
 def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
                principal: EventAuth) -> Response:  # fmt: skip
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
