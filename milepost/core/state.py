@@ -177,16 +177,11 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
         state.last_seq = max(state.last_seq, event.seq)
         if event.event_id in state.seen:
             continue
-        if event.meta.get("stale"):
-            # a report fenced off by its epoch: kept in the log for people, not for the run
+        if event.meta.get("stale") or ev.informative(event):
+            # a report fenced off by its epoch, an informative event: in the log, not the run
             state.seen.add(event.event_id)
             continue
         handler = _HANDLERS.get(event.event_type)
-        if handler is None and ev.informative(event):
-            # a worker's event of a type the engine does not know (DSL 12.3): in the log for
-            # people, never in the state; any other unknown type is a log the fold refuses
-            state.seen.add(event.event_id)
-            continue
         if handler is None:
             raise UnknownEvent(f"unknown event type {event.event_type!r} (event {event.event_id})")
         state.causes.note(event, state.commands)
@@ -420,10 +415,7 @@ def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any])
 def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
     """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
     if state.failure is None:
-        state.failure = event.payload.get("error") or {
-            "kind": "budget",
-            "message": "budget exceeded",
-        }
+        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}  # fmt: skip
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
