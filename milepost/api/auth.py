@@ -73,8 +73,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_token(store: Any, role: str, name: str | None, now: float, *,
-                 user: str | None = None, approver_roles: Sequence[str] = ()) -> str:
+def create_token(
+    store: Any,
+    role: str,
+    name: str | None,
+    now: float,
+    *,
+    user: str | None = None,
+    approver_roles: Sequence[str] = (),
+) -> str:
     """Store the hash of a new token for `role` (held by `user`, with business
     `approver_roles`); returns the token (shown once)."""
     if role not in ROLES:
@@ -230,12 +237,15 @@ def authorize_events(principal: Principal, event_types: Sequence[str], batch: bo
     `principal` may not post (nothing of the request is stored)."""
     for i, name in enumerate(event_types):
         etype = ev.canonical_type(name)
-        allowed = EVENT_ROLES.get(etype)
+        # a type the engine does not know is a worker's informative event (DSL 12.3)
+        allowed = EVENT_ROLES.get(etype, WORK if etype not in ev.EVENT_TYPES else None)
         if allowed is None or principal.role in allowed:
             # a type no role may post is the validation's to refuse (422): `ingest` refuses
             # every type missing here, so nothing unlisted gets through
             continue
-        loc: list[str | int] = ["body", "events", i, "event_type"] if batch else ["body", "event_type"]
+        loc: list[str | int] = (
+            ["body", "events", i, "event_type"] if batch else ["body", "event_type"]
+        )
         raise ApiError(403, "forbidden", f"role {principal.role!r} may not post {etype!r} "
                        f"events ({'.'.join(map(str, loc))})", role=principal.role,
                        event_type=etype, loc=loc)  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 from milepost import sanitize
 from milepost.api import errors as api_errors
+from milepost.api import noetl_events
 from milepost.api.auth import EVENT_ROLES
 from milepost.api.schemas import EventIn
 from milepost.core import events as ev
@@ -48,29 +49,32 @@ def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool,
     own = engine.machine_id() if any(item.event_id is not None for item in items) else None
     for i, item in enumerate(items):
         loc: Loc = ("body", "events", i) if batch else ("body",)
-        context, found = _resolve_context(item, engine, loc)
-        found += _problems(item, context, loc) + _future_id(item, now, loc)
+        given, leftover = noetl_events.object_payload(item)
+        context, found = _resolve_context(item, given, engine, loc)
+        ref, more = noetl_events.reference(item, loc)
+        context, most = noetl_events.with_reference(context, ref, loc)
+        found += more + most + _problems(item, context, loc) + _future_id(item, now, loc)
         found += _engine_id(item, own, loc)
         if found:
             problems.extend(found)
             continue
-        out.append(_event(item, context, engine, now, actor))
+        out.append(_event(item, context, leftover, engine, now, actor))
     if problems:
         raise api_errors.invalid(problems)
     return out
 
 
-def _resolve_context(item: EventIn, engine: Lifecycle,
+def _resolve_context(item: EventIn, given: dict[str, Any] | None, engine: Lifecycle,
                      loc: Loc) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
-    """The event's context: top level (`context`/`payload`), `result.context`, or the
-    result-store entry that `result.reference.uri` names."""
+    """The event's context: top level (`context`/`payload`, when an object: `given`),
+    `result.context`, or the result-store entry that `result.reference.uri` names."""
     result = item.result
-    if item.context is not None:
+    if given is not None:
         if result is not None and (result.context is not None or result.reference is not None):
             return {}, [{"loc": [*loc, "context"],
                          "msg": "give the context once: top-level `context`/`payload` or "
                                 "`result.context`/`result.reference`"}]  # fmt: skip
-        return item.context, []
+        return given, []
     if result is None:
         return {}, []
     if result.context is not None:
@@ -93,9 +97,11 @@ def _resolve_context(item: EventIn, engine: Lifecycle,
 def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     etype = ev.canonical_type(item.event_type)
-    if etype not in ev.EVENT_TYPES:
-        found.append({"loc": [*loc, "event_type"], "msg": f"unknown event type {item.event_type!r}"})
-    elif etype not in EVENT_ROLES:  # a client type is one some role may post; others: the engine's
+    if not noetl_events.known(etype):
+        # a worker's event the engine does not know: stored as informative, never folded,
+        # its context as it came (a NoETL `command_id` is not one of the engine's)
+        return found
+    if etype not in EVENT_ROLES:  # a client type is one some role may post; others: the engine's
         found.append({"loc": [*loc, "event_type"],
                       "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
     if etype in REPORT_TYPES:
@@ -153,8 +159,8 @@ def _report_problems(item: EventIn, context: dict[str, Any],
     return found
 
 
-def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float,
-           actor: str | None) -> ev.Event:  # fmt: skip
+def _event(item: EventIn, context: dict[str, Any], leftover: Any, engine: Lifecycle,
+           now: float, actor: str | None) -> ev.Event:  # fmt: skip
     etype = ev.canonical_type(item.event_type)
     # a report's result comes from a worker that has redacted its declared secrets and
     # patterns already: masking keys again would turn `{"next_page_token": ...}` into `***`
@@ -162,6 +168,10 @@ def _event(item: EventIn, context: dict[str, Any], engine: Lifecycle, now: float
     payload = (_mask_strings(dict(context)) if etype in REPORT_TYPES
                else sanitize.mask(dict(context)))  # fmt: skip
     meta = sanitize.mask(dict(item.meta or {}))
+    if leftover is not None:  # a payload that is no object: no context, kept for people
+        meta["payload"] = sanitize.mask(leftover)
+    if not noetl_events.known(etype):
+        meta[ev.INFORMATIVE] = True  # the fold's mark (`core.events.informative`)
     parent = item.parent_event_id
     if etype in REPORT_TYPES:
         # the fold and the projections read these as integers
@@ -219,5 +229,10 @@ def wire_loc(batch: bool, loc: list[Any]) -> list[Any]:
 
 
 REJECTIONS: tuple[type[Exception], ...] = (
-    api_errors.ApiError, EventIdConflict, ExecutionNotFound, CommandNotFound, ExecutionTerminal)
+    api_errors.ApiError,
+    EventIdConflict,
+    ExecutionNotFound,
+    CommandNotFound,
+    ExecutionTerminal,
+)
 """What refuses a batch: each of its events is counted `rejected`."""

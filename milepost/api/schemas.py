@@ -13,15 +13,15 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 from milepost import credentials
 from milepost.api.checks import (
     NO_NUL,
-    Checked,
     FreeJson,
     IdOut,
     StrictIn,
     TimeOut,
     WireId,
-    WireTime,
 )
-from milepost.api.schemas_logs import LogIn
+from milepost.api.schemas_events import BatchEventIn as BatchEventIn
+from milepost.api.schemas_events import Envelope as Envelope
+from milepost.api.schemas_events import EventIn as EventIn
 from milepost.api.schemas_workers import POOL_PATTERN, WorkerIn
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
@@ -37,8 +37,9 @@ class CatalogRef(StrictIn):
 
     path: str | None = Field(default=None, json_schema_extra=NO_NUL)
     version: int | None = Field(default=None, ge=1, le=MAX_ID)
-    catalog_id: str | None = Field(default=None, description='"<path>@<version>"',
-                                   json_schema_extra=NO_NUL)
+    catalog_id: str | None = Field(
+        default=None, description='"<path>@<version>"', json_schema_extra=NO_NUL
+    )
 
     @model_validator(mode="after")
     def _one_way(self) -> CatalogRef:
@@ -82,11 +83,18 @@ class ExecuteIn(CatalogRef):
     workload: FreeJson = Field(default_factory=dict,
                                validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
     parent_execution_id: WireId | None = None
-    parent_command_id: WireId | None = Field(default=None, description=(
-        "[milepost extension] The command that starts this child; with `parent_epoch`, the "
-        "proof a worker token needs (the live claim of that command)."))
-    parent_epoch: int | None = Field(default=None, ge=1, description=(
-        "[milepost extension] The epoch of the claim of `parent_command_id`."))
+    parent_command_id: WireId | None = Field(
+        default=None,
+        description=(
+            "[milepost extension] The command that starts this child; with `parent_epoch`, the "
+            "proof a worker token needs (the live claim of that command)."
+        ),
+    )
+    parent_epoch: int | None = Field(
+        default=None,
+        ge=1,
+        description=("[milepost extension] The epoch of the claim of `parent_command_id`."),
+    )
 
     @model_validator(mode="after")
     def _proof_whole(self) -> ExecuteIn:
@@ -173,17 +181,26 @@ class RunProgress(BaseModel):
 
     error: dict[str, Any] | None
     steps: dict[str, Any]
-    compensating: bool = Field(False, description=(
-        "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
-        "still RUNNING."))
-    compensation: dict[str, Any] | None = Field(None, description=(
-        "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
-        "result, error}]}` once the run started compensating, else null."))
+    compensating: bool = Field(
+        False,
+        description=(
+            "The run is undoing its completed steps before it ends (DSL 10.5): `status` is "
+            "still RUNNING."
+        ),
+    )
+    compensation: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "`{compensating, outcome, items: [{step, run, compensation, status, attempt, "
+            "result, error}]}` once the run started compensating, else null."
+        ),
+    )
     no_live_worker: list[NoLiveWorkerOut] = Field(
         default_factory=list, description="Pools this run waits on with no live worker: "
         "start `milepost worker --pool <pool>`.")  # fmt: skip
-    usage: UsageOut | None = Field(None, description=(
-        "Usage the run's tools reported (DSL 10.6); null when none did."))
+    usage: UsageOut | None = Field(
+        None, description=("Usage the run's tools reported (DSL 10.6); null when none did.")
+    )
 
 
 class StatusOut(RunProgress):
@@ -194,7 +211,8 @@ class StatusOut(RunProgress):
 class ExecutionOut(ExecutionItem, RunProgress):
     events: list[EventOut]
     events_next: int | None = Field(
-        description="`events_after` for the next page, null when this page is the last.")
+        description="`events_after` for the next page, null when this page is the last."
+    )
 
 
 class CancelOut(BaseModel):
@@ -242,13 +260,15 @@ class ApprovalOut(ApprovalItem):
     kind: str | None
     calls: list[dict[str, Any]] = Field(
         description="`[{index, input, digest}]`: each command the step will issue, as rendered "
-                    "(secrets redacted).")
+        "(secrets redacted)."
+    )
     policy: str | None
     allow_self_approval: bool
     votes: list[VoteOut]
     outcome: dict[str, Any] | None = Field(
         description="The payload of the event that closed it (granted, denied, expired, "
-                    "invalidated); null while pending or when cancelled.")
+        "invalidated); null while pending or when cancelled."
+    )
 
 
 class ApprovalList(BaseModel):
@@ -263,40 +283,6 @@ class DecisionIn(StrictIn):
 
 
 # -- events ----------------------------------------------------------------------------------
-
-
-class Envelope(StrictIn):
-    """`result`: `{status, context}` or `{status, reference}`, nothing else."""
-
-    status: str | None = None
-    context: FreeJson | None = None
-    reference: FreeJson | None = None
-
-    @model_validator(mode="after")
-    def _one_of(self) -> Envelope:
-        if self.context is not None and self.reference is not None:
-            raise ValueError("result carries `context` or `reference`, not both")
-        return self
-
-
-class EventIn(Checked):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    event_id: WireId | None = None
-    execution_id: WireId
-    event_type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL,
-                            validation_alias=AliasChoices("event_type", "name"))  # fmt: skip
-    step: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
-    status: str | None = Field(default=None, max_length=40, json_schema_extra=NO_NUL)
-    result: Envelope | None = None
-    context: FreeJson | None = Field(default=None,
-                                     validation_alias=AliasChoices("context", "payload"))  # fmt: skip
-    meta: FreeJson | None = None
-    worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
-    parent_event_id: WireId | None = None
-    created_at: WireTime | None = None
-    logs: list[LogIn] | None = Field(default=None, description="What a report's attempt "
-                                     "printed (kept beside the log, never in the event).")
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -361,7 +347,19 @@ class CommandOut(BaseModel):
 
 
 class EventBatchIn(StrictIn):
-    events: list[EventIn] = Field(min_length=1, max_length=10_000)
+    events: list[BatchEventIn] = Field(
+        max_length=10_000, description="Empty: nothing is stored (`stored: 0`)."
+    )
+    execution_id: WireId | None = Field(
+        default=None,
+        description="[NoETL] the execution of the events that name none (NoETL's batch form).",
+    )
+    worker_id: str | None = Field(
+        default=None,
+        max_length=200,
+        json_schema_extra=NO_NUL,
+        description="[NoETL] the worker of the events that name none.",
+    )
     claim: ClaimNextIn | None = Field(
         default=None, description="[milepost extension] claim the reporting worker's next "
         "commands in the same transaction; they come back in `commands`.")  # fmt: skip
@@ -433,7 +431,8 @@ class MachineIdOut(BaseModel):
 
 class CredentialIn(StrictIn):
     name: Annotated[str, AfterValidator(credentials.check_name)] = Field(
-        description=credentials.NAME_RULE)
+        description=credentials.NAME_RULE
+    )
     type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL)
     data: FreeJson
 
@@ -444,7 +443,8 @@ class CredentialOut(BaseModel):
     created_at: TimeOut | None = None
     updated_at: TimeOut | None = None
     data: dict[str, Any] | None = Field(
-        default=None, description="Only with include_data=true, for the worker and admin roles.")
+        default=None, description="Only with include_data=true, for the worker and admin roles."
+    )
 
 
 class CredentialList(BaseModel):

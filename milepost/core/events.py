@@ -114,6 +114,18 @@ _DEFAULT_STATUS = {
 }
 
 
+INFORMATIVE = "informative"
+"""`meta.informative: true` on an event of a type the engine does not know (a NoETL
+worker's, DSL 12.3): the API sets it when it stores one, and the fold passes over such an
+event instead of refusing the log (`core.state.fold`). Read only on unknown types: a client
+cannot make a known event informative."""
+
+
+def informative(event: Event) -> bool:
+    """An event of a type the engine does not know, stored for people and never folded."""
+    return event.event_type not in EVENT_TYPES and event.meta.get(INFORMATIVE) is True
+
+
 def canonical_type(name: str) -> str:
     """The event type for a wire name, resolving NoETL's aliases."""
     return ALIASES.get(name, name)

@@ -177,8 +177,8 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
         state.last_seq = max(state.last_seq, event.seq)
         if event.event_id in state.seen:
             continue
-        if event.meta.get("stale"):
-            # a report fenced off by its epoch: kept in the log for people, not for the run
+        if event.meta.get("stale") or ev.informative(event):
+            # a report fenced off by its epoch, an informative event: in the log, not the run
             state.seen.add(event.event_id)
             continue
         handler = _HANDLERS.get(event.event_type)
@@ -415,7 +415,7 @@ def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any])
 def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
     """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
     if state.failure is None:
-        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}
+        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}  # fmt: skip
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:

@@ -68,7 +68,10 @@ def _look(steps: set[str], ids: list[int], state: st.ExecutionState,
 def check_named_commands(store: port.Store, events: list[ev.Event]) -> None:
     """An event that is not a report but names a command (`context.command_id`) names one
     of its own execution (reports are checked by the fence)."""
+    # an informative event (a type the engine does not know) keeps its context as it came:
+    # a NoETL worker's `command_id` is not one of this engine's commands
     named = {i: int(cid) for i, e in enumerate(events) if e.event_type not in REPORT_TYPES
+             and not ev.informative(e)
              and (cid := as_id(e.payload.get("command_id"))) is not None}  # fmt: skip
     if not named:
         return

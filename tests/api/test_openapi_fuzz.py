@@ -24,6 +24,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -136,8 +137,9 @@ def run_operation(operation: Any, mode: GenerationMode, send: Callable[[Case], N
 def fuzz(server: LiveServer, known: Known) -> Tally:
     tally = Tally()
     session = requests.Session()
-    raw = session.get(server.url + "/openapi.json", headers=server.headers("viewer"),
-                      timeout=30).json()
+    raw = session.get(
+        server.url + "/openapi.json", headers=server.headers("viewer"), timeout=30
+    ).json()
     schema = schemathesis.openapi.from_dict(raw)
 
     def send(label: str, aim: bool, role: str) -> Callable[[Case], None]:
@@ -211,9 +213,69 @@ def test_the_document_describes_the_422_the_app_sends_not_fastapis() -> None:
 def test_ids_are_digit_strings_out_and_integer_or_digit_string_in() -> None:
     schemas = openapi()["components"]["schemas"]
     assert schemas["ExecuteOut"]["properties"]["execution_id"] == {
-        "type": "string", "pattern": "^[0-9]+$", "title": "Execution Id"}
+        "type": "string",
+        "pattern": "^[0-9]+$",
+        "title": "Execution Id",
+    }
     assert schemas["EventOut"]["properties"]["created_at"]["anyOf"][0] == {
-        "type": "string", "format": "date-time"}
+        "type": "string",
+        "format": "date-time",
+    }
     id_in = schemas["EventIn"]["properties"]["execution_id"]
     assert [branch["type"] for branch in id_in["anyOf"]] == ["integer", "string"]
     assert id_in["anyOf"][1]["pattern"] == "^[0-9]+$"
+
+
+# -- NoETL-shaped batches (DSL 12.3): what a NoETL worker may send, at random -------------
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                     max_leaves=8)  # fmt: skip
+_NAMES = st.sampled_from(["command.started", "command.completed", "call.done", "call.error",
+                          "command.claimed", "step.enter", "step.exit", "playbook.completed",
+                          "loop.item", "step.result.preview"]) | st.text(max_size=12)  # fmt: skip
+_IDS = st.integers(min_value=-1, max_value=2**64) | st.text("0123456789x", max_size=20)
+
+
+def _noetl_event(xid: str) -> st.SearchStrategy[dict[str, Any]]:
+    fields = {
+        "name": _NAMES,
+        "node_name": st.sampled_from(["start", "shout", "nope"]),
+        "payload": _JSON
+        | st.fixed_dictionaries({"command_id": _IDS | st.just(xid), "result": _JSON}),
+        "meta": _JSON | st.fixed_dictionaries({"epoch": _IDS}),
+        "result_kind": st.sampled_from(["ref", "refs", "data", "blob", None]),
+        "result_uri": st.none() | st.text(max_size=30),
+        "event_ids": st.none() | st.lists(_IDS, max_size=3),
+        "execution_id": st.sampled_from([xid, "999", 0]),
+        "worker_id": st.none() | st.text(max_size=10),
+        "status": st.none() | st.sampled_from(["COMPLETED", "FAILED", "x"]),
+    }
+    return st.fixed_dictionaries({}, optional=fields)
+
+
+@pytest.mark.slow
+def test_random_noetl_shaped_batches_never_answer_a_5xx(api: Any) -> None:
+    """Each batch and each of its events alone: a 2xx or a 4xx with a JSON body (which
+    field), never a 5xx; and the run's log still folds (an unknown type is informative)."""
+    xid = api.execute()
+    api.claim_one()
+
+    @given(events=st.lists(_noetl_event(xid), max_size=4),
+           top=st.fixed_dictionaries({}, optional={"execution_id": st.sampled_from([xid, "999"]),
+                                                   "worker_id": st.text(max_size=10)}))  # fmt: skip
+    @hypothesis.settings(max_examples=EXAMPLES * 3, derandomize=True, database=None,
+                         deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
+    def batches(events: list[dict[str, Any]], top: dict[str, Any]) -> None:
+        for path, body in [
+            ("/api/events/batch", {**top, "events": events}),
+            *[("/api/events", event) for event in events],
+        ]:
+            response = api.post(path, body, role="worker")
+            assert response.status_code < 500, (path, body, response.text)
+            if response.status_code >= 400:
+                assert response.json()["code"], response.text
+
+    batches()
+    assert api.status(xid)["status"] in ("RUNNING", "COMPLETED", "FAILED")

@@ -302,6 +302,28 @@ def test_fold_rejects_unknown_event_types() -> None:
         st.fold(sim.state, [ev.new_event(999, 77, "step.teleported", 0.0)])
 
 
+def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None:
+    """DSL 12.3: a NoETL worker's event of its own type is in the log, never in the state;
+    the mark does nothing on a type the engine knows, and an unmarked unknown type is still
+    a log the fold refuses."""
+    sim = Sim(playbook(LINEAR))
+    before = st.clone(sim.state)
+    note = ev.new_event(998, sim.state.execution_id, "step.result.preview", 0.0,
+                        meta={ev.INFORMATIVE: True})  # fmt: skip
+    st.fold(sim.state, [note])
+    assert note.event_id in sim.state.seen
+    assert (
+        sim.state.running == before.running
+        and sim.state.ctx == before.ctx
+        and sim.state.event_count == before.event_count
+    )
+    cancel = ev.new_event(997, sim.state.execution_id, ev.EXECUTION_CANCEL_REQUESTED, 0.0,
+                          meta={ev.INFORMATIVE: True})  # fmt: skip
+    assert not ev.informative(cancel)
+    st.fold(sim.state, [cancel])
+    assert sim.state.cancel_requested
+
+
 def test_snowflake_ids_are_monotonic_even_when_the_clock_steps_back() -> None:
     base = 1_800_000_000.0
     times = iter([base, base, base - 1, base + 1] + [base + 1] * 5000)
@@ -378,8 +400,9 @@ def test_a_lost_command_gets_new_attempts_even_without_spec_retry() -> None:
     for attempt in (1, 2, 3):
         cmd = sim.live()[0]
         assert (cmd.step, cmd.attempt) == ("start", attempt)
-        assert cmd.command_id == next(e.event_id for e in sim.log
-                                      if e.payload.get("command_id") == cmd.command_id)
+        assert cmd.command_id == next(
+            e.event_id for e in sim.log if e.payload.get("command_id") == cmd.command_id
+        )
         lost = ev.new_event(sim.new_id(), 77, ev.COMMAND_LEASE_EXPIRED, sim.now, step="start",
                             payload={"command_id": cmd.command_id})  # fmt: skip
         st.fold(sim.state, [lost])
@@ -497,7 +520,8 @@ def _liveness_playbook(items: int, loop: str, retry: str, side: bool) -> Any:
 
 def _moves(sim: Sim) -> list[tuple[str, st.Command | None, dict[str, str]]]:
     moves: list[tuple[str, st.Command | None, dict[str, str]]] = [
-        ("report", cmd, outcome) for cmd in sim.live() for outcome in OUTCOMES]
+        ("report", cmd, outcome) for cmd in sim.live() for outcome in OUTCOMES
+    ]
     if sim.wake_at is not None:
         moves.append(("fire", None, {}))
     if not sim.state.cancel_requested:
@@ -521,7 +545,8 @@ def _move(sim: Sim, kind: str, cmd: st.Command | None, outcome: dict[str, str]) 
 def _assert_movable(sim: Sim) -> None:
     state = sim.state
     assert state.terminal or state.commands or sim.wake_at is not None, (
-        f"stuck RUNNING: {[(e.event_type, e.step, e.payload.get('index')) for e in sim.log]}")
+        f"stuck RUNNING: {[(e.event_type, e.step, e.payload.get('index')) for e in sim.log]}"
+    )
 
 
 LIVENESS_EXAMPLES = int(os.environ.get("MILEPOST_LIVENESS_EXAMPLES", "150"))
