@@ -51,7 +51,10 @@ def missing(operation: str, config: dict[str, Any]) -> list[str]:
 
 def check(config: dict[str, Any], w: problems.Where) -> None:
     """Report an unknown operation, or the fields it needs that are missing. A templated
-    operation is checked when it renders (by the tool)."""
+    operation is checked when it renders (by the tool). `object` is the object's `name`
+    (a task of a pipeline: there `name` names the task)."""
+    if "object" in config and "name" not in config:
+        config["name"] = config.pop("object")
     operation = config.get("operation")
     if operation is None or is_template(operation):
         return  # a missing one is reported as a required field of the kind

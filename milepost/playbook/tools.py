@@ -156,8 +156,8 @@ def _tool_config(
     ctx: LoadContext, raw: dict[str, Any], w: problems.Where, kind: str, single: bool
 ) -> dict[str, Any]:
     reserved = {"kind", "input", "args", "set", "spec"}
-    if not single or kind != "workbook":  # a step's own workbook tool names its entry
-        reserved.add("name")
+    if not single or kind not in ("workbook", "nats"):  # a step's own tool names its
+        reserved.add("name")  # workbook entry, or nats object (in a pipeline: `object`)
     config: dict[str, Any] = {}
     for key, value in raw.items():
         if key in reserved:
