@@ -32,6 +32,7 @@ STREAM_EXISTS = 10058
 """JetStream: a stream of that name exists (with another configuration): a racing put
 created the bucket first."""
 _KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
+_BUCKET_RE = re.compile(r"[-_a-zA-Z0-9]+")
 MSG_TTL_VERSION = (2, 11)
 """The first NATS server release with per-message TTLs (`Nats-TTL`)."""
 
@@ -61,6 +62,14 @@ def _key(config: Config) -> str:
     return key
 
 
+def _bucket(config: Config) -> str:
+    bucket = _text(config, "bucket")
+    if not _BUCKET_RE.fullmatch(bucket):
+        raise ValueError(f"nats `bucket` {bucket!r} is not a valid bucket name (letters, "
+                         "digits, - and _ only)")  # fmt: skip
+    return bucket
+
+
 def _missing(**fields: Any) -> dict[str, Any]:
     return {"found": False, **fields}
 
@@ -83,7 +92,7 @@ async def _kv(js: JetStreamContext, bucket: str, *, create: bool = False) -> Key
 
 
 async def kv_get(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, key = _text(config, "bucket"), _key(config)
+    bucket, key = _bucket(config), _key(config)
     kv = await _kv(js, bucket)
     if kv is None:
         return _missing(bucket=bucket, key=key, value=None)
@@ -100,7 +109,7 @@ async def kv_get(js: JetStreamContext, config: Config, ctx: Context) -> dict[str
 
 
 async def kv_put(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, key = _text(config, "bucket"), _key(config)
+    bucket, key = _bucket(config), _key(config)
     data, _ = encode(config.get("value"))
     ttl = _ttl(config.get("ttl"), ctx)
     existed = await _kv(js, bucket) is not None
@@ -130,7 +139,7 @@ class Unsupported(ValueError):
 
 
 async def _kv_remove(js: JetStreamContext, config: Config, purge: bool) -> dict[str, Any]:
-    bucket, key = _text(config, "bucket"), _key(config)
+    bucket, key = _bucket(config), _key(config)
     kv = await _kv(js, bucket)
     if kv is None:
         return _missing(bucket=bucket, key=key)
@@ -150,7 +159,7 @@ async def kv_purge(js: JetStreamContext, config: Config, ctx: Context) -> dict[s
 
 
 async def kv_keys(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket = _text(config, "bucket")
+    bucket = _bucket(config)
     pattern = config.get("pattern")
     kv = await _kv(js, bucket)
     if kv is None:
@@ -189,7 +198,7 @@ def _info(info: api.ObjectInfo) -> dict[str, Any]:
 
 
 async def object_put(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, name = _text(config, "bucket"), _text(config, "name")
+    bucket, name = _bucket(config), _text(config, "name")
     data, is_json = encode(config.get("data"), config.get("encoding"))
     existed = await _store(js, bucket) is not None
     store = await _store(js, bucket, create=True) if not existed else await _store(js, bucket)
@@ -204,7 +213,7 @@ async def object_put(js: JetStreamContext, config: Config, ctx: Context) -> dict
 
 
 async def object_get(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, name = _text(config, "bucket"), _text(config, "name")
+    bucket, name = _bucket(config), _text(config, "name")
     store = await _store(js, bucket)
     if store is None:
         return _missing(bucket=bucket, name=name, data=None)
@@ -224,7 +233,7 @@ async def object_get(js: JetStreamContext, config: Config, ctx: Context) -> dict
 
 
 async def object_info(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, name = _text(config, "bucket"), _text(config, "name")
+    bucket, name = _bucket(config), _text(config, "name")
     store = await _store(js, bucket)
     if store is None:
         return _missing(bucket=bucket, name=name)
@@ -237,7 +246,7 @@ async def object_info(js: JetStreamContext, config: Config, ctx: Context) -> dic
 
 
 async def object_delete(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket, name = _text(config, "bucket"), _text(config, "name")
+    bucket, name = _bucket(config), _text(config, "name")
     store = await _store(js, bucket)
     if store is None:
         return _missing(bucket=bucket, name=name)
@@ -249,7 +258,7 @@ async def object_delete(js: JetStreamContext, config: Config, ctx: Context) -> d
 
 
 async def object_list(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
-    bucket = _text(config, "bucket")
+    bucket = _bucket(config)
     store = await _store(js, bucket)
     if store is None:
         return _missing(bucket=bucket, objects=[], count=0)
