@@ -1,12 +1,14 @@
-"""The services a suite's entries need: the mock API started for them, PostgreSQL and
-DuckDB probed, and the `${NAME}` placeholders their values fill in."""
+"""The services a suite's entries need: the mock API started for them, PostgreSQL, DuckDB
+and NATS probed, and the `${NAME}` placeholders their values fill in."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
 import importlib.util
+import os
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +18,9 @@ from milepost.conformance.results import one_line
 
 PG_AUTH = "pg_local"
 """Name under which the test Postgres credential is registered (`${PG_AUTH}`)."""
-KNOWN_NEEDS = ("mock_api", "postgres", "duckdb", "engine_http")
+KNOWN_NEEDS = ("mock_api", "postgres", "duckdb", "engine_http", "nats")
+NATS_URL = "nats://127.0.0.1:4222"
+"""The NATS server of `nats` entries (`${NATS_URL}`) unless `MILEPOST_NATS_URL` names one."""
 _PLACEHOLDER_RE = re.compile(r"\$\{([A-Z_]+)\}")
 
 
@@ -58,6 +62,12 @@ def services_for(needed: set[str], pg_url: str,
             placeholders["ENGINE_URL"] = (engine_url or server.url).rstrip("/")
     if "duckdb" in needed and importlib.util.find_spec("duckdb") is None:
         unavailable["duckdb"] = "the duckdb package is not installed"
+    if "nats" in needed:
+        nats_url = os.environ.get("MILEPOST_NATS_URL") or NATS_URL
+        placeholders["NATS_URL"] = nats_url
+        why_nats = nats_unavailable(nats_url)
+        if why_nats is not None:
+            unavailable["nats"] = why_nats
     postgres = False
     if "postgres" in needed:
         why_not = postgres_unavailable(pg_url)
@@ -84,6 +94,18 @@ def postgres_unavailable(pg_url: str) -> str | None:
         psycopg.connect(pg_url, connect_timeout=5).close()
     except Exception as exc:
         return f"cannot connect to {redact(pg_url)}: {one_line(str(exc))}"
+    return None
+
+
+def nats_unavailable(url: str) -> str | None:
+    """Why `nats` entries cannot run, or None: a TCP probe of the first server (nats-py
+    would retry a refused connection instead of answering)."""
+    parts = urlsplit(url.split(",")[0].strip())
+    host, port = parts.hostname or "127.0.0.1", parts.port or 4222
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        return f"cannot connect to NATS at {redact(url)}: {one_line(str(exc))}"
     return None
 
 

@@ -15,8 +15,17 @@ _ROOT_KEYS = frozenset(
     {"apiVersion", "kind", "metadata", "workload", "keychain", "executor", "workbook", "workflow"}
 )
 _EXECUTOR_SPEC_KEYS = frozenset(
-    {"entry_step", "no_next_is_error", "timeout", "retry", "liveness", "cancel_grace", "pool",
-     "budget", "stall_after"}
+    {
+        "entry_step",
+        "no_next_is_error",
+        "timeout",
+        "retry",
+        "liveness",
+        "cancel_grace",
+        "pool",
+        "budget",
+        "stall_after",
+    }
 )
 _KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token"}
 """Keychain kind -> the field that holds its value."""

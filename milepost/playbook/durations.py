@@ -33,7 +33,9 @@ def parse_duration(value: Any, where: str = "") -> float:
         if _NUMBER_RE.fullmatch(text):
             seconds = float(text)
         elif _DURATION_RE.fullmatch(text):
-            seconds = sum(float(n) * _SECONDS_PER[unit] for n, unit in _DURATION_PART_RE.findall(text))
+            seconds = sum(
+                float(n) * _SECONDS_PER[unit] for n, unit in _DURATION_PART_RE.findall(text)
+            )
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         prefix = f"{where}: " if where else ""
         raise ValueError(

@@ -16,7 +16,23 @@ from pydantic import BaseModel, ConfigDict, Field
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 RESERVED_NAMES = frozenset(
-    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation", "usage"]
+    [
+        "workload",
+        "ctx",
+        "iter",
+        "execution_id",
+        "keychain",
+        "event",
+        "output",
+        "context",
+        "args",
+        "input_data",
+        "loop_index",
+        "idempotency_key",
+        "operation_key",
+        "compensation",
+        "usage",
+    ]
 )
 
 BackoffKind = Literal["none", "fixed", "linear", "exponential"]

@@ -72,8 +72,9 @@ def _undefined_error(where: str, template: str, exc: UndefinedError) -> Undefine
         message = f"{where}: undefined value ({exc.message}) in '{shown}'"
     else:
         message = f"{where}: undefined name '{name}' in '{shown}'"
-    return UndefinedValue(message, where=where, name=None if name is None else str(name),
-                          template=template)
+    return UndefinedValue(
+        message, where=where, name=None if name is None else str(name), template=template
+    )
 
 
 def _template_error(where: str, template: str, exc: Exception) -> TemplateError:
@@ -87,8 +88,9 @@ def _template_error(where: str, template: str, exc: Exception) -> TemplateError:
         # Python errors from expressions/filters: the class name is half the message
         # (`KeyError: 'x'` says more than `'x'`).
         detail = f"{type(exc).__name__}: {exc}"
-    return TemplateError(f"{where}: {detail} in '{_shorten(template)}'", where=where,
-                         template=template)
+    return TemplateError(
+        f"{where}: {detail} in '{_shorten(template)}'", where=where, template=template
+    )
 
 
 def _scrub(value: Any, strict: bool) -> Any:

@@ -10,8 +10,9 @@ from milepost.playbook import durations, fields, model, pools, problems
 from milepost.playbook.context import LoadContext
 
 _APPROVER_RE = re.compile(r"^(user|role):\S+$")
-_STEP_SPEC_KEYS = frozenset({"timeout", "retry", "liveness", "approval", "compensation", "policy",
-                             "pool"})
+_STEP_SPEC_KEYS = frozenset(
+    {"timeout", "retry", "liveness", "approval", "compensation", "policy", "pool"}
+)
 _RETRY_KEYS = frozenset({"max_attempts", "backoff", "delay", "max_delay", "retry_on"})
 _APPROVAL_KEYS = frozenset(
     {"required", "approvers", "quorum", "expires_in", "allow_self_approval", "policy", "risk"}

@@ -153,9 +153,7 @@ def _b64decode(value: Any) -> str:
 
 
 ENV = _Environment(autoescape=False, undefined=_Undefined)
-ENV.filters.update(
-    tojson=_tojson, fromjson=_fromjson, b64encode=_b64encode, b64decode=_b64decode
-)
+ENV.filters.update(tojson=_tojson, fromjson=_fromjson, b64encode=_b64encode, b64decode=_b64decode)
 # Merged under each render's context (later wins) so `range`, `dict`, `namespace` resolve.
 GLOBALS: dict[str, Any] = dict(ENV.globals)
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from milepost.playbook import durations, fields, legacy, model, problems, task_policy
+from milepost.playbook import durations, fields, legacy, model, nats_ops, problems, task_policy
 from milepost.playbook.context import LoadContext
 
-TOOL_KINDS = ("python", "http", "postgres", "duckdb", "shell", "noop", "workbook", "playbook")
+TOOL_KINDS = (
+    "python", "http", "postgres", "duckdb", "shell", "noop", "workbook", "playbook", "nats",
+)  # fmt: skip
 """Tool kinds milepost runs (DSL 3)."""
 
 _REQUIRED_TOOL_FIELDS: dict[str, tuple[str, ...]] = {
@@ -21,6 +23,7 @@ _REQUIRED_TOOL_FIELDS: dict[str, tuple[str, ...]] = {
     "shell": ("command",),
     "workbook": ("name",),
     "playbook": ("path",),
+    "nats": ("operation",),
 }
 """Per kind, the fields of which at least one must be set."""
 _IGNORED_TOOL_FIELDS = frozenset({"pool", "assert", "task"})
@@ -153,8 +156,8 @@ def _tool_config(
     ctx: LoadContext, raw: dict[str, Any], w: problems.Where, kind: str, single: bool
 ) -> dict[str, Any]:
     reserved = {"kind", "input", "args", "set", "spec"}
-    if not single or kind != "workbook":  # a step's own workbook tool names its entry
-        reserved.add("name")
+    if not single or kind not in ("workbook", "nats"):  # a step's own tool names its
+        reserved.add("name")  # workbook entry, or nats object (in a pipeline: `object`)
     config: dict[str, Any] = {}
     for key, value in raw.items():
         if key in reserved:
@@ -197,7 +200,9 @@ def _required_fields(
         which = " or ".join(repr(f) for f in needed)
         w.error(f"field {which} is required for kind {kind!r}")
         return
-    if kind == "workbook":
+    if kind == "nats":
+        nats_ops.check(config, w)
+    elif kind == "workbook":
         entry = config["name"]
         if not isinstance(entry, str) or entry not in ctx.workbook_names:
             (w / "name").error(f"unknown workbook entry {entry!r}")

@@ -18,6 +18,7 @@ from milepost.tools import python as python_tool
 from milepost.tools.playbook import ChildRunner, PlaybookTool
 
 if TYPE_CHECKING:
+    from milepost.tools.nats_tool.tool import NatsTool
     from milepost.tools.postgres.tool import PostgresTool
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ Executor = Callable[[base.ToolCall], Awaitable[base.ToolResult]]
 
 
 class ToolRuntime:
-    """Runs tool calls: python, http, postgres, shell, duckdb, noop.
+    """Runs tool calls: python, http, postgres, nats, shell, duckdb, playbook, noop.
 
     Owns the python worker pool and the http clients; `run` never raises for a tool failure.
 
@@ -38,6 +39,8 @@ class ToolRuntime:
             postgres resolves `auth`; None: no credential is registered.
         children: how the `playbook` tool starts and waits for child executions (the
             embedded engine, or the server through the HTTP worker); None: it cannot.
+        nats_url: where `nats` calls without `auth` connect; None: `MILEPOST_NATS_URL`
+            (read on the first such call).
     """
 
     def __init__(
@@ -48,8 +51,13 @@ class ToolRuntime:
         python_start_method: str = "spawn",
         credentials: Callable[[str], Mapping[str, Any] | None] | None = None,
         children: ChildRunner | None = None,
+        nats_url: str | None = None,
     ) -> None:
         self.credentials = credentials
+        self.nats_url = nats_url
+        self._nats: NatsTool | None = None
+        """Created on the first nats call, so nats-py's JetStream client loads only when
+        used."""
         self._postgres: PostgresTool | None = None
         """Created on the first postgres call, so psycopg loads only when used."""
         self.python = python_tool.PythonPool(python_workers, start_method=python_start_method)
@@ -60,6 +68,7 @@ class ToolRuntime:
             "shell": shell.run,
             "duckdb": duckdb_tool.run,
             "postgres": self._run_postgres,
+            "nats": self._run_nats,
             "playbook": PlaybookTool(children).run,
             "noop": _noop,
         }
@@ -114,6 +123,14 @@ class ToolRuntime:
 
             self._postgres = PostgresTool(self.credentials)
         return await self._postgres.run(call)
+
+    async def _run_nats(self, call: base.ToolCall) -> base.ToolResult:
+        if self._nats is None:
+            from milepost.settings import Settings
+            from milepost.tools.nats_tool.tool import NatsTool
+
+            self._nats = NatsTool(self.credentials, self.nats_url or Settings().nats_url)
+        return await self._nats.run(call)
 
     async def __aenter__(self) -> ToolRuntime:
         return self

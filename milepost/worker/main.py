@@ -47,7 +47,7 @@ async def run_worker(settings: Settings | None = None, *, handle_signals: bool =
         blocking = MilepostClient(server, token, timeout=CREDENTIAL_FETCH_TIMEOUT)
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
         tools = ToolRuntime(python_workers=settings.python_workers, credentials=credentials,
-                            children=ServerChildren(client))  # fmt: skip
+                            children=ServerChildren(client), nats_url=settings.nats_url)  # fmt: skip
         try:
             worker = Worker(reports, tools, settings=settings, credentials=credentials)
             wakeup = NatsWakeup(settings.nats_url, worker.pool, worker.notify,

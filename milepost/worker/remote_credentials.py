@@ -3,7 +3,7 @@
 The tools take a *synchronous* lookup (`tools.base.CredentialLookup`, `ToolRuntime(
 credentials=...)`) and call it on the event loop. So before an attempt the worker
 fetches, asynchronously, every credential the step can be seen to need (keychain
-entries, postgres `auth` names, rendered when they are templates); the lookup answers
+entries, postgres and nats `auth` names, rendered when they are templates); the lookup answers
 from that cache. A name it could not foresee is fetched with a short blocking request
 (rare; it holds the loop for one round trip). Values are never logged.
 """
@@ -117,7 +117,7 @@ def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -
             if entry is None:
                 continue
             kind, config = entry.task.kind, entry.task.config
-        if kind == "postgres" and config.get("auth"):
+        if kind in ("postgres", "nats") and config.get("auth"):
             name = _auth_name(config["auth"], context)
             if name:
                 names.add(name)

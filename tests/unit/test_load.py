@@ -474,7 +474,7 @@ def test_load_data_without_lines_has_no_line_suffix() -> None:
         load.load_data(yaml.safe_load(doc("- step: start\n  tool: {kind: ftp}\n")))
     assert info.value.problems == [
         "step 'start': tool.kind: unknown tool kind 'ftp' "
-        "(known: python, http, postgres, duckdb, shell, noop, workbook, playbook)"
+        "(known: python, http, postgres, duckdb, shell, noop, workbook, playbook, nats)"
     ]
 
 

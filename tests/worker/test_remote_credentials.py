@@ -51,6 +51,15 @@ def test_names_for_finds_keychain_and_postgres_auth_even_templated() -> None:
     assert names_for(playbook, "broken", context) == {"api_key"}, "a guess that fails is skipped"
 
 
+def test_names_for_finds_a_nats_auth() -> None:
+    playbook = load_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: n, path: tests/n}\n"
+        "workflow:\n  - step: start\n    tool: {kind: nats, auth: '{{ workload.nats }}',"
+        " operation: kv_get, bucket: b, key: k}\n"
+    )
+    assert names_for(playbook, "start", {"workload": {"nats": "nats_main"}}) == {"nats_main"}
+
+
 class Clock:
     now = 100.0
 
