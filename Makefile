@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 SHARED ?= ../shared
 CONFORMANCE ?= $(SHARED)/conformance/noetl
+FORMS := tests/fixtures/noetl_forms
 
 .PHONY: install demo test unit conformance bench verify lint clean
 
@@ -26,12 +27,15 @@ conformance: install
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 
-# the conformance suite runs twice: embedded (SQLite, in-process workers) and through a
-# server on a fresh PostgreSQL database with two worker processes
+# the conformance suite and the fixtures of the NoETL forms (tests/fixtures/noetl_forms,
+# DSL 12) run twice: embedded (SQLite, in-process workers) and through a server on a fresh
+# PostgreSQL database with two worker processes
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
+	$(BIN)/milepost conformance $(FORMS)
+	$(BIN)/milepost conformance $(FORMS) --cluster
 
 bench: install
 	$(BIN)/milepost bench W1 200

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -121,7 +122,17 @@ def main(
         print(result.closing_line(), file=sys.stderr, flush=True)
     else:
         print(result.closing_line(), flush=True)
+    if result.skipped and in_ci():
+        # CI has every service: an entry skipped there is a service that did not start
+        print("error: under CI every entry must run; skipped entries fail the suite",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return 1
     return 1 if result.failed else 0
+
+
+def in_ci() -> bool:
+    """Whether this is CI (`CI=true`), where skipping is failing."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 async def _run_all(

@@ -222,7 +222,9 @@ def test_main_prints_lines_and_closing_line(
     assert len(lines) == 4
 
 
-def test_main_json(suite: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_json(suite: Path, capsys: pytest.CaptureFixture[str],
+                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.delenv("CI", raising=False)  # outside CI a skipped entry fails nothing
     code = main(suite, pg_url=PG_URL, json_out=True, only=["greet.yaml", "needs_pg"])
     out = capsys.readouterr()
     data = json.loads(out.out)
@@ -231,6 +233,17 @@ def test_main_json(suite: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [e["outcome"] for e in data["entries"]] == ["passed", "skipped"]
     assert set(data["entries"][0]) == {"playbook", "outcome", "reasons", "seconds", "execution_id"}
     assert out.err.strip().splitlines()[-1] == "1 passed, 0 failed, 1 skipped"
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_under_ci_a_skipped_entry_fails_the_suite(
+        suite: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        ci: str) -> None:  # fmt: skip
+    monkeypatch.setenv("CI", ci)  # CI has every service: a skip there is one that is down
+    assert main(suite, pg_url=PG_URL, json_out=False, only=["greet.yaml", "needs_pg"]) == 1
+    said = capsys.readouterr()
+    assert said.out.splitlines()[-1] == "1 passed, 0 failed, 1 skipped"
+    assert "under CI every entry must run" in said.err
 
 
 def test_main_reports_a_missing_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
