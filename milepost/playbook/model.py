@@ -16,7 +16,23 @@ from pydantic import BaseModel, ConfigDict, Field
 _FROZEN = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 RESERVED_NAMES = frozenset(
-    ["workload", "ctx", "iter", "execution_id", "keychain", "event", "output", "context", "args", "input_data", "loop_index", "idempotency_key", "operation_key", "compensation", "usage"]
+    [
+        "workload",
+        "ctx",
+        "iter",
+        "execution_id",
+        "keychain",
+        "event",
+        "output",
+        "context",
+        "args",
+        "input_data",
+        "loop_index",
+        "idempotency_key",
+        "operation_key",
+        "compensation",
+        "usage",
+    ]
 )
 
 BackoffKind = Literal["none", "fixed", "linear", "exponential"]
@@ -159,13 +175,20 @@ class WorkbookEntry(BaseModel):
     task: Task
 
 
+SECRET_PROVIDERS = ("env", "milepost", "gcp", "aws", "azure")
+"""Where a keychain `kind: secrets` entry fetches its fields (`attempt.secret_providers`)."""
+
+
 class KeychainEntry(BaseModel):
     model_config = _FROZEN
     name: str
-    kind: Literal["credential", "static", "bearer"]
+    kind: Literal["credential", "static", "bearer", "secrets"]
     credential: str | None = None
     map: dict[str, Any] = Field(default_factory=dict)
+    """`static`: field -> template; `secrets`: field -> the provider's path (a template)."""
     token: Any = None
+    provider: str | None = None
+    """`secrets`: where the values are fetched (`attempt.secret_providers`)."""
 
 
 class Budget(BaseModel):

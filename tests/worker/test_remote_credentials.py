@@ -51,6 +51,19 @@ def test_names_for_finds_keychain_and_postgres_auth_even_templated() -> None:
     assert names_for(playbook, "broken", context) == {"api_key"}, "a guess that fails is skipped"
 
 
+def test_names_for_finds_http_auth_too() -> None:
+    playbook = load_text(
+        PG.replace(
+            'kind: postgres, auth: "{{ workload.pg_auth }}", query: "select 1"',
+            'kind: http, auth: "{{ workload.api }}", url: http://h/x',
+        )
+    )
+    assert names_for(playbook, "start", {"workload": {"api": "bearer_x"}}) == {
+        "api_key",
+        "bearer_x",
+    }
+
+
 class Clock:
     now = 100.0
 
