@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
+from milepost.attempt import secret_providers
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
 from milepost.sanitize import is_sensitive_key, secret_strings
@@ -25,7 +26,10 @@ class CredentialMissing(MilepostError):
 
 
 def resolve(playbook: model.Playbook, context: Mapping[str, Any],
-            credentials: CredentialLookup | None = None) -> dict[str, Any]:  # fmt: skip
+            credentials: CredentialLookup | None = None,
+            environ: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every entry's fields; `environ` (default `os.environ`) is what provider `env` reads.
+    Raises a MilepostError naming the entry when one cannot be resolved."""
     resolved: dict[str, Any] = {}
     for entry in playbook.keychain:
         where = f"keychain '{entry.name}'"
@@ -34,6 +38,10 @@ def resolve(playbook: model.Playbook, context: Mapping[str, Any],
         elif entry.kind == "bearer":
             token = render.render_value(entry.token, context, where=f"{where}: token")
             resolved[entry.name] = {"token": token}
+        elif entry.kind == "secrets":
+            paths = render.render_value(entry.map, context, where=f"{where}: map")
+            fetch = secret_providers.fetcher(entry.provider or "", where, credentials, environ)
+            resolved[entry.name] = {field: fetch(field, path) for field, path in paths.items()}
         else:
             data = credentials(entry.credential or "") if credentials else None
             if data is None:
@@ -45,8 +53,8 @@ def resolve(playbook: model.Playbook, context: Mapping[str, Any],
 
 
 def secret_texts(playbook: model.Playbook, resolved: Mapping[str, Any]) -> list[str]:
-    """Every text to mask for a resolved keychain: its strings, and for `static` and
-    `bearer` entries also the text of its numbers.
+    """Every text to mask for a resolved keychain: its strings, and for `static`,
+    `bearer` and `secrets` entries also the text of its numbers.
 
     Those entries are rendered templates, and rendering coerces numeric-looking text
     (DSL 9.3): a PIN or numeric API key `"98765432"` resolves to the int 98765432.

@@ -27,8 +27,11 @@ _EXECUTOR_SPEC_KEYS = frozenset(
         "stall_after",
     }
 )
-_KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token"}
+_KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token",
+                   "secrets": "map"}  # fmt: skip
 """Keychain kind -> the field that holds its value."""
+_KEYCHAIN_REJECTED = ("oauth2", "google_id_token")
+"""NoETL keychain kinds that mint tokens; neither NoETL engine of today does it either."""
 
 
 def check_root_keys(ctx: LoadContext, doc: dict[str, Any]) -> None:
@@ -161,20 +164,35 @@ def _keychain_entry(
     if name in seen:
         (w / "name").error(f"duplicate keychain name {name!r}")
     seen.add(name or "")
+    if item.get("kind") in _KEYCHAIN_REJECTED:
+        (w / "kind").error(
+            f"keychain kind {item['kind']!r} is not supported: milepost does not mint tokens; "
+            "fetch the token in an http step (e.g. a POST to the token endpoint) and pass it "
+            "on with `set`, or register it as a credential")  # fmt: skip
+        return None
     kind = fields.choice(item.get("kind"), w / "kind", _KEYCHAIN_VALUE)
     if kind is None or name is None:
         return None
     value_key = _KEYCHAIN_VALUE[kind]
-    if item.get(value_key) is None:
-        w.error(f"field {value_key!r} is required for kind {kind!r}")
+    needed = (value_key, "provider") if kind == "secrets" else (value_key,)
+    missing = [key for key in needed if item.get(key) is None]
+    for key in missing:
+        w.error(f"field {key!r} is required for kind {kind!r}")
+    if missing:
         return None
     for key in item:
-        if key not in ("name", "kind", value_key):
+        if key not in ("name", "kind", *needed):
             (w / key).warn(f"field {key!r} is ignored", show="parent")
     value = item[value_key]
     if kind == "credential" and not isinstance(value, str):
         (w / "credential").error("expected a credential name")
         return None
-    if kind == "static":
+    if kind in ("static", "secrets"):
         value = fields.mapping(value, w / "map")
-    return fields.build(w, model.KeychainEntry, name=name, kind=kind, **{value_key: value})
+    extra: dict[str, Any] = {}
+    if kind == "secrets":
+        extra["provider"] = fields.choice(item["provider"], w / "provider", model.SECRET_PROVIDERS)
+        if extra["provider"] is None:
+            return None
+    return fields.build(w, model.KeychainEntry, name=name, kind=kind, **{value_key: value},
+                        **extra)  # fmt: skip

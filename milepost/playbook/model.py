@@ -175,13 +175,20 @@ class WorkbookEntry(BaseModel):
     task: Task
 
 
+SECRET_PROVIDERS = ("env", "milepost", "gcp", "aws", "azure")
+"""Where a keychain `kind: secrets` entry fetches its fields (`attempt.secret_providers`)."""
+
+
 class KeychainEntry(BaseModel):
     model_config = _FROZEN
     name: str
-    kind: Literal["credential", "static", "bearer"]
+    kind: Literal["credential", "static", "bearer", "secrets"]
     credential: str | None = None
     map: dict[str, Any] = Field(default_factory=dict)
+    """`static`: field -> template; `secrets`: field -> the provider's path (a template)."""
     token: Any = None
+    provider: str | None = None
+    """`secrets`: where the values are fetched (`attempt.secret_providers`)."""
 
 
 class Budget(BaseModel):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import math
+import ssl
 import time
 import weakref
 from collections.abc import Mapping
@@ -13,55 +15,82 @@ from typing import Any
 
 import httpx
 
-from milepost.tools import base
+from milepost.sanitize import Redactor
+from milepost.tools import base, http_auth
 
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE = frozenset({"rate_limit", "server_error", "timeout", "connection"})
 
 
 class HttpTool:
-    """Runs http calls; keeps one AsyncClient per event loop (clients are loop-bound).
+    """Runs http calls; keeps one AsyncClient per event loop (clients are loop-bound) and
+    TLS verification (`verify_ssl`, a setting of the client, not of a request).
 
     Args:
         transport: an httpx transport to use instead of the network (tests).
+        credentials: how `auth` resolves a credential name (`http_auth`); None: none is
+            registered.
     """
 
-    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        credentials: base.CredentialLookup | None = None,
+    ) -> None:
         self._transport = transport
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.credentials = credentials
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[bool, httpx.AsyncClient]
+        ] = weakref.WeakKeyDictionary()
 
-    def client(self) -> httpx.AsyncClient:
+    def client(self, verify: bool = True) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
+        clients = self._clients.setdefault(loop, {})
+        client = clients.get(verify)
         if client is None or client.is_closed:
             client = httpx.AsyncClient(
                 transport=self._transport,
                 timeout=DEFAULT_TIMEOUT,
                 follow_redirects=True,
+                verify=verify,
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
             )
-            self._clients[loop] = client
+            clients[verify] = client
         return client
 
     async def aclose(self) -> None:
-        """Close the client of the running loop; forget the others."""
+        """Close the clients of the running loop; forget the others."""
         loop = asyncio.get_running_loop()
         clients, self._clients = self._clients, weakref.WeakKeyDictionary()
-        client = clients.get(loop)
-        if client is not None:
+        for client in clients.get(loop, {}).values():
             await client.aclose()
 
     async def run(self, call: base.ToolCall) -> base.ToolResult:
         try:
-            request = build_request(call)
+            auth = http_auth.auth_headers(call.config.get("auth"), self.credentials)
+            request = build_request(call, auth.headers)
+            verify = _flag(call.config.get("verify_ssl"), default=True)
         except ValueError as exc:
             return base.failure("invalid", str(exc))
+        result = await self._send(call, request, verify)
+        if not auth.secrets:
+            return result
+        # a server may echo the request's headers: what `auth` added is masked here, since
+        # the attempt's redactor knows only the keychain's secrets
+        redactor = Redactor(auth.secrets)
+        error = result.error
+        if error is not None:
+            error = dataclasses.replace(error, message=redactor.text(error.message))
+        return dataclasses.replace(result, data=redactor.value(result.data),
+                                   http=redactor.value(result.http), error=error)  # fmt: skip
+
+    async def _send(
+        self, call: base.ToolCall, request: dict[str, Any], verify: bool
+    ) -> base.ToolResult:
         method, url = request["method"], request["url"]
         try:
             async with asyncio.timeout(call.timeout):
-                response = await self.client().request(**request)
+                response = await self.client(verify).request(**request)
         except httpx.TimeoutException as exc:
             return base.failure(
                 "timeout",
@@ -81,6 +110,17 @@ class HttpTool:
         except httpx.TooManyRedirects as exc:
             return base.failure("client_error", f"{method} {url}: {exc}", code=type(exc).__name__)
         except httpx.HTTPError as exc:
+            unverified = _certificate_error(exc)
+            if unverified is not None:
+                # retrying cannot make an untrusted certificate trusted
+                return base.failure(
+                    "connection",
+                    f"TLS certificate of {method} {url} could not be verified "
+                    f"({unverified.verify_message or unverified.reason or unverified}); "
+                    "set `verify_ssl: false` on the tool to skip verification",
+                    code="CERTIFICATE_VERIFY_FAILED",
+                    retryable=False,
+                )
             return base.failure(
                 "connection",
                 f"{type(exc).__name__} on {method} {url}: {str(exc) or 'connection failed'}",
@@ -90,14 +130,19 @@ class HttpTool:
         return response_result(response, method, url)
 
 
-def build_request(call: base.ToolCall) -> dict[str, Any]:
-    """httpx.request keyword arguments for a call (ValueError if the call is unusable)."""
+def build_request(
+    call: base.ToolCall, auth_headers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """httpx.request keyword arguments for a call (ValueError if the call is unusable).
+    `auth_headers` (from `auth`) are added unless the tool's `headers` set the same name."""
     config = call.config
     url = config.get("url") or config.get("endpoint")
     if not isinstance(url, str) or not url:
         raise ValueError("http tool needs `url` (a non-empty string)")
     method = str(config.get("method") or "GET").upper()
     headers = encode_headers(config.get("headers"))
+    given = {name.lower() for name in headers}
+    headers.update({k: v for k, v in (auth_headers or {}).items() if k.lower() not in given})
     if (
         method != "GET"
         and call.idempotency_key
@@ -218,6 +263,19 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     current = time.time() if now is None else now
     return max(when.timestamp() - current, 0.0)
+
+
+def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind a transport error, if that is what it
+    is (httpx wraps the `ssl` error, sometimes twice)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _timeout(value: Any, call_timeout: float | None) -> float:

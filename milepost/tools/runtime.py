@@ -36,7 +36,7 @@ class ToolRuntime:
         http_transport: an httpx transport replacing the network (tests).
         python_start_method: `spawn` (default) or `forkserver`.
         credentials: `name -> credential data (decrypted, with its "type") | None`, how
-            postgres resolves `auth`; None: no credential is registered.
+            postgres and http resolve `auth`; None: no credential is registered.
         children: how the `playbook` tool starts and waits for child executions (the
             embedded engine, or the server through the HTTP worker); None: it cannot.
         nats_url: where `nats` calls without `auth` connect; None: `MILEPOST_NATS_URL`
@@ -61,7 +61,7 @@ class ToolRuntime:
         self._postgres: PostgresTool | None = None
         """Created on the first postgres call, so psycopg loads only when used."""
         self.python = python_tool.PythonPool(python_workers, start_method=python_start_method)
-        self.http = http_tool.HttpTool(transport=http_transport)
+        self.http = http_tool.HttpTool(transport=http_transport, credentials=credentials)
         self._executors: dict[str, Executor] = {
             "python": self.python.run,
             "http": self.http.run,

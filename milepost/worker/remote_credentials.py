@@ -3,7 +3,8 @@
 The tools take a *synchronous* lookup (`tools.base.CredentialLookup`, `ToolRuntime(
 credentials=...)`) and call it on the event loop. So before an attempt the worker
 fetches, asynchronously, every credential the step can be seen to need (keychain
-entries, postgres and nats `auth` names, rendered when they are templates); the lookup answers
+entries, the vault paths of `secrets` entries, postgres, http and nats `auth` names,
+rendered when they are templates); the lookup answers
 from that cache. A name it could not foresee is fetched with a short blocking request
 (rare; it holds the loop for one round trip). Values are never logged.
 """
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from milepost.attempt.secret_providers import vault_path
 from milepost.client import ServerRefused, ServerUnavailable
 from milepost.errors import MilepostError
 from milepost.playbook import model, render
@@ -107,6 +109,7 @@ def _problem(name: str, exc: ServerRefused | ServerUnavailable) -> MilepostError
 def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -> set[str]:
     """The credentials an attempt of `step` can be seen to need before it runs."""
     names = {e.credential for e in playbook.keychain if e.kind == "credential" and e.credential}
+    names.update(vault_names(playbook.keychain, context))
     target = playbook.steps.get(step)
     if target is None:
         return names
@@ -117,17 +120,45 @@ def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -
             if entry is None:
                 continue
             kind, config = entry.task.kind, entry.task.config
-        if kind in ("postgres", "nats") and config.get("auth"):
+        if kind in _AUTH_KINDS and config.get("auth"):
             name = _auth_name(config["auth"], context)
             if name:
                 names.add(name)
     return names
 
 
+_AUTH_KINDS = frozenset({"postgres", "http", "nats"})
+"""Tools whose `auth` names a credential."""
+
+
+def vault_names(keychain: Iterable[model.KeychainEntry],
+                context: Mapping[str, Any]) -> set[str]:  # fmt: skip
+    """The credentials the `secrets` entries of provider `milepost` read (`<name>.<field>`)."""
+    names: set[str] = set()
+    for entry in keychain:
+        if entry.kind != "secrets" or entry.provider != "milepost":
+            continue
+        for path in entry.map.values():
+            rendered = _rendered(path, context)
+            split = vault_path(rendered) if isinstance(rendered, str) else None
+            if split is not None:
+                names.add(split[0])
+    return names
+
+
+def _rendered(value: Any, context: Mapping[str, Any]) -> Any:
+    if not is_template(value):
+        return value
+    try:
+        return render.render_value(value, context, where="credential name")
+    except Exception:  # noqa: BLE001 - only a guess; the attempt reports its own errors
+        return None
+
+
 def _auth_name(auth: Any, context: Mapping[str, Any]) -> str | None:
     if is_template(auth) or isinstance(auth, Mapping):
         try:
-            auth = render.render_value(auth, context, where="postgres auth")
+            auth = render.render_value(auth, context, where="tool auth")
         except Exception:  # noqa: BLE001 - only a guess; the tool reports its own errors
             return None
     return auth_credential(auth)

@@ -385,8 +385,8 @@ BAD = [
     ),
     (
         "keychain kind",
-        doc(START, head="keychain: [{name: api, kind: oauth2}]\n"),
-        "keychain[0].kind: expected one of credential, static, bearer, got 'oauth2'",
+        doc(START, head="keychain: [{name: api, kind: vault}]\n"),
+        "keychain[0].kind: expected one of credential, static, bearer, secrets, got 'vault'",
     ),
     (
         "keychain credential missing",

@@ -60,6 +60,19 @@ def test_names_for_finds_a_nats_auth() -> None:
     assert names_for(playbook, "start", {"workload": {"nats": "nats_main"}}) == {"nats_main"}
 
 
+def test_names_for_finds_http_auth_too() -> None:
+    playbook = load_text(
+        PG.replace(
+            'kind: postgres, auth: "{{ workload.pg_auth }}", query: "select 1"',
+            'kind: http, auth: "{{ workload.api }}", url: http://h/x',
+        )
+    )
+    assert names_for(playbook, "start", {"workload": {"api": "bearer_x"}}) == {
+        "api_key",
+        "bearer_x",
+    }
+
+
 class Clock:
     now = 100.0
 
