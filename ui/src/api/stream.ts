@@ -3,7 +3,8 @@ import { SseMessage, SseParser } from "./sse";
 
 // Live updates over server-sent events read with fetch: EventSource cannot send the
 // Authorization header. The stream is resumable (`?after=<seq>`); a route that answers
-// 404 (a server without streams) makes the caller fall back to re-fetching every 5 s.
+// 404 (a server without streams) makes the caller fall back to re-fetching every 5 s;
+// a 401 (the token was revoked) or a broken connection is retried every 2 s.
 
 export type StreamEnd = "ended" | "unsupported" | "closed";
 
@@ -16,7 +17,9 @@ export async function readStream(
     headers: { ...authHeaders(), Accept: "text/event-stream" },
     signal,
   });
-  if (response.status === 404 || response.status === 405) return "unsupported";
+  // 404: a server without the stream route; on the runs list, a server without
+  // /api/executions/stream answers 422 (`stream` is no execution id): no stream either
+  if (response.status >= 400 && response.status < 500 && response.status !== 401) return "unsupported";
   if (!response.ok || !response.body) throw new Error(`stream ${url}: ${response.status}`);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   const parser = new SseParser();
