@@ -140,6 +140,18 @@ def test_a_run_seen_live_from_the_list_to_its_graph_and_a_viewer_cannot_cancel(
     expect(page.get_by_test_id("cancel")).to_have_count(0)  # an ended run is not cancelled
     page.screenshot(path=str(artifacts / "run-completed.png"))
 
+    # the list's filters are the server's: by status, by playbook; the search opens a run
+    page.goto(cluster.url + "/ui/runs")
+    page.select_option("select[name=status]", "FAILED")
+    expect(page.get_by_text("No runs match.")).to_be_visible(timeout=WAIT_MS)
+    page.select_option("select[name=status]", "COMPLETED")
+    expect(row).to_have_attribute("data-status", "COMPLETED", timeout=WAIT_MS)
+    page.fill("input[name=playbook]", "e2e/other")
+    expect(page.get_by_text("No runs match.")).to_be_visible(timeout=WAIT_MS)
+    page.fill("input[name=run-id]", xid)
+    page.get_by_role("button", name="Open").click()
+    expect(page).to_have_url(f"{cluster.url}/ui/runs/{xid}", timeout=WAIT_MS)
+
     # a viewer, on another run that is still going: no cancel button
     (tmp_path / "go").unlink()
     other = cluster.run(LOOP.replace("DIR", str(tmp_path)))
