@@ -1,17 +1,29 @@
-import ELK from "elkjs/lib/elk.bundled.js";
 import type { GraphEdge, GraphNode } from "../api/types";
 
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
 export const NODE_W = 200;
 export const NODE_H = 64;
 
-const elk = new ELK();
+// elkjs is most of the bundle: loaded with the first run page, not with the runs list
+let elk: Promise<{ layout: (graph: ElkGraph) => Promise<ElkGraph> }> | null = null;
+
+interface ElkGraph {
+  id: string;
+  layoutOptions?: Record<string, string>;
+  children?: { id: string; width?: number; height?: number; x?: number; y?: number }[];
+  edges?: { id: string; sources: string[]; targets: string[] }[];
+}
+
+function engine() {
+  elk ??= import("elkjs/lib/elk.bundled.js").then(({ default: ELK }) => new ELK() as never);
+  return elk;
+}
 
 export type Positions = Record<string, { x: number; y: number }>;
 
 export async function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const ids = new Set(nodes.map((n) => n.id));
-  const result = await elk.layout({
+  const result = await (await engine()).layout({
     id: "root",
     layoutOptions: {
       "elk.algorithm": "layered",
