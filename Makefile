@@ -7,7 +7,7 @@ SHARED ?= ../shared
 CONFORMANCE ?= $(SHARED)/conformance/noetl
 FORMS := tests/fixtures/noetl_forms
 
-.PHONY: install demo test unit conformance bench verify lint clean
+.PHONY: install demo test unit conformance bench verify lint clean ui ui-test browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,34 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# the web UI (ui/): `npm ci` from the committed lock file when it changed, `npm run build`
+# into the package (milepost/web/dist, served at /ui/, carried by a wheel) when a source is
+# newer than the build
+UI_MODULES := ui/node_modules/.package-lock.json
+UI_DIST := milepost/web/dist/index.html
+UI_SRC := $(shell find ui/src -type f 2>/dev/null) ui/index.html ui/package.json \
+	ui/vite.config.ts ui/tsconfig.json
+
+$(UI_MODULES): ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(UI_DIST): $(UI_MODULES) $(UI_SRC)
+	cd ui && npm run build --silent
+
+ui: $(UI_DIST)
+
+# the UI's component tests (Vitest, no watch)
+ui-test: $(UI_MODULES)
+	cd ui && npm test --silent
+
+# Debian's chromium for the browser tests (tests/e2e/test_web_ui.py); installed only where
+# we may (root), else the test skips outside CI and fails under it
+browser:
+	@command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+install: $(VENV)/.installed $(UI_DIST)
 
 demo: install
 	$(PY) examples/demo.py
@@ -30,7 +57,7 @@ conformance: install
 # the conformance suite and the fixtures of the NoETL forms (tests/fixtures/noetl_forms,
 # DSL 12) run twice: embedded (SQLite, in-process workers) and through a server on a fresh
 # PostgreSQL database with two worker processes
-test: install
+test: install browser ui-test
 	$(PY) -m pytest -q -n 2 --dist loadfile
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster

@@ -38,10 +38,12 @@ from milepost.api.routers import (
     events,
     execute,
     executions,
+    graph,
     health,
     logs,
     metrics,
     reads,
+    ui,
     usage,
     workers,
 )
@@ -59,7 +61,7 @@ log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
            credentials, docs, workers, approvals, usage, diagnosis, logs,
-           actions, reads)  # fmt: skip
+           actions, reads, graph, ui)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

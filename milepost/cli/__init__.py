@@ -24,6 +24,7 @@ from milepost.cli import (
     suites,
     usage,
     verify,
+    web_ui,
     workers,
 )
 from milepost.cli.help import quiet_flags
@@ -38,7 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                        "3 server or database unavailable, 130 interrupted.")  # fmt: skip
 # added without a name, a group's commands (and its named sub-groups) are the app's own
 _GROUPS = (runs, executions, event_log, actions, logs, approvals, catalog, credentials, suites,
-           verify, server, doctor, workers, usage)  # fmt: skip
+           verify, server, doctor, workers, usage, web_ui)  # fmt: skip
 for group in _GROUPS:
     app.add_typer(group.app)
 

@@ -87,6 +87,13 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
     ("POST", "/api/approvals/{approval_id}/decision"): ("/api/approvals/1/decision",
                                                        {"decision": "approve"},
                                                        {"admin", "approver"}, 404),
+    ("GET", "/api/executions/{execution_id}/graph"): ("/api/executions/1/graph", None, READ,
+                                                      404),
+    ("GET", "/api/whoami"): ("/api/whoami", None, READ, 200),
+    # the web UI (a redirect is not followed by the table tests)
+    ("GET", "/"): ("/", None, OPEN, 307),
+    ("GET", "/ui"): ("/ui", None, OPEN, 307),
+    ("GET", "/ui/{path:path}"): ("/ui/assets/nope.js", None, OPEN, 404),
     ("WS", "/api/worker/channel"): ("/api/worker/channel", None, {"admin", "worker"}, 101),
 }  # fmt: skip
 
@@ -121,7 +128,7 @@ def test_health_is_open(api: Api) -> None:
 
 def test_every_route_but_the_open_ones_needs_a_token(api: Api) -> None:
     for method, path, body, allowed, status in _http_rows():
-        response = api.call(method, path, role=None, json=body)
+        response = api.call(method, path, role=None, json=body, follow_redirects=False)
         if allowed is OPEN:
             assert response.status_code == status, (method, path, response.text)
             continue
@@ -138,7 +145,7 @@ def test_a_bad_or_unknown_token_is_401(api: Api, header: str) -> None:
 def test_each_role_gets_403_exactly_where_the_table_says(api: Api) -> None:
     for method, path, body, allowed, status in _http_rows():
         for role in ROLES:
-            response = api.call(method, path, role=role, json=body)
+            response = api.call(method, path, role=role, json=body, follow_redirects=False)
             if allowed is OPEN or role in allowed:
                 assert response.status_code == status, (method, path, role, response.text)
             else:

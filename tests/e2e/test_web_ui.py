@@ -1,0 +1,165 @@
+"""The web UI in headless Chromium (Debian's `chromium`, driven by Playwright through
+`executable_path`; never `playwright install`): a server and a worker, a run with a loop
+watched live from the runs list to its run page, and a viewer offered no cancel button.
+
+Screenshots of each page are saved as artifacts: under `MILEPOST_TEST_ARTIFACTS` if set
+(CI points it at its output folder), else in the test's tmp dir; the path is printed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from milepost.api.routers import ui
+from tests.acceptance.harness import Cluster, database
+from tests.shared import IN_CI
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+WAIT_MS = 30_000
+
+try:
+    from playwright.sync_api import Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra has it
+    sync_playwright = None  # type: ignore[assignment]
+
+_missing = (
+    "playwright is not installed (pip install -e '.[dev]')" if sync_playwright is None
+    else f"no chromium at {CHROMIUM} (make browser, or apt-get install chromium)"
+    if not os.path.exists(CHROMIUM)
+    else "the web UI is not built (make install)" if not (ui.DIST / "index.html").is_file()
+    else None
+)  # fmt: skip
+if _missing and IN_CI:
+    raise RuntimeError(f"CI runs the browser tests: {_missing}")
+needs_browser = pytest.mark.skipif(_missing is not None, reason=_missing or "")
+
+LOOP = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: ui_loop, path: e2e/ui_loop}
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = 1"}
+        next: each
+      - step: each
+        loop: {in: [1, 2, 3, 4], iterator: n, mode: parallel, max_in_flight: 2}
+        tool:
+          kind: python
+          input: {n: "{{ n }}"}
+          code: |
+            import os, time
+            while not os.path.exists("DIR/go"):
+                time.sleep(0.05)
+            result = n
+        next: end
+      - step: end
+        tool: {kind: python, code: "result = 2"}
+    """)
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    root = os.environ.get("MILEPOST_TEST_ARTIFACTS")
+    folder = Path(root) / "web_ui" if root else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"web UI screenshots: {folder}")
+    return folder
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with database("sqlite", tmp_path) as url:
+        c = Cluster(url, tmp_path)
+        try:
+            c.start_server()
+            c.start_worker(concurrency=4, python_workers=2)
+            yield c
+        finally:
+            (tmp_path / "go").write_text("")  # no tool is left waiting
+            c.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    assert sync_playwright is not None
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                      args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def sign_in(page: Page, url: str, token: str) -> None:
+    page.goto(url + "/")  # the root redirects to /ui/
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=WAIT_MS)
+
+
+@needs_browser
+def test_a_run_seen_live_from_the_list_to_its_graph_and_a_viewer_cannot_cancel(
+        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    xid = cluster.run(LOOP.replace("DIR", str(tmp_path)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(cluster.url + "/ui/")
+    page.screenshot(path=str(artifacts / "sign-in.png"))
+    sign_in(page, cluster.url, cluster.admin_token)
+
+    row = page.locator(f"[data-testid=run-row]:has-text('{xid}')")
+    expect(row).to_be_visible(timeout=WAIT_MS)
+    expect(row).to_have_attribute("data-status", "RUNNING")
+    page.screenshot(path=str(artifacts / "runs.png"))
+
+    row.get_by_role("link", name=xid).click()
+    expect(page).to_have_url(f"{cluster.url}/ui/runs/{xid}")
+    each = page.get_by_test_id("step-each")
+    expect(each).to_have_attribute("data-status", "RUNNING", timeout=WAIT_MS)
+    expect(page.get_by_test_id("iterations-each")).to_contain_text("2 running", timeout=WAIT_MS)
+    expect(page.get_by_test_id("step-start")).to_have_attribute("data-status", "COMPLETED")
+    expect(page.get_by_test_id("step-end")).to_have_attribute("data-status", "PENDING")
+    expect(page.get_by_test_id("cancel")).to_be_visible()  # an admin may cancel
+    expect(page.get_by_test_id("event-row").first).to_be_visible()
+    page.screenshot(path=str(artifacts / "run-running.png"))
+
+    (tmp_path / "go").write_text("")  # the loop's tools finish; the page sees it live
+    expect(each).to_have_attribute("data-status", "COMPLETED", timeout=WAIT_MS)
+    expect(page.get_by_test_id("iterations-each")).to_contain_text("4 done")
+    expect(page.get_by_test_id("step-end")).to_have_attribute("data-status", "COMPLETED",
+                                                               timeout=WAIT_MS)  # fmt: skip
+    expect(page.get_by_test_id("run-status")).to_have_text("COMPLETED", timeout=WAIT_MS)
+    expect(page.get_by_test_id("cancel")).to_have_count(0)  # an ended run is not cancelled
+    page.screenshot(path=str(artifacts / "run-completed.png"))
+
+    # the list's filters are the server's: by status, by playbook; the search opens a run
+    page.goto(cluster.url + "/ui/runs")
+    page.select_option("select[name=status]", "FAILED")
+    expect(page.get_by_text("No runs match.")).to_be_visible(timeout=WAIT_MS)
+    page.select_option("select[name=status]", "COMPLETED")
+    expect(row).to_have_attribute("data-status", "COMPLETED", timeout=WAIT_MS)
+    page.fill("input[name=playbook]", "e2e/other")
+    expect(page.get_by_text("No runs match.")).to_be_visible(timeout=WAIT_MS)
+    page.fill("input[name=run-id]", xid)
+    page.get_by_role("button", name="Open").click()
+    expect(page).to_have_url(f"{cluster.url}/ui/runs/{xid}", timeout=WAIT_MS)
+
+    # a viewer, on another run that is still going: no cancel button
+    (tmp_path / "go").unlink()
+    other = cluster.run(LOOP.replace("DIR", str(tmp_path)))
+    viewer = browser.new_page(viewport={"width": 1280, "height": 900})
+    sign_in(viewer, cluster.url, cluster.token("viewer"))
+    expect(viewer.get_by_test_id("whoami")).to_contain_text("viewer")
+    viewer.goto(f"{cluster.url}/ui/runs/{other}")  # a client route, served the app
+    expect(viewer.get_by_test_id("step-start")).to_be_visible(timeout=WAIT_MS)
+    expect(viewer.get_by_test_id("run-status")).to_have_text("RUNNING")
+    expect(viewer.get_by_test_id("cancel")).to_have_count(0)
+    viewer.screenshot(path=str(artifacts / "run-viewer.png"))

@@ -1,0 +1,14 @@
+// The token lives in sessionStorage: gone when the tab closes, never in a cookie or a URL.
+const KEY = "milepost.token";
+
+export function getToken(): string | null {
+  return sessionStorage.getItem(KEY);
+}
+
+export function setToken(token: string): void {
+  sessionStorage.setItem(KEY, token.trim());
+}
+
+export function clearToken(): void {
+  sessionStorage.removeItem(KEY);
+}

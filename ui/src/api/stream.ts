@@ -1,0 +1,105 @@
+import { authHeaders } from "./client";
+import { SseMessage, SseParser } from "./sse";
+
+// Live updates over server-sent events read with fetch: EventSource cannot send the
+// Authorization header. The stream is resumable (`?after=<seq>`); a route that answers
+// 404 (a server without streams) makes the caller fall back to re-fetching every 5 s;
+// a 401 (the token was revoked) or a broken connection is retried every 2 s.
+
+export type StreamEnd = "ended" | "unsupported" | "closed";
+
+export async function readStream(
+  url: string,
+  onMessage: (m: SseMessage) => void,
+  signal: AbortSignal,
+): Promise<StreamEnd> {
+  const response = await fetch(url, {
+    headers: { ...authHeaders(), Accept: "text/event-stream" },
+    signal,
+  });
+  // 404: a server without the stream route; on the runs list, a server without
+  // /api/executions/stream answers 422 (`stream` is no execution id): no stream either
+  if (response.status >= 400 && response.status < 500 && response.status !== 401) return "unsupported";
+  if (!response.ok || !response.body) throw new Error(`stream ${url}: ${response.status}`);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  const parser = new SseParser();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return "closed";
+    for (const message of parser.feed(value)) {
+      if (message.event === "end") {
+        await reader.cancel();
+        return "ended";
+      }
+      onMessage(message);
+    }
+  }
+}
+
+export const POLL_MS = 5000;
+const RETRY_MS = 2000;
+
+/**
+ * Follow `path` (a stream route): `onChange` runs for each message (coalesced to one call
+ * per animation frame, so a burst of 1,000 events costs one re-fetch). Falls back to one
+ * call every `POLL_MS` while the tab is visible when the server has no stream route.
+ * Returns a function that stops it.
+ */
+export function follow(
+  path: (after: number) => string,
+  onChange: () => void,
+  opts: { onEnd?: () => void; pollMs?: number } = {},
+): () => void {
+  const abort = new AbortController();
+  let after = 0;
+  let pending = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const changed = () => {
+    if (pending) return;
+    pending = true;
+    const run = () => {
+      pending = false;
+      onChange();
+    };
+    if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
+    else setTimeout(run, 0);
+  };
+  const poll = () => {
+    if (abort.signal.aborted) return;
+    if (typeof document === "undefined" || document.visibilityState !== "hidden") onChange();
+    timer = setTimeout(poll, opts.pollMs ?? POLL_MS);
+  };
+  const loop = async () => {
+    while (!abort.signal.aborted) {
+      try {
+        const end = await readStream(
+          path(after),
+          (m) => {
+            const seq = m.id === null ? NaN : Number(m.id);
+            if (Number.isFinite(seq)) after = Math.max(after, seq);
+            changed();
+          },
+          abort.signal,
+        );
+        if (end === "unsupported") {
+          timer = setTimeout(poll, opts.pollMs ?? POLL_MS);
+          return;
+        }
+        if (end === "ended") {
+          changed();
+          opts.onEnd?.();
+          return;
+        }
+      } catch {
+        if (abort.signal.aborted) return;
+      }
+      // closed or broken: resume after the last seq seen, after a pause
+      await new Promise((r) => (timer = setTimeout(r, RETRY_MS)));
+    }
+  };
+  void loop();
+  return () => {
+    abort.abort();
+    if (timer !== undefined) clearTimeout(timer);
+  };
+}

@@ -1,0 +1,87 @@
+// The shapes of the API replies the UI reads (milepost/api/schemas*.py).
+
+export interface Whoami {
+  role: string;
+  name: string | null;
+  user: string | null;
+  may: { cancel: boolean; execute: boolean; act: boolean; approve: boolean };
+}
+
+export interface ExecutionItem {
+  execution_id: string;
+  path: string;
+  version: number | null;
+  status: string;
+  created_at: string | null;
+  updated_at: string | null;
+  parent_execution_id: string | null;
+  ended_at: string | null;
+  duration_s: number | null;
+}
+
+export interface ExecutionList {
+  items: ExecutionItem[];
+  limit: number;
+  offset: number;
+}
+
+export interface StepSummary {
+  status: string;
+  runs: number;
+}
+
+export interface ExecutionOut extends ExecutionItem {
+  error: Record<string, unknown> | null;
+  steps: Record<string, StepSummary>;
+}
+
+export interface Iterations {
+  total: number;
+  done: number;
+  running: number;
+  failed: number;
+}
+
+export interface GraphNode {
+  id: string;
+  desc: string | null;
+  kind: string;
+  tasks: number;
+  loop: boolean;
+  status: string;
+  runs: number;
+  iterations: Iterations | null;
+}
+
+export interface GraphEdge {
+  id: string;
+  source: string;
+  target: string;
+  kind: string;
+  conditional: boolean;
+}
+
+export interface RunGraph {
+  execution_id: string;
+  status: string;
+  entry_step: string;
+  nodes: GraphNode[];
+  edges: GraphEdge[];
+}
+
+export interface EventOut {
+  event_id: string;
+  seq: number;
+  event_type: string;
+  step: string | null;
+  status: string | null;
+  created_at: string | null;
+  worker_id: string | null;
+}
+
+export interface EventPage {
+  events: EventOut[];
+  next: number | null;
+  last_seq: number;
+  status: string;
+}

@@ -1,0 +1,73 @@
+import { render, screen } from "@testing-library/react";
+import { describe, expect, it } from "vitest";
+import type { GraphNode, RunGraph } from "../api/types";
+import { STATUS_COLOURS } from "../status";
+import { toFlow } from "./RunGraph";
+import { StepBox } from "./StepBox";
+import { layout } from "./layout";
+
+function node(id: string, status: string, extra: Partial<GraphNode> = {}): GraphNode {
+  return { id, desc: null, kind: "python", tasks: 1, loop: false, status, runs: 1, iterations: null, ...extra };
+}
+
+// the browser normalises colours to rgb()
+function rgb(hex: string): string {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgb(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255})`;
+}
+
+describe("StepBox", () => {
+  it.each(["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "AWAITING_APPROVAL"])(
+    "colours a %s step by its status",
+    (status) => {
+      render(<StepBox node={node("fetch", status)} />);
+      const box = screen.getByTestId("step-fetch");
+      expect(box.dataset.status).toBe(status);
+      expect(box.style.borderColor).toBe(rgb(STATUS_COLOURS[status]));
+      expect(box.textContent).toContain(status);
+    },
+  );
+
+  it("shows a loop step's done / running / failed counts on one node", () => {
+    const it_ = { total: 100_000, done: 41_000, running: 10, failed: 3 };
+    render(<StepBox node={node("each", "RUNNING", { loop: true, iterations: it_ })} />);
+    const counts = screen.getByTestId("iterations-each");
+    expect(counts.textContent).toContain("41000 done");
+    expect(counts.textContent).toContain("10 running");
+    expect(counts.textContent).toContain("3 failed");
+    expect(counts.textContent).toContain("/ 100000");
+    expect(screen.getAllByTestId(/^step-/)).toHaveLength(1);
+  });
+
+  it("shows no counts on a step without a loop", () => {
+    render(<StepBox node={node("one", "COMPLETED")} />);
+    expect(screen.queryByTestId("iterations-one")).toBeNull();
+  });
+});
+
+describe("the graph", () => {
+  const graph: RunGraph = {
+    execution_id: "1",
+    status: "RUNNING",
+    entry_step: "start",
+    nodes: [
+      node("start", "COMPLETED"),
+      node("each", "RUNNING", { loop: true, iterations: { total: 5, done: 2, running: 1, failed: 0 } }),
+      node("end", "PENDING"),
+    ],
+    edges: [
+      { id: "start->each#0", source: "start", target: "each", kind: "next", conditional: false },
+      { id: "each->end#0", source: "each", target: "end", kind: "next", conditional: false },
+    ],
+  };
+
+  it("lays steps out left to right with elkjs, one node per step", async () => {
+    const positions = await layout(graph.nodes, graph.edges);
+    expect(Object.keys(positions).sort()).toEqual(["each", "end", "start"]);
+    expect(positions.start.x).toBeLessThan(positions.each.x);
+    expect(positions.each.x).toBeLessThan(positions.end.x);
+    const flow = toFlow(graph, positions);
+    expect(flow.nodes.map((n) => n.data.step.status)).toEqual(["COMPLETED", "RUNNING", "PENDING"]);
+    expect(flow.edges.find((e) => e.source === "each")?.animated).toBe(true);
+  });
+});

@@ -1,0 +1,36 @@
+import type { GraphNode } from "../api/types";
+import { statusColour } from "../status";
+
+/** A step as the graph draws it: its name, kind and status colour; a loop step shows its
+ * iterations done / running / failed (one node, whatever the number of iterations). */
+export function StepBox({ node }: { node: GraphNode }) {
+  const colour = statusColour(node.status);
+  const it = node.iterations;
+  return (
+    <div
+      className="step"
+      data-testid={`step-${node.id}`}
+      data-status={node.status}
+      style={{ borderColor: colour, background: `${colour}22` }}
+      title={node.desc ?? undefined}
+    >
+      <div className="step-name">
+        <span className="dot" style={{ background: colour }} />
+        {node.id}
+        {node.loop && <span className="loop-flag" title="loop">⟳</span>}
+      </div>
+      <div className="step-meta">
+        <span>{node.kind}</span>
+        <span className="step-status">{node.status}</span>
+      </div>
+      {it && (
+        <div className="iterations" data-testid={`iterations-${node.id}`}>
+          <span className="done">{it.done} done</span>
+          <span className="running">{it.running} running</span>
+          <span className="failed">{it.failed} failed</span>
+          <span className="total">/ {it.total}</span>
+        </div>
+      )}
+    </div>
+  );
+}

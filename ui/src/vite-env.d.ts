@@ -1,0 +1,5 @@
+/// <reference types="vite/client" />
+declare module "elkjs/lib/elk.bundled.js" {
+  import ELK from "elkjs";
+  export default ELK;
+}
