@@ -95,3 +95,13 @@ def test_an_alias_error_names_the_alias_line() -> None:
         load.load_text(text)
     (problem,) = info.value.problems
     assert problem.endswith("(line 9)"), problem
+
+
+def test_a_worker_foresees_the_credential_named_by_the_alias() -> None:
+    from milepost.worker import remote_credentials
+
+    text = doc(
+        "- step: start\n  tool: {kind: postgres, credential: pg_main, command: 'SELECT 1'}\n"
+    )
+    playbook = load.load_text(text)
+    assert remote_credentials.names_for(playbook, "start", {}) == {"pg_main"}
