@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from milepost.playbook import problems
+from milepost.playbook import problems, tool_aliases
 
 REJECTED = {
     "case": "`case:` is not supported: routing belongs in `next.arcs`, result handling "
@@ -69,16 +69,10 @@ def python_tool(raw: dict[str, Any], w: problems.Where, origin: problems.Where) 
 
 
 def http_aliases(config: dict[str, Any], w: problems.Where) -> None:
-    """http `endpoint`/`data` -> `url`/`body`, in place."""
+    """http `endpoint`/`data` (legacy) and `payload` (DSL 12) -> `url`/`body`, in place."""
     for old, new in (("endpoint", "url"), ("data", "body")):
-        if old not in config:
-            continue
-        if new in config:
-            (w / old).error(f"both {new!r} and its legacy alias {old!r} are given")
-            continue
-        (w / old).warn(f"{old!r} is deprecated: use {new!r}", show="parent")
-        config[new] = config.pop(old)
-        (w / new).alias_line(w / old)
+        tool_aliases.rename(config, w, old, new, legacy=True)
+    tool_aliases.rename(config, w, "payload", "body")
 
 
 def inline_script(config: dict[str, Any], w: problems.Where) -> None:

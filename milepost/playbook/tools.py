@@ -7,7 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from milepost.playbook import durations, fields, legacy, model, nats_ops, problems, task_policy
+from milepost.playbook import (
+    durations,
+    fields,
+    legacy,
+    model,
+    nats_ops,
+    problems,
+    task_policy,
+    tool_aliases,
+)
 from milepost.playbook.context import LoadContext
 
 TOOL_KINDS = (
@@ -20,7 +29,7 @@ _REQUIRED_TOOL_FIELDS: dict[str, tuple[str, ...]] = {
     "http": ("url",),
     "postgres": ("command", "query"),
     "duckdb": ("query", "command"),
-    "shell": ("command",),
+    "shell": ("command", "cmds"),
     "workbook": ("name",),
     "playbook": ("path",),
     "nats": ("operation",),
@@ -174,6 +183,7 @@ def _tool_config(
         legacy.http_aliases(config, w)
     elif kind == "python":
         _python_config(config, w)
+    tool_aliases.apply(config, kind, w)
     _required_fields(ctx, config, w, kind)
     return config
 

@@ -1,4 +1,8 @@
-"""The duckdb tool (DSL 3.4): a script run in one transaction on a fresh connection."""
+"""The duckdb tool (DSL 3.4): a script run in one transaction on a fresh connection.
+
+The script is `query` or `command`, a string or a list of strings (the loader turns NoETL's
+`commands`, `cmds`, `queries` and `cmd` into `query`); the result is as postgres's
+(`sql.script_result`)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ MEMORY = ":memory:"
 
 async def run(call: base.ToolCall) -> base.ToolResult:
     config = call.config
-    script = config.get("query", config.get("command"))
-    if not isinstance(script, str):
-        return base.failure("invalid", "duckdb tool needs `query` or `command` (a string)")
-    statements = sql.split_statements(script)
+    statements = sql.script_statements(config.get("query", config.get("command")))
+    if statements is None:
+        return base.failure(
+            "invalid", "duckdb tool needs `query` or `command` (a string or a list of strings)"
+        )
     if not statements:
         return base.failure("invalid", "duckdb script holds no statement")
     database = config.get("database") or MEMORY
@@ -82,9 +87,11 @@ class Script:
         try:
             if wrap:
                 con.begin()
+            results = []
             for statement in self.statements:
                 con.execute(statement)
-            data = last_result(con, self.statements[-1])
+                results.append(statement_result(con, statement))
+            data = sql.script_result(results)
             if wrap:
                 con.commit()
         except duckdb.Error as exc:
@@ -95,7 +102,7 @@ class Script:
         return base.ToolResult(data=data)
 
 
-def last_result(con: duckdb.DuckDBPyConnection, statement: str) -> dict[str, Any]:
+def statement_result(con: duckdb.DuckDBPyConnection, statement: str) -> dict[str, Any]:
     """`{columns, rows, row_count}` if the statement returns rows, else `{affected_rows}`."""
     description = con.description
     if description is None:

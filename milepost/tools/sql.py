@@ -1,7 +1,8 @@
 """SQL helpers shared by the postgres and duckdb tools (DSL 3.3).
 
 `split_statements` cuts a script on `;` outside quotes, comments and dollar-quoted blocks;
-`to_json_value` turns driver values into JSON values.
+`script_statements` does so for a tool's `query`/`command` (a string or a list);
+`script_result` shapes a script's result; `to_json_value` turns driver values into JSON values.
 """
 
 from __future__ import annotations
@@ -67,6 +68,39 @@ def split_statements(sql: str) -> list[str]:
             i += 1
     _append(statements, sql[start:])
     return statements
+
+
+def script_statements(script: Any) -> list[str] | None:
+    """The statements of a tool's `query`/`command`: a string split by `split_statements`,
+    or a list of such strings (NoETL's `commands: [...]`), each split in turn, in order;
+    None when it is neither."""
+    if isinstance(script, str):
+        return split_statements(script)
+    if isinstance(script, list) and all(isinstance(s, str) for s in script):
+        return [statement for text in script for statement in split_statements(text)]
+    return None
+
+
+def script_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A script's result (DSL 3.3): the last statement's own result (`{columns, rows,
+    row_count}` or `{affected_rows}`), and, as NoETL's postgres tool gives it, one
+    `command_<i>` key per statement (0-based, in order) that playbooks read as
+    `{{ step.data.command_0.rows }}`."""
+    data = dict(results[-1])
+    for index, result in enumerate(results):
+        data[f"command_{index}"] = _command_entry(result)
+    return data
+
+
+def _command_entry(result: dict[str, Any]) -> dict[str, Any]:
+    if "rows" in result:
+        return {"status": "success", **result}
+    count = result.get("affected_rows", 0)
+    return {
+        "status": "success",
+        "row_count": count,
+        "message": f"Command executed. {count} rows affected.",  # NoETL's wording
+    }
 
 
 def strip_comments(sql: str) -> str:

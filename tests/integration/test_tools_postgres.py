@@ -106,6 +106,11 @@ def ok(result: base.ToolResult) -> Any:
     return result.data
 
 
+def last(result: base.ToolResult) -> Any:
+    """The last statement's result, without the `command_<i>` keys beside it."""
+    return {k: v for k, v in ok(result).items() if not k.startswith("command_")}
+
+
 def one(admin: psycopg.Connection[tuple[Any, ...]], query: str) -> Any:
     row = admin.execute(query).fetchone()
     assert row is not None
@@ -124,11 +129,11 @@ def test_multi_statement_ddl_and_dml_in_one_call(
         INSERT INTO {schema}.users VALUES (1, 'Alice', 30), (2, 'Bob; Jr.', 25), (3, 'Carl', 35);
         UPDATE {schema}.users SET age = age + 1 WHERE age >= 30
     """
-    assert ok(run(creds(pg=pg), auth="pg", command=script)) == {"affected_rows": 2}
+    assert last(run(creds(pg=pg), auth="pg", command=script)) == {"affected_rows": 2}
     assert one(admin, f"SELECT count(*) FROM {schema}.users") == 3
 
     select = f"DELETE FROM {schema}.users WHERE id = 3; SELECT name, age FROM {schema}.users ORDER BY id;"
-    assert ok(run(creds(pg=pg), auth="pg", query=select)) == {
+    assert last(run(creds(pg=pg), auth="pg", query=select)) == {
         "columns": ["name", "age"],
         "rows": [{"name": "Alice", "age": 31}, {"name": "Bob; Jr.", "age": 25}],
         "row_count": 2,
@@ -136,15 +141,15 @@ def test_multi_statement_ddl_and_dml_in_one_call(
     ddl_last = (
         f"INSERT INTO {schema}.users VALUES (9, 'Z', 1); CREATE INDEX ON {schema}.users (age)"
     )
-    assert ok(run(creds(pg=pg), auth="pg", command=ddl_last)) == {"affected_rows": 0}
+    assert last(run(creds(pg=pg), auth="pg", command=ddl_last)) == {"affected_rows": 0}
     returning = f"INSERT INTO {schema}.users VALUES (10, 'Y', 2) RETURNING id, name"
-    assert ok(run(creds(pg=pg), auth="pg", command=returning)) == {
+    assert last(run(creds(pg=pg), auth="pg", command=returning)) == {
         "columns": ["id", "name"],
         "rows": [{"id": 10, "name": "Y"}],
         "row_count": 1,
     }
     empty = f"SELECT * FROM {schema}.users WHERE false"
-    assert ok(run(creds(pg=pg), auth="pg", command=empty)) == {
+    assert last(run(creds(pg=pg), auth="pg", command=empty)) == {
         "columns": ["id", "name", "age"],
         "rows": [],
         "row_count": 0,
@@ -523,14 +528,14 @@ def test_save_storage_fixture_ddl(
     tool = _tool("save_storage_test/create_tables.yaml", "create_all_tables")
     assert "pool" in tool  # accepted and ignored
     result = run(creds(pg_local=pg), auth="pg_local", schema=schema, command=tool["command"])
-    assert ok(result) == {"affected_rows": 0}
+    assert last(result) == {"affected_rows": 0}
     tables = admin.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
         [schema],
     ).fetchall()
     assert [t[0] for t in tables] == ["simple_test_flat", "simple_test_nested", "test_summary"]
     again = run(creds(pg_local=pg), auth="pg_local", schema=schema, command=tool["command"])
-    assert ok(again) == {"affected_rows": 0}  # IF NOT EXISTS
+    assert last(again) == {"affected_rows": 0}  # IF NOT EXISTS
 
 
 @needs_shared
@@ -561,7 +566,7 @@ def test_iterator_save_fixture_insert(
         for name, value in items
     ]
     results = run_many(creds(pg_local=pg), configs)
-    assert [ok(r) for r in results] == [{"affected_rows": 0}] + [{"affected_rows": 1}] * 4
+    assert [last(r) for r in results] == [{"affected_rows": 0}] + [{"affected_rows": 1}] * 4
     rows = admin.execute(
         f"SELECT id, item_name, item_value FROM {schema}.iterator_save_test "
         "WHERE execution_id = %s ORDER BY item_name",
@@ -569,4 +574,3 @@ def test_iterator_save_fixture_insert(
     ).fetchall()
     assert rows == [(f"{xid}:item1", "item1", 100), (f"{xid}:item2", "item2", 250),
                     (f"{xid}:item3", "item3", 300)]  # fmt: skip
-

@@ -31,6 +31,11 @@ def run(kind: str, timeout: float | None = None, **config: Any) -> base.ToolResu
     return asyncio.run(go())
 
 
+def last(data: dict[str, Any]) -> dict[str, Any]:
+    """The last statement's result, without the `command_<i>` keys beside it."""
+    return {k: v for k, v in data.items() if not k.startswith("command_")}
+
+
 # -- shell ---------------------------------------------------------------------------------
 
 
@@ -52,7 +57,9 @@ def test_shell_cwd_and_env(tmp_path: Path) -> None:
 
 def test_shell_non_zero_exit_is_an_error_with_result() -> None:
     result = run("shell", command="echo partial; exit 3")
-    assert result.error == base.ToolFailure("exit_code", "shell command exited with code 3", code="3")
+    assert result.error == base.ToolFailure(
+        "exit_code", "shell command exited with code 3", code="3"
+    )
     assert result.data == {"exit_code": 3, "stdout": "partial\n", "stderr": ""}
 
 
@@ -74,7 +81,7 @@ def test_duckdb_fixture_query_matches_the_conformance_playbook() -> None:
     query = playbook["workflow"][0]["tool"][0]["query"] if playbook else FIXTURE_QUERY
     result = run("duckdb", database=":memory:", query=query)
     assert result.ok, result.error
-    assert result.data == {
+    assert last(result.data) == {
         "columns": ["name", "age"],
         "rows": [{"name": "Alice", "age": 30}, {"name": "Charlie", "age": 35}],
         "row_count": 2,
@@ -83,8 +90,8 @@ def test_duckdb_fixture_query_matches_the_conformance_playbook() -> None:
 
 def test_duckdb_command_alias_and_affected_rows() -> None:
     result = run("duckdb", command="CREATE TABLE t (a INT); INSERT INTO t VALUES (1), (2), (3)")
-    assert result.data == {"affected_rows": 3}
-    assert run("duckdb", command="CREATE TABLE t (a INT)").data == {"affected_rows": 0}
+    assert last(result.data) == {"affected_rows": 3}
+    assert last(run("duckdb", command="CREATE TABLE t (a INT)").data) == {"affected_rows": 0}
 
 
 def test_duckdb_database_defaults_to_a_fresh_memory_db() -> None:

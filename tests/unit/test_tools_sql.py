@@ -141,3 +141,28 @@ def test_to_json_value(value: object, expected: object) -> None:
     converted = sql.to_json_value(value)
     assert converted == expected
     assert type(converted) is type(expected)
+
+
+def test_script_statements_of_a_string_or_a_list() -> None:
+    assert sql.script_statements("SELECT 1; SELECT 2") == ["SELECT 1", "SELECT 2"]
+    assert sql.script_statements(["SELECT 1; SELECT 2", "SELECT 3;"]) == [
+        "SELECT 1",
+        "SELECT 2",
+        "SELECT 3",
+    ]
+    assert sql.script_statements(["-- nothing", ""]) == []
+    assert sql.script_statements(None) is None
+    assert sql.script_statements(["SELECT 1", 2]) is None
+
+
+def test_script_result_keeps_the_last_and_adds_a_command_key_per_statement() -> None:
+    rows = {"columns": ["a"], "rows": [{"a": 1}], "row_count": 1}
+    assert sql.script_result([{"affected_rows": 3}, rows]) == {
+        **rows,
+        "command_0": {
+            "status": "success",
+            "row_count": 3,
+            "message": "Command executed. 3 rows affected.",
+        },
+        "command_1": {"status": "success", **rows},
+    }

@@ -10,8 +10,8 @@ tool: {kind: postgres, auth: "{{ pg_auth }}", schema: sales,
   the aliases `db_host db_port db_user db_password db_name`; the port may be a string), or
   `connection_string` gives a libpq connection string / URL. With both, the credential's
   fields override the string's.
-- `command` (or `query`) is split by `sql.split_statements`; the statements run in order in
-  one transaction, rolled back on error. A script that manages transactions itself (BEGIN,
+- `command` (or `query`; a string or a list of strings) is split by `sql.script_statements`;
+  the statements run in order in one transaction, rolled back on error. A script that manages transactions itself (BEGIN,
   COMMIT, ...) or holds a statement PostgreSQL refuses inside a transaction block (VACUUM,
   CREATE DATABASE, ... CONCURRENTLY) runs statement by statement in autocommit mode instead.
 - `params`: a list fills the positional `%s` placeholders in order, across statements
@@ -22,7 +22,8 @@ tool: {kind: postgres, auth: "{{ pg_auth }}", schema: sales,
 - Result of the last statement: `{columns, rows, row_count}` when it returns rows (rows are
   objects, values converted by `sql.to_json_value`: json/jsonb -> JSON values, numerics ->
   numbers, dates and times -> ISO-8601 strings, uuid -> string, bytea -> base64; dates
-  outside Python's range, such as `infinity`, stay text), else `{affected_rows}`.
+  outside Python's range, such as `infinity`, stay text), else `{affected_rows}`; beside it
+  one `command_<i>` key per statement (`sql.script_result`, NoETL's shape).
 - Errors: `db_error` with `code` = SQLSTATE (serialization failures and deadlocks are
   retryable: the transaction was rolled back); `db_connection` (retryable) when connecting
   fails or the connection is lost; `timeout` (retryable) past `ToolCall.timeout`, which

@@ -60,10 +60,11 @@ class PostgresTool:
     async def run(self, call: base.ToolCall) -> base.ToolResult:
         progress = _Progress()
         try:
-            script = call.config.get("query", call.config.get("command"))
-            if not isinstance(script, str):
-                raise ToolInvalid("postgres tool needs `command` or `query` (a string)")
-            statements = sql.split_statements(script)
+            statements = sql.script_statements(call.config.get("query", call.config.get("command")))
+            if statements is None:
+                raise ToolInvalid(
+                    "postgres tool needs `command` or `query` (a string or a list of strings)"
+                )
             if not statements:
                 raise ToolInvalid("postgres script holds no statement")
             params = connection_params(call.config, self.credentials)
@@ -156,16 +157,18 @@ async def _statements(
     chunks: list[tuple[str, Any]],
     progress: _Progress,
 ) -> dict[str, Any]:
+    results = []
     for index, (text, values) in enumerate(chunks, start=1):
         progress.statement = index
         if values is None:
             await cur.execute(text)
         else:
             await cur.execute(text, values)
-    return await _last_result(cur)
+        results.append(await _statement_result(cur))
+    return sql.script_result(results)
 
 
-async def _last_result(cur: psycopg.AsyncCursor[tuple[Any, ...]]) -> dict[str, Any]:
+async def _statement_result(cur: psycopg.AsyncCursor[tuple[Any, ...]]) -> dict[str, Any]:
     if cur.description is None:
         return {"affected_rows": max(cur.rowcount, 0)}
     columns = [column.name for column in cur.description]
