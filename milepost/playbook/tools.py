@@ -7,7 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from milepost.playbook import durations, fields, legacy, model, problems, task_policy
+from milepost.playbook import (
+    durations,
+    fields,
+    legacy,
+    model,
+    problems,
+    task_policy,
+    tool_fields,
+)
 from milepost.playbook.context import LoadContext
 
 TOOL_KINDS = ("python", "http", "postgres", "duckdb", "shell", "noop", "workbook", "playbook")
@@ -156,6 +164,7 @@ def _tool_config(
     if not single or kind != "workbook":  # a step's own workbook tool names its entry
         reserved.add("name")
     config: dict[str, Any] = {}
+    tool_fields.check(raw, w, kind, skip=(*legacy.REJECTED, *_IGNORED_TOOL_FIELDS))
     for key, value in raw.items():
         if key in reserved:
             continue
@@ -191,9 +200,7 @@ def _required_fields(
     ctx: LoadContext, config: dict[str, Any], w: problems.Where, kind: str
 ) -> None:
     needed = _REQUIRED_TOOL_FIELDS.get(kind, ())
-    if "script" in config:  # an unsupported python script, already reported
-        return
-    if needed and all(config.get(f) in (None, "") for f in needed):
+    if needed and all(config.get(f) in (None, "") for f in needed) and not _scripted(config):
         which = " or ".join(repr(f) for f in needed)
         w.error(f"field {which} is required for kind {kind!r}")
         return
@@ -201,6 +208,13 @@ def _required_fields(
         entry = config["name"]
         if not isinstance(entry, str) or entry not in ctx.workbook_names:
             (w / "name").error(f"unknown workbook entry {entry!r}")
+
+
+def _scripted(config: dict[str, Any]) -> bool:
+    """A `script: {uri, ...}` the loader inlines into the required field (DSL 12), or a
+    python script already reported as unsupported (no second "code is required")."""
+    script = config.get("script")
+    return isinstance(script, dict) and "uri" in script or script is legacy.UNSUPPORTED
 
 
 # --------------------------------------------------------------------------- workbook
