@@ -13,6 +13,7 @@ from milepost.playbook import (
     legacy,
     model,
     problems,
+    python_syntax,
     task_policy,
     tool_fields,
 )
@@ -189,6 +190,7 @@ def _python_config(config: dict[str, Any], w: problems.Where) -> None:
         legacy.inline_script(config, w)
     if "code" in config and not isinstance(config["code"], str):
         (w / "code").error(f"expected a string, got {problems.type_name(config['code'])}")
+    python_syntax.check(config.get("code"), w / "code")
     if "libs" in config:
         libs = fields.mapping(config["libs"], w / "libs")
         for alias, module in libs.items():

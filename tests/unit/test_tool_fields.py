@@ -66,3 +66,9 @@ def test_validate_strict_fails_on_warnings(tmp_path: Path) -> None:
     assert CliRunner().invoke(app, ["validate", str(file)]).exit_code == 0
     strict = CliRunner().invoke(app, ["validate", "--strict", str(file)])
     assert strict.exit_code == 1 and "did you mean 'method'" in strict.output
+
+
+def test_python_syntax_errors_are_validation_errors_with_the_line() -> None:
+    with pytest.raises(PlaybookInvalid, match=r"python syntax error: .* \(line 1 of the code\)"):
+        load.load_text(_doc("python", "code: 'result = ('"))
+    load.load_text(_doc("python", "code: 'return 1'"))  # a top-level return is accepted
