@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
     requeue_notice_after: float = 5.0
     """Re-publish the wake-up of a command still queued after this many seconds."""
+    strict_playbooks: bool = False
+    """Refuse to register a playbook with warnings (an unknown tool field, DSL 12.2), as
+    `milepost validate --strict` fails it; the refusal (422) lists them."""
     max_playbook_bytes: int = 4 * 1024 * 1024
     """Largest playbook accepted (`validate`, `run`, `register`), refused before it is
     parsed: a 200-step playbook is about 40 kB."""
@@ -120,9 +123,9 @@ def sqlite_path(url: str | None, settings: Settings | None = None) -> str:
     """The SQLite file for `--db`, else `MILEPOST_DATABASE_URL`, else `.milepost/milepost.db`."""
     value = url or (settings or Settings()).database_url or DEFAULT_DB
     if value.startswith("sqlite:///"):
-        return value[len("sqlite:///"):]
+        return value[len("sqlite:///") :]
     if value.startswith("sqlite://"):
-        return value[len("sqlite://"):] or ":memory:"
+        return value[len("sqlite://") :] or ":memory:"
     if "://" in value:
         scheme = value.split("://", 1)[0]
         raise UnsupportedDatabase(

@@ -36,7 +36,10 @@ app = typer.Typer()
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")]) -> None:
+def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")],
+             strict: Annotated[bool, typer.Option("--strict", help=(
+                 "Warnings are errors (DSL 12.2): a file with any fails."))] = False,
+             ) -> None:  # fmt: skip
     """Check playbooks without running them; lists every problem of every file."""
     bad = 0
     for file in files:
@@ -53,6 +56,7 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
         out.print(f"[green]✓[/green] {file} ({len(playbook.steps)} steps)", highlight=False)
         for warning in playbook.warnings:
             out.print(f"  [yellow]warning:[/yellow] {warning}", highlight=False)
+        bad += bool(strict and playbook.warnings)
     raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
 
 

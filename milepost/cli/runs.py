@@ -61,6 +61,7 @@ from milepost.store.port import DriverLease, LogMoved, Store
 
 app = typer.Typer()
 
+
 @dataclass(slots=True)
 class Drive:
     """One `run` or `resume`: where, how it prints, and the run once it is known (what a
@@ -189,9 +190,18 @@ def run(
     except PlaybookInvalid as exc:
         # refused before anything is written: no execution exists, the run simply failed
         if fmt is not Format.table:
-            emit({"execution_id": None, "status": "FAILED",
-                  "error": {**exc.to_dict(), "reason": exc.message}, "steps": {}}, fmt)
+            emit(
+                {
+                    "execution_id": None,
+                    "status": "FAILED",
+                    "error": {**exc.to_dict(), "reason": exc.message},
+                    "steps": {},
+                },
+                fmt,
+            )
         raise fail(exc.message, code=exit_codes.RUN_FAILED) from None
+    for warning in playbook.warnings:  # as `validate` shows them; stderr keeps --json clean
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     started_by = local_identity()
     drive_new(db, fmt, lambda e: e.start(playbook, text, workload, started_by=started_by))
 
@@ -264,8 +274,10 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         return
 
     actor = local_identity()
-    with opened(db) as store, one_shot_orchestrator(store, "cancel",
-                                                   Settings().machine_id) as orchestrator:
+    with (
+        opened(db) as store,
+        one_shot_orchestrator(store, "cancel", Settings().machine_id) as orchestrator,
+    ):
         engine = Lifecycle(store, orchestrator)
         if unattended.driver_gone(engine, execution_id):
             finished = _finish(engine, execution_id, actor)

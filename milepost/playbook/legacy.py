@@ -27,6 +27,8 @@ REJECTED = {
 
 REPORTED = object()
 """Stands for a tool whose problem is already reported."""
+UNSUPPORTED = object()
+"""Stands for a python `script` already reported as unsupported."""
 
 
 def step_tool(raw: dict[str, Any], w: problems.Where) -> tuple[Any, problems.Where] | None:
@@ -83,7 +85,7 @@ def inline_script(config: dict[str, Any], w: problems.Where) -> None:
     source = script.get("source") if isinstance(script, dict) else None
     if not isinstance(source, dict) or source.get("type") != "inline":
         sw.error("only 'script: {source: {type: inline, code: ...}}' is supported")
-        config["script"] = script  # reported: no second "code is required"
+        config["script"] = UNSUPPORTED  # reported: no second "code is required"
     elif "code" in config:
         sw.error("'script' and 'code' cannot both be given")
     elif not isinstance(source.get("code"), str):

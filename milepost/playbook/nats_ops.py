@@ -35,6 +35,8 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
 }
 """Per operation, the fields it reads beside the required ones (and `auth`)."""
 OPERATIONS = tuple(REQUIRED)
+FIELDS = frozenset(f for table in (REQUIRED, OPTIONAL) for fs in table.values() for f in fs)
+"""Every field some operation reads."""
 PAYLOADS = frozenset({"value", "data"})
 """Fields whose value may be anything, an empty string or null included: they only have
 to be present."""

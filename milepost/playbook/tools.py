@@ -14,8 +14,10 @@ from milepost.playbook import (
     model,
     nats_ops,
     problems,
+    python_syntax,
     task_policy,
     tool_aliases,
+    tool_fields,
 )
 from milepost.playbook.context import LoadContext
 
@@ -168,6 +170,7 @@ def _tool_config(
     if not single or kind not in ("workbook", "nats"):  # a step's own tool names its
         reserved.add("name")  # workbook entry, or nats object (in a pipeline: `object`)
     config: dict[str, Any] = {}
+    tool_fields.check(raw, w, kind, skip=(*legacy.REJECTED, *_IGNORED_TOOL_FIELDS))
     for key, value in raw.items():
         if key in reserved:
             continue
@@ -193,6 +196,7 @@ def _python_config(config: dict[str, Any], w: problems.Where) -> None:
         legacy.inline_script(config, w)
     if "code" in config and not isinstance(config["code"], str):
         (w / "code").error(f"expected a string, got {problems.type_name(config['code'])}")
+    python_syntax.check(config.get("code"), w / "code")
     if "libs" in config:
         libs = fields.mapping(config["libs"], w / "libs")
         for alias, module in libs.items():
@@ -204,9 +208,7 @@ def _required_fields(
     ctx: LoadContext, config: dict[str, Any], w: problems.Where, kind: str
 ) -> None:
     needed = _REQUIRED_TOOL_FIELDS.get(kind, ())
-    if "script" in config:  # an unsupported python script, already reported
-        return
-    if needed and all(config.get(f) in (None, "") for f in needed):
+    if needed and all(config.get(f) in (None, "") for f in needed) and not _scripted(config):
         which = " or ".join(repr(f) for f in needed)
         w.error(f"field {which} is required for kind {kind!r}")
         return
@@ -216,6 +218,13 @@ def _required_fields(
         entry = config["name"]
         if not isinstance(entry, str) or entry not in ctx.workbook_names:
             (w / "name").error(f"unknown workbook entry {entry!r}")
+
+
+def _scripted(config: dict[str, Any]) -> bool:
+    """A `script: {uri, ...}` the loader inlines into the required field (DSL 12), or a
+    python script already reported as unsupported (no second "code is required")."""
+    script = config.get("script")
+    return isinstance(script, dict) and "uri" in script or script is legacy.UNSUPPORTED
 
 
 # --------------------------------------------------------------------------- workbook

@@ -17,7 +17,9 @@ def test_an_invalid_playbook_is_422_with_every_problem_and_nothing_is_stored(api
     bad = HELLO.replace("next: shout", "next: shuot").replace("kind: Playbook", "kind: Nope")
     body = error(api.post("/api/catalog/register", {"content": bad}), 422, "playbook_invalid")
     assert len(body["problems"]) >= 2
-    assert any("shuot" in p for p in body["problems"]) and any("kind" in p for p in body["problems"])
+    assert any("shuot" in p for p in body["problems"]) and any(
+        "kind" in p for p in body["problems"]
+    )
     assert api.store.list_playbooks() == []
 
 
@@ -34,7 +36,10 @@ def test_list_shows_every_version_and_filters_by_path(api: Api) -> None:
     api.register(LOOP)
     entries = ok(api.post("/api/catalog/list", {}, role="viewer"))["entries"]
     assert [(e["path"], e["version"]) for e in entries] == [
-        ("tests/hello", 1), ("tests/hello", 2), ("tests/loop", 1)]
+        ("tests/hello", 1),
+        ("tests/hello", 2),
+        ("tests/loop", 1),
+    ]
     assert "content" not in entries[0]
     only = ok(api.post("/api/catalog/list", {"path": "tests/loop"}))["entries"]
     assert [e["catalog_id"] for e in only] == ["tests/loop@1"]
@@ -54,13 +59,33 @@ def test_resource_by_path_version_or_catalog_id(api: Api) -> None:
 def test_resource_of_an_unknown_entry_is_404_and_a_bad_reference_422(api: Api) -> None:
     api.register(HELLO)
     error(api.post("/api/catalog/resource", {"path": "nope"}), 404, "playbook_not_found")
-    error(api.post("/api/catalog/resource", {"path": "tests/hello", "version": 9}), 404,
-          "playbook_not_found")
-    error(api.post("/api/catalog/resource", {"catalog_id": "tests/hello@9"}), 404,
-          "playbook_not_found")
-    body = error(api.post("/api/catalog/resource", {"catalog_id": "tests/hello"}), 422,
-                 "validation_error")
+    error(
+        api.post("/api/catalog/resource", {"path": "tests/hello", "version": 9}),
+        404,
+        "playbook_not_found",
+    )
+    error(
+        api.post("/api/catalog/resource", {"catalog_id": "tests/hello@9"}),
+        404,
+        "playbook_not_found",
+    )
+    body = error(
+        api.post("/api/catalog/resource", {"catalog_id": "tests/hello"}), 422, "validation_error"
+    )
     assert body["errors"][0]["loc"] == ["body", "catalog_id"]
     error(api.post("/api/catalog/resource", {}), 422, "validation_error")
-    error(api.post("/api/catalog/resource", {"path": "x", "version": "two"}), 422,
-          "validation_error")
+    error(
+        api.post("/api/catalog/resource", {"path": "x", "version": "two"}), 422, "validation_error"
+    )
+
+
+def test_strict_playbooks_refuses_a_playbook_with_warnings_naming_them(db_url: str) -> None:
+    from tests.api.support import start_server
+
+    typo = HELLO.replace("code: \"result = {'loud'", "cdoe: 1, code: \"result = {'loud'")
+    with start_server(db_url, strict_playbooks=True) as strict:
+        body = error(strict.post("/api/catalog/register", {"content": typo}), 422,
+                     "playbook_invalid")  # fmt: skip
+        assert any("tool field 'cdoe' is not a field of python" in p for p in body["problems"])
+        assert strict.store.list_playbooks() == []
+        assert strict.register(HELLO)["version"] == 1  # no warnings: registered

@@ -9,6 +9,7 @@ from milepost.api.auth import OperateAuth, ReadWorkAuth
 from milepost.api.deps import EngineDep, ServicesDep
 from milepost.api.errors import AUTH, BODY
 from milepost.engine.lifecycle import CatalogEntry, Lifecycle
+from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, yamllines
 
 router = APIRouter(prefix="/api/catalog", tags=["catalog"])
@@ -21,6 +22,8 @@ def register(body: schemas.RegisterIn, engine: EngineDep, services: ServicesDep,
     limits = yamllines.Limits.of(services.settings)
     # PlaybookInvalid -> 422 + problems
     playbook = load.load_text(body.content, source="api", limits=limits)
+    if services.settings.strict_playbooks and playbook.warnings:  # DSL 12.2: warnings refuse
+        raise PlaybookInvalid(list(playbook.warnings), "api")
     path, version = engine.register(body.content, playbook)
     entry = engine.catalog_entry(path, version)
     assert entry is not None
