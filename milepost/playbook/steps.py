@@ -162,7 +162,9 @@ def _loop_settings(
     """`mode` and `max_in_flight` with where they were written: `loop.spec`, else the
     legacy place right under `loop` (with a warning)."""
     spec = fields.mapping(loop.get("spec"), w / "spec")
-    fields.check_keys(spec, w / "spec", ("mode", "max_in_flight"))
+    fields.check_keys(spec, w / "spec", ("mode", "max_in_flight", "policy"))
+    if "policy" in spec:
+        _placement(spec["policy"], w / "spec" / "policy")
     settings: dict[str, tuple[Any, problems.Where]] = {}
     for key in ("mode", "max_in_flight"):
         if key in loop:
@@ -171,3 +173,16 @@ def _loop_settings(
         if key in spec:
             settings[key] = (spec[key], w / "spec" / key)
     return settings
+
+
+_PLACEMENTS = ("distributed", "local")
+
+
+def _placement(policy: Any, w: problems.Where) -> None:
+    """`loop.spec.policy: {exec: distributed|local}` (DSL 6, a NoETL placement hint): every
+    iteration is a command either way, in the step's pool, so it only has to be valid."""
+    policy = fields.mapping(policy, w)
+    fields.check_keys(policy, w, ("exec",))
+    placement = policy.get("exec", "distributed")
+    if placement not in _PLACEMENTS:
+        (w / "exec").error(f"expected one of {', '.join(_PLACEMENTS)}, got {placement!r}")

@@ -14,6 +14,7 @@ from milepost.playbook import (
     model,
     nats_ops,
     problems,
+    python_libs,
     python_syntax,
     task_policy,
     tool_aliases,
@@ -125,7 +126,7 @@ def _task(
     kind = _kind(raw, w)
     if kind is None:
         return None
-    input_ = _task_input(raw, w)
+    input_ = _task_input(raw, w, kind)
     spec = fields.mapping(raw.get("spec"), w / "spec")
     config = _tool_config(ctx, raw, w, kind, single)
     return fields.build(
@@ -154,11 +155,15 @@ def _kind(raw: dict[str, Any], w: problems.Where) -> str | None:
     return kind
 
 
-def _task_input(raw: dict[str, Any], w: problems.Where) -> dict[str, Any]:
+def _task_input(raw: dict[str, Any], w: problems.Where, kind: str) -> dict[str, Any]:
     input_: dict[str, Any] = {}
     if "args" in raw:
         (w / "args").warn("'args' is deprecated: use 'input'", show="parent")
         input_.update(fields.mapping(raw["args"], w / "args"))
+    if kind == "playbook" and "payload" in raw:  # DSL 12: NoETL's name for the child's input
+        if "input" in raw:
+            (w / "payload").error("'payload' is an alias of 'input': give only one of them")
+        input_.update(fields.mapping(raw["payload"], w / "payload"))
     input_.update(fields.mapping(raw.get("input"), w / "input"))
     return input_
 
@@ -167,6 +172,8 @@ def _tool_config(
     ctx: LoadContext, raw: dict[str, Any], w: problems.Where, kind: str, single: bool
 ) -> dict[str, Any]:
     reserved = {"kind", "input", "args", "set", "spec"}
+    if kind == "playbook":
+        reserved.add("payload")  # the task's input (`_task_input`)
     if not single or kind not in ("workbook", "nats"):  # a step's own tool names its
         reserved.add("name")  # workbook entry, or nats object (in a pipeline: `object`)
     config: dict[str, Any] = {}
@@ -198,10 +205,7 @@ def _python_config(config: dict[str, Any], w: problems.Where) -> None:
         (w / "code").error(f"expected a string, got {problems.type_name(config['code'])}")
     python_syntax.check(config.get("code"), w / "code")
     if "libs" in config:
-        libs = fields.mapping(config["libs"], w / "libs")
-        for alias, module in libs.items():
-            if not isinstance(module, str) or not alias.isidentifier():
-                (w / "libs" / alias).error("expected 'alias: module.name'")
+        python_libs.check(config["libs"], w / "libs")
 
 
 def _required_fields(

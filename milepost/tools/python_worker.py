@@ -17,6 +17,7 @@ import builtins
 import importlib
 import inspect
 import io
+import json
 import keyword
 import linecache
 import os
@@ -196,12 +197,15 @@ class Runner:
         return code
 
     def _modules(self, libs: Any) -> dict[str, Any]:
-        key = tuple(sorted(libs.items())) if isinstance(libs, Mapping) else tuple(libs)
+        key = json.dumps(libs, sort_keys=True, default=str)
         found = self._libs.get(key)
         if found is None:
             found = {}
             pairs = libs.items() if isinstance(libs, Mapping) else ((None, m) for m in libs)
             for alias, name in pairs:
+                if isinstance(name, Mapping):  # {from: m, import: n}: `from m import n`
+                    found[str(alias)] = _from_import(str(name["from"]), str(name["import"]))
+                    continue
                 module = importlib.import_module(str(name))
                 if alias is None:  # a bare list works like `import a.b`: binds `a`
                     alias = str(name).partition(".")[0]
@@ -209,6 +213,15 @@ class Runner:
                 found[str(alias)] = module
             self._libs[key] = found
         return found
+
+
+def _from_import(module: str, name: str) -> Any:
+    """`from module import name`: an attribute of the module, else its submodule."""
+    imported = importlib.import_module(module)
+    try:
+        return getattr(imported, name)
+    except AttributeError:
+        return importlib.import_module(f"{module}.{name}")
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:

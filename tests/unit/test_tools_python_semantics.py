@@ -123,6 +123,15 @@ def test_libs_mapping_and_list() -> None:
     assert value("result = os.path.basename('/x/y')", libs=["os.path"]) == "y"
 
 
+def test_libs_from_import_binds_the_name_or_the_submodule() -> None:
+    # DSL 12: {from: m, import: n} is `from m import n as alias`, a class or a submodule
+    libs = {"dt": {"from": "datetime", "import": "datetime"},
+            "pth": {"from": "os", "import": "path"},
+            "ET": {"from": "xml.etree", "import": "ElementTree"}}  # fmt: skip
+    code = "result = [dt(2025, 12, 11).date().isoformat(), pth.basename('/a/b'), ET.__name__]"
+    assert value(code, libs=libs) == ["2025-12-11", "b", "xml.etree.ElementTree"]
+
+
 def test_missing_lib_is_an_exception() -> None:
     reply = run("result = 1", libs={"x": "no_such_module_milepost"})
     assert reply[:3] == (
