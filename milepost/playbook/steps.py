@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from milepost.playbook import fields, legacy, model, problems, routing, step_spec, tools
+from milepost.playbook import (
+    fields,
+    legacy,
+    model,
+    problems,
+    routing,
+    step_spec,
+    template_syntax,
+    tools,
+)
 from milepost.playbook.context import LoadContext, RawStep
 
 _STEP_KEYS = frozenset({"step", "desc", "input", "tool", "loop", "set", "next", "spec", "output"})
@@ -65,6 +74,7 @@ def _named(
 
 def check(ctx: LoadContext, raw: dict[str, Any], w: problems.Where, name: str) -> model.Step | None:
     _check_keys(raw, w)
+    template_syntax.check(raw, w)
     tool_raw, tool_w = tools.source(raw, w)
     tasks, pipeline = tools.tasks(ctx, tool_raw, tool_w, name)
     desc = raw.get("desc")

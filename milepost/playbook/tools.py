@@ -17,6 +17,7 @@ from milepost.playbook import (
     python_libs,
     python_syntax,
     task_policy,
+    template_syntax,
     tool_aliases,
     tool_fields,
 )
@@ -275,6 +276,7 @@ def _workbook_entry(
     ctx: LoadContext, name: str, entry: dict[str, Any], w: problems.Where
 ) -> model.WorkbookEntry | None:
     fields.check_keys(entry, w, ("name", "desc", "tool", "assert"))
+    template_syntax.check(entry, w)
     tool = entry.get("tool")
     if not isinstance(tool, dict):
         w.error(

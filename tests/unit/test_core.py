@@ -220,7 +220,9 @@ def test_admission_refusal_skips_the_step_and_its_arcs() -> None:
 
 
 def test_bad_template_in_step_set_fails_the_run_not_hangs() -> None:
-    sim = Sim(playbook(LINEAR.replace('"{{ a.value }}"', '"{{ a.value +* }}"')))
+    # a syntax error is refused at load now (DSL 12.2); one that only fails as it renders
+    # (here a division by zero) must still end the run, not hang it
+    sim = Sim(playbook(LINEAR.replace('"{{ a.value }}"', '"{{ a.value // 0 }}"')))
     sim.complete("start", {})
     sim.complete("a", {"value": 1})
     assert sim.state.status == st.FAILED
