@@ -21,6 +21,7 @@ from milepost.playbook import (
     tool_aliases,
     tool_fields,
 )
+from milepost.playbook.coercion import is_template
 from milepost.playbook.context import LoadContext
 
 TOOL_KINDS = (
@@ -196,6 +197,8 @@ def _tool_config(
         _python_config(config, w)
     tool_aliases.apply(config, kind, w)
     _required_fields(ctx, config, w, kind)
+    if config.get("timeout") is not None and not is_template(config["timeout"]):
+        durations.check(config["timeout"], w / "timeout")  # one the tool reads (DSL 12.2)
     return config
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from milepost.playbook.durations import parse_duration
 from milepost.sanitize import Redactor
 from milepost.tools import base, http_auth
 
@@ -279,10 +280,8 @@ def _certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | Non
 
 
 def _timeout(value: Any, call_timeout: float | None) -> float:
-    try:
-        seconds = DEFAULT_TIMEOUT if value is None else float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"http `timeout` must be a number of seconds, not {value!r}") from None
+    # a duration as everywhere (`30`, `30s`, `1m`); a literal one was checked at load
+    seconds = DEFAULT_TIMEOUT if value is None else parse_duration(value, "http `timeout`")
     if not seconds > 0:
         raise ValueError("http `timeout` must be positive")
     return min(seconds, call_timeout) if call_timeout else seconds

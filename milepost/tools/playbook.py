@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from milepost.playbook.durations import parse_duration
 from milepost.tools import base
 
 DEFAULT_TIMEOUT = 300.0
@@ -54,7 +55,10 @@ class PlaybookTool:
             return base.failure("invalid", "playbook tool needs `path` (a catalog path)")
         if self.runner is None:
             return base.failure("invalid", "this worker cannot start child playbooks")
-        timeout = _timeout(call)
+        try:
+            timeout = _timeout(call)
+        except ValueError as exc:  # a rendered timeout that is not a duration
+            return base.failure("invalid", str(exc))
         try:
             parent = Parent(call.execution_id, call.command_id, call.epoch)
             child = await self.runner.run_child(path, dict(call.input), parent=parent,
@@ -77,10 +81,9 @@ class PlaybookTool:
 
 def _timeout(call: base.ToolCall) -> float:
     raw = call.config.get("timeout")
-    try:
-        value = float(raw) if raw is not None else DEFAULT_TIMEOUT
-    except (TypeError, ValueError):
-        value = DEFAULT_TIMEOUT
+    # a duration as everywhere (`300`, `5m`); a literal one was checked at load, and one
+    # that rendered wrong fails the call instead of silently waiting the default
+    value = DEFAULT_TIMEOUT if raw is None else parse_duration(raw, "playbook `timeout`")
     return min(value, call.timeout) if call.timeout else value
 
 
