@@ -53,10 +53,13 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
             bad += 1
             err.print(f"[red]✗[/red] {file}: {exc.strerror}", highlight=False)
             continue
-        out.print(f"[green]✓[/green] {file} ({len(playbook.steps)} steps)", highlight=False)
+        refused = strict and bool(playbook.warnings)  # then each warning is an error
+        said, mark, label = ((err, "[red]✗[/red]", "[red]error (--strict):[/red]") if refused
+                             else (out, "[green]✓[/green]", "[yellow]warning:[/yellow]"))  # fmt: skip
+        said.print(f"{mark} {file} ({len(playbook.steps)} steps)", highlight=False)
         for warning in playbook.warnings:
-            out.print(f"  [yellow]warning:[/yellow] {warning}", highlight=False)
-        bad += bool(strict and playbook.warnings)
+            said.print(f"  {label} {warning}", highlight=False)
+        bad += refused
     raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
 
 

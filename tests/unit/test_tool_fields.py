@@ -66,9 +66,19 @@ def test_validate_strict_fails_on_warnings(tmp_path: Path) -> None:
     assert CliRunner().invoke(app, ["validate", str(file)]).exit_code == 0
     strict = CliRunner().invoke(app, ["validate", "--strict", str(file)])
     assert strict.exit_code == 1 and "did you mean 'method'" in strict.output
+    assert "✓" not in strict.output and "✗" in strict.output  # a refused file says so
+    assert "error (--strict):" in strict.output
 
 
 def test_python_syntax_errors_are_validation_errors_with_the_line() -> None:
     with pytest.raises(PlaybookInvalid, match=r"python syntax error: .* \(line 1 of the code\)"):
         load.load_text(_doc("python", "code: 'result = ('"))
     load.load_text(_doc("python", "code: 'return 1'"))  # a top-level return is accepted
+
+
+def test_run_shows_the_warnings_validate_shows(tmp_path: Path) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text(_doc("noop", "tmeout: 5"))  # noop has no fields: no suggestion
+    ran = CliRunner().invoke(app, ["run", str(file), "--db", str(tmp_path / "m.db")])
+    assert ran.exit_code == 0, ran.output
+    assert "warning: step 'start': tool: tool field 'tmeout' is not a field of noop" in ran.output
