@@ -26,7 +26,7 @@ from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
 from milepost.engine.event_query import EventQuery
 from milepost.errors import MilepostError, PlaybookInvalid
-from milepost.playbook import load, yamllines
+from milepost.playbook import load, scripts, yamllines
 
 PROGRESS = EventQuery(types=("execution", "step", "approval", "command.failed",
                              "command.retry_scheduled", "compensation"))  # fmt: skip
@@ -66,6 +66,7 @@ def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     """Register a playbook in a server's catalog (a new version when its text changed)."""
     text = read_playbook(file)
     try:  # every problem named here, with the file's name and lines, before the server
+        text = scripts.inline_text(text, file.parent, str(file))  # the server has no files
         load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
         raise fail(exc.message) from None

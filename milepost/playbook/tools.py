@@ -15,6 +15,7 @@ from milepost.playbook import (
     nats_ops,
     problems,
     python_syntax,
+    scripts,
     task_policy,
     tool_aliases,
     tool_fields,
@@ -182,6 +183,7 @@ def _tool_config(
             config[key] = value
     if kind == "workbook" and "name" in raw:
         config["name"] = raw["name"]
+    scripts.check(config, w, kind)
     if kind == "http":
         legacy.http_aliases(config, w)
     elif kind == "python":
@@ -192,7 +194,7 @@ def _tool_config(
 
 
 def _python_config(config: dict[str, Any], w: problems.Where) -> None:
-    if "script" in config:
+    if "script" in config and config["script"] is not legacy.UNSUPPORTED:
         legacy.inline_script(config, w)
     if "code" in config and not isinstance(config["code"], str):
         (w / "code").error(f"expected a string, got {problems.type_name(config['code'])}")
