@@ -19,6 +19,7 @@ from milepost.playbook import (
     task_policy,
     tool_aliases,
     tool_fields,
+    tool_spec,
 )
 from milepost.playbook.context import LoadContext
 
@@ -123,6 +124,7 @@ def _task(
     *,
     single: bool = False,
 ) -> model.Task | None:
+    raw = tool_spec.lift(raw, w)
     kind = _kind(raw, w)
     if kind is None:
         return None
