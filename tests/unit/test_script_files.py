@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from milepost.cli import app, catalog
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, scripts
 
@@ -88,3 +90,39 @@ def test_inline_python_script_still_works() -> None:
         "    script: {source: {type: inline, code: 'result = 1'}}\n"
     )
     assert load.load_text(text).steps["start"].tasks[0].config["code"] == "result = 1"
+
+
+class _Client:
+    """Stands for the server: keeps the text `register` sends."""
+
+    sent: list[str] = []
+
+    def __init__(self, server: object) -> None: ...
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def register(self, text: str) -> dict[str, object]:
+        self.sent.append(text)
+        return {"path": "s", "version": 1}
+
+
+def test_register_sends_the_inlined_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.py").write_text("result = 1\n", encoding="utf-8")
+    path = _playbook(tmp_path, "    kind: python\n    script: {uri: t.py, source: {type: file}}\n")
+    monkeypatch.setattr(catalog, "MilepostClient", _Client)
+    done = CliRunner().invoke(app, ["register", str(path), "--server", "http://127.0.0.1:9"])
+    assert done.exit_code == 0, done.output
+    (sent,) = _Client.sent
+    assert yaml.safe_load(sent)["workflow"][0]["tool"]["code"] == "result = 1\n"
+
+
+def test_validate_names_the_missing_file(tmp_path: Path) -> None:
+    path = _playbook(
+        tmp_path, "    kind: duckdb\n    script: {uri: gone.sql, source: {type: file}}\n"
+    )
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code != 0
+    assert "gone.sql" in done.output
