@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from milepost.cli import exit_codes
 from milepost.cli.event_log import line
@@ -26,7 +27,7 @@ from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
 from milepost.engine.event_query import EventQuery
 from milepost.errors import MilepostError, PlaybookInvalid
-from milepost.playbook import load, yamllines
+from milepost.playbook import load, scripts, yamllines
 
 PROGRESS = EventQuery(types=("execution", "step", "approval", "command.failed",
                              "command.retry_scheduled", "compensation"))  # fmt: skip
@@ -47,18 +48,21 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
             playbook = load.load_file(file)
         except PlaybookInvalid as exc:
             bad += 1
-            err.print(f"[red]✗[/red] {exc.message}", highlight=False)
+            err.print(f"[red]✗[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
             continue
         except OSError as exc:
             bad += 1
-            err.print(f"[red]✗[/red] {file}: {exc.strerror}", highlight=False)
+            err.print(f"[red]✗[/red] {escape(str(file))}: {exc.strerror}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
             continue
         refused = strict and bool(playbook.warnings)  # then each warning is an error
         said, mark, label = ((err, "[red]✗[/red]", "[red]error (--strict):[/red]") if refused
                              else (out, "[green]✓[/green]", "[yellow]warning:[/yellow]"))  # fmt: skip
-        said.print(f"{mark} {file} ({len(playbook.steps)} steps)", highlight=False)
+        # whole lines however long (paths, messages): a script or a wide log can match them
+        said.print(f"{mark} {escape(str(file))} ({len(playbook.steps)} steps)", highlight=False,
+                   soft_wrap=True)  # fmt: skip
         for warning in playbook.warnings:
-            said.print(f"  {label} {warning}", highlight=False)
+            said.print(f"  {label} {escape(warning)}", highlight=False, soft_wrap=True)
         bad += refused
     raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
 
@@ -69,6 +73,7 @@ def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
     """Register a playbook in a server's catalog (a new version when its text changed)."""
     text = read_playbook(file)
     try:  # every problem named here, with the file's name and lines, before the server
+        text = scripts.inline_text(text, file.parent, str(file))  # the server has no files
         load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
         raise fail(exc.message) from None

@@ -55,7 +55,7 @@ from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.webhooks import Webhook
 from milepost.errors import MilepostError, PlaybookInvalid
-from milepost.playbook import load, yamllines
+from milepost.playbook import load, scripts, yamllines
 from milepost.settings import Settings
 from milepost.store.port import DriverLease, LogMoved, Store
 
@@ -186,6 +186,7 @@ def run(
     text = read_playbook(file)
     try:
         # read from outside, like a registered document: within the settings' limits
+        text = scripts.inline_text(text, file.parent, str(file))  # stored self-contained
         playbook = load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
         # refused before anything is written: no execution exists, the run simply failed

@@ -13,7 +13,7 @@ import yaml
 from milepost.conformance.results import SuiteError
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.errors import PlaybookInvalid
-from milepost.playbook import load, model
+from milepost.playbook import load, model, scripts, yamllines
 
 ENTRY_KEYS = frozenset(
     {"playbook", "needs", "workload", "credentials", "requires_playbooks", "timeout_s", "note",
@@ -92,7 +92,8 @@ class Catalog:
         for path in sorted([*root.rglob("*.yaml"), *root.rglob("*.yml")]):
             rel = path.relative_to(root).as_posix()
             try:
-                loaded[rel] = (path.read_text(encoding="utf-8"), load.load_file(path))
+                text = scripts.inline_text(path.read_text(encoding="utf-8"), path.parent, str(path))
+                loaded[rel] = (text, load.load_text(text, str(path), yamllines.Limits.of()))
             except PlaybookInvalid as exc:
                 rejected[rel] = exc
             except OSError as exc:

@@ -16,10 +16,12 @@ from milepost.playbook import (
     problems,
     python_libs,
     python_syntax,
+    scripts,
     task_policy,
     template_syntax,
     tool_aliases,
     tool_fields,
+    tool_spec,
 )
 from milepost.playbook.coercion import is_template
 from milepost.playbook.context import LoadContext
@@ -125,6 +127,7 @@ def _task(
     *,
     single: bool = False,
 ) -> model.Task | None:
+    raw = tool_spec.lift(raw, w)
     kind = _kind(raw, w)
     if kind is None:
         return None
@@ -191,6 +194,7 @@ def _tool_config(
             config[key] = value
     if kind == "workbook" and "name" in raw:
         config["name"] = raw["name"]
+    scripts.check(config, w, kind)
     if kind == "http":
         legacy.http_aliases(config, w)
     elif kind == "python":
@@ -203,7 +207,7 @@ def _tool_config(
 
 
 def _python_config(config: dict[str, Any], w: problems.Where) -> None:
-    if "script" in config:
+    if "script" in config and config["script"] is not legacy.UNSUPPORTED:
         legacy.inline_script(config, w)
     if "code" in config and not isinstance(config["code"], str):
         (w / "code").error(f"expected a string, got {problems.type_name(config['code'])}")
