@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx2
 
+from milepost.api.routers import stream
 from tests.api.support import HELLO, Api, error, live_server, ok, report_wire
 from tests.shared import wait_for
 
@@ -119,3 +120,28 @@ def test_a_live_run_streams_new_events_as_they_come_then_end(db_url: str) -> Non
     ids = [int(m["id"]) for m in sent[:-1]]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert [m["event"] for m in sent].count("command.completed") == 2
+
+
+def test_the_backlog_goes_in_pages_with_the_same_events(api: Api, monkeypatch: Any) -> None:
+    xid = finished(api)
+    whole = messages(api.get(f"/api/executions/{xid}/stream").text)
+    monkeypatch.setattr(stream, "PAGE", 2)  # 8 events: four looks at the store
+    assert messages(api.get(f"/api/executions/{xid}/stream").text) == whole
+
+
+def test_a_quiet_stream_keeps_alive_and_a_gone_client_ends_its_loop(
+        db_url: str, monkeypatch: Any) -> None:  # fmt: skip
+    monkeypatch.setattr(stream, "KEEPALIVE", 0.0)  # a comment after every quiet look
+    with live_server(db_url) as server:
+        admin = server.headers("admin")
+        path = ok(httpx2.post(f"{server.url}/api/catalog/register", json={"content": HELLO},
+                              headers=admin, timeout=10))["path"]  # fmt: skip
+        xid = ok(httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin,
+                             timeout=10))["execution_id"]  # fmt: skip
+        watchers = server.services.engine.watchers
+        with httpx2.stream("GET", f"{server.url}/api/executions/{xid}/stream", headers=admin,
+                           timeout=30) as reply:  # fmt: skip
+            lines = reply.iter_lines()
+            assert next(line for line in lines if line.startswith(":")) == ": keepalive"
+            assert len(watchers) == 1
+        wait_for(lambda: len(watchers) == 0, "the server to notice the client left")
