@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -58,11 +58,13 @@ def _resume_from(after: int | None, last_event_id: str | None) -> int:
     return value
 
 
-@router.get(
-    "/{execution_id}/stream",
-    response_class=StreamingResponse,
-    responses=errors.responses(*AUTH, 404, 422),
-)
+_SSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The run's events as server-sent events.",
+          "content": {"text/event-stream": {"schema": {"type": "string"}}}}}  # fmt: skip
+
+
+@router.get("/{execution_id}/stream", response_class=StreamingResponse,
+            responses={**_SSE, **errors.responses(*AUTH, 404, 422)})  # fmt: skip
 async def stream_events(
     execution_id: ExecutionId, request: Request, engine: EngineDep, _: ReadAuth,
     after: Annotated[int | None, Query(ge=0, le=checks.MAX_OFFSET,
