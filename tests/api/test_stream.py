@@ -11,6 +11,7 @@ import httpx2
 
 from milepost.api.routers import stream
 from tests.api.support import HELLO, Api, error, live_server, ok, report_wire
+from tests.api.test_executions import SECRET_READER
 from tests.shared import wait_for
 
 
@@ -145,3 +146,12 @@ def test_a_quiet_stream_keeps_alive_and_a_gone_client_ends_its_loop(
             assert next(line for line in lines if line.startswith(":")) == ": keepalive"
             assert len(watchers) == 1
         wait_for(lambda: len(watchers) == 0, "the server to notice the client left")
+
+
+def test_a_secret_is_masked_in_the_stream_as_in_the_events(api: Api) -> None:
+    xid = api.execute(SECRET_READER, workload={"db": {"password": "hunter2-real"}})
+    api.complete(api.claim_one(), 12)
+    text = api.get(f"/api/executions/{xid}/stream", role="viewer").text
+    events = ok(api.get(f"/api/executions/{xid}/events", role="viewer"))["events"]
+    assert "hunter2-real" not in text
+    assert [json.loads(m["data"]) for m in messages(text)[:-1]] == events
