@@ -104,3 +104,13 @@ def metric_sample(text: str, name: str, **labels: str) -> float:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     raise AssertionError(f"{name} {labels} not in the exposition")
+
+
+def process_gone(pid: int) -> bool:
+    """Whether `pid` has died: no such process, or a zombie its parent has not reaped yet
+    (a killed grandchild waits for init; `os.kill(pid, 0)` still finds it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"

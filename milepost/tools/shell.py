@@ -71,7 +71,7 @@ def _commands(config: Mapping[str, Any]) -> list[str] | str:
 async def _run_one(command: str, cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
     """`{exit_code, stdout, stderr}` of one command; its process group is killed if the
     wait is cancelled (a cancel of the run, or the timeout)."""
-    proc = await asyncio.create_subprocess_exec(
+    creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
         SHELL,
         "-c",
         command,
@@ -81,7 +81,16 @@ async def _run_one(command: str, cwd: str | None, env: dict[str, str] | None) ->
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,  # so a timeout can kill the whole process group
-    )
+    ))  # fmt: skip
+    try:
+        proc = await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        # the shell may be running already (a busy loop lets the cancel land while the
+        # transport connects): asyncio would kill the shell alone and then wait for its
+        # children, which hold the pipes, to end by themselves; kill its group instead
+        with contextlib.suppress(OSError):
+            await _kill(await creating)
+        raise
     try:
         stdout, stderr = await proc.communicate()
     except BaseException:

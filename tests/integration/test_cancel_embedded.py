@@ -21,7 +21,7 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from milepost.tools import base
-from tests.shared import wait_for, wait_for_async
+from tests.shared import process_gone, wait_for, wait_for_async
 
 HOLD = """\
 import os, time
@@ -65,14 +65,6 @@ def pids(out: Path, count: int = 1) -> list[int]:
     return [int(p) for p in lines] if len(lines) >= count else []
 
 
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def failures(store: Any, xid: int) -> list[str]:
     return sorted(e.payload["error"]["message"] for e in store.load(xid)
                   if e.event_type == ev.COMMAND_FAILED and not e.meta.get("stale"))  # fmt: skip
@@ -96,7 +88,7 @@ def test_cancel_during_a_running_python_step_kills_its_process(store: Any,
     state, pid = asyncio.run(go())
     assert state.status == st.CANCELLED and "after" not in state.step_status
     assert state.step_status["hold"] == st.CANCELLED, "stopped by the cancel, not failed"
-    assert gone(pid)  # killed, well before the 20 s grace
+    assert process_gone(pid)  # killed, well before the 20 s grace
     assert requests(store, state.execution_id) == [{"actor": "user:alice"}]
     assert failures(store, state.execution_id) == [STOPPED]
 
@@ -121,7 +113,7 @@ def test_a_cancel_from_another_process_stops_a_parallel_loop(store: Any, tmp_pat
 
     state, running = asyncio.run(go())
     assert state.status == st.CANCELLED
-    assert all(gone(pid) for pid in running)
+    assert all(process_gone(pid) for pid in running)
     assert len(out.read_text().split()) == 2  # the two waiting iterations never ran
     assert failures(store, state.execution_id) == [NEVER_RAN] * 2 + [STOPPED] * 2
 
@@ -142,7 +134,7 @@ def test_cancel_of_a_parent_cancels_its_running_child(store: Any, tmp_path: Path
 
     parent, child, pid = asyncio.run(go())
     assert parent.status == st.CANCELLED and child.status == st.CANCELLED
-    assert gone(pid)
+    assert process_gone(pid)
     assert requests(store, child.execution_id) == [
         {"actor": "user:alice", "cause": f"parent {parent.execution_id} cancelled"}]
     assert failures(store, child.execution_id) == [STOPPED]
@@ -274,7 +266,7 @@ def test_cancel_during_a_shell_step_kills_its_process_group(store: Any, tmp_path
             return await engine.wait(xid, timeout=10), pid
 
     state, pid = asyncio.run(go())
-    assert state.status == st.CANCELLED and gone(pid)
+    assert state.status == st.CANCELLED and process_gone(pid)
     assert failures(store, state.execution_id) == [STOPPED]
 
 

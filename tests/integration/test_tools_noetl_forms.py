@@ -5,7 +5,6 @@ script's result."""
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from milepost.tools import base, shell
 from tests.integration.test_tools_postgres import admin, creds, ok, pg, schema  # noqa: F401
 from tests.integration.test_tools_postgres import run as run_pg
 from tests.integration.test_tools_shell_duckdb import run
-from tests.shared import wait_for_async
+from tests.shared import process_gone, wait_for, wait_for_async
 
 # -- shell cmds ----------------------------------------------------------------------------
 
@@ -103,8 +102,7 @@ def test_a_cancel_kills_the_running_command_and_starts_no_other(
         return int(pid_file.read_text())
 
     pid = asyncio.run(go())
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    wait_for(lambda: process_gone(pid), "the cancelled command to die", timeout=5)
     assert not marker.exists()
 
 
@@ -183,3 +181,36 @@ def test_postgres_command_list_and_a_last_select(pg: dict[str, str], schema: str
         "rows": [{"a": 7}],
         "row_count": 1,
     }
+
+
+def test_a_cancel_while_the_shell_is_being_started_still_kills_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a cancel that lands after the shell started but before its transport
+    was handed back (a busy loop) left the shell's children running; asyncio killed the
+    shell alone and then waited for the children, which hold its pipes, to end (30 s)."""
+    pid_file = tmp_path / "pid"
+    real = asyncio.create_subprocess_exec
+    handed_back = asyncio.Event()
+
+    async def slow_to_hand_back(*args: Any, **kwargs: Any) -> Any:
+        proc = await real(*args, **kwargs)
+        await handed_back.wait()  # the cancel lands here, the shell running
+        return proc
+
+    monkeypatch.setattr(shell.asyncio, "create_subprocess_exec", slow_to_hand_back)
+    command = f"sleep 30 & echo $! > {pid_file}; wait"
+
+    async def go() -> int:
+        task = asyncio.create_task(shell.run(base.ToolCall("shell", {"command": command},
+                                                           {}, {}, "k")))  # fmt: skip
+        await wait_for_async(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid")
+        task.cancel()
+        await asyncio.sleep(0)  # let the cancel reach the start before it is handed back
+        handed_back.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        return int(pid_file.read_text())
+
+    child = asyncio.run(go())
+    wait_for(lambda: process_gone(child), "the shell's child to die with its group", timeout=5)
