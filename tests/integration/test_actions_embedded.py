@@ -15,8 +15,8 @@ from milepost.core import state as st
 from milepost.engine import actions
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
-from tests.integration.test_cancel_embedded import ONE, gone, pids
-from tests.shared import wait_for_async
+from tests.integration.test_cancel_embedded import ONE, pids
+from tests.shared import process_gone, wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/ops}\n"
 FLAKY = HEADER + textwrap.dedent("""\
@@ -44,7 +44,7 @@ def test_skip_stops_the_running_attempt_and_the_run_goes_on(store: Any, tmp_path
             acted = actions.skip(engine.service, xid, "hold", {"by": "hand"}, "user:alice")
             assert acted.step_status == st.COMPLETED and len(acted.stopped) == 1
             state = await engine.wait(xid, timeout=10)
-            await wait_for_async(lambda: gone(pid), f"python process {pid} to be stopped")
+            await wait_for_async(lambda: process_gone(pid), f"python process {pid} to be stopped")
             return state, pid
 
     state, _ = asyncio.run(go())

@@ -15,8 +15,7 @@ from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.port import StoreUnavailable
-from tests.integration.test_cancel_embedded import gone
-from tests.shared import wait_for_async
+from tests.shared import process_gone, wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/liveness}\n"
 
@@ -222,7 +221,7 @@ def test_a_timeout_stops_the_in_process_tool(store: Any, tmp_path: Path, spec: s
         async with EmbeddedEngine(store, concurrency=1, default_timeout=default_timeout) as engine:
             state = await engine.run(load.load_text(text), text, timeout=30)
             pid = int(out.read_text())
-            await wait_for_async(lambda: gone(pid), "the tool's process killed", timeout=10)
+            await wait_for_async(lambda: process_gone(pid), "the tool's process killed", timeout=10)
             return state
 
     state = asyncio.run(go())
