@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from milepost.core.logs import DEFAULT_CAP, Captured
+from milepost.errors import MilepostError
 from milepost.sanitize import mask_patterns
 
 CredentialLookup = Callable[[str], Mapping[str, Any] | None]
@@ -24,6 +25,19 @@ def auth_credential(auth: Any) -> str | None:
                 return str(auth[key])
         return None
     return auth if isinstance(auth, str) and auth else None
+
+def credential(name: str, credentials: CredentialLookup | None, tool: str,
+               error: type[Exception]) -> Mapping[str, Any]:  # fmt: skip
+    """The data of the credential a tool's `auth` names, or `error` saying why there is
+    none (`<tool> auth: ...`): the lookup's own refusal, or not registered."""
+    try:
+        data = credentials(name) if credentials is not None else None
+    except MilepostError as exc:  # e.g. credential_unreadable: the key changed
+        raise error(f"{tool} auth: {exc.message}") from None
+    if data is None:
+        raise error(f"{tool} auth: credential {name!r} is not registered")
+    return data
+
 
 ERROR_KINDS = frozenset(
     {

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from milepost.errors import MilepostError
 from milepost.tools import base
 
 TYPES = ("bearer", "basic", "api_key", "header")
@@ -49,12 +48,7 @@ def auth_headers(auth: Any, credentials: base.CredentialLookup | None) -> AuthHe
     if name is None:
         raise AuthInvalid("http `auth` must name a registered credential"
                           + ("" if isinstance(auth, Mapping) else " (a string)"))  # fmt: skip
-    try:
-        data = credentials(name) if credentials is not None else None
-    except MilepostError as exc:  # e.g. credential_unreadable: the key changed
-        raise AuthInvalid(f"http auth: {exc.message}") from None
-    if data is None:
-        raise AuthInvalid(f"http auth: credential {name!r} is not registered")
+    data = base.credential(name, credentials, "http", AuthInvalid)
     kind = str(data.get("type") or "").lower()
     fields = {str(k): v for k, v in data.items() if k != "type"}
     if kind == "bearer":

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 import nats
 from nats.aio.client import Client
 
-from milepost.errors import MilepostError
 from milepost.sanitize import Redactor
 from milepost.tools import base
 
@@ -52,12 +51,7 @@ def target(config: Mapping[str, Any], credentials: base.CredentialLookup | None,
     name = base.auth_credential(auth)
     if name is None:
         raise ToolInvalid("nats `auth` must name a registered credential")
-    try:
-        data = credentials(name) if credentials is not None else None
-    except MilepostError as exc:  # e.g. credential_unreadable: the key changed
-        raise ToolInvalid(f"nats auth: {exc.message}") from None
-    if data is None:
-        raise ToolInvalid(f"nats auth: credential {name!r} is not registered")
+    data = base.credential(name, credentials, "nats", ToolInvalid)
     kind = data.get("type")
     if kind is not None and str(kind).lower() not in CREDENTIAL_TYPES:
         raise ToolInvalid(f"nats auth: credential {name!r} has type {kind!r}, not nats")

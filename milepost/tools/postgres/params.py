@@ -9,7 +9,6 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from milepost.errors import MilepostError
 from milepost.sanitize import Redactor
 from milepost.tools import base
 
@@ -81,12 +80,7 @@ def _credential_name(auth: Any) -> str:
 
 
 def _credential_params(name: str, credentials: base.CredentialLookup | None) -> dict[str, Any]:
-    try:
-        data = credentials(name) if credentials is not None else None
-    except MilepostError as exc:  # e.g. credential_unreadable: the key changed
-        raise ToolInvalid(f"postgres auth: {exc.message}") from None
-    if data is None:
-        raise ToolInvalid(f"postgres auth: credential {name!r} is not registered")
+    data = base.credential(name, credentials, "postgres", ToolInvalid)
     kind = data.get("type")
     if kind is not None and str(kind).lower() not in CREDENTIAL_TYPES:
         raise ToolInvalid(f"postgres auth: credential {name!r} has type {kind!r}, not postgres")
