@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from milepost.core.ids import MAX_MACHINE
@@ -65,10 +65,11 @@ class Settings(BaseSettings):
     lease_seconds: float = 30.0
     """Default lease of a claim (a step's `spec.liveness` overrides it); workers heartbeat
     every third of the lease their claim gave."""
-    default_timeout: float | None = Field(default=None, gt=0)
+    default_timeout: float | None = Field(default=86400.0, ge=0)
     """Seconds an attempt of a step without `spec.timeout` may run, heartbeating or not,
-    before the engine fails it (kind `timeout`, retryable through `spec.retry`); unset:
-    no bound (a step that legitimately runs for days would be failed by any default)."""
+    before the engine fails it (kind `timeout`, retryable through `spec.retry`): a day, so
+    an attempt that heartbeats forever cannot hold its slot forever, yet a step of hours
+    is not cut short; a step that runs for days sets its own `spec.timeout`. 0: no bound."""
     reconcile_interval: float = 1.0
     """Seconds between reconciler ticks in the server (0 = no background reconciler)."""
     requeue_notice_after: float = 5.0
@@ -103,6 +104,11 @@ class Settings(BaseSettings):
     fault_skip_fence: bool = False
     """For testing `milepost verify` only: the engine takes reports of claims that are no
     longer live (`engine/faults.py`); the suite must then fail. Never set it otherwise."""
+
+    @field_validator("default_timeout")
+    @classmethod
+    def _zero_is_no_bound(cls, value: float | None) -> float | None:
+        return value or None
 
     def worker_pool(self) -> str:
         """The pool a worker serves: `pool`, else the wake-up subject's `nats_pool`."""

@@ -11,7 +11,7 @@ same events always give the same state, in any split of increments.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -412,10 +412,14 @@ def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any])
         state.run_results[(step, run)] = result
 
 
-def _apply_budget_exceeded(state: ExecutionState, event: ev.Event) -> None:
-    """The run's usage passed `executor.spec.budget`: it stops as a failed step stops it."""
-    if state.failure is None:
-        state.failure = event.payload.get("error") or {"kind": "budget", "message": "budget exceeded"}  # fmt: skip
+def _apply_run_failure(kind: str) -> Callable[[ExecutionState, ev.Event], None]:
+    """Past `executor.spec.budget` (`budget.exceeded`) or silent past `stall_after`
+    (`execution.stalled`): the run stops as a failed step stops it (compensations first)."""
+    def apply(state: ExecutionState, event: ev.Event) -> None:
+        if state.failure is None:
+            state.failure = event.payload.get("error") or {"kind": kind, "message": kind}
+
+    return apply
 
 
 def _apply_execution_cancel_requested(state: ExecutionState, event: ev.Event) -> None:
@@ -488,7 +492,8 @@ _HANDLERS: dict[str, Any] = {
     ev.COMPENSATION_STARTED: cs.apply_started,
     ev.COMPENSATION_COMPLETED: cs.apply_completed,
     ev.COMPENSATION_FAILED: cs.apply_failed,
-    ev.BUDGET_EXCEEDED: _apply_budget_exceeded,
+    ev.BUDGET_EXCEEDED: _apply_run_failure("budget"),
+    ev.EXECUTION_STALLED: _apply_run_failure("stalled"),
     ev.STEP_RETRY_REQUESTED: acts.apply_retry_requested,
     ev.STEP_SKIP_REQUESTED: acts.apply_skip_requested,
     ev.STEP_REUSED: acts.apply_reused,

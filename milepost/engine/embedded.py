@@ -52,6 +52,8 @@ third of it."""
 LEASE_S: float = Settings.model_fields["lease_seconds"].default
 """Seconds a claim of an in-process worker lasts (`MILEPOST_LEASE_SECONDS`); an attempt
 that runs longer heartbeats every third of it."""
+DEFAULT_TIMEOUT: float = Settings.model_fields["default_timeout"].default
+"""The engine's bound of an attempt of a step without `spec.timeout` (`MILEPOST_DEFAULT_TIMEOUT`)."""
 
 
 class EmbeddedEngine:
@@ -72,7 +74,7 @@ class EmbeddedEngine:
         driver_ttl: float = DRIVER_TTL,
         lease_s: float = LEASE_S,
         webhook: Webhook | None = None,
-        default_timeout: float | None = None,
+        default_timeout: float | None = DEFAULT_TIMEOUT,
         log_cap: int = DEFAULT_CAP,
     ) -> None:
         self.store = store

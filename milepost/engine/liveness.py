@@ -4,8 +4,9 @@ engine service.
 The store names the candidates (RUNNING runs with a stall window whose last event is older
 than it: `stalled_executions`); the decision is the core's (`core.liveness.stall_verdict`,
 given `now`, the last event's time and who holds each open command); the failure is an
-`execution.failed` of kind `stalled` appended through the orchestrator, so both modes end
-such a run alike. The reconciler's tick calls this for every run (server), the embedded
+`execution.stalled` (kind `stalled`) appended through the orchestrator with a
+`command.failed` for each open command, so both modes end such a run alike and as a failed
+step ends it: compensations, then `execution.failed`. The reconciler's tick calls this for every run (server), the embedded
 engine's poller for the runs it drives.
 
 Also here: the engine's `default_timeout`, which bounds an attempt of a step without
@@ -51,7 +52,8 @@ def fail_stalled(engine: Lifecycle, now: float,
 
 def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) -> bool:
     with engine.locked([xid]):  # no report may slip in between the verdict and the failure
-        holders = {r.command_id: r.worker_id for r in engine.store.open_commands(xid)}
+        rows = engine.store.open_commands(xid)
+        holders = {r.command_id: r.worker_id for r in rows}
 
         def verdict(state: st.ExecutionState,
                     playbook: model.Playbook) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
@@ -63,11 +65,26 @@ def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) ->
             return False
         log.warning("execution %s stalled: %s", xid, error["message"],
                     extra={"action": "execution_stalled", "execution_id": xid})  # fmt: skip
-        failed = ev.new_event(engine.new_id(), xid, ev.EXECUTION_FAILED, now,
-                              payload={"error": error, "reason": error["reason"]},
-                              meta={"source": "reconciler"}, parent_event_id=cause)  # fmt: skip
-        engine.process([failed])
+        # the run's failure first, then its open commands settled (what holds them will
+        # never report): the run ends as a failed step ends it, compensations first
+        events = [ev.new_event(engine.new_id(), xid, ev.EXECUTION_STALLED, now,
+                               payload={"error": error, "reason": error["reason"]},
+                               meta={"source": "reconciler"}, parent_event_id=cause)]  # fmt: skip
+        settled = {"kind": liveness.STALLED, "message": error["message"], "retryable": False}
+        events.extend(_command_failed(engine, row, settled, now) for row in rows)
+        engine.process(events)
         return True
+
+
+def _command_failed(engine: Lifecycle, row: port.CommandRow, error: dict[str, Any],
+                    now: float) -> ev.Event:  # fmt: skip
+    """The engine's `command.failed` of an open command nobody will report on."""
+    payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
+               "attempt": row.attempt, "epoch": row.epoch, "error": error}  # fmt: skip
+    return ev.new_event(engine.new_id(), row.execution_id, ev.COMMAND_FAILED, now,
+                        step=row.step, payload=payload, worker_id=row.worker_id,
+                        meta={"epoch": row.epoch, "source": "reconciler"},
+                        parent_event_id=row.command_id)  # fmt: skip
 
 
 def fail_overdue(engine: Lifecycle, now: float, default_timeout: float, bounded: set[int],
@@ -114,11 +131,6 @@ def _fail_if_unbounded(engine: Lifecycle, row: port.CommandRow, default_timeout:
         message = (f"step ran longer than the engine's default_timeout of "
                    f"{default_timeout:g}s (it sets no spec.timeout)")  # fmt: skip
         error = {"kind": "timeout", "message": message, "retryable": True}
-        payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
-                   "attempt": row.attempt, "epoch": row.epoch, "error": error}  # fmt: skip
-        failed = ev.new_event(engine.new_id(), xid, ev.COMMAND_FAILED, now, step=row.step,
-                              payload=payload, worker_id=row.worker_id,
-                              meta={"epoch": row.epoch, "source": "reconciler"},
-                              parent_event_id=row.command_id)  # fmt: skip
+        failed = _command_failed(engine, row, error, now)
         engine.process([failed])
         return True

@@ -138,6 +138,37 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for(
     assert started["result"]["context"]["stall_after"] == 3.0
 
 
+STALLS_AFTER_A_COMPENSABLE_STEP = playbook("acceptance/stalls_compensated", """\
+executor: {spec: {stall_after: 3s, timeout: 2s}}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    spec: {compensation: undo}
+    next: hold
+  - step: hold
+    tool: {kind: noop}
+    spec: {pool: nobody}
+  - step: undo
+    tool: {kind: noop}
+""")
+
+
+def test_a_stalled_run_runs_its_compensations_before_it_fails(cluster: Cluster) -> None:
+    """No worker serves the pool of `hold`: the run stalls, and ends as a failed step
+    ends it (DSL 10.5): `start`'s compensation first, then FAILED of kind `stalled`."""
+    cluster.start_server()
+    cluster.start_worker()
+    xid = cluster.run(STALLS_AFTER_A_COMPENSABLE_STEP)
+    status = cluster.wait(xid, timeout=30)
+    assert status["status"] == "FAILED", status
+    assert status["error"]["kind"] == "stalled"
+    assert len(events_of(cluster, xid, "execution.stalled")) == 1
+    assert len(events_of(cluster, xid, "compensation.completed")) == 1, [
+        (e["event_type"], e["step"]) for e in cluster.client.events(xid)]
+    [settled] = events_of(cluster, xid, "command.failed")
+    assert settled["step"] == "hold"
+
+
 FOREVER = playbook("acceptance/forever", """\
 workflow:
   - step: start

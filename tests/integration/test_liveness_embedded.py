@@ -137,7 +137,12 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for_
     *_, failed = store.load(state.execution_id)
     assert failed.event_type == ev.EXECUTION_FAILED
     [issued] = of_type(store, state.execution_id, ev.COMMAND_ISSUED)
-    assert failed.parent_event_id == issued.event_id, "caused by the last word before (a claim is none)"
+    [stall] = of_type(store, state.execution_id, ev.EXECUTION_STALLED)
+    assert stall.parent_event_id == issued.event_id, "caused by the last word before (a claim is none)"
+    # its open command settled by the engine (nobody will report it): the step failed, then the run
+    [settled] = of_type(store, state.execution_id, ev.COMMAND_FAILED)
+    assert settled.payload["error"]["kind"] == "stalled" and settled.seq > stall.seq
+    assert state.step_status["start"] == st.FAILED
     assert waiting.status == st.RUNNING, "as long without progress, but waiting for people"
     assert time_of_last(store, waiting.execution_id) <= time_of_last(store, state.execution_id) - 2
 
@@ -262,3 +267,42 @@ def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled(
     assert state.results["start"] == "again"
     [timed_out] = of_type(store, state.execution_id, ev.COMMAND_FAILED)
     assert timed_out.payload["error"]["kind"] == "timeout"
+
+
+STALLS_AFTER_A_COMPENSABLE_STEP = """
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 'booked'"}
+    spec: {compensation: undo}
+    next: wait
+  - step: wait
+    tool: {kind: python, code: "import time\\ntime.sleep(30)\\nresult = 'slept'"}
+  - step: undo
+    tool:
+      kind: python
+      input: {was: "{{ compensation.result }}"}
+      code: |
+        open("DIR/undone", "a").write(was + "\\n")
+        result = "undone"
+"""
+
+
+def test_a_stalled_run_runs_its_compensations_before_it_fails(store: Any, tmp_path: Path) -> None:
+    """A stall ends the run as a failed step does (DSL 10.5): the silent attempt settled,
+    each completed step's compensation once, then `execution.failed` of kind `stalled`."""
+    text = HEADER + textwrap.dedent(STALLS_AFTER_A_COMPENSABLE_STEP).replace("DIR", str(tmp_path))
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            return await engine.run(load.load_text(text), text, timeout=30)
+
+    state = asyncio.run(go())
+    assert state.status == st.FAILED
+    assert state.error is not None and state.error["kind"] == "stalled"
+    assert (tmp_path / "undone").read_text() == "booked\n"
+    types = [e.event_type for e in store.load(state.execution_id)]
+    assert types.index(ev.EXECUTION_STALLED) < types.index(ev.COMPENSATION_STARTED)
+    assert types.count(ev.COMPENSATION_COMPLETED) == 1
+    assert types[-1] == ev.EXECUTION_FAILED
+    assert state.step_status["wait"] == st.FAILED

@@ -66,3 +66,15 @@ def test_the_worker_reads_its_settings_from_the_environment(
     settings = worker_settings(concurrency=5, pool=None, grace_seconds=None)
     assert (settings.concurrency, settings.worker_pool(), settings.grace_seconds) == (5, "fast", 0.0)
     assert Worker(FakeClient(), FakeTools(), settings=settings).concurrency == 5
+
+
+def test_the_engine_bounds_an_attempt_without_spec_timeout_to_a_day_unless_told_not_to(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from milepost.engine.embedded import DEFAULT_TIMEOUT
+
+    monkeypatch.delenv("MILEPOST_DEFAULT_TIMEOUT", raising=False)
+    assert Settings().default_timeout == DEFAULT_TIMEOUT == 86400.0
+    monkeypatch.setenv("MILEPOST_DEFAULT_TIMEOUT", "0")
+    assert Settings().default_timeout is None  # 0: no bound
+    monkeypatch.setenv("MILEPOST_DEFAULT_TIMEOUT", "90")
+    assert Settings().default_timeout == 90.0
