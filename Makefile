@@ -7,7 +7,7 @@ SHARED ?= ../shared
 CONFORMANCE ?= $(SHARED)/conformance/noetl
 FORMS := tests/fixtures/noetl_forms
 
-.PHONY: install demo test unit conformance bench verify lint clean ui ui-test browser
+.PHONY: install demo test unit conformance bench bench-ui verify lint clean ui ui-test browser
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ bench: install
 	$(BIN)/milepost bench W2 1000 --variant server
 	$(BIN)/milepost bench W3 200 --variant server
 	$(BIN)/milepost bench INGEST 200
+
+# the web UI's speed in headless Chromium (issue 14; BENCHMARKS.md "web UI"): a run page of
+# 100,000 loop iterations and of 500 steps, a live page's idle CPU, 100,000 runs listed on
+# PostgreSQL
+bench-ui: install browser
+	$(PY) -m tests.ui_speed
 
 # the fault suite's long version (README, "Verifying an installation"); `make test` runs
 # the short one on SQLite and PostgreSQL (tests/e2e/test_verify.py)
