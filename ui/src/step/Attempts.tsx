@@ -20,12 +20,12 @@ export function Attempts({ attempts, total }: { attempts: Attempt[]; total: numb
             <th>started</th>
             <th>ended</th>
             <th>took</th>
-            <th>idempotency key</th>
           </tr>
         </thead>
-        <tbody>
-          {attempts.map((a) => (
-            <tr key={a.command_id} data-testid="attempt-row" data-status={a.status}>
+        {attempts.map((a) => (
+          // one body per attempt: its times on a line, its idempotency key in full below
+          <tbody key={a.command_id} data-testid="attempt-row" data-status={a.status}>
+            <tr>
               <td>
                 {a.attempt ?? "–"}
                 {a.index !== null && a.index >= 0 && <span className="muted"> [{a.index}]</span>}
@@ -36,16 +36,26 @@ export function Attempts({ attempts, total }: { attempts: Attempt[]; total: numb
                 </span>
               </td>
               <td>{a.worker ?? "–"}</td>
-              <td>{when(a.started_at)}</td>
-              <td>{when(a.ended_at)}</td>
+              <td title={when(a.started_at)}>{clock(a.started_at)}</td>
+              <td title={when(a.ended_at)}>{clock(a.ended_at)}</td>
               <td>{a.duration_s === null ? "–" : duration(a.duration_s)}</td>
-              <td className="mono">{a.idempotency_key ?? "–"}</td>
             </tr>
-          ))}
-        </tbody>
+            <tr className="attempt-key">
+              <td />
+              <td colSpan={5} className="mono">
+                key {a.idempotency_key ?? "–"}
+              </td>
+            </tr>
+          </tbody>
+        ))}
       </table>
     </>
   );
+}
+
+/** The time of day with milliseconds (UTC, as the timeline shows it); the date on hover. */
+function clock(iso: string | null): string {
+  return iso ? iso.slice(11, 23) : "–";
 }
 
 /** The runs a `playbook` step's attempts started. */

@@ -67,6 +67,8 @@ describe("the step panel", () => {
     expect(rows[1].textContent).toContain("worker-2");
     expect(rows[1].textContent).toContain("key-2");
     expect(rows[1].textContent).toContain("1.5 s");
+    expect(rows[1].textContent).toContain("03:04:05.000"); // start and end, to the millisecond
+    expect(rows[1].textContent).toContain("03:04:06.500");
     expect(screen.getByTestId("step-input").textContent).toContain('"password": "***"');
   });
 
