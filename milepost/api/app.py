@@ -43,6 +43,7 @@ from milepost.api.routers import (
     logs,
     metrics,
     reads,
+    results,
     stream,
     ui,
     usage,
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 
 ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
            credentials, docs, workers, approvals, usage, diagnosis, logs,
-           actions, reads, stream, graph, ui)  # fmt: skip
+           actions, reads, results, stream, graph, ui)  # fmt: skip
 
 
 def create_app(settings: Settings | None = None, *,

@@ -12,7 +12,10 @@ from milepost.api.schemas import EventOut, RunProgress
 class DescribeOut(RunProgress):
     """`steps`: `{name: {status, runs, result, started_at, ended_at, duration_s, worker,
     input, error?, attempts_total, attempts: [{command_id, run, index, attempt, status,
-    worker, started_at, ended_at, duration_s, error, output}]}}`."""
+    worker, started_at, ended_at, duration_s, error, output, idempotency_key,
+    child_execution_id}]}}`. A result too large for the log's row is
+    `{reference: {uri, size}}`: `GET /api/executions/{id}/results/{event_id}` reads it.
+    `child_execution_id`: the run a `playbook` step's attempt started, when known."""
 
     execution_id: IdOut
     path: str

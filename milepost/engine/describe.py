@@ -11,6 +11,7 @@ response body) instead of a bare `null`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from milepost.core import work
 from milepost.engine import summaries
 from milepost.engine.lifecycle import Lifecycle
 from milepost.playbook import model
+from milepost.store import port
 
 ATTEMPTS_SHOWN = 50
 """Attempts listed per step (the latest ones); a long loop has thousands: the rest are
@@ -42,7 +44,10 @@ def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     # makes the timeline
     log = engine.events(row.execution_id)
     state = st.fold(None, log)
-    return view(state, engine.playbook(state.path, state.version or 0), log)
+    playbook = engine.playbook(state.path, state.version or 0)
+    shown = view(state, playbook, log)
+    _running_children(engine, state, playbook, shown)
+    return shown
 
 
 def view(state: st.ExecutionState, playbook: model.Playbook,
@@ -53,11 +58,15 @@ def view(state: st.ExecutionState, playbook: model.Playbook,
         seen = steps.get(name, _Step())
         attempts = seen.attempts
         last = attempts[-1] if attempts else None
+        if not _starts_children(playbook, name):  # only a `playbook` step's result is a child
+            for a in attempts:
+                a["child_execution_id"] = None
         shown.update(_times(seen.started_at, seen.ended_at),
                      worker=last["worker"] if last else None,
                      input=step_input(state, playbook, name), attempts_total=len(attempts),
                      attempts=[{**a, **_times(a["started_at"], a["ended_at"], span=False)}
                                for a in attempts[-ATTEMPTS_SHOWN:]])  # fmt: skip
+        shown["result"] = _by_reference(state, playbook, name, shown["result"], seen)
         failed = next((a for a in reversed(attempts) if a["status"] == "FAILED"), None)
         if shown["status"] == st.FAILED and failed is not None:
             shown["error"] = failed["error"]
@@ -77,6 +86,8 @@ class _Step:
     ended_at: float | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
     by_command: dict[int, dict[str, Any]] = field(default_factory=dict)
+    completed: tuple[int, Any] | None = None
+    """The last `command.completed`: its event id and its result."""
 
 
 def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
@@ -96,11 +107,15 @@ def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
             attempt: dict[str, Any] = {"command_id": str(p["command_id"]), "run": p.get("run"),
                        "index": p.get("index"), "attempt": p.get("attempt"),
                        "status": "QUEUED", "worker": None, "started_at": None,
-                       "ended_at": None, "duration_s": None, "error": None, "output": None}  # fmt: skip
+                       "ended_at": None, "duration_s": None, "error": None, "output": None,
+                       "idempotency_key": p.get("idempotency_key"),
+                       "child_execution_id": None}  # fmt: skip
             step.attempts.append(attempt)
             step.by_command[int(p["command_id"])] = attempt
         elif (known := step.by_command.get(_int(p.get("command_id")))) is not None:
             _settle(known, event)
+            if kind == ev.COMMAND_COMPLETED:
+                step.completed = (event.event_id, p.get("result"))
     return steps
 
 
@@ -117,6 +132,57 @@ def _settle(attempt: dict[str, Any], event: ev.Event) -> None:
                                  else _span(attempt["started_at"], event.created_at))  # fmt: skip
         if kind == ev.COMMAND_FAILED:
             attempt.update(error=p.get("error"), output=p.get("result"))
+        if kind in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
+            attempt["child_execution_id"] = _child_of(p.get("result"))
+
+
+def _by_reference(state: st.ExecutionState, playbook: model.Playbook, name: str, result: Any,
+                  seen: _Step) -> Any:  # fmt: skip
+    """A result too large for the log's row is in the result store under its report's event
+    id: shown as `{reference: {uri, size}}` (`GET /api/executions/{id}/results/{event_id}`
+    reads it, its `result` among the report's payload), not copied into every describe.
+    A loop's result is many reports': shown as it is."""
+    step = playbook.steps.get(name)
+    if result is None or seen.completed is None or step is None or step.loop is not None:
+        return result
+    size = len(json.dumps(result, default=str))
+    event_id, reported = seen.completed
+    if size <= port.BLOB_THRESHOLD or reported != result:
+        return result
+    return {"reference": {"uri": f"{port.BLOB_PREFIX}{state.execution_id}/{event_id}",
+                          "size": size}}
+
+
+def _child_of(result: Any) -> str | None:
+    """The child run a `playbook` step's reply names (`{execution_id, status}`: its default
+    shape, and its reply when the child did not complete); None for a shaped result."""
+    if isinstance(result, dict) and isinstance(result.get("status"), str):
+        xid = result.get("execution_id")
+        if isinstance(xid, str | int) and str(xid).isdigit():
+            return str(xid)
+    return None
+
+
+def _starts_children(playbook: model.Playbook, name: str) -> bool:
+    step = playbook.steps.get(name)
+    return step is not None and any(task.kind == "playbook" for task in step.tasks)
+
+
+def _running_children(engine: Lifecycle, state: st.ExecutionState, playbook: model.Playbook,
+                      shown: dict[str, Any]) -> None:  # fmt: skip
+    """The child of each attempt still running, from the children's `execution.started`
+    (it names the parent's command): a running attempt has no reply to read it from yet.
+    Looked for only while a `playbook` step's attempt runs."""
+    running = {a["command_id"]: a for name, step in shown["steps"].items()
+               if _starts_children(playbook, name) for a in step["attempts"]
+               if a["status"] == "RUNNING"}  # fmt: skip
+    if not running:
+        return
+    for xid in engine.store.running_children(state.execution_id):
+        started = engine.store.load(xid, before_seq=2)
+        command = started[0].payload.get("parent_command_id") if started else None
+        if command is not None and str(command) in running:
+            running[str(command)]["child_execution_id"] = str(xid)
 
 
 def step_input(state: st.ExecutionState, playbook: model.Playbook, name: str) -> Any:

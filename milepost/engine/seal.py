@@ -36,6 +36,11 @@ _FERNET = b"fernet:"
 _PLAIN = b"json:"
 
 
+def is_sealed(data: bytes) -> bool:
+    """An entry `Sealer.seal` wrote: a workload as given, never a result to show."""
+    return data.startswith((_FERNET, _PLAIN))
+
+
 class WorkloadUnreadable(MilepostError):
     """A sealed workload cannot be opened: the key that sealed it is not configured."""
 

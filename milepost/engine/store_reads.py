@@ -4,14 +4,15 @@ check-ins. Kept apart from `engine/lifecycle.py`, the calls that fold and decide
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.engine import approvals, worker_pools, workers
+from milepost.engine import approvals, seal, worker_pools, workers
 from milepost.engine.errors import command_not_found
-from milepost.errors import ExecutionNotFound
+from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.store import port
 
 
@@ -63,6 +64,23 @@ class StoreReads:
     def result(self, uri: str) -> bytes:
         """A stored result (`milepost://results/...`), as the result store keeps it."""
         return self.store.get_blob(uri)
+
+    def run_result(self, execution_id: int, result_id: int) -> Any:
+        """A result of this run kept in the result store (`milepost://results/<execution_id>/
+        <result_id>`: a large report's payload, keyed by its event id), as JSON; None when
+        the run has no such entry. The store refuses another run's entry, and a sealed
+        workload (the real secrets of a start request) is never one to show."""
+        uri = f"{port.BLOB_PREFIX}{execution_id}/{result_id}"
+        try:
+            data = self.store.get_blob(uri)
+        except MilepostError:
+            return None
+        if seal.is_sealed(data):
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
 
     def catalog_entry(self, path: str, version: int | None = None) -> port.CatalogEntry | None:
         return self.store.get_playbook(path, version)

@@ -45,6 +45,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                                           404),
     ("GET", "/api/executions/{execution_id}/describe"): ("/api/executions/1/describe", None,
                                                          READ, 404),
+    ("GET", "/api/executions/{execution_id}/results/{result_id}"): (
+        "/api/executions/1/results/2", None, READ, 404),
     ("GET", "/api/executions/{execution_id}/stream"): ("/api/executions/1/stream", None, READ,
                                                        404),
     ("GET", "/api/executions/{execution_id}/events"): ("/api/executions/1/events", None, READ,

@@ -163,3 +163,62 @@ def test_a_run_seen_live_from_the_list_to_its_graph_and_a_viewer_cannot_cancel(
     expect(viewer.get_by_test_id("run-status")).to_have_text("RUNNING")
     expect(viewer.get_by_test_id("cancel")).to_have_count(0)
     viewer.screenshot(path=str(artifacts / "run-viewer.png"))
+
+
+FAILS_ONCE = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: ui_fails_once, path: e2e/ui_fails_once}
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = 1"}
+        next: boom
+      - step: boom
+        tool:
+          kind: python
+          code: |
+            import os
+            if not os.path.exists("DIR/fixed"):
+                raise ValueError("the input file is missing")
+            result = 2
+        next: end
+      - step: end
+        tool: {kind: python, code: "result = 3"}
+    """)
+
+
+@needs_browser
+def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
+        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    xid = cluster.run(FAILS_ONCE.replace("DIR", str(tmp_path)))
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    sign_in(page, cluster.url, cluster.admin_token)
+    page.goto(f"{cluster.url}/ui/runs/{xid}")
+    expect(page.get_by_test_id("run-status")).to_have_text("FAILED", timeout=WAIT_MS)
+    expect(page.get_by_test_id("diagnosis")).to_contain_text("the input file is missing")
+
+    boom = page.get_by_test_id("step-boom")
+    expect(boom).to_have_attribute("data-status", "FAILED")
+    boom.click()
+    panel = page.get_by_test_id("step-panel")
+    expect(panel.get_by_test_id("step-error")).to_contain_text("the input file is missing")
+    expect(panel.get_by_test_id("step-error-line")).to_contain_text(
+        'line 3: raise ValueError("the input file is missing")')
+    expect(panel.get_by_test_id("attempt-row")).to_have_count(1)
+    expect(panel.get_by_test_id("attempt-row")).to_have_attribute("data-status", "FAILED")
+    expect(panel.get_by_test_id("step-logs")).to_contain_text("ValueError")  # the traceback
+    expect(panel.get_by_test_id("retry")).to_have_count(0)  # an ended run is not moved again
+    page.screenshot(path=str(artifacts / "step-panel-failed.png"))
+
+    (tmp_path / "fixed").write_text("")  # the operator fixes the cause, then retries
+    panel.get_by_test_id("restart").click()
+    expect(page).not_to_have_url(f"{cluster.url}/ui/runs/{xid}", timeout=WAIT_MS)
+    retried = page.url.rsplit("/", 1)[1]
+    assert retried.isdigit() and retried != xid
+    expect(page.get_by_test_id("run-status")).to_have_text("COMPLETED", timeout=WAIT_MS)
+    expect(page.get_by_test_id("step-boom")).to_have_attribute("data-status", "COMPLETED")
+    expect(page.get_by_test_id("step-end")).to_have_attribute("data-status", "COMPLETED")
+    expect(page.get_by_test_id("diagnosis")).to_have_count(0)
+    page.get_by_test_id("step-boom").click()
+    expect(page.get_by_test_id("step-result")).to_have_text("2")
+    page.screenshot(path=str(artifacts / "step-panel-retried.png"))

@@ -51,7 +51,7 @@ export function toFlow(graph: Graph, positions: Positions): { nodes: StepNode[];
 }
 
 /** The playbook's graph, laid out by elkjs, each step coloured by its status. */
-export function RunGraph({ graph }: { graph: Graph }) {
+export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: string) => void }) {
   const [positions, setPositions] = useState<Positions | null>(null);
   const key = shapeKey(graph.nodes, graph.edges);
   useEffect(() => {
@@ -74,6 +74,7 @@ export function RunGraph({ graph }: { graph: Graph }) {
         fitView
         nodesDraggable={false}
         nodesConnectable={false}
+        onNodeClick={(_, node) => onStep?.(node.id)}
         proOptions={{ hideAttribution: true }}
         minZoom={0.05}
       >

@@ -5,6 +5,9 @@ import { follow } from "../api/stream";
 import type { ExecutionOut, RunGraph as Graph, Whoami } from "../api/types";
 import { duration, when } from "../format";
 import { statusColour, TERMINAL } from "../status";
+import { RunLink } from "../step/RunLink";
+import { StepPanel } from "../step/StepPanel";
+import { DiagnosisBanner } from "./DiagnosisBanner";
 import { RunGraph } from "./RunGraph";
 import { Timeline } from "./Timeline";
 import { useEvents } from "./useEvents";
@@ -21,6 +24,8 @@ export function RunPage({ id, who }: { id: string; who: Whoami }) {
     queryFn: () => api<Graph>(`/api/executions/${id}/graph`),
   });
   const { events, pull } = useEvents(id);
+  const [selected, setSelected] = useState<string | null>(null);
+  useEffect(() => setSelected(null), [id]); // another run: its steps are not this one's
   const status = run.data?.status;
   const ended = status !== undefined && TERMINAL.has(status);
 
@@ -54,12 +59,30 @@ export function RunPage({ id, who }: { id: string; who: Whoami }) {
           <dd>{when(r.created_at)}</dd>
           <dt>Duration</dt>
           <dd>{duration(r.duration_s, r.ended_at ? null : r.created_at)}</dd>
+          {r.parent_execution_id && (
+            <>
+              <dt>Parent run</dt>
+              <dd>
+                <RunLink id={r.parent_execution_id} testid="parent-run" />
+              </dd>
+            </>
+          )}
         </dl>
         {who.may.cancel && !ended && <CancelButton id={id} />}
       </div>
+      <DiagnosisBanner id={id} status={r.status} />
       {r.error && <pre className="error">{JSON.stringify(r.error, null, 2)}</pre>}
-      {graph.data ? <RunGraph graph={graph.data} /> : <div className="graph loading">loading graph…</div>}
-      <Timeline events={events} />
+      <div className="run-body">
+        <div className="run-main">
+          {graph.data ? (
+            <RunGraph graph={graph.data} onStep={setSelected} />
+          ) : (
+            <div className="graph loading">loading graph…</div>
+          )}
+          <Timeline events={events} onStep={setSelected} />
+        </div>
+        {selected && <StepPanel id={id} step={selected} who={who} onClose={() => setSelected(null)} />}
+      </div>
     </section>
   );
 }

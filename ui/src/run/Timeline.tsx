@@ -7,7 +7,15 @@ export const ROW_H = 26;
 
 /** The run's events, virtualized: only the rows in view (and a few around) are in the
  * DOM, so 200,000 events cost what 40 do. Filterable by step and event type. */
-export function Timeline({ events, height = 360 }: { events: EventOut[]; height?: number }) {
+export function Timeline({
+  events,
+  height = 360,
+  onStep,
+}: {
+  events: EventOut[];
+  height?: number;
+  onStep?: (step: string) => void;
+}) {
   const [step, setStep] = useState("");
   const [type, setType] = useState("");
   const steps = useMemo(() => distinct(events, (e) => e.step), [events]);
@@ -50,6 +58,7 @@ export function Timeline({ events, height = 360 }: { events: EventOut[]; height?
                 key={e.seq}
                 className="event-row"
                 data-testid="event-row"
+                onClick={e.step && onStep ? () => onStep(e.step as string) : undefined}
                 style={{ position: "absolute", top: 0, left: 0, right: 0, height: ROW_H, transform: `translateY(${v.start}px)` }}
               >
                 <span className="seq">{e.seq}</span>
