@@ -26,7 +26,7 @@ export function YamlView({ text, checked }: { text: string; checked: Checked | n
             <code>{line || " "}</code>
             {marks.map(({ problem, kind }, j) => (
               <div key={j} className={`mark ${kind}`} data-testid={kind} data-line={i + 1}>
-                {problem.step && <strong>{problem.step}</strong>} {problem.field && <code>{problem.field}</code>} {problem.message}
+                {problem.message}
               </div>
             ))}
           </div>
