@@ -23,6 +23,7 @@ from milepost.api.schemas_events import BatchEventIn as BatchEventIn
 from milepost.api.schemas_events import Envelope as Envelope
 from milepost.api.schemas_events import EventIn as EventIn
 from milepost.api.schemas_workers import POOL_PATTERN, WorkerIn
+from milepost.api.schemas_workers import NoLiveWorkerOut as NoLiveWorkerOut
 from milepost.core.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
@@ -138,15 +139,6 @@ class EventOut(BaseModel):
     worker_id: str | None
     parent_event_id: IdOut | None
     created_at: TimeOut | None
-
-
-class NoLiveWorkerOut(BaseModel):
-    """Commands of this run queued in a pool that no live worker serves (DSL 10.6)."""
-
-    pool: str
-    commands: int
-    steps: list[str]
-    message: str = Field(description="`no live worker of pool <pool>`.")
 
 
 class UsageEntry(BaseModel):

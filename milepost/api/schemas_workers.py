@@ -61,8 +61,20 @@ class WorkerOut(BaseModel):
     """The commands its name holds a claim on now."""
 
 
+class NoLiveWorkerOut(BaseModel):
+    """Commands queued in a pool that no live worker serves (DSL 10.6)."""
+
+    pool: str
+    commands: int
+    steps: list[str]
+    message: str = Field(description="`no live worker of pool <pool>`.")
+
+
 class WorkerList(BaseModel):
     items: list[WorkerOut]
+    without_worker: list[NoLiveWorkerOut] = Field(default_factory=list, description=(
+        "The pools with queued commands (of every run) that no live worker serves: what "
+        "waits for a worker nobody started (`engine.worker_pools`)."))  # fmt: skip
 
 
 def worker_out(worker: workers.Worker) -> WorkerOut:

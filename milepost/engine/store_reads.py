@@ -111,7 +111,8 @@ class StoreReads:
 
     def approvals(self, *, status: str | None = None, execution_id: int | None = None,
                   approver: str | None = None, risk: str | None = None, limit: int = 100,
-                  after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+                  after: int | None = None, decided: bool | None = None,
+                  ) -> list[port.ApprovalRow]:  # fmt: skip
         return self.store.list_approvals(status=status, execution_id=execution_id,
                                          approver=approver, risk=risk, limit=limit,
-                                         after=after)  # fmt: skip
+                                         after=after, decided=decided)  # fmt: skip

@@ -8,6 +8,7 @@ still points at the closest line that exists.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -105,3 +106,42 @@ class Where:
     def scope(self, label: str) -> Where:
         """This place as the root of a new scope: `step 'x'` or `workbook 'x'`."""
         return Where(self.report, label, (*self.base, *self.rel))
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One message taken apart again (`parts`): for a reader that marks it on its line,
+    such as the web UI's playbook view."""
+
+    message: str
+    """The whole message, as `milepost validate` prints it."""
+    step: str | None
+    """The step it is in (`step 'x'`), None at the root or in the workbook."""
+    scope: str | None
+    """`step 'x'`, `workbook 'x'` or None."""
+    field: str | None
+    """The field path inside the scope (`tool.code`), None when the message names none."""
+    line: int | None
+
+
+_SCOPE = re.compile(r"^(step|workbook) '((?:[^']|'(?!: ))*)': ")
+_FIELD = re.compile(r"^([A-Za-z0-9_$-]+(?:\.[A-Za-z0-9_$-]+|\[\d+\])*): ")
+_LINE = re.compile(r" \(line (\d+)\)$")
+
+
+def parts(message: str) -> Parts:
+    """The scope, field and line of a message `Report.add` wrote (`<scope>: <field>:
+    <text> (line N)`, each part optional)."""
+    rest, step, scope, field, line = message, None, None, None, None
+    found = _SCOPE.match(rest)
+    if found:
+        scope = found.group(0)[:-2]
+        step = found.group(2) if found.group(1) == "step" else None
+        rest = rest[found.end():]
+    found = _FIELD.match(rest)
+    if found:
+        field = found.group(1)
+    at = _LINE.search(message)
+    if at:
+        line = int(at.group(1))
+    return Parts(message, step, scope, field, line)

@@ -63,9 +63,13 @@ class ApprovalTable(Tables):
 
     def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
                        approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None) -> list[ap.ApprovalRow]:  # fmt: skip
+                       limit: int = 100, after: int | None = None,
+                       decided: bool | None = None) -> list[ap.ApprovalRow]:  # fmt: skip
         where: list[str] = []
         params: list[Any] = []
+        if decided is not None:  # the history (any outcome) or what still waits
+            where.append("status<>?" if decided else "status=?")
+            params.append(ap.PENDING)
         for clause, value in (("status=?", status), ("execution_id=?", execution_id),
                               (self.approver_entry, approver), ("risk=?", risk),
                               ("approval_id>?", after)):  # fmt: skip

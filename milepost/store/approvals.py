@@ -75,9 +75,11 @@ class Approvals(Protocol):
 
     def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
                        approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None) -> list[ApprovalRow]:  # fmt: skip
+                       limit: int = 100, after: int | None = None,
+                       decided: bool | None = None) -> list[ApprovalRow]:  # fmt: skip
         """By approval id ascending, those after `after` (the last id of the previous page);
-        `approver`: rows whose `approvers` hold that exact entry (`role:finance`)."""
+        `approver`: rows whose `approvers` hold that exact entry (`role:finance`); `decided`:
+        True only those no longer pending (the history), False only pending ones."""
         ...
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
@@ -200,14 +202,15 @@ def apply(changes: Iterable[Op], approvals: dict[int, ApprovalRow],
 def select(rows: Iterable[ApprovalRow], *, status: str | None = None,
            execution_id: int | None = None, approver: str | None = None,
            risk: str | None = None, limit: int = 100,
-           after: int | None = None) -> list[ApprovalRow]:  # fmt: skip
+           after: int | None = None, decided: bool | None = None) -> list[ApprovalRow]:  # fmt: skip
     """`list_approvals` over rows held in memory."""
     kept = sorted((r for r in rows
                    if (status is None or r.status == status)
                    and (execution_id is None or r.execution_id == execution_id)
                    and (approver is None or approver in r.approvers)
                    and (risk is None or r.risk == risk)
-                   and (after is None or r.approval_id > after)),
+                   and (after is None or r.approval_id > after)
+                   and (decided is None or (r.status != PENDING) == decided)),
                   key=lambda r: r.approval_id)  # fmt: skip
     return kept[:max(limit, 0)]
 

@@ -198,11 +198,13 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
                        approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+                       limit: int = 100, after: int | None = None,
+                       decided: bool | None = None) -> list[port.ApprovalRow]:  # fmt: skip
         with self.db.lock:
             rows = list(self.db.approvals.values())
         return approvals.select(rows, status=status, execution_id=execution_id,
-                                approver=approver, risk=risk, limit=limit, after=after)  # fmt: skip
+                                approver=approver, risk=risk, limit=limit, after=after,
+                                decided=decided)  # fmt: skip
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
         with self.db.lock:

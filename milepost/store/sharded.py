@@ -152,12 +152,13 @@ class ShardedStore:
 
     def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
                        approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+                       limit: int = 100, after: int | None = None,
+                       decided: bool | None = None) -> list[port.ApprovalRow]:  # fmt: skip
         shards = self.stores if execution_id is None else [self.shard(execution_id)]
         # every shard's first page, merged: the first `limit` of all are among them
         return approvals.merged([s.list_approvals(
             status=status, execution_id=execution_id, approver=approver, risk=risk, limit=limit,
-            after=after) for s in shards], limit)  # fmt: skip
+            after=after, decided=decided) for s in shards], limit)  # fmt: skip
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
         out: dict[str, int] = {}

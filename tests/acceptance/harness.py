@@ -194,12 +194,15 @@ class Cluster:
         assert proc.returncode == 0, f"{' '.join(map(str, proc.args))}: {err}"  # type: ignore[arg-type]
         return out
 
-    def _token_args(self, role: str) -> list[str]:
-        return ["token", "create", "--role", role, "--name", f"acc-{role}", "--db", self.db_url]
+    def _token_args(self, role: str, user: str | None = None) -> list[str]:
+        held = ["--user", user] if user else []
+        return ["token", "create", "--role", role, "--name", f"acc-{user or role}", *held,
+                "--db", self.db_url]  # fmt: skip
 
-    def token(self, role: str) -> str:
-        """A new token of `role`, from `milepost token create`."""
-        return _token_of(self._finish_cli(self._start_cli(*self._token_args(role))))
+    def token(self, role: str, user: str | None = None) -> str:
+        """A new token of `role` (held by `user`, who may then vote on approvals), from
+        `milepost token create`."""
+        return _token_of(self._finish_cli(self._start_cli(*self._token_args(role, user))))
 
     # -- server --------------------------------------------------------------------------
 

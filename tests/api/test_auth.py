@@ -34,6 +34,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                         {"admin", "operator"}, 422),
     ("POST", "/api/catalog/list"): ("/api/catalog/list", {}, set(ROLES), 200),
     ("POST", "/api/catalog/resource"): ("/api/catalog/resource", {"path": "nope"}, set(ROLES), 404),
+    ("POST", "/api/catalog/validate"): ("/api/catalog/validate", {"content": "x"}, set(ROLES),
+                                        422),
     ("POST", "/api/execute"): ("/api/execute", {"path": "nope"}, {"admin", "operator"}, 404),
     ("GET", "/api/executions"): ("/api/executions", None, READ, 200),
     ("GET", "/api/usage"): ("/api/usage", None, READ, 200),

@@ -139,6 +139,10 @@ def test_list_approvals_filters_and_pages_by_id(store: Any) -> None:
     assert listed() == ids
     assert listed(status="pending") == ids[:4]
     assert listed(status="denied") == [ids[4]]
+    assert listed(decided=True) == [ids[4]]  # the history: every status but pending
+    assert listed(decided=False) == ids[:4]
+    assert listed(decided=True, status="pending") == []
+    assert listed(decided=False, execution_id=6, limit=1) == [ids[2]]
     assert listed(execution_id=6) == ids[2:]
     assert listed(approver="role:finance") == [ids[0], ids[2], ids[4]]  # the exact entry
     assert listed(approver="user:alice", status="pending") == [ids[1], ids[2]]

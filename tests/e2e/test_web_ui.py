@@ -8,6 +8,7 @@ Screenshots of each page are saved as artifacts: under `MILEPOST_TEST_ARTIFACTS`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import textwrap
 from collections.abc import Iterator
@@ -187,6 +188,28 @@ FAILS_ONCE = textwrap.dedent("""\
     """)
 
 
+GATED = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: ui_gated, path: e2e/ui_gated}
+    workload: {amount: 1200}
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = 1"}
+        next: refund
+      - step: refund
+        tool:
+          kind: python
+          input: {amount: "{{ workload.amount }}", order: A-1042}
+          code: "result = {'refunded': amount}"
+        spec:
+          approval: {approvers: [user:alice], quorum: 1, expires_in: 1h, risk: high}
+        next: end
+      - step: end
+        tool: {kind: python, code: "result = 2"}
+    """)
+
+
 @needs_browser
 def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
         cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
@@ -222,3 +245,60 @@ def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
     page.get_by_test_id("step-boom").click()
     expect(page.get_by_test_id("step-result")).to_have_text("2")
     page.screenshot(path=str(artifacts / "step-panel-retried.png"))
+
+
+@needs_browser
+def test_an_approval_decided_in_the_browser_and_the_playbooks_and_workers_pages(
+        cluster: Cluster, browser: Any, artifacts: Path) -> None:  # fmt: skip
+    xid = cluster.run(GATED)  # started by the admin; alice (an approver) may decide
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sign_in(page, cluster.url, cluster.token("approver", user="alice"))
+
+    page.get_by_role("link", name="Approvals").click()
+    expect(page).to_have_url(f"{cluster.url}/ui/approvals")
+    card = page.locator(f"[data-testid=approval]:has-text('run {xid}')")
+    expect(card).to_be_visible(timeout=WAIT_MS)
+    expect(card.get_by_test_id("preview")).to_contain_text("A-1042", timeout=WAIT_MS)
+    expect(card.get_by_test_id("risk")).to_have_text("high risk")
+    expect(card.get_by_test_id("approvers")).to_contain_text("user:alice")
+    expect(card.get_by_test_id("votes")).to_contain_text("0 of 1 approvals")
+    expect(card.get_by_test_id("time-left")).to_have_text(re.compile(r"^59 min \d+ s left$"))
+    page.screenshot(path=str(artifacts / "approvals.png"))
+
+    card.get_by_placeholder("reason").fill("checked the order")
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_count(0, timeout=WAIT_MS)  # granted: no longer pending
+    page.get_by_role("tab", name="History").click()
+    decided = page.locator(f"[data-testid=history-row]:has-text('run {xid}')")
+    expect(decided).to_have_attribute("data-status", "granted", timeout=WAIT_MS)
+    page.screenshot(path=str(artifacts / "approvals-history.png"))
+    decided.get_by_role("link", name=f"run {xid}").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("COMPLETED", timeout=WAIT_MS)
+    [item] = cluster.client.approvals(execution_id=xid)["items"]
+    [vote] = cluster.client.approval(item["approval_id"])["votes"]
+    assert (item["status"], vote["identity"], vote["reason"]) == (
+        "granted", "user:alice", "checked the order")  # the click cast alice's vote, with why
+
+    page.get_by_role("link", name="Playbooks").click()
+    entry = page.locator("[data-testid=catalog-entry][data-path='e2e/ui_gated']")
+    expect(entry).to_be_visible(timeout=WAIT_MS)
+    entry.get_by_role("button", name="v1").click()
+    expect(page.get_by_test_id("validity")).to_have_text("valid", timeout=WAIT_MS)
+    expect(page.locator(".yaml-line[data-line='3']")).to_contain_text("path: e2e/ui_gated")
+    page.screenshot(path=str(artifacts / "playbooks.png"))
+    # a draft with a step that does not exist: the server's problem is marked on its line
+    page.get_by_role("button", name="Edit a draft").click()
+    page.fill("textarea[name=draft]", GATED.replace("next: end", "next: nowhere"))
+    page.get_by_role("button", name="Check").click()
+    line = next(n for n, text in enumerate(GATED.splitlines(), 1) if "next: end" in text)
+    problem = page.locator(f"[data-testid=problem][data-line='{line}']")
+    expect(problem).to_contain_text("unknown step 'nowhere'", timeout=WAIT_MS)
+    expect(page.get_by_test_id("validity")).to_have_text("1 problem(s)")
+    page.screenshot(path=str(artifacts / "playbooks-problem.png"))
+
+    page.get_by_role("link", name="Workers").click()
+    worker = page.locator("[data-testid=worker-row][data-status=live]")
+    expect(worker.first).to_be_visible(timeout=WAIT_MS)
+    expect(worker.first).to_contain_text("default")
+    expect(page.get_by_test_id("without-worker")).to_have_count(0)
+    page.screenshot(path=str(artifacts / "workers.png"))

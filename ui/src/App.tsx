@@ -2,10 +2,14 @@ import { useEffect, useState } from "react";
 import { api } from "./api/client";
 import { clearToken, getToken } from "./api/session";
 import type { Whoami } from "./api/types";
+import { ApprovalsPage } from "./approvals/ApprovalsPage";
 import { SignIn } from "./auth/SignIn";
+import { NavLinks } from "./nav/NavLinks";
+import { PlaybooksPage } from "./playbooks/PlaybooksPage";
 import { RunPage } from "./run/RunPage";
 import { RunsPage } from "./runs/RunsPage";
-import { href, navigate, useRoute } from "./router";
+import { href, navigate, useRoute, type Route } from "./router";
+import { WorkersPage } from "./workers/WorkersPage";
 
 export function App() {
   const route = useRoute();
@@ -38,6 +42,7 @@ export function App() {
         >
           milepost
         </a>
+        <NavLinks current={route} />
         <nav>
           <span className="who" data-testid="whoami">
             {who.user ?? who.name ?? "token"} · {who.role}
@@ -45,7 +50,22 @@ export function App() {
           <button onClick={signOut}>Sign out</button>
         </nav>
       </header>
-      <main>{route.page === "run" ? <RunPage id={route.id} who={who} /> : <RunsPage />}</main>
+      <main>{page(route, who)}</main>
     </div>
   );
+}
+
+function page(route: Route, who: Whoami) {
+  switch (route.page) {
+    case "run":
+      return <RunPage id={route.id} who={who} />;
+    case "approvals":
+      return <ApprovalsPage who={who} />;
+    case "playbooks":
+      return <PlaybooksPage who={who} />;
+    case "workers":
+      return <WorkersPage />;
+    default:
+      return <RunsPage />;
+  }
 }

@@ -46,9 +46,12 @@ def list_approvals(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[str | None, Query(max_length=20, pattern=checks.ID_PATTERN, description=(
         "The `next` of the previous page: approvals with a greater id."))] = None,
+    decided: Annotated[bool | None, Query(description=(
+        "true: only decided ones (every status but `pending`: the history); false: only "
+        "pending ones."))] = None,
 ) -> Response:  # fmt: skip
     rows = engine.approvals(
-        status=status, risk=risk, approver=approver, limit=limit + 1,
+        status=status, risk=risk, approver=approver, limit=limit + 1, decided=decided,
         execution_id=None if execution_id is None else _id(execution_id, "query", "execution_id"),
         after=None if after is None else _id(after, "query", "after"))  # fmt: skip
     page = rows[:limit]

@@ -1,16 +1,17 @@
-"""The catalog: register playbooks, list them, read one back."""
+"""The catalog: register playbooks, list them, read one back; validate a text without
+storing it."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from milepost.api import errors, schemas, views
+from milepost.api import errors, schemas, schemas_catalog, views
 from milepost.api.auth import OperateAuth, ReadWorkAuth
 from milepost.api.deps import EngineDep, ServicesDep
-from milepost.api.errors import AUTH, BODY
+from milepost.api.errors import AUTH, BODY, ApiError
 from milepost.engine.lifecycle import CatalogEntry, Lifecycle
 from milepost.errors import PlaybookInvalid
-from milepost.playbook import load, yamllines
+from milepost.playbook import load, problems, yamllines
 
 router = APIRouter(prefix="/api/catalog", tags=["catalog"])
 
@@ -28,6 +29,39 @@ def register(body: schemas.RegisterIn, engine: EngineDep, services: ServicesDep,
     entry = engine.catalog_entry(path, version)
     assert entry is not None
     return views.catalog_entry(entry)
+
+
+@router.post("/validate", responses={
+    **errors.responses(*AUTH, *BODY),
+    422: {"model": schemas_catalog.InvalidOut, "description": "The body is invalid "
+          "(`validation_error`), or the text (`playbook_invalid`, with `problems`)."}})
+def validate(body: schemas_catalog.ValidateIn, services: ServicesDep,
+             _: ReadWorkAuth) -> schemas_catalog.ValidateOut:  # fmt: skip
+    """Check a playbook text as `register` (and `milepost validate`) would, storing nothing:
+    200 with its warnings, or 422 `playbook_invalid` whose `problems` carry the line, step
+    and field of each, for marking them on the text."""
+    limits = yamllines.Limits.of(services.settings)
+    try:
+        playbook = load.load_text(body.content, source="api", limits=limits)
+    except PlaybookInvalid as exc:
+        raise _invalid(exc.problems) from None
+    warnings = list(playbook.warnings)
+    if warnings and (body.strict or services.settings.strict_playbooks):  # DSL 12.2
+        raise _invalid(warnings)
+    return schemas_catalog.ValidateOut(valid=True, steps=len(playbook.steps),
+                               warnings=[_problem(w) for w in warnings])  # fmt: skip
+
+
+def _problem(message: str) -> schemas_catalog.ProblemOut:
+    p = problems.parts(message)
+    return schemas_catalog.ProblemOut(message=p.message, line=p.line, step=p.step, scope=p.scope,
+                              field=p.field)  # fmt: skip
+
+
+def _invalid(found: list[str]) -> ApiError:
+    """`register`'s refusal, with each problem's parts instead of its text alone."""
+    return ApiError(422, "playbook_invalid", f"{len(found)} problem(s): {found[0]}",
+                    problems=[_problem(m).model_dump() for m in found])  # fmt: skip
 
 
 @router.post("/list", responses=errors.responses(*AUTH, *BODY))

@@ -36,10 +36,13 @@ def list_workers(
         description="`live`, or `lost`: not seen for its ttl.")] = None,
 ) -> Response:  # fmt: skip
     """The workers registry by name: pools, host, pid, version, started, last seen, status
-    and the commands each holds now."""
+    and the commands each holds now; beside it, the pools with queued commands and no live
+    worker."""
     found = engine.workers(pool=pool, status=status)
+    missing = [m for m in engine.missing_workers() if pool is None or m.pool == pool]
     return views.as_json(schemas_workers.WorkerList(
-        items=[schemas_workers.worker_out(w) for w in found]))  # fmt: skip
+        items=[schemas_workers.worker_out(w) for w in found],
+        without_worker=[schemas_workers.NoLiveWorkerOut(**m.as_dict()) for m in missing]))  # fmt: skip
 
 
 @router.post("/machine-id", response_model=schemas.MachineIdOut,

@@ -6,6 +6,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** The whole reply body (e.g. the `problems` of a 422), for a page that shows more. */
+    readonly body: unknown = null,
   ) {
     super(message);
   }
@@ -22,7 +24,7 @@ export async function api<T>(path: string, init: RequestInit = {}, token?: strin
   const text = await response.text();
   const body = text ? JSON.parse(text) : null;
   if (!response.ok) {
-    throw new ApiError(response.status, body?.code ?? "error", body?.message ?? response.statusText);
+    throw new ApiError(response.status, body?.code ?? "error", body?.message ?? response.statusText, body);
   }
   return body as T;
 }
