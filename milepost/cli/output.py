@@ -176,6 +176,9 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
                       soft_wrap=True)  # fmt: skip
     for entry in data.get("no_live_worker") or ():
         out.print(no_worker_line(entry), highlight=False, markup=False, soft_wrap=True)
+    if data.get("no_driver"):
+        out.print(no_driver_line(data["no_driver"]), highlight=False, markup=False,
+                  soft_wrap=True)  # fmt: skip
 
 
 def no_worker_line(entry: dict[str, Any]) -> str:
@@ -183,6 +186,15 @@ def no_worker_line(entry: dict[str, Any]) -> str:
     steps = ", ".join(entry.get("steps") or ())
     return (f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
             f"(start `milepost worker --pool {entry['pool']}`)")
+
+
+def no_driver_line(entry: dict[str, Any]) -> str:
+    """A local run whose driver process is gone (`unattended.undriven`): what goes on."""
+    queued = ""
+    if entry["commands"]:
+        queued = f"{entry['commands']} command(s) of step {', '.join(entry['steps'])} wait; "
+    return (f"waiting: {queued}{entry['message']} (the `milepost run` that drove it,"
+            f" {entry['holder']}, is gone): continue it with `{entry['resume']}`")
 
 
 def usage_text(usage: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from milepost.cli.inputs import local_store, server_client
 from milepost.cli.output import iso
 from milepost.client import MilepostClient
 from milepost.core import state as st
-from milepost.engine import describe, event_query, summaries
+from milepost.engine import describe, event_query, summaries, unattended
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 
@@ -97,7 +97,14 @@ class LocalRuns:
         if state.terminal:
             return summary
         # a queued command of a pool no live worker serves, as a server's status says
-        return summaries.with_missing_workers(summary, self.engine.missing_workers(execution_id))
+        summary = summaries.with_missing_workers(summary,
+                                                 self.engine.missing_workers(execution_id))  # fmt: skip
+        # a local run whose `milepost run` is gone: only a resume (or a cancel) moves it
+        waiting = unattended.undriven(self.engine, execution_id)
+        if waiting is not None:
+            resume = f"milepost resume {execution_id}{self.flags()}"
+            summary = {**summary, "no_driver": {**waiting, "resume": resume}}
+        return summary
 
     def wait(self, execution_id: int) -> dict[str, Any]:
         while not self.engine.ended(execution_id):

@@ -4,6 +4,7 @@ table of steps a terminal shows while a run goes."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import os
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ class Drive:
     db: str | None
     fmt: Format
     execution_id: int | None = None
+    says: str | None = "started"
+    """The line off a terminal once the run is known (`execution N started`); None: none
+    (the command said what it does before)."""
 
     @property
     def json_out(self) -> bool:
@@ -102,8 +106,8 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
             # off a terminal approvals are lines; with --json on stderr, stdout is the JSON
             engine.subscribe(ApprovalLines(err if drive.json_out else out, drive.db))
             drive.execution_id = await _started(start(engine))
-            if not drive.json_out:
-                out.print(f"execution {drive.execution_id} started")
+            if not drive.json_out and drive.says is not None:
+                out.print(f"execution {drive.execution_id} {drive.says}")
             return await engine.wait(drive.execution_id)
     finally:
         store.close()
@@ -129,9 +133,11 @@ def _interrupted(drive: Drive) -> typer.Exit:
     if state.terminal:
         err.print(f"interrupted; execution {xid} is {state.status}", highlight=False)
         return typer.Exit(exit_codes.INTERRUPTED)
-    err.print(f"interrupted: execution {xid} is left {state.status} as it is (nothing was"
-              " cancelled); another process may drive it now", highlight=False,
-              markup=False, soft_wrap=True)  # fmt: skip
+    # a Ctrl-C of `cancel` finishing a run leaves its request (and what was undone) in place
+    kept = "its cancel stays requested" if state.cancel_requested else "nothing was cancelled"
+    err.print(f"interrupted: execution {xid} is left {state.status} as it is ({kept});"
+              " another process may drive it now", highlight=False, markup=False,
+              soft_wrap=True)  # fmt: skip
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         if approval.status == ap.PENDING:
             approve, deny = decide_commands(approval.approval_id, drive.db)
@@ -149,6 +155,11 @@ async def _started(xid: Any) -> int:
 
 
 def _print_result(state: st.ExecutionState, fmt: Format) -> None:
+    _show_result(state, fmt)
+    raise typer.Exit(exit_codes.of_run(state.status))
+
+
+def _show_result(state: st.ExecutionState, fmt: Format) -> None:
     data = summaries.execution_summary(state)
     if fmt is not Format.table:
         emit(data, fmt)
@@ -167,7 +178,6 @@ def _print_result(state: st.ExecutionState, fmt: Format) -> None:
             out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
             out.print(f"[red]reason:[/red] {summaries.failure_reason(state)}", highlight=False)
-    raise typer.Exit(exit_codes.of_run(state.status))
 
 
 @app.command()
@@ -264,8 +274,9 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
 
     The process running it (`milepost run` or `resume`, or the server) notices within
     seconds, stops the running attempts (abandoned after `executor.spec.cancel_grace`),
-    cancels its child runs and ends the run CANCELLED. A local run that no process drives
-    any more is finished here.
+    cancels its child runs, runs the compensations and ends the run CANCELLED. A local
+    run that no process drives any more is finished here, its compensations run by this
+    command (Ctrl-C leaves it to `milepost resume`).
     """
     client = server_client(server, db)
     if client is not None:
@@ -280,16 +291,43 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         one_shot_orchestrator(store, "cancel", Settings().machine_id) as orchestrator,
     ):
         engine = Lifecycle(store, orchestrator)
-        if unattended.driver_gone(engine, execution_id):
-            finished = _finish(engine, execution_id, actor)
-            if finished:
-                return
-        request_cancel(store, execution_id, orchestrator, actor)
-    out.print(f"cancel requested for execution {execution_id}")
+        finished = _finish(engine, execution_id, actor) if unattended.driver_gone(
+            engine, execution_id) else _Finished.REQUEST  # fmt: skip
+        if finished is _Finished.ENDED:
+            return
+        if finished is _Finished.REQUEST:
+            request_cancel(store, execution_id, orchestrator, actor)
+            out.print(f"cancel requested for execution {execution_id}")
+            return
+    # its attempts are settled but compensations remain, and no process would run them
+    out.print(f"execution {execution_id} is cancelling; no process was driving it, so its"
+              " compensations run here", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+
+    async def start(engine: EmbeddedEngine) -> int:
+        await engine.take_over(execution_id, on_wait=_waiting_for)
+        return execution_id
+
+    state = _driven(Drive(db, Format.table, execution_id, says=None), start)
+    _show_result(state, Format.table)
+    # the cancel did what was asked: 0, as `cancel` of a run that ended CANCELLED at once
+    raise typer.Exit(exit_codes.OK if state.status == st.CANCELLED
+                     else exit_codes.of_run(state.status))  # fmt: skip
 
 
-def _finish(engine: Lifecycle, execution_id: int, actor: str) -> bool:
-    """Finish the cancel of a run nothing drives; False when it could not (said why)."""
+class _Finished(enum.Enum):
+    """What `_finish` left to `cancel`."""
+
+    ENDED = "ended"
+    """The run ended CANCELLED here (said)."""
+    DRIVE = "drive"
+    """Its cancel settled what ran, but work remains (its compensations) and nothing
+    drives it: `cancel` drives it to its end."""
+    REQUEST = "request"
+    """Another process took it over meanwhile, or this one cannot read it: the request only."""
+
+
+def _finish(engine: Lifecycle, execution_id: int, actor: str) -> _Finished:
+    """Finish the cancel of a run nothing drives, as far as no tool has to run."""
     try:
         ended = unattended.finish(engine, execution_id, actor)
     except AlreadyTerminal as exc:
@@ -297,11 +335,13 @@ def _finish(engine: Lifecycle, execution_id: int, actor: str) -> bool:
     except MilepostError as exc:  # a sealed workload without its key: the request only
         err.print(f"could not finish the cancel here ({exc.message}); requesting it",
                   highlight=False, markup=False)  # fmt: skip
-        return False
-    if execution_id not in ended:
-        return False  # another process took the run over meanwhile: it acts on the request
-    out.print(f"execution {execution_id} CANCELLED (no process was driving it)")
-    return True
+        return _Finished.REQUEST
+    if execution_id in ended:
+        out.print(f"execution {execution_id} CANCELLED (no process was driving it)")
+        return _Finished.ENDED
+    if unattended.driver_gone(engine, execution_id):  # finish gave its lease back
+        return _Finished.DRIVE
+    return _Finished.REQUEST  # another process took the run over meanwhile: it acts on it
 
 
 CANCEL_TRIES = 100

@@ -6,6 +6,8 @@ within a second), and so is a run a server drives (no driver lease at all)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from milepost.core import cancellation
 from milepost.core import state as st
 from milepost.engine.drivers import driver_holder, holder_alive
@@ -24,6 +26,21 @@ def driver_gone(engine: Lifecycle, execution_id: int) -> bool:
     if lease is None:
         return False
     return lease.expires_at <= engine.clock() or holder_alive(lease.holder) is False
+
+
+def undriven(engine: Lifecycle, execution_id: int) -> dict[str, Any] | None:
+    """A local run nothing drives, for its status: `{holder, commands, steps, message}`,
+    its gone driver and the open commands that wait for one (not for a worker: an
+    embedded run's commands are run by its driver's process, `engine.worker_pools`). None
+    while a process drives it, or a server does."""
+    if not driver_gone(engine, execution_id):
+        return None
+    lease = engine.store.get_driver(execution_id)
+    assert lease is not None  # driver_gone is False without one
+    rows = engine.store.open_commands(execution_id)
+    return {"holder": lease.holder, "commands": len(rows),
+            "steps": sorted({row.step for row in rows}),
+            "message": "no process drives this run"}  # fmt: skip
 
 
 def finish(engine: Lifecycle, execution_id: int, actor: str | None,

@@ -6,9 +6,10 @@ is lost once it has not for its ttl). A command queued in a pool no live worker 
 would wait silently; `missing` names it for the status reads and `/metrics`
 (`milepost_commands_without_worker{pool}`).
 
-An execution driven by an embedded engine (`milepost run`, a live driver lease) is run by
+An execution driven by an embedded engine (`milepost run`, a driver lease) is run by
 that process's in-process workers, which take every pool: its commands are never missing
-a worker.
+a worker. Once that driver is gone they wait for a driver, not a worker (`milepost
+resume`; `engine.unattended.undriven` says so).
 """
 
 from __future__ import annotations
@@ -54,14 +55,14 @@ class Missing:
 
 def missing(store: port.Store, now: float, execution_id: int | None = None) -> list[Missing]:
     """The pools with queued commands (of `execution_id`, else of every run) and no live
-    worker, sorted by pool; commands of runs an embedded engine drives are left out."""
+    worker, sorted by pool; commands of the runs of an embedded engine are left out."""
     queued = [row for row in store.open_commands(execution_id)
               if row.status == port.COMMAND_QUEUED]  # fmt: skip
     if not queued:
         return []
     live = workers.live_pools(store, now)
     unserved = [row for row in queued if row.pool not in live]
-    driven = _driven({row.execution_id for row in unserved}, store, now)
+    driven = _embedded({row.execution_id for row in unserved}, store)
     by_pool: dict[str, Missing] = {}
     for row in unserved:
         if row.execution_id in driven:
@@ -72,14 +73,11 @@ def missing(store: port.Store, now: float, execution_id: int | None = None) -> l
     return [by_pool[p] for p in sorted(by_pool)]
 
 
-def _driven(execution_ids: set[int], store: port.Store, now: float) -> set[int]:
-    """The executions whose driver lease is live (an embedded engine runs every pool)."""
-    driven = set()
-    for xid in execution_ids:
-        lease = store.get_driver(xid)
-        if lease is not None and lease.expires_at > now:
-            driven.add(xid)
-    return driven
+def _embedded(execution_ids: set[int], store: port.Store) -> set[int]:
+    """The executions an embedded engine drives or drove (a driver lease, live or not):
+    its in-process workers run every pool, and no `milepost worker` would help one whose
+    driver is gone."""
+    return {xid for xid in execution_ids if store.get_driver(xid) is not None}
 
 
 def counts(found: Iterable[Missing]) -> dict[str, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.engine.drivers import holder_alive
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
@@ -193,6 +195,7 @@ def test_a_tool_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(store: 
 
 DRIVER = """
 import asyncio, sys
+from milepost.engine.drivers import holder_alive
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
@@ -247,6 +250,130 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
     again = subprocess.run([milepost, "cancel", xid, "--db", str(db)], capture_output=True,
                            text=True, env=env, timeout=60)  # fmt: skip
     assert again.returncode == 2 and "already CANCELLED" in again.stderr
+
+
+SAGA = text("tests/cancel_saga", """\
+  - step: start
+    tool: {kind: noop}
+    spec: {compensation: undo}
+    next: hold
+  - step: hold
+    tool:
+      kind: python
+      input: {dir: "{{ workload.dir }}"}
+      code: |
+        import os, time
+        open(os.path.join(dir, "holding"), "w").write("x")
+        while not os.path.exists(os.path.join(dir, "gate")):
+            time.sleep(0.05)
+        result = 1
+  - step: undo
+    tool:
+      kind: python
+      input: {dir: "{{ workload.dir }}"}
+      code: |
+        import os, time
+        with open(os.path.join(dir, "undone"), "a") as f:
+            f.write("undo\\n")
+        while not os.path.exists(os.path.join(dir, "undo_gate")):
+            time.sleep(0.05)
+        result = "undone"
+""")
+"""`start` is undone by `undo` (which writes `undone`, then waits for `undo_gate`); `hold`
+waits for `gate`, which no test opens: the run is killed while it waits."""
+MILEPOST = str(Path(sys.executable).with_name("milepost"))
+CAROL = {**os.environ, "MILEPOST_USER": "carol"}
+
+
+def orphaned_saga(tmp_path: Path) -> tuple[Path, str]:
+    """A `milepost run` of SAGA, SIGKILLed (with its python worker) once `hold` runs: its
+    database and the run's id, which nothing drives any more."""
+    db, playbook = tmp_path / "saga.db", tmp_path / "saga.yaml"
+    playbook.write_text(SAGA)
+    run = subprocess.Popen([MILEPOST, "run", str(playbook), "--db", str(db),
+                            "--set", f"dir={tmp_path}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert run.stdout is not None
+        started = run.stdout.readline()  # off a terminal: `execution N started`
+        assert started.endswith(" started\n"), started
+        wait_for(lambda: (tmp_path / "holding").exists(), "the second step to run", timeout=30)
+        os.killpg(run.pid, 9)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, 9)
+            run.wait(10)
+        if run.stdout is not None:
+            run.stdout.close()
+    return db, started.split()[1]
+
+
+def types(db: Path, xid: str) -> list[str]:
+    store = SQLiteStore(db)
+    try:
+        return [e.event_type for e in store.load(int(xid))]
+    finally:
+        store.close()
+
+
+def test_milepost_cancel_of_a_run_whose_driver_died_runs_its_compensation_to_cancelled(
+        tmp_path: Path) -> None:  # fmt: skip
+    db, xid = orphaned_saga(tmp_path)
+    (tmp_path / "undo_gate").touch()  # the compensation may end at once
+    status = subprocess.run([MILEPOST, "status", xid, "--db", str(db)], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    # nothing drives it: a resume moves it, a worker would not
+    assert f"milepost resume {xid} --db {db}" in status.stdout
+    assert "milepost worker" not in status.stdout
+    done = subprocess.run([MILEPOST, "cancel", xid, "--db", str(db)], capture_output=True,
+                          text=True, env=CAROL, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"execution {xid} CANCELLED" in done.stdout
+    assert (tmp_path / "undone").read_text() == "undo\n"  # once
+    store = SQLiteStore(db)
+    try:
+        log = store.load(int(xid))
+        assert store.get_execution(int(xid)).status == st.CANCELLED
+        assert requests(store, int(xid)) == [{"actor": "user:carol"}]
+        assert store.open_commands(int(xid)) == []
+        # the cancel drove it (an ended run keeps its lease until it expires) and exited
+        assert holder_alive(store.get_driver(int(xid)).holder) is False
+    finally:
+        store.close()
+    ends = [e.event_type for e in log if e.event_type in (
+        ev.EXECUTION_CANCEL_REQUESTED, ev.COMPENSATION_STARTED, ev.COMPENSATION_COMPLETED,
+        ev.EXECUTION_CANCELLED)]  # fmt: skip
+    assert ends == [ev.EXECUTION_CANCEL_REQUESTED, ev.COMPENSATION_STARTED,
+                    ev.COMPENSATION_COMPLETED, ev.EXECUTION_CANCELLED]  # fmt: skip
+    assert log[-1].event_type == ev.EXECUTION_CANCELLED
+
+
+def test_a_ctrl_c_of_that_cancel_leaves_the_run_to_resume(tmp_path: Path) -> None:
+    db, xid = orphaned_saga(tmp_path)
+    cancel = subprocess.Popen([MILEPOST, "cancel", xid, "--db", str(db)], env=CAROL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: (tmp_path / "undone").exists(), "the compensation to run", timeout=60)
+        cancel.send_signal(signal.SIGINT)
+        stdout, stderr = cancel.communicate(timeout=60)
+    finally:
+        if cancel.poll() is None:
+            os.killpg(cancel.pid, 9)
+            cancel.communicate(timeout=10)
+    assert cancel.returncode == 130, stdout + stderr
+    assert "its cancel stays requested" in stderr
+    assert f"milepost resume {xid} --db {db}" in stderr
+    assert ev.EXECUTION_CANCELLED not in types(db, xid)
+    (tmp_path / "undo_gate").touch()
+    resumed = subprocess.run([MILEPOST, "resume", xid, "--db", str(db)], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert "CANCELLED" in resumed.stdout, resumed.stdout + resumed.stderr
+    logged = types(db, xid)
+    assert logged.count(ev.COMPENSATION_COMPLETED) == 1
+    assert logged[-1] == ev.EXECUTION_CANCELLED
 
 
 SHELL = text("tests/cancel_shell", """\

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from milepost.core import events as ev
-from milepost.engine import notify, summaries, worker_pools, workers
+from milepost.engine import notify, summaries, unattended, worker_pools, workers
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.errors import PlaybookInvalid
@@ -149,6 +149,13 @@ def test_queued_commands_of_a_pool_with_no_live_worker_are_missing_a_worker() ->
     # an embedded engine drives the run: its in-process workers run every pool
     store.acquire_driver(xid, "run:h:1:ab", 1000.0, 15.0)
     assert service.missing_workers(xid) == []
+    assert unattended.undriven(service, xid) is None  # and it is alive
+    # once that driver is gone its commands wait for a driver (a resume), not a worker
+    store.release_driver(xid, "run:h:1:ab", 1000.0)
+    assert service.missing_workers(xid) == []
+    assert unattended.undriven(service, xid) == {
+        "holder": "run:h:1:ab", "commands": 1, "steps": ["start"],
+        "message": "no process drives this run"}  # fmt: skip
 
 
 def test_the_summary_names_the_pool_each_waiting_step_has_no_worker_for() -> None:
