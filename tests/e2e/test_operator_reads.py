@@ -235,7 +235,9 @@ def test_status_wait_and_events_follow_a_run_to_its_end(place: Place, tmp_path: 
 def test_version_help_and_usage_errors() -> None:
     version = subprocess.run([MILEPOST, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("milepost ")
-    for command in ("list", "events", "status", "run", "describe"):
+    # the installed script, as a user runs it (tests/unit/test_cli_help.py: every command's
+    # every help text, in process)
+    for command in ("list", "events", "status", "run", "describe", "retry", "restart", "logs"):
         shown = subprocess.run([MILEPOST, command, "--help"], capture_output=True, text=True,
                                timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
         assert shown.returncode == 0 and "<bool>" not in shown.stdout, command
@@ -243,6 +245,9 @@ def test_version_help_and_usage_errors() -> None:
     listed = subprocess.run([MILEPOST, "list", "--help"], capture_output=True, text=True,
                             timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
     assert "[default: 50]" in listed.stdout
+    restart = subprocess.run([MILEPOST, "restart", "--help"], capture_output=True, text=True,
+                             timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
+    assert "[default: the failed step" in restart.stdout  # rich markup would eat it
     bad = subprocess.run([MILEPOST, "list", "--output", "xml"], capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert bad.returncode == 2
