@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from milepost.conformance.mock_api import MockServer
 from tests.acceptance.harness import Cluster
 from tests.shared import clean_env, wait_for
 
@@ -179,6 +180,38 @@ def test_describe_shows_attempts_workers_times_input_and_the_failure_output(
     assert as_yaml["steps"]["sh"]["result"]["exit_code"] == 3
     missing = place.cli("describe", "424242")
     assert missing.returncode == 2 and "no execution 424242" in missing.stderr
+
+
+HTTP_FAILS = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: http-fails, path: tests/http-fails}
+    workflow:
+      - step: start
+        tool: {kind: http, method: GET, url: "API/api/v1/errors?error_type=404"}
+    """)
+
+
+@pytest.fixture(scope="module")
+def mock_api() -> Iterator[MockServer]:
+    with MockServer() as api:
+        yield api
+
+
+def test_describe_of_a_failed_http_step_shows_its_response_status_and_body(
+        place: Place, tmp_path: Path, mock_api: MockServer) -> None:  # fmt: skip
+    xid = place.finished(HTTP_FAILS.replace("API", mock_api.url), tmp_path)
+    data = place.json("describe", xid)
+    start = data["steps"]["start"]
+    assert data["status"] == "FAILED" and start["status"] == "FAILED", data
+    assert start["result"]["status_code"] == 404  # what the tool returned, not null
+    assert start["result"]["body"] == {"detail": "Not Found - resource does not exist"}
+    shown = place.cli("describe", xid)
+    assert shown.returncode == 0, shown.stderr
+    lines = [line.strip() for line in shown.stdout.splitlines()]
+    assert "http status: 404" in lines and "body:" in lines, shown.stdout
+    body = lines[lines.index("body:") + 1]
+    assert json.loads(body) == {"detail": "Not Found - resource does not exist"}, shown.stdout
 
 
 def test_events_by_step_and_type_and_the_last_few(place: Place, tmp_path: Path) -> None:
