@@ -38,7 +38,7 @@ from milepost.settings import Settings
 app = typer.Typer()
 
 UserOption = Annotated[str | None, typer.Option(
-    "--user", help="Who acts, on the local database: user:<USER> [env: MILEPOST_USER; "
+    "--user", help="Who acts, on the local database: user:<USER> \\[env: MILEPOST_USER; "
                    "default the OS login]. On a server the token's user acts.")]  # fmt: skip
 ReasonOption = Annotated[str | None, typer.Option(help="Why (recorded with the action).")]
 
@@ -124,7 +124,7 @@ def _print_acted(item: dict[str, Any], fmt: Format, local: bool) -> None:
 
 
 FromOption = Annotated[str | None, typer.Option(
-    "--from", help="The step to start from [default: the failed step, else the first that "
+    "--from", help="The step to start from \\[default: the failed step, else the first that "
                    "did not complete].")]  # fmt: skip
 
 

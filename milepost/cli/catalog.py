@@ -40,45 +40,77 @@ app = typer.Typer()
 def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")],
              strict: Annotated[bool, typer.Option("--strict", help=(
                  "Warnings are errors (DSL 12.2): a file with any fails."))] = False,
+             output: OutputOption = None, json_out: JsonOption = False,
              ) -> None:  # fmt: skip
-    """Check playbooks without running them; lists every problem of every file."""
-    bad = 0
-    for file in files:
-        try:
-            playbook = load.load_file(file)
-        except PlaybookInvalid as exc:
-            bad += 1
-            err.print(f"[red]✗[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
-            continue
-        except OSError as exc:
-            bad += 1
-            err.print(f"[red]✗[/red] {escape(str(file))}: {exc.strerror}", highlight=False,
-                      soft_wrap=True)  # fmt: skip
-            continue
-        refused = strict and bool(playbook.warnings)  # then each warning is an error
-        said, mark, label = ((err, "[red]✗[/red]", "[red]error (--strict):[/red]") if refused
-                             else (out, "[green]✓[/green]", "[yellow]warning:[/yellow]"))  # fmt: skip
-        # whole lines however long (paths, messages): a script or a wide log can match them
-        said.print(f"{mark} {escape(str(file))} ({len(playbook.steps)} steps)", highlight=False,
-                   soft_wrap=True)  # fmt: skip
-        for warning in playbook.warnings:
-            said.print(f"  {label} {escape(warning)}", highlight=False, soft_wrap=True)
-        bad += refused
-    raise typer.Exit(exit_codes.RUN_FAILED if bad else exit_codes.OK)
+    """Check playbooks without running them; lists every problem of every file.
+
+    --output json or yaml: a list of the files, each with valid, steps, problems and
+    warnings (with --strict its warnings are its problems)."""
+    fmt = chosen(output, json_out)
+    checked = [_checked(file, strict) for file in files]
+    if fmt is not Format.table:
+        emit([item for item, _ in checked], fmt)
+    else:
+        for item, message in checked:
+            _print_checked(item, message)
+    raise typer.Exit(exit_codes.RUN_FAILED if any(not item["valid"] for item, _ in checked)
+                     else exit_codes.OK)  # fmt: skip
+
+
+def _checked(file: Path, strict: bool) -> tuple[dict[str, Any], str]:
+    """One file's verdict, `{file, valid, steps, problems, warnings}`, and the message of
+    a file that could not be loaded as the table prints it (with the file's name)."""
+    item: dict[str, Any] = {"file": str(file), "valid": False, "steps": None, "problems": [],
+                            "warnings": []}  # fmt: skip
+    try:
+        playbook = load.load_file(file)
+    except PlaybookInvalid as exc:
+        return {**item, "problems": list(exc.problems)}, exc.message
+    except OSError as exc:
+        return {**item, "problems": [exc.strerror or str(exc)]}, f"{file}: {exc.strerror}"
+    refused = strict and bool(playbook.warnings)  # then each warning is an error
+    return {**item, "valid": not refused, "steps": len(playbook.steps),
+            **({"problems": list(playbook.warnings)} if refused
+               else {"warnings": list(playbook.warnings)})}, ""  # fmt: skip
+
+
+def _print_checked(item: dict[str, Any], message: str) -> None:
+    # whole lines however long (paths, messages): a script or a wide log can match them
+    if item["steps"] is None:
+        err.print(f"[red]✗[/red] {escape(message)}", highlight=False, soft_wrap=True)
+        return
+    said, mark, label, lines = ((out, "[green]✓[/green]", "[yellow]warning:[/yellow]",
+                                 item["warnings"]) if item["valid"]
+                                else (err, "[red]✗[/red]", "[red]error (--strict):[/red]",
+                                      item["problems"]))  # fmt: skip
+    said.print(f"{mark} {escape(item['file'])} ({item['steps']} steps)", highlight=False,
+               soft_wrap=True)  # fmt: skip
+    for text in lines:
+        said.print(f"  {label} {escape(text)}", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
-             server: ServerOption = None) -> None:  # fmt: skip
-    """Register a playbook in a server's catalog (a new version when its text changed)."""
+             server: ServerOption = None, output: OutputOption = None,
+             json_out: JsonOption = False) -> None:  # fmt: skip
+    """Register a playbook in a server's catalog (a new version when its text changed).
+
+    --output json or yaml: the file with its catalog path and version, or with its
+    problems (exit 2, nothing registered)."""
+    fmt = chosen(output, json_out)
     text = read_playbook(file)
     try:  # every problem named here, with the file's name and lines, before the server
         text = scripts.inline_text(text, file.parent, str(file))  # the server has no files
         load.load_text(text, source=str(file), limits=yamllines.Limits.of())
     except PlaybookInvalid as exc:
+        if fmt is not Format.table:
+            emit({"file": str(file), "registered": False, "problems": list(exc.problems)}, fmt)
         raise fail(exc.message) from None
     with MilepostClient(server) as client:
         entry = remote(lambda: client.register(text))
+    if fmt is not Format.table:
+        emit({"file": str(file), "registered": True, **entry}, fmt)
+        return
     out.print(f"registered {entry['path']} version {entry['version']}", highlight=False)
 
 

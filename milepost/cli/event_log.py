@@ -14,9 +14,9 @@ from milepost.cli.output import (
     Format,
     chosen,
     emit,
+    emit_one,
     exit_code,
     fail,
-    json_text,
     out,
     remote,
     short,
@@ -86,12 +86,10 @@ def _stream(items: Iterable[dict[str, Any]], fmt: Format) -> None:
     """Each event as it comes: a line, a JSON line, or a one-item YAML list (the stream is
     one YAML list)."""
     for item in items:
-        if fmt is Format.json:
-            typer.echo(json_text(item))
-        elif fmt is Format.yaml:
-            emit([item], fmt)
-        else:
+        if fmt is Format.table:
             _lines([item])
+        else:
+            emit_one(item, fmt)
 
 
 def _lines(items: Iterable[dict[str, Any]]) -> None:

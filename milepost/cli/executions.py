@@ -122,12 +122,14 @@ def waited(where: Runs, execution_id: int) -> dict[str, Any]:
         raise going_on(where, execution_id, "stopped waiting") from None
 
 
-def going_on(where: Runs, execution_id: int, what: str) -> typer.Exit:
+def going_on(where: Runs, execution_id: int, what: str, follow: str | None = None) -> typer.Exit:
     """What a Ctrl-C of a command that watched a run says: the run goes on, and how to
-    follow it, wait for it or stop it."""
+    follow it again (`follow`, the command without its place flags: by default its
+    events), wait for it or stop it."""
     flags = where.flags()
+    again = follow or f"events {execution_id} --follow"
     err.print(f"{what}; execution {execution_id} goes on (nothing was cancelled). Follow it: "
-              f"milepost events {execution_id} --follow{flags} · wait for it: milepost status "
+              f"milepost {again}{flags} · wait for it: milepost status "
               f"{execution_id} --wait{flags} · stop it: milepost cancel {execution_id}{flags}",
               highlight=False, markup=False, soft_wrap=True)  # fmt: skip
     return typer.Exit(exit_codes.INTERRUPTED)

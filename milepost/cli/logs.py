@@ -1,19 +1,20 @@
-"""`milepost logs ID [--step S] [--follow]`: what a run's attempts printed (stdout, stderr,
-a python step's traceback), from the local database or a server, in the order they were
-reported; `--follow` polls from the last entry's cursor until the run has ended."""
+"""`milepost logs ID [--step S] [--follow] [--output F]`: what a run's attempts printed
+(stdout, stderr, a python step's traceback), from the local database or a server, in the
+order they were reported; `--follow` polls from the last entry's cursor until the run has
+ended (a Ctrl-C says the run goes on and how to follow it again)."""
 
 from __future__ import annotations
 
-import json
+import shlex
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
-from milepost.cli import exit_codes
-from milepost.cli.inputs import DbOption, ServerOption
-from milepost.cli.output import err, out, remote
+from milepost.cli.executions import going_on
+from milepost.cli.inputs import DbOption, OutputOption, ServerOption
+from milepost.cli.output import Format, chosen, emit, emit_one, err, out, remote
 from milepost.cli.reads import runs
 from milepost.core import state as st
 from milepost.store.attempt_logs import LOG_PAGE
@@ -33,40 +34,59 @@ def logs(
     step: Annotated[str | None, typer.Option(help="Only this step's.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what the run "
                                          "prints until it ends (Ctrl-C stops following).")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per entry.")] = False,
+    output: OutputOption = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON object per entry per line (as --follow prints them).")] = False,
 ) -> None:  # fmt: skip
     """Print what an execution's steps printed: stdout, stderr and tracebacks, per attempt
-    (local database or a server)."""
+    (local database or a server).
+
+    --output json prints one JSON array of the entries; --json, and --follow, one JSON
+    object per line; --output yaml one YAML list (followed: an item at a time).
+    """
+    fmt = chosen(output, json_out)
+    # the entries as they come (a line each), or gathered into one document
+    streamed = follow or fmt is Format.table or (json_out and output is None)
+    again = f"logs {execution_id}{f' --step {shlex.quote(step)}' if step else ''} --follow"
     with runs(server, db) as where:
-        _show(lambda after: remote(lambda: where.logs(execution_id, step=step, after=after)),
-              execution_id, follow, json_out)  # fmt: skip
+        def page(after: int) -> dict[str, Any]:
+            return dict(remote(lambda: where.logs(execution_id, step=step, after=after)))
+
+        try:
+            gathered = _show(page, execution_id, follow, fmt if streamed else None)
+        except KeyboardInterrupt:
+            raise going_on(where, execution_id, "stopped following its logs", again) from None
+    if not streamed:
+        emit(gathered, fmt)
 
 
-def _show(page: Page, execution_id: int, follow: bool, json_out: bool) -> None:
-    after, shown = 0, 0
-    try:
-        while True:
-            body = page(after)
-            for entry in body["entries"]:
-                _print(entry, json_out)
-            shown += len(body["entries"])
-            after = int(body["next"])
-            if len(body["entries"]) >= LOG_PAGE:
-                continue  # a full page: more is there now
-            if not follow or body["status"] in st.TERMINAL:
-                break
-            time.sleep(FOLLOW_POLL)
-    except KeyboardInterrupt:
-        err.print(f"stopped following execution {execution_id}; the run goes on", highlight=False)
-        raise typer.Exit(exit_codes.INTERRUPTED) from None
-    if not shown and not json_out:
+def _show(page: Page, execution_id: int, follow: bool, fmt: Format | None) -> list[dict[str, Any]]:
+    """Print each entry as it is read in `fmt` (none: print nothing, gather them all);
+    with `follow`, read until the run has ended. The entries not printed."""
+    after, shown, gathered = 0, 0, []
+    while True:
+        body = page(after)
+        for entry in body["entries"]:
+            if fmt is None:
+                gathered.append(entry)
+            else:
+                _print(entry, fmt)
+        shown += len(body["entries"])
+        after = int(body["next"])
+        if len(body["entries"]) >= LOG_PAGE:
+            continue  # a full page: more is there now
+        if not follow or body["status"] in st.TERMINAL:
+            break
+        time.sleep(FOLLOW_POLL)
+    if not shown and fmt is Format.table:
         err.print(f"execution {execution_id} ({body['status']}) has printed nothing"
-                  f"{' yet' if body['status'] not in st.TERMINAL else ''}", highlight=False)
+                  f"{' yet' if body['status'] not in st.TERMINAL else ''}", highlight=False)  # fmt: skip
+    return gathered
 
 
-def _print(entry: dict[str, Any], json_out: bool) -> None:
-    if json_out:
-        typer.echo(json.dumps(entry))
+def _print(entry: dict[str, Any], fmt: Format) -> None:
+    if fmt is not Format.table:
+        emit_one(entry, fmt)
         return
     out.print(f"==> {entry['step']} (attempt {entry['attempt']}) {entry['stream']} <==",
               style="bold", highlight=False, markup=False)  # fmt: skip

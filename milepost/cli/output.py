@@ -132,6 +132,15 @@ def emit(value: Any, fmt: Format) -> None:
         typer.echo(json_text(value))
 
 
+def emit_one(item: Any, fmt: Format) -> None:
+    """One item of a stream (a followed run's events or logs): a JSON line, or a one-item
+    YAML list (the whole stream reads as one YAML list). Not for `table`."""
+    if fmt is Format.yaml:
+        emit([item], fmt)
+    else:
+        typer.echo(json_text(item))
+
+
 def time_left(expires_at: float | str | None, now: float) -> str:
     """Until `expires_at` (epoch seconds or ISO-8601): `1d 2h`, `3h 05m`, `4m 10s`, `12s`;
     `expired` once it passed, `no expiry` without one."""

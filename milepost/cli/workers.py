@@ -11,7 +11,16 @@ import typer
 from rich.table import Table
 
 from milepost.cli.inputs import DbOption, JsonOption, ServerOption
-from milepost.cli.output import Format, OutputOption, chosen, emit, fail, out, remote
+from milepost.cli.output import (
+    Format,
+    OutputOption,
+    chosen,
+    emit,
+    fail,
+    out,
+    remote,
+    shown_time,
+)
 from milepost.cli.reads import runs
 from milepost.engine import workers as registry
 
@@ -55,7 +64,7 @@ def table(items: list[dict[str, Any]], now: float) -> Table:
         steps = ", ".join(sorted({r["step"] for r in running}))
         shown.add_row(item["name"], item["kind"], ", ".join(item["pools"]), item["host"],
                       "" if item["pid"] is None else str(item["pid"]), item["version"],
-                      (item["started_at"] or "")[:19].replace("T", " "),
+                      shown_time(item["started_at"]),
                       _ago(item["last_seen"], now), item["status"],
                       f"{len(running)} ({steps})" if running else "0")  # fmt: skip
     return shown

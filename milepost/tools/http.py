@@ -154,10 +154,13 @@ def build_request(
         "method": method,
         "url": url,
         "headers": headers,
-        "params": encode_params(config.get("params")),
         "timeout": _timeout(config.get("timeout"), call.timeout),
         "follow_redirects": _flag(config.get("follow_redirects"), default=True),
     }
+    if params := encode_params(config.get("params")):
+        request["params"] = _with_query(url, params)
+    # no `params` at all otherwise: httpx 0.28 replaces a URL's own query string with the
+    # params given, even none (`?error_type=404` was dropped)
     body = config.get("body", config.get("data"))
     if config.get("json") is not None:
         request["json"] = config["json"]
@@ -174,6 +177,15 @@ def encode_headers(headers: Any) -> dict[str, str]:
     if not isinstance(headers, Mapping):
         raise ValueError("http `headers` must be a mapping")
     return {str(k): param_text(v) for k, v in headers.items() if v is not None}
+
+
+def _with_query(url: str, params: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The URL's own query parameters, then `params` (httpx would drop the first)."""
+    try:
+        own = httpx.URL(url).params.multi_items()
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"http tool url {url!r}: {exc}") from None
+    return [*own, *params]
 
 
 def encode_params(params: Any) -> list[tuple[str, str]]:

@@ -130,7 +130,8 @@ def test_follow_prints_until_the_run_ends_and_ctrl_c_leaves_it_running(
     first.send_signal(signal.SIGINT)
     out, err = first.communicate(timeout=30)
     assert first.returncode == 130, err
-    assert f"stopped following execution {xid}; the run goes on" in err
+    assert f"stopped following its logs; execution {xid} goes on" in err
+    assert f"Follow it: milepost logs {xid} --follow --server {cluster.url}" in err
     assert cluster.client.status(xid)["status"] == "RUNNING"
     # a follower started now ends by itself when the run does, having printed it all
     follower = subprocess.Popen(logs_cli(cluster, xid, "-f", "--json"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.shared import PLAYBOOKS, needs_shared, wait_for
 from tests.sql import query
@@ -133,6 +134,49 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
     assert "hello_world.yaml" in proc.stdout
     assert "step 'end': field 'tool' is required" in proc.stderr
     assert "unknown field 'command' (did you mean tool.command?)" in proc.stderr
+
+
+def test_validate_prints_each_file_with_its_problems_as_json_or_yaml(tmp_path: Path) -> None:
+    good = write(tmp_path, "workflow:\n  - step: start\n    tool: {kind: noop}\n", "good.yaml")
+    typo = write(tmp_path, "workflow:\n  - step: start\n    tool: {kind: http, url: "
+                 "'http://x', methd: POST}\n", "typo.yaml")  # fmt: skip
+    broken = write(tmp_path, "workflow:\n  - step: start\n", "broken.yaml")
+    files = [str(good), str(typo), str(broken)]
+    proc = subprocess.run([MILEPOST, "validate", *files, "--output", "json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    checked = json.loads(proc.stdout)  # one document, nothing else on stdout
+    assert [c["file"] for c in checked] == files
+    assert [c["valid"] for c in checked] == [True, True, False]
+    assert checked[0] == {"file": str(good), "valid": True, "steps": 1, "problems": [],
+                          "warnings": []}  # fmt: skip
+    assert any("did you mean 'method'" in w for w in checked[1]["warnings"])
+    assert checked[2]["steps"] is None
+    assert any("field 'tool' is required" in p for p in checked[2]["problems"])
+    strict = subprocess.run([MILEPOST, "validate", str(typo), "--strict", "-o", "yaml"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert strict.returncode == 1
+    [refused] = yaml.safe_load(strict.stdout)
+    assert refused["valid"] is False and refused["warnings"] == []
+    assert any("did you mean 'method'" in p for p in refused["problems"])
+    alone = subprocess.run([MILEPOST, "validate", str(good), "--json"], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert alone.returncode == 0 and json.loads(alone.stdout)[0]["valid"] is True
+    # the table as before: a line per file
+    table = subprocess.run([MILEPOST, "validate", str(good)], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert table.stdout.startswith(f"✓ {good} (1 steps)"), table.stdout
+
+
+def test_register_of_an_invalid_file_as_json_names_its_problems(tmp_path: Path) -> None:
+    broken = write(tmp_path, "workflow:\n  - step: start\n", "broken.yaml")
+    # checked before the server is asked: none listens on port 9
+    proc = subprocess.run([MILEPOST, "register", str(broken), "--server", "http://127.0.0.1:9",
+                           "-o", "json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "field 'tool' is required" in proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["file"] == str(broken) and shown["registered"] is False
+    assert any("field 'tool' is required" in p for p in shown["problems"])
 
 
 def test_events_lists_the_log(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from tests.e2e.test_cli import cli, run_json
 
 FAILS = """
@@ -44,6 +46,17 @@ def test_logs_show_what_a_local_run_printed(tmp_path: Path) -> None:
     assert only.returncode == 0, only.stderr
     entries = [json.loads(line) for line in only.stdout.splitlines()]
     assert [e["stream"] for e in entries] == ["stdout", "traceback"]
+    # --output as on every read command: one document of every entry; --json stays lines
+    every = [json.loads(line) for line in cli("logs", xid, "--json", db=db).stdout.splitlines()]
+    assert len(every) == 4 and entries == [e for e in every if e["step"] == "compute"]
+    as_json = cli("logs", xid, "--output", "json", db=db)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == every
+    assert yaml.safe_load(cli("logs", xid, "-o", "yaml", db=db).stdout) == every
+    followed = cli("logs", xid, "-f", "-o", "yaml", db=db)  # followed: an item at a time
+    assert yaml.safe_load(followed.stdout) == every
+    nothing = cli("logs", xid, "--step", "nosuch", "-o", "json", db=db)
+    assert nothing.returncode == 0 and json.loads(nothing.stdout) == []
     status = cli("status", xid, db=db)
     assert "IndexError: list index out of range (line 3: total = rows[0])" in status.stdout
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from milepost.conformance.mock_api import MockServer
 from tests.acceptance.harness import Cluster
 from tests.shared import clean_env, wait_for
 
@@ -181,6 +182,38 @@ def test_describe_shows_attempts_workers_times_input_and_the_failure_output(
     assert missing.returncode == 2 and "no execution 424242" in missing.stderr
 
 
+HTTP_FAILS = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: http-fails, path: tests/http-fails}
+    workflow:
+      - step: start
+        tool: {kind: http, method: GET, url: "API/api/v1/errors?error_type=404"}
+    """)
+
+
+@pytest.fixture(scope="module")
+def mock_api() -> Iterator[MockServer]:
+    with MockServer() as api:
+        yield api
+
+
+def test_describe_of_a_failed_http_step_shows_its_response_status_and_body(
+        place: Place, tmp_path: Path, mock_api: MockServer) -> None:  # fmt: skip
+    xid = place.finished(HTTP_FAILS.replace("API", mock_api.url), tmp_path)
+    data = place.json("describe", xid)
+    start = data["steps"]["start"]
+    assert data["status"] == "FAILED" and start["status"] == "FAILED", data
+    assert start["result"]["status_code"] == 404  # what the tool returned, not null
+    assert start["result"]["body"] == {"detail": "Not Found - resource does not exist"}
+    shown = place.cli("describe", xid)
+    assert shown.returncode == 0, shown.stderr
+    lines = [line.strip() for line in shown.stdout.splitlines()]
+    assert "http status: 404" in lines and "body:" in lines, shown.stdout
+    body = lines[lines.index("body:") + 1]
+    assert json.loads(body) == {"detail": "Not Found - resource does not exist"}, shown.stdout
+
+
 def test_events_by_step_and_type_and_the_last_few(place: Place, tmp_path: Path) -> None:
     xid = place.finished(FAILING, tmp_path)
     every = place.json("events", xid)
@@ -235,7 +268,9 @@ def test_status_wait_and_events_follow_a_run_to_its_end(place: Place, tmp_path: 
 def test_version_help_and_usage_errors() -> None:
     version = subprocess.run([MILEPOST, "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("milepost ")
-    for command in ("list", "events", "status", "run", "describe"):
+    # the installed script, as a user runs it (tests/unit/test_cli_help.py: every command's
+    # every help text, in process)
+    for command in ("list", "events", "status", "run", "describe", "retry", "restart", "logs"):
         shown = subprocess.run([MILEPOST, command, "--help"], capture_output=True, text=True,
                                timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
         assert shown.returncode == 0 and "<bool>" not in shown.stdout, command
@@ -243,6 +278,9 @@ def test_version_help_and_usage_errors() -> None:
     listed = subprocess.run([MILEPOST, "list", "--help"], capture_output=True, text=True,
                             timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
     assert "[default: 50]" in listed.stdout
+    restart = subprocess.run([MILEPOST, "restart", "--help"], capture_output=True, text=True,
+                             timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
+    assert "[default: the failed step" in restart.stdout  # rich markup would eat it
     bad = subprocess.run([MILEPOST, "list", "--output", "xml"], capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert bad.returncode == 2

@@ -147,7 +147,11 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         pb = tmp_path / "slow.yaml"
         pb.write_text(SLOW.replace("GATE", str(gate)))
         env = {"MILEPOST_SERVER_URL": cluster.url, "MILEPOST_TOKEN": cluster.admin_token}
-        assert milepost("register", str(pb), env=env).returncode == 0
+        registered = milepost("register", str(pb), "--output", "json", env=env)
+        assert registered.returncode == 0, registered.stderr
+        entry = json.loads(registered.stdout)  # the file with the server's catalog entry
+        assert (entry["file"], entry["registered"], entry["path"], entry["version"]) == (
+            str(pb), True, "tests/slow", 1)  # fmt: skip
         proc = subprocess.Popen([MILEPOST, "execute", "tests/slow", "--wait"],
                                 env={**user_env(), **env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -85,6 +86,9 @@ def test_the_in_process_workers_of_a_run_are_listed_while_it_runs(
     assert workers(db, "--status", "lost") == [] and workers(db, "--pool", "gpu") == []
     shown = table(db)
     assert "embedded" in shown and "live" in shown and "1 (hold)" in shown
+    # the started time with its milliseconds, as every table shows a time
+    started = worker["started_at"].replace("T", " ").removesuffix("+00:00")
+    assert re.search(r"\d\d:\d\d:\d\d\.\d{3}$", started) and started in shown, shown
     block.unlink()
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr

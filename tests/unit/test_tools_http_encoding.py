@@ -56,6 +56,17 @@ def test_encode_params__query_string() -> None:
     assert request.url.query == b"n=2&ok=false&l=%5B1%5D"
 
 
+@pytest.mark.parametrize(("config", "query"), [
+    ({"url": "http://x/p?error_type=404"}, b"error_type=404"),  # httpx dropped it
+    ({"url": "http://x/p?a=1&a=2", "params": {"b": 3}}, b"a=1&a=2&b=3"),
+    ({"url": "http://x/p", "params": {"b": 3}}, b"b=3"),
+])  # fmt: skip
+def test_build_request__keeps_the_urls_own_query(config: dict[str, object], query: bytes) -> None:
+    request = http_tool.build_request(call(**config))
+    built = httpx.Request(request["method"], request["url"], params=request.get("params"))
+    assert built.url.query == query
+
+
 @pytest.mark.parametrize("method", ["POST", "put", "PATCH", "DELETE"])
 def test_build_request__sends_idempotency_key_on_non_get(method: str) -> None:
     request = http_tool.build_request(call(url="http://x", method=method))
