@@ -81,7 +81,7 @@ def get_execution(
 ) -> schemas.ExecutionOut:
     row = existing(engine, execution_id)
     summary = _summary_now(engine, row.execution_id)
-    page = engine.events(row.execution_id, after_seq=events_after)
+    page = engine.events(row.execution_id, after_seq=events_after, limit=events_limit + 1)
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(
