@@ -61,11 +61,12 @@ async def stream_executions(
                                       "X-Accel-Buffering": "no"})  # fmt: skip
 
 
-def _look(engine: Lifecycle, cursor: list_page.Keyset, sent: dict[list_page.Keyset, None]
+def _look(engine: Lifecycle, floor: list_page.Keyset, cursor: list_page.Keyset,
+          sent: dict[list_page.Keyset, None]
           ) -> list[tuple[list_page.Keyset, schemas.ExecutionItem]]:  # fmt: skip
-    """The rows changed past `cursor`, and those within `SLACK` behind it not sent yet,
-    each with its key."""
-    back = engine.changed_executions((cursor[0] - SLACK, 0), stream.PAGE)
+    """The rows changed past `cursor`, and those within `SLACK` behind it not sent yet
+    (never behind `floor`, where the client resumed: it has seen those), with their keys."""
+    back = engine.changed_executions(max((cursor[0] - SLACK, 0), floor), stream.PAGE)
     rows = [r for r in back if (r.updated_at, r.execution_id) <= cursor
             and (r.updated_at, r.execution_id) not in sent]  # fmt: skip
     rows += engine.changed_executions(cursor, stream.PAGE)
@@ -76,10 +77,11 @@ def _look(engine: Lifecycle, cursor: list_page.Keyset, sent: dict[list_page.Keys
 async def _follow(request: Request, engine: Lifecycle,
                   cursor: list_page.Keyset) -> AsyncIterator[str]:  # fmt: skip
     loop = asyncio.get_running_loop()
+    floor = cursor
     sent: dict[list_page.Keyset, None] = {}  # the keys sent within SLACK of the cursor
     quiet_since = loop.time()
     while not await request.is_disconnected():
-        items = await run_in_threadpool(_look, engine, cursor, sent)
+        items = await run_in_threadpool(_look, engine, floor, cursor, sent)
         for key, item in items:
             yield stream.message(item.model_dump_json(), list_page.keyset(*key), "execution")
             sent[key] = None

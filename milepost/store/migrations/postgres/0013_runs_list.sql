@@ -6,6 +6,9 @@ ALTER TABLE execution ADD COLUMN started_by TEXT;
 -- or after a playbook's or a status's equality, each one index range (no OFFSET scan).
 CREATE INDEX execution_created ON execution (created_at, execution_id);
 CREATE INDEX execution_path_created ON execution (path, created_at, execution_id);
-CREATE INDEX execution_status_created ON execution (status, created_at, execution_id);
+-- A status's pages: migration 1's execution_status again, with the id (replaced, not
+-- doubled: one index per write either way).
+DROP INDEX execution_status;
+CREATE INDEX execution_status ON execution (status, created_at, execution_id);
 -- The change stream (GET /api/executions/stream) reads rows past (updated_at, execution_id).
 CREATE INDEX execution_updated ON execution (updated_at, execution_id);
