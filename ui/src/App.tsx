@@ -45,7 +45,7 @@ export function App() {
           <button onClick={signOut}>Sign out</button>
         </nav>
       </header>
-      <main>{route.page === "run" ? <RunPage id={route.id} who={who} /> : <RunsPage />}</main>
+      <main>{route.page === "run" ? <RunPage id={route.id} who={who} /> : <RunsPage who={who} />}</main>
     </div>
   );
 }
