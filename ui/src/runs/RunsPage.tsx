@@ -192,7 +192,7 @@ function RunRow({
         </a>
       </td>
       <td>
-        <span className="badge" data-testid="run-status" style={{ background: statusColour(run.status) }}>
+        <span className="badge" style={{ background: statusColour(run.status) }}>
           {run.status}
         </span>
       </td>
