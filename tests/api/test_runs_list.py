@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 
 from milepost.api.routers import stream
+from milepost.engine import event_query
 from tests.api.support import HELLO, LOOP, Api, LiveServer, error, live_server, ok
 from tests.api.test_stream import messages
 from tests.shared import wait_for
@@ -165,3 +166,26 @@ def test_the_stream_needs_a_read_role_and_a_real_id(api: Api) -> None:
     assert error(bad, 422, "validation_error")["errors"][0]["loc"] == ["header", "last-event-id"]
     bad = api.get("/api/executions/stream", params={"after": "x"})
     assert error(bad, 422, "validation_error")["errors"][0]["loc"] == ["query", "after"]
+
+
+def test_a_filtered_page_and_a_tail_read_the_log_in_chunks_with_the_same_answer(
+        api: Api, monkeypatch: Any) -> None:  # fmt: skip
+    xid = api.execute(LOOP)
+    for command in api.claim_next(limit=3):
+        api.complete(command, 1)
+    url = f"/api/executions/{xid}/events"
+    cases = [{"type": "command", "limit": 2}, {"type": "command", "after": 4, "limit": 50},
+             {"step": "each", "tail": 3}, {"tail": 4}]
+    whole = [ok(api.get(url, params=p)) for p in cases]
+    read: list[int] = []
+    load = api.store.load
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        found = load(*args, **kw)
+        read.append(len(found))
+        return found
+
+    monkeypatch.setattr(event_query, "CHUNK", 2)
+    monkeypatch.setattr(api.store, "load", counting)
+    assert [ok(api.get(url, params=p)) for p in cases] == whole
+    assert read and max(read) <= 2  # never more than a chunk at once
