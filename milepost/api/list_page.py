@@ -13,6 +13,9 @@ from milepost.api import errors, schemas, views
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle
 from milepost.errors import MilepostError
 
+CURSOR_PATTERN = r"^[0-9eE.+-]+:[0-9]+$"
+"""The form of a keyset in a query, for its schema: `<time>:<id>`."""
+
 Keyset = tuple[float, int]
 """(time, execution_id): a place in a list ordered by both (`port.Keyset`)."""
 

@@ -46,7 +46,7 @@ def list_executions(
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
     since: Annotated[str | None, Query(max_length=40, description=(
         "Only executions started at or after it: ISO-8601 or epoch seconds."))] = None,
-    cursor: Annotated[str | None, Query(max_length=60, description=(
+    cursor: Annotated[str | None, Query(max_length=60, pattern=list_page.CURSOR_PATTERN, description=(
         "The `next` of the previous page: the rows after it (a keyset page, as fast at "
         "the 1000th page as at the first)."))] = None,
 ) -> schemas.ExecutionList:

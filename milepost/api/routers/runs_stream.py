@@ -50,7 +50,7 @@ def _start(after: str | None, last_event_id: str | None, now: float) -> list_pag
             responses={**_SSE, **errors.responses(*AUTH, 422)})  # fmt: skip
 async def stream_executions(
     request: Request, engine: EngineDep, _: ReadAuth,
-    after: Annotated[str | None, Query(max_length=60, description=(
+    after: Annotated[str | None, Query(max_length=60, pattern=list_page.CURSOR_PATTERN, description=(
         "An id of this stream: only the changes after it."))] = None,
     last_event_id: Annotated[str | None, Header(max_length=60)] = None,
 ) -> StreamingResponse:  # fmt: skip
