@@ -44,6 +44,7 @@ from milepost.api.routers import (
     metrics,
     reads,
     results,
+    runs_stream,
     stream,
     ui,
     usage,
@@ -61,7 +62,8 @@ from milepost.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (health, metrics, catalog, execute, executions, events, channel, commands,
+# runs_stream before executions: its /api/executions/stream is no /{execution_id}
+ROUTERS = (health, metrics, catalog, execute, runs_stream, executions, events, channel, commands,
            credentials, docs, workers, approvals, usage, diagnosis, logs,
            actions, reads, results, stream, graph, ui)  # fmt: skip
 

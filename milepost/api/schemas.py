@@ -119,12 +119,19 @@ class ExecutionItem(BaseModel):
     parent_execution_id: IdOut | None
     ended_at: TimeOut | None = Field(None, description="When it ended; null while it runs.")
     duration_s: float | None = Field(None, description="Seconds from start to end.")
+    started_by: str | None = Field(None, description="Who started it (`user:<name>`, ...).")
+    steps_done: int | None = Field(None, description=(
+        "In the list: how many of its steps have exited (run to an end)."))
+    steps_total: int | None = Field(None, description="In the list: its playbook's steps.")
 
 
 class ExecutionList(BaseModel):
     items: list[ExecutionItem]
     limit: int
     offset: int
+    next: str | None = Field(None, description=(
+        "The `cursor` of the next page (keyset: the last row of this one); null when this "
+        "page is the last."))
 
 
 class EventOut(BaseModel):

@@ -46,6 +46,7 @@ def execution_item(row: port.ExecutionRow) -> schemas.ExecutionItem:
         updated_at=checks.iso(row.updated_at), parent_execution_id=sid(row.parent_execution_id),
         ended_at=checks.iso(ended),
         duration_s=None if ended is None else round(ended - row.created_at, 3),
+        started_by=row.started_by,
     )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -53,9 +54,36 @@ def page(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int 
             raise StepNotFound(f"execution {execution_id} has no step {query.step!r} (its "
                                f"playbook's steps: {', '.join(steps)})",
                                execution_id=str(execution_id), step=query.step)  # fmt: skip
-    log = engine.events(row.execution_id, after_seq=after)
-    return dataclasses.replace(select(log, query, limit=limit, tail=tail, after=after),
-                               status=row.status)  # fmt: skip
+    found = _scan(engine, row.execution_id, query, after=after, limit=limit, tail=tail)
+    return dataclasses.replace(found, status=row.status)
+
+
+CHUNK = 1000
+"""Events read per query while a filter or `tail` looks through a log: a long log is read
+in pages of the store, never whole (a 200,000-event run holds at most this many)."""
+
+
+def _scan(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int, limit: int,
+          tail: int | None) -> EventPage:  # fmt: skip
+    if tail is None and query == EventQuery():
+        # every event matches: the page is the query's own LIMIT (one more says "more")
+        return select(engine.events(execution_id, after_seq=after, limit=limit + 1), query,
+                      limit=limit, after=after)  # fmt: skip
+    kept: collections.deque[ev.Event] = collections.deque(maxlen=tail)
+    cursor = after
+    while True:
+        chunk = engine.events(execution_id, after_seq=cursor, limit=CHUNK)
+        kept.extend(e for e in chunk if query.matches(e))
+        if chunk:
+            cursor = chunk[-1].seq
+        if len(chunk) < CHUNK or (tail is None and len(kept) > limit):
+            break
+    if tail is not None:
+        return EventPage(list(kept) if tail else [], None, cursor)
+    shown = list(kept)[:limit]
+    if len(kept) > limit:  # more matched than shown: continue after the last one shown
+        return EventPage(shown, shown[-1].seq, shown[-1].seq)
+    return EventPage(shown, None, cursor)  # the log read to its end: continue after it
 
 
 def select(log: Sequence[ev.Event], query: EventQuery, *, limit: int, tail: int | None = None,

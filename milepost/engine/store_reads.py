@@ -5,7 +5,7 @@ check-ins. Kept apart from `engine/lifecycle.py`, the calls that fold and decide
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
@@ -39,9 +39,17 @@ class StoreReads:
         return row is None or row.status in st.TERMINAL
 
     def executions(self, *, status: str | None, path: str | None, limit: int, offset: int,
-                   since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+                   since: float | None = None,
+                   before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
         return self.store.list_executions(status=status, path=path, limit=limit, offset=offset,
-                                          since=since)  # fmt: skip
+                                          since=since, before=before)  # fmt: skip
+
+    def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
+        return self.store.steps_exited(execution_ids)
+
+    def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
+        """Rows past `after` by (updated_at, execution_id): new runs and ended ones."""
+        return self.store.changed_executions(after, limit)
 
     def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:
         """Usage summed per playbook path, provider and model."""
@@ -52,8 +60,9 @@ class StoreReads:
         """What its attempts printed, past the cursor `after` (`engine.attempt_logs`)."""
         return self.store.attempt_logs(execution_id, step=step, after=after, limit=limit)
 
-    def events(self, execution_id: int, after_seq: int = 0) -> list[ev.Event]:
-        return self.store.load(execution_id, after_seq=after_seq)
+    def events(self, execution_id: int, after_seq: int = 0,
+               limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.store.load(execution_id, after_seq=after_seq, limit=limit)
 
     def command(self, command_id: int) -> port.CommandRow:
         row = self.store.get_command(command_id)

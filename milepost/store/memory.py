@@ -134,11 +134,12 @@ class MemoryStore(MemoryLeases, port.Appends):
         projection.apply(change, self.db.executions, self.db.commands, self.db.approvals)
         return logged
 
-    def load(self, execution_id: int, after_seq: int = 0, *,
-             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
+    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
+             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
         with self.db.lock:
-            return [e for e in self.db.logs.get(execution_id, ())
-                    if after_seq < e.seq and (before_seq is None or e.seq < before_seq)]  # fmt: skip
+            found = [e for e in self.db.logs.get(execution_id, ())
+                     if after_seq < e.seq and (before_seq is None or e.seq < before_seq)]  # fmt: skip
+        return found if limit is None else found[:limit]
 
     def event_count(self, execution_id: int) -> int:
         with self.db.lock:
@@ -150,14 +151,28 @@ class MemoryStore(MemoryLeases, port.Appends):
         return self.db.executions.get(execution_id)
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0,
-                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+                        limit: int = 100, offset: int = 0, since: float | None = None,
+                        before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
         with self.db.lock:
             rows = [r for r in self.db.executions.values()
                     if (not status or r.status == status.upper()) and (not path or r.path == path)
-                    and (since is None or r.created_at >= since)]  # fmt: skip
+                    and (since is None or r.created_at >= since)
+                    and (before is None or (r.created_at, r.execution_id) < before)]  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
+        with self.db.lock:
+            found = {x: {e.step for e in self.db.logs.get(x, ()) if e.event_type == ev.STEP_EXIT}
+                     for x in execution_ids}  # fmt: skip
+        return {x: len(steps) for x, steps in found.items() if steps}
+
+    def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
+        with self.db.lock:
+            rows = [r for r in self.db.executions.values()
+                    if (r.updated_at, r.execution_id) > after]  # fmt: skip
+        rows.sort(key=lambda r: (r.updated_at, r.execution_id))
+        return rows[:limit]
 
     # -- usage -----------------------------------------------------------------------------
 

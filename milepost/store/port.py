@@ -46,6 +46,10 @@ BLOB_THRESHOLD = 256 * 1024
 """Payloads larger than this (bytes of JSON) go to the result store, referenced from the event."""
 
 
+Keyset = tuple[float, int]
+"""A (time, execution_id) position in a list of executions ordered by both."""
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionRow:
     execution_id: int
@@ -58,6 +62,8 @@ class ExecutionRow:
     error: dict[str, Any] | None = None
     cancel_requested: bool = False
     """An `execution.cancel_requested` event is in the log: claims are refused from then on."""
+    started_by: str | None = None
+    """Who started it (`user:<name>`, `token:<name>`), from its `execution.started`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,10 +331,11 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         the log."""
         ...
 
-    def load(self, execution_id: int, after_seq: int = 0, *,
-             before_seq: int | None = None) -> list[Event]:  # fmt: skip
+    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
+             limit: int | None = None) -> list[Event]:  # fmt: skip
         """The execution's events with `after_seq < seq`, and `seq < before_seq` if given
-        (what slipped in before one's own append, without reading that append back)."""
+        (what slipped in before one's own append, without reading that append back); the
+        first `limit` of them if given (a page read in the query, not cut from the log)."""
         ...
 
     def event_count(self, execution_id: int) -> int: ...
@@ -338,9 +345,21 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
 
     def list_executions(
         self, *, status: str | None = None, path: str | None = None, limit: int = 100,
-        offset: int = 0, since: float | None = None,
+        offset: int = 0, since: float | None = None, before: Keyset | None = None,
     ) -> list[ExecutionRow]:
-        """Newest first; `since`: only those created at or after it (epoch seconds)."""
+        """Newest first, by (created_at, execution_id); `since`: only those created at or
+        after it (epoch seconds); `before`: only those whose (created_at, execution_id) is
+        below it (a keyset page: the last row of the previous page)."""
+        ...
+
+    def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
+        """How many distinct steps of each run have a `step.exit` (the list's progress);
+        runs with none are left out."""
+        ...
+
+    def changed_executions(self, after: Keyset, limit: int) -> list[ExecutionRow]:
+        """The rows whose (updated_at, execution_id) is above `after`, in that order: a new
+        run (its updated_at is its start) or one that ended (the change stream)."""
         ...
 
     # commands

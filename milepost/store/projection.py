@@ -37,10 +37,10 @@ class Changes:
     """The row changes of a batch of stored events, as statement parameters (one Python type
     per column, in the column order of the statements that apply them)."""
 
-    started: list[tuple[int, str, int | None, str, int | None, float, float]] = field(
-        default_factory=list)
-    """execution_id, path, version, status, parent_execution_id, created_at, updated_at:
-    inserted unless the execution has a row."""
+    started: list[tuple[int, str, int | None, str, int | None, float, float, str | None]] = (
+        field(default_factory=list))
+    """execution_id, path, version, status, parent_execution_id, created_at, updated_at,
+    started_by: inserted unless the execution has a row."""
     cancels: list[int] = field(default_factory=list)
     """Executions whose cancel was requested."""
     compensating: list[int] = field(default_factory=list)
@@ -121,7 +121,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             version = p.get("version")
             out.started.append((event.execution_id, str(p.get("path", "")),
                                 None if version is None else int(version), "RUNNING",
-                                None if parent is None else int(parent), at, at))  # fmt: skip
+                                None if parent is None else int(parent), at, at,
+                                _text(p.get("started_by"))))  # fmt: skip
             if p.get("stall_after") is not None:
                 out.stalls.append((float(p["stall_after"]), event.execution_id))
             if p.get("restarted_from"):
@@ -168,10 +169,10 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
     """Apply `change` to rows held in memory, as the SQL stores' statements do."""
     if change.usage and usage_rows is not None:
         used.apply(change.usage, usage_rows)
-    for xid, path, version, status, parent, created, updated in change.started:
+    for xid, path, version, status, parent, created, updated, by in change.started:
         if xid not in executions:
             executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,
-                                                parent)  # fmt: skip
+                                                parent, started_by=by)  # fmt: skip
     if change.approvals and approval_rows is not None:
         paths = {x: executions[x].path for x in {r.row.execution_id for r in change.approvals
                                                  if isinstance(r, ap.Requested)}
@@ -230,3 +231,7 @@ def rebuild(log: Sequence[ev.Event]) -> Rebuilt:
     for event in log:
         apply(changes([event]), out.executions, out.commands, out.approvals)
     return out
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

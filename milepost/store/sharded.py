@@ -97,9 +97,10 @@ class ShardedStore:
         return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,
                                        claim.pool, new_id=claim.new_id)  # fmt: skip
 
-    def load(self, execution_id: int, after_seq: int = 0, *,
-             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
-        return self.shard(execution_id).load(execution_id, after_seq, before_seq=before_seq)
+    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
+             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+        return self.shard(execution_id).load(execution_id, after_seq, before_seq=before_seq,
+                                             limit=limit)  # fmt: skip
 
     def event_count(self, execution_id: int) -> int:
         return self.shard(execution_id).event_count(execution_id)
@@ -110,15 +111,27 @@ class ShardedStore:
         return self.shard(execution_id).get_execution(execution_id)
 
     def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0,
-                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+                        limit: int = 100, offset: int = 0, since: float | None = None,
+                        before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
         # every shard's first offset+limit rows hold the merged page
         rows: list[port.ExecutionRow] = []
         for store in self.stores:
             rows.extend(store.list_executions(status=status, path=path, limit=offset + limit,
-                                              offset=0, since=since))  # fmt: skip
+                                              offset=0, since=since, before=before))  # fmt: skip
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
         return rows[offset:offset + limit]
+
+    def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
+        by_shard: dict[int, list[int]] = {}
+        for xid in execution_ids:
+            by_shard.setdefault(shard_of(xid, len(self.stores)), []).append(xid)
+        return {x: n for i, part in by_shard.items()
+                for x, n in self.stores[i].steps_exited(part).items()}  # fmt: skip
+
+    def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
+        rows = [r for store in self.stores for r in store.changed_executions(after, limit)]
+        rows.sort(key=lambda r: (r.updated_at, r.execution_id))
+        return rows[:limit]
 
     # -- attempt logs: each execution's on its shard ------------------------------------------
 

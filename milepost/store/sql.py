@@ -28,6 +28,7 @@ from milepost.store import approval_table, liveness, port, projection, usage_tab
 from milepost.store.approval_table import ApprovalTable
 from milepost.store.attempt_log_table import AttemptLogTable
 from milepost.store.children_table import ChildrenTable
+from milepost.store.execution_table import ExecutionTable
 from milepost.store.liveness import LivenessTable
 from milepost.store.restarts import RestartTable
 from milepost.store.seqs import SeqCache
@@ -40,8 +41,6 @@ Conn = Any
 
 EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
               " meta, worker_id, created_at")  # fmt: skip
-EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
-             " parent_execution_id, error, cancel_requested")  # fmt: skip
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
@@ -74,7 +73,7 @@ class RepeatedId(Exception):
 
 
 class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, LivenessTable,
-               AttemptLogTable, ChildrenTable, RestartTable, port.Appends):  # fmt: skip
+               AttemptLogTable, ChildrenTable, ExecutionTable, RestartTable, port.Appends):  # fmt: skip
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
 
 
@@ -284,7 +283,7 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         if change.started:
             self.many(conn, (
                 "INSERT INTO execution (execution_id, path, version, status,"
-                " parent_execution_id, created_at, updated_at) VALUES (?,?,?,?,?,?,?)"
+                " parent_execution_id, created_at, updated_at, started_by) VALUES (?,?,?,?,?,?,?,?)"
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
@@ -316,15 +315,18 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                          (port.COMMAND_CANCELLED, at, xid))  # fmt: skip
             self.seqs.forget([xid])
 
-    def load(self, execution_id: int, after_seq: int = 0, *,
-             before_seq: int | None = None) -> list[ev.Event]:  # fmt: skip
-        if before_seq is None:
-            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
-                             " ORDER BY seq", (execution_id, after_seq))  # fmt: skip
-        else:
-            rows = self.rows(f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
-                             " AND seq<? ORDER BY seq", (execution_id, after_seq, before_seq))  # fmt: skip
-        return [self.decode(row) for row in rows]
+    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
+             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+        text = f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
+        params: list[Any] = [execution_id, after_seq]
+        if before_seq is not None:
+            text += " AND seq<?"
+            params.append(before_seq)
+        text += " ORDER BY seq"
+        if limit is not None:  # the (execution_id, seq) index stops after `limit` rows
+            text += " LIMIT ?"
+            params.append(limit)
+        return [self.decode(row) for row in self.rows(text, params)]
 
     def decode(self, row: Sequence[Any]) -> ev.Event:
         seq, event_id, execution_id, parent, etype, step, status, result, meta, worker, at = row
@@ -342,38 +344,6 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
     def event_count(self, execution_id: int) -> int:
         return int(self.rows("SELECT count(*) FROM event WHERE execution_id=?",
                              (execution_id,))[0][0])  # fmt: skip
-
-    # -- executions ------------------------------------------------------------------------
-
-    @staticmethod
-    def _execution(row: Sequence[Any]) -> port.ExecutionRow:
-        xid, path, version, status, created, updated, parent, error, cancel = row
-        return port.ExecutionRow(xid, path, version, status, created, updated, parent,
-                                 json.loads(error) if error else None, bool(cancel))  # fmt: skip
-
-    def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
-        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE execution_id=?", (execution_id,))
-        return self._execution(rows[0]) if rows else None
-
-    def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0,
-                        since: float | None = None) -> list[port.ExecutionRow]:  # fmt: skip
-        where: list[str] = []
-        params: list[Any] = []
-        if since is not None:
-            where.append("created_at>=?")
-            params.append(since)
-        if status:
-            where.append("status=?")
-            params.append(status.upper())
-        if path:
-            where.append("path=?")
-            params.append(path)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution {clause}"
-                         " ORDER BY created_at DESC, execution_id DESC LIMIT ? OFFSET ?",
-                         (*params, limit, offset))  # fmt: skip
-        return [self._execution(r) for r in rows]
 
     # -- commands and claims ---------------------------------------------------------------
 

@@ -38,6 +38,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
                                         422),
     ("POST", "/api/execute"): ("/api/execute", {"path": "nope"}, {"admin", "operator"}, 404),
     ("GET", "/api/executions"): ("/api/executions", None, READ, 200),
+    # a bad cursor: the change stream never ends by itself, its 422 answers at once
+    ("GET", "/api/executions/stream"): ("/api/executions/stream?after=x", None, READ, 422),
     ("GET", "/api/usage"): ("/api/usage", None, READ, 200),
     ("GET", "/api/executions/{execution_id}"): ("/api/executions/1", None, READ, 404),
     ("GET", "/api/executions/{execution_id}/status"): ("/api/executions/1/status", None, READ,

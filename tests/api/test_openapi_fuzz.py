@@ -165,7 +165,10 @@ def fuzz(server: LiveServer, known: Known) -> Tally:
 
         return call
 
-    operations = [result.ok() for result in schema.get_all_operations()]
+    # the runs list's change stream never ends by itself (it answers while the client
+    # stays): its bad input and its messages are tested in tests/api/test_runs_list.py
+    operations = [op for op in (result.ok() for result in schema.get_all_operations())
+                  if op.path != "/api/executions/stream"]  # fmt: skip
     # reads last again: what the writes stored must stay readable (a bad time did not)
     reads = [operation for operation in operations if operation.method.upper() == "GET"]
     passes = [(operations, GenerationMode.POSITIVE, False, "admin"),

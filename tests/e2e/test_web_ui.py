@@ -210,6 +210,16 @@ GATED = textwrap.dedent("""\
     """)
 
 
+QUICK = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: ui_quick, path: e2e/ui_quick}
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = 1"}
+    """)
+
+
 @needs_browser
 def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
         cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
@@ -302,3 +312,26 @@ def test_an_approval_decided_in_the_browser_and_the_playbooks_and_workers_pages(
     expect(worker.first).to_contain_text("default")
     expect(page.get_by_test_id("without-worker")).to_have_count(0)
     page.screenshot(path=str(artifacts / "workers.png"))
+
+
+@needs_browser
+def test_a_waiting_run_selected_in_the_list_and_cancelled_turns_cancelled_live(
+        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    done = cluster.run(QUICK)
+    waiting = cluster.run(LOOP.replace("DIR", str(tmp_path)))  # held by the file gate
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    sign_in(page, cluster.url, cluster.admin_token)
+    held = page.locator(f"[data-testid=run-row][data-id='{waiting}']")
+    quick = page.locator(f"[data-testid=run-row][data-id='{done}']")
+    expect(quick).to_have_attribute("data-status", "COMPLETED", timeout=WAIT_MS)
+    expect(held).to_have_attribute("data-status", "RUNNING", timeout=WAIT_MS)
+    expect(held).to_contain_text("token:")  # who started it, from the list's row
+
+    held.get_by_role("checkbox").check()
+    page.get_by_role("button", name="Cancel selected").click()
+    results = page.get_by_test_id("bulk-results")
+    expect(results).to_contain_text(f"{waiting}: cancel asked", timeout=WAIT_MS)
+    # the stream brings the end: no reload, no filter change
+    expect(held).to_have_attribute("data-status", "CANCELLED", timeout=WAIT_MS)
+    expect(quick).to_have_attribute("data-status", "COMPLETED")
+    page.screenshot(path=str(artifacts / "runs-bulk-cancelled.png"))

@@ -66,6 +66,6 @@ function page(route: Route, who: Whoami) {
     case "workers":
       return <WorkersPage />;
     default:
-      return <RunsPage />;
+      return <RunsPage who={who} />;
   }
 }

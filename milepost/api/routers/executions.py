@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from milepost.api import checks, errors, schemas, views
+from milepost.api import checks, errors, list_page, schemas, views
 from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import EngineDep
@@ -46,11 +46,14 @@ def list_executions(
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
     since: Annotated[str | None, Query(max_length=40, description=(
         "Only executions started at or after it: ISO-8601 or epoch seconds."))] = None,
+    cursor: Annotated[str | None, Query(max_length=60, pattern=list_page.CURSOR_PATTERN, description=(
+        "The `next` of the previous page: the rows after it (a keyset page, as fast at "
+        "the 1000th page as at the first)."))] = None,
 ) -> schemas.ExecutionList:
     rows = engine.executions(status=status, path=path, limit=limit, offset=offset,
-                             since=_since(since))
-    return schemas.ExecutionList(items=[views.execution_item(r) for r in rows], limit=limit,
-                                 offset=offset)  # fmt: skip
+                             since=_since(since), before=list_page.parse_cursor(cursor))  # fmt: skip
+    return schemas.ExecutionList(items=list_page.items(engine, rows), limit=limit,
+                                 offset=offset, next=list_page.next_cursor(rows, limit))  # fmt: skip
 
 
 def _since(value: str | None) -> float | None:
@@ -81,7 +84,7 @@ def get_execution(
 ) -> schemas.ExecutionOut:
     row = existing(engine, execution_id)
     summary = _summary_now(engine, row.execution_id)
-    page = engine.events(row.execution_id, after_seq=events_after)
+    page = engine.events(row.execution_id, after_seq=events_after, limit=events_limit + 1)
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(

@@ -39,7 +39,7 @@ KEEPALIVE = 15.0
 _ALL = event_query.EventQuery(None, ())
 
 
-def message(event_out_json: str, seq: int, event_type: str) -> str:
+def message(event_out_json: str, seq: int | str, event_type: str) -> str:
     return f"id: {seq}\nevent: {event_type}\ndata: {event_out_json}\n\n"
 
 

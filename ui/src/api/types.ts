@@ -17,12 +17,16 @@ export interface ExecutionItem {
   parent_execution_id: string | null;
   ended_at: string | null;
   duration_s: number | null;
+  started_by?: string | null;
+  steps_done?: number | null;
+  steps_total?: number | null;
 }
 
 export interface ExecutionList {
   items: ExecutionItem[];
   limit: number;
   offset: number;
+  next?: string | null;
 }
 
 export interface StepSummary {

@@ -1,39 +1,68 @@
-import { keepPreviousData, useQuery } from "@tanstack/react-query";
-import { FormEvent, useState } from "react";
+import { keepPreviousData, useQuery, useQueryClient } from "@tanstack/react-query";
+import { FormEvent, useEffect, useState } from "react";
 import { api, ApiError, query } from "../api/client";
-import type { ExecutionItem, ExecutionList } from "../api/types";
+import type { ExecutionItem, ExecutionList, Whoami } from "../api/types";
 import { duration, when } from "../format";
-import { useLive } from "../live";
 import { href, navigate } from "../router";
 import { statusColour } from "../status";
+import { BulkActions } from "./BulkActions";
+import { applyChange, RunsFilter, SINCE_S } from "./changes";
+import { followRuns } from "./runsStream";
+
+export type { RunsFilter } from "./changes";
 
 const PAGE = 50;
 const STATUSES = ["", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"];
-const SINCE: Record<string, number> = { "": 0, "1h": 3600, "24h": 86400, "7d": 7 * 86400 };
 
-export interface RunsFilter {
-  status: string;
-  path: string;
-  since: string;
-  page: number;
+/** The list route of one page: the filters and the keyset `cursor` of the page (the
+ * previous page's `next`; none for the first). */
+export function runsUrl(f: RunsFilter, cursor: string | null = null, now = Date.now()): string {
+  const since = SINCE_S[f.since] ? new Date(now - SINCE_S[f.since] * 1000).toISOString() : undefined;
+  return `/api/executions${query({ status: f.status, path: f.path.trim(), since, limit: PAGE, cursor })}`;
 }
 
-export function runsUrl(f: RunsFilter, now = Date.now()): string {
-  const since = SINCE[f.since] ? new Date(now - SINCE[f.since] * 1000).toISOString() : undefined;
-  return `/api/executions${query({ status: f.status, path: f.path.trim(), since, limit: PAGE, offset: f.page * PAGE })}`;
-}
-
-/** Runs: server-side pages of GET /api/executions, filtered by status, playbook and start. */
-export function RunsPage() {
-  const [filter, setFilter] = useState<RunsFilter>({ status: "", path: "", since: "", page: 0 });
-  const set = (patch: Partial<RunsFilter>) => setFilter((f) => ({ ...f, page: 0, ...patch }));
+/** Runs: keyset pages of GET /api/executions, filtered by status, playbook and start, kept
+ * live by GET /api/executions/stream (rows changed in place), with bulk cancel / re-run. */
+export function RunsPage({ who }: { who: Whoami }) {
+  const [filter, setFilter] = useState<RunsFilter>({ status: "", path: "", since: "" });
+  // the cursors of the pages seen: cursors[i] reads page i (Previous pops one)
+  const [cursors, setCursors] = useState<(string | null)[]>([null]);
+  const [selected, setSelected] = useState<Record<string, ExecutionItem>>({});
+  const set = (patch: Partial<RunsFilter>) => {
+    setFilter((f) => ({ ...f, ...patch }));
+    setCursors([null]);
+    setSelected({});
+  };
+  const cursor = cursors[cursors.length - 1];
+  const key = ["executions", filter, cursor];
+  const client = useQueryClient();
   const runs = useQuery({
-    queryKey: ["executions", filter],
-    queryFn: () => api<ExecutionList>(runsUrl(filter)),
+    queryKey: key,
+    queryFn: () => api<ExecutionList>(runsUrl(filter, cursor)),
     placeholderData: keepPreviousData,
   });
-  useLive((after) => `/api/executions/stream${query({ after })}`, [["executions"]]);
+  const firstPage = cursors.length === 1;
+  useEffect(
+    () =>
+      followRuns(
+        (run) => {
+          client.setQueryData<ExecutionList>(key, (page) => page && applyChange(page, run, filter, firstPage));
+          setSelected((s) => (s[run.execution_id] ? { ...s, [run.execution_id]: run } : s));
+        },
+        () => void client.invalidateQueries({ queryKey: ["executions"] }),
+      ),
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [JSON.stringify(key), client],
+  );
   const items = runs.data?.items ?? [];
+  const selectable = who.may.cancel || who.may.act;
+  const toggle = (run: ExecutionItem) =>
+    setSelected((s) => {
+      const next = { ...s };
+      if (next[run.execution_id]) delete next[run.execution_id];
+      else next[run.execution_id] = run;
+      return next;
+    });
 
   return (
     <section className="runs">
@@ -51,12 +80,7 @@ export function RunsPage() {
         </label>
         <label>
           Playbook
-          <input
-            name="playbook"
-            value={filter.path}
-            placeholder="catalog path"
-            onChange={(e) => set({ path: e.target.value })}
-          />
+          <input name="playbook" value={filter.path} placeholder="catalog path" onChange={(e) => set({ path: e.target.value })} />
         </label>
         <label>
           Started
@@ -69,25 +93,41 @@ export function RunsPage() {
         </label>
         <SearchById />
       </div>
+      {selectable && (
+        <BulkActions
+          selected={Object.values(selected)}
+          who={who}
+          onDone={() => void client.invalidateQueries({ queryKey: ["executions"] })}
+        />
+      )}
       {runs.error && <p className="error">{String((runs.error as Error).message)}</p>}
       <table className="list">
         <thead>
           <tr>
+            {selectable && <th aria-label="select" />}
             <th>Id</th>
             <th>Status</th>
             <th>Playbook</th>
             <th>Version</th>
+            <th>Started by</th>
             <th>Started</th>
             <th>Duration</th>
+            <th>Progress</th>
           </tr>
         </thead>
         <tbody>
           {items.map((r) => (
-            <RunRow key={r.execution_id} run={r} />
+            <RunRow
+              key={r.execution_id}
+              run={r}
+              selectable={selectable}
+              checked={!!selected[r.execution_id]}
+              onToggle={() => toggle(r)}
+            />
           ))}
           {!runs.isLoading && items.length === 0 && (
             <tr>
-              <td colSpan={6} className="empty">
+              <td colSpan={selectable ? 9 : 8} className="empty">
                 No runs match.
               </td>
             </tr>
@@ -95,13 +135,13 @@ export function RunsPage() {
         </tbody>
       </table>
       <div className="pager">
-        <button disabled={filter.page === 0} onClick={() => setFilter((f) => ({ ...f, page: f.page - 1 }))}>
+        <button disabled={firstPage} onClick={() => setCursors((c) => c.slice(0, -1))}>
           Previous
         </button>
-        <span>page {filter.page + 1}</span>
+        <span>page {cursors.length}</span>
         <button
-          disabled={items.length < PAGE}
-          onClick={() => setFilter((f) => ({ ...f, page: f.page + 1 }))}
+          disabled={!runs.data?.next}
+          onClick={() => runs.data?.next && setCursors((c) => [...c, runs.data.next as string])}
         >
           Next
         </button>
@@ -110,10 +150,36 @@ export function RunsPage() {
   );
 }
 
-function RunRow({ run }: { run: ExecutionItem }) {
+function Progress({ run }: { run: ExecutionItem }) {
+  const done = run.steps_done ?? 0;
+  const total = run.steps_total;
+  if (!total) return <>–</>;
+  return (
+    <span className="progress" title={`${done} of ${total} steps done`}>
+      <progress max={total} value={Math.min(done, total)} /> {done}/{total}
+    </span>
+  );
+}
+
+function RunRow({
+  run,
+  selectable,
+  checked,
+  onToggle,
+}: {
+  run: ExecutionItem;
+  selectable: boolean;
+  checked: boolean;
+  onToggle: () => void;
+}) {
   const to = { page: "run" as const, id: run.execution_id };
   return (
-    <tr data-testid="run-row" data-status={run.status}>
+    <tr data-testid="run-row" data-id={run.execution_id} data-status={run.status}>
+      {selectable && (
+        <td>
+          <input type="checkbox" aria-label={`select ${run.execution_id}`} checked={checked} onChange={onToggle} />
+        </td>
+      )}
       <td>
         <a
           href={href(to)}
@@ -132,8 +198,12 @@ function RunRow({ run }: { run: ExecutionItem }) {
       </td>
       <td>{run.path}</td>
       <td>{run.version ?? "–"}</td>
+      <td>{run.started_by ?? "–"}</td>
       <td>{when(run.created_at)}</td>
       <td>{duration(run.duration_s, run.ended_at ? null : run.created_at)}</td>
+      <td>
+        <Progress run={run} />
+      </td>
     </tr>
   );
 }
