@@ -158,17 +158,17 @@ def _run_page(page: Any, base: str, xid: int, step: str, done: str, events: int)
 
     t0 = time.perf_counter()
     page.goto(f"{base}/ui/runs/{xid}")
+    expect(page.get_by_test_id("run-status")).to_have_text("COMPLETED", timeout=120_000)
     node = page.get_by_test_id(f"step-{step}")
     expect(node).to_have_attribute("data-status", "COMPLETED", timeout=120_000)
     if done:
         expect(page.get_by_test_id(f"iterations-{step}")).to_contain_text(done, timeout=120_000)
     expect(page.get_by_test_id("event-row").first).to_be_visible(timeout=120_000)
     interactive = time.perf_counter() - t0
-    count = page.get_by_test_id("event-count")
-    if count.count():
-        expect(count).to_contain_text(f"{events:,}", timeout=600_000)
+    expect(page.get_by_test_id("event-count")).to_have_text(f"Events ({events:,})",
+                                                             timeout=600_000)  # fmt: skip
     return {"interactive_s": round(interactive, 3),
-            "all_events_s": round(time.perf_counter() - t0, 3) if count.count() else -1}  # fmt: skip
+            "all_events_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
 
 
 def main() -> int:
@@ -195,12 +195,18 @@ def main() -> int:
             with ui(sqlite, folder) as (base, token, _):
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 _sign_in(page, base, token)
-                events = args.iterations * 3 + 10
-                for name, xid, step, done, n in (
-                        ("loop", loop_id, "start", f"{args.iterations} done", events),
-                        ("chain", chain_id, f"s{args.steps - 1}", "", args.steps * 3 + 4)):  # fmt: skip
-                    figures = _run_page(page, base, xid, step, done, n)
-                    _emit({"page": f"run of {name}", **figures})
+                for name, xid, step, done in (
+                        ("loop", loop_id, "start", f"{args.iterations} done"),
+                        ("chain", chain_id, "start", "")):  # fmt: skip
+                    events = httpx.get(f"{base}/api/executions/{xid}", params={"events_limit": 0},
+                                       headers={"Authorization": f"Bearer {token}"},
+                                       timeout=60).json()["last_seq"]  # fmt: skip
+                    # first the server's first read of the run (its log folded), then again
+                    cold = _run_page(page, base, xid, step, done, events)
+                    page.goto(base + "/ui/runs")
+                    figures = {"first_visit": cold,
+                               "again": _run_page(page, base, xid, step, done, events)}
+                    _emit({"page": f"run of {name}", "events": events, **figures})
                     summary[f"{name}_run_page"] = figures
                 # a live run that does not change: what following its stream costs
                 gate = folder / "go"

@@ -212,6 +212,9 @@ class ExecutionOut(ExecutionItem, RunProgress):
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last."
     )
+    last_seq: int = Field(0, description=(
+        "The seq its log ends at as this reply was made (seqs count from 1, without gaps):"
+        " follow its stream from there (`?after=`) to get only what comes next."))
 
 
 class CancelOut(BaseModel):

@@ -189,3 +189,15 @@ def test_a_filtered_page_and_a_tail_read_the_log_in_chunks_with_the_same_answer(
     monkeypatch.setattr(api.store, "load", counting)
     assert [ok(api.get(url, params=p)) for p in cases] == whole
     assert read and max(read) <= 2  # never more than a chunk at once
+
+
+def test_a_run_says_where_its_log_ends_so_its_stream_is_followed_from_there(api: Api) -> None:
+    """The run page reads the run, then follows its stream from `last_seq`: only what comes
+    next, never the backlog the page reads in pages anyway."""
+    xid = api.execute(LOOP)
+    run = ok(api.get(f"/api/executions/{xid}", params={"events_limit": 0}, role="viewer"))
+    assert run["events"] == [] and run["last_seq"] == api.store.load(int(xid))[-1].seq
+    for command in api.claim_next(limit=3):
+        api.complete(command, 1)
+    later = ok(api.get(f"/api/executions/{xid}", params={"events_limit": 0}))
+    assert later["last_seq"] == api.store.load(int(xid))[-1].seq > run["last_seq"]

@@ -6,6 +6,7 @@ import { ApprovalsPage } from "./approvals/ApprovalsPage";
 import { SignIn } from "./auth/SignIn";
 import { NavLinks } from "./nav/NavLinks";
 import { PlaybooksPage } from "./playbooks/PlaybooksPage";
+import { preload } from "./run/layout";
 import { RunPage } from "./run/RunPage";
 import { RunsPage } from "./runs/RunsPage";
 import { href, navigate, useRoute, type Route } from "./router";
@@ -23,6 +24,14 @@ export function App() {
       .catch(() => clearToken())
       .finally(() => setChecking(false));
   }, []);
+
+  useEffect(() => {
+    if (!who) return;
+    // elkjs is most of the app: parsed while the person reads the runs list, not when
+    // they open a run
+    const idle = window.requestIdleCallback ?? ((f: () => void) => window.setTimeout(f, 200));
+    idle(() => preload());
+  }, [who]);
 
   if (checking) return null;
   if (!who) return <SignIn onSignedIn={setWho} />;

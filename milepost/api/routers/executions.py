@@ -64,7 +64,7 @@ def _since(value: str | None) -> float | None:
 
 
 def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
-    return summaries.execution_summary(state)
+    return {**summaries.execution_summary(state), "last_seq": state.last_seq}
 
 
 def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def get_execution(
     return schemas.ExecutionOut(
         **views.execution_item(row).model_dump(), **_progress(summary),
         events=[views.event_out(e) for e in page],
-        events_next=page[-1].seq if more and page else None,
+        events_next=page[-1].seq if more and page else None, last_seq=summary["last_seq"],
     )  # fmt: skip
 
 

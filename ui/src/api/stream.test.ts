@@ -47,4 +47,23 @@ describe("follow", () => {
     await new Promise((r) => setTimeout(r, 60));
     expect(changed.mock.calls.length).toBe(calls); // stopped: no timer left running
   });
+
+  it("starts where the caller's read ended and re-fetches at most once per interval", async () => {
+    // a live run: a message, the connection closes, another message on the resumed one
+    const fetch = vi
+      .spyOn(globalThis, "fetch")
+      .mockResolvedValueOnce(sse("id: 301\nevent: step.exit\ndata: {}\n\n"))
+      .mockResolvedValueOnce(sse("id: 302\nevent: step.exit\ndata: {}\n\nevent: end\ndata: {}\n\n"));
+    const at: number[] = [];
+    const ended = new Promise<void>((resolve) =>
+      follow((after) => `/s?after=${after}`, () => at.push(Date.now()), {
+        after: 300, minIntervalMs: 400, onEnd: resolve,
+      }),
+    );
+    await ended;
+    await new Promise((r) => setTimeout(r, 500));
+    expect(fetch.mock.calls[0][0]).toBe("/s?after=300"); // not the 300 events it has
+    expect(fetch.mock.calls[1][0]).toBe("/s?after=301"); // resumed after the last seen
+    for (let i = 1; i < at.length; i++) expect(at[i] - at[i - 1]).toBeGreaterThanOrEqual(390);
+  }, 10_000);
 });

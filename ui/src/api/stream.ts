@@ -38,30 +38,41 @@ export async function readStream(
 
 export const POLL_MS = 5000;
 const RETRY_MS = 2000;
+export const MIN_INTERVAL_MS = 250;
 
 /**
- * Follow `path` (a stream route): `onChange` runs for each message (coalesced to one call
- * per animation frame, so a burst of 1,000 events costs one re-fetch). Falls back to one
+ * Follow `path` (a stream route) from `opts.after`: `onChange` runs for each message
+ * (coalesced to one call per animation frame and at most one per `minIntervalMs`, so a
+ * burst of 1,000 events costs one re-fetch). Falls back to one
  * call every `POLL_MS` while the tab is visible when the server has no stream route.
  * Returns a function that stops it.
  */
 export function follow(
   path: (after: number) => string,
   onChange: () => void,
-  opts: { onEnd?: () => void; pollMs?: number } = {},
+  opts: { onEnd?: () => void; pollMs?: number; after?: number; minIntervalMs?: number } = {},
 ): () => void {
   const abort = new AbortController();
-  let after = 0;
+  // where to resume: the caller read the log up to `after` (the run's `last_seq`), so the
+  // stream sends only what comes next, never a backlog of 200,000 events it already has
+  let after = opts.after ?? 0;
   let pending = false;
+  let last = 0;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  const gap = opts.minIntervalMs ?? MIN_INTERVAL_MS;
   const changed = () => {
     if (pending) return;
     pending = true;
     const run = () => {
       pending = false;
+      last = Date.now();
       onChange();
     };
-    if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
+    // at most one call per `gap` ms: a run of 100,000 iterations changes all the time,
+    // and each call re-reads what the page shows
+    const wait = Math.max(0, last + gap - Date.now());
+    if (wait > 0) setTimeout(run, wait);
+    else if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
     else setTimeout(run, 0);
   };
   const poll = () => {

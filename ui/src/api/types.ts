@@ -36,6 +36,8 @@ export interface StepSummary {
 
 export interface ExecutionOut extends ExecutionItem {
   error: Record<string, unknown> | null;
+  /** Where its log ended as the reply was made: its stream is followed from there. */
+  last_seq?: number;
   steps: Record<string, StepSummary>;
 }
 

@@ -1,5 +1,5 @@
 import { useQuery, useQueryClient } from "@tanstack/react-query";
-import { useEffect, useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { api, query } from "../api/client";
 import { follow } from "../api/stream";
 import type { ExecutionOut, RunGraph as Graph, Whoami } from "../api/types";
@@ -28,17 +28,23 @@ export function RunPage({ id, who }: { id: string; who: Whoami }) {
   useEffect(() => setSelected(null), [id]); // another run: its steps are not this one's
   const status = run.data?.status;
   const ended = status !== undefined && TERMINAL.has(status);
+  // the stream starts where the first read of the run ended: only what comes next
+  const from = useRef<{ id: string; seq: number } | null>(null);
+  if (run.data && from.current?.id !== id) from.current = { id, seq: run.data.last_seq ?? 0 };
+  const known = run.data !== undefined;
 
   useEffect(() => {
-    if (ended) return; // an ended run does not change: nothing to follow
+    // not before the run is read (an ended run does not change: nothing to follow)
+    if (!known || ended) return;
     return follow(
       (after) => `/api/executions/${id}/stream${query({ after })}`,
       () => {
         void client.invalidateQueries({ queryKey: ["run", id] });
         pull();
       },
+      { after: from.current?.seq ?? 0 },
     );
-  }, [id, ended, client, pull]);
+  }, [id, known, ended, client, pull]);
 
   if (run.error) return <p className="error">{(run.error as Error).message}</p>;
   if (!run.data) return <p>Loading run {id}…</p>;

@@ -35,7 +35,7 @@ export function Timeline({
   return (
     <section className="timeline">
       <div className="filters">
-        <h3>Events ({shown.length.toLocaleString()})</h3>
+        <h3 data-testid="event-count">Events ({shown.length.toLocaleString("en-US")})</h3>
         <select aria-label="step" value={step} onChange={(e) => setStep(e.target.value)}>
           <option value="">every step</option>
           {steps.map((s) => (

@@ -2,9 +2,11 @@ import { useCallback, useEffect, useRef, useState } from "react";
 import { api, query } from "../api/client";
 import type { EventOut, EventPage } from "../api/types";
 
+const FIRST = 500;
 const PAGE = 10_000;
 
-/** Every event of a run, read in pages of 10,000 from GET /api/executions/{id}/events;
+/** Every event of a run, read from GET /api/executions/{id}/events: a first page of 500
+ * (the timeline shows rows at once), then pages of 10,000;
  * `pull()` fetches what came after the last one (called on each live change). */
 export function useEvents(id: string): { events: EventOut[]; pull: () => void } {
   const [events, setEvents] = useState<EventOut[]>([]);
@@ -24,7 +26,7 @@ export function useEvents(id: string): { events: EventOut[]; pull: () => void } 
           again.current = false;
           for (;;) {
             const page = await api<EventPage>(
-              `/api/executions/${id}/events${query({ after: last.current, limit: PAGE })}`,
+              `/api/executions/${id}/events${query({ after: last.current, limit: last.current === 0 ? FIRST : PAGE })}`,
             );
             if (page.events.length) {
               last.current = page.events[page.events.length - 1].seq;
