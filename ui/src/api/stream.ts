@@ -52,13 +52,11 @@ export function follow(
   onChange: () => void,
   opts: { onEnd?: () => void; pollMs?: number; after?: number; minIntervalMs?: number } = {},
 ): () => void {
-  const abort = new AbortController();
   // where to resume: the caller read the log up to `after` (the run's `last_seq`), so the
   // stream sends only what comes next, never a backlog of 200,000 events it already has
   let after = opts.after ?? 0;
   let pending = false;
   let last = 0;
-  let timer: ReturnType<typeof setTimeout> | undefined;
   const gap = opts.minIntervalMs ?? MIN_INTERVAL_MS;
   const changed = () => {
     if (pending) return;
@@ -75,36 +73,59 @@ export function follow(
     else if (typeof requestAnimationFrame === "function") requestAnimationFrame(run);
     else setTimeout(run, 0);
   };
+  return reconnecting(
+    () => path(after),
+    (m) => {
+      const seq = m.id === null ? NaN : Number(m.id);
+      if (Number.isFinite(seq)) after = Math.max(after, seq);
+      changed();
+    },
+    {
+      onPoll: onChange,
+      pollMs: opts.pollMs,
+      onEnd: () => {
+        changed();
+        opts.onEnd?.();
+      },
+    },
+  );
+}
+
+/**
+ * Read the stream at `url()` for as long as it lasts: when it closes or breaks, read it
+ * again after `RETRY_MS` (`url()` is asked again, so the caller resumes after what it
+ * saw); at its `end` message call `onEnd` and stop (without `onEnd`, an end is one more
+ * reconnect); a server without the route makes it call `onPoll` every `pollMs` while the
+ * tab is visible. Returns a function that stops it.
+ */
+export function reconnecting(
+  url: () => string,
+  onMessage: (m: SseMessage) => void,
+  opts: { onPoll: () => void; pollMs?: number; onEnd?: () => void },
+): () => void {
+  const abort = new AbortController();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const every = opts.pollMs ?? POLL_MS;
   const poll = () => {
     if (abort.signal.aborted) return;
-    if (typeof document === "undefined" || document.visibilityState !== "hidden") onChange();
-    timer = setTimeout(poll, opts.pollMs ?? POLL_MS);
+    if (typeof document === "undefined" || document.visibilityState !== "hidden") opts.onPoll();
+    timer = setTimeout(poll, every);
   };
   const loop = async () => {
     while (!abort.signal.aborted) {
       try {
-        const end = await readStream(
-          path(after),
-          (m) => {
-            const seq = m.id === null ? NaN : Number(m.id);
-            if (Number.isFinite(seq)) after = Math.max(after, seq);
-            changed();
-          },
-          abort.signal,
-        );
+        const end = await readStream(url(), onMessage, abort.signal);
         if (end === "unsupported") {
-          timer = setTimeout(poll, opts.pollMs ?? POLL_MS);
+          timer = setTimeout(poll, every);
           return;
         }
-        if (end === "ended") {
-          changed();
-          opts.onEnd?.();
+        if (end === "ended" && opts.onEnd) {
+          opts.onEnd();
           return;
         }
       } catch {
         if (abort.signal.aborted) return;
       }
-      // closed or broken: resume after the last seq seen, after a pause
       await new Promise((r) => (timer = setTimeout(r, RETRY_MS)));
     }
   };
