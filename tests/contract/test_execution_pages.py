@@ -127,15 +127,22 @@ def test_sqlite_reads_a_page_along_its_index_without_a_sort(tmp_path: Any, where
 
 
 @pytest.mark.parametrize("where", list(_WHERE))
-def test_postgres_reads_a_page_along_its_index_without_a_sort(make_store: Any, where: str) -> None:
-    if make_store.kind != "postgres":
-        pytest.skip("the PostgreSQL plan")
-    store: PostgresStore = make_store()
-    runs(store)
+def test_postgres_reads_a_page_along_its_index_without_a_sort(pg: Any, where: str) -> None:
+    url = pg.create()
+    store = PostgresStore(url, min_size=1, max_size=2)
+    try:
+        runs(store)
+        plan = _pg_plan(store, where)
+    finally:
+        store.close()
+        pg.drop(url)
+    assert f" {_WHERE[where]} " in plan and "Sort" not in plan, plan
+
+
+def _pg_plan(store: PostgresStore, where: str) -> str:
     with store.txn() as conn:
         # a tiny table is cheapest scanned whole: ask for the plan a large one gets
         conn.execute("SET LOCAL enable_seqscan = off")
         conn.execute("SET LOCAL enable_bitmapscan = off")
         text = "EXPLAIN " + _PAGE.format(where=where).replace("?", "%s")
-        plan = " ".join(str(r[0]) for r in conn.execute(text, (5.0, 5)).fetchall())
-    assert f" {_WHERE[where]} " in plan and "Sort" not in plan, plan
+        return " ".join(str(r[0]) for r in conn.execute(text, (5.0, 5)).fetchall())
