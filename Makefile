@@ -58,7 +58,7 @@ conformance: install
 # DSL 12) run twice: embedded (SQLite, in-process workers) and through a server on a fresh
 # PostgreSQL database with two worker processes
 test: install browser ui-test
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 3 --dist loadfile
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 	$(BIN)/milepost conformance $(FORMS)
