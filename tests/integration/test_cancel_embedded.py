@@ -222,14 +222,9 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
         assert driver.stdout is not None
         xid = driver.stdout.readline().strip()
         wait_for(lambda: pids(out), "the python step to start", timeout=30)
-        os.killpg(driver.pid, 9)  # the driver and its python worker die: nothing drives it
-        driver.wait(10)
+        _kill_group(driver)  # the driver and its python worker die: nothing drives it
     finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, 9)
-            driver.wait(10)
-        if driver.stdout is not None:
-            driver.stdout.close()
+        _kill_group(driver)
     milepost = str(Path(sys.executable).with_name("milepost"))
     env = {**os.environ, "MILEPOST_USER": "carol"}
     done = subprocess.run([milepost, "cancel", xid, "--db", str(db)], capture_output=True,
@@ -298,15 +293,19 @@ def orphaned_saga(tmp_path: Path) -> tuple[Path, str]:
         started = run.stdout.readline()  # off a terminal: `execution N started`
         assert started.endswith(" started\n"), started
         wait_for(lambda: (tmp_path / "holding").exists(), "the second step to run", timeout=30)
-        os.killpg(run.pid, 9)
-        run.wait(10)
+        _kill_group(run)
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, 9)
-            run.wait(10)
-        if run.stdout is not None:
-            run.stdout.close()
+        _kill_group(run)
     return db, started.split()[1]
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a process started in its own session and its children; close its pipe."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, 9)
+        proc.wait(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def types(db: Path, xid: str) -> list[str]:
