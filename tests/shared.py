@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -37,6 +38,28 @@ if IN_CI and not PLAYBOOKS.is_dir():
     raise RuntimeError(f"CI needs the shared test data at {SHARED} (set MILEPOST_SHARED)")
 
 needs_shared = pytest.mark.skipif(not PLAYBOOKS.is_dir(), reason=f"no shared data at {SHARED}")
+
+NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def nats_reachable() -> bool:
+    """A TCP probe of `NATS_URL`: nats-py retries a refused first connection forever."""
+    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
+    try:
+        with socket.create_connection((host, int(port or 4222)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require_nats() -> str:
+    """`NATS_URL` when it answers; else the test is skipped, or fails under CI (where the
+    NATS tests must run)."""
+    if not nats_reachable():
+        if IN_CI:
+            pytest.fail(f"CI needs NATS at {NATS_URL} (set MILEPOST_TEST_NATS_URL)")
+        pytest.skip(f"no NATS at {NATS_URL}")
+    return NATS_URL
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -11,13 +11,11 @@ from collections.abc import Sequence
 
 from milepost.api import errors, schemas, views
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle
+from milepost.engine.lifecycle import Keyset as Keyset  # the routes' name for it
 from milepost.errors import MilepostError
 
 CURSOR_PATTERN = r"^[0-9eE.+-]+:[0-9]+$"
 """The form of a keyset in a query, for its schema: `<time>:<id>`."""
-
-Keyset = tuple[float, int]
-"""(time, execution_id): a place in a list ordered by both (`port.Keyset`)."""
 
 
 def parse_cursor(value: str | None, loc: tuple[str, str] = ("query", "cursor"),

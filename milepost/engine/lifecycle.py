@@ -52,6 +52,7 @@ from milepost.store.port import Claimed as Claimed
 from milepost.store.port import ClaimRequest as ClaimRequest
 from milepost.store.port import CommandRow as CommandRow
 from milepost.store.port import ExecutionRow as ExecutionRow
+from milepost.store.port import Keyset as Keyset
 from milepost.store.port import Lease as Lease
 
 # the rows above are the engine's answers: a transport names them from here, not the store

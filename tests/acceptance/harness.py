@@ -24,14 +24,13 @@ import httpx
 import pytest
 
 from milepost.client import MilepostClient
-from tests.shared import IN_CI, clean_env, wait_for
+from tests.shared import IN_CI, NATS_URL, clean_env, nats_reachable, wait_for
 
 T = TypeVar("T")
 
 PYTHON = sys.executable
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 PG_ADMIN_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://127.0.0.1:5432/postgres")
-NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 WORKER_ENTRY = ("import sys; from milepost.worker.main import worker_main; "
                 "sys.exit(worker_main())")  # fmt: skip
 
@@ -63,15 +62,6 @@ def pg_available() -> bool:
         with _pg_connect(PG_ADMIN_URL):
             return True
     except Exception:  # noqa: BLE001
-        return False
-
-
-def nats_available() -> bool:
-    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
-    try:
-        with socket.create_connection((host, int(port or 4222)), timeout=2):
-            return True
-    except OSError:
         return False
 
 
@@ -158,7 +148,7 @@ class Cluster:
         self.lease_seconds = lease_seconds
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.use_nats = nats_available() if use_nats is None else use_nats
+        self.use_nats = nats_reachable() if use_nats is None else use_nats
         self.env = self._base_env()
         # the first token migrates the database; the key needs none: those two at once
         key = self._start_cli("secret-key")

@@ -16,8 +16,8 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.store.factory import open_store
-from tests.acceptance.harness import Cluster, database, nats_available
-from tests.shared import wait_for
+from tests.acceptance.harness import Cluster, database
+from tests.shared import require_nats, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -206,8 +206,7 @@ def test_with_nats_a_cancel_reaches_the_running_attempt_without_waiting_for_its_
         tmp_path: Path) -> None:  # fmt: skip
     """A 90 s lease: the next heartbeat is 30 s away. The server announces the cancel on
     NATS, the worker heartbeats at once, learns it and stops the attempt."""
-    if not nats_available():
-        pytest.skip("no NATS server")
+    require_nats()
     with database("sqlite", tmp_path) as db_url:
         cluster = start(db_url, tmp_path, lease=90.0)
         try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 
 import pytest
@@ -17,9 +16,7 @@ from milepost.credentials import SecretKeyInvalid, SecretKeyMissing
 from milepost.engine import notify
 from milepost.engine.webhooks import WebhookNotifier, WebhookSecretMissing
 from tests.api.support import HELLO, settings_for, start_server
-from tests.shared import IN_CI, wait_for
-
-NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
+from tests.shared import NATS_URL, require_nats, wait_for
 
 
 @pytest.mark.parametrize("key", [None, "", "   "])
@@ -62,18 +59,8 @@ def test_an_unreachable_nats_is_logged_and_the_server_works(
     assert any("not reachable" in r.getMessage() for r in caplog.records)
 
 
-def _nats_or_skip() -> None:
-    host, port = NATS_URL.rsplit("//", 1)[1].split(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=2).close()
-    except OSError as exc:
-        if IN_CI:
-            pytest.fail(f"NATS at {NATS_URL} is unreachable and CI=true: {exc}")
-        pytest.skip(f"NATS at {NATS_URL} is unreachable ({exc})")
-
-
 def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
-    _nats_or_skip()
+    require_nats()
     import nats
 
     received: list[dict[str, str]] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import socket
 import uuid
 from collections.abc import Callable, Coroutine, Iterator, Mapping
@@ -22,29 +21,14 @@ from nats.js.errors import NotFoundError
 
 from milepost.tools import base
 from milepost.tools.runtime import ToolRuntime
-from tests.shared import IN_CI
+from tests.shared import require_nats
 
-NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
 Lookup = Callable[[str], Mapping[str, Any] | None]
-
-
-def _reachable() -> bool:
-    # a TCP probe: nats-py retries a refused first connection
-    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
-    try:
-        with socket.create_connection((host, int(port or 4222)), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def nats_url() -> str:
-    if not _reachable():
-        if IN_CI:
-            pytest.fail(f"CI needs NATS at {NATS_URL} (set MILEPOST_TEST_NATS_URL)")
-        pytest.skip(f"no NATS at {NATS_URL}")
-    return NATS_URL
+    return require_nats()
 
 
 def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:

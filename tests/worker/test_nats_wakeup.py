@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import socket
 import uuid
 
 import nats
@@ -18,29 +16,13 @@ from nats.js.errors import NotFoundError
 
 from milepost.worker.loop import Worker
 from milepost.worker.nats_wakeup import NatsWakeup, parse_notice, subject
-from tests.shared import IN_CI, wait_for_async
+from tests.shared import require_nats, wait_for_async
 from tests.worker.fakes import FakeClient, FakeClock, FakeTools, command
-
-NATS_URL = os.environ.get("MILEPOST_TEST_NATS_URL", "nats://127.0.0.1:4222")
-
-
-def _reachable() -> bool:
-    # a TCP probe: nats-py retries a refused first connection forever
-    host, _, port = NATS_URL.rsplit("/", 1)[-1].partition(":")
-    try:
-        with socket.create_connection((host, int(port or 4222)), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def nats_url() -> str:
-    if not _reachable():
-        if IN_CI:
-            pytest.fail(f"CI needs NATS at {NATS_URL} (set MILEPOST_TEST_NATS_URL)")
-        pytest.skip(f"no NATS at {NATS_URL}")
-    return NATS_URL
+    return require_nats()
 
 
 def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats_url: str) -> None:

@@ -1,6 +1,6 @@
 -- 13: the web UI's runs list (issue 14). execution.started_by: who started the run (from
--- its execution.started), shown in the list without reading the log. Not backfilled: runs
--- started before this version show none.
+-- its execution.started), shown in the list without reading the log. Runs started before
+-- this version are backfilled by migration 14.
 ALTER TABLE execution ADD COLUMN started_by TEXT;
 -- Keyset pages of the list, newest first: (created_at, execution_id) < the cursor, alone
 -- or after a playbook's or a status's equality, each one index range (no OFFSET scan).

@@ -1,0 +1,7 @@
+-- 14: who started each run from before migration 13, read from its execution.started event
+-- (the runs list showed none for them). A payload big enough to live in the result store
+-- has no `context` inline: such a run keeps none.
+UPDATE execution x SET started_by = (e.result::jsonb) -> 'context' ->> 'started_by'
+FROM event e
+WHERE e.execution_id = x.execution_id AND e.event_type = 'execution.started'
+  AND x.started_by IS NULL AND (e.result::jsonb) -> 'context' ->> 'started_by' IS NOT NULL;
