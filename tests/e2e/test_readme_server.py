@@ -22,12 +22,11 @@ from tests.acceptance.harness import (
     Cluster,
     _pg_connect,
     free_port,
-    nats_available,
     pg_available,
     tail,
 )
 from tests.e2e.test_operator_reads import SLOW
-from tests.shared import IN_CI, clean_env, wait_for
+from tests.shared import IN_CI, clean_env, require_nats, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -62,8 +61,8 @@ def user_env() -> dict[str, str]:
     return clean_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
-@pytest.mark.skipif(not nats_available(), reason="the README's worker uses NATS")
 def test_the_readme_server_section_runs_as_written(tmp_path: Path, pg_name: str) -> None:
+    require_nats()  # the README's worker uses NATS
     port = free_port()
     script = (server_block().replace("5432/milepost", f"5432/{pg_name}")
               .replace("-U postgres milepost", f"-U postgres {pg_name}")
