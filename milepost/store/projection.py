@@ -79,9 +79,11 @@ class Changes:
     restarts: list[tuple[int, int]] = field(default_factory=list)
     """restarted_from, execution_id: the run a new run restarts (applied after `started`)."""
     progressed: list[tuple[float, int, float]] = field(default_factory=list)
-    """updated_at, execution_id, updated_at: a step of the running run exited (its last in
-    the batch), so its row moves up the change stream with its progress (applied after
-    `started`; never back, nor on an ended run, whose updated_at is its end)."""
+    """updated_at, execution_id, updated_at: a step of the running run exited, or one of
+    its approvals opened, took a vote or closed (the last of those in the batch), so its row
+    moves up the change stream: the runs page sees its progress, the approvals page that
+    an approval changed (every approval change is one of these or the run's end). Applied
+    after `started`; never back, nor on an ended run, whose updated_at is its end."""
 
     @property
     def empty(self) -> bool:
@@ -95,7 +97,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
     """The projection changes of stored events. A stale report (`meta.stale`, fenced by
     the server) changes nothing."""
     out = Changes()
-    exited: dict[int, float] = {}
+    moved: dict[int, float] = {}
     for event in events:
         if event.meta.get("stale"):
             continue
@@ -104,8 +106,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         at = float(event.created_at)
         if t in _TOUCH_APPROVALS:
             out.approvals.extend(ap.ops(event))
-        if t == ev.STEP_EXIT:
-            exited[event.execution_id] = max(at, exited.get(event.execution_id, at))
+        if t == ev.STEP_EXIT or t in ev.APPROVAL_EVENTS:
+            moved[event.execution_id] = max(at, moved.get(event.execution_id, at))
         if t == ev.COMMAND_ISSUED:
             out.issued.append((int(p["command_id"]), event.execution_id, str(event.step),
                                int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
@@ -144,7 +146,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             error = p.get("error")
             out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
                               event.execution_id))  # fmt: skip
-    out.progressed = [(at, xid, at) for xid, at in exited.items()]
+    out.progressed = [(at, xid, at) for xid, at in moved.items()]
     return out
 
 

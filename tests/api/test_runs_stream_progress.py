@@ -1,7 +1,7 @@
 """The runs list's change stream (`GET /api/executions/stream`) reports a run's progress,
-not only its start and end: a step's exit moves the run's row up the stream (never back,
-never on an ended run), and each look at the store is one read of the index, less the
-rows already sent."""
+not only its start and end: a step's exit, and each change of one of its approvals, moves
+the run's row up the stream (never back, never on an ended run), and each look at the
+store is one read of the index, less the rows already sent."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from milepost.api.routers import runs_stream, stream
 from milepost.core import events as ev
 from milepost.store import port, projection
 from tests.api.support import HELLO, Api, live_server, ok, report_wire
+from tests.api.test_approvals import People, gated
 from tests.api.test_runs_list import Follower, start
 from tests.shared import wait_for
 
@@ -70,6 +71,25 @@ def test_a_full_window_of_rows_sent_is_read_past_not_stuck_on(
     # the window behind the cursor holds a full page already sent: the next page has it
     [(_, row)] = runs_stream._look(engine, origin, second[-1][0], sent)
     assert row.execution_id == late and len(asked) == 2
+
+
+def test_each_change_of_an_approval_moves_its_run_up_the_stream(api: Api) -> None:
+    people = People(api)
+    for user in ("alice", "bob"):
+        people.add(user)
+    people.add("dora", "admin")
+    engine = api.services.engine
+    xid = people.execute(gated(approvers="[user:alice, user:bob]"), "dora")
+    origin = (0.0, 0)
+    [(key, row)] = runs_stream._look(engine, origin, origin, {})
+    assert row.execution_id == xid
+    [approval] = ok(api.get(f"/api/approvals?execution_id={xid}"))["items"]
+    sent = {key: None}
+    for user, status in (("alice", "pending"), ("bob", "granted")):  # a vote, then the close
+        assert ok(people.decide(approval["approval_id"], user))["status"] == status
+        [(moved, row)] = runs_stream._look(engine, origin, key, sent)
+        assert moved > key and (row.execution_id, row.status) == (xid, "RUNNING")
+        key, sent = moved, {**sent, moved: None}
 
 
 def _row(status: str, updated: float) -> port.ExecutionRow:

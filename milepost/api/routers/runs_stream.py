@@ -1,8 +1,9 @@
 """`GET /api/executions/stream`: the runs list's change stream, as server-sent events.
 
 Each message is one execution row that changed: a new run (its `updated_at` is its
-start), one whose step exited (its progress moved: `projection.Changes.progressed`) or one
-that ended, `id: <updated_at>:<execution_id>` (resumable by `after` or `Last-Event-ID`),
+start), one whose step exited (its progress moved) or whose approval opened, took a vote
+or closed (`projection.Changes.progressed`: the approvals page follows this stream too),
+or one that ended, `id: <updated_at>:<execution_id>` (resumable by `after` or `Last-Event-ID`),
 `event: execution`, `data:` the row as the list shows it (with its progress). Without a cursor the stream starts `SLACK` seconds back (the list the client
 just read may miss those). The rows are found by looks at the store once a second
 (`stream.RECHECK`: no engine call wakes it) along the `execution_updated` index; a row
