@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from milepost.client import routes
-from milepost.client.errors import ServerUnavailable, error_of
+from milepost.client.errors import ServerRefused, ServerUnavailable, error_of
 
 RECONNECTS = 6
 """Connects in a row that may fail (the first again at once, then backing off 0.2 s
@@ -66,7 +66,7 @@ def follow(http: httpx.Client, base_url: str, execution_id: int | str,
     timeout = httpx.Timeout(connect=http.timeout.connect, read=READ_TIMEOUT,
                             write=http.timeout.write, pool=http.timeout.pool)  # fmt: skip
     while True:
-        error: Exception | None = None
+        error: ServerRefused | httpx.HTTPError | None = None
         try:
             with http.stream("GET", path, params={"after": after}, timeout=timeout,
                              headers={"Accept": "text/event-stream"}) as response:  # fmt: skip
@@ -74,19 +74,25 @@ def follow(http: httpx.Client, base_url: str, execution_id: int | str,
                     raise NoStream(after)
                 if response.status_code >= 400:
                     response.read()
-                    raise error_of(response)
-                for msg_id, kind, data in messages(response.iter_lines()):
-                    failures = 0  # the server answers: a later drop starts a new count
-                    if kind == "end":
-                        return
-                    event = json.loads(data)
-                    yield event
-                    after = int(msg_id or event["seq"])
+                    error = error_of(response)
+                    if not error.transient:
+                        raise error
+                    # a 503 (the store gone for a moment), a 429: connect again, as on a drop
+                else:
+                    for msg_id, kind, data in messages(response.iter_lines()):
+                        failures = 0  # the server answers: a later drop starts a new count
+                        if kind == "end":
+                            return
+                        event = json.loads(data)
+                        yield event
+                        after = int(msg_id or event["seq"])
         except httpx.HTTPError as exc:
             error = exc
         # dropped, or closed without `end` (the server stopped): connect again after `after`
         failures += 1
         if failures > RECONNECTS:
+            if isinstance(error, ServerRefused):
+                raise error
             raise ServerUnavailable(f"GET {base_url}{path}: "
                                     f"{type(error).__name__ if error else 'closed'}: {error}",
                                     url=base_url) from error  # fmt: skip

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
+from milepost.client.errors import ServerRefused
 from milepost.client.event_stream import messages
 from milepost.engine.event_query import EventQuery
 
@@ -60,3 +62,35 @@ def test_the_stream_is_filtered_as_the_page_was() -> None:
     where = ServerRuns(MilepostClient("http://milepost.test", transport=httpx.MockTransport(answer)))
     got = [e["seq"] for e in follow(where, 7, EventQuery("b", ("command",)), 0)]
     assert got == [3, 4]
+
+
+def _sse(*events: dict[str, object], end: bool = True) -> httpx.Response:
+    body = "".join(f"id: {e['seq']}\nevent: {e['event_type']}\ndata: {json.dumps(e)}\n\n"
+                   for e in events)  # fmt: skip
+    return httpx.Response(200, text=body + ("event: end\ndata: {}\n\n" if end else ""),
+                          headers={"content-type": "text/event-stream"})  # fmt: skip
+
+
+def test_a_503_or_a_close_without_end_connects_again_after_the_last_event() -> None:
+    asked: list[str] = []
+    replies = iter([httpx.Response(503, json={"code": "store_unavailable", "message": "gone"}),
+                    _sse(_event(3, "step.enter"), end=False),  # the server stopped mid-run
+                    _sse(_event(4, "step.exit"))])  # fmt: skip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.query.decode())
+        return next(replies)
+
+    client = MilepostClient("http://milepost.test", transport=httpx.MockTransport(answer))
+    assert [e["seq"] for e in client.stream_events(7, after=2)] == [3, 4]
+    assert asked == ["after=2", "after=2", "after=3"]
+
+
+def test_a_refusal_that_will_not_pass_ends_the_follow() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(403, json={"code": "forbidden", "message": "a worker token"})
+
+    client = MilepostClient("http://milepost.test", transport=httpx.MockTransport(answer))
+    with pytest.raises(ServerRefused) as refused:
+        list(client.stream_events(7))
+    assert (refused.value.status, refused.value.code) == (403, "forbidden")  # not retried
