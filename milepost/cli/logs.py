@@ -1,7 +1,9 @@
 """`milepost logs ID [--step S] [--follow] [--output F]`: what a run's attempts printed
 (stdout, stderr, a python step's traceback), from the local database or a server, in the
 order they were reported; `--follow` polls from the last entry's cursor until the run has
-ended (a Ctrl-C says the run goes on and how to follow it again)."""
+ended (a Ctrl-C says the run goes on and how to follow it again). On a server the follow
+reads again when the run's event stream brings a report (its logs are stored before it),
+not every second."""
 
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ import typer
 from milepost.cli.executions import going_on
 from milepost.cli.inputs import DbOption, OutputOption, ServerOption
 from milepost.cli.output import Format, chosen, emit, emit_one, err, out, remote
-from milepost.cli.reads import runs
+from milepost.cli.reads import Runs, runs
+from milepost.client.event_stream import NoStream
 from milepost.core import state as st
+from milepost.engine.event_query import EventQuery
+from milepost.engine.fence import REPORT_TYPES
 from milepost.store.attempt_logs import LOG_PAGE
 
 app = typer.Typer()
@@ -53,16 +58,43 @@ def logs(
             return dict(remote(lambda: where.logs(execution_id, step=step, after=after)))
 
         try:
-            gathered = _show(page, execution_id, follow, fmt if streamed else None)
+            wake = _Wake(where, execution_id) if follow else None
+            gathered = _show(page, execution_id, wake, fmt if streamed else None)
         except KeyboardInterrupt:
             raise going_on(where, execution_id, "stopped following its logs", again) from None
     if not streamed:
         emit(gathered, fmt)
 
 
-def _show(page: Page, execution_id: int, follow: bool, fmt: Format | None) -> list[dict[str, Any]]:
+class _Wake:
+    """What a follow waits for before it reads the logs again: the next report in the
+    server's event stream, or `FOLLOW_POLL` (the local database, a server without it)."""
+
+    def __init__(self, where: Runs, execution_id: int) -> None:
+        # the log's end before the first read of the logs: a report past it wakes the follow
+        last = remote(lambda: where.events(execution_id, EventQuery(), tail=1))["last_seq"]
+        self.live = where.live(execution_id, int(last))
+
+    def __call__(self) -> None:
+        if self.live is None:
+            time.sleep(FOLLOW_POLL)
+        elif not remote(self._report):
+            self.live = None  # ended with the run (the next read says so), or not there: poll
+
+    def _report(self) -> bool:
+        """True once the stream brought a report; False when it ended or is not there."""
+        assert self.live is not None
+        try:
+            return any(event["event_type"] in REPORT_TYPES for event in self.live)
+        except NoStream:
+            return False
+
+
+def _show(page: Page, execution_id: int, wake: Callable[[], None] | None,
+          fmt: Format | None) -> list[dict[str, Any]]:  # fmt: skip
     """Print each entry as it is read in `fmt` (none: print nothing, gather them all);
-    with `follow`, read until the run has ended. The entries not printed."""
+    with `wake`, read until the run has ended, waiting on it between reads. The entries
+    not printed."""
     after, shown, gathered = 0, 0, []
     while True:
         body = page(after)
@@ -75,9 +107,9 @@ def _show(page: Page, execution_id: int, follow: bool, fmt: Format | None) -> li
         after = int(body["next"])
         if len(body["entries"]) >= LOG_PAGE:
             continue  # a full page: more is there now
-        if not follow or body["status"] in st.TERMINAL:
+        if wake is None or body["status"] in st.TERMINAL:
             break
-        time.sleep(FOLLOW_POLL)
+        wake()
     if not shown and fmt is Format.table:
         err.print(f"execution {execution_id} ({body['status']}) has printed nothing"
                   f"{' yet' if body['status'] not in st.TERMINAL else ''}", highlight=False)  # fmt: skip

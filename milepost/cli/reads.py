@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from milepost.cli.inputs import local_store, server_client
 from milepost.cli.output import iso
 from milepost.client import MilepostClient
+from milepost.client.event_stream import NoStream
 from milepost.core import state as st
 from milepost.engine import describe, event_query, summaries, unattended
 from milepost.engine.lifecycle import Lifecycle
@@ -63,6 +64,11 @@ class Runs(Protocol):
 
     def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
         """Every approval of this status (and run), page after page."""
+        ...
+
+    def live(self, execution_id: int, after: int) -> Iterator[dict[str, Any]] | None:
+        """The run's events past seq `after` as they are stored, until it ended (a server's
+        event stream; `event_stream.NoStream` from one without it); None: poll instead."""
         ...
 
 
@@ -160,6 +166,10 @@ class LocalRuns:
         return [views.approval_item(r).model_dump() for r in rows]
 
 
+    def live(self, execution_id: int, after: int) -> Iterator[dict[str, Any]] | None:
+        return None  # another process writes the run: nothing here hears of it but a read
+
+
 class ServerRuns:
     """The runs of a server, through its API."""
 
@@ -206,6 +216,9 @@ class ServerRuns:
     def logs(self, execution_id: int, *, step: str | None, after: int) -> dict[str, Any]:
         return self.client.logs(execution_id, step=step, after=after)
 
+    def live(self, execution_id: int, after: int) -> Iterator[dict[str, Any]] | None:
+        return self.client.stream_events(execution_id, after)
+
     def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         after: str | None = None
@@ -243,12 +256,25 @@ def all_events(where: Runs, execution_id: int,
 def follow(where: Runs, execution_id: int, query: event_query.EventQuery,
            after: int = 0) -> Iterator[dict[str, Any]]:  # fmt: skip
     """The matching events past seq `after`, as they are appended, until the run ended and
-    its last event was read."""
+    its last event was read: the log as it is in pages (filtered by the server, which also
+    says whether the run and step exist), then a server's event stream, else polling."""
+    streamed = True
     while True:
         page = where.events(execution_id, query, after=after)
         yield from page["events"]
         after = int(page["next"] if page["next"] is not None else page["last_seq"])
-        if page["next"] is None:
-            if page["status"] in st.TERMINAL:
-                return
+        if page["next"] is not None:
+            continue
+        if page["status"] in st.TERMINAL:
+            return
+        live = where.live(execution_id, after) if streamed else None
+        if live is None:
             time.sleep(where.poll)
+            continue
+        try:
+            for event in live:
+                if query.admits(event.get("step"), str(event["event_type"])):
+                    yield event
+            return  # the stream ends after the run's last event
+        except NoStream as gone:  # a server without the stream: poll it from there
+            streamed, after = False, gone.after

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
-from milepost.client import exchange, polling, routes
+from milepost.client import event_stream, exchange, polling, routes
 from milepost.client.routes import ParentClaim
 
 
@@ -116,6 +117,12 @@ class MilepostClient:
         `next` as `after` for the page that follows)."""
         result: dict[str, Any] = self._do(routes.logs(execution_id, step, after, limit))
         return result
+
+    def stream_events(self, execution_id: int | str, after: int = 0) -> Iterator[dict[str, Any]]:
+        """The run's events past seq `after` as the server stores them (its SSE stream,
+        resumed after a dropped connection), until the run ended; `event_stream.NoStream`
+        from a server without the stream."""
+        return event_stream.follow(self._http, self.base_url, execution_id, after)
 
     def events(self, execution_id: int | str) -> list[dict[str, Any]]:
         """Every event of a run, in log order (paged)."""

@@ -21,9 +21,13 @@ class EventQuery:
     """Only these event types; a name without a dot is a family (`command`: `command.*`)."""
 
     def matches(self, event: ev.Event) -> bool:
-        if self.step is not None and event.step != self.step:
+        return self.admits(event.step, event.event_type)
+
+    def admits(self, step: str | None, event_type: str) -> bool:
+        """`matches` on an event's step and type (a follower's event as the API shows it)."""
+        if self.step is not None and step != self.step:
             return False
-        return not self.types or any(_is(event.event_type, t) for t in self.types)
+        return not self.types or any(_is(event_type, t) for t in self.types)
 
 
 def _is(event_type: str, wanted: str) -> bool:

@@ -48,7 +48,7 @@ class StoreReads:
         return self.store.steps_exited(execution_ids)
 
     def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
-        """Rows past `after` by (updated_at, execution_id): new runs and ended ones."""
+        """Rows past `after` by (updated_at, execution_id): new, progressing and ended runs."""
         return self.store.changed_executions(after, limit)
 
     def playbook_usage(self, path: str | None = None) -> list[port.UsageRow]:

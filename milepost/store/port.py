@@ -359,7 +359,8 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
 
     def changed_executions(self, after: Keyset, limit: int) -> list[ExecutionRow]:
         """The rows whose (updated_at, execution_id) is above `after`, in that order: a new
-        run (its updated_at is its start) or one that ended (the change stream)."""
+        run (its updated_at is its start), one whose step exited, or one that ended (the
+        change stream)."""
         ...
 
     # commands

@@ -26,6 +26,8 @@ from milepost.store import port
 from milepost.store import usage as used
 
 _CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
+RUNNING = "RUNNING"
+"""The status of a run's row from its start to its end."""
 ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
                 ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
 _TOUCH_APPROVALS = frozenset({ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, *ap.CLOSING,
@@ -76,19 +78,26 @@ class Changes:
     """stall_after, execution_id: a new run's stall window (applied after `started`)."""
     restarts: list[tuple[int, int]] = field(default_factory=list)
     """restarted_from, execution_id: the run a new run restarts (applied after `started`)."""
+    progressed: list[tuple[float, int, float]] = field(default_factory=list)
+    """updated_at, execution_id, updated_at: a step of the running run exited, or one of
+    its approvals opened, took a vote or closed (the last of those in the batch), so its row
+    moves up the change stream: the runs page sees its progress, the approvals page that
+    an approval changed (every approval change is one of these or the run's end). Applied
+    after `started`; never back, nor on an ended run, whose updated_at is its end."""
 
     @property
     def empty(self) -> bool:
         return not (self.started or self.cancels or self.compensating or self.issued or self.settled
                     or self.expired or self.claimed or self.released or self.ended
                     or self.approvals or self.usage or self.leases or self.stalls
-                    or self.restarts)  # fmt: skip
+                    or self.restarts or self.progressed)  # fmt: skip
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
     """The projection changes of stored events. A stale report (`meta.stale`, fenced by
     the server) changes nothing."""
     out = Changes()
+    moved: dict[int, float] = {}
     for event in events:
         if event.meta.get("stale"):
             continue
@@ -97,6 +106,8 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         at = float(event.created_at)
         if t in _TOUCH_APPROVALS:
             out.approvals.extend(ap.ops(event))
+        if t == ev.STEP_EXIT or t in ev.APPROVAL_EVENTS:
+            moved[event.execution_id] = max(at, moved.get(event.execution_id, at))
         if t == ev.COMMAND_ISSUED:
             out.issued.append((int(p["command_id"]), event.execution_id, str(event.step),
                                int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
@@ -120,7 +131,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             parent = p.get("parent_execution_id")
             version = p.get("version")
             out.started.append((event.execution_id, str(p.get("path", "")),
-                                None if version is None else int(version), "RUNNING",
+                                None if version is None else int(version), RUNNING,
                                 None if parent is None else int(parent), at, at,
                                 _text(p.get("started_by"))))  # fmt: skip
             if p.get("stall_after") is not None:
@@ -135,6 +146,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             error = p.get("error")
             out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
                               event.execution_id))  # fmt: skip
+    out.progressed = [(at, xid, at) for xid, at in moved.items()]
     return out
 
 
@@ -173,6 +185,10 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
         if xid not in executions:
             executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,
                                                 parent, started_by=by)  # fmt: skip
+    for updated, xid, _ in change.progressed:
+        moved = executions.get(xid)
+        if moved is not None and moved.status == RUNNING and moved.updated_at < updated:
+            executions[xid] = dataclasses.replace(moved, updated_at=updated)
     if change.approvals and approval_rows is not None:
         paths = {x: executions[x].path for x in {r.row.execution_id for r in change.approvals
                                                  if isinstance(r, ap.Requested)}

@@ -285,6 +285,10 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                 "INSERT INTO execution (execution_id, path, version, status,"
                 " parent_execution_id, created_at, updated_at, started_by) VALUES (?,?,?,?,?,?,?,?)"
                 " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
+        if change.progressed:  # the row moves up the change stream (`projection.Changes`)
+            self.many(conn, "UPDATE execution SET updated_at=? WHERE execution_id=? AND"
+                            f" status='{projection.RUNNING}' AND updated_at<?",
+                      change.progressed)  # fmt: skip
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
         flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.compensating]

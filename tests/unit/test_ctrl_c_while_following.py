@@ -32,7 +32,8 @@ class _Where:
     def status(self, execution_id: int) -> dict[str, Any]:
         return {"execution_id": str(execution_id), "status": "RUNNING"}
 
-    wait = logs = _interrupted
+    # `events`: a follow of the logs reads the log's end first, to stream from there
+    wait = logs = events = _interrupted
 
 
 def _said_the_run_goes_on(ended: pytest.ExceptionInfo[typer.Exit],

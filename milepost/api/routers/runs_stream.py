@@ -1,9 +1,10 @@
 """`GET /api/executions/stream`: the runs list's change stream, as server-sent events.
 
 Each message is one execution row that changed: a new run (its `updated_at` is its
-start) or one that ended, `id: <updated_at>:<execution_id>` (resumable by `after` or
-`Last-Event-ID`), `event: execution`, `data:` the row as the list shows it (with its
-progress). Without a cursor the stream starts `SLACK` seconds back (the list the client
+start), one whose step exited (its progress moved) or whose approval opened, took a vote
+or closed (`projection.Changes.progressed`: the approvals page follows this stream too),
+or one that ended, `id: <updated_at>:<execution_id>` (resumable by `after` or `Last-Event-ID`),
+`event: execution`, `data:` the row as the list shows it (with its progress). Without a cursor the stream starts `SLACK` seconds back (the list the client
 just read may miss those). The rows are found by looks at the store once a second
 (`stream.RECHECK`: no engine call wakes it) along the `execution_updated` index; a row
 committed late with an `updated_at` behind rows already sent (another server's clock, a
@@ -26,7 +27,7 @@ from milepost.api.auth import ReadAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
 from milepost.api.routers import stream
-from milepost.engine.lifecycle import Lifecycle
+from milepost.engine.lifecycle import ExecutionRow, Lifecycle
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
@@ -54,7 +55,7 @@ async def stream_executions(
         "An id of this stream: only the changes after it."))] = None,
     last_event_id: Annotated[str | None, Header(max_length=60)] = None,
 ) -> StreamingResponse:  # fmt: skip
-    """New and ended executions as text/event-stream, as they are stored."""
+    """New, progressing and ended executions as text/event-stream, as they are stored."""
     start = _start(after, last_event_id, engine.clock())
     return StreamingResponse(_follow(request, engine, start), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache",
@@ -65,11 +66,19 @@ def _look(engine: Lifecycle, floor: list_page.Keyset, cursor: list_page.Keyset,
           sent: dict[list_page.Keyset, None]
           ) -> list[tuple[list_page.Keyset, schemas.ExecutionItem]]:  # fmt: skip
     """The rows changed past `cursor`, and those within `SLACK` behind it not sent yet
-    (never behind `floor`, where the client resumed: it has seen those), with their keys."""
-    back = engine.changed_executions(max((cursor[0] - SLACK, 0), floor), stream.PAGE)
-    rows = [r for r in back if (r.updated_at, r.execution_id) <= cursor
-            and (r.updated_at, r.execution_id) not in sent]  # fmt: skip
-    rows += engine.changed_executions(cursor, stream.PAGE)
+    (never behind `floor`, where the client resumed: it has seen those), with their keys.
+
+    One read along the index from `SLACK` behind the cursor finds both, less what was sent:
+    the rows past the cursor are never in `sent`. Only a window holding a full page of rows
+    already sent (a burst of changes) needs the next page, read from that page's last key."""
+    start = max((cursor[0] - SLACK, 0), floor)
+    rows: list[ExecutionRow] = []
+    while True:
+        page = engine.changed_executions(start, stream.PAGE)
+        rows += [r for r in page if (r.updated_at, r.execution_id) not in sent]
+        if len(page) < stream.PAGE or rows:
+            break
+        start = (page[-1].updated_at, page[-1].execution_id)
     keys = [(r.updated_at, r.execution_id) for r in rows]
     return list(zip(keys, list_page.items(engine, rows), strict=True))
 

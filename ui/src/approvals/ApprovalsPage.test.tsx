@@ -2,6 +2,7 @@ import { fireEvent, screen, waitFor, within } from "@testing-library/react";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { mockApi, renderWithClient, who } from "../testing/mockApi";
 import { ApprovalsPage } from "./ApprovalsPage";
+import { followApprovals } from "./live";
 import { left } from "./Countdown";
 import type { ApprovalItem, ApprovalOut } from "./types";
 
@@ -103,5 +104,66 @@ describe("left", () => {
     expect(left("2026-01-01T00:02:05Z", now)).toBe("2 min 5 s left");
     expect(left("2026-01-01T03:10:00Z", now)).toBe("3 h 10 min left");
     expect(left("2025-12-31T23:59:59Z", now)).toBe("expired");
+  });
+});
+
+/** A text/event-stream reply the test writes into, as the server would. */
+function controlledStream() {
+  let push: (text: string) => void = () => {};
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      push = (text) => c.enqueue(new TextEncoder().encode(text));
+    },
+  });
+  return { response: new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } }), push: (t: string) => push(t) };
+}
+
+const RUN_CHANGED = `id: 5.5:12\nevent: execution\ndata: ${JSON.stringify({ execution_id: "12", status: "RUNNING" })}\n\n`;
+
+describe("the pending list, live", () => {
+  it("is read again when the runs stream says a run changed, not on a timer", async () => {
+    const stream = controlledStream();
+    let pending = [item];
+    const reads: string[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string) => {
+        reads.push(url);
+        if (url.startsWith("/api/executions/stream")) return stream.response;
+        if (url === "/api/approvals?status=pending") return new Response(JSON.stringify({ items: pending, limit: 100, next: null }));
+        return new Response(JSON.stringify(detail));
+      }),
+    );
+    renderWithClient(<ApprovalsPage who={who("approver", { approve: true })} />);
+    await screen.findByTestId("approval");
+    await waitFor(() => expect(reads.some((u) => u.startsWith("/api/executions/stream"))).toBe(true));
+    const lists = () => reads.filter((u) => u === "/api/approvals?status=pending").length;
+    expect(lists()).toBe(1);
+    pending = []; // granted elsewhere: its run moved on the stream
+    stream.push(RUN_CHANGED);
+    await screen.findByText("Nothing waits for a decision.");
+    expect(lists()).toBe(2);
+  });
+
+  it("reads once for a burst of changes", async () => {
+    vi.useFakeTimers();
+    const stream = controlledStream();
+    vi.stubGlobal("fetch", vi.fn(async () => stream.response));
+    const changed = vi.fn();
+    const stop = followApprovals(changed, 1000);
+    try {
+      await vi.advanceTimersByTimeAsync(0); // the stream opens
+      stream.push(RUN_CHANGED.repeat(50));
+      await vi.advanceTimersByTimeAsync(10);
+      expect(changed).toHaveBeenCalledTimes(1);
+      stream.push(RUN_CHANGED);
+      await vi.advanceTimersByTimeAsync(500);
+      expect(changed).toHaveBeenCalledTimes(1); // within the gap: waits for its end
+      await vi.advanceTimersByTimeAsync(600);
+      expect(changed).toHaveBeenCalledTimes(2);
+    } finally {
+      stop();
+      vi.useRealTimers();
+    }
   });
 });

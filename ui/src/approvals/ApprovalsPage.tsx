@@ -1,13 +1,14 @@
-import { useQuery } from "@tanstack/react-query";
-import { useState } from "react";
+import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { useEffect, useState } from "react";
 import { api, query } from "../api/client";
 import type { Whoami } from "../api/types";
 import { when } from "../format";
 import { ApprovalCard, RiskBadge, RunLink } from "./ApprovalCard";
+import { followApprovals } from "./live";
 import type { ApprovalList } from "./types";
 
-// Approvals have no stream: the pending list is polled while the page is open.
-const POLL_MS = 3000;
+// The pending list is read again when the runs stream says an approval may have changed
+// (`followApprovals`), not polled.
 
 /** Approvals: what waits for a decision, and the history of decided ones. */
 export function ApprovalsPage({ who }: { who: Whoami }) {
@@ -25,11 +26,12 @@ export function ApprovalsPage({ who }: { who: Whoami }) {
 }
 
 function Pending({ who }: { who: Whoami }) {
+  const client = useQueryClient();
   const list = useQuery({
     queryKey: ["approvals", "pending"],
     queryFn: () => api<ApprovalList>(`/api/approvals${query({ status: "pending" })}`),
-    refetchInterval: POLL_MS,
   });
+  useEffect(() => followApprovals(() => void client.invalidateQueries({ queryKey: ["approvals", "pending"] })), [client]);
   if (list.error) return <p className="error">{(list.error as Error).message}</p>;
   const items = list.data?.items ?? [];
   return (

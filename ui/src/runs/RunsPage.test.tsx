@@ -70,6 +70,12 @@ describe("applyChange", () => {
     expect(applyChange(page, run("3"), any, true).items.map((r) => r.execution_id)).toEqual(["3", "2"]);
     expect(applyChange(page, run("3"), any, false)).toBe(page);
   });
+  it("keeps a row newer than the change: the stream replays its last seconds", () => {
+    const shown: ExecutionList = { ...page, items: [run("2", "COMPLETED", { updated_at: "2026-01-01T00:00:09Z", steps_done: 2 })] };
+    expect(applyChange(shown, run("2", "RUNNING", { updated_at: "2026-01-01T00:00:04Z" }), any, true)).toBe(shown);
+    const later = run("2", "COMPLETED", { updated_at: "2026-01-01T00:00:09Z", steps_done: 2, duration_s: 9 });
+    expect(applyChange(shown, later, any, true).items[0]).toBe(later); // the same version again: taken
+  });
   it("drops a row that no longer matches the status filter", () => {
     const running = { ...any, status: "RUNNING" };
     expect(applyChange(page, run("2", "COMPLETED"), running, true).items.map((r) => r.execution_id)).toEqual(["1"]);
@@ -102,6 +108,26 @@ describe("RunsPage", () => {
     expect(screen.getAllByTestId("run-row")[0].getAttribute("data-status")).toBe("RUNNING");
     expect(screen.getByText("2/2")).toBeTruthy();
     expect(lists()).toBe(before);
+  });
+
+  it("moves a run's progress as its steps exit, never back", async () => {
+    const at = (s: number) => `2026-01-01T00:00:0${s}Z`;
+    const { push } = serve({ items: [run("4", "RUNNING", { steps_done: 0, steps_total: 3, updated_at: at(1) })], limit: 50, offset: 0, next: null });
+    show(VIEWER);
+    await screen.findByText("0/3");
+    const step = (done: number, s: number) =>
+      push(`id: ${s}.0:4\nevent: execution\ndata: ${JSON.stringify(run("4", "RUNNING", { steps_done: done, steps_total: 3, updated_at: at(s) }))}\n\n`);
+    step(1, 2);
+    await screen.findByText("1/3");
+    step(2, 3);
+    await screen.findByText("2/3");
+    expect((screen.getByTitle("2 of 3 steps done").querySelector("progress") as HTMLProgressElement).value).toBe(2);
+    step(1, 2); // a replayed older version, then a new run: once that shows, both were read
+    push(`id: 5.0:5\nevent: execution\ndata: ${JSON.stringify(run("5", "RUNNING", { steps_done: 0, steps_total: 4 }))}\n\n`);
+    await screen.findByText("0/4");
+    expect(screen.getByText("2/3")).toBeTruthy();
+    step(3, 4);
+    await screen.findByText("3/3");
   });
 
   it("offers checkboxes and bulk actions to an operator, none to a viewer", async () => {

@@ -3,8 +3,8 @@ import { query } from "../api/client";
 import { reconnecting } from "../api/stream";
 
 /**
- * Follow GET /api/executions/stream: `onRun` gets each changed row (a new run, one that
- * ended). Its ids are `<time>:<id>` strings, so it resumes with `after=<last id>` itself
+ * Follow GET /api/executions/stream: `onRun` gets each changed row (a new run, one whose
+ * step exited, with its new `steps_done`, one that ended). Its ids are `<time>:<id>` strings, so it resumes with `after=<last id>` itself
  * (the run stream's `follow` keeps numeric seqs). A server without the route makes it call
  * `onPoll` every 5 s instead. Returns a function that stops it.
  */
