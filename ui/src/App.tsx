@@ -19,6 +19,7 @@ export function App() {
 
   useEffect(() => {
     if (!getToken()) return;
+    preload(); // elkjs' worker loads while whoami is asked: a run page opened directly needs it
     api<Whoami>("/api/whoami")
       .then(setWho)
       .catch(() => clearToken())
@@ -26,11 +27,8 @@ export function App() {
   }, []);
 
   useEffect(() => {
-    if (!who) return;
-    // elkjs is most of the app: parsed while the person reads the runs list, not when
-    // they open a run
-    const idle = window.requestIdleCallback ?? ((f: () => void) => window.setTimeout(f, 200));
-    idle(() => preload());
+    // once signed in: elkjs loads on its worker's thread while the runs list is read
+    if (who) preload();
   }, [who]);
 
   if (checking) return null;
