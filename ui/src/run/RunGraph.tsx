@@ -99,12 +99,12 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
     last.current = toFlow(graph, positions, last.current);
     return last.current;
   }, [graph, positions]);
-  const fit = useMemo<FitViewOptions>(() => {
-    const ids = positions && firstView(positions, graph.entry_step);
-    return ids ? { nodes: ids.map((id) => ({ id })), maxZoom: 1 } : {};
-    // the first view only: React Flow reads it once
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [positions]);
+  // the first view only, from the first positions (React Flow reads it once)
+  const fit = useRef<FitViewOptions | null>(null);
+  if (positions && !fit.current) {
+    const ids = firstView(positions, graph.entry_step);
+    fit.current = ids ? { nodes: ids.map((id) => ({ id })), maxZoom: 1 } : {};
+  }
   if (!flow) return <div className="graph loading">laying out…</div>;
   return (
     <div className="graph" data-testid="graph">
@@ -113,7 +113,7 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
         edges={flow.edges}
         nodeTypes={nodeTypes}
         fitView
-        fitViewOptions={fit}
+        fitViewOptions={fit.current ?? undefined}
         onlyRenderVisibleElements
         nodesDraggable={false}
         nodesConnectable={false}
