@@ -177,7 +177,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--only", nargs="+", choices=["loop", "chain"], default=None,
+                        help="only these run pages (no idle CPU, no PostgreSQL runs list):"
+                             " a quick figure while working on the run page")  # fmt: skip
     args = parser.parse_args()
+    pages = args.only or ["loop", "chain"]
     from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="milepost-ui-speed-"))
@@ -185,19 +189,19 @@ def main() -> int:
                                "steps": args.steps, "runs": args.runs}  # fmt: skip
     sqlite = f"sqlite:///{folder / 'runs.db'}"
     t0 = time.perf_counter()
-    loop_id, chain_id = asyncio.run(_make_runs(sqlite, [
-        (big_loop(), {"n": args.iterations}), (chain(args.steps), {})]))  # fmt: skip
-    _emit({"made": "loop and chain runs", "s": round(time.perf_counter() - t0, 1)})
-    with _pg_runs(args.runs) as pg, sync_playwright() as pw:
+    made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {})}
+    ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
+    _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
+    with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
         try:
             with ui(sqlite, folder) as (base, token, _):
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 _sign_in(page, base, token)
-                for name, xid, step, done in (
-                        ("loop", loop_id, "start", f"{args.iterations} done"),
-                        ("chain", chain_id, "start", "")):  # fmt: skip
+                done_of = {"loop": f"{args.iterations} done", "chain": ""}
+                for name in pages:
+                    xid, step, done = ids[name], "start", done_of[name]
                     events = httpx.get(f"{base}/api/executions/{xid}", params={"events_limit": 0},
                                        headers={"Authorization": f"Bearer {token}"},
                                        timeout=60).json()["last_seq"]  # fmt: skip
@@ -208,20 +212,22 @@ def main() -> int:
                                "again": _run_page(page, base, xid, step, done, events)}
                     _emit({"page": f"run of {name}", "events": events, **figures})
                     summary[f"{name}_run_page"] = figures
-                # a live run that does not change: what following its stream costs
-                gate = folder / "go"
-                held, driver = _start_held(sqlite, gated(gate), folder)
-                page.goto(f"{base}/ui/runs/{held}")
-                page.get_by_test_id("step-start").wait_for(timeout=60_000)
-                pid = browser_pid(browser)
-                c0, w0 = _cpu_ticks(pid), time.perf_counter()
-                page.wait_for_timeout(args.idle_s * 1000)  # the measuring window itself
-                share = (_cpu_ticks(pid) - c0) / TICKS / (time.perf_counter() - w0)
-                gate.write_text("")
-                driver.stop()
-                _emit({"page": "live run, nothing changing", "cpu_share_of_a_core": round(share, 4)})
-                summary["idle_cpu_share"] = round(share, 4)
-            summary["runs_list"] = _runs_list(browser, folder, pg)
+                if args.only is None:
+                    # a live run that does not change: what following its stream costs
+                    gate = folder / "go"
+                    held, driver = _start_held(sqlite, gated(gate), folder)
+                    page.goto(f"{base}/ui/runs/{held}")
+                    page.get_by_test_id("step-start").wait_for(timeout=60_000)
+                    pid = browser_pid(browser)
+                    c0, w0 = _cpu_ticks(pid), time.perf_counter()
+                    page.wait_for_timeout(args.idle_s * 1000)  # the measuring window itself
+                    share = (_cpu_ticks(pid) - c0) / TICKS / (time.perf_counter() - w0)
+                    gate.write_text("")
+                    driver.stop()
+                    _emit({"page": "live run, nothing changing", "cpu_share_of_a_core": round(share, 4)})
+                    summary["idle_cpu_share"] = round(share, 4)
+            if args.only is None:
+                summary["runs_list"] = _runs_list(browser, folder, pg)
         finally:
             browser.close()
     _emit(summary)
@@ -260,7 +266,11 @@ def _start_held(db: str, text: str, folder: Path) -> tuple[str, Proc]:
 
 @contextmanager
 def _pg_runs(runs: int) -> Iterator[str]:
-    """A fresh PostgreSQL database holding `runs` ended runs (dropped afterwards)."""
+    """A fresh PostgreSQL database holding `runs` ended runs (dropped afterwards); none
+    made when `runs` is 0."""
+    if runs == 0:
+        yield ""
+        return
     name = f"milepost_uispeed_{uuid.uuid4().hex[:8]}"
     with _pg_connect(PG_ADMIN_URL) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -1,12 +1,15 @@
+import { useQueryClient } from "@tanstack/react-query";
 import { useEffect, useState } from "react";
 import { api } from "./api/client";
 import { clearToken, getToken } from "./api/session";
+import { refused } from "./auth/refused";
 import type { Whoami } from "./api/types";
 import { ApprovalsPage } from "./approvals/ApprovalsPage";
 import { SignIn } from "./auth/SignIn";
 import { NavLinks } from "./nav/NavLinks";
 import { PlaybooksPage } from "./playbooks/PlaybooksPage";
 import { preload } from "./run/layout";
+import { prefetchRun } from "./run/queries";
 import { RunPage } from "./run/RunPage";
 import { RunsPage } from "./runs/RunsPage";
 import { href, navigate, useRoute, type Route } from "./router";
@@ -14,6 +17,7 @@ import { WorkersPage } from "./workers/WorkersPage";
 
 export function App() {
   const route = useRoute();
+  const client = useQueryClient();
   const [who, setWho] = useState<Whoami | null>(null);
   const [checking, setChecking] = useState(() => getToken() !== null);
 
@@ -21,16 +25,15 @@ export function App() {
     if (!getToken()) return;
     api<Whoami>("/api/whoami")
       .then(setWho)
-      .catch(() => clearToken())
+      .catch((e) => refused(e) && clearToken())
       .finally(() => setChecking(false));
+    preload(); // elkjs' worker loads while whoami is asked: a run page opened directly needs it
+    if (route.page === "run") prefetchRun(client, route.id); // the page opened at start-up
   }, []);
 
   useEffect(() => {
-    if (!who) return;
-    // elkjs is most of the app: parsed while the person reads the runs list, not when
-    // they open a run
-    const idle = window.requestIdleCallback ?? ((f: () => void) => window.setTimeout(f, 200));
-    idle(() => preload());
+    // once signed in: elkjs loads on its worker's thread while the runs list is read
+    if (who) preload();
   }, [who]);
 
   if (checking) return null;

@@ -6,17 +6,20 @@ import {
   Position,
   ReactFlow,
   type Edge,
+  type FitViewOptions,
   type Node,
   type NodeProps,
 } from "@xyflow/react";
-import { useEffect, useMemo, useState } from "react";
+import { memo, useEffect, useMemo, useRef, useState } from "react";
 import type { GraphNode, RunGraph as Graph } from "../api/types";
 import { layout, NODE_H, NODE_W, type Positions, shapeKey } from "./layout";
 import { StepBox } from "./StepBox";
+import { firstView } from "./viewport";
 
 type StepNode = Node<{ step: GraphNode }, "step">;
 
-function StepNodeView({ data }: NodeProps<StepNode>) {
+// a node is drawn again only when its step changed (toFlow keeps the same data otherwise)
+const StepNodeView = memo(function StepNodeView({ data }: NodeProps<StepNode>) {
   return (
     <>
       <Handle type="target" position={Position.Left} />
@@ -24,33 +27,60 @@ function StepNodeView({ data }: NodeProps<StepNode>) {
       <Handle type="source" position={Position.Right} />
     </>
   );
-}
+});
 
 const nodeTypes = { step: StepNodeView };
 
-export function toFlow(graph: Graph, positions: Positions): { nodes: StepNode[]; edges: Edge[] } {
-  const nodes: StepNode[] = graph.nodes.map((n) => ({
-    id: n.id,
-    type: "step",
-    position: positions[n.id] ?? { x: 0, y: 0 },
-    data: { step: n },
-    width: NODE_W,
-    height: NODE_H,
-    draggable: false,
-    connectable: false,
-  }));
-  const edges: Edge[] = graph.edges.map((e) => ({
-    id: e.id,
-    source: e.source,
-    target: e.target,
-    animated: graph.nodes.find((n) => n.id === e.source)?.status === "RUNNING",
-    style: e.kind === "compensation" ? { strokeDasharray: "6 4" } : undefined,
-    markerEnd: { type: MarkerType.ArrowClosed },
-  }));
+const stepKey = (n: GraphNode) => JSON.stringify(n);
+
+/** React Flow's nodes and edges for a graph; `previous` (the last call's answer): a node or
+ * edge that did not change is the same object, so a live update on a 500-step graph
+ * re-draws the steps that moved on, not all 500. */
+export function toFlow(
+  graph: Graph,
+  positions: Positions,
+  previous?: { nodes: StepNode[]; edges: Edge[] },
+): { nodes: StepNode[]; edges: Edge[] } {
+  const before = new Map(previous?.nodes.map((n) => [n.id, n]));
+  const nodes: StepNode[] = graph.nodes.map((n) => {
+    const position = positions[n.id] ?? { x: 0, y: 0 };
+    const old = before.get(n.id);
+    if (old && old.position === position && stepKey(old.data.step) === stepKey(n)) return old;
+    return {
+      id: n.id,
+      type: "step",
+      position,
+      data: { step: n },
+      width: NODE_W,
+      height: NODE_H,
+      // the size is known: React Flow need not measure a node in the page before it fits
+      // the view or knows which nodes are in it
+      measured: { width: NODE_W, height: NODE_H },
+      draggable: false,
+      connectable: false,
+    };
+  });
+  const status = new Map(graph.nodes.map((n) => [n.id, n.status]));
+  const edgesBefore = new Map(previous?.edges.map((e) => [e.id, e]));
+  const edges: Edge[] = graph.edges.map((e) => {
+    const animated = status.get(e.source) === "RUNNING";
+    const old = edgesBefore.get(e.id);
+    if (old && old.animated === animated && old.source === e.source && old.target === e.target) return old;
+    return {
+      id: e.id,
+      source: e.source,
+      target: e.target,
+      animated,
+      style: e.kind === "compensation" ? { strokeDasharray: "6 4" } : undefined,
+      markerEnd: { type: MarkerType.ArrowClosed },
+    };
+  });
   return { nodes, edges };
 }
 
-/** The playbook's graph, laid out by elkjs, each step coloured by its status. */
+/** The playbook's graph, laid out by elkjs, each step coloured by its status. Only the
+ * steps in view are in the page (a 500-step playbook draws the few on screen), and a big
+ * graph opens on its entry step. */
 export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: string) => void }) {
   const [positions, setPositions] = useState<Positions | null>(null);
   const key = shapeKey(graph.nodes, graph.edges);
@@ -63,7 +93,18 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
     // laid out again only when the shape changes
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [key]);
-  const flow = useMemo(() => (positions ? toFlow(graph, positions) : null), [graph, positions]);
+  const last = useRef<{ nodes: StepNode[]; edges: Edge[] } | undefined>(undefined);
+  const flow = useMemo(() => {
+    if (!positions) return null;
+    last.current = toFlow(graph, positions, last.current);
+    return last.current;
+  }, [graph, positions]);
+  // the first view only, from the first positions (React Flow reads it once)
+  const fit = useRef<FitViewOptions | null>(null);
+  if (positions && !fit.current) {
+    const ids = firstView(positions, graph.entry_step);
+    fit.current = ids ? { nodes: ids.map((id) => ({ id })), maxZoom: 1 } : {};
+  }
   if (!flow) return <div className="graph loading">laying out…</div>;
   return (
     <div className="graph" data-testid="graph">
@@ -72,6 +113,8 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
         edges={flow.edges}
         nodeTypes={nodeTypes}
         fitView
+        fitViewOptions={fit.current ?? undefined}
+        onlyRenderVisibleElements
         nodesDraggable={false}
         nodesConnectable={false}
         onNodeClick={(_, node) => onStep?.(node.id)}

@@ -2,7 +2,7 @@ import { useQuery, useQueryClient } from "@tanstack/react-query";
 import { useEffect, useRef, useState } from "react";
 import { api, query } from "../api/client";
 import { follow } from "../api/stream";
-import type { ExecutionOut, RunGraph as Graph, Whoami } from "../api/types";
+import type { Whoami } from "../api/types";
 import { duration, when } from "../format";
 import { statusColour, TERMINAL } from "../status";
 import { RunLink } from "../step/RunLink";
@@ -10,19 +10,14 @@ import { StepPanel } from "../step/StepPanel";
 import { DiagnosisBanner } from "./DiagnosisBanner";
 import { RunGraph } from "./RunGraph";
 import { Timeline } from "./Timeline";
+import { graphQuery, runQuery } from "./queries";
 import { useEvents } from "./useEvents";
 
 /** One run: its graph coloured live, its events, and the actions the role allows. */
 export function RunPage({ id, who }: { id: string; who: Whoami }) {
   const client = useQueryClient();
-  const run = useQuery({
-    queryKey: ["run", id, "execution"],
-    queryFn: () => api<ExecutionOut>(`/api/executions/${id}${query({ events_limit: 0 })}`),
-  });
-  const graph = useQuery({
-    queryKey: ["run", id, "graph"],
-    queryFn: () => api<Graph>(`/api/executions/${id}/graph`),
-  });
+  const run = useQuery(runQuery(id));
+  const graph = useQuery(graphQuery(id));
   const { events, pull } = useEvents(id);
   const [selected, setSelected] = useState<string | null>(null);
   useEffect(() => setSelected(null), [id]); // another run: its steps are not this one's

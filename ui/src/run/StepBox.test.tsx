@@ -70,4 +70,23 @@ describe("the graph", () => {
     expect(flow.nodes.map((n) => n.data.step.status)).toEqual(["COMPLETED", "RUNNING", "PENDING"]);
     expect(flow.edges.find((e) => e.source === "each")?.animated).toBe(true);
   });
+
+  it("keeps a step that did not change as the same node on a live update (drawn again only if it did)", async () => {
+    const positions = await layout(graph.nodes, graph.edges);
+    const first = toFlow(graph, positions);
+    const later: RunGraph = {
+      ...graph,
+      nodes: [graph.nodes[0], node("each", "COMPLETED", { loop: true, iterations: { total: 5, done: 5, running: 0, failed: 0 } }), node("end", "PENDING")],
+    };
+    const next = toFlow(later, positions, first);
+    expect(next.nodes[0]).toBe(first.nodes[0]);
+    expect(next.nodes[2]).toBe(first.nodes[2]); // an equal step in a new object: still the same node
+    expect(next.nodes[1]).not.toBe(first.nodes[1]);
+    expect(next.nodes[1].data.step.status).toBe("COMPLETED");
+    expect(next.edges[0]).toBe(first.edges[0]);
+    expect(next.edges[1]).not.toBe(first.edges[1]); // "each" no longer running: not animated
+    expect(next.edges[1].animated).toBe(false);
+    // its size given, not measured in the page: React Flow knows which nodes are in view
+    expect(next.nodes[1].measured).toEqual({ width: 200, height: 64 });
+  });
 });

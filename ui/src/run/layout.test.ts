@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { GraphEdge, GraphNode } from "../api/types";
 import { layout } from "./layout";
 
@@ -15,5 +15,30 @@ describe("layout", () => {
     const positions = await first;
     expect(positions.end.x).toBeGreaterThan(positions.start.x); // left to right
     expect(layout([node("start"), node("other")], [edge("start", "other")])).not.toBe(first);
+  });
+});
+
+describe("the layout engine", () => {
+  it("runs elkjs in a Web Worker where the browser has them (the page's thread stays free)", async () => {
+    const made: string[] = [];
+    class FakeWorker {
+      onmessage: unknown = null;
+      constructor(url: string | URL) {
+        made.push(String(url));
+      }
+      postMessage() {}
+      terminate() {}
+    }
+    vi.resetModules();
+    vi.stubGlobal("Worker", FakeWorker);
+    try {
+      const fresh = await import("./layout");
+      fresh.preload();
+      fresh.preload(); // one worker, however often asked
+      expect(made).toHaveLength(1);
+      expect(made[0]).toMatch(/elk-worker\.min\.js/);
+    } finally {
+      vi.unstubAllGlobals();
+    }
   });
 });

@@ -1,11 +1,18 @@
+import ELK from "elkjs/lib/elk-api.js";
+import elkWorkerUrl from "elkjs/lib/elk-worker.min.js?url";
 import type { GraphEdge, GraphNode } from "../api/types";
+import { recall, remember } from "./layoutStore";
 
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
 export const NODE_W = 200;
 export const NODE_H = 64;
 
-// elkjs is most of the bundle: loaded with the first run page, not with the runs list
-let elk: Promise<{ layout: (graph: ElkGraph) => Promise<ElkGraph> }> | null = null;
+type Engine = { layout: (graph: ElkGraph) => Promise<ElkGraph> };
+
+// elkjs (1.4 MB) runs in a Web Worker: fetched, parsed and laying out on another thread
+// while the main one parses the app, reads the run and draws its timeline (on the main
+// thread it was most of a 500-step run page's second)
+let elk: Promise<Engine> | null = null;
 
 interface ElkGraph {
   id: string;
@@ -14,12 +21,17 @@ interface ElkGraph {
   edges?: { id: string; sources: string[]; targets: string[] }[];
 }
 
-function engine() {
-  elk ??= import("elkjs/lib/elk.bundled.js").then(({ default: ELK }) => new ELK() as never);
+function engine(): Promise<Engine> {
+  elk ??=
+    typeof Worker === "undefined"
+      ? // no workers (jsdom under Vitest): the same engine in this thread
+        import("elkjs/lib/elk.bundled.js").then(({ default: Bundled }) => new Bundled() as never)
+      : Promise.resolve(new ELK({ workerUrl: elkWorkerUrl }) as never);
   return elk;
 }
 
-/** Load and parse elkjs ahead of the first run page (called once signed in, when idle). */
+/** Start the elkjs worker ahead of the first layout (at start-up once signed in): it loads
+ * on its own thread, so the page does not wait for it. */
 export function preload(): void {
   void engine();
 }
@@ -31,16 +43,20 @@ const BIG = 100;
  * playbook laid out in a third of the time, a layout as readable. */
 const FAST = { "elk.layered.thoroughness": "1", "elk.layered.nodePlacement.strategy": "SIMPLE" };
 
-// a shape laid out once per page load: back on a run, or on another run of the same
-// playbook, its graph shows at once
+// a shape laid out once (per page load here, and in the browser's storage across loads):
+// back on a run, or on another run of the same playbook, its graph shows at once
 const laidOut = new Map<string, Promise<Positions>>();
 
 export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const key = shapeKey(nodes, edges);
   let found = laidOut.get(key);
   if (!found) {
-    found = compute(nodes, edges);
-    found.catch(() => laidOut.delete(key)); // a failed layout is tried again next time
+    const kept = recall(key, nodes.map((n) => n.id));
+    found = kept ? Promise.resolve(kept) : compute(nodes, edges);
+    if (!kept) {
+      // a failed layout is tried again next time; a good one is kept for the next page load
+      found.then((p) => remember(key, p)).catch(() => laidOut.delete(key));
+    }
     laidOut.set(key, found);
   }
   return found;
