@@ -9,6 +9,8 @@ import {
   type FitViewOptions,
   type Node,
   type NodeProps,
+  useReactFlow,
+  useStore,
 } from "@xyflow/react";
 import { memo, useEffect, useMemo, useRef, useState } from "react";
 import type { GraphNode, RunGraph as Graph } from "../api/types";
@@ -30,6 +32,23 @@ const StepNodeView = memo(function StepNodeView({ data }: NodeProps<StepNode>) {
 });
 
 const nodeTypes = { step: StepNodeView };
+
+/** A graph shown whole is fitted again when its pane changes size (the step panel opening
+ * beside it): fitted once, its right-hand steps would be cut off, and out of the page. */
+function RefitWhenResized({ options }: { options: FitViewOptions }) {
+  const { fitView } = useReactFlow();
+  const width = useStore((s) => s.width);
+  const height = useStore((s) => s.height);
+  const first = useRef(true);
+  useEffect(() => {
+    if (first.current) {
+      first.current = false; // the first fit is React Flow's own (`fitView`)
+      return;
+    }
+    void fitView(options);
+  }, [width, height, fitView, options]);
+  return null;
+}
 
 const stepKey = (n: GraphNode) => JSON.stringify(n);
 
@@ -123,6 +142,7 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
       >
         <Background />
         <Controls showInteractive={false} />
+        {fit.current && !fit.current.nodes && <RefitWhenResized options={fit.current} />}
       </ReactFlow>
     </div>
   );
