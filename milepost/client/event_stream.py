@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 from milepost.client import routes
 from milepost.client.errors import ServerRefused, ServerUnavailable, error_of
@@ -33,28 +34,6 @@ class NoStream(Exception):
     def __init__(self, after: int) -> None:
         super().__init__(f"no event stream; poll after seq {after}")
         self.after = after
-
-
-def messages(lines: Iterable[str]) -> Iterator[tuple[str, str, str]]:
-    """`(id, event, data)` of each message of an SSE body (comments skipped; several
-    `data:` lines joined by newlines, as the SSE spec says)."""
-    msg_id, kind, data = "", "message", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                yield msg_id, kind, "\n".join(data)
-            msg_id, kind, data = "", "message", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if field == "id":
-            msg_id = value
-        elif field == "event":
-            kind = value
-        elif field == "data":
-            data.append(value)
 
 
 def follow(http: httpx.Client, base_url: str, execution_id: int | str,
@@ -79,13 +58,13 @@ def follow(http: httpx.Client, base_url: str, execution_id: int | str,
                         raise error
                     # a 503 (the store gone for a moment), a 429: connect again, as on a drop
                 else:
-                    for msg_id, kind, data in messages(response.iter_lines()):
+                    for message in EventSource(response).iter_sse():
                         failures = 0  # the server answers: a later drop starts a new count
-                        if kind == "end":
+                        if message.event == "end":
                             return
-                        event = json.loads(data)
+                        event = json.loads(message.data)
                         yield event
-                        after = int(msg_id or event["seq"])
+                        after = int(message.id or event["seq"])
         except httpx.HTTPError as exc:
             error = exc
         # dropped, or closed without `end` (the server stopped): connect again after `after`

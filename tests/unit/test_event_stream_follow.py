@@ -1,5 +1,5 @@
-"""The CLI's follow of a server: the SSE body read into messages, and a server without the
-stream route (404) followed by polling from the last seq it gave, nothing twice."""
+"""The CLI's follow of a server: a server without the stream route (404) followed by
+polling from the last seq it gave, nothing twice."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import pytest
 from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
 from milepost.client.errors import ServerRefused
-from milepost.client.event_stream import messages
 from milepost.engine.event_query import EventQuery
-
-
-def test_messages_join_data_lines_and_skip_comments() -> None:
-    body = [": keepalive", "", "id: 3", "event: step.exit", "data: {\"a\":", "data: 1}", "",
-            "event: end", "data: {}", ""]
-    assert list(messages(body)) == [("3", "step.exit", '{"a":\n1}'), ("", "end", "{}")]
 
 
 def _event(seq: int, event_type: str, step: str | None = "start") -> dict[str, object]:
