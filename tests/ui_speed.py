@@ -2,8 +2,8 @@
 `make bench-ui`, or `python -m tests.ui_speed [--iterations N] [--runs N]`.
 
 In headless Chromium (Debian's `chromium`, driven by Playwright), against `milepost ui`:
-- the run page of a loop run of `--iterations` iterations (three events each) and of a
-  500-step playbook: the time from navigation until the graph shows the run's final
+- the run page of a loop run of `--iterations` iterations (three events each), of a
+  500-step playbook (a chain) and of one of about as many steps without chains (`branchy`): the time from navigation until the graph shows the run's final
   counts and the timeline its first rows (interactive), and until the timeline holds every
   event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
@@ -66,6 +66,24 @@ def chain(n: int) -> str:
             step["next"] = f"s{i + 1}"
         steps.append(step)
     return _playbook("chain500", steps)
+
+
+def branchy(n: int) -> str:
+    """`n` steps with no run of steps one after the other (the graph's worst case: the
+    layout has a box per step): n/2 on the run's path, each with a side step its arc never
+    takes that joins the path again at the next one."""
+    steps: list[dict[str, Any]] = []
+    half = n // 2
+    for i in range(half):
+        name, side, after = ("start" if i == 0 else f"p{i}"), f"x{i}", f"p{i + 1}"
+        step: dict[str, Any] = {"step": name, "tool": {"kind": "noop"}}
+        if i + 1 < half:
+            step["next"] = {"arcs": [{"step": side, "when": "{{ false }}"}, {"step": after}]}
+            steps.append(step)
+            steps.append({"step": side, "tool": {"kind": "noop"}, "next": after})
+        else:
+            steps.append(step)
+    return _playbook("branchy500", steps)
 
 
 def gated(gate: Path) -> str:
@@ -177,11 +195,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
-    parser.add_argument("--only", nargs="+", choices=["loop", "chain"], default=None,
+    parser.add_argument("--only", nargs="+", choices=["loop", "chain", "branchy"], default=None,
                         help="only these run pages (no idle CPU, no PostgreSQL runs list):"
                              " a quick figure while working on the run page")  # fmt: skip
     args = parser.parse_args()
-    pages = args.only or ["loop", "chain"]
+    pages = args.only or ["loop", "chain", "branchy"]
     from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="milepost-ui-speed-"))
@@ -189,7 +207,8 @@ def main() -> int:
                                "steps": args.steps, "runs": args.runs}  # fmt: skip
     sqlite = f"sqlite:///{folder / 'runs.db'}"
     t0 = time.perf_counter()
-    made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {})}
+    made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
+            "branchy": (branchy(args.steps), {})}
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:
@@ -199,7 +218,7 @@ def main() -> int:
             with ui(sqlite, folder) as (base, token, _):
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 _sign_in(page, base, token)
-                done_of = {"loop": f"{args.iterations} done", "chain": ""}
+                done_of = {"loop": f"{args.iterations} done", "chain": "", "branchy": ""}
                 for name in pages:
                     xid, step, done = ids[name], "start", done_of[name]
                     events = httpx.get(f"{base}/api/executions/{xid}", params={"events_limit": 0},

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import type { GraphEdge, GraphNode } from "../api/types";
-import { layout } from "./layout";
+import { layout, NODE_H, NODE_W } from "./layout";
 
 const node = (id: string, status = "PENDING") =>
   ({ id, desc: null, kind: "noop", tasks: 1, loop: false, status, runs: 0, iterations: null }) as GraphNode;
@@ -15,6 +15,28 @@ describe("layout", () => {
     const positions = await first;
     expect(positions.end.x).toBeGreaterThan(positions.start.x); // left to right
     expect(layout([node("start"), node("other")], [edge("start", "other")])).not.toBe(first);
+  });
+});
+
+describe("a graph with chains", () => {
+  it("spreads each chain's steps out in a row, left to right, none on another", async () => {
+    // start -> a1..a5 -> fork to b and c1 -> c2 -> c3, both joining at end
+    const ids = ["start", "a1", "a2", "a3", "a4", "a5", "b", "c1", "c2", "c3", "end"];
+    const pairs = [["start", "a1"], ["a1", "a2"], ["a2", "a3"], ["a3", "a4"], ["a4", "a5"], ["a5", "b"],
+      ["a5", "c1"], ["c1", "c2"], ["c2", "c3"], ["b", "end"], ["c3", "end"]];
+    const p = await layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+    expect(Object.keys(p).sort()).toEqual([...ids].sort());
+    for (const [s, t] of pairs) expect(p[t].x).toBeGreaterThan(p[s].x + NODE_W - 1);
+    for (const row of [["start", "a1", "a2", "a3", "a4", "a5"], ["c1", "c2", "c3"]]) {
+      expect(new Set(row.map((id) => p[id].y)).size).toBe(1);
+    }
+    for (const a of ids) {
+      for (const b of ids) {
+        if (a === b) continue;
+        const apart = Math.abs(p[a].x - p[b].x) >= NODE_W || Math.abs(p[a].y - p[b].y) >= NODE_H;
+        expect(apart, `${a} and ${b} overlap`).toBe(true);
+      }
+    }
   });
 });
 

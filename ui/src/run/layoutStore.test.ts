@@ -1,6 +1,6 @@
 import { beforeEach, describe, expect, it, vi } from "vitest";
 import type { GraphEdge, GraphNode } from "../api/types";
-import { recall, remember, shapeHash } from "./layoutStore";
+import { PREFIX, recall, remember, shapeHash } from "./layoutStore";
 
 const node = (id: string) =>
   ({ id, desc: null, kind: "noop", tasks: 1, loop: false, status: "PENDING", runs: 0, iterations: null }) as GraphNode;
@@ -53,7 +53,13 @@ describe("laid-out shapes kept between page loads", () => {
 
   it("lays out again a damaged entry", () => {
     remember("k", { a: { x: 1, y: 2 } });
-    localStorage.setItem(`milepost.layout.v1:${shapeHash("k")}`, "{not json");
+    localStorage.setItem(PREFIX + shapeHash("k"), "{not json");
+    expect(recall("k", ["a"])).toBeNull();
+  });
+
+  it("does not use positions kept by an older layout", () => {
+    localStorage.setItem(`milepost.layout.v1:${shapeHash("k")}`, JSON.stringify({ a: { x: 1, y: 2 } }));
+    expect(PREFIX).not.toBe("milepost.layout.v1:");
     expect(recall("k", ["a"])).toBeNull();
   });
 });

@@ -1,0 +1,35 @@
+import { describe, expect, it } from "vitest";
+import { chains } from "./chains";
+
+const arcs = (...pairs: string[]) =>
+  pairs.map((p) => {
+    const [source, target] = p.split(">");
+    return { source, target };
+  });
+
+const steps = (ids: string[], list: ReturnType<typeof arcs>) => chains(ids, list).chains.map((c) => c.steps);
+
+describe("chains", () => {
+  it("makes one box of a straight run of steps", () => {
+    const ids = Array.from({ length: 500 }, (_, i) => `s${i}`);
+    const list = ids.slice(1).map((id, i) => ({ source: ids[i], target: id }));
+    const { chains: found, boxOf } = chains(ids, list);
+    expect(found).toEqual([{ id: "s0", steps: ids }]);
+    expect(boxOf.get("s499")).toBe("s0");
+  });
+
+  it("ends a chain where a step branches or another way comes in", () => {
+    // a -> b -> c, c branches to d and e, which join at f -> g
+    const list = arcs("a>b", "b>c", "c>d", "c>e", "d>f", "e>f", "f>g");
+    expect(steps(["a", "b", "c", "d", "e", "f", "g"], list)).toEqual([["a", "b", "c"], ["d"], ["e"], ["f", "g"]]);
+  });
+
+  it("keeps a loop back into a chain out of it, and a ring nobody enters as single steps", () => {
+    expect(steps(["a", "b", "c", "d"], arcs("a>b", "b>c", "c>b", "c>d"))).toEqual([["a"], ["b", "c"], ["d"]]);
+    expect(steps(["x", "y"], arcs("x>y", "y>x"))).toEqual([["x"], ["y"]]);
+  });
+
+  it("ignores arcs to steps it was not given and a step's arc to itself", () => {
+    expect(steps(["a", "b"], arcs("a>b", "b>b", "b>gone", "gone>a"))).toEqual([["a", "b"]]);
+  });
+});
