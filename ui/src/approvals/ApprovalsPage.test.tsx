@@ -70,6 +70,22 @@ describe("ApprovalsPage", () => {
     expect(refusal.textContent).toBe(`${message} (${code})`);
   });
 
+  it("shows past the first page of pending approvals on More, and no More after the last", async () => {
+    const second = { ...item, approval_id: "78", step: "payout" };
+    const calls = mockApi({
+      [PENDING]: { body: { items: [item], limit: 1, next: "77" } },
+      [`${PENDING}&after=77`]: { body: { items: [second], limit: 1, next: null } },
+      "GET /api/approvals/77": { body: detail },
+      "GET /api/approvals/78": { body: { ...detail, ...second } },
+    });
+    renderWithClient(<ApprovalsPage who={who("approver", { approve: true })} />);
+    expect(await screen.findAllByTestId("approval")).toHaveLength(1);
+    fireEvent.click(await screen.findByRole("button", { name: "More" }));
+    await waitFor(() => expect(screen.getAllByTestId("approval")).toHaveLength(2));
+    expect(calls.some((c) => `GET ${c.url}` === `${PENDING}&after=77`)).toBe(true);
+    expect(screen.queryByRole("button", { name: "More" })).toBeNull();
+  });
+
   it("offers no decision to a role that may not decide", async () => {
     mockApi({ [PENDING]: { body: { items: [item], limit: 100, next: null } }, "GET /api/approvals/77": { body: detail } });
     renderWithClient(<ApprovalsPage who={who("viewer")} />);

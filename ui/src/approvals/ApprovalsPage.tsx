@@ -1,4 +1,4 @@
-import { useQuery, useQueryClient } from "@tanstack/react-query";
+import { useInfiniteQuery, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useEffect, useState } from "react";
 import { api, query } from "../api/client";
 import type { Whoami } from "../api/types";
@@ -27,13 +27,17 @@ export function ApprovalsPage({ who }: { who: Whoami }) {
 
 function Pending({ who }: { who: Whoami }) {
   const client = useQueryClient();
-  const list = useQuery({
+  // pages of the API's keyset (100 each, in the order approvals were asked): "More" reads
+  // the next, and a change re-reads every page shown
+  const list = useInfiniteQuery({
     queryKey: ["approvals", "pending"],
-    queryFn: () => api<ApprovalList>(`/api/approvals${query({ status: "pending" })}`),
+    queryFn: ({ pageParam }) => api<ApprovalList>(`/api/approvals${query({ status: "pending", after: pageParam })}`),
+    initialPageParam: undefined as string | undefined,
+    getNextPageParam: (last) => last.next ?? undefined,
   });
   useEffect(() => followApprovals(() => void client.invalidateQueries({ queryKey: ["approvals", "pending"] })), [client]);
   if (list.error) return <p className="error">{(list.error as Error).message}</p>;
-  const items = list.data?.items ?? [];
+  const items = list.data?.pages.flatMap((p) => p.items) ?? [];
   return (
     <div>
       {!who.may.approve && <p className="muted">Your role ({who.role}) may not decide approvals.</p>}
@@ -41,6 +45,11 @@ function Pending({ who }: { who: Whoami }) {
         <ApprovalCard key={item.approval_id} item={item} who={who} />
       ))}
       {list.data && items.length === 0 && <p className="empty">Nothing waits for a decision.</p>}
+      {list.hasNextPage && (
+        <div className="pager">
+          <button disabled={list.isFetchingNextPage} onClick={() => void list.fetchNextPage()}>More</button>
+        </div>
+      )}
     </div>
   );
 }
