@@ -33,7 +33,7 @@ function engine(): Promise<Engine> {
 }
 
 /** Start the elkjs worker ahead of the first layout (at start-up once signed in): it loads
- * on its own thread, so the page does not wait for it. */
+ * and warms up (`warm`) on its own thread, so the page does not wait for it. */
 export function preload(): void {
   if (elk) return;
   void engine().then(warm);
@@ -42,9 +42,9 @@ export function preload(): void {
 let asked = false; // a real layout was asked for: the warm-up gives way
 
 /** Lay out a made-up graph a few times, one after the other, until a real layout is asked
- * for: elkjs' code runs three times slower until the worker's JIT has compiled it (a cold
- * 500-step layout 0.6 s, after four of these 0.3 s; measured in Node), and the first real
- * layout would pay for that. */
+ * for: elkjs' code runs up to three times slower until the worker's JIT has compiled it (a
+ * cold 500-step layout 0.6 s; after three of these 0.37 s, after six 0.27 s; measured in
+ * Node), which the first real layout would pay for. */
 async function warm(e: Engine): Promise<void> {
   for (let round = 0; round < 4 && !asked; round++) {
     await e.layout(warmUp()).catch(() => undefined);
@@ -64,6 +64,11 @@ function warmUp(): ElkGraph {
   return { id: "warm-up", layoutOptions: options(children.length), children, edges };
 }
 
+const BIG = 100;
+/** Past BIG boxes (steps, a chain counting once), one pass of crossing reduction and
+ * simple placement: a 500-step playbook laid out in a third of the time, as readable. */
+const FAST = { "elk.layered.thoroughness": "1", "elk.layered.nodePlacement.strategy": "SIMPLE" };
+
 function options(boxes: number): Record<string, string> {
   return {
     "elk.algorithm": "layered",
@@ -75,11 +80,6 @@ function options(boxes: number): Record<string, string> {
 }
 
 export type Positions = Record<string, { x: number; y: number }>;
-
-const BIG = 100;
-/** Past BIG boxes (steps, a chain counting once), one pass of crossing reduction and
- * simple placement: a 500-step playbook laid out in a third of the time, as readable. */
-const FAST = { "elk.layered.thoroughness": "1", "elk.layered.nodePlacement.strategy": "SIMPLE" };
 
 // a shape laid out once (per page load here, and in the browser's storage across loads):
 // back on a run, or on another run of the same playbook, its graph shows at once
