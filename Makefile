@@ -74,8 +74,8 @@ bench: install
 	$(BIN)/milepost bench INGEST 200
 
 # the web UI's speed in headless Chromium (issue 14; BENCHMARKS.md "web UI"): a run page of
-# 100,000 loop iterations and of 500 steps, a live page's idle CPU, 100,000 runs listed on
-# PostgreSQL
+# 100,000 loop iterations, of a 500-step chain and of 500 steps without chains, a live
+# page's idle CPU, 100,000 runs listed on PostgreSQL
 bench-ui: install browser
 	$(PY) -m tests.ui_speed
 

@@ -33,35 +33,11 @@ function engine(): Promise<Engine> {
 }
 
 /** Start the elkjs worker ahead of the first layout (at start-up once signed in): it loads
- * and warms up (`warm`) on its own thread, so the page does not wait for it. */
+ * on its own thread, so the page does not wait for it. (Warming its JIT up with made-up
+ * layouts there was tried: it made a cold 500-step layout 0.4 s faster but queued a small
+ * graph's layout behind it, and the 100k-iteration loop's page went from 0.45 to 1.2 s.) */
 export function preload(): void {
-  if (elk) return;
-  void engine().then(warm);
-}
-
-let asked = false; // a real layout was asked for: the warm-up gives way
-
-/** Lay out a made-up graph a few times, one after the other, until a real layout is asked
- * for: elkjs' code runs up to three times slower until the worker's JIT has compiled it (a
- * cold 500-step layout 0.6 s; after three of these 0.37 s, after six 0.27 s; measured in
- * Node), which the first real layout would pay for. */
-async function warm(e: Engine): Promise<void> {
-  for (let round = 0; round < 4 && !asked; round++) {
-    await e.layout(warmUp()).catch(() => undefined);
-  }
-}
-
-/** A graph of 120 steps in pairs that part and join again (no chains): it runs
- * the same code as a big playbook's layout. */
-function warmUp(): ElkGraph {
-  const n = 60;
-  const children = Array.from({ length: 2 * n }, (_, i) => ({ id: `w${i}`, width: NODE_W, height: NODE_H }));
-  const edges = Array.from({ length: n - 1 }, (_, i) => [
-    { id: `a${i}`, sources: [`w${2 * i}`], targets: [`w${2 * i + 2}`] },
-    { id: `b${i}`, sources: [`w${2 * i}`], targets: [`w${2 * i + 1}`] },
-    { id: `c${i}`, sources: [`w${2 * i + 1}`], targets: [`w${2 * i + 2}`] },
-  ]).flat();
-  return { id: "warm-up", layoutOptions: options(children.length), children, edges };
+  void engine();
 }
 
 const BIG = 100;
@@ -101,7 +77,6 @@ export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
 }
 
 async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
-  asked = true;
   const ids = nodes.map((n) => n.id);
   // a chain of steps is one box as wide as its steps one layer apart (`chains`)
   const { chains: boxes, boxOf } = chains(ids, edges);
