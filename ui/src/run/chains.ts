@@ -23,7 +23,9 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
   const ins = new Map<string, number>();
   for (const { source, target } of arcs) {
     if (source === target || !known.has(source) || !known.has(target)) continue;
-    outs.set(source, [...(outs.get(source) ?? []), target]);
+    const out = outs.get(source);
+    if (out) out.push(target);
+    else outs.set(source, [target]);
     ins.set(target, (ins.get(target) ?? 0) + 1);
   }
   // the next step that continues a chain: the only arc out, into a step with no other way in
