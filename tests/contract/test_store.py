@@ -618,6 +618,12 @@ def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
             store.claim(801, "w", now=3.0, lease_s=1.0, new_id=new_id)
         assert refused.value.fields["reason"] == "execution_cancelled"
         assert store.get_command(801).status == port.COMMAND_QUEUED
+        # the log came through version 15 (keyed by event_id, its surrogate id dropped)
+        # whole, and appends go on after it
+        assert [(e.event_id, e.seq) for e in store.load(80)] == [(1, 1)]
+        more = ev.new_event(new_id(), 80, ev.EXECUTION_FAILED, 4.0, status="FAILED")
+        assert [e.seq for e in store.append([more])] == [2]
+        assert [e.event_id for e in store.load(80)] == [1, more.event_id]
     finally:
         store.close()
 
