@@ -71,6 +71,24 @@ class Causes:
             self.by_index.setdefault(step, {})[index] = event.event_id
 
 
+@dataclass(slots=True)
+class Emitted:
+    """What one decision emitted so far, as `cause` reads it: kept as the events are
+    emitted, so naming the cause of each of a loop's thousands of `command.issued` in one
+    decision is a lookup (a walk back through the decision's events made that quadratic:
+    8,000 iterations issued at once took 0.7 s of the orchestrator's lock)."""
+
+    last: int | None = None
+    """The last event emitted."""
+    by_step: dict[str, int] = field(default_factory=dict)
+    """step -> its last event emitted that is not a `command.issued`."""
+
+    def add(self, event: ev.Event) -> None:
+        self.last = event.event_id
+        if event.step is not None and event.event_type != ev.COMMAND_ISSUED:
+            self.by_step[event.step] = event.event_id
+
+
 def _index(payload: Mapping[str, Any], commands: Mapping[int, Any]) -> int | None:
     command_id = payload.get("command_id")
     try:
@@ -82,18 +100,18 @@ def _index(payload: Mapping[str, Any], commands: Mapping[int, Any]) -> int | Non
         return None
 
 
-def cause(causes: Causes, emitted: Sequence[ev.Event], event_type: str, step: str | None,
+def cause(causes: Causes, emitted: Emitted, event_type: str, step: str | None,
           payload: Mapping[str, Any]) -> int | None:  # fmt: skip
-    """The parent of a decided event, before it is emitted (`emitted`: the events of the
-    same decision so far)."""
+    """The parent of a decided event, before it is emitted (`emitted`: what the same
+    decision emitted so far)."""
     if step is None:
-        return emitted[-1].event_id if emitted else causes.last
+        return emitted.last if emitted.last is not None else causes.last
     if event_type == ev.STEP_ENTER:
         return causes.selected_by.get(step, causes.last)
-    for earlier in reversed(emitted):
-        # the loop's several `command.issued` of one decision share the enter's cause
-        if earlier.step == step and earlier.event_type != ev.COMMAND_ISSUED:
-            return earlier.event_id
+    # the loop's several `command.issued` of one decision share the enter's cause
+    earlier = emitted.by_step.get(step)
+    if earlier is not None:
+        return earlier
     index = payload.get("index")
     # a retry's issue <- its retry_scheduled; a retry_scheduled <- the failure
     retry = event_type == ev.COMMAND_RETRY_SCHEDULED or (

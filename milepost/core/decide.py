@@ -52,15 +52,16 @@ class _Emitter:
         self.new_id = new_id
         self.playbook = playbook
         self.decision = Decision()
+        self.emitted = causality.Emitted()
 
     def emit(self, event_type: str, step: str | None = None, status: str | None = None,
              event_id: int | None = None, **payload: Any) -> None:
-        parent = causality.cause(self.state.causes, self.decision.events, event_type, step,
-                                 payload)  # fmt: skip
-        self.decision.events.append(ev.new_event(
-            event_id or self.new_id(), self.state.execution_id, event_type, self.now,
-            step=step, status=status, payload=payload, parent_event_id=parent,
-        ))  # fmt: skip
+        parent = causality.cause(self.state.causes, self.emitted, event_type, step, payload)
+        event = ev.new_event(event_id or self.new_id(), self.state.execution_id, event_type,
+                             self.now, step=step, status=status, payload=payload,
+                             parent_event_id=parent)  # fmt: skip
+        self.decision.events.append(event)
+        self.emitted.add(event)
 
     def wake(self, at: float) -> None:
         current = self.decision.wake_at
