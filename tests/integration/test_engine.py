@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -236,6 +237,41 @@ def test_a_failing_child_fails_the_parent_step_with_its_reason(store: Any) -> No
 class BrokenSnapshots(SQLiteStore):
     def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
         raise StoreUnavailable("disk full", execution_id=str(execution_id))
+
+
+class CountedSnapshots(SQLiteStore):
+    saved: list[tuple[int, int]]  # (seq, bytes) of each snapshot, in order
+
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        self.saved.append((seq, len(data)))
+        super().save_snapshot(execution_id, seq, data)
+
+
+def test_snapshots_are_spaced_by_the_size_of_the_run_so_they_cost_a_few_times_the_last(
+        tmp_path: Path) -> None:  # fmt: skip
+    # each snapshot pickles the whole fold: every 10 events, a 600-event loop's would have
+    # been 60 snapshots of a growing state (their bytes the square of the run's length)
+    store = CountedSnapshots(tmp_path / "counted.db")
+    store.saved = []
+    text = text_of(LOOP.replace("range(30)", "range(200)"))
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            engine.orchestrator.snapshot_every = 10
+            return await engine.run(load.load_text(text), text, timeout=60)
+
+    try:
+        state = asyncio.run(go())
+        assert state.status == st.COMPLETED
+        assert state.results["total"] == sum(i * i for i in range(200))
+        seqs = [seq for seq, _ in store.saved]
+        assert len(seqs) <= 12, seqs  # 10, 15, 22, ... up to the run's 600-odd events
+        assert all(b >= 1.4 * a for a, b in itertools.pairwise(seqs)), seqs
+        assert sum(size for _, size in store.saved) < 4 * store.saved[-1][1]
+        # and a rebuild still replays at most about a third of the log
+        assert state.last_seq - seqs[-1] <= state.last_seq / 3 + 10
+    finally:
+        store.close()
 
 
 def test_a_failed_snapshot_write_is_logged_and_the_run_goes_on(
