@@ -98,13 +98,14 @@ class LocalRuns:
     def status(self, execution_id: int) -> dict[str, Any]:
         # the log folded as it is: no key is needed to read a run sealed with one
         row = self.engine.execution(execution_id)
+        # a queued command of a pool no live worker serves, as a server's status says (read
+        # before the log, as the server does: the steps it names are in the fold)
+        missing = self.engine.missing_workers(execution_id)
         state = st.fold(None, self.engine.events(row.execution_id))
         summary = summaries.execution_summary(state)
         if state.terminal:
             return summary
-        # a queued command of a pool no live worker serves, as a server's status says
-        summary = summaries.with_missing_workers(summary,
-                                                 self.engine.missing_workers(execution_id))  # fmt: skip
+        summary = summaries.with_missing_workers(summary, missing)
         # a local run whose `milepost run` is gone: only a resume (or a cancel) moves it
         waiting = unattended.undriven(self.engine, execution_id)
         if waiting is not None:

@@ -4,6 +4,10 @@ commands of a pool with no live worker."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.api.support import Api, error, ok, playbook
 from tests.api.test_cli import cli
 from tests.shared import metric_sample
@@ -45,6 +49,43 @@ def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None
     assert command["step"] == "train"
     api.complete(command, 1)
     assert api.status(xid)["status"] == "COMPLETED"
+
+
+THEN_GPU = playbook("tests/then-gpu", """
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 1"}
+    next: train
+  - step: train
+    spec: {pool: gpu}
+    tool: {kind: python, code: "result = 2"}
+""")
+
+
+def test_a_status_read_while_a_report_commits_names_only_steps_it_shows(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the status read the run's state, then the queued commands of pools without a worker:
+    # a report committed in between named `train` as waiting in an answer where `start`
+    # was still running and `train` not yet a step (a flaky acceptance test found it)
+    xid = api.execute(THEN_GPU)
+    start = api.claim_one("w1")
+    engine = api.services.engine
+    read_pools = engine.missing_workers
+    reported: list[str] = []
+
+    def pools_while_a_report_commits(execution_id: int | None = None) -> Any:
+        if not reported:
+            reported.append(xid)
+            api.complete(start, 1)  # the report lands between the status's two reads
+        return read_pools(execution_id)
+
+    monkeypatch.setattr(engine, "missing_workers", pools_while_a_report_commits)
+    status = api.status(xid)
+    assert reported == [xid]
+    assert status["no_live_worker"] == [{"pool": "gpu", "commands": 1, "steps": ["train"],
+                                         "message": "no live worker of pool gpu"}]  # fmt: skip
+    assert status["steps"]["start"]["status"] == "COMPLETED"
+    assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
 
 
 def test_a_machine_id_request_with_a_bad_pool_is_refused(api: Api) -> None:

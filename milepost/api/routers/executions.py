@@ -68,11 +68,15 @@ def _summary(state: st.ExecutionState, _pb: model.Playbook) -> dict[str, Any]:
 
 
 def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
-    """The summary, with the pools it waits on that have no live worker (DSL 10.6)."""
+    """The summary, with the pools it waits on that have no live worker (DSL 10.6). The
+    pools are read first: a command queued then was issued with events the state read
+    after it holds, so every step said to wait is one of the summary's (the other way
+    round, a report committed in between named a step the summary did not have yet)."""
+    missing = engine.missing_workers(execution_id)
     summary = engine.read(execution_id, _summary)
     if summary["status"] in st.TERMINAL:
         return summary
-    return summaries.with_missing_workers(summary, engine.missing_workers(execution_id))
+    return summaries.with_missing_workers(summary, missing)
 
 
 @router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
