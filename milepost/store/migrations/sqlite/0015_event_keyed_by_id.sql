@@ -1,9 +1,9 @@
 -- 15: the log keyed by its event ids. The surrogate `id` (AUTOINCREMENT) was read by no
--- statement, yet every append wrote three b-trees and a `sqlite_sequence` row for it: the
--- table, the UNIQUE index of event_id and the sequence. With event_id as the rowid an
--- append writes the table and (execution_id, seq) only: two of the ~11 pages a W1 step's
--- commit wrote to the WAL (BENCHMARKS.md, session 12). Copied in event_id order, so the
--- copy appends to the new b-tree; every read orders by (execution_id, seq) anyway.
+-- statement, yet because of it every append wrote, beside the table and its (execution_id,
+-- seq) index, a UNIQUE index of event_id and a `sqlite_sequence` row. With event_id as the
+-- rowid those two go: two of the ~11 pages a W1 step's commit wrote to the WAL
+-- (BENCHMARKS.md, session 12). Copied in event_id order, so the copy appends to the new
+-- b-tree; every read orders by (execution_id, seq) anyway.
 CREATE TABLE event_keyed (
     event_id INTEGER PRIMARY KEY,
     execution_id INTEGER NOT NULL,
