@@ -14,7 +14,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import pickle
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from milepost.core import state as st
 from milepost.core import tracecontext as tc
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
+from milepost.engine import snapshots
 from milepost.engine.seal import Sealer, WorkloadUnreadable
 from milepost.errors import ConcurrencyConflict, ExecutionNotFound, PlaybookNotFound
 from milepost.playbook import load, model
@@ -36,13 +36,6 @@ from milepost.store.port import Store
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_EVERY = 2000
-"""Save a snapshot of the fold after this many new events, or after half as many again as
-the run had at its last one when that is more, so rebuilds stay bounded (at most a third
-of the log is replayed). A snapshot pickles the whole fold: spaced evenly, a run's
-snapshots cost the square of its length (a 16,000-iteration loop pickled its state 16
-times, 51 ms each by the end, under the run's lock); spaced by its size, they cost a few
-times its last one."""
 MAX_DECISIONS_PER_TRIGGER = 100_000
 ENGINE_ERROR = "engine_error"
 """The `code` of the error of a run ended because deciding raised."""
@@ -52,11 +45,6 @@ LOCKED_TRIES = 10
 ID_CONFLICT_TRIES = 5
 """Decisions made again, with fresh ids, when an id the orchestrator chose was taken."""
 ENDED_KEPT = 256
-_SNAPSHOT_VERSION = 11
-"""2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
-5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
-9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`, `run_results` of
-compensated steps, `traceparent`; 11: `restarted_from`."""
 
 
 @dataclass(slots=True)
@@ -85,7 +73,7 @@ class Orchestrator:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], int] | None = None,
         machine_id: int = 0,
-        snapshot_every: int = SNAPSHOT_EVERY,
+        snapshot_every: int = snapshots.EVERY,
         shared: bool = False,
         secret_key: str | None = None,
     ) -> None:
@@ -223,13 +211,7 @@ class Orchestrator:
         state: st.ExecutionState | None = None
         snap = self.store.load_snapshot(execution_id)
         if snap is not None:
-            try:
-                version, state = pickle.loads(snap[1])
-                if version != _SNAPSHOT_VERSION:
-                    state = None
-            except Exception:  # an unreadable snapshot is only a lost shortcut
-                log.warning("ignoring unreadable snapshot", extra={"execution_id": execution_id})
-                state = None
+            state = snapshots.load(snap[1], execution_id)
         events = self.store.load(execution_id, after_seq=state.last_seq if state else 0)
         if state is None and not events:
             raise ExecutionNotFound(f"no execution {execution_id}", execution_id=str(execution_id))
@@ -463,7 +445,7 @@ class Orchestrator:
 
     def _maybe_snapshot(self, state: st.ExecutionState) -> None:
         done = self._snapshotted.get(state.execution_id, 0)
-        if state.event_count - done < max(self.snapshot_every, done // 2) or state.last_seq == 0:
+        if not snapshots.due(state.event_count, done, self.snapshot_every) or state.last_seq == 0:
             return
         # the next try comes after as many events again, whether this one is saved or not
         self._snapshotted[state.execution_id] = state.event_count
@@ -472,8 +454,7 @@ class Orchestrator:
             # results): no snapshot of a sealed run, which only costs a longer rebuild
             return
         try:
-            data = pickle.dumps((_SNAPSHOT_VERSION, state), protocol=pickle.HIGHEST_PROTOCOL)
-            self.store.save_snapshot(state.execution_id, state.last_seq, data)
+            self.store.save_snapshot(state.execution_id, state.last_seq, snapshots.dump(state))
         except Exception:  # a snapshot only shortens rebuilds: the run goes on without it
             log.warning("snapshot of execution %s not saved", state.execution_id,
                         exc_info=True, extra={"execution_id": state.execution_id,
