@@ -16,10 +16,12 @@ import asyncio
 import inspect
 import os
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from types import FrameType
+from typing import Any, TypeVar
 
 import pytest
 
@@ -137,3 +139,28 @@ def process_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+class LinesRun:
+    """Counts the lines Python runs in the files under `prefix` while it is entered: a
+    measure of work that no machine's speed moves, for tests of how work grows with size
+    (`tests/unit/test_core_scaling.py`). Other tracers (a coverage run) are put back after."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.lines = 0
+        self._before: Any = None
+
+    def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if not frame.f_code.co_filename.startswith(self.prefix):
+            return None
+        self.lines += event == "line"
+        return self._trace
+
+    def __enter__(self) -> LinesRun:
+        self._before = sys.gettrace()
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(self._before)

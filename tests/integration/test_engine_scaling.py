@@ -6,16 +6,14 @@ bytes of snapshots per event, for a wide loop of n iterations and of four times 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import milepost
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
+from tests.shared import LinesRun
 
 _PACKAGE = str(Path(milepost.__file__).parent)
 
@@ -38,30 +36,19 @@ def _wide(n: int) -> str:
 def _run(path: Path, n: int) -> tuple[int, int, int]:
     """Lines of milepost's modules run, snapshot bytes and events of a run of `_wide(n)`."""
     store = _Snapshots(path)
-    lines = 0
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal lines
-        if not frame.f_code.co_filename.startswith(_PACKAGE):
-            return None
-        lines += event == "line"
-        return tracer
+    counted = LinesRun(_PACKAGE)
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=32) as engine:
             engine.orchestrator.snapshot_every = 50  # many snapshots even at the small size
             text = _wide(n)
-            before = sys.gettrace()
-            sys.settrace(tracer)
-            try:
+            with counted:
                 return await engine.run(load.load_text(text), text, timeout=300)
-            finally:
-                sys.settrace(before)
 
     try:
         state = asyncio.run(go())
         assert state.status == st.COMPLETED, state.error
-        return lines, store.pickled, state.last_seq
+        return counted.lines, store.pickled, state.last_seq
     finally:
         store.close()
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
-from typing import Any
-
 from milepost.core import causality
 from milepost.core import events as ev
+from tests.shared import LinesRun
 from tests.unit.sim import Sim, playbook
 
 
@@ -139,21 +136,9 @@ def test_naming_causes_is_a_few_lines_an_event_however_many_one_decision_issues(
     # `cause` walked back through the decision's events for each event it named: one
     # decision issuing 8,000 iterations held the orchestrator's lock 0.7 s (quadratic).
     # Counted in lines run inside `causality`, not in seconds
-    lines = 0
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal lines
-        if frame.f_code.co_filename != causality.__file__:
-            return None
-        lines += event == "line"
-        return tracer
-
-    before = sys.gettrace()
-    sys.settrace(tracer)
-    try:
+    with LinesRun(causality.__file__) as counted:
         sim = Sim(playbook(WIDE))
-    finally:
-        sys.settrace(before)
+    lines = counted.lines
     issued = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED]
     assert len(issued) == 3000
     enter = _by(sim, ev.STEP_ENTER, "fan")

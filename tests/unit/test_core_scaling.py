@@ -5,16 +5,14 @@ and at four times it, so a slow machine cannot make it pass or fail."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import pytest
 
 import milepost
 from milepost.core import events as ev
+from tests.shared import LinesRun
 from tests.unit.sim import Sim, playbook
 
 _PACKAGE = str(Path(milepost.__file__).parent)
@@ -22,22 +20,9 @@ _PACKAGE = str(Path(milepost.__file__).parent)
 
 def _lines(work: Callable[[], Sim]) -> tuple[int, Sim]:
     """Lines of milepost's modules that `work` runs (the test's driver is not counted)."""
-    lines = 0
-
-    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal lines
-        if not frame.f_code.co_filename.startswith(_PACKAGE):
-            return None
-        lines += event == "line"
-        return tracer
-
-    before = sys.gettrace()
-    sys.settrace(tracer)
-    try:
+    with LinesRun(_PACKAGE) as counted:
         sim = work()
-    finally:
-        sys.settrace(before)
-    return lines, sim
+    return counted.lines, sim
 
 
 def _wide(n: int) -> Sim:
