@@ -1,4 +1,5 @@
-"""What every test shares: the one wait helper, and where the shared test data lives.
+"""What every test shares: the one wait helper, where the shared test data lives, and a
+count of the lines code runs (`LinesRun`, for tests of how work grows with size).
 
 Waiting: `wait_for` (threads, processes) and `wait_for_async` (an event loop) poll a
 condition until a deadline and fail naming what they waited for. No test sleeps a fixed
