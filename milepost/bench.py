@@ -12,13 +12,14 @@ across reps, as the peers reuse their connections and worker pools.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,20 +176,28 @@ def _rss_mb(who: int) -> float:
     return round(resource.getrusage(who).ru_maxrss / 1024, 1)
 
 
-async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
-                 emit: Callable[[dict[str, Any]], None], db_dir: Path) -> bool:  # fmt: skip
+@contextlib.asynccontextmanager
+async def embedded(db: Path) -> AsyncIterator[EmbeddedEngine]:
+    """The embedded engine the benchmark measures: a SQLite file at `db` (WAL, the
+    settings' `synchronous`), the settings' concurrency and python workers."""
     settings = Settings()
-    store = SQLiteStore(db_dir / "bench.db", synchronous=settings.sqlite_synchronous)
-    out = _Reps(workload, n, variant,
-                f"embedded, SQLite WAL synchronous={settings.sqlite_synchronous}", emit)
+    store = SQLiteStore(db, synchronous=settings.sqlite_synchronous)
     try:
         async with EmbeddedEngine(store, concurrency=settings.concurrency,
                                   python_workers=settings.python_workers) as engine:  # fmt: skip
-            bench = Bench(engine)
-            bench._playbook(workload, n)  # parsing the playbook is not part of a run
-            await _reps(bench.run_once, workload, n, reps, warmup, out)
+            yield engine
     finally:
         store.close()
+
+
+async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
+                 emit: Callable[[dict[str, Any]], None], db_dir: Path) -> bool:  # fmt: skip
+    out = _Reps(workload, n, variant,
+                f"embedded, SQLite WAL synchronous={Settings().sqlite_synchronous}", emit)
+    async with embedded(db_dir / "bench.db") as engine:
+        bench = Bench(engine)
+        bench._playbook(workload, n)  # parsing the playbook is not part of a run
+        await _reps(bench.run_once, workload, n, reps, warmup, out)
     return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF),
                      python_worker_peak_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN))
 

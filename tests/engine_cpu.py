@@ -21,37 +21,28 @@ import tempfile
 import time
 from pathlib import Path
 
-from milepost.bench import Bench, steps_for
-from milepost.engine.embedded import EmbeddedEngine
-from milepost.settings import Settings
-from milepost.store.sqlite import SQLiteStore
+from milepost import bench
 
 
 async def measure(workload: str, n: int, reps: int, profile: str | None) -> None:
-    settings = Settings()
-    store = SQLiteStore(Path(tempfile.mkdtemp(prefix="milepost-cpu-")) / "cpu.db",
-                        synchronous=settings.sqlite_synchronous)  # fmt: skip
-    try:
-        async with EmbeddedEngine(store, concurrency=settings.concurrency,
-                                  python_workers=settings.python_workers) as engine:  # fmt: skip
-            bench = Bench(engine)
-            for _ in range(2):
-                await bench.run_once(workload, n)
-            profiler = cProfile.Profile() if profile else None
-            cpu, wall = time.process_time(), time.perf_counter()
-            if profiler:
-                profiler.enable()
-            for _ in range(reps):
-                await bench.run_once(workload, n)
-            if profiler:
-                profiler.disable()
-                profiler.dump_stats(profile)
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            steps = steps_for(workload, n) * reps
-            print(f"{workload} {n} x{reps}: engine CPU {cpu / steps * 1e6:.0f} us a step,"
-                  f" wall {wall / steps * 1e6:.0f} us a step, {steps / wall:.0f} steps/s")  # fmt: skip
-    finally:
-        store.close()
+    db = Path(tempfile.mkdtemp(prefix="milepost-cpu-")) / "cpu.db"
+    async with bench.embedded(db) as engine:
+        runs = bench.Bench(engine)
+        for _ in range(2):
+            await runs.run_once(workload, n)
+        profiler = cProfile.Profile() if profile else None
+        cpu, wall = time.process_time(), time.perf_counter()
+        if profiler:
+            profiler.enable()
+        for _ in range(reps):
+            await runs.run_once(workload, n)
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    steps = bench.steps_for(workload, n) * reps
+    print(f"{workload} {n} x{reps}: engine CPU {cpu / steps * 1e6:.0f} us a step,"
+          f" wall {wall / steps * 1e6:.0f} us a step, {steps / wall:.0f} steps/s")  # fmt: skip
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+import milepost
+
 T = TypeVar("T")
 
 TIMEOUT = 10.0
@@ -140,6 +142,10 @@ def process_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+MILEPOST_CODE = str(Path(milepost.__file__).parent)
+"""The package's own folder: `LinesRun(MILEPOST_CODE)` counts milepost's lines only."""
 
 
 class LinesRun:

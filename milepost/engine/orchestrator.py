@@ -447,7 +447,7 @@ class Orchestrator:
         done = self._snapshotted.get(state.execution_id, 0)
         if not snapshots.due(state.event_count, done, self.snapshot_every) or state.last_seq == 0:
             return
-        # the next try comes after as many events again, whether this one is saved or not
+        # the next one is spaced from here, whether this one is saved or not
         self._snapshotted[state.execution_id] = state.event_count
         if state.sealed_workload is not None:
             # values derived from the real workload are all over the fold (ctx, pending args,

@@ -25,7 +25,7 @@ VERSION = 11
 compensated steps, `traceparent`; 11: `restarted_from`."""
 
 
-def due(events: int, at_last: int, every: int = EVERY) -> bool:
+def due(events: int, at_last: int, every: int) -> bool:
     """Whether a run of `events` folded events, `at_last` of them at its last snapshot,
     takes another one."""
     return events - at_last >= max(every, at_last // 2)

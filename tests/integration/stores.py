@@ -13,6 +13,18 @@ from milepost.store.sqlite import SQLiteStore
 from tests.pg import PgDatabases
 
 
+class SnapshotsSeen(SQLiteStore):
+    """A SQLite store that remembers each snapshot it saves: (seq, bytes), in order."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.saved: list[tuple[int, int]] = []
+
+    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
+        self.saved.append((seq, len(data)))
+        super().save_snapshot(execution_id, seq, data)
+
+
 def either(request: pytest.FixtureRequest, db: Path, *, max_size: int) -> Iterator[port.Store]:
     """The body of a `store` fixture with params "sqlite" and "postgres": a SQLite file at
     `db`, or a fresh database of the module's `pg` fixture (dropped after)."""

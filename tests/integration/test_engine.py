@@ -29,6 +29,7 @@ from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load
 from milepost.store.port import DriverBusy, EventIdConflict, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
+from tests.integration.stores import SnapshotsSeen
 from tests.shared import wait_for_async
 from tests.sql import query
 
@@ -239,20 +240,11 @@ class BrokenSnapshots(SQLiteStore):
         raise StoreUnavailable("disk full", execution_id=str(execution_id))
 
 
-class CountedSnapshots(SQLiteStore):
-    saved: list[tuple[int, int]]  # (seq, bytes) of each snapshot, in order
-
-    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
-        self.saved.append((seq, len(data)))
-        super().save_snapshot(execution_id, seq, data)
-
-
 def test_snapshots_are_spaced_by_the_size_of_the_run_so_they_cost_a_few_times_the_last(
         tmp_path: Path) -> None:  # fmt: skip
     # each snapshot pickles the whole fold: every 10 events, a 600-event loop's would have
     # been 60 snapshots of a growing state (their bytes the square of the run's length)
-    store = CountedSnapshots(tmp_path / "counted.db")
-    store.saved = []
+    store = SnapshotsSeen(tmp_path / "counted.db")
     text = text_of(LOOP.replace("range(30)", "range(200)"))
 
     async def go() -> st.ExecutionState:

@@ -8,22 +8,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import milepost
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
-from milepost.store.sqlite import SQLiteStore
-from tests.shared import LinesRun
-
-_PACKAGE = str(Path(milepost.__file__).parent)
-
-
-class _Snapshots(SQLiteStore):
-    pickled = 0
-
-    def save_snapshot(self, execution_id: int, seq: int, data: bytes) -> None:
-        self.pickled += len(data)
-        super().save_snapshot(execution_id, seq, data)
+from tests.integration.stores import SnapshotsSeen
+from tests.shared import MILEPOST_CODE, LinesRun
 
 
 def _wide(n: int) -> str:
@@ -35,8 +24,8 @@ def _wide(n: int) -> str:
 
 def _run(path: Path, n: int) -> tuple[int, int, int]:
     """Lines of milepost's modules run, snapshot bytes and events of a run of `_wide(n)`."""
-    store = _Snapshots(path)
-    counted = LinesRun(_PACKAGE)
+    store = SnapshotsSeen(path)
+    counted = LinesRun(MILEPOST_CODE)
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=32) as engine:
@@ -48,7 +37,7 @@ def _run(path: Path, n: int) -> tuple[int, int, int]:
     try:
         state = asyncio.run(go())
         assert state.status == st.COMPLETED, state.error
-        return counted.lines, store.pickled, state.last_seq
+        return counted.lines, sum(size for _, size in store.saved), state.last_seq
     finally:
         store.close()
 

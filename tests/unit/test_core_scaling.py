@@ -6,21 +6,17 @@ and at four times it, so a slow machine cannot make it pass or fail."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
-import milepost
 from milepost.core import events as ev
-from tests.shared import LinesRun
+from tests.shared import MILEPOST_CODE, LinesRun
 from tests.unit.sim import Sim, playbook
-
-_PACKAGE = str(Path(milepost.__file__).parent)
 
 
 def _lines(work: Callable[[], Sim]) -> tuple[int, Sim]:
     """Lines of milepost's modules that `work` runs (the test's driver is not counted)."""
-    with LinesRun(_PACKAGE) as counted:
+    with LinesRun(MILEPOST_CODE) as counted:
         sim = work()
     return counted.lines, sim
 
