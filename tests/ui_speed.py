@@ -3,8 +3,8 @@
 
 In headless Chromium (Debian's `chromium`, driven by Playwright), against `milepost ui`:
 - the run page of a loop run of `--iterations` iterations (three events each), of a
-  500-step playbook (a chain) and of one of about as many steps without chains
-  (`branchy`): the time from navigation until the graph shows the run's final counts and
+  500-step playbook (a chain), of one of about as many steps with detours (`branchy`)
+  and of one whose steps no chain joins (`forks`): the time from navigation until the graph shows the run's final counts and
   the timeline its first rows (interactive), and until the timeline holds every event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
   share of one core (the page follows the run's stream the whole time);
@@ -69,9 +69,10 @@ def chain(n: int) -> str:
 
 
 def branchy(n: int) -> str:
-    """`n` steps with no run of steps one after the other (the graph's worst case: the
-    layout has a box per step): n/2 on the run's path, each with a side step its arc never
-    takes that joins the path again at the next one."""
+    """`n` steps with no run of steps one after the other: n/2 on the run's path, each with
+    a side step its arc never takes that joins the path again at the next one. (The layout
+    leaves out the arcs that skip a detour, `withoutShortcuts` in ui/src/run/chains.ts:
+    this shape is then one chain; `forks` is the case with a box per step.)"""
     steps: list[dict[str, Any]] = []
     half = n // 2
     for i in range(half):
@@ -82,6 +83,22 @@ def branchy(n: int) -> str:
             step["next"] = {"arcs": [{"step": side, "when": "{{ false }}"}, {"step": after}]}
             steps.append({"step": side, "tool": {"kind": "noop"}, "next": after})
     return _playbook("branchy500", steps)
+
+
+def forks(n: int) -> str:
+    """`n` steps the layout cannot join into chains (the graph's worst case: a box per
+    step): n/3 on the run's path, each forking to two steps that both lead to the next."""
+    steps: list[dict[str, Any]] = []
+    third = n // 3
+    for i in range(third):
+        step: dict[str, Any] = {"step": "start" if i == 0 else f"p{i}", "tool": {"kind": "noop"}}
+        steps.append(step)
+        if i + 1 < third:
+            after = f"p{i + 1}"
+            step["next"] = {"arcs": [{"step": f"a{i}"}, {"step": f"b{i}", "when": "{{ false }}"}]}
+            steps += [{"step": f"{side}{i}", "tool": {"kind": "noop"}, "next": after}
+                      for side in ("a", "b")]
+    return _playbook("forks500", steps)
 
 
 def gated(gate: Path) -> str:
@@ -193,11 +210,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
-    parser.add_argument("--only", nargs="+", choices=["loop", "chain", "branchy"], default=None,
+    parser.add_argument("--only", nargs="+", choices=["loop", "chain", "branchy", "forks"],
+                        default=None,
                         help="only these run pages (no idle CPU, no PostgreSQL runs list):"
                              " a quick figure while working on the run page")  # fmt: skip
     args = parser.parse_args()
-    pages = args.only or ["loop", "chain", "branchy"]
+    pages = args.only or ["loop", "chain", "branchy", "forks"]
     from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="milepost-ui-speed-"))
@@ -206,7 +224,7 @@ def main() -> int:
     sqlite = f"sqlite:///{folder / 'runs.db'}"
     t0 = time.perf_counter()
     made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
-            "branchy": (branchy(args.steps), {})}
+            "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {})}
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chains } from "./chains";
+import { chains, withoutShortcuts } from "./chains";
 
 const arcs = (...pairs: string[]) =>
   pairs.map((p) => {
@@ -31,5 +31,23 @@ describe("chains", () => {
 
   it("ignores arcs to steps it was not given and a step's arc to itself", () => {
     expect(steps(["a", "b"], arcs("a>b", "b>b", "b>gone", "gone>a"))).toEqual([["a", "b"]]);
+  });
+});
+
+describe("withoutShortcuts", () => {
+  it("drops an arc over a one-step detour, so the path and its detours are one chain", () => {
+    // p0 -> x0 -> p1 -> x1 -> p2, and p0 -> p1, p1 -> p2 past each x
+    const list = arcs("p0>x0", "p0>p1", "x0>p1", "p1>x1", "p1>p2", "x1>p2");
+    const kept = withoutShortcuts(list);
+    expect(kept).toEqual(arcs("p0>x0", "x0>p1", "p1>x1", "x1>p2"));
+    expect(steps(["p0", "x0", "p1", "x1", "p2"], kept)).toEqual([["p0", "x0", "p1", "x1", "p2"]]);
+  });
+
+  it("keeps an arc past a step that is more than a detour", () => {
+    // b has another way in (z), c another way out (y): neither is only a detour
+    expect(withoutShortcuts(arcs("a>b", "z>b", "b>d", "a>d"))).toHaveLength(4);
+    expect(withoutShortcuts(arcs("a>c", "c>d", "c>y", "a>d"))).toHaveLength(4);
+    const list = arcs("a>b", "b>c", "c>d");
+    expect(withoutShortcuts(list)).toBe(list); // nothing to drop: the same list
   });
 });

@@ -59,3 +59,29 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
   }
   return { chains: found, boxOf };
 }
+
+/** The arcs without those that step over a detour: u -> w beside u -> v -> w, where v is
+ * reached only from u and leads only to w (a step a run may take or skip on its way). The
+ * layout reserves a lane for such an arc that is never drawn (React Flow draws it straight
+ * from u to w, through v), so without it the steps sit where they did, while u, v and w
+ * become one chain: a 500-step playbook of such detours is one box for elkjs, not 500. */
+export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
+  const outs = new Map<string, Set<string>>();
+  const ins = new Map<string, Set<string>>();
+  for (const { source, target } of arcs) {
+    if (source === target) continue;
+    if (!outs.has(source)) outs.set(source, new Set());
+    if (!ins.has(target)) ins.set(target, new Set());
+    outs.get(source)!.add(target);
+    ins.get(target)!.add(source);
+  }
+  const over = new Set<string>();
+  for (const [v, from] of ins) {
+    const to = outs.get(v);
+    if (from.size !== 1 || to?.size !== 1) continue;
+    const [u] = from;
+    const [w] = to;
+    if (u !== w && outs.get(u)?.has(w)) over.add(`${u}\u0000${w}`);
+  }
+  return over.size ? arcs.filter((a) => !over.has(`${a.source}\u0000${a.target}`)) : arcs;
+}

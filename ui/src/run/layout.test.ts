@@ -40,6 +40,16 @@ describe("a graph with chains", () => {
   });
 });
 
+describe("a path with detours", () => {
+  it("places every step, the detour between its ends, left to right", async () => {
+    const ids = ["start", "x0", "p1", "x1", "p2"];
+    const pairs = [["start", "x0"], ["start", "p1"], ["x0", "p1"], ["p1", "x1"], ["p1", "p2"], ["x1", "p2"]];
+    const p = await layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+    expect(Object.keys(p).sort()).toEqual([...ids].sort());
+    for (const [s, t] of pairs) expect(p[t].x).toBeGreaterThan(p[s].x + NODE_W - 1);
+  });
+});
+
 describe("the layout engine", () => {
   it("runs elkjs in a Web Worker where the browser has them (the page's thread stays free)", async () => {
     const made: string[] = [];

@@ -1,7 +1,7 @@
 import ELK from "elkjs/lib/elk-api.js";
 import elkWorkerUrl from "elkjs/lib/elk-worker.min.js?url";
 import type { GraphEdge, GraphNode } from "../api/types";
-import { chains } from "./chains";
+import { chains, withoutShortcuts } from "./chains";
 import { recall, remember } from "./layoutStore";
 
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
@@ -23,19 +23,29 @@ interface ElkGraph {
   edges?: { id: string; sources: string[]; targets: string[] }[];
 }
 
+/** The worker index.html started before the app loaded (vite.config.ts), else a new one. */
+function adopt(url?: string): Worker {
+  const w = window as { __milepostElk?: Worker };
+  const early = w.__milepostElk;
+  delete w.__milepostElk; // one engine owns it
+  return early ?? new Worker(url as string);
+}
+
 function engine(): Promise<Engine> {
   elk ??=
     typeof Worker === "undefined"
       ? // no workers (jsdom under Vitest): the same engine in this thread
         import("elkjs/lib/elk.bundled.js").then(({ default: Bundled }) => new Bundled() as never)
-      : Promise.resolve(new ELK({ workerUrl: elkWorkerUrl }) as never);
+      : Promise.resolve(new ELK({ workerUrl: elkWorkerUrl, workerFactory: adopt }) as never);
   return elk;
 }
 
 /** Start the elkjs worker ahead of the first layout (at start-up once signed in): it loads
  * on its own thread, so the page does not wait for it. (Warming its JIT up with made-up
  * layouts there was tried: it made a cold 500-step layout 0.4 s faster but queued a small
- * graph's layout behind it, and the 100k-iteration loop's page went from 0.45 to 1.2 s.) */
+ * graph's layout behind it, and the 100k-iteration loop's page went from 0.45 to 1.2 s; small
+ * ones posted one at a time gained nothing: started by index.html, the worker is still
+ * parsing elkjs when the graph comes.) */
 export function preload(): void {
   void engine();
 }
@@ -78,10 +88,12 @@ export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
 
 async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const ids = nodes.map((n) => n.id);
-  // a chain of steps is one box as wide as its steps one layer apart (`chains`)
-  const { chains: boxes, boxOf } = chains(ids, edges);
+  // a chain of steps is one box as wide as its steps one layer apart (`chains`), an arc
+  // over a one-step detour left out (`withoutShortcuts`)
+  const kept = withoutShortcuts(edges);
+  const { chains: boxes, boxOf } = chains(ids, kept);
   const arcs = new Map<string, { id: string; sources: string[]; targets: string[] }>();
-  for (const e of edges) {
+  for (const e of kept) {
     const [source, target] = [boxOf.get(e.source), boxOf.get(e.target)];
     if (source === undefined || target === undefined || source === target) continue;
     const id = `${source}\u0000${target}`;
