@@ -4,8 +4,9 @@
 In headless Chromium (Debian's `chromium`, driven by Playwright), against `milepost ui`:
 - the run page of a loop run of `--iterations` iterations (three events each), of a
   500-step playbook (a chain), of one of about as many steps with detours (`branchy`)
-  and of one whose steps no chain joins (`forks`): the time from navigation until the graph shows the run's final counts and
-  the timeline its first rows (interactive), and until the timeline holds every event;
+  and of one whose steps no chain joins (`forks`): the time from navigation until the
+  graph shows the run's final counts and the timeline its first rows (interactive), and
+  until the timeline holds every event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
   share of one core (the page follows the run's stream the whole time);
 - the runs list with `--runs` executions on PostgreSQL: the API's answer to a page (median
@@ -68,37 +69,38 @@ def chain(n: int) -> str:
     return _playbook("chain500", steps)
 
 
-def branchy(n: int) -> str:
-    """`n` steps with no run of steps one after the other: n/2 on the run's path, each with
-    a side step its arc never takes that joins the path again at the next one. (The layout
-    leaves out the arcs that skip a detour, `withoutShortcuts` in ui/src/run/chains.ts:
-    this shape is then one chain; `forks` is the case with a box per step.)"""
+def _sided_path(name: str, n: int, sides: tuple[str, ...], direct: bool) -> str:
+    """`n` steps: n / (1 + len(sides)) on the run's path, each leading to `sides` steps that
+    join the path again at the next one; the run takes the first side, or with `direct`
+    none of them and the arc to the next path step."""
     steps: list[dict[str, Any]] = []
-    half = n // 2
-    for i in range(half):
+    length = n // (1 + len(sides))
+    for i in range(length):
         step: dict[str, Any] = {"step": "start" if i == 0 else f"p{i}", "tool": {"kind": "noop"}}
         steps.append(step)
-        if i + 1 < half:
-            side, after = f"x{i}", f"p{i + 1}"
-            step["next"] = {"arcs": [{"step": side, "when": "{{ false }}"}, {"step": after}]}
-            steps.append({"step": side, "tool": {"kind": "noop"}, "next": after})
-    return _playbook("branchy500", steps)
+        if i + 1 < length:
+            after = f"p{i + 1}"
+            arcs: list[dict[str, Any]] = [
+                {"step": f"{side}{i}", **({"when": "{{ false }}"} if direct or j else {})}
+                for j, side in enumerate(sides)]  # fmt: skip
+            step["next"] = {"arcs": arcs + ([{"step": after}] if direct else [])}
+            steps += [{"step": f"{side}{i}", "tool": {"kind": "noop"}, "next": after}
+                      for side in sides]  # fmt: skip
+    return _playbook(name, steps)
+
+
+def branchy(n: int) -> str:
+    """`n` steps with no run of steps one after the other: n/2 on the run's path, each with
+    a side step its arc never takes. (The layout leaves out the arcs that skip a detour,
+    `withoutShortcuts` in ui/src/run/chains.ts: this shape is then one chain; `forks` is
+    the case with a box per step.)"""
+    return _sided_path("branchy500", n, ("x",), direct=True)
 
 
 def forks(n: int) -> str:
     """`n` steps the layout cannot join into chains (the graph's worst case: a box per
     step): n/3 on the run's path, each forking to two steps that both lead to the next."""
-    steps: list[dict[str, Any]] = []
-    third = n // 3
-    for i in range(third):
-        step: dict[str, Any] = {"step": "start" if i == 0 else f"p{i}", "tool": {"kind": "noop"}}
-        steps.append(step)
-        if i + 1 < third:
-            after = f"p{i + 1}"
-            step["next"] = {"arcs": [{"step": f"a{i}"}, {"step": f"b{i}", "when": "{{ false }}"}]}
-            steps += [{"step": f"{side}{i}", "tool": {"kind": "noop"}, "next": after}
-                      for side in ("a", "b")]
-    return _playbook("forks500", steps)
+    return _sided_path("forks500", n, ("a", "b"), direct=False)
 
 
 def gated(gate: Path) -> str:

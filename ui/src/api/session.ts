@@ -1,14 +1,15 @@
 // The token lives in sessionStorage: gone when the tab closes, never in a cookie or a URL.
-const KEY = "milepost.token"; // index.html reads it too (vite.config.ts, earlyElkWorker)
+/** Also read by index.html before the app loads (vite.config.ts, `earlyElkWorker`). */
+export const TOKEN_KEY = "milepost.token";
 
 export function getToken(): string | null {
-  return sessionStorage.getItem(KEY);
+  return sessionStorage.getItem(TOKEN_KEY);
 }
 
 export function setToken(token: string): void {
-  sessionStorage.setItem(KEY, token.trim());
+  sessionStorage.setItem(TOKEN_KEY, token.trim());
 }
 
 export function clearToken(): void {
-  sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(TOKEN_KEY);
 }
