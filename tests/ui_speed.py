@@ -3,8 +3,9 @@
 
 In headless Chromium (Debian's `chromium`, driven by Playwright), against `milepost ui`:
 - the run page of a loop run of `--iterations` iterations (three events each), of a
-  500-step playbook (a chain), of one of about as many steps with detours (`branchy`)
-  and of one whose steps no chain joins (`forks`): the time from navigation until the
+  500-step playbook (a chain), of ones of about as many steps with detours (`branchy`),
+  with forks whose branches join again (`forks`) and with arcs to the next step and the
+  one after (`lattice`, which no chain, detour or fork joins): the time from navigation until the
   graph shows the run's final counts and the timeline its first rows (interactive), and
   until the timeline holds every event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
@@ -98,9 +99,22 @@ def branchy(n: int) -> str:
 
 
 def forks(n: int) -> str:
-    """`n` steps the layout cannot join into chains (the graph's worst case: a box per
-    step): n/3 on the run's path, each forking to two steps that both lead to the next."""
+    """`n` steps: n/3 on the run's path, each forking to two steps that both lead to the
+    next. (Each fork's branches are one column, `siblings` in ui/src/run/chains.ts: this
+    shape is one chain of columns.)"""
     return _sided_path("forks500", n, ("a", "b"), direct=False)
+
+
+def lattice(n: int) -> str:
+    """`n` steps, each with an arc to the next and one to the step after it (never taken):
+    no chain, detour or fork to join, the layout's worst case (a box per step)."""
+    steps: list[dict[str, Any]] = []
+    for i in range(n):
+        arcs = [{"step": f"s{j}", **({"when": "{{ false }}"} if j > i + 1 else {})}
+                for j in (i + 1, i + 2) if j < n]  # fmt: skip
+        steps.append({"step": "start" if i == 0 else f"s{i}", "tool": {"kind": "noop"},
+                      **({"next": {"arcs": arcs}} if arcs else {})})  # fmt: skip
+    return _playbook("lattice500", steps)
 
 
 def gated(gate: Path) -> str:
@@ -206,18 +220,21 @@ def _run_page(page: Any, base: str, xid: int, step: str, done: str, events: int)
             "all_events_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
 
 
+PAGES = ["loop", "chain", "branchy", "forks", "lattice"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
-    parser.add_argument("--only", nargs="+", choices=["loop", "chain", "branchy", "forks"],
+    parser.add_argument("--only", nargs="+", choices=PAGES,
                         default=None,
                         help="only these run pages (no idle CPU, no PostgreSQL runs list):"
                              " a quick figure while working on the run page")  # fmt: skip
     args = parser.parse_args()
-    pages = args.only or ["loop", "chain", "branchy", "forks"]
+    pages = args.only or PAGES
     from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="milepost-ui-speed-"))
@@ -226,7 +243,8 @@ def main() -> int:
     sqlite = f"sqlite:///{folder / 'runs.db'}"
     t0 = time.perf_counter()
     made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
-            "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {})}
+            "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {}),
+            "lattice": (lattice(args.steps), {})}
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { chains, withoutShortcuts } from "./chains";
+import { chains, siblings, withoutShortcuts } from "./chains";
 
 const arcs = (...pairs: string[]) =>
   pairs.map((p) => {
@@ -49,5 +49,20 @@ describe("withoutShortcuts", () => {
     expect(withoutShortcuts(arcs("a>c", "c>d", "c>y", "a>d"))).toHaveLength(4);
     const list = arcs("a>b", "b>c", "c>d");
     expect(withoutShortcuts(list)).toBe(list); // nothing to drop: the same list
+  });
+});
+
+describe("siblings", () => {
+  it("makes a column of the branches of a fork that join again, by its first branch", () => {
+    // p0 forks to a0, b0, c0, which join at p1; p1 forks to a1 and b1, joining at p2
+    const list = arcs("p0>a0", "p0>b0", "p0>c0", "a0>p1", "b0>p1", "c0>p1", "p1>a1", "p1>b1", "a1>p2", "b1>p2");
+    const ids = ["p0", "a0", "b0", "c0", "p1", "a1", "b1", "p2"];
+    expect([...siblings(ids, list)]).toEqual([["a0", ["a0", "b0", "c0"]], ["a1", ["a1", "b1"]]]);
+  });
+
+  it("leaves alone branches that go on to different steps, come from several, or stand alone", () => {
+    // a and b leave p for different steps; c and d both join q but c is also reached from a
+    const list = arcs("p>a", "p>b", "a>q", "b>r", "p>c", "a>c", "c>q", "p>d", "d>q", "x>y");
+    expect(siblings(["p", "a", "b", "c", "d", "q", "r", "x", "y"], list).size).toBe(0);
   });
 });

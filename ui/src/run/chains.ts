@@ -85,3 +85,36 @@ export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
   }
   return over.size ? arcs.filter((a) => !over.has(`${a.source}\u0000${a.target}`)) : arcs;
 }
+
+/** The branches of forks that join again: two or more steps reached only from the same
+ * step and leading only to the same next one, by the id of the first (in `ids` order) to
+ * the ids of all. elkjs would put them in one layer, one above the other; laid out as one
+ * box (a column), the fork and its join become a chain too: a 500-step playbook of
+ * fan-outs that join is one box, not 500. */
+export function siblings(ids: string[], arcs: Arc[]): Map<string, string[]> {
+  const known = new Set(ids);
+  const outs = new Map<string, Set<string>>();
+  const ins = new Map<string, Set<string>>();
+  for (const { source, target } of arcs) {
+    if (source === target || !known.has(source) || !known.has(target)) continue;
+    if (!outs.has(source)) outs.set(source, new Set());
+    if (!ins.has(target)) ins.set(target, new Set());
+    outs.get(source)!.add(target);
+    ins.get(target)!.add(source);
+  }
+  const byEnds = new Map<string, string[]>();
+  for (const id of ids) {
+    const [from, to] = [ins.get(id), outs.get(id)];
+    if (from?.size !== 1 || to?.size !== 1) continue;
+    const [u] = from;
+    const [w] = to;
+    if (u === w || u === id || w === id) continue;
+    const key = `${u}\u0000${w}`;
+    const found = byEnds.get(key);
+    if (found) found.push(id);
+    else byEnds.set(key, [id]);
+  }
+  const out = new Map<string, string[]>();
+  for (const members of byEnds.values()) if (members.length > 1) out.set(members[0], members);
+  return out;
+}

@@ -41,6 +41,40 @@ describe("a graph with chains", () => {
 });
 
 describe("a path with detours", () => {
+  it("stacks the branches of each fork in a column between the fork and the join", async () => {
+    // p0 forks to a0 and b0, joining at p1, which forks to a1 and b1, joining at p2
+    const ids = ["p0", "a0", "b0", "p1", "a1", "b1", "p2"];
+    const pairs = [["p0", "a0"], ["p0", "b0"], ["a0", "p1"], ["b0", "p1"], ["p1", "a1"], ["p1", "b1"],
+      ["a1", "p2"], ["b1", "p2"]];
+    const p = await layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+    for (const [s, t] of pairs) expect(p[t].x).toBeGreaterThan(p[s].x + NODE_W - 1);
+    for (const [a, b] of [["a0", "b0"], ["a1", "b1"]]) {
+      expect(p[a].x).toBe(p[b].x); // one column
+      expect(p[b].y).toBeGreaterThanOrEqual(p[a].y + NODE_H); // one under the other
+    }
+    // the path runs through the middle of its forks
+    for (const [s, [a, b]] of [["p0", ["a0", "b0"]], ["p1", ["a1", "b1"]]] as const) {
+      expect(p[s].y + NODE_H / 2).toBeCloseTo((p[a].y + p[b].y + NODE_H) / 2);
+    }
+  });
+
+  it("lays a path of forks out as one straight row of columns", async () => {
+    // p0 .. p150, each forking to a and b, which join at the next: one box for elkjs
+    const ids: string[] = [];
+    const pairs: string[][] = [];
+    for (let i = 0; i <= 150; i++) {
+      ids.push(`p${i}`);
+      if (i < 150) {
+        ids.push(`a${i}`, `b${i}`);
+        pairs.push([`p${i}`, `a${i}`], [`p${i}`, `b${i}`], [`a${i}`, `p${i + 1}`], [`b${i}`, `p${i + 1}`]);
+      }
+    }
+    const p = await layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+    const path = ids.filter((id) => id.startsWith("p"));
+    expect(new Set(path.map((id) => p[id].y)).size).toBe(1);
+    path.slice(1).forEach((id, i) => expect(p[id].x).toBe(p[path[i]].x + 2 * (NODE_W + 60)));
+  });
+
   it("places every step, the detour between its ends, left to right", async () => {
     const ids = ["start", "x0", "p1", "x1", "p2"];
     const pairs = [["start", "x0"], ["start", "p1"], ["x0", "p1"], ["p1", "x1"], ["p1", "p2"], ["x1", "p2"]];
@@ -51,6 +85,30 @@ describe("a path with detours", () => {
 });
 
 describe("the layout engine", () => {
+  it("hands elkjs a path of forks as one box (a chain of columns)", async () => {
+    const posted: { cmd?: string; graph?: { children?: unknown[] } }[] = [];
+    class FakeWorker {
+      onmessage: unknown = null;
+      postMessage(message: (typeof posted)[number]) {
+        posted.push(message);
+      }
+      terminate() {}
+    }
+    vi.resetModules();
+    vi.stubGlobal("Worker", FakeWorker);
+    try {
+      const fresh = await import("./layout");
+      const ids = ["p0", "a0", "b0", "c0", "p1", "a1", "b1", "p2"];
+      const pairs = [["p0", "a0"], ["p0", "b0"], ["p0", "c0"], ["a0", "p1"], ["b0", "p1"], ["c0", "p1"],
+        ["p1", "a1"], ["p1", "b1"], ["a1", "p2"], ["b1", "p2"]];
+      void fresh.layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+      await vi.waitFor(() => expect(posted.find((m) => m.cmd === "layout")).toBeDefined());
+      expect(posted.find((m) => m.cmd === "layout")?.graph?.children).toHaveLength(1);
+    } finally {
+      vi.unstubAllGlobals();
+    }
+  });
+
   it("runs elkjs in a Web Worker where the browser has them (the page's thread stays free)", async () => {
     const made: string[] = [];
     class FakeWorker {

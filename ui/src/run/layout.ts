@@ -1,13 +1,14 @@
 import ELK from "elkjs/lib/elk-api.js";
 import elkWorkerUrl from "elkjs/lib/elk-worker.min.js?url";
 import type { GraphEdge, GraphNode } from "../api/types";
-import { chains, withoutShortcuts } from "./chains";
+import { type Arc, chains, siblings, withoutShortcuts } from "./chains";
 import { recall, remember } from "./layoutStore";
 
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
 export const NODE_W = 200;
 export const NODE_H = 64;
 const LAYER_GAP = 60;
+const ROW_GAP = 30; // elk.spacing.nodeNode: between steps of one layer
 
 type Engine = { layout: (graph: ElkGraph) => Promise<ElkGraph> };
 
@@ -60,7 +61,7 @@ function options(boxes: number): Record<string, string> {
     "elk.algorithm": "layered",
     "elk.direction": "RIGHT",
     "elk.layered.spacing.nodeNodeBetweenLayers": String(LAYER_GAP),
-    "elk.spacing.nodeNode": "30",
+    "elk.spacing.nodeNode": String(ROW_GAP),
     ...(boxes > BIG ? FAST : {}),
   };
 }
@@ -88,10 +89,21 @@ export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
 
 async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const ids = nodes.map((n) => n.id);
-  // a chain of steps is one box as wide as its steps one layer apart (`chains`), an arc
-  // over a one-step detour left out (`withoutShortcuts`)
-  const kept = withoutShortcuts(edges);
-  const { chains: boxes, boxOf } = chains(ids, kept);
+  // the branches of a fork that join again are one column (`siblings`), an arc over a
+  // one-step detour is left out (`withoutShortcuts`), and a chain of columns is one box as
+  // wide as its columns one layer apart and as tall as its tallest (`chains`)
+  const columns = siblings(ids, edges);
+  const columnOf = new Map<string, string>();
+  for (const [head, members] of columns) for (const m of members) columnOf.set(m, head);
+  const col = (id: string) => columnOf.get(id) ?? id;
+  const heads = ids.filter((id) => col(id) === id);
+  const between = new Map<string, Arc>(); // a column's branches' arcs count once
+  for (const e of edges) {
+    const [source, target] = [col(e.source), col(e.target)];
+    between.set(`${source}\u0000${target}`, { source, target });
+  }
+  const kept = withoutShortcuts([...between.values()]);
+  const { chains: boxes, boxOf } = chains(heads, kept);
   const arcs = new Map<string, { id: string; sources: string[]; targets: string[] }>();
   for (const e of kept) {
     const [source, target] = [boxOf.get(e.source), boxOf.get(e.target)];
@@ -99,13 +111,16 @@ async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
     const id = `${source}\u0000${target}`;
     if (!arcs.has(id)) arcs.set(id, { id, sources: [source], targets: [target] });
   }
+  const rows = (head: string) => columns.get(head)?.length ?? 1;
+  const tall = (n: number) => n * NODE_H + (n - 1) * ROW_GAP;
+  const height = (steps: string[]) => tall(Math.max(...steps.map(rows)));
   const result = await (await engine()).layout({
     id: "root",
     layoutOptions: options(boxes.length),
     children: boxes.map((b) => ({
       id: b.id,
       width: b.steps.length * NODE_W + (b.steps.length - 1) * LAYER_GAP,
-      height: NODE_H,
+      height: height(b.steps),
     })),
     edges: [...arcs.values()],
   });
@@ -113,7 +128,12 @@ async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
   const out: Positions = {};
   for (const b of boxes) {
     const { x, y } = at.get(b.id) ?? { x: 0, y: 0 };
-    b.steps.forEach((id, i) => (out[id] = { x: x + i * (NODE_W + LAYER_GAP), y }));
+    const h = height(b.steps);
+    b.steps.forEach((head, i) => {
+      const members = columns.get(head) ?? [head];
+      const top = y + (h - tall(members.length)) / 2; // a column centred on its box's middle
+      members.forEach((id, k) => (out[id] = { x: x + i * (NODE_W + LAYER_GAP), y: top + k * (NODE_H + ROW_GAP) }));
+    });
   }
   return out;
 }
