@@ -66,15 +66,7 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
  * from u to w, through v), so without it the steps sit where they did, while u, v and w
  * become one chain: a 500-step playbook of such detours is one box for elkjs, not 500. */
 export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
-  const outs = new Map<string, Set<string>>();
-  const ins = new Map<string, Set<string>>();
-  for (const { source, target } of arcs) {
-    if (source === target) continue;
-    if (!outs.has(source)) outs.set(source, new Set());
-    if (!ins.has(target)) ins.set(target, new Set());
-    outs.get(source)!.add(target);
-    ins.get(target)!.add(source);
-  }
+  const { outs, ins } = neighbours(arcs);
   const over = new Set<string>();
   for (const [v, from] of ins) {
     const to = outs.get(v);
@@ -92,16 +84,7 @@ export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
  * box (a column), the fork and its join become a chain too: a 500-step playbook of
  * fan-outs that join is one box, not 500. */
 export function siblings(ids: string[], arcs: Arc[]): Map<string, string[]> {
-  const known = new Set(ids);
-  const outs = new Map<string, Set<string>>();
-  const ins = new Map<string, Set<string>>();
-  for (const { source, target } of arcs) {
-    if (source === target || !known.has(source) || !known.has(target)) continue;
-    if (!outs.has(source)) outs.set(source, new Set());
-    if (!ins.has(target)) ins.set(target, new Set());
-    outs.get(source)!.add(target);
-    ins.get(target)!.add(source);
-  }
+  const { outs, ins } = neighbours(arcs, new Set(ids));
   const byEnds = new Map<string, string[]>();
   for (const id of ids) {
     const [from, to] = [ins.get(id), outs.get(id)];
@@ -117,4 +100,19 @@ export function siblings(ids: string[], arcs: Arc[]): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (const members of byEnds.values()) if (members.length > 1) out.set(members[0], members);
   return out;
+}
+
+/** Each step's next steps and the steps before it (no step's arc to itself; with `known`,
+ * only arcs between known steps). */
+function neighbours(arcs: Arc[], known?: Set<string>) {
+  const outs = new Map<string, Set<string>>();
+  const ins = new Map<string, Set<string>>();
+  for (const { source, target } of arcs) {
+    if (source === target || (known && !(known.has(source) && known.has(target)))) continue;
+    if (!outs.has(source)) outs.set(source, new Set());
+    if (!ins.has(target)) ins.set(target, new Set());
+    outs.get(source)!.add(target);
+    ins.get(target)!.add(source);
+  }
+  return { outs, ins };
 }
