@@ -29,6 +29,10 @@ describe("chains", () => {
     expect(steps(["x", "y"], arcs("x>y", "y>x"))).toEqual([["x"], ["y"]]);
   });
 
+  it("takes two arcs between the same steps for one way", () => {
+    expect(steps(["a", "b", "c"], arcs("a>b", "a>b", "b>c"))).toEqual([["a", "b", "c"]]);
+  });
+
   it("ignores arcs to steps it was not given and a step's arc to itself", () => {
     expect(steps(["a", "b"], arcs("a>b", "b>b", "b>gone", "gone>a"))).toEqual([["a", "b"]]);
   });

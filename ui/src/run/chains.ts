@@ -18,20 +18,15 @@ export interface Chain {
 /** The graph's chains (one per step not in a longer one, in `ids` order) and, for every
  * step, the id of its chain's box. */
 export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Map<string, string> } {
-  const known = new Set(ids);
-  const outs = new Map<string, string[]>();
-  const ins = new Map<string, number>();
-  for (const { source, target } of arcs) {
-    if (source === target || !known.has(source) || !known.has(target)) continue;
-    const out = outs.get(source);
-    if (out) out.push(target);
-    else outs.set(source, [target]);
-    ins.set(target, (ins.get(target) ?? 0) + 1);
-  }
+  // two arcs between the same steps (a fork's branches as one column, two `when`s to
+  // one step) are one way from one to the other
+  const { outs, ins } = neighbours(arcs, new Set(ids));
   // the next step that continues a chain: the only arc out, into a step with no other way in
   const next = (id: string): string | undefined => {
     const out = outs.get(id);
-    return out?.length === 1 && ins.get(out[0]) === 1 ? out[0] : undefined;
+    if (out?.size !== 1) return undefined;
+    const [to] = out;
+    return ins.get(to)?.size === 1 ? to : undefined;
   };
   const continued = new Set<string>();
   for (const id of ids) {

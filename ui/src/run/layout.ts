@@ -1,7 +1,7 @@
 import ELK from "elkjs/lib/elk-api.js";
 import elkWorkerUrl from "elkjs/lib/elk-worker.min.js?url";
 import type { GraphEdge, GraphNode } from "../api/types";
-import { type Arc, chains, siblings, withoutShortcuts } from "./chains";
+import { chains, siblings, withoutShortcuts } from "./chains";
 import { recall, remember } from "./layoutStore";
 
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
@@ -97,12 +97,7 @@ async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
   for (const [head, members] of columns) for (const m of members) columnOf.set(m, head);
   const col = (id: string) => columnOf.get(id) ?? id;
   const heads = ids.filter((id) => col(id) === id);
-  const between = new Map<string, Arc>(); // a column's branches' arcs count once
-  for (const e of edges) {
-    const [source, target] = [col(e.source), col(e.target)];
-    between.set(`${source}\u0000${target}`, { source, target });
-  }
-  const kept = withoutShortcuts([...between.values()]);
+  const kept = withoutShortcuts(edges.map((e) => ({ source: col(e.source), target: col(e.target) })));
   const { chains: boxes, boxOf } = chains(heads, kept);
   const arcs = new Map<string, { id: string; sources: string[]; targets: string[] }>();
   for (const e of kept) {
