@@ -4,8 +4,9 @@
 In headless Chromium (Debian's `chromium`, driven by Playwright), against `milepost ui`:
 - the run page of a loop run of `--iterations` iterations (three events each), of a
   500-step playbook (a chain), of ones of about as many steps with detours (`branchy`),
-  with forks whose branches join again (`forks`) and with arcs to the next step and the
-  one after (`lattice`, which no chain, detour or fork joins): the time from navigation until the
+  with forks whose branches join again (`forks`), with arcs to the next step and the one
+  after (`lattice`) and with arcs to the next and to one further on at random (`tangle`,
+  which no chain, fork or arc over a step reduces): the time from navigation until the
   graph shows the run's final counts and the timeline its first rows (interactive), and
   until the timeline holds every event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
@@ -22,13 +23,14 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import shutil
 import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -105,16 +107,29 @@ def forks(n: int) -> str:
     return _sided_path("forks500", n, ("a", "b"), direct=False)
 
 
-def lattice(n: int) -> str:
-    """`n` steps, each with an arc to the next and one to the step after it (never taken):
-    no chain, detour or fork to join, the layout's worst case (a box per step)."""
+def _skipping(name: str, n: int, further: Callable[[int], int]) -> str:
+    """`n` steps, each with an arc to the next and one (never taken) `further(i)` steps on."""
     steps: list[dict[str, Any]] = []
     for i in range(n):
         arcs = [{"step": f"s{j}", **({"when": "{{ false }}"} if j > i + 1 else {})}
-                for j in (i + 1, i + 2) if j < n]  # fmt: skip
+                for j in (i + 1, i + further(i)) if j < n]  # fmt: skip
         steps.append({"step": "start" if i == 0 else f"s{i}", "tool": {"kind": "noop"},
                       **({"next": {"arcs": arcs}} if arcs else {})})  # fmt: skip
-    return _playbook("lattice500", steps)
+    return _playbook(name, steps)
+
+
+def lattice(n: int) -> str:
+    """`n` steps, each with an arc to the next and one to the step after it (never taken).
+    (The layout leaves out an arc over a step, `withoutShortcuts` in ui/src/run/chains.ts:
+    this shape is one chain, its arcs drawn as arches over the row.)"""
+    return _skipping("lattice500", n, lambda i: 2)
+
+
+def tangle(n: int) -> str:
+    """`n` steps, each with an arc to the next and one 3 to 20 steps on (never taken, the
+    same ones every time): nothing for the layout to join, a box per step for elkjs."""
+    pick = random.Random(14)
+    return _skipping("tangle500", n, lambda i: pick.randint(3, 20))
 
 
 def gated(gate: Path) -> str:
@@ -220,7 +235,7 @@ def _run_page(page: Any, base: str, xid: int, step: str, done: str, events: int)
             "all_events_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
 
 
-PAGES = ["loop", "chain", "branchy", "forks", "lattice"]
+PAGES = ["loop", "chain", "branchy", "forks", "lattice", "tangle"]
 
 
 def main() -> int:
@@ -244,7 +259,7 @@ def main() -> int:
     t0 = time.perf_counter()
     made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
             "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {}),
-            "lattice": (lattice(args.steps), {})}
+            "lattice": (lattice(args.steps), {}), "tangle": (tangle(args.steps), {})}
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:

@@ -14,6 +14,7 @@ import {
 } from "@xyflow/react";
 import { memo, useEffect, useMemo, useRef, useState } from "react";
 import type { GraphNode, RunGraph as Graph } from "../api/types";
+import { ArchEdge, arched } from "./arches";
 import { layout, NODE_H, NODE_W, type Positions, shapeKey } from "./layout";
 import { StepBox } from "./StepBox";
 import { firstView } from "./viewport";
@@ -32,6 +33,7 @@ const StepNodeView = memo(function StepNodeView({ data }: NodeProps<StepNode>) {
 });
 
 const nodeTypes = { step: StepNodeView };
+const edgeTypes = { arch: ArchEdge };
 
 /** A graph shown whole is fitted again when its pane changes size (the step panel opening
  * beside it): fitted once, its right-hand steps would be cut off, and out of the page. */
@@ -83,12 +85,17 @@ export function toFlow(
   const edgesBefore = new Map(previous?.edges.map((e) => [e.id, e]));
   const edges: Edge[] = graph.edges.map((e) => {
     const animated = status.get(e.source) === "RUNNING";
+    const [from, to] = [positions[e.source], positions[e.target]];
+    const type = from && to && arched(from, to) ? "arch" : undefined;
     const old = edgesBefore.get(e.id);
-    if (old && old.animated === animated && old.source === e.source && old.target === e.target) return old;
+    if (old && old.animated === animated && old.type === type && old.source === e.source && old.target === e.target) {
+      return old;
+    }
     return {
       id: e.id,
       source: e.source,
       target: e.target,
+      type,
       animated,
       style: e.kind === "compensation" ? { strokeDasharray: "6 4" } : undefined,
       markerEnd: { type: MarkerType.ArrowClosed },
@@ -131,6 +138,7 @@ export function RunGraph({ graph, onStep }: { graph: Graph; onStep?: (step: stri
         nodes={flow.nodes}
         edges={flow.edges}
         nodeTypes={nodeTypes}
+        edgeTypes={edgeTypes}
         fitView
         fitViewOptions={fit.current ?? undefined}
         onlyRenderVisibleElements

@@ -55,22 +55,30 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
   return { chains: found, boxOf };
 }
 
-/** The arcs without those that step over a detour: u -> w beside u -> v -> w, where v is
- * reached only from u and leads only to w (a step a run may take or skip on its way). The
- * layout reserves a lane for such an arc that is never drawn (React Flow draws it straight
- * from u to w, through v), so without it the steps sit where they did, while u, v and w
- * become one chain: a 500-step playbook of such detours is one box for elkjs, not 500. */
+/** The arcs without those that step over another step: u -> w beside u -> v -> w. elkjs
+ * would reserve a lane for such an arc that is never drawn (React Flow draws every arc from
+ * the steps' positions, and one between steps of a row as an arch over it: RunGraph), and
+ * without it the steps sit where they did (a step's layer is the longest way to it, which
+ * the arc is not), while far more of the graph becomes chains: a 500-step playbook of
+ * detours, or of steps that may skip the next, is one box for elkjs, not 500. An arc is
+ * left out only beside two arcs still kept, so every step reaches all it did (of two ways
+ * round a ring, one stays). */
 export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
-  const { outs, ins } = neighbours(arcs);
+  const { outs } = neighbours(arcs);
+  const arc = (u: string, w: string) => `${u}\u0000${w}`;
   const over = new Set<string>();
-  for (const [v, from] of ins) {
-    const to = outs.get(v);
-    if (from.size !== 1 || to?.size !== 1) continue;
-    const [u] = from;
-    const [w] = to;
-    if (u !== w && outs.get(u)?.has(w)) over.add(`${u}\u0000${w}`);
+  const kept = (u: string, w: string) => outs.get(u)?.has(w) === true && !over.has(arc(u, w));
+  for (const [u, to] of outs) {
+    for (const w of to) {
+      for (const v of to) {
+        if (v !== w && kept(u, v) && kept(v, w)) {
+          over.add(arc(u, w));
+          break;
+        }
+      }
+    }
   }
-  return over.size ? arcs.filter((a) => !over.has(`${a.source}\u0000${a.target}`)) : arcs;
+  return over.size ? arcs.filter((a) => !over.has(arc(a.source, a.target))) : arcs;
 }
 
 /** The branches of forks that join again: two or more steps reached only from the same

@@ -7,7 +7,7 @@ import { recall, remember } from "./layoutStore";
 // Automatic layout (no hand-placed nodes): elkjs' layered algorithm, left to right.
 export const NODE_W = 200;
 export const NODE_H = 64;
-const LAYER_GAP = 60;
+export const LAYER_GAP = 60;
 const ROW_GAP = 30; // elk.spacing.nodeNode: between steps of one layer
 
 type Engine = { layout: (graph: ElkGraph) => Promise<ElkGraph> };
@@ -90,8 +90,8 @@ export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
 async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const ids = nodes.map((n) => n.id);
   // the branches of a fork that join again are one column (`siblings`), an arc over a
-  // one-step detour is left out (`withoutShortcuts`), and a chain of columns is one box as
-  // wide as its columns one layer apart and as tall as its tallest (`chains`)
+  // step between its ends is left out (`withoutShortcuts`), and a chain of columns is one
+  // box as wide as its columns one layer apart and as tall as its tallest (`chains`)
   const columns = siblings(ids, edges);
   const columnOf = new Map<string, string>();
   for (const [head, members] of columns) for (const m of members) columnOf.set(m, head);

@@ -4,7 +4,9 @@ import type { Positions } from "./layout";
 // not change, and a 500-step playbook takes it most of a second to lay out on a cold page
 // (every run of a playbook has its shape, so each one opens on positions known already).
 // Bump VERSION when the layout options change: the old positions are then not used.
-const VERSION = 4; // 2: chains laid out as one box (chains.ts); 3: no arcs over detours; 4: forks' branches as columns
+// 2: chains laid out as one box (chains.ts); 3: no arcs over detours; 4: forks' branches as
+// columns; 5: no arc over any step between its ends
+const VERSION = 5;
 export const PREFIX = `milepost.layout.v${VERSION}:`;
 const INDEX = `${PREFIX}index`;
 const KEEP = 20; // shapes kept, the last used first: a few hundred kB at most
