@@ -5,8 +5,9 @@ In headless Chromium (Debian's `chromium`, driven by Playwright), against `milep
 - the run page of a loop run of `--iterations` iterations (three events each), of a
   500-step playbook (a chain), of ones of about as many steps with detours (`branchy`),
   with forks whose branches join again (`forks`), with arcs to the next step and the one
-  after (`lattice`) and with arcs to the next and to one further on at random (`tangle`,
-  which no chain, fork or arc over a step reduces): the time from navigation until the
+  after (`lattice`), with arcs to the next and to one further on at random (`tangle`) and
+  of a grid, each step leading right and down (`mesh`, which no chain, fork or arc beside
+  a longer way reduces: a box per step for elkjs): the time from navigation until the
   graph shows the run's final counts and the timeline its first rows (interactive), and
   until the timeline holds every event;
 - a live run page while nothing changes: the CPU of every Chromium process over 10 s, as a
@@ -120,16 +121,32 @@ def _skipping(name: str, n: int, further: Callable[[int], int]) -> str:
 
 def lattice(n: int) -> str:
     """`n` steps, each with an arc to the next and one to the step after it (never taken).
-    (The layout leaves out an arc over a step, `withoutShortcuts` in ui/src/run/chains.ts:
-    this shape is one chain, its arcs drawn as arches over the row.)"""
+    (The layout leaves out an arc beside a longer way, `withoutShortcuts` in
+    ui/src/run/chains.ts: this shape is one chain, its other arcs arches over the row.)"""
     return _skipping("lattice500", n, lambda i: 2)
 
 
 def tangle(n: int) -> str:
     """`n` steps, each with an arc to the next and one 3 to 20 steps on (never taken, the
-    same ones every time): nothing for the layout to join, a box per step for elkjs."""
+    same ones every time): one chain too, with arcs over up to 19 steps (elkjs would give
+    each a lane through every layer it spans: 5,000 more boxes)."""
     pick = random.Random(14)
     return _skipping("tangle500", n, lambda i: pick.randint(3, 20))
+
+
+def mesh(n: int, rows: int = 20) -> str:
+    """A grid of `rows` rows of n / rows steps, each leading right and (never taken) down:
+    no arc beside a longer way, no chain, no fork that joins (a box per step for elkjs)."""
+    cols = n // rows
+    name = lambda r, c: "start" if r == c == 0 else f"m{r}_{c}"  # noqa: E731
+    steps: list[dict[str, Any]] = []
+    for r in range(rows):
+        for c in range(cols):
+            arcs = ([{"step": name(r, c + 1)}] if c + 1 < cols else []) + (
+                [{"step": name(r + 1, c), "when": "{{ false }}"}] if r + 1 < rows else [])
+            steps.append({"step": name(r, c), "tool": {"kind": "noop"},
+                          **({"next": {"arcs": arcs}} if arcs else {})})  # fmt: skip
+    return _playbook("mesh500", steps)
 
 
 def gated(gate: Path) -> str:
@@ -235,7 +252,7 @@ def _run_page(page: Any, base: str, xid: int, step: str, done: str, events: int)
             "all_events_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
 
 
-PAGES = ["loop", "chain", "branchy", "forks", "lattice", "tangle"]
+PAGES = ["loop", "chain", "branchy", "forks", "lattice", "tangle", "mesh"]
 
 
 def main() -> int:
@@ -259,7 +276,8 @@ def main() -> int:
     t0 = time.perf_counter()
     made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
             "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {}),
-            "lattice": (lattice(args.steps), {}), "tangle": (tangle(args.steps), {})}
+            "lattice": (lattice(args.steps), {}), "tangle": (tangle(args.steps), {}),
+            "mesh": (mesh(args.steps), {})}
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:

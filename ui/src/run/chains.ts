@@ -55,31 +55,42 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
   return { chains: found, boxOf };
 }
 
-/** The arcs without those that step over another step: u -> w beside u -> v -> w. elkjs
- * would reserve a lane for such an arc that is never drawn (React Flow draws every arc from
- * the steps' positions, and one between steps of a row as an arch over it: RunGraph), and
+/** The arcs without those beside another way between the same steps: u -> w where u also
+ * leads to w through other steps (u -> v -> w, or further). elkjs would reserve a lane
+ * through every layer such an arc spans, which is never drawn (React Flow draws each arc
+ * from the steps' positions, one between steps of a row as an arch over it: RunGraph), and
  * without it the steps sit where they did (a step's layer is the longest way to it, which
  * the arc is not), while far more of the graph becomes chains: a 500-step playbook of
- * detours, or of steps that may skip the next, is one box for elkjs, not 500. An arc is
- * left out only beside two arcs still kept, so every step reaches all it did (of two ways
- * round a ring, one stays). */
+ * detours, or of steps that may skip some of the next ones, is one box for elkjs, not 500
+ * boxes and thousands of lanes. An arc is left out only beside a way of arcs still kept, so
+ * every step reaches all it did (of two ways round a ring, one stays). */
 export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
   const { outs } = neighbours(arcs);
   const arc = (u: string, w: string) => `${u}\u0000${w}`;
   const over = new Set<string>();
-  const kept = (u: string, w: string) => outs.get(u)?.has(w) === true && !over.has(arc(u, w));
-  for (const [u, to] of outs) {
-    for (const w of to) {
-      for (const v of to) {
-        if (v !== w && kept(u, v) && kept(v, w)) {
-          over.add(arc(u, w));
-          break;
+  // whether kept arcs other than u -> w lead from u to w; past SEARCH steps looked at, the
+  // arc is kept (a bound on the cost in a huge graph, where keeping an arc is always safe)
+  const around = (u: string, w: string): boolean => {
+    const seen = new Set([u, w]);
+    const todo = [u];
+    while (todo.length && seen.size < SEARCH) {
+      const x = todo.pop()!;
+      for (const y of outs.get(x) ?? []) {
+        if (over.has(arc(x, y)) || (x === u && y === w)) continue;
+        if (y === w) return true;
+        if (!seen.has(y)) {
+          seen.add(y);
+          todo.push(y);
         }
       }
     }
-  }
+    return false;
+  };
+  for (const [u, to] of outs) for (const w of to) if (around(u, w)) over.add(arc(u, w));
   return over.size ? arcs.filter((a) => !over.has(arc(a.source, a.target))) : arcs;
 }
+
+const SEARCH = 2000;
 
 /** The branches of forks that join again: two or more steps reached only from the same
  * step and leading only to the same next one, by the id of the first (in `ids` order) to

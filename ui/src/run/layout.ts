@@ -60,6 +60,10 @@ function options(boxes: number): Record<string, string> {
   return {
     "elk.algorithm": "layered",
     "elk.direction": "RIGHT",
+    // elkjs' arcs are not drawn (React Flow draws its own from the positions): straight
+    // lines are the cheapest to route, and layers stay LAYER_GAP apart (orthogonal routing
+    // widens a gap by the arcs crossing it)
+    "elk.edgeRouting": "POLYLINE",
     "elk.layered.spacing.nodeNodeBetweenLayers": String(LAYER_GAP),
     "elk.spacing.nodeNode": String(ROW_GAP),
     ...(boxes > BIG ? FAST : {}),

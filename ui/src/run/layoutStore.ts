@@ -5,7 +5,7 @@ import type { Positions } from "./layout";
 // (every run of a playbook has its shape, so each one opens on positions known already).
 // Bump VERSION when the layout options change: the old positions are then not used.
 // 2: chains laid out as one box (chains.ts); 3: no arcs over detours; 4: forks' branches as
-// columns; 5: no arc over any step between its ends
+// columns; 5: no arc beside a longer way, arcs routed straight
 const VERSION = 5;
 export const PREFIX = `milepost.layout.v${VERSION}:`;
 const INDEX = `${PREFIX}index`;
