@@ -93,9 +93,9 @@ export function layout(nodes: GraphNode[], edges: GraphEdge[]): Promise<Position
 
 async function compute(nodes: GraphNode[], edges: GraphEdge[]): Promise<Positions> {
   const ids = nodes.map((n) => n.id);
-  // the branches of a fork that join again are one column (`siblings`), an arc over a
-  // step between its ends is left out (`withoutShortcuts`), and a chain of columns is one
-  // box as wide as its columns one layer apart and as tall as its tallest (`chains`)
+  // the branches of a fork that join again are one column (`siblings`), an arc beside a
+  // longer way between its steps is left out (`withoutShortcuts`), and a chain of columns
+  // is one box as wide as its columns one layer apart and as tall as its tallest (`chains`)
   const columns = siblings(ids, edges);
   const columnOf = new Map<string, string>();
   for (const [head, members] of columns) for (const m of members) columnOf.set(m, head);
