@@ -24,14 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import nats
-from nats.aio.client import Client as NatsClient
-from nats.js.api import StreamConfig
-from nats.js.errors import NotFoundError
-
 from milepost.core import events as ev
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client as NatsClient
+
     from milepost.engine.orchestrator import Outcome
 
 log = logging.getLogger(__name__)
@@ -120,6 +117,12 @@ class NatsPublisher:
     @classmethod
     async def connect(cls, url: str, *, timeout: float = 2.0) -> NatsPublisher:
         """Connect and make sure the stream exists; raises when NATS cannot be reached."""
+        # nats-py loads here, for a server configured with NATS: not in every process that
+        # imports the engine (the CLI, a server without it)
+        import nats
+        from nats.js.api import StreamConfig
+        from nats.js.errors import NotFoundError
+
         # one attempt per server at start-up (an absent NATS must not delay the server)...
         client = await asyncio.wait_for(nats.connect(
             url, connect_timeout=max(1, int(timeout)), max_reconnect_attempts=1,

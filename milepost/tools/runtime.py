@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from milepost.tools import base, duckdb_tool, shell
+from milepost.tools import base, shell
 from milepost.tools import http as http_tool
 from milepost.tools import python as python_tool
 from milepost.tools.playbook import ChildRunner, PlaybookTool
@@ -66,7 +66,7 @@ class ToolRuntime:
             "python": self.python.run,
             "http": self.http.run,
             "shell": shell.run,
-            "duckdb": duckdb_tool.run,
+            "duckdb": _run_duckdb,
             "postgres": self._run_postgres,
             "nats": self._run_nats,
             "playbook": PlaybookTool(children).run,
@@ -137,6 +137,14 @@ class ToolRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def _run_duckdb(call: base.ToolCall) -> base.ToolResult:
+    # duckdb loads on the first duckdb call: a process that runs none (every CLI command,
+    # the server) does not pay its import
+    from milepost.tools import duckdb_tool
+
+    return await duckdb_tool.run(call)
 
 
 async def _noop(call: base.ToolCall) -> base.ToolResult:
