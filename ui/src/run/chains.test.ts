@@ -73,6 +73,40 @@ describe("withoutShortcuts", () => {
   });
 });
 
+describe("withoutShortcuts on random graphs", () => {
+  // a seeded generator: the same graphs every run, so a failure reproduces
+  function random(seed: number) {
+    return () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+  }
+  // the steps reached from `from` by one arc or more (a step's arc to itself aside)
+  function reach(arcs: { source: string; target: string }[], from: string): Set<string> {
+    const seen = new Set<string>();
+    const todo = [from];
+    while (todo.length) {
+      const x = todo.pop()!;
+      for (const a of arcs) if (a.source === x && a.target !== a.source && !seen.has(a.target)) (seen.add(a.target), todo.push(a.target));
+    }
+    return seen;
+  }
+
+  it("keeps every step reaching the steps it reached, with a subset of the arcs, rings included", () => {
+    const next = random(15);
+    for (let graph = 0; graph < 300; graph++) {
+      const n = 2 + Math.floor(next() * 12);
+      const list = Array.from({ length: Math.floor(next() * n * 3) }, () => ({
+        source: `s${Math.floor(next() * n)}`,
+        target: `s${Math.floor(next() * n)}`,
+      }));
+      const kept = withoutShortcuts(list);
+      for (const a of kept) expect(list).toContain(a);
+      for (let i = 0; i < n; i++) {
+        const want = reach(list, `s${i}`);
+        expect(reach(kept, `s${i}`), `graph ${graph}, from s${i}`).toEqual(want);
+      }
+    }
+  });
+});
+
 describe("siblings", () => {
   it("makes a column of the branches of a fork that join again, by its first branch", () => {
     // p0 forks to a0, b0, c0, which join at p1; p1 forks to a1 and b1, joining at p2

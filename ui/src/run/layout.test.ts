@@ -84,6 +84,44 @@ describe("a path with detours", () => {
   });
 });
 
+describe("random graphs", () => {
+  it("places every step, no two boxes on each other, whatever joins into chains and columns", async () => {
+    let seed = 16; // the same graphs every run
+    const next = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    for (let graph = 0; graph < 25; graph++) {
+      // a path whose steps may fork to branches that join at the next one, skip ahead or
+      // loop back, and arcs at random besides
+      const path = Array.from({ length: 3 + Math.floor(next() * 12) }, (_, i) => `g${graph}p${i}`);
+      const ids = [...path];
+      const pairs: string[][] = [];
+      path.slice(1).forEach((to, i) => {
+        const from = path[i];
+        const kind = next();
+        if (kind < 0.4) {
+          const branches = Array.from({ length: 1 + Math.floor(next() * 3) }, (_, k) => `${from}b${k}`);
+          ids.push(...branches);
+          for (const b of branches) pairs.push([from, b], [b, to]);
+          if (next() < 0.5) pairs.push([from, to]);
+        } else pairs.push([from, to]);
+        if (kind > 0.8) pairs.push([from, path[Math.min(path.length - 1, i + 2 + Math.floor(next() * 3))]]);
+        if (kind > 0.9) pairs.push([to, path[Math.floor(next() * (i + 1))]]);
+      });
+      for (let k = Math.floor(next() * 3); k > 0; k--) {
+        pairs.push([ids[Math.floor(next() * ids.length)], ids[Math.floor(next() * ids.length)]]);
+      }
+      const p = await layout(ids.map((id) => node(id)), pairs.map(([s, t]) => edge(s, t)));
+      expect(Object.keys(p).sort()).toEqual([...ids].sort());
+      for (const a of ids) {
+        for (const b of ids) {
+          if (a >= b) continue;
+          const apart = Math.abs(p[a].x - p[b].x) >= NODE_W || Math.abs(p[a].y - p[b].y) >= NODE_H;
+          expect(apart, `graph ${graph}: ${a} and ${b} overlap`).toBe(true);
+        }
+      }
+    }
+  }, 60_000);
+});
+
 describe("the layout engine", () => {
   it("hands elkjs a path of forks as one box (a chain of columns)", async () => {
     const posted: { cmd?: string; graph?: { children?: unknown[] } }[] = [];
