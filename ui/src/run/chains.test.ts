@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { seeded } from "../testing/seeded";
 import { chains, siblings, withoutShortcuts } from "./chains";
 
 const arcs = (...pairs: string[]) =>
@@ -74,10 +75,6 @@ describe("withoutShortcuts", () => {
 });
 
 describe("withoutShortcuts on random graphs", () => {
-  // a seeded generator: the same graphs every run, so a failure reproduces
-  function random(seed: number) {
-    return () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
-  }
   // the steps reached from `from` by one arc or more (a step's arc to itself aside)
   function reach(arcs: { source: string; target: string }[], from: string): Set<string> {
     const seen = new Set<string>();
@@ -90,7 +87,7 @@ describe("withoutShortcuts on random graphs", () => {
   }
 
   it("keeps every step reaching the steps it reached, with a subset of the arcs, rings included", () => {
-    const next = random(15);
+    const next = seeded(15); // the same graphs every run
     for (let graph = 0; graph < 300; graph++) {
       const n = 2 + Math.floor(next() * 12);
       const list = Array.from({ length: Math.floor(next() * n * 3) }, () => ({

@@ -65,9 +65,8 @@ export function chains(ids: string[], arcs: Arc[]): { chains: Chain[]; boxOf: Ma
  * boxes and thousands of lanes. An arc is left out only beside a way of arcs still kept, so
  * every step reaches all it did (of two ways round a ring, one stays). */
 export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
+  // `outs` holds the arcs kept: an arc left out is taken out of it at once
   const { outs } = neighbours(arcs);
-  const arc = (u: string, w: string) => `${u}\u0000${w}`;
-  const over = new Set<string>();
   // whether kept arcs other than u -> w lead from u to w; past SEARCH steps looked at, the
   // arc is kept (a bound on the cost in a huge graph, where keeping an arc is always safe)
   const around = (u: string, w: string): boolean => {
@@ -76,7 +75,7 @@ export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
     while (todo.length && seen.size < SEARCH) {
       const x = todo.pop()!;
       for (const y of outs.get(x) ?? []) {
-        if (over.has(arc(x, y)) || (x === u && y === w)) continue;
+        if (x === u && y === w) continue;
         if (y === w) return true;
         if (!seen.has(y)) {
           seen.add(y);
@@ -86,8 +85,17 @@ export function withoutShortcuts<A extends Arc>(arcs: A[]): A[] {
     }
     return false;
   };
-  for (const [u, to] of outs) for (const w of to) if (around(u, w)) over.add(arc(u, w));
-  return over.size ? arcs.filter((a) => !over.has(arc(a.source, a.target))) : arcs;
+  let left = 0;
+  for (const [u, to] of outs) {
+    for (const w of to) {
+      if (around(u, w)) {
+        to.delete(w);
+        left++;
+      }
+    }
+  }
+  // a step's arc to itself is in no `outs`, and kept
+  return left ? arcs.filter((a) => a.source === a.target || outs.get(a.source)?.has(a.target)) : arcs;
 }
 
 const SEARCH = 2000;

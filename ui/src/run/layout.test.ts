@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import type { GraphEdge, GraphNode } from "../api/types";
+import { seeded } from "../testing/seeded";
 import { layout, NODE_H, NODE_W } from "./layout";
 
 const node = (id: string, status = "PENDING") =>
@@ -86,8 +87,7 @@ describe("a path with detours", () => {
 
 describe("random graphs", () => {
   it("places every step, no two boxes on each other, whatever joins into chains and columns", async () => {
-    let seed = 16; // the same graphs every run
-    const next = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+    const next = seeded(16); // the same graphs every run
     for (let graph = 0; graph < 25; graph++) {
       // a path whose steps may fork to branches that join at the next one, skip ahead or
       // loop back, and arcs at random besides
