@@ -53,8 +53,18 @@ export function preload(): void {
 
 const BIG = 100;
 /** Past BIG boxes (steps, a chain counting once), one pass of crossing reduction and
- * simple placement: a 500-step playbook laid out in a third of the time, as readable. */
-const FAST = { "elk.layered.thoroughness": "1", "elk.layered.nodePlacement.strategy": "SIMPLE" };
+ * simple placement: a 500-step playbook laid out in a third of the time, as readable. A
+ * step's layer is its longest path from a start (network simplex took a fifth of a cold
+ * 500-box layout), a step's arcs share one port a side (elkjs sizes and places every port
+ * of every box, the largest share of a cold layout), and the graph is laid out whole, not
+ * component by component: together about 0.1 s off a 20 x 25 grid's first visit. */
+const FAST = {
+  "elk.layered.thoroughness": "1",
+  "elk.layered.nodePlacement.strategy": "SIMPLE",
+  "elk.layered.layering.strategy": "LONGEST_PATH_SOURCE",
+  "elk.layered.mergeEdges": "true",
+  "elk.separateConnectedComponents": "false",
+};
 
 function options(boxes: number): Record<string, string> {
   return {

@@ -5,8 +5,9 @@ import type { Positions } from "./layout";
 // (every run of a playbook has its shape, so each one opens on positions known already).
 // Bump VERSION when the layout options change: the old positions are then not used.
 // 2: chains laid out as one box (chains.ts); 3: no arcs over detours; 4: forks' branches as
-// columns; 5: no arc beside a longer way, arcs routed straight
-const VERSION = 5;
+// columns; 5: no arc beside a longer way, arcs routed straight; 6: big graphs layered by
+// longest path, arcs merged at a side
+const VERSION = 6;
 export const PREFIX = `milepost.layout.v${VERSION}:`;
 const INDEX = `${PREFIX}index`;
 const KEEP = 20; // shapes kept, the last used first: a few hundred kB at most
