@@ -17,7 +17,7 @@ One `Worker` runs up to `concurrency` attempts at once on one event loop:
   (`attempt.stopping`: the tool is killed or aborted; each is reported failed with kind
   `cancelled`) and no more of its commands are taken.
 - **reporting** (`reporter`): finished attempts go in batches, each report claiming the
-  commands for the slots it frees.
+  commands for every free slot; a delivered report frees its attempts' slots at once.
 - **token**: a 401/403 of the auth layer, at a claim, a heartbeat or a renewal, ends the
   worker at once and `run` raises `TokenRefused` (`token`): retrying would not pass.
 - **shutdown** (`stop()`, SIGTERM/SIGINT): stop claiming, give back claimed commands not
@@ -59,8 +59,8 @@ MAX_POLL = 2.0
 CANCELLED_MEMORY = 10_000
 MAX_CLAIM = 100
 """The server's cap on `limit` of one claim."""
-_LOST_CODES = frozenset({"stale_epoch", "already_terminal", "active_claim", "command_not_found",
-                         "not_found"})  # fmt: skip
+_LOST_CODES = frozenset({"stale_epoch", "already_terminal", "active_claim",
+                         "command_not_found", "not_found"})  # fmt: skip
 
 
 class WorkerClient(Protocol):
@@ -76,8 +76,7 @@ class WorkerClient(Protocol):
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
     async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None,
-                         worker: dict[str, Any] | None = None,
+                         pool: str | None = None, worker: dict[str, Any] | None = None,
                          release: bool = False) -> dict[str, Any]: ...  # fmt: skip
 
     async def post_events(self, events: list[dict[str, Any]],
@@ -114,24 +113,14 @@ class Worker:
             default: fetched through `client`, cached for 30 s.
     """
 
-    def __init__(
-        self,
-        client: WorkerClient,
-        tools: attempt_mod.ToolRunner,
-        *,
-        settings: Settings | None = None,
-        concurrency: int | None = None,
-        pool: str | None = None,
-        worker_id: str | None = None,
-        lease_seconds: float | None = None,
-        grace_seconds: float | None = None,
-        clock: Clock | None = None,
-        new_id: Callable[[], int] | None = None,
-        min_poll: float = MIN_POLL,
-        max_poll: float = MAX_POLL,
-        report_timeout: float = REPORT_TIMEOUT,
-        credentials: RemoteCredentials | None = None,
-    ) -> None:
+    def __init__(self, client: WorkerClient, tools: attempt_mod.ToolRunner, *,
+                 settings: Settings | None = None, concurrency: int | None = None,
+                 pool: str | None = None, worker_id: str | None = None,
+                 lease_seconds: float | None = None, grace_seconds: float | None = None,
+                 clock: Clock | None = None, new_id: Callable[[], int] | None = None,
+                 min_poll: float = MIN_POLL, max_poll: float = MAX_POLL,
+                 report_timeout: float = REPORT_TIMEOUT,
+                 credentials: RemoteCredentials | None = None) -> None:  # fmt: skip
         settings = settings or Settings()
         self.concurrency = settings.concurrency if concurrency is None else concurrency
         if self.concurrency < 1:
@@ -286,6 +275,10 @@ class Worker:
             self._start(job)
             started += 1
         return started
+
+    def reported(self, job: Job) -> None:
+        """The job's report was delivered: its slot is free (`Reporter._delivered`)."""
+        self.jobs.pop(job.command_id, None)
 
     def refill_claim(self, freed: int) -> dict[str, Any] | None:
         """The `claim` of a report that frees `freed` slots (None when nothing may be taken)."""

@@ -38,14 +38,16 @@ class EventSink(Protocol):
 
 class Slots(Protocol):
     """What the reporter asks of the worker's claiming: the claim a report may carry, a
-    count of the slots such a claim may fill while it is on its way, and the commands
-    it brought back."""
+    count of the slots such a claim may fill while it is on its way, the commands it
+    brought back, and the slots its delivery frees."""
 
     def refill_claim(self, freed: int) -> dict[str, Any] | None: ...
 
     def claiming(self, slots: int) -> contextlib.AbstractContextManager[None]: ...
 
     async def accept(self, commands: list[dict[str, Any]]) -> int: ...
+
+    def reported(self, job: Job) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -145,6 +147,9 @@ class Reporter:
         ignored = set(reply.get("ignored") or ()) if isinstance(reply, Mapping) else set()
         for entry in batch:
             entry.job.refilled = claimed
+            # its slot is free now, not once its task resumes: the next report (which may
+            # go out before that) asks for it in its own claim
+            self.slots.reported(entry.job)
             outcome = entry.outcome
             status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
             late = any(str(e.get("event_id")) in stale for e in entry.wire)

@@ -192,8 +192,38 @@ def test_attempts_that_finish_while_a_report_is_on_its_way_go_in_one_batch() -> 
             client.report_gate.set()
             await clock.run_until(lambda: len(client.reported_events()) == 3)
         assert [len(batch) for batch in client.reports] == [1, 2]
-        # each report asks for the slots it frees; nothing was queued, nothing came back
-        assert client.report_claims == [1, 2]
+        # each report asks for every free slot: the second its own two and the one the
+        # first freed (its claim came back empty: nothing was queued)
+        assert client.report_claims == [1, 3]
+
+    run(scenario)
+
+
+def test_a_delivered_report_frees_its_slots_before_the_next_report_claims() -> None:
+    # The slots of a report's attempts used to free only once their tasks resumed, after
+    # the next report had gone out: that report asked for too few commands, and the claim
+    # loop claimed the rest alone. On the server each such claim is a transaction on the
+    # run's log (its `command.claimed`) queued with the reports: W2's two workers made a
+    # claim alone for every two reports.
+    async def scenario() -> None:
+        worker, client, tools, clock = make(concurrency=3)
+        async with one_report_held_two_finished(worker, client, tools, 130):
+            held, client.report_gate = client.report_gate, asyncio.Event()
+            held.set()  # the first report comes back empty; the second waits at the server
+            await wait_for_async(lambda: len(client.report_claims) == 2)
+            await settle()
+            assert client.report_claims == [1, 3], "the first report's slot is free too"
+            polls = list(client.claim_limits)
+            for i in range(3):  # issued meanwhile; they run until the test ends
+                client.queue.append(command(140 + i))
+                tools.gate(f"key-{140 + i}-1")
+            client.report_gate.set()
+            await wait_for_async(lambda: len(tools.calls) == 6)
+            await settle()
+            assert client.claim_limits == polls, "all three came with the report"
+            for i in range(3):
+                tools.gates[f"key-{140 + i}-1"].set()
+            await clock.run_until(lambda: len(client.reported_events()) == 6)
 
     run(scenario)
 
