@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from milepost import telemetry
@@ -185,16 +185,16 @@ class Lifecycle(StoreReads):
             return self.orchestrator.catalog_playbook(path, version)
 
     def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
-             *, refresh: bool = True, knows: int | None = None) -> T:  # fmt: skip
+             *, refresh: bool = True, knows: Collection[int] = ()) -> T:  # fmt: skip
         """`view(state, playbook)` of an execution brought up to date with the log, under the
         lock (the state object is shared: never keep it past `view`). `refresh=False` skips
         the look at the log, for an execution this engine has just appended to; `knows`
-        skips it when the cached state already holds that live command (a claimed
+        skips it when the cached state already holds those live commands (a claimed
         command's render context is the state it was issued from, which that cache has)."""
         with self.locks.hold([execution_id]):
             cached = self.orchestrator.cached(execution_id)
             if cached is not None and (not refresh or cached.terminal or (
-                    knows is not None and knows in cached.commands)):  # fmt: skip
+                    knows and all(c in cached.commands for c in knows))):  # fmt: skip
                 state = cached  # an ended run's state never changes: no need to look again
             else:
                 state = self.fresh(execution_id)  # rebuilt from the log when not cached

@@ -95,6 +95,20 @@ def test_claim_next_takes_the_oldest_queued_commands_up_to_the_limit(api: Api) -
     error(api.post("/api/commands/claim", {}, role="worker"), 422, "validation_error")
 
 
+def test_claim_next_across_runs_hands_each_command_its_own_runs_context(api: Api) -> None:
+    # the commands are rendered a run at a time (one take of its lock): the answer keeps
+    # the claim's order, oldest first, whatever run each command is of
+    first = api.execute(LOOP, workload={"items": [1, 2]})
+    other = api.execute(HELLO, workload={"name": "Ada"})
+    last = api.execute(LOOP, workload={"items": [7]})
+    got = api.claim_next("w1", limit=10, lease_seconds=10)
+    assert [(c["execution_id"], c["step"], c["index"]) for c in got] == [
+        (first, "each", 0), (first, "each", 1), (other, "start", -1), (last, "each", 0)]
+    assert [c["context"].get("n") for c in got] == [1, 2, None, 7]
+    assert got[2]["context"]["workload"] == {"name": "Ada"}
+    assert all(c["context"]["execution_id"] == c["execution_id"] for c in got)
+
+
 def test_heartbeat_extends_the_lease_and_refuses_a_stale_epoch(api: Api) -> None:
     xid = api.execute(HELLO)
     command = api.claim_one(lease_seconds=5)

@@ -6,7 +6,7 @@ claim time and a lease `{epoch, expires_at}`; every report must carry that epoch
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
@@ -39,12 +39,17 @@ def lease_s(settings: Settings, asked: float | None) -> float:
     return asked if asked is not None else settings.lease_seconds
 
 
-def _out(engine: Lifecycle, row: CommandRow, lease: Lease | None, *,
-         refresh: bool = True) -> schemas.CommandOut:  # fmt: skip
-    def view(state: st.ExecutionState, playbook: model.Playbook) -> schemas.CommandOut:
-        return views.command_out(state, playbook, row, lease)
+def _out(engine: Lifecycle, row: CommandRow, lease: Lease | None) -> schemas.CommandOut:
+    return _outs(engine, row.execution_id, [(row, lease)], refresh=True)[0]
 
-    return engine.read(row.execution_id, view, refresh=refresh, knows=row.command_id)
+
+def _outs(engine: Lifecycle, execution_id: int, rows: Sequence[tuple[CommandRow, Lease | None]],
+          *, refresh: bool) -> list[schemas.CommandOut]:  # fmt: skip
+    def view(state: st.ExecutionState, playbook: model.Playbook) -> list[schemas.CommandOut]:
+        return [views.command_out(state, playbook, row, lease) for row, lease in rows]
+
+    return engine.read(execution_id, view, refresh=refresh,
+                       knows=[row.command_id for row, _ in rows])  # fmt: skip
 
 
 def hand_out(engine: Lifecycle, claimed: Claimed,
@@ -52,9 +57,19 @@ def hand_out(engine: Lifecycle, claimed: Claimed,
     """The claimed commands as a worker gets them, each with the render context of the
     state it was issued from. `fresh`: executions the engine has just appended to.
     The claim itself skipped executions with a cancel requested; a cancel that lands
-    after it is seen by the worker's heartbeat, like any cancel of a running command."""
-    return [_out(engine, row, lease, refresh=row.execution_id not in fresh)
-            for row, lease in claimed]  # fmt: skip
+    after it is seen by the worker's heartbeat, like any cancel of a running command.
+
+    Each execution's commands are rendered under one take of its lock: taken once a
+    command, a busy run's reports (which hold it for a whole transaction) got in between
+    and the worker's answer waited behind each of them in turn."""
+    by_run: dict[int, list[tuple[CommandRow, Lease | None]]] = {}
+    for row, lease in claimed:
+        by_run.setdefault(row.execution_id, []).append((row, lease))
+    out: dict[int, schemas.CommandOut] = {}
+    for xid, rows in by_run.items():
+        commands = _outs(engine, xid, rows, refresh=xid not in fresh)
+        out.update((row.command_id, command) for (row, _), command in zip(rows, commands, strict=True))
+    return [out[row.command_id] for row, _ in claimed]  # in the claim's order
 
 
 @router.post("/claim", response_model=schemas.ClaimNextOut,
