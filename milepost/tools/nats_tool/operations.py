@@ -16,7 +16,6 @@ from nats.js.errors import (
     APIError,
     BucketNotFoundError,
     KeyNotFoundError,
-    NoKeysError,
     NotFoundError,
     ObjectNotFoundError,
 )
@@ -33,6 +32,8 @@ STREAM_EXISTS = 10058
 created the bucket first."""
 _KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _BUCKET_RE = re.compile(r"[-_a-zA-Z0-9]+")
+JS_TIMEOUT = 10.0
+"""Seconds a JetStream request may wait for its answer (the call's timeout bounds it)."""
 MSG_TTL_VERSION = (2, 11)
 """The first NATS server release with per-message TTLs (`Nats-TTL`)."""
 
@@ -164,13 +165,40 @@ async def kv_keys(js: JetStreamContext, config: Config, ctx: Context) -> dict[st
     kv = await _kv(js, bucket)
     if kv is None:
         return _missing(bucket=bucket, keys=[], count=0)
-    try:
-        keys = sorted(await kv.keys())
-    except NoKeysError:
-        keys = []
+    keys = await live_keys(js, kv, bucket)
     if pattern:
         keys = [k for k in keys if fnmatch.fnmatchcase(k, str(pattern))]
     return {"found": True, "bucket": bucket, "keys": keys, "count": len(keys)}
+
+
+async def live_keys(js: JetStreamContext, kv: KeyValue, bucket: str) -> list[str]:
+    """The bucket's keys that hold a value, in order, as of the bucket's last entry now.
+
+    Not nats-py's `KeyValue.keys()`: it stops at the watcher's first "nothing pending"
+    marker, which can come before entries already on their way (nats.py #842), so under
+    load it listed some keys or none. This watches the last entry of every key, deletes and
+    purges included, until an entry says nothing is pending after it (`delta`, from that
+    entry's own delivery) or it reaches the sequence the bucket's stream ended at when
+    asked; each entry comes within JetStream's request timeout or the call fails as a
+    timeout."""
+    state = (await js.stream_info(f"KV_{bucket}")).state
+    if not state.messages:
+        return []
+    watcher = await kv.watchall(meta_only=True)
+    live: set[str] = set()
+    try:
+        while True:
+            entry = await watcher.updates(timeout=JS_TIMEOUT)  # type: ignore[no-untyped-call]
+            if entry is None:  # the marker: not to be trusted, the stream's end is
+                continue
+            if entry.operation is None:
+                live.add(entry.key)
+            else:  # a delete or a purge: the key holds no value
+                live.discard(entry.key)
+            if entry.delta == 0 or (entry.revision or 0) >= state.last_seq:
+                return sorted(live)
+    finally:
+        await watcher.stop()  # type: ignore[no-untyped-call]
 
 
 # --------------------------------------------------------------------------- objects

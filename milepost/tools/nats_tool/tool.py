@@ -15,10 +15,8 @@ from milepost.playbook import nats_ops
 from milepost.sanitize import Redactor
 from milepost.tools import base
 from milepost.tools.nats_tool.connection import Target, ToolInvalid, Unreachable, connect, target
-from milepost.tools.nats_tool.operations import OPERATIONS, Context, Unsupported
+from milepost.tools.nats_tool.operations import JS_TIMEOUT, OPERATIONS, Context, Unsupported
 
-JS_TIMEOUT = 10.0
-"""Seconds a JetStream request may wait for its answer (the call's timeout bounds it)."""
 CLOSE_TIMEOUT = 2.0
 RETRYABLE_STATUS = frozenset({408, 503})
 
