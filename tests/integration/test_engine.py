@@ -259,7 +259,9 @@ def test_snapshots_are_spaced_by_the_size_of_the_run_so_they_cost_a_few_times_th
         seqs = [seq for seq, _ in store.saved]
         assert len(seqs) <= 12, seqs  # 10, 15, 22, ... up to the run's 600-odd events
         assert all(b >= 1.4 * a for a, b in itertools.pairwise(seqs)), seqs
-        assert sum(size for _, size in store.saved) < 4 * store.saved[-1][1]
+        # a snapshot's size follows what is in flight when it is taken, which timing moves
+        # (4.9 times the last under a loaded CI once); every 10 events it would be ~30 times
+        assert sum(size for _, size in store.saved) < 6 * store.saved[-1][1]
         # and a rebuild still replays at most about a third of the log
         assert state.last_seq - seqs[-1] <= state.last_seq / 3 + 10
     finally:
