@@ -284,9 +284,29 @@ class Lifecycle(StoreReads):
         return released
 
     def claimed(self, claimed: port.Claimed) -> None:
-        """Count commands handed to a worker and remember their claims (`handed`)."""
+        """Count commands handed to a worker, remember their claims (`handed`) and fold
+        their `command.claimed` into the cached states of runs the claiming call did not
+        hold (a claim alone, a report's claim of another run's commands), under each run's
+        lock when it is free (`Orchestrator.fold_logged`): that run's next report then finds
+        its log where the engine left it instead of reading the claims back after its
+        append."""
         self.meters.claimed(len(claimed))
         self.handed.remember(claimed)
+        if self.orchestrator.exclusive:
+            return  # `Orchestrator._advance` folded them: it holds every state
+        logged: dict[int, list[ev.Event]] = {}
+        for _, lease in claimed:
+            if lease.event is not None:
+                logged.setdefault(lease.event.execution_id, []).append(lease.event)
+        for xid, events in sorted(logged.items()):
+            events.sort(key=lambda e: e.seq)
+            cached = self.orchestrator.cached(xid)
+            if cached is None or cached.last_seq >= events[-1].seq:
+                continue  # not cached, or folded by the append that made the claims
+            # never waits: a report holding its runs' locks claims other runs' commands
+            with self.locks.try_hold(xid) as taken:
+                if taken:  # else that run's next report reads them back, as before
+                    self.orchestrator.fold_logged(xid, events)
 
     # -- cancellation ----------------------------------------------------------------------
 

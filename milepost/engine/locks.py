@@ -31,6 +31,11 @@ class ExecutionLocks:
                 held.enter_context(self._table.hold(xid))
             yield
 
+    def try_hold(self, execution_id: int) -> contextlib.AbstractContextManager[bool]:
+        """One execution's lock if it is free now (yields whether it was taken): it never
+        waits, so a caller that holds other executions' locks may take it out of order."""
+        return self._table.try_hold(execution_id)
+
     def __len__(self) -> int:
         return len(self._table)
 
@@ -43,6 +48,9 @@ class NoLocks:
 
     def hold(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
         return self._held
+
+    def try_hold(self, execution_id: int) -> contextlib.AbstractContextManager[bool]:
+        return contextlib.nullcontext(True)
 
     def __len__(self) -> int:
         return 0

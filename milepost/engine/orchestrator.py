@@ -207,6 +207,16 @@ class Orchestrator:
         """The state in memory, as of this orchestrator's last look at the log (or None)."""
         return self._states.get(execution_id) or self._ended.get(execution_id)
 
+    def fold_logged(self, execution_id: int, logged: Sequence[ev.Event]) -> None:
+        """Fold events the store has just committed for this engine (a claim's
+        `command.claimed`, in seq order) into the cached state when they come right after
+        what it holds: nothing can be in between, so the next call need not read them back
+        as another writer's. Otherwise (folded already, or the log moved past the cache)
+        the next look at the log folds them. Call holding the execution's lock."""
+        state = self._states.get(execution_id)
+        if state is not None and logged and state.last_seq == logged[0].seq - 1:
+            st.fold(state, logged)
+
     def _rebuild(self, execution_id: int) -> st.ExecutionState:
         state: st.ExecutionState | None = None
         snap = self.store.load_snapshot(execution_id)
@@ -406,9 +416,8 @@ class Orchestrator:
             if xid in watermarks:
                 seqs.setdefault(xid, []).extend(e.seq for e in logged)
                 ours.update(e.event_id for e in logged)
-            elif self.exclusive and (other := self._states.get(xid)) is not None \
-                    and other.last_seq == logged[0].seq - 1:  # fmt: skip
-                st.fold(other, logged)  # right after what it holds: nothing in between
+            elif self.exclusive:  # else `Lifecycle.claimed`, holding that execution's lock
+                self.fold_logged(xid, logged)
         for xid, before in watermarks.items():
             state = self._states[xid]
             mine = sorted(seqs.get(xid, []))

@@ -27,6 +27,20 @@ class LockTable:
         with lock:  # `lock` keeps it alive until the block ends
             yield
 
+    @contextlib.contextmanager
+    def try_hold(self, key: Hashable) -> Iterator[bool]:
+        """`hold` if the lock is free now (or this thread's): yields whether it was taken."""
+        with self._mutex:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.RLock()
+        taken = lock.acquire(blocking=False)
+        try:
+            yield taken
+        finally:
+            if taken:
+                lock.release()
+
     def __len__(self) -> int:
         return len(self._locks)
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from milepost.core import events as ev
+from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store import port, projection
@@ -168,4 +169,35 @@ def test_a_claim_made_in_a_report_s_transaction_is_folded_not_read_back(
                         meta={"epoch": lease.epoch})  # fmt: skip
     outcome = orchestrator.process([done], claim=claim)
     assert outcome.claimed and xid not in outcome.wake_at
+    assert loads == []  # nothing of its own log to read back
+
+
+def test_claims_of_runs_the_claiming_call_did_not_hold_are_folded_not_read_back(
+        make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # a PostgreSQL server's engine (shared, not exclusive): a claim alone takes the first
+    # commands of two runs; each claim's event is folded into its run's cached state, so
+    # that run's next report does not read the log back (W3 on the server read it after
+    # nearly every report)
+    store = make_store()
+    engine = Lifecycle(store, Orchestrator(store, shared=True))
+    pb = load.load_text(TWO_STEPS)
+    _, version = engine.register(TWO_STEPS, pb)
+    first, _ = engine.start(pb, version, {})
+    second, _ = engine.start(pb, version, {})
+    claimed = engine.claim_next("w1", 30.0, 10)
+    assert sorted(row.execution_id for row, _ in claimed) == sorted([first, second])
+    for row, lease in claimed:
+        assert lease.event is not None
+        cached = engine.orchestrator.cached(row.execution_id)
+        assert cached is not None and cached.last_seq == lease.event.seq
+        assert lease.event.seq == store.load(row.execution_id)[-1].seq
+    loads: list[int] = []
+    real = store.load
+    monkeypatch.setattr(store, "load", lambda *a, **kw: loads.append(1) or real(*a, **kw))
+    row, lease = next((r, le) for r, le in claimed if r.execution_id == first)
+    done = ev.new_event(engine.new_id(), first, ev.COMMAND_COMPLETED, engine.clock(),
+                        step="start", payload={"command_id": row.command_id, "result": 1},
+                        meta={"epoch": lease.epoch})  # fmt: skip
+    reported = engine.report([done], engine.claim_request("w1", 30.0, 10))
+    assert [c.step for c, _ in reported.claimed] == ["after"]
     assert loads == []  # nothing of its own log to read back
