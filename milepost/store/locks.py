@@ -18,22 +18,23 @@ class LockTable:
         self._locks: weakref.WeakValueDictionary[Hashable, threading.RLock] = (
             weakref.WeakValueDictionary())
 
-    @contextlib.contextmanager
-    def hold(self, key: Hashable) -> Iterator[None]:
+    def _lock(self, key: Hashable) -> threading.RLock:
+        """The key's lock (the caller's reference keeps it alive while it holds it)."""
         with self._mutex:
             lock = self._locks.get(key)
             if lock is None:
                 lock = self._locks[key] = threading.RLock()
-        with lock:  # `lock` keeps it alive until the block ends
+            return lock
+
+    @contextlib.contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._lock(key):
             yield
 
     @contextlib.contextmanager
     def try_hold(self, key: Hashable) -> Iterator[bool]:
         """`hold` if the lock is free now (or this thread's): yields whether it was taken."""
-        with self._mutex:
-            lock = self._locks.get(key)
-            if lock is None:
-                lock = self._locks[key] = threading.RLock()
+        lock = self._lock(key)
         taken = lock.acquire(blocking=False)
         try:
             yield taken
