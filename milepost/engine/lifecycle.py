@@ -38,7 +38,7 @@ from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
-from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.engine.orchestrator import Orchestrator, Outcome, claims_by_run
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
 from milepost.engine.store_reads import StoreReads
 from milepost.engine.tracing import RunSpans
@@ -77,7 +77,6 @@ class Lifecycle(StoreReads):
         # `exclusive`: the only writer of its runs (an embedded engine), calling from one
         # thread (its loop): nothing interleaves, and nobody else appends to those logs
         self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
-        orchestrator.exclusive = exclusive
         self.handed = HandedOut()
         self.watchers = Watchers()
         self._catalog = threading.Lock()
@@ -292,14 +291,7 @@ class Lifecycle(StoreReads):
         append."""
         self.meters.claimed(len(claimed))
         self.handed.remember(claimed)
-        if self.orchestrator.exclusive:
-            return  # `Orchestrator._advance` folded them: it holds every state
-        logged: dict[int, list[ev.Event]] = {}
-        for _, lease in claimed:
-            if lease.event is not None:
-                logged.setdefault(lease.event.execution_id, []).append(lease.event)
-        for xid, events in sorted(logged.items()):
-            events.sort(key=lambda e: e.seq)
+        for xid, events in sorted(claims_by_run(claimed).items()):
             cached = self.orchestrator.cached(xid)
             if cached is None or cached.last_seq >= events[-1].seq:
                 continue  # not cached, or folded by the append that made the claims

@@ -86,9 +86,6 @@ class Orchestrator:
         self.clock = clock
         self.new_id = new_id or Snowflake(machine_id, clock)
         self.snapshot_every = snapshot_every
-        self.exclusive = False
-        """One thread calls this orchestrator (the embedded engine's loop): a call may fold
-        what it wrote into the cached state of a run it was not called for."""
         self._states: dict[int, st.ExecutionState] = {}
         self._ended: collections.OrderedDict[int, st.ExecutionState] = collections.OrderedDict()
         """The last ended executions' states: their status is asked for right after the end."""
@@ -406,18 +403,13 @@ class Orchestrator:
             seqs.setdefault(event.execution_id, []).append(event.seq)
         ours = {e.event_id for e in stored}
         # the claims this call made, numbered after its own events in the same transaction:
-        # folded here, so the next call does not read them back as another writer's
-        claims: dict[int, list[ev.Event]] = {}
-        for _, lease in out.claimed:
-            if lease.event is not None:
-                claims.setdefault(lease.event.execution_id, []).append(lease.event)
+        # folded here, so the next call does not read them back as another writer's (those
+        # of runs this call does not hold: `Lifecycle.claimed`)
+        claims = claims_by_run(out.claimed)
         for xid, logged in claims.items():
-            logged.sort(key=lambda e: e.seq)
             if xid in watermarks:
                 seqs.setdefault(xid, []).extend(e.seq for e in logged)
                 ours.update(e.event_id for e in logged)
-            elif self.exclusive:  # else `Lifecycle.claimed`, holding that execution's lock
-                self.fold_logged(xid, logged)
         for xid, before in watermarks.items():
             state = self._states[xid]
             mine = sorted(seqs.get(xid, []))
@@ -468,6 +460,18 @@ class Orchestrator:
             log.warning("snapshot of execution %s not saved", state.execution_id,
                         exc_info=True, extra={"execution_id": state.execution_id,
                                               "action": "snapshot_failed"})  # fmt: skip
+
+
+def claims_by_run(claimed: port.Claimed) -> dict[int, list[ev.Event]]:
+    """The `command.claimed` events the store handed back with `claimed`, by execution, in
+    seq order."""
+    claims: dict[int, list[ev.Event]] = {}
+    for _, lease in claimed:
+        if lease.event is not None:
+            claims.setdefault(lease.event.execution_id, []).append(lease.event)
+    for logged in claims.values():
+        logged.sort(key=lambda e: e.seq)
+    return claims
 
 
 def _redacted(state: st.ExecutionState, events: list[ev.Event]) -> list[ev.Event]:

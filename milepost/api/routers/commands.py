@@ -65,11 +65,9 @@ def hand_out(engine: Lifecycle, claimed: Claimed,
     by_run: dict[int, list[tuple[CommandRow, Lease | None]]] = {}
     for row, lease in claimed:
         by_run.setdefault(row.execution_id, []).append((row, lease))
-    out: dict[int, schemas.CommandOut] = {}
-    for xid, rows in by_run.items():
-        commands = _outs(engine, xid, rows, refresh=xid not in fresh)
-        out.update((row.command_id, command) for (row, _), command in zip(rows, commands, strict=True))
-    return [out[row.command_id] for row, _ in claimed]  # in the claim's order
+    rendered = {xid: iter(_outs(engine, xid, rows, refresh=xid not in fresh))
+                for xid, rows in by_run.items()}  # fmt: skip
+    return [next(rendered[row.execution_id]) for row, _ in claimed]  # in the claim's order
 
 
 @router.post("/claim", response_model=schemas.ClaimNextOut,
