@@ -205,6 +205,27 @@ def _driver_errors(url: str) -> Iterator[None]:
                                   sqlstate=exc.sqlstate) from exc  # fmt: skip
         raise port.StoreError(f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate) from exc
 
+@contextlib.contextmanager
+def _one_sync(conn: Conn) -> Iterator[psycopg.Pipeline]:
+    """A transaction in one pipeline whose only Sync is the pipeline's end (the caller
+    queues the COMMIT; `pipe.sync()` adds one where it must read before committing).
+
+    Not `conn.transaction()`: inside a pipeline it nests two more pipeline blocks around
+    itself, and each block's end is a Sync, a wait for the server: three round trips an
+    append instead of one. A failure (a statement the server refused, or Python raising
+    before the COMMIT) leaves the transaction open or aborted after the Sync: rolled back
+    here, before the connection goes back to the pool."""
+    try:
+        with conn.pipeline() as pipe:
+            conn.execute(b"BEGIN")
+            yield pipe
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+        raise
+
+
 def _unlock_all(conn: Conn) -> None:
     # a lock connection goes back to the pool holding nothing, whatever happened
     conn.execute("SELECT pg_advisory_unlock_all()")
@@ -301,20 +322,18 @@ class PostgresStore(sql.SQLStore):
             # tried again (a whole transaction); one read of the logs' ends costs less
             read = bool(events) and self._claiming > 0
         try:
-            with self.read() as conn:
-                with conn.pipeline() as pipe, conn.transaction():
-                    self.check_claims(conn, claims)
-                    ends: dict[int, int] = {}
-                    check, vouched = self.insert_events(conn, events, expect, careful, ends,
-                                                        read)  # fmt: skip
-                    collect = (None if claim is None
-                               else self.claim_queued(conn, claim, ends=ends))  # fmt: skip
-                    if not vouched:
-                        pipe.sync()
-                        stored = check()  # before the commit
-                if vouched:
-                    stored = check()  # a strict insert: it failed the commit if it fell short
-                claimed, logged = collect() if collect is not None else ([], [])
+            with self.read() as conn, _one_sync(conn) as pipe:
+                self.check_claims(conn, claims)
+                ends: dict[int, int] = {}
+                check, vouched = self.insert_events(conn, events, expect, careful, ends, read)
+                collect = None if claim is None else self.claim_queued(conn, claim, ends=ends)
+                if not vouched:
+                    pipe.sync()
+                    stored = check()  # before the commit
+                conn.execute(b"COMMIT")
+            if vouched:
+                stored = check()  # a strict insert: it failed the commit if it fell short
+            claimed, logged = collect() if collect is not None else ([], [])
         finally:
             with self._claiming_lock:
                 self._claiming -= not events

@@ -1,0 +1,99 @@
+"""PostgreSQL's append is one pipeline: how many times it waits for the server, and what a
+failure inside it leaves behind (nothing, and a connection the pool can lend again)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import _pipeline_base
+
+from milepost.core import events as ev
+from milepost.store import port, sql
+from milepost.store.postgres import PostgresStore
+from tests.contract.test_store import event, issued, new_id, started
+from tests.pg import PgDatabases
+
+
+@pytest.fixture
+def store(pg: PgDatabases) -> Iterator[PostgresStore]:
+    url = pg.create()
+    opened = PostgresStore(url, min_size=1, max_size=1)  # one connection: every call reuses it
+    try:
+        yield opened
+    finally:
+        opened.close()
+        pg.drop(url)
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A Sync is sent for every time the client waits for the server's answers."""
+    sent: list[int] = []
+    real = _pipeline_base.BasePipeline._enqueue_sync
+
+    def counted(self: Any) -> None:
+        sent.append(1)
+        real(self)
+
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_enqueue_sync", counted)
+    return sent
+
+
+def test_a_vouched_append_with_its_claim_is_one_round_trip(store: PostgresStore,
+                                                           syncs: list[int]) -> None:  # fmt: skip
+    store.append([started(41), issued(41, 411)])
+    syncs.clear()
+    stored, claimed = store.append_and_claim(
+        [event(41, ev.STEP_ENTER, "t", run=1), issued(41, 412, "t")],
+        port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={41: 2})  # fmt: skip
+    assert len(stored) == 2 and sorted(row.command_id for row, _ in claimed) == [411, 412]
+    # psycopg's transaction() inside a pipeline nests two pipeline blocks around itself,
+    # each ending in a Sync: three waits for the server where one does
+    assert len(syncs) == 1
+
+
+def test_an_append_that_must_read_before_committing_waits_twice(store: PostgresStore,
+                                                                syncs: list[int]) -> None:  # fmt: skip
+    store.append([started(42)])
+    syncs.clear()
+    store.append([event(42, ev.STEP_ENTER, "t", run=1)])  # not vouched: counted before COMMIT
+    assert len(syncs) == 2
+
+
+def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
+        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store.append([started(43), issued(43, 431)])
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the claim could not be queued")
+
+    # the events and their projections are queued (sent, not committed) when this raises
+    monkeypatch.setattr(PostgresStore, "claim_queued", broken)
+    with pytest.raises(RuntimeError):
+        store.append_and_claim([event(43, ev.STEP_ENTER, "t", run=1), issued(43, 432, "t")],
+                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+                               expect={43: 2})  # fmt: skip
+    monkeypatch.undo()
+    assert [e.seq for e in store.load(43)] == [1, 2]
+    assert store.get_command(432) is None
+    # the pool's one connection was handed back idle: the next append commits on it
+    stored = store.append([event(43, ev.STEP_ENTER, "t", run=1)])
+    assert [e.seq for e in stored] == [3]
+    with store.read() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_statement_the_server_refuses_rolls_the_whole_append_back(store: PostgresStore) -> None:
+    store.append([started(44), issued(44, 441)])
+    taken = issued(44, 441)  # a second command row with the same id: the insert fails
+    with pytest.raises(Exception) as refused:
+        store.append_and_claim([event(44, ev.STEP_ENTER, "t", run=1), taken],
+                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+                               expect={44: 2})  # fmt: skip
+    assert not isinstance(refused.value, sql.RepeatedId)
+    assert [e.seq for e in store.load(44)] == [1, 2]
+    assert store.get_command(441).status == port.COMMAND_QUEUED  # its claim went with it
+    assert [e.seq for e in store.append([event(44, ev.STEP_ENTER, "t", run=1)])] == [3]
