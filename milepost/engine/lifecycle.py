@@ -225,7 +225,7 @@ class Lifecycle(StoreReads):
         """The claim a report makes in its own transaction (`report(..., claim=)`);
         `driver`: only commands of the runs this driver lease holder drives."""
         return port.ClaimRequest(worker_id, self.clock(), lease_s, limit, pool, driver,
-                                 new_id=self.new_id)  # fmt: skip
+                                 new_id=self.orchestrator.new_id)  # fmt: skip
 
     def claim(self, command_id: int, worker_id: str,
               lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip
@@ -233,7 +233,7 @@ class Lifecycle(StoreReads):
         row = self.command(command_id)
         try:
             lease = self.store.claim(row.command_id, worker_id, self.clock(), lease_s,
-                                     new_id=self.new_id)  # fmt: skip
+                                     new_id=self.orchestrator.new_id)  # fmt: skip
         except ClaimRefused as exc:
             self.meters.claim_refused(str(exc.fields.get("reason") or exc.code))
             raise
@@ -244,7 +244,7 @@ class Lifecycle(StoreReads):
                    pool: str | None = None) -> port.Claimed:  # fmt: skip
         """Claim up to `limit` queued commands (the polling path)."""
         claimed = self.store.claim_next(worker_id, self.clock(), lease_s, limit, pool,
-                                        new_id=self.new_id)  # fmt: skip
+                                        new_id=self.orchestrator.new_id)  # fmt: skip
         self.claimed(claimed)
         return claimed
 
@@ -264,7 +264,7 @@ class Lifecycle(StoreReads):
         worker, same attempt and key. A cancelled run's command is settled instead."""
         row = self.command(command_id)
         released = self.store.release(row.command_id, worker_id, epoch, self.clock(),
-                                      new_id=self.new_id)  # fmt: skip
+                                      new_id=self.orchestrator.new_id)  # fmt: skip
         # a worker gives back the commands of a cancelled run: settle them so the run can end
         if released and not self.settle_cancelled([row.execution_id]):
             self.publisher.notify([notify.Notice(row.command_id, row.execution_id, row.pool)])

@@ -60,10 +60,22 @@ def locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
     """An id generator safe to call from several threads at once."""
     if isinstance(new_id, LeasedIds):
         return new_id  # it holds its own lock (shared with its renewal): one is enough
-    lock = threading.Lock()
+    return _LockedIds(new_id)
 
-    def locked() -> int:
-        with lock:
-            return new_id()
 
-    return locked
+class _LockedIds:
+    """`new_id` under a lock; its blocks too (`core.ids.block_of`) when it makes them."""
+
+    def __init__(self, new_id: Callable[[], int]) -> None:
+        self._new_id = new_id
+        self._lock = threading.Lock()
+        if hasattr(new_id, "block"):
+            self.block = self._block
+
+    def __call__(self) -> int:
+        with self._lock:
+            return self._new_id()
+
+    def _block(self, n: int) -> int:
+        with self._lock:
+            return int(self._new_id.block(n))  # type: ignore[attr-defined]

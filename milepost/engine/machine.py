@@ -58,11 +58,18 @@ class LeasedIds:
 
     def __call__(self) -> int:
         with self._mutex:
-            if self._ids is None:
-                raise MachineIdLost(f"machine id {self.machine_id} was lost to another process "
-                                    "and no new one is leased yet",
-                                    machine_id=self.machine_id)  # fmt: skip
-            return self._ids()
+            return self._live()()
+
+    def block(self, n: int) -> int:
+        """`Snowflake.block` on the leased id."""
+        with self._mutex:
+            return self._live().block(n)
+
+    def _live(self) -> Snowflake:
+        if self._ids is None:
+            raise MachineIdLost(f"machine id {self.machine_id} was lost to another process "
+                                "and no new one is leased yet", machine_id=self.machine_id)
+        return self._ids
 
     def renew(self) -> bool:
         """Extend the lease; when another process has the id now, lease a new one and make

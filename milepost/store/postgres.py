@@ -34,6 +34,7 @@ import psycopg_pool
 from psycopg import errors as pg_errors
 
 from milepost.core import events as ev
+from milepost.core.ids import block_of
 from milepost.errors import ConcurrencyConflict
 from milepost.store import liveness, migrations, port, projection, sql
 
@@ -131,16 +132,20 @@ _LOG = (
     " command_id) AS seq FROM claimed JOIN ends ON ends.execution_id = claimed.execution_id),"
     # a claim's parent is its command (`projection.claimed_event`, the other claim paths)
     " logged AS (INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type,"
-    " step, status, result, worker_id, created_at) SELECT (%(ids)s::bigint[])[n], execution_id,"
+    " step, status, result, worker_id, created_at) SELECT {id}, execution_id,"
     " seq, command_id, %(type)s, step, 'RUNNING', json_build_object('status',"
     " 'RUNNING', 'context', json_build_object('command_id', command_id, 'worker_id',"
     " worker_id, 'epoch', epoch, 'lease_expires_at', lease_expires_at, 'run', run, 'index',"
     " idx, 'attempt', attempt))::text, worker_id, %(now)s FROM numbered RETURNING event_id, seq)"
     f" SELECT {', '.join('numbered.' + c.strip() for c in sql.CMD_COLS.split(','))},"
     " logged.event_id, logged.seq FROM numbered JOIN logged"
-    " ON logged.event_id = (%(ids)s::bigint[])[numbered.n] ORDER BY created_at, command_id"
+    " ON logged.event_id = {numbered_id} ORDER BY created_at, command_id"
 )
-"""Number and insert the `command.claimed` of the rows of `claimed`, return them."""
+"""Number and insert the `command.claimed` of the rows of `claimed`, return them; the
+event ids `{id}` come from a block (`core.ids.block_of`: the first of `limit` consecutive
+ids, one parameter) or, from a generator that makes no blocks, a list of `limit` ids."""
+_BLOCK_IDS = {"id": "%(first)s::bigint + n - 1", "numbered_id": "%(first)s::bigint + numbered.n - 1"}
+_LISTED_IDS = {"id": "(%(ids)s::bigint[])[n]", "numbered_id": "(%(ids)s::bigint[])[numbered.n]"}
 _CLAIM_AND_LOG = ("WITH " + _PICK.replace("{returning}", _TAKEN) + ", claimed AS"
                   " (SELECT * FROM taken)," + _LOG)
 """The claim after an append, one statement: the logs it writes to are the append's (held
@@ -155,6 +160,23 @@ _CLAIM = ("WITH " + _PICK.replace("{returning}", "command.command_id") +
 """The claim alone: the claim, then `_LOG_CLAIMS` writes its events."""
 _LOG_CLAIMS = (f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
                " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[]))," + _LOG)
+
+
+@functools.cache
+def _claim_texts(after_append: bool, pool: bool, driver: bool,
+                 block: bool) -> tuple[bytes | None, bytes]:  # fmt: skip
+    """The claim's statements, made once per shape: after an append (None, the claim with
+    its events) else (the claim, its events); filtered by pool and by driver or not; the
+    events' ids from a block or from a list."""
+    where = (" AND c.pool=%(pool)s" if pool else "") + (
+        " AND " + sql.DRIVEN_BY.replace("?", "%(driver)s") if driver else "")
+    claim = (None if after_append
+             else _CLAIM.replace("{pool}", where).replace("{hold}", _WAIT).encode())
+    logging = _CLAIM_AND_LOG.replace("{pool}", where).replace("{hold}", _TRY) if after_append \
+        else _LOG_CLAIMS  # fmt: skip
+    for name, value in (_BLOCK_IDS if block else _LISTED_IDS).items():
+        logging = logging.replace("{" + name + "}", value)
+    return claim, logging.encode()
 _WAIT = ("x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
          f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
          f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
@@ -375,18 +397,21 @@ class PostgresStore(sql.SQLStore):
                      ends: Mapping[int, int]) -> Collect:  # fmt: skip
         params = {"claimed": port.COMMAND_CLAIMED,
                   "worker": req.worker_id, "lease": req.lease_s, "now": req.now,
-                  "limit": req.limit, "pool": req.pool}  # fmt: skip
-        pool = "" if req.pool is None else " AND c.pool=%(pool)s"
-        if req.driver is not None:
-            pool += " AND " + sql.DRIVEN_BY.replace("?", "%(driver)s")
-            params["driver"] = req.driver
-        log = {"ids": [req.new_id() for _ in range(req.limit)], "type": ev.COMMAND_CLAIMED}
-        if ends:  # after an append: the statement numbers from the logs as it sees them
-            text = _CLAIM_AND_LOG.replace("{pool}", pool).replace("{hold}", _TRY)
-            cursor = conn.execute(text, {**params, **log})
+                  "limit": req.limit, "pool": req.pool, "driver": req.driver}  # fmt: skip
+        first = block_of(req.new_id, req.limit)  # a list of ids costs a mint and a dump each
+        log: dict[str, Any] = {"type": ev.COMMAND_CLAIMED, "now": req.now}
+        if first is None:
+            log["ids"] = [req.new_id() for _ in range(req.limit)]
         else:
-            conn.execute(_CLAIM.replace("{pool}", pool).replace("{hold}", _WAIT), params)
-            cursor = conn.execute(_LOG_CLAIMS, {**log, "now": req.now})
+            log["first"] = first
+        # after an append: one statement, numbering from the logs as it sees them
+        claim, logging = _claim_texts(bool(ends), req.pool is not None, req.driver is not None,
+                                      first is not None)  # fmt: skip
+        if claim is None:
+            cursor = conn.execute(logging, {**params, **log})
+        else:
+            conn.execute(claim, params)
+            cursor = conn.execute(logging, log)
 
         def collect() -> tuple[port.Claimed, list[ev.Event]]:
             claimed: port.Claimed = []

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from milepost.core import events as ev
-from milepost.core.ids import Snowflake
+from milepost.core.ids import Snowflake, machine_of
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
 from milepost.settings import UnsupportedDatabase
 from milepost.store import factory, migrations, port
@@ -377,6 +377,23 @@ def test_an_append_that_fails_late_writes_nothing_even_when_the_caller_vouches(
                                port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={29: 2})  # fmt: skip
     assert [e.seq for e in store.load(29)] == [1, 2]
     assert store.get_command(291).status == port.COMMAND_QUEUED  # nor was anything claimed
+
+
+def test_claims_log_their_events_with_ids_of_a_generator_that_makes_blocks(store: Any) -> None:
+    # the engine's generators reserve a block of `limit` ids for a claim (one parameter on
+    # PostgreSQL, not a list); the ids the claims log are theirs, and nobody else gets them
+    gen = Snowflake(7, lambda: 1_800_000_000.0)
+    store.append([started(31), issued(31, 311), issued(31, 312), issued(31, 313)])
+    alone = store.claim_next("w", 1.0, 5.0, 2, new_id=gen)
+    _, after = store.append_and_claim(
+        [event(31, ev.STEP_ENTER, "t", run=1)], port.ClaimRequest("w", 1.0, 5.0, 4, new_id=gen))
+    leases = [lease for _, lease in alone + after]
+    assert [row.command_id for row, _ in alone + after] == [311, 312, 313]
+    logged = [e for e in store.load(31) if e.event_type == ev.COMMAND_CLAIMED]
+    assert [e.event_id for e in logged] == [lease.event.event_id for lease in leases]
+    assert [e.payload["command_id"] for e in logged] == [311, 312, 313]
+    next_id = gen()
+    assert all(7 == machine_of(e.event_id) and e.event_id < next_id for e in logged)
 
 
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:

@@ -335,6 +335,42 @@ def test_snowflake_ids_are_monotonic_even_when_the_clock_steps_back() -> None:
     assert ids.timestamp_of(values[0]) == pytest.approx(base)
 
 
+@settings(max_examples=200, deadline=None)
+@given(hs.lists(hs.tuples(hs.integers(0, 3), hs.one_of(hs.none(), hs.integers(1, 4096))),
+                min_size=1, max_size=60))  # fmt: skip
+def test_snowflake_blocks_are_consecutive_ids_nobody_else_gets(
+        calls: list[tuple[int, int | None]]) -> None:  # fmt: skip
+    # (clock steps in ms, None: one id, n: a block of n): every id handed out, single or
+    # in a block, is distinct and they rise in the order they were handed out
+    now = [1_800_000_000_000]
+
+    def clock() -> float:
+        return now[0] / 1000
+
+    gen = ids.Snowflake(5, clock)
+    handed: list[int] = []
+    for step, size in calls:
+        now[0] += step
+        if size is None:
+            handed.append(gen())
+        else:
+            first = gen.block(size)
+            handed.extend(range(first, first + size))
+    assert handed == sorted(handed) and len(set(handed)) == len(handed)
+    assert {ids.machine_of(i) for i in handed} == {5}
+
+
+def test_block_of_takes_blocks_where_a_generator_makes_them() -> None:
+    from milepost.engine.locks import locked_ids
+
+    gen = ids.Snowflake(1, lambda: 1_800_000_000.0)
+    first = ids.block_of(locked_ids(gen), 3)
+    assert first is not None and gen() == first + 3  # the block's three are never handed out
+    assert ids.block_of(lambda: 7, 3) is None  # a plain function: ids one by one
+    with pytest.raises(ValueError, match="1 to 4096"):
+        gen.block(4097)
+
+
 @pytest.mark.parametrize(
     ("backoff", "attempt", "expected"),
     [("fixed", 3, 2.0), ("linear", 3, 6.0), ("exponential", 3, 8.0), ("none", 3, 0.0),
