@@ -21,6 +21,7 @@ import os
 import pickle
 import threading
 import weakref
+from asyncio import selector_events
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
@@ -43,13 +44,16 @@ class PoolClosed(Exception):
 
 
 class _Worker:
-    __slots__ = ("process", "conn", "pid", "calls")
+    __slots__ = ("process", "conn", "pid", "calls", "blocking")
 
     def __init__(self, process: Any, conn: Connection) -> None:
         self.process = process
         self.conn = conn
         self.pid: int = process.pid
         self.calls = 0
+        self.blocking = True
+        """Whether its pipe is known to be blocking (a pipe is made so; a non-selector
+        loop may change that while watching it: `_exchange`)."""
 
     def alive(self) -> bool:
         return bool(self.process.is_alive())
@@ -329,32 +333,45 @@ async def _exchange(worker: _Worker, payload: bytes | None, timeout: float | Non
     fut: asyncio.Future[bytes] = loop.create_future()
     conn = worker.conn
     fd = conn.fileno()
+    # the loop only tells us when the reply is readable; sends and receives block. Some
+    # loops (uvloop) leave a watched fd non-blocking: a large payload would then fail
+    # half-sent with EAGAIN, a large reply half-read, so each use makes it blocking again.
+    # A selector loop (the embedded engine's) leaves it as it is: four fcntl calls a step
+    # for nothing
+    keeps = isinstance(loop, selector_events.BaseSelectorEventLoop)
+    watched = False
 
     def readable() -> None:
+        nonlocal watched
         loop.remove_reader(fd)
+        watched = False
         if fut.done():
             return
         try:
-            os.set_blocking(fd, True)  # a reply larger than the socket buffer arrives in parts
+            if not keeps:
+                os.set_blocking(fd, True)  # a reply larger than the socket buffer arrives in parts
             fut.set_result(conn.recv_bytes())
         except (EOFError, OSError) as exc:
             fut.set_exception(WorkerDied(str(exc) or type(exc).__name__))
 
-    if payload is not None:
-        try:
-            # the loop only tells us when the reply is readable; sends and receives block.
-            # Some loops (uvloop) leave a watched fd non-blocking: a large payload would
-            # then fail half-sent with EAGAIN
-            os.set_blocking(fd, True)
-            conn.send_bytes(payload)
-        except OSError as exc:
-            raise WorkerDied(str(exc)) from exc
-    loop.add_reader(fd, readable)
     try:
+        if not (keeps and worker.blocking):
+            os.set_blocking(fd, True)
+        if payload is not None:
+            conn.send_bytes(payload)
+    except OSError as exc:
+        raise WorkerDied(str(exc)) from exc
+    worker.blocking = keeps
+    loop.add_reader(fd, readable)
+    watched = True
+    try:
+        if timeout is None:
+            return await fut
         async with asyncio.timeout(timeout):
             return await fut
     finally:
-        loop.remove_reader(fd)
+        if watched:
+            loop.remove_reader(fd)
 
 
 def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:

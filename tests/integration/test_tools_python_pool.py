@@ -253,3 +253,27 @@ def test_large_payloads_both_ways_on_uvloop() -> None:
         pool.close()
     assert [r.ok for r in results] == [True, True, True], [r.error for r in results]
     assert all(r.data == {"n": len(big), "s": big} for r in results)
+
+
+def test_one_worker_serves_a_selector_loop_after_uvloop_and_back() -> None:
+    """A selector loop leaves the pipe as it is, so the pool makes it blocking only after a
+    loop that may have changed it (uvloop): large payloads keep going whole either way."""
+    import uvloop
+
+    big = "y" * 3_000_000
+    pool = PythonPool(1)
+
+    async def go() -> base.ToolResult:
+        return await pool.run(call("result = len(s)", {"s": big}))
+
+    loops = [uvloop.new_event_loop, None, None, uvloop.new_event_loop, None]
+    try:
+        results = []
+        for factory in loops:
+            with asyncio.Runner(loop_factory=factory) as runner:
+                results.append(runner.run(go()))
+        pids = pool.pids
+    finally:
+        pool.close()
+    assert [r.data for r in results] == [len(big)] * len(loops), [r.error for r in results]
+    assert len(pids) == 1  # one process served every loop: none was replaced
