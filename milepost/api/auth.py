@@ -16,7 +16,6 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -25,6 +24,7 @@ from starlette.requests import HTTPConnection
 
 from milepost.api.errors import ApiError
 from milepost.core import events as ev
+from milepost.records import record
 
 ROLES = ("admin", "operator", "approver", "worker", "viewer")
 TOKEN_PREFIX = "mp_"
@@ -36,7 +36,7 @@ class InvalidRole(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Principal:
     """Who is calling: the role, name, user and approver roles of their token."""
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from milepost.records import record
 
 EXECUTION_STARTED = "execution.started"
 STEP_ENTER = "step.enter"
@@ -137,7 +139,7 @@ def default_status(event_type: str) -> str:
     return _DEFAULT_STATUS.get(event_type, "INFO")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Event:
     """One immutable fact of one execution."""
 

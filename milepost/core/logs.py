@@ -9,8 +9,9 @@ Logs are not state: the fold never sees them. A report carries them beside its e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from milepost.records import record
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -24,7 +25,7 @@ SEAM = 256
 split by the cut would leave of itself."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Captured:
     """One stream of one attempt: its text (with a marker where its middle was cut) and
     the bytes cut."""

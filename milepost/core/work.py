@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from milepost.core import compensation_state as cs
@@ -12,9 +12,10 @@ from milepost.core import ids, tracecontext
 from milepost.core import state as st
 from milepost.core.logs import Captured
 from milepost.playbook import model, render
+from milepost.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WorkItem:
     """One attempt of one step (one loop iteration), with its render context."""
 
@@ -43,7 +44,7 @@ class WorkItem:
                                  None if self.index == st.NO_INDEX else self.index)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AttemptResult:
     """What one attempt produced (DSL 5, 7): a result and the ctx writes to commit, or an error."""
 

@@ -21,10 +21,10 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from milepost.core import events as ev
+from milepost.records import record
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NatsClient
@@ -46,7 +46,7 @@ def subject(pool: str = DEFAULT_POOL) -> str:
     return f"{SUBJECT_PREFIX}.{pool}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Notice:
     """Command `command_id` of `execution_id` is queued in `pool`."""
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from milepost.core import events as ev
 from milepost.core.events import Event, jsonable
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.records import record
 from milepost.store.approvals import ApprovalRow as ApprovalRow
 from milepost.store.approvals import Approvals
 from milepost.store.attempt_logs import LOG_PAGE as LOG_PAGE
@@ -50,7 +51,7 @@ Keyset = tuple[float, int]
 """A (time, execution_id) position in a list of executions ordered by both."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExecutionRow:
     execution_id: int
     path: str
@@ -66,7 +67,7 @@ class ExecutionRow:
     """Who started it (`user:<name>`, `token:<name>`), from its `execution.started`."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommandRow:
     command_id: int
     execution_id: int
@@ -84,7 +85,7 @@ class CommandRow:
     """The workers it goes to (`spec.pool`, DSL 10.6)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Lease:
     """A live claim: reports must carry `epoch`; it lapses at `expires_at` without a heartbeat."""
 
@@ -216,7 +217,7 @@ def claims_reported(events: Sequence[Event]) -> dict[int, int]:
             if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")}  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClaimRequest:
     """Claim queued commands in the transaction of an append: a worker's report is answered
     with its next commands in one commit instead of two (`append_and_claim`)."""

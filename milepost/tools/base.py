@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.errors import MilepostError
+from milepost.records import record
 from milepost.sanitize import mask_patterns
 
 CredentialLookup = Callable[[str], Mapping[str, Any] | None]
@@ -58,7 +58,7 @@ ERROR_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCall:
     """One execution of a tool, with every template already rendered."""
 
@@ -99,7 +99,7 @@ class ToolCall:
                 "command_id": self.command_id}  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolFailure:
     """Why a tool call failed: the `error` of the output envelope. A value a tool returns
     in its `ToolResult`, never raises (hence not `...Error`)."""
@@ -129,7 +129,7 @@ class ToolFailure:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolResult:
     """What one tool call produced."""
 

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[2] / "milepost"
 MAX_LINES = 500
 
 TIERS: list[tuple[str, ...]] = [
-    # the id layout (imports nothing; settings bounds the machine id with it) and errors
-    ("milepost", "milepost.errors", "milepost.core.ids"),
+    # the id layout (imports nothing; settings bounds the machine id with it), errors and
+    # the dataclass of the values made on every step
+    ("milepost", "milepost.errors", "milepost.core.ids", "milepost.records"),
     # configuration and redaction, read by every layer above
     ("milepost.settings", "milepost.sanitize"),
     # the playbook language: model, loading, templates
