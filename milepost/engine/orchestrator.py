@@ -271,7 +271,6 @@ class Orchestrator:
             by_exec.setdefault(report.execution_id, []).append(report)
         for xid in also:
             by_exec.setdefault(xid, [])
-        theirs = {r.event_id for r in reports}
         for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
             try:
                 return self._process_any(by_exec, refresh, claim, check_claims)
@@ -280,7 +279,7 @@ class Orchestrator:
                 # or another process minted it): the states were forgotten, decide again
                 # with fresh ids. A report's own id is its sender's to fix (409).
                 taken = {int(i) for i in exc.fields.get("event_ids", ())}
-                if tries_left == 1 or not taken or taken & theirs:
+                if tries_left == 1 or not taken or any(r.event_id in taken for r in reports):
                     raise
                 log.warning("an event id the orchestrator chose was taken: deciding again",
                             extra={"event_ids": sorted(taken)})  # fmt: skip
@@ -401,7 +400,6 @@ class Orchestrator:
         seqs: dict[int, list[int]] = {}
         for event in stored:
             seqs.setdefault(event.execution_id, []).append(event.seq)
-        ours = {e.event_id for e in stored}
         # the claims this call made, numbered after its own events in the same transaction:
         # folded here, so the next call does not read them back as another writer's (those
         # of runs this call does not hold: `Lifecycle.claimed`)
@@ -409,19 +407,20 @@ class Orchestrator:
         for xid, logged in claims.items():
             if xid in watermarks:
                 seqs.setdefault(xid, []).extend(e.seq for e in logged)
-                ours.update(e.event_id for e in logged)
         for xid, before in watermarks.items():
             state = self._states[xid]
-            mine = sorted(seqs.get(xid, []))
-            if mine and mine != list(range(before + 1, before + 1 + len(mine))):
+            mine = sorted(seqs.get(xid, ()))
+            # seqs are distinct: they are before+1 .. before+n exactly when the last is
+            if mine and mine[-1] != before + len(mine):
                 # another writer appended in between (ours are numbered in one run, after
                 # theirs): fold its events and ask to be woken at once, so decide sees them
                 # too; claims and releases (the store's) change no decision: no wake
-                one_run = mine == list(range(mine[0], mine[0] + len(mine)))
+                one_run = mine[-1] - mine[0] == len(mine) - 1
                 theirs = self.store.load(xid, after_seq=before,
                                          before_seq=mine[0] if one_run else None)  # fmt: skip
                 st.fold(state, theirs)
                 state.last_seq = max(state.last_seq, mine[-1])
+                ours = {e.event_id for e in stored}.union(e.event_id for e in claims.get(xid, ()))
                 if any(e.event_type not in ev.CLAIM_EVENTS and e.event_id not in ours
                        for e in theirs):  # fmt: skip
                     out.wake_at[xid] = self.clock()

@@ -261,7 +261,7 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
 
     def encode_result(self, conn: Conn, event: ev.Event) -> str:
         envelope = event.envelope_result()
-        text = json.dumps(envelope, default=str)
+        text = ev.to_json(envelope)
         if len(text) <= port.BLOB_THRESHOLD:
             return text
         # large payloads live in the result store; the event keeps a reference that names
@@ -454,6 +454,6 @@ def prefixed(prefix: str, cols: str) -> str:
 
 def event_row(e: ev.Event, result: str) -> tuple[Any, ...]:
     return (e.event_id, e.execution_id, e.seq, e.parent_event_id, e.event_type, e.step,
-            e.status, result, json.dumps(e.meta) if e.meta else None, e.worker_id,
+            e.status, result, ev.to_json(e.meta) if e.meta else None, e.worker_id,
             float(e.created_at))  # fmt: skip
 

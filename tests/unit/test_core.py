@@ -628,3 +628,28 @@ def test_a_report_of_a_command_still_live_when_the_run_ended_is_stale() -> None:
     [stored] = st.fold_reports(sim.state, [late])
     assert stored.meta["stale"] is True
     assert sim.state.commands == {} and sim.state.status == st.FAILED
+
+
+_json_leaves = hs.one_of(hs.none(), hs.booleans(), hs.integers(), hs.floats(), hs.text(),
+                         hs.builds(object), hs.binary(max_size=4))  # fmt: skip
+_json_keys = hs.one_of(hs.text(max_size=8), hs.integers(), hs.floats(), hs.booleans(), hs.none())
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.recursive(_json_leaves, lambda inner: hs.one_of(
+    hs.lists(inner, max_size=4), hs.tuples(inner, inner),
+    hs.dictionaries(_json_keys, inner, max_size=4)), max_leaves=20))  # fmt: skip
+def test_to_json_writes_what_json_dumps_writes(value: Any) -> None:
+    # the log's text of a result or a meta must not change with the encoder behind it:
+    # NaN, non-string keys, what only `default=str` can write, non-ASCII text
+    import json
+
+    try:
+        expected: str | type[Exception] = json.dumps(value, default=str)
+    except (TypeError, ValueError) as exc:  # a float key json.dumps cannot write, say
+        expected = type(exc)
+    if isinstance(expected, str):
+        assert ev.to_json(value) == expected
+    else:
+        with pytest.raises(expected):
+            ev.to_json(value)
