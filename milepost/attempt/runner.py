@@ -273,15 +273,17 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
         pipe.finished.append(task.name)
         if pipe.step.pipeline:
             pipe.locals[task.name] = result.data
-        where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline else "")
-        try:
-            policy_context = dict(context, output=envelope, _attempt=attempt)
-            pipe.apply_set(action.set, policy_context, f"{where}: policy set")
-            set_context = pipe.context()
-            set_context["output"] = output
-            pipe.apply_set(task.set, set_context, f"{where}: set")
-        except TemplateError as exc:
-            raise _TaskFailed(_error(pipe, task, **exc.failure())) from None
+        if action.set or task.set:  # most tasks set nothing: no contexts to build
+            where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline
+                                                  else "")  # fmt: skip
+            try:
+                policy_context = dict(context, output=envelope, _attempt=attempt)
+                pipe.apply_set(action.set, policy_context, f"{where}: policy set")
+                set_context = pipe.context()
+                set_context["output"] = output
+                pipe.apply_set(task.set, set_context, f"{where}: set")
+            except TemplateError as exc:
+                raise _TaskFailed(_error(pipe, task, **exc.failure())) from None
         if action.do == "break":
             return
         if action.do == "jump":
@@ -338,6 +340,8 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
 
 def _take_usage(pipe: _Pipeline, task: model.Task, result: ToolResult) -> ToolResult:
     """The result without the usage it reported, which the attempt adds up (DSL 10.6)."""
+    if result.usage is None and result.http is None:  # what most results are: nothing to take
+        return result
     where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline else "")
     try:
         result, entries = reported.take(result, where)

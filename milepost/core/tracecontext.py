@@ -85,7 +85,14 @@ def _own_traceparent(execution_id: int) -> str:
 def attempt_traceparent(execution_id: int, command_id: int, traceparent: object = None) -> str:
     """The attempt's own context, which its report carries back (`traceparent`: its
     command's, whose trace it is in)."""
-    return format_traceparent(run_trace(execution_id, traceparent), attempt_span_id(command_id))
+    head = _trace_head(execution_id, traceparent if isinstance(traceparent, str) else None)
+    return f"{head}{attempt_span_id(command_id):016x}-{SAMPLED}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _trace_head(execution_id: int, traceparent: str | None) -> str:
+    """`00-<trace>-` of a run's attempts: every attempt of a run has it (a report each)."""
+    return f"{VERSION}-{run_trace(execution_id, traceparent):032x}-"
 
 
 def parse(value: object) -> tuple[int, int] | None:
@@ -93,6 +100,11 @@ def parse(value: object) -> tuple[int, int] | None:
     header is ignored, never an error)."""
     if not isinstance(value, str):
         return None
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(value: str) -> tuple[int, int] | None:
     match = _SHAPE.match(value.strip().lower())
     if match is None or match.group(1) == "ff":
         return None

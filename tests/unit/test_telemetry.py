@@ -42,6 +42,16 @@ def test_a_commands_traceparent_is_w3c_shaped_and_names_the_run_span() -> None:
 ])  # fmt: skip
 def test_an_invalid_traceparent_is_ignored_not_an_error(value: object) -> None:
     assert tc.parse(value) is None
+    # an attempt of a command carrying it is in its run's own trace
+    assert tc.parse(tc.attempt_traceparent(42, 99, value)) == (tc.trace_id(42), 99)
+
+
+def test_an_attempt_of_a_child_run_is_in_its_parents_trace_whatever_was_asked_before() -> None:
+    parent = tc.format_traceparent(0xABC, 0x123)
+    for _ in range(2):  # the second time from the cache of each run's trace
+        assert tc.parse(tc.attempt_traceparent(42, 99, parent)) == (0xABC, 99)
+        assert tc.parse(tc.attempt_traceparent(42, 99)) == (tc.trace_id(42), 99)
+        assert tc.parse(tc.attempt_traceparent(42, 99, {"not": "text"})) == (tc.trace_id(42), 99)
 
 
 @pytest.fixture
