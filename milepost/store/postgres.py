@@ -143,24 +143,43 @@ def _driver_errors(url: str) -> Iterator[None]:
         raise port.StoreError(f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate) from exc
 
 @contextlib.contextmanager
-def _one_sync(conn: Conn) -> Iterator[psycopg.Pipeline]:
-    """A transaction in one pipeline whose only Sync is the pipeline's end (the caller
-    queues the COMMIT; `pipe.sync()` adds one where it must read before committing).
+def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
+    """A transaction in one pipeline whose only Sync is the pipeline's end (`pipe.sync()`
+    adds one where the caller must read before committing).
+
+    `explicit`: its own BEGIN and COMMIT, in the pipeline. Else the pipeline's implicit
+    transaction, which its Sync commits: two statements fewer, for an append that reads
+    nothing before its end (`SQLStore.reads_nothing`; a Sync in its middle would commit
+    half of it). Python failing half-way would leave that Sync to commit what was sent, so
+    a statement that fails is sent first: the Sync then rolls everything back.
 
     Not `conn.transaction()`: inside a pipeline it nests two more pipeline blocks around
     itself, and each block's end is a Sync, a wait for the server: three round trips an
-    append instead of one. A failure (a statement the server refused, or Python raising
-    before the COMMIT) leaves the transaction open or aborted after the Sync: rolled back
-    here, before the connection goes back to the pool."""
+    append instead of one. A failure leaves an explicit transaction open or aborted after
+    the Sync: rolled back here, before the connection goes back to the pool."""
     try:
         with conn.pipeline() as pipe:
-            conn.execute(b"BEGIN")
-            yield pipe
+            if explicit:
+                conn.execute(b"BEGIN")
+            try:
+                yield pipe
+            except BaseException:
+                if not explicit:
+                    with contextlib.suppress(psycopg.Error):  # already aborted: as good
+                        conn.execute(_ABANDON)
+                raise
+            if explicit:
+                conn.execute(b"COMMIT")
     except BaseException:
         if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 conn.rollback()
         raise
+
+
+_ABANDON = (b"DO $$BEGIN RAISE EXCEPTION 'milepost: an append was abandoned half-way: rolled"
+            b" back'; END$$")
+"""The statement that makes a pipeline's implicit transaction fail (`_one_sync`)."""
 
 
 def _unlock_all(conn: Conn) -> None:
@@ -258,8 +277,11 @@ class PostgresStore(sql.SQLStore):
             # now: numbered from the cache, the append would lose the seq to it and be
             # tried again (a whole transaction); one read of the logs' ends costs less
             read = bool(events) and self._claiming > 0
+        # a claim alone numbers its events in a second statement, from a setting local to
+        # the transaction: its own BEGIN keeps the two in one
+        explicit = read or not self.reads_nothing(events, expect, careful)
         try:
-            with self.read() as conn, _one_sync(conn) as pipe:
+            with self.read() as conn, _one_sync(conn, explicit) as pipe:
                 self.check_claims(conn, claims)
                 ends: dict[int, int] = {}
                 check, vouched = self.insert_events(conn, events, expect, careful, ends, read)
@@ -267,7 +289,6 @@ class PostgresStore(sql.SQLStore):
                 if not vouched:
                     pipe.sync()
                     stored = check()  # before the commit
-                conn.execute(b"COMMIT")
             if vouched:
                 stored = check()  # a strict insert: it failed the commit if it fell short
             claimed, logged = collect() if collect is not None else ([], [])

@@ -190,26 +190,21 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         ends.update(last)
         return stored, [event_row(e, self.encode_result(conn, e)) for e in stored], vouched
 
+    def reads_nothing(self, events: Sequence[ev.Event], expect: Mapping[int, int] | None,
+                      careful: bool) -> bool:  # fmt: skip
+        """Whether appending `events` reads nothing before its commit: the caller vouched
+        for every log (`expect`, a strict insert: nothing to count) and each log's end is
+        known without a look (`last_seqs`)."""
+        if careful or not events or expect is None:
+            return False
+        xids = sorted({e.execution_id for e in events})
+        return set(xids) <= expect.keys() and not self._trusted_ends(xids, expect, False)[1]
+
     def last_seqs(self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int],
                   careful: bool) -> dict[int, int]:  # fmt: skip
         """The seq each execution's log ends at, and LogMoved where an event that may change
         a decision is past `expect`. Trusted from the cache or `expect` unless `careful`."""
-        last: dict[int, int] = {}
-        unknown: list[int] = []
-        for xid in xids:
-            seen = expect.get(xid)
-            held = None if careful else self.seqs.get(xid)
-            if seen is None and held is not None:
-                last[xid] = held.last  # as this store committed it: the index checks it
-            elif careful or seen is None or held is not None and held.decided is None:
-                unknown.append(xid)
-            elif held is None:
-                last[xid] = seen  # the caller folded the log to there: the index checks it
-            elif held.decided is not None and held.decided > seen:
-                raise port.LogMoved("another writer appended to this execution first",
-                                    execution_ids=[str(xid)])  # fmt: skip
-            else:
-                last[xid] = max(held.last, seen)  # claims may have come after `seen`
+        last, unknown = self._trusted_ends(xids, expect, careful)
         # every writer of a log holds it (the trusted too: a claim reads the log's end)
         for key in sorted({fold_key(x) for x in xids}):
             self.lock_key(conn, NS_APPEND, key)
@@ -226,6 +221,28 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                     raise port.LogMoved("another writer appended to this execution first",
                                         execution_ids=[str(xid)])  # fmt: skip
         return last
+
+    def _trusted_ends(self, xids: Sequence[int], expect: Mapping[int, int],
+                      careful: bool) -> tuple[dict[int, int], list[int]]:  # fmt: skip
+        """The logs' ends known from the cache or `expect` (LogMoved where the cache shows
+        a decision past `expect`), and the executions whose end must be read."""
+        last: dict[int, int] = {}
+        unknown: list[int] = []
+        for xid in xids:
+            seen = expect.get(xid)
+            held = None if careful else self.seqs.get(xid)
+            if seen is None and held is not None:
+                last[xid] = held.last  # as this store committed it: the index checks it
+            elif careful or seen is None or held is not None and held.decided is None:
+                unknown.append(xid)
+            elif held is None:
+                last[xid] = seen  # the caller folded the log to there: the index checks it
+            elif held.decided is not None and held.decided > seen:
+                raise port.LogMoved("another writer appended to this execution first",
+                                    execution_ids=[str(xid)])  # fmt: skip
+            else:
+                last[xid] = max(held.last, seen)  # claims may have come after `seen`
+        return last, unknown
 
     @staticmethod
     def numbered(events: Sequence[ev.Event], last: dict[int, int]) -> list[ev.Event]:

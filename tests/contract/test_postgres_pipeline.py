@@ -29,6 +29,20 @@ def store(pg: PgDatabases) -> Iterator[PostgresStore]:
 
 
 @pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The text of every statement executed through a connection."""
+    texts: list[bytes] = []
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        texts.append(query if isinstance(query, bytes) else str(query).encode())
+        return real(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    return texts
+
+
+@pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A Sync is sent for every time the client waits for the server's answers."""
     sent: list[int] = []
@@ -42,10 +56,11 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sent
 
 
-def test_a_vouched_append_with_its_claim_is_one_round_trip(store: PostgresStore,
-                                                           syncs: list[int]) -> None:  # fmt: skip
+def test_a_vouched_append_with_its_claim_is_one_round_trip(
+        store: PostgresStore, syncs: list[int], sent: list[bytes]) -> None:  # fmt: skip
     store.append([started(41), issued(41, 411)])
     syncs.clear()
+    sent.clear()
     stored, claimed = store.append_and_claim(
         [event(41, ev.STEP_ENTER, "t", run=1), issued(41, 412, "t")],
         port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={41: 2})  # fmt: skip
@@ -53,19 +68,24 @@ def test_a_vouched_append_with_its_claim_is_one_round_trip(store: PostgresStore,
     # psycopg's transaction() inside a pipeline nests two pipeline blocks around itself,
     # each ending in a Sync: three waits for the server where one does
     assert len(syncs) == 1
+    # nothing is read before the end: the pipeline's implicit transaction, which its Sync
+    # commits, needs no BEGIN and COMMIT of its own
+    assert not {b"BEGIN", b"COMMIT"} & set(sent)
 
 
-def test_an_append_that_must_read_before_committing_waits_twice(store: PostgresStore,
-                                                                syncs: list[int]) -> None:  # fmt: skip
+def test_an_append_that_must_read_before_committing_waits_twice(
+        store: PostgresStore, syncs: list[int], sent: list[bytes]) -> None:  # fmt: skip
     store.append([started(42)])
     syncs.clear()
     store.append([event(42, ev.STEP_ENTER, "t", run=1)])  # not vouched: counted before COMMIT
     assert len(syncs) == 2
+    assert sent[0] == b"BEGIN" and sent[-1] == b"COMMIT"  # a Sync inside: its own transaction
 
 
 def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
-        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        store: PostgresStore, monkeypatch: pytest.MonkeyPatch, sent: list[bytes]) -> None:  # fmt: skip
     store.append([started(43), issued(43, 431)])
+    sent.clear()
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("the claim could not be queued")
@@ -76,6 +96,8 @@ def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
         store.append_and_claim([event(43, ev.STEP_ENTER, "t", run=1), issued(43, 432, "t")],
                                port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
                                expect={43: 2})  # fmt: skip
+    # the implicit transaction's Sync would have committed what was sent: it was made to fail
+    assert b"BEGIN" not in sent and any(b"abandoned" in text for text in sent)
     monkeypatch.undo()
     assert [e.seq for e in store.load(43)] == [1, 2]
     assert store.get_command(432) is None
