@@ -114,9 +114,10 @@ class EmbeddedEngine:
         self.registered = registry.this_process(
             self.workers.claimant, self.workers.claimant, kind=registry.EMBEDDED,
             ttl=max(lease_s, driver_ttl))  # fmt: skip
-        self._reports: asyncio.Queue[ev.Event | None] = asyncio.Queue()
+        self._reports: asyncio.Queue[ev.Event] = asyncio.Queue()
         self._printed: dict[int, Sequence[Captured]] = {}
         """What the attempts of the queued reports printed, by report event id."""
+        self._gathering = False  # the reporter holds a batch it has not processed yet
         self._tasks: list[asyncio.Task[None]] = []
         self._done: dict[int, asyncio.Event] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
@@ -125,11 +126,6 @@ class EmbeddedEngine:
         """Per execution, the seq up to which the listeners have seen its log."""
         self._active: set[int] = set()
         self._error: BaseException | None = None
-
-    @property
-    def _busy(self) -> int:
-        """Attempts running right now."""
-        return self.workers.busy
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -451,24 +447,29 @@ class EmbeddedEngine:
     def _report(self, event: ev.Event, printed: Sequence[Captured]) -> None:
         if printed:
             self._printed[event.event_id] = printed
-        self._reports.put_nowait(event)
+        if not self.workers.busy and not self._gathering and self._reports.empty():
+            # no other report to wait for, none held by the reporter: processed in this
+            # worker's task, which then runs the command it claimed without two turns of
+            # the loop (to the reporter and back)
+            self._process_safely([event])
+        else:
+            self._reports.put_nowait(event)
 
     async def _reporter(self) -> None:
         while True:
             first = await self._reports.get()
-            # group commit: while other attempts are still running, give them a few turns
-            # of the loop to finish, so one transaction carries many reports. With nothing
-            # else running (a sequential chain) this costs nothing.
-            for _ in range(GROUP_COMMIT_TURNS):
-                if self._reports.qsize() >= self.workers.busy:
-                    break
-                await asyncio.sleep(0)
-            batch = [first] if first is not None else []
-            while not self._reports.empty():
-                nxt = self._reports.get_nowait()
-                if nxt is not None:
-                    batch.append(nxt)
-            self._process_safely(batch)
+            self._gathering = True
+            try:  # group commit: give the attempts still running a few turns to finish
+                for _ in range(GROUP_COMMIT_TURNS):
+                    if self._reports.qsize() >= self.workers.busy:
+                        break
+                    await asyncio.sleep(0)
+                batch = [first]
+                while not self._reports.empty():
+                    batch.append(self._reports.get_nowait())
+                self._process_safely(batch)
+            finally:
+                self._gathering = False
 
     async def _poller(self) -> None:
         while True:

@@ -393,7 +393,7 @@ def test_claims_log_their_events_with_ids_of_a_generator_that_makes_blocks(store
     assert [e.event_id for e in logged] == [lease.event.event_id for lease in leases]
     assert [e.payload["command_id"] for e in logged] == [311, 312, 313]
     next_id = gen()
-    assert all(7 == machine_of(e.event_id) and e.event_id < next_id for e in logged)
+    assert all(machine_of(e.event_id) == 7 and e.event_id < next_id for e in logged)
 
 
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:

@@ -474,7 +474,7 @@ def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
             with pytest.raises(DriverLost) as lost:
                 await engine.wait(xid, timeout=20)
             (tmp_path / "gate").touch()
-            await wait_for_async(lambda: (tmp_path / "finished").exists() and engine._busy == 0
+            await wait_for_async(lambda: (tmp_path / "finished").exists() and engine.workers.busy == 0
                                  and engine._reports.empty(), "the gated step to end")  # fmt: skip
             return xid, lost.value
 
