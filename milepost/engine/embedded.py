@@ -435,7 +435,7 @@ class EmbeddedEngine:
                 return
             claim = self._claim(also)
             if reports:
-                self.service.report(reports, claim, printed)
+                self.service.report(reports, claim, printed, made_here=True)
             if also:  # one claim a call: the report's, if there was one
                 self.service.process([], also, refresh=refresh, claim=None if reports else claim)
         except Exception as exc:  # a store failure must not hang the waiters

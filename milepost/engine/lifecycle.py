@@ -170,11 +170,15 @@ class Lifecycle(StoreReads):
                 self.cancel(xid, actor, cancellation.child_cause(parent_id))
 
     def report(self, events: list[ev.Event], claim: port.ClaimRequest | None = None,
-               printed: attempt_logs.Printed | None = None) -> Reported:  # fmt: skip
+               printed: attempt_logs.Printed | None = None, *,
+               made_here: bool = False) -> Reported:  # fmt: skip
         """Check, fence and process a batch of events (nothing is written unless every one
         is taken); `claim`: claim the reporting worker's next commands in the same
-        transaction (`claim_request`); `printed`: what the reports' attempts printed."""
-        return reporting.report(self, events, claim, printed)
+        transaction (`claim_request`); `printed`: what the reports' attempts printed.
+        `made_here`: reports this engine's in-process workers made of the commands it
+        handed them (the checks of a client's batch have nothing to find there; the fence
+        still runs)."""
+        return reporting.report(self, events, claim, printed, made_here)
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -76,11 +76,12 @@ class Reported:
 
 
 def report(engine: Lifecycle, events: list[ev.Event], claim: port.ClaimRequest | None,
-           printed: attempt_logs.Printed | None = None) -> Reported:  # fmt: skip
+           printed: attempt_logs.Printed | None = None, made_here: bool = False) -> Reported:  # fmt: skip
     # the epochs read here must not move before the append
     with engine.locked({e.execution_id for e in events}):
-        fence.check_executions(engine.read, events)
-        fence.check_named_commands(engine.store, events)
+        if not made_here:  # a client's batch: every execution, step and command it names
+            fence.check_executions(engine.read, events)
+            fence.check_named_commands(engine.store, events)
         if printed:  # before the append: a run seen ended has its reports' logs stored
             attempt_logs.keep(engine.store, events, printed)
         outcome: Outcome | None = None
