@@ -207,6 +207,12 @@ class Lifecycle(StoreReads):
                 if state.terminal:
                     self.orchestrator.retire(execution_id)  # only live runs stay live
 
+    def seen_ended(self, execution_id: int) -> bool:
+        """Whether this engine has seen the run end (its cached state; no look at the log:
+        False means only "not known to have ended")."""
+        cached = self.orchestrator.cached(execution_id)
+        return cached is not None and cached.terminal
+
     def fresh(self, execution_id: int) -> st.ExecutionState:
         """The state with whatever other writers appended since the cache last looked
         (call it holding the execution's lock)."""

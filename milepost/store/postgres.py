@@ -101,6 +101,11 @@ _CLAIM_MOVED = "MP409"
 
 
 
+_LOCK_KEYS = ("SELECT pg_advisory_xact_lock(%s::int4, s.k) FROM (SELECT k FROM unnest(%s::int4[])"
+              " WITH ORDINALITY AS t(k, i) ORDER BY i OFFSET 0) s")
+"""Several keys in the order given (`OFFSET 0` keeps the sort before the locks)."""
+
+
 @functools.lru_cache(maxsize=512)
 def _pg(text: str) -> str:
     return text.replace("?", "%s")
@@ -250,8 +255,11 @@ class PostgresStore(sql.SQLStore):
     def sql(self, text: str) -> str:
         return _pg(text)
 
-    def lock_key(self, conn: Conn, namespace: int, key: int) -> None:
-        conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (namespace, key))
+    def lock_keys(self, conn: Conn, namespace: int, keys: Sequence[int]) -> None:
+        if len(keys) == 1:
+            conn.execute("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (namespace, keys[0]))
+        elif keys:  # a batch of many runs' reports: one statement, not one a run
+            conn.execute(_LOCK_KEYS, (namespace, list(keys)))
 
     def many(self, conn: Conn, text: str, rows: Sequence[Sequence[Any]]) -> int:
         with conn.cursor() as cur:

@@ -206,8 +206,7 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         a decision is past `expect`. Trusted from the cache or `expect` unless `careful`."""
         last, unknown = self._trusted_ends(xids, expect, careful)
         # every writer of a log holds it (the trusted too: a claim reads the log's end)
-        for key in sorted({fold_key(x) for x in xids}):
-            self.lock_key(conn, NS_APPEND, key)
+        self.lock_keys(conn, NS_APPEND, sorted({fold_key(x) for x in xids}))
         if unknown:
             rows = conn.execute(self.sql(
                 f"SELECT execution_id, max(seq) FROM event WHERE execution_id IN"

@@ -51,6 +51,11 @@ class Tables:
     def lock_key(self, conn: Any, namespace: int, key: int) -> None:
         """Hold off other writers of (namespace, key) until the transaction ends (nothing
         where a write transaction holds the whole database)."""
+        self.lock_keys(conn, namespace, [key])
+
+    def lock_keys(self, conn: Any, namespace: int, keys: Sequence[int]) -> None:
+        """`lock_key` for each of `keys`, sorted (writers that lock in one order cannot
+        deadlock), in one statement where the dialect has locks."""
 
     def many(self, conn: Any, text: str, rows: Sequence[Sequence[Any]]) -> int:
         """A shared statement once per row of parameters, in one call; the rows changed."""

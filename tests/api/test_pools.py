@@ -88,6 +88,28 @@ def test_a_status_read_while_a_report_commits_names_only_steps_it_shows(
     assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
 
 
+def test_the_status_of_an_ended_run_reads_no_pools(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a status long-poll answers when the run ends: the queued commands of pools without
+    # a worker were read on every answer, for a run that waits on none
+    xid = api.execute(GPU)
+    engine = api.services.engine
+    read_pools = engine.missing_workers
+    reads: list[int | None] = []
+
+    def counted(execution_id: int | None = None) -> Any:
+        reads.append(execution_id)
+        return read_pools(execution_id)
+
+    monkeypatch.setattr(engine, "missing_workers", counted)
+    assert api.status(xid)["no_live_worker"][0]["pool"] == "gpu"
+    assert reads == [int(xid)]
+    ok(api.post("/api/workers/machine-id", {"worker_id": "g1", "pool": "gpu"}, role="worker"))
+    api.complete(api.claim_one("g1", pool="gpu"), 1)
+    status = api.status(xid)
+    assert (status["status"], status["no_live_worker"]) == ("COMPLETED", [])
+    assert reads == [int(xid)]
+
+
 def test_a_machine_id_request_with_a_bad_pool_is_refused(api: Api) -> None:
     body = error(api.post("/api/workers/machine-id", {"worker_id": "w", "pool": "gpu a"},
                           role="worker"), 422, "validation_error")  # fmt: skip

@@ -119,3 +119,17 @@ def test_a_statement_the_server_refuses_rolls_the_whole_append_back(store: Postg
     assert [e.seq for e in store.load(44)] == [1, 2]
     assert store.get_command(441).status == port.COMMAND_QUEUED  # its claim went with it
     assert [e.seq for e in store.append([event(44, ev.STEP_ENTER, "t", run=1)])] == [3]
+
+
+def test_one_statement_takes_the_locks_of_every_log_of_a_batch(store: PostgresStore) -> None:
+    other = psycopg.connect(store.url, autocommit=True)
+    try:
+        with store.txn() as conn:
+            store.lock_keys(conn, sql.NS_APPEND, [-7, 5, 9])
+            held = [other.execute("SELECT pg_try_advisory_lock(%s::int4, %s::int4)",
+                                  (sql.NS_APPEND, key)).fetchone()[0] for key in (-7, 5, 9, 11)]  # fmt: skip
+        assert held == [False, False, False, True]  # the batch's keys are taken, no other
+        assert other.execute("SELECT pg_try_advisory_lock(%s::int4, 5)",
+                             (sql.NS_APPEND,)).fetchone()[0]  # fmt: skip
+    finally:
+        other.close()

@@ -71,7 +71,11 @@ def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     """The summary, with the pools it waits on that have no live worker (DSL 10.6). The
     pools are read first: a command queued then was issued with events the state read
     after it holds, so every step said to wait is one of the summary's (the other way
-    round, a report committed in between named a step the summary did not have yet)."""
+    round, a report committed in between named a step the summary did not have yet). A
+    run seen ended waits on no pool: its commands are not read (a status long-poll answers
+    once the run ends)."""
+    if engine.seen_ended(execution_id):
+        return engine.read(execution_id, _summary)
     missing = engine.missing_workers(execution_id)
     summary = engine.read(execution_id, _summary)
     if summary["status"] in st.TERMINAL:
