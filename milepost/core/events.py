@@ -178,18 +178,10 @@ def new_event(
     parent_event_id: int | None = None,
     worker_id: str | None = None,
 ) -> Event:
-    return Event(
-        event_id=event_id,
-        execution_id=execution_id,
-        event_type=event_type,
-        created_at=now,
-        step=step,
-        status=status or default_status(event_type),
-        payload=payload or {},
-        meta=meta or {},
-        parent_event_id=parent_event_id,
-        worker_id=worker_id,
-    )
+    # positional: an event is made for every fact of every step
+    return Event(event_id, execution_id, event_type, now, step,
+                 status or default_status(event_type), payload or {}, meta or {},
+                 parent_event_id, worker_id)  # fmt: skip
 
 
 _C_ENCODER = getattr(json.encoder, "c_make_encoder", None)

@@ -196,10 +196,10 @@ class SQLiteStore(sql.SQLStore):
             return [], []
         # each leased for its step's liveness (r[13], `lease_s`), else for what was asked
         expires = {r[0]: req.now + (req.lease_s if r[13] is None else float(r[13])) for r in rows}
-        conn.executemany("UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
-                         " claimed_at=?, updated_at=? WHERE command_id=?",
-                         [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires[r[0]], req.now,
-                           req.now, r[0]) for r in rows])  # fmt: skip
+        self.many(conn, "UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
+                        " claimed_at=?, updated_at=? WHERE command_id=?",
+                  [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires[r[0]], req.now,
+                    req.now, r[0]) for r in rows])  # fmt: skip
         last = {x: ends[x] for x in {r[1] for r in rows} if x in ends}
         rest = sorted({r[1] for r in rows if r[1] not in ends})
         if rest:

@@ -59,6 +59,8 @@ class Tables:
 
     def many(self, conn: Any, text: str, rows: Sequence[Sequence[Any]]) -> int:
         """A shared statement once per row of parameters, in one call; the rows changed."""
+        if len(rows) == 1:  # most batches of a step: executemany's iteration costs more
+            return int(conn.execute(self.sql(text), rows[0]).rowcount)
         return int(conn.executemany(self.sql(text), rows).rowcount)
 
     def rows(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
