@@ -166,7 +166,8 @@ class SQLiteStore(sql.SQLStore):
         with self.txn() as conn:
             stored, rows, strict = self.number_events(conn, events, expect, careful, ends)
             self.project(conn, stored, claims)
-            claimed, logged = ([], []) if claim is None else self._claim(conn, claim, ends, rows)
+            claimed, logged = ([], []) if claim is None else self._claim(conn, claim, ends, rows,
+                                                                         careful)  # fmt: skip
             if rows:
                 before = conn.total_changes
                 conn.executemany(_INSERT_EVENT_STRICT if strict else _INSERT_EVENT, rows)
@@ -175,11 +176,13 @@ class SQLiteStore(sql.SQLStore):
         return stored, claimed, logged
 
     def _claim(self, conn: sqlite3.Connection, req: port.ClaimRequest, ends: Mapping[int, int],
-               rows_out: list[tuple[Any, ...]]) -> tuple[port.Claimed, list[ev.Event]]:  # fmt: skip
+               rows_out: list[tuple[Any, ...]],
+               careful: bool) -> tuple[port.Claimed, list[ev.Event]]:  # fmt: skip
         """Claim the oldest claimable commands; their `command.claimed` events, numbered
-        after `ends` (the logs this transaction appended to) or the log's end, go to
-        `rows_out`. The IMMEDIATE transaction holds the write lock: no other claimer
-        reads in between."""
+        after `ends` (the logs this transaction appended to) or the log's end (as the
+        append's are: from the cache unless `careful`; another process's append to such a
+        log makes the insert fail and the careful retry read it), go to `rows_out`. The
+        IMMEDIATE transaction holds the write lock: no other claimer reads in between."""
         text, params = _CLAIMABLE, list[Any]()
         if req.pool is not None:
             text += " AND c.pool=?"
@@ -203,7 +206,7 @@ class SQLiteStore(sql.SQLStore):
         last = {x: ends[x] for x in {r[1] for r in rows} if x in ends}
         rest = sorted({r[1] for r in rows if r[1] not in ends})
         if rest:
-            last.update(self.last_seqs(conn, rest, {}, careful=True))
+            last.update(self.last_seqs(conn, rest, {}, careful))
         claimed: port.Claimed = []
         logged: list[ev.Event] = []
         for r in rows:

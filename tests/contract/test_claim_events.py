@@ -201,3 +201,19 @@ def test_claims_of_runs_the_claiming_call_did_not_hold_are_folded_not_read_back(
     reported = engine.report([done], engine.claim_request("w1", 30.0, 10))
     assert [c.step for c, _ in reported.claimed] == ["after"]
     assert loads == []  # nothing of its own log to read back
+
+
+def test_a_claim_numbers_its_event_after_what_another_process_appended_meanwhile(
+        make_store: StoreFactory) -> None:  # fmt: skip
+    # this process's cache of where a log ends is stale once another process appended to
+    # it: the claim's event must not take that seq (the careful retry reads the log)
+    mine, theirs = make_store(), make_store()
+    mine.append([event(61, ev.EXECUTION_STARTED, None, path="p", version=1), issued(61, 611)])
+    theirs.append([event(61, ev.STEP_ENTER, "t", run=1)])  # seq 3, unseen by `mine`
+    mine.append([event(62, ev.EXECUTION_STARTED, None, path="p", version=1)])
+    _, claimed = mine.append_and_claim([event(62, ev.STEP_ENTER, "t", run=1)],
+                                       port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id))  # fmt: skip
+    assert [row.command_id for row, _ in claimed] == [611]
+    log = mine.load(61)
+    assert [e.seq for e in log] == [1, 2, 3, 4]
+    assert log[-1].event_type == ev.COMMAND_CLAIMED and claimed[0][1].event.seq == 4
