@@ -9,7 +9,8 @@ is for concurrency between processes and for round trips:
   the backstop of the appends that trust `SeqCache`.
 - an append is one pipeline with one Sync: the claim check (`milepost_check_claims`,
   migration 3), the events, their projections (batch inserts: `_Rows`) and the claim go
-  out together between a BEGIN and a COMMIT of their own (`_one_sync`).
+  out together, in the pipeline's implicit transaction when nothing is read before the
+  end, else between a BEGIN and a COMMIT of their own (`_one_sync`).
 - the claim is one statement (`pg_claims`): `UPDATE ... FROM (SELECT ... FOR UPDATE SKIP
   LOCKED)` with the insert of its `command.claimed` events, numbered in SQL after the
   log's end, their ids one reserved block (`core.ids.block_of`).
@@ -99,8 +100,6 @@ _CLAIM_MOVED = "MP409"
 """The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
 
 
-
-
 _LOCK_KEYS = ("SELECT pg_advisory_xact_lock(%s::int4, s.k) FROM (SELECT k FROM unnest(%s::int4[])"
               " WITH ORDINALITY AS t(k, i) ORDER BY i OFFSET 0) s")
 """Several keys in the order given (`OFFSET 0` keeps the sort before the locks)."""
@@ -146,6 +145,7 @@ def _driver_errors(url: str) -> Iterator[None]:
             raise port.ClaimMoved(exc.diag.message_primary or "a reported claim moved",
                                   sqlstate=exc.sqlstate) from exc  # fmt: skip
         raise port.StoreError(f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate) from exc
+
 
 @contextlib.contextmanager
 def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
