@@ -66,8 +66,7 @@ class Causes:
                     self.selected_by[str(target["step"])] = event.event_id
             return
         self.by_step[step] = event.event_id
-        index = _index(payload, commands)
-        if index is not None and etype != ev.COMMAND_ISSUED:
+        if etype != ev.COMMAND_ISSUED and (index := _index(payload, commands)) is not None:
             self.by_index.setdefault(step, {})[index] = event.event_id
 
 

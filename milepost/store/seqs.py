@@ -52,30 +52,26 @@ class SeqCache:
                 self._held.clear()
             # execution -> (last, decided) so far, one entry made per execution at the end
             ends: dict[int, tuple[int, int | None] | None] = {}
-            for event in events:
+            for event in events:  # every event of every append: one loop, no call an event
                 xid = event.execution_id
-                if xid not in ends:
+                if xid in ends:
+                    end = ends[xid]
+                else:
                     held = self._held.get(xid)
-                    ends[xid] = None if held is None else (held.last, held.decided)
-                ends[xid] = _one(ends[xid], event)
+                    end = None if held is None else (held.last, held.decided)
+                seq = event.seq
+                if end is not None and end[0] >= seq:
+                    # a concurrent writer of this store committed past it: forget the end
+                    end = None if end[0] > seq else end
+                elif event.event_type not in ev.CLAIM_EVENTS:
+                    # numbered right after the log's end (the index saw to it): nothing
+                    # after it may change a decision
+                    end = (seq, seq)
+                else:  # a claim moves the end only, and keeps `decided` where contiguous
+                    end = (seq, end[1] if end is not None and end[0] == seq - 1 else None)
+                ends[xid] = end
             for xid, end in ends.items():
                 if end is None:
                     self._held.pop(xid, None)
                 else:
                     self._held[xid] = Held(*end)
-
-
-def _one(held: tuple[int, int | None] | None, event: ev.Event) -> tuple[int, int | None] | None:
-    """The entry after one committed event (None: none)."""
-    seq = event.seq
-    if held is not None and held[0] >= seq:
-        # a concurrent writer of this store committed past it: forget the log's end
-        return None if held[0] > seq else held
-    contiguous = held is not None and held[0] == seq - 1
-    if event.event_type not in ev.CLAIM_EVENTS:
-        # numbered right after the log's end (the index saw to it): nothing after it
-        return seq, seq
-    if contiguous:
-        assert held is not None
-        return seq, held[1]
-    return seq, None
