@@ -205,8 +205,11 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         """The seq each execution's log ends at, and LogMoved where an event that may change
         a decision is past `expect`. Trusted from the cache or `expect` unless `careful`."""
         last, unknown = self._trusted_ends(xids, expect, careful)
-        # every writer of a log holds it (the trusted too: a claim reads the log's end)
-        self.lock_keys(conn, NS_APPEND, sorted({fold_key(x) for x in xids}))
+        # every writer of a log holds it (the trusted too: a claim reads the log's end),
+        # but the one writing a new run's first events: nobody else can write to a log
+        # whose run is not committed yet (were it not new, its seq 1 would be refused)
+        self.lock_keys(conn, NS_APPEND, sorted({fold_key(x) for x in xids
+                                                if careful or expect.get(x) != 0}))  # fmt: skip
         if unknown:
             rows = conn.execute(self.sql(
                 f"SELECT execution_id, max(seq) FROM event WHERE execution_id IN"

@@ -133,3 +133,19 @@ def test_one_statement_takes_the_locks_of_every_log_of_a_batch(store: PostgresSt
                              (sql.NS_APPEND,)).fetchone()[0]  # fmt: skip
     finally:
         other.close()
+
+
+def test_a_new_runs_first_append_takes_no_log_lock_and_cannot_take_a_used_seq(
+        store: PostgresStore, sent: list[bytes]) -> None:  # fmt: skip
+    # nobody else can write to the log of a run whose start is not committed: the lock
+    # statement is left out; a caller wrong about the log being new still writes nothing
+    store.append([started(45), issued(45, 451)], expect={45: 0})
+    assert not any(b"advisory" in text for text in sent)
+    assert [e.seq for e in store.load(45)] == [1, 2]
+    other = PostgresStore(store.url, min_size=1, max_size=1)  # another process: no cache
+    try:
+        with pytest.raises(port.LogMoved):  # seq 1 refused, then the log read: it moved
+            other.append([event(45, ev.STEP_ENTER, "t", run=1)], expect={45: 0})
+    finally:
+        other.close()
+    assert [e.seq for e in store.load(45)] == [1, 2]
