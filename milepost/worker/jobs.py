@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.attempt.stopping import Stoppable
+from milepost.worker.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,44 @@ class Job:
     task: asyncio.Task[None] | None = None
     stopper: Stoppable = field(default_factory=Stoppable)
     """Stops its attempt when the run is cancelled (a `cancelled` outcome, reported)."""
-    beat_now: asyncio.Event = field(default_factory=asyncio.Event)
-    """Heartbeat without waiting for the interval (a cancel was announced for its run)."""
+    heartbeats: asyncio.Task[None] | None = None
+    """The task that heartbeats its claim (`Worker._heartbeats`)."""
+    sleeping: bool = False
+    """That task waits for its next heartbeat (a `beat_now` wakes it)."""
+    beats_asked: int = 0
+    """Cancels `beat_now` sent the sleeping task to wake it (any more are a real cancel)."""
+    beat_pending: bool = False
+    """A heartbeat asked for while one was on its way: the next one goes at once."""
+
+    def beat_now(self) -> None:
+        """Heartbeat without waiting for the interval (a cancel was announced for its run).
+        The sleeping task is woken by a cancel it takes back (`wait_beat`): a helper task
+        and a wait on two futures a command cost more than its whole attempt's turns of
+        the loop in a chain of steps."""
+        task = self.heartbeats
+        if self.sleeping and task is not None and not task.done():
+            self.beats_asked += 1
+            task.cancel()
+        else:
+            self.beat_pending = True
+
+    async def wait_beat(self, clock: Clock, interval: float) -> None:
+        """Until `interval` of `clock` has passed or `beat_now` was called."""
+        if self.beat_pending:
+            self.beat_pending = False
+            return
+        self.sleeping = True
+        try:
+            await clock.sleep(interval)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.beats_asked or task is None or task.cancelling() > self.beats_asked:
+                raise  # the job is over (or shutting down): not a beat asked for
+            for _ in range(self.beats_asked):
+                task.uncancel()
+            self.beats_asked = 0
+        finally:
+            self.sleeping = False
 
 
 def cancel_announced(held: Iterable[Job], notice: Mapping[str, Any]) -> None:
@@ -43,7 +80,7 @@ def cancel_announced(held: Iterable[Job], notice: Mapping[str, Any]) -> None:
     ids = {str(x) for x in notice.get("execution_ids") or ()}
     for job in held:
         if str(job.execution_id) in ids:
-            job.beat_now.set()
+            job.beat_now()
 
 
 def lease_seconds(lease: Any, asked: float) -> float:

@@ -328,7 +328,8 @@ class Worker:
     # -- one command -----------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        heartbeats = asyncio.create_task(self._heartbeats(job), name=f"heartbeat-{job.command_id}")
+        heartbeats = job.heartbeats = asyncio.create_task(self._heartbeats(job),
+                                                          name=f"heartbeat-{job.command_id}")
         try:
             outcome_item = await self._attempt(job)
             if outcome_item is not None and not job.lost:
@@ -383,9 +384,7 @@ class Worker:
         # every third of the lease the claim gave (the step's liveness), not a global one
         interval = jobs.heartbeat_every(job.command.get("lease"), self.lease_seconds)
         while True:
-            await first_of([asyncio.ensure_future(self.clock.sleep(interval)),
-                            asyncio.ensure_future(job.beat_now.wait())])  # fmt: skip
-            job.beat_now.clear()
+            await job.wait_beat(self.clock, interval)
             try:
                 reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
                                                     lease_seconds=self.lease_seconds)  # fmt: skip

@@ -394,6 +394,34 @@ def test_a_cancel_announced_for_its_run_makes_an_attempt_heartbeat_now_and_stop(
     run(scenario)
 
 
+def test_a_cancel_announced_while_a_heartbeat_is_on_its_way_brings_the_next_one_forward() -> None:
+    """The announcement may come while a heartbeat (of the interval) is in flight: that one
+    predates the cancel, so the next goes at once, not an interval later."""
+    async def scenario() -> None:
+        worker, client, tools, clock = make()
+        tools.gate("start")  # never opened: only the stop ends it
+        in_flight: list[int] = []
+
+        def heartbeat(cid: int, epoch: int) -> dict[str, Any]:
+            if not in_flight:  # the first heartbeat: the cancel is announced meanwhile
+                in_flight.append(cid)
+                jobs.cancel_announced(worker.jobs.values(), {"execution_ids": ["603"]})
+                return {"lease": {"epoch": epoch}, "cancelled": False}
+            return {"lease": {"epoch": epoch}, "cancelled": True}
+
+        client.on_heartbeat = heartbeat
+        client.queue.append(command(208, execution_id=603))
+        async with running(worker):
+            await wait_for_async(lambda: bool(tools.calls))
+            await clock.advance(HEARTBEAT + 0.1)  # the interval's heartbeat
+            await wait_for_async(lambda: bool(client.reports))  # no more time on the clock
+        assert [h[0] for h in client.heartbeats] == [208, 208]
+        [stopped] = client.reported_events()
+        assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
+
+    run(scenario)
+
+
 def test_a_compensation_of_a_cancelled_execution_is_run_not_given_back() -> None:
     """After the cancel the server hands out only that run's compensations (DSL 10.5)."""
     async def scenario() -> None:
