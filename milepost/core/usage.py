@@ -82,6 +82,8 @@ def parse(raw: Any, where: str) -> list[dict[str, Any]]:
 
 def add(*reports: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     """Payload entries summed per (provider, model), in a stable order."""
+    if not any(reports):  # every attempt of a step without tokens or cost: nothing to sum
+        return []
     totals = Totals()
     for report in reports:
         totals.add(report)

@@ -431,3 +431,10 @@ def test_usage_parse_reads_provider_keys_and_ignores_extras() -> None:
     assert usage.parse({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
                         "provider": None}, "here") == [{"provider": "", "model": "",
                         "input_tokens": 3, "output_tokens": 4, "cost": 0.0}]  # fmt: skip
+
+
+def test_adding_reports_sums_the_ones_that_hold_entries_among_empty_ones() -> None:
+    entry = {"provider": "p", "model": "m", "input_tokens": 3, "output_tokens": 1, "cost": 0.5}
+    assert usage.add() == [] and usage.add([], None) == []
+    assert usage.add([], [entry], None, [entry]) == [{**entry, "input_tokens": 6,
+                                                      "output_tokens": 2, "cost": 1.0}]
