@@ -15,6 +15,7 @@ locked or unreachable file is `StoreUnavailable`, as on PostgreSQL.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import threading
@@ -39,6 +40,14 @@ _INSERT_EVENT_STRICT = f"INSERT INTO event {_COLS}"
 _CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM command c JOIN execution x"
               f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
               " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
+
+
+@functools.cache
+def _claimable(pool: bool, driver: bool) -> str:
+    """The claim's read for a request with a pool and/or a driver: one string object each,
+    so neither it nor its hash in sqlite3's statement cache is made again a claim."""
+    return (_CLAIMABLE + (" AND c.pool=?" if pool else "") + (" AND " + sql.DRIVEN_BY if driver else "")
+            + " ORDER BY c.created_at, c.command_id LIMIT ?")  # fmt: skip
 
 
 class Errors:
@@ -183,18 +192,17 @@ class SQLiteStore(sql.SQLStore):
         append's are: from the cache unless `careful`; another process's append to such a
         log makes the insert fail and the careful retry read it), go to `rows_out`. The
         IMMEDIATE transaction holds the write lock: no other claimer reads in between."""
-        text, params = _CLAIMABLE, list[Any]()
+        params: list[Any] = []  # (a list[Any]() call costs a caught AttributeError)
         if req.pool is not None:
-            text += " AND c.pool=?"
             params.append(req.pool)
         if req.driver is not None:
-            text += " AND " + sql.DRIVEN_BY
             params.append(req.driver)
+        params.append(req.limit)
         # the oldest claimable rows, read, then taken one row per statement: an UPDATE of
         # several rows at once opens a statement journal, whose page bitmap is as large as
         # the database file (tens of microseconds a claim, growing with the file)
-        rows = conn.execute(f"{text} ORDER BY c.created_at, c.command_id LIMIT ?",
-                            (*params, req.limit)).fetchall()  # fmt: skip
+        rows = conn.execute(_claimable(req.pool is not None, req.driver is not None),
+                            params).fetchall()  # fmt: skip
         if not rows:
             return [], []
         # each leased for its step's liveness (r[13], `lease_s`), else for what was asked
