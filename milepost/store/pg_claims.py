@@ -94,8 +94,7 @@ def texts(after_append: bool, pool: bool, driver: bool,
     """The claim's statements, made once per shape: after an append (None, the claim with
     its events) else (the claim, its events); filtered by pool and by driver or not; the
     events' ids from a block or from a list."""
-    where = (" AND c.pool=%(pool)s" if pool else "") + (
-        " AND " + sql.DRIVEN_BY.replace("?", "%(driver)s") if driver else "")
+    where = sql.claim_filters(pool, driver, "%(pool)s", "%(driver)s")
     claim = (None if after_append
              else _CLAIM.replace("{pool}", where).replace("{hold}", _WAIT).encode())
     logging = _CLAIM_AND_LOG.replace("{pool}", where).replace("{hold}", _TRY) if after_append \

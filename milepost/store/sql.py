@@ -44,6 +44,13 @@ EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, s
 DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
+
+
+def claim_filters(pool: bool, driver: bool, pool_mark: str = "?", driver_mark: str = "?") -> str:
+    """The conditions a claim adds to a claimable command `c`: the request's pool and the
+    runs its driver holds (`ClaimRequest.pool`, `.driver`), with the dialect's marks."""
+    return ((f" AND c.pool={pool_mark}" if pool else "")
+            + (" AND " + DRIVEN_BY.replace("?", driver_mark) if driver else ""))  # fmt: skip
 TRIES = 4
 """Appends tried before the log is said to keep moving (each retry reads what it trusted)."""
 
@@ -197,8 +204,8 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         known without a look (`last_seqs`)."""
         if careful or not events or expect is None:
             return False
-        xids = sorted({e.execution_id for e in events})
-        return set(xids) <= expect.keys() and not self._trusted_ends(xids, expect, False)[1]
+        xids = {e.execution_id for e in events}
+        return xids <= expect.keys() and not self._trusted_ends(list(xids), expect, False)[1]
 
     def last_seqs(self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int],
                   careful: bool) -> dict[int, int]:  # fmt: skip

@@ -46,7 +46,7 @@ _CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM comman
 def _claimable(pool: bool, driver: bool) -> str:
     """The claim's read for a request with a pool and/or a driver: one string object each,
     so neither it nor its hash in sqlite3's statement cache is made again a claim."""
-    return (_CLAIMABLE + (" AND c.pool=?" if pool else "") + (" AND " + sql.DRIVEN_BY if driver else "")
+    return (_CLAIMABLE + sql.claim_filters(pool, driver)
             + " ORDER BY c.created_at, c.command_id LIMIT ?")  # fmt: skip
 
 
@@ -192,7 +192,7 @@ class SQLiteStore(sql.SQLStore):
         append's are: from the cache unless `careful`; another process's append to such a
         log makes the insert fail and the careful retry read it), go to `rows_out`. The
         IMMEDIATE transaction holds the write lock: no other claimer reads in between."""
-        params: list[Any] = []  # (a list[Any]() call costs a caught AttributeError)
+        params: list[Any] = []
         if req.pool is not None:
             params.append(req.pool)
         if req.driver is not None:
