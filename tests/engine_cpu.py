@@ -25,7 +25,12 @@ from milepost import bench
 
 
 async def measure(workload: str, n: int, reps: int, profile: str | None) -> None:
-    db = Path(tempfile.mkdtemp(prefix="milepost-cpu-")) / "cpu.db"
+    # the database goes when the measurement ends (each run used to leave its own in /tmp)
+    with tempfile.TemporaryDirectory(prefix="milepost-cpu-") as tmp:
+        await _measure(Path(tmp) / "cpu.db", workload, n, reps, profile)
+
+
+async def _measure(db: Path, workload: str, n: int, reps: int, profile: str | None) -> None:
     async with bench.embedded(db) as engine:
         runs = bench.Bench(engine)
         for _ in range(2):
