@@ -45,12 +45,6 @@ DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.
              " AND d.holder = ?)")
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
 
-
-def claim_filters(pool: bool, driver: bool, pool_mark: str = "?", driver_mark: str = "?") -> str:
-    """The conditions a claim adds to a claimable command `c`: the request's pool and the
-    runs its driver holds (`ClaimRequest.pool`, `.driver`), with the dialect's marks."""
-    return ((f" AND c.pool={pool_mark}" if pool else "")
-            + (" AND " + DRIVEN_BY.replace("?", driver_mark) if driver else ""))  # fmt: skip
 TRIES = 4
 """Appends tried before the log is said to keep moving (each retry reads what it trusted)."""
 
@@ -476,6 +470,13 @@ def _marks(values: Sequence[Any] | Mapping[Any, Any]) -> str:
 
 def prefixed(prefix: str, cols: str) -> str:
     return ", ".join(prefix + c.strip() for c in cols.split(","))
+
+
+def claim_filters(pool: bool, driver: bool, pool_mark: str = "?", driver_mark: str = "?") -> str:
+    """The conditions a claim adds to a claimable command `c`: the request's pool and the
+    runs its driver holds (`ClaimRequest.pool`, `.driver`), with the dialect's marks."""
+    return ((f" AND c.pool={pool_mark}" if pool else "")
+            + (" AND " + DRIVEN_BY.replace("?", driver_mark) if driver else ""))  # fmt: skip
 
 
 def event_row(e: ev.Event, result: str) -> tuple[Any, ...]:

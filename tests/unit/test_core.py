@@ -17,6 +17,7 @@ from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.playbook.durations import parse_duration
+from milepost.store import projection
 from tests.unit.sim import Sim, playbook
 
 CORE = pathlib.Path(__file__).resolve().parents[2] / "milepost" / "core"
@@ -659,8 +660,6 @@ def test_the_event_types_the_projection_passes_over_change_no_row(
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # `changes` skips these types before its cases: walked through every case, each
     # must change no row, or the skip would drop a change
-    from milepost.store import projection
-
     skipped = sorted(projection._NO_ROWS)
     monkeypatch.setattr(projection, "_NO_ROWS", frozenset())
     for etype in skipped:
