@@ -161,7 +161,14 @@ def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
     Not `conn.transaction()`: inside a pipeline it nests two more pipeline blocks around
     itself, and each block's end is a Sync, a wait for the server: three round trips an
     append instead of one. A failure leaves an explicit transaction open or aborted after
-    the Sync: rolled back here, before the connection goes back to the pool."""
+    the Sync: rolled back here, before the connection goes back to the pool.
+
+    A statement the server refused makes it skip the rest of the pipeline, the Parse of a
+    statement psycopg began to prepare there included (its sixth execution), which psycopg
+    already counts as prepared: on that connection the statement would fail ever after
+    ("prepared statement _pg3_N does not exist"). psycopg forgets its prepared statements
+    at a rollback, and has the server forget them too (DEALLOCATE ALL): after a refusal
+    the transaction is rolled back, an implicit one after an empty BEGIN."""
     try:
         with conn.pipeline() as pipe:
             if explicit:
@@ -175,10 +182,15 @@ def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
                 raise
             if explicit:
                 conn.execute(b"COMMIT")
-    except BaseException:
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+    except BaseException as exc:
+        if not conn.closed:
             with contextlib.suppress(psycopg.Error):
-                conn.rollback()
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if idle and isinstance(exc, psycopg.Error):  # refused by the server
+                    conn.execute(b"BEGIN")
+                    idle = False
+                if not idle:
+                    conn.rollback()
         raise
 
 
