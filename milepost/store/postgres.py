@@ -167,8 +167,9 @@ def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
     statement psycopg began to prepare there included (its sixth execution), which psycopg
     already counts as prepared: on that connection the statement would fail ever after
     ("prepared statement _pg3_N does not exist"). psycopg forgets its prepared statements
-    at a rollback, and has the server forget them too (DEALLOCATE ALL): after a refusal
-    the transaction is rolled back, an implicit one after an empty BEGIN."""
+    at a rollback, and has the server forget them too (DEALLOCATE ALL): after any failure
+    the transaction is rolled back, an implicit one (already ended) after an empty BEGIN.
+    A failure in Python may hide the server's refusal behind it: it is treated the same."""
     try:
         with conn.pipeline() as pipe:
             if explicit:
@@ -182,15 +183,12 @@ def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
                 raise
             if explicit:
                 conn.execute(b"COMMIT")
-    except BaseException as exc:
+    except BaseException:
         if not conn.closed:
             with contextlib.suppress(psycopg.Error):
-                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-                if idle and isinstance(exc, psycopg.Error):  # refused by the server
-                    conn.execute(b"BEGIN")
-                    idle = False
-                if not idle:
-                    conn.rollback()
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    conn.execute(b"BEGIN")  # an implicit transaction: ended by its Sync
+                conn.rollback()
         raise
 
 

@@ -100,7 +100,9 @@ def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
                                port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
                                expect={43: 2})  # fmt: skip
     # the implicit transaction's Sync would have committed what was sent: it was made to fail
-    assert b"BEGIN" not in sent and any(b"abandoned" in text for text in sent)
+    # (then an empty transaction is rolled back, for psycopg to forget what it prepared)
+    abandoned = next(i for i, text in enumerate(sent) if b"abandoned" in text)
+    assert b"BEGIN" not in sent[:abandoned]
     monkeypatch.undo()
     assert [e.seq for e in store.load(43)] == [1, 2]
     assert store.get_command(432) is None
@@ -177,6 +179,33 @@ def test_a_statement_prepared_in_a_pipeline_the_server_aborted_is_not_used_after
     assert [e.seq for e in store.load(46)] == list(range(1, 12))  # the start, 9 issued, a claim
     assert {c.command_id for c in store.open_commands(46)} == set(range(461, 470))
 
+
+
+def test_a_failure_in_python_after_a_refusal_leaves_no_statement_prepared_in_name_only(
+        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the same, when Python fails after the refused statement: psycopg reports the server's
+    # refusal only in its log then, and the Python error is what the append raises
+    store.append([started(47)])
+    seen = 1
+    for cid in range(471, 476):
+        seen = store.append([issued(47, cid)], expect={47: seen})[-1].seq
+    other = PostgresStore(store.url, min_size=1, max_size=1)
+    try:
+        other.claim(471, "w", 1.0, 30.0, new_id=new_id)  # the seq this store would number
+    finally:
+        other.close()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the claim could not be queued")
+
+    monkeypatch.setattr(PostgresStore, "claim_queued", broken)
+    with pytest.raises(RuntimeError):
+        store.append_and_claim([issued(47, 476)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+                               expect={47: seen})  # fmt: skip
+    monkeypatch.undo()
+    seen = store.load(47)[-1].seq
+    stored = store.append([issued(47, 477)], expect={47: seen})  # the command row's insert
+    assert [e.seq for e in stored] == [seen + 1]
 
 _xids = iter(range(4_700, 1_000_000))
 _REFUSALS = (port.LogMoved, port.ClaimMoved, ConcurrencyConflict)
