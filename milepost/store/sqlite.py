@@ -110,6 +110,11 @@ class _Txn:
             self.conn.execute("ROLLBACK" if exc is not None else "COMMIT")
         except BaseException as failed:
             if exc is None:  # the commit failed: that is the error
+                # and it may leave the transaction open (a full disk, a deferred constraint):
+                # rolled back, or every later BEGIN on this connection would fail
+                if self.conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        self.conn.execute("ROLLBACK")
                 reraise(failed, self.path)
         finally:
             self.lock.release()

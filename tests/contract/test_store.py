@@ -532,6 +532,24 @@ def test_lock_execution_excludes_a_second_holder(make_store: StoreFactory) -> No
     assert sorted(order[3:]) == ["other store in", "other thread in"]
 
 
+@pytest.mark.parametrize("make_store", ["sqlite", "postgres"], indirect=True)  # a dialect's own
+def test_a_commit_the_database_refuses_leaves_the_store_usable(make_store: StoreFactory) -> None:
+    # a commit can fail where its statements did not (a constraint checked at the end, a
+    # full disk): SQLite then keeps the transaction open, and every later write on the
+    # store's one connection failed ("cannot start a transaction within a transaction")
+    store = make_store()
+    with store.txn() as conn:
+        conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        conn.execute("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id)"
+                     " DEFERRABLE INITIALLY DEFERRED)")  # fmt: skip
+    refused = port.StoreError if isinstance(store, PostgresStore) else ConcurrencyConflict
+    with pytest.raises(refused), store.txn() as conn:  # the constraint: checked at the commit
+        conn.execute("INSERT INTO child (parent_id) VALUES (42)")
+    assert query(store, "SELECT count(*) FROM child", ()) == [(0,)]
+    stored = store.append([started(31)])
+    assert [e.seq for e in stored] == [1] and store.get_execution(31) is not None
+
+
 def test_the_same_events_from_two_writers_are_stored_once(make_store: StoreFactory) -> None:
     first, second = make_store(), make_store()
     first.append([started(70)])
