@@ -42,6 +42,9 @@ _CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM comman
               " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
 
 
+_ALREADY_THERE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
+
+
 @functools.cache
 def _claimable(pool: bool, driver: bool) -> str:
     """The claim's read for a request with a pool and/or a driver: one string object each,
@@ -76,8 +79,10 @@ def reraise(exc: BaseException, path: str) -> NoReturn:
 
 
 def translated(exc: BaseException, path: str) -> BaseException:
-    """The milepost error of a driver error (`Errors`); any other exception itself."""
-    if isinstance(exc, sqlite3.IntegrityError):
+    """The milepost error of a driver error (`Errors`); any other exception itself. As on
+    PostgreSQL, a row already there is a conflict; another constraint (a foreign key, a
+    NOT NULL) is the database failing."""
+    if isinstance(exc, sqlite3.IntegrityError) and exc.sqlite_errorname in _ALREADY_THERE:
         if "event.execution_id, event.seq" in str(exc):
             return sql.SeqTaken(str(exc), constraint="event_execution_seq")
         return ConcurrencyConflict(str(exc), constraint=str(exc))
