@@ -42,15 +42,16 @@ _CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM comman
               " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
 
 
-_ALREADY_THERE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
-
-
 @functools.cache
 def _claimable(pool: bool, driver: bool) -> str:
     """The claim's read for a request with a pool and/or a driver: one string object each,
     so neither it nor its hash in sqlite3's statement cache is made again a claim."""
     return (_CLAIMABLE + sql.claim_filters(pool, driver)
             + " ORDER BY c.created_at, c.command_id LIMIT ?")  # fmt: skip
+
+
+_ALREADY_THERE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
+"""The constraints whose refusal is a conflict: the row is already there."""
 
 
 class Errors:
