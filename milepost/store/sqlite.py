@@ -56,8 +56,9 @@ _ALREADY_THERE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMA
 
 class Errors:
     """sqlite3's errors as milepost's: a seq taken (the unique index) is SeqTaken, another
-    constraint a ConcurrencyConflict, a locked, busy or unreadable file StoreUnavailable.
-    A class, not a generator context manager: it wraps every statement of the store."""
+    row already there a ConcurrencyConflict, a locked, busy or unreadable file
+    StoreUnavailable, the rest (another constraint) StoreError. A class, not a generator
+    context manager: it wraps every statement of the store."""
 
     def __init__(self, path: str) -> None:
         self.path = path
