@@ -90,11 +90,8 @@ def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
     store.append([started(43), issued(43, 431)])
     sent.clear()
 
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the claim could not be queued")
-
     # the events and their projections are queued (sent, not committed) when this raises
-    monkeypatch.setattr(PostgresStore, "claim_queued", broken)
+    monkeypatch.setattr(PostgresStore, "claim_queued", _claim_fails)
     with pytest.raises(RuntimeError):
         store.append_and_claim([event(43, ev.STEP_ENTER, "t", run=1), issued(43, 432, "t")],
                                port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
@@ -162,15 +159,8 @@ def test_a_statement_prepared_in_a_pipeline_the_server_aborted_is_not_used_after
     # Parse is queued. In a pipeline whose earlier statement fails, the server skips that
     # Parse: the connection would answer "prepared statement _pg3_N does not exist" for the
     # statement ever after (every later report of a W3 server bench on it, each a 500)
-    store.append([started(46)])
-    seen = 1
-    for cid in range(461, 466):  # the command row's insert, five times: counted, not prepared
-        seen = store.append([issued(46, cid)], expect={46: seen})[-1].seq
-    other = PostgresStore(store.url, min_size=1, max_size=1)  # another worker's claim
-    try:
-        assert [row.command_id for row, _ in other.claim_next("w", 1.0, 30.0, 1, new_id=new_id)] == [461]
-    finally:
-        other.close()
+    seen, claimed = _five_inserts_then_a_claim_there(store, 46)
+    assert claimed == [461]
     # numbered from what this store committed: the claim took that seq, the event insert
     # fails, and the sixth insert of a command row (prepared now) never reaches the server
     seen = store.append([issued(46, 466)], expect={46: seen})[-1].seq
@@ -180,25 +170,12 @@ def test_a_statement_prepared_in_a_pipeline_the_server_aborted_is_not_used_after
     assert {c.command_id for c in store.open_commands(46)} == set(range(461, 470))
 
 
-
 def test_a_failure_in_python_after_a_refusal_leaves_no_statement_prepared_in_name_only(
         store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # the same, when Python fails after the refused statement: psycopg reports the server's
     # refusal only in its log then, and the Python error is what the append raises
-    store.append([started(47)])
-    seen = 1
-    for cid in range(471, 476):
-        seen = store.append([issued(47, cid)], expect={47: seen})[-1].seq
-    other = PostgresStore(store.url, min_size=1, max_size=1)
-    try:
-        other.claim(471, "w", 1.0, 30.0, new_id=new_id)  # the seq this store would number
-    finally:
-        other.close()
-
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("the claim could not be queued")
-
-    monkeypatch.setattr(PostgresStore, "claim_queued", broken)
+    seen, _ = _five_inserts_then_a_claim_there(store, 47)
+    monkeypatch.setattr(PostgresStore, "claim_queued", _claim_fails)
     with pytest.raises(RuntimeError):
         store.append_and_claim([issued(47, 476)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
                                expect={47: seen})  # fmt: skip
@@ -206,6 +183,27 @@ def test_a_failure_in_python_after_a_refusal_leaves_no_statement_prepared_in_nam
     seen = store.load(47)[-1].seq
     stored = store.append([issued(47, 477)], expect={47: seen})  # the command row's insert
     assert [e.seq for e in stored] == [seen + 1]
+
+
+def _five_inserts_then_a_claim_there(store: PostgresStore, xid: int) -> tuple[int, list[int]]:
+    """A run whose command row was inserted five times (counted by psycopg, not prepared),
+    then claimed by another process: the seq this store would number next is taken.
+    Returns the seq this store committed last, and the commands the other one claimed."""
+    store.append([started(xid)])
+    seen = 1
+    for cid in range(xid * 10 + 1, xid * 10 + 6):
+        seen = store.append([issued(xid, cid)], expect={xid: seen})[-1].seq
+    other = PostgresStore(store.url, min_size=1, max_size=1)  # another worker's claim
+    try:
+        claimed = other.claim_next("w", 1.0, 30.0, 1, new_id=new_id)
+    finally:
+        other.close()
+    return seen, [row.command_id for row, _ in claimed]
+
+
+def _claim_fails(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("the claim could not be queued")
+
 
 _xids = iter(range(4_700, 1_000_000))
 _REFUSALS = (port.LogMoved, port.ClaimMoved, ConcurrencyConflict)
