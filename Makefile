@@ -86,6 +86,7 @@ verify: install
 
 lint: install
 	$(BIN)/ruff check milepost tests examples
+	$(BIN)/ruff format --check milepost tests examples
 	$(BIN)/mypy --strict milepost
 
 clean:

@@ -27,13 +27,24 @@ def main() -> int:
     port = os.environ.get("MILEPOST_DEMO_UI_PORT", "8082")
     with MockServer() as api:
         print(f"local API at {api.url}")
-        code = subprocess.call([str(milepost), "run", str(HERE / "demo.yaml"),
-                                "--set", f"api_url={api.url}", "--db", DB])  # fmt: skip
+        code = subprocess.call(
+            [
+                str(milepost),
+                "run",
+                str(HERE / "demo.yaml"),
+                "--set",
+                f"api_url={api.url}",
+                "--db",
+                DB,
+            ]
+        )
     ui = [str(milepost), "ui", "--db", DB, "--port", port]
     if not keep_ui_open(os.environ, sys.stdin.isatty() and sys.stdout.isatty()):
         # the run was embedded (no server): `milepost ui` serves the web UI over its database
-        print(f"\nsee the run in the web UI: {' '.join(ui)}\n"
-              f"  then open http://127.0.0.1:{port}/ui/ and sign in with the token it prints")
+        print(
+            f"\nsee the run in the web UI: {' '.join(ui)}\n"
+            f"  then open http://127.0.0.1:{port}/ui/ and sign in with the token it prints"
+        )
         return code
     print("\nthe web UI over this run's database (Ctrl-C to stop):", flush=True)
     proc = subprocess.Popen(ui)

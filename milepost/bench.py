@@ -48,9 +48,15 @@ def expected(workload: str, n: int) -> int:
 
 
 def _doc(name: str, workflow: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump({"apiVersion": "noetl.io/v2", "kind": "Playbook",
-                           "metadata": {"name": name, "path": f"bench/{name}"},
-                           "workflow": workflow}, sort_keys=False)  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": name, "path": f"bench/{name}"},
+            "workflow": workflow,
+        },
+        sort_keys=False,
+    )
 
 
 def chain(name: str, n: int) -> str:
@@ -58,8 +64,10 @@ def chain(name: str, n: int) -> str:
     steps = []
     for i in range(n):
         prev: Any = 0 if i == 0 else f"{{{{ s{i - 1} }}}}"
-        step: dict[str, Any] = {"step": f"s{i}", "tool": {
-            "kind": "python", "input": {"prev": prev}, "code": "result = prev + 1"}}  # fmt: skip
+        step: dict[str, Any] = {
+            "step": f"s{i}",
+            "tool": {"kind": "python", "input": {"prev": prev}, "code": "result = prev + 1"},
+        }
         if i + 1 < n:
             step["next"] = f"s{i + 1}"
         steps.append(step)
@@ -68,14 +76,29 @@ def chain(name: str, n: int) -> str:
 
 def fanout(n: int) -> str:
     """One parallel loop of n trivial python steps, joined by a sum."""
-    return _doc("w2", [
-        {"step": "fan", "loop": {"in": "{{ range(workload.n) | list }}", "iterator": "i",
-                                 "spec": {"mode": "parallel", "max_in_flight": W2_MAX_IN_FLIGHT}},
-         "tool": {"kind": "python", "input": {"i": "{{ i }}"}, "code": "result = i"},
-         "next": "total"},
-        {"step": "total", "tool": {"kind": "python", "input": {"values": "{{ fan }}"},
-                                   "code": "result = sum(values)"}},
-    ])  # fmt: skip
+    return _doc(
+        "w2",
+        [
+            {
+                "step": "fan",
+                "loop": {
+                    "in": "{{ range(workload.n) | list }}",
+                    "iterator": "i",
+                    "spec": {"mode": "parallel", "max_in_flight": W2_MAX_IN_FLIGHT},
+                },
+                "tool": {"kind": "python", "input": {"i": "{{ i }}"}, "code": "result = i"},
+                "next": "total",
+            },
+            {
+                "step": "total",
+                "tool": {
+                    "kind": "python",
+                    "input": {"values": "{{ fan }}"},
+                    "code": "result = sum(values)",
+                },
+            },
+        ],
+    )
 
 
 def playbook_key(workload: str, n: int) -> tuple[str, int]:
@@ -132,8 +155,13 @@ class _Reps:
     walls: list[float] = field(default_factory=list)
 
     def _base(self) -> dict[str, Any]:
-        return {"engine": "milepost", "version": __version__, "variant": self.variant,
-                "workload": self.workload, "n": self.n}  # fmt: skip
+        return {
+            "engine": "milepost",
+            "version": __version__,
+            "variant": self.variant,
+            "workload": self.workload,
+            "n": self.n,
+        }
 
     def record(self, rep: int, wall: float, value: Any, error: BaseException | None) -> None:
         err = None if error is None else f"{type(error).__name__}: {error}"[:300]
@@ -141,24 +169,49 @@ class _Reps:
         if ok:
             self.walls.append(wall)
         steps = steps_for(self.workload, self.n)
-        self.emit({**self._base(), "rep": rep, "ok": ok, "wall_s": round(wall, 4),
-                   "steps": steps, "steps_per_s": round(steps / wall, 1), "value": value,
-                   "error": err, "note": self.note})  # fmt: skip
+        self.emit(
+            {
+                **self._base(),
+                "rep": rep,
+                "ok": ok,
+                "wall_s": round(wall, 4),
+                "steps": steps,
+                "steps_per_s": round(steps / wall, 1),
+                "value": value,
+                "error": err,
+                "note": self.note,
+            }
+        )
 
     def close(self, reps: int, **extra: Any) -> bool:
-        summary: dict[str, Any] = {**self._base(), "summary": True, "ok_reps": len(self.walls),
-                                   "reps": reps, **extra, "note": self.note}  # fmt: skip
+        summary: dict[str, Any] = {
+            **self._base(),
+            "summary": True,
+            "ok_reps": len(self.walls),
+            "reps": reps,
+            **extra,
+            "note": self.note,
+        }
         if self.walls:
             med = statistics.median(self.walls)
-            summary.update(median_s=round(med, 4), min_s=round(min(self.walls), 4),
-                           max_s=round(max(self.walls), 4),
-                           steps_per_s_median=round(steps_for(self.workload, self.n) / med, 1))
+            summary.update(
+                median_s=round(med, 4),
+                min_s=round(min(self.walls), 4),
+                max_s=round(max(self.walls), 4),
+                steps_per_s_median=round(steps_for(self.workload, self.n) / med, 1),
+            )
         self.emit(summary)
         return bool(self.walls)
 
 
-async def _reps(run_once: Callable[[str, int], Awaitable[Any]], workload: str, n: int,
-                reps: int, warmup: int, out: _Reps) -> None:  # fmt: skip
+async def _reps(
+    run_once: Callable[[str, int], Awaitable[Any]],
+    workload: str,
+    n: int,
+    reps: int,
+    warmup: int,
+    out: _Reps,
+) -> None:
     """The harness's protocol: `warmup` untimed runs of size min(n, 5), then `reps` timed."""
     for _ in range(warmup):
         await run_once(workload, min(n, 5))
@@ -183,23 +236,39 @@ async def embedded(db: Path) -> AsyncIterator[EmbeddedEngine]:
     settings = Settings()
     store = SQLiteStore(db, synchronous=settings.sqlite_synchronous)
     try:
-        async with EmbeddedEngine(store, concurrency=settings.concurrency,
-                                  python_workers=settings.python_workers) as engine:  # fmt: skip
+        async with EmbeddedEngine(
+            store, concurrency=settings.concurrency, python_workers=settings.python_workers
+        ) as engine:
             yield engine
     finally:
         store.close()
 
 
-async def _bench(workload: str, n: int, reps: int, warmup: int, variant: str,
-                 emit: Callable[[dict[str, Any]], None], db_dir: Path) -> bool:  # fmt: skip
-    out = _Reps(workload, n, variant,
-                f"embedded, SQLite WAL synchronous={Settings().sqlite_synchronous}", emit)
+async def _bench(
+    workload: str,
+    n: int,
+    reps: int,
+    warmup: int,
+    variant: str,
+    emit: Callable[[dict[str, Any]], None],
+    db_dir: Path,
+) -> bool:
+    out = _Reps(
+        workload,
+        n,
+        variant,
+        f"embedded, SQLite WAL synchronous={Settings().sqlite_synchronous}",
+        emit,
+    )
     async with embedded(db_dir / "bench.db") as engine:
         bench = Bench(engine)
         bench._playbook(workload, n)  # parsing the playbook is not part of a run
         await _reps(bench.run_once, workload, n, reps, warmup, out)
-    return out.close(reps, driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF),
-                     python_worker_peak_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN))
+    return out.close(
+        reps,
+        driver_peak_rss_mb=_rss_mb(resource.RUSAGE_SELF),
+        python_worker_peak_rss_mb=_rss_mb(resource.RUSAGE_CHILDREN),
+    )
 
 
 class ServerBench:
@@ -249,16 +318,28 @@ class ServerBench:
         return status["steps"][step]["result"]
 
 
-def _bench_server(workload: str, n: int, reps: int, warmup: int, variant: str,
-                  emit: Callable[[dict[str, Any]], None]) -> bool:  # fmt: skip
+def _bench_server(
+    workload: str,
+    n: int,
+    reps: int,
+    warmup: int,
+    variant: str,
+    emit: Callable[[dict[str, Any]], None],
+) -> bool:
     from milepost.client import AsyncMilepostClient
     from milepost.conformance.cluster import LocalCluster
 
     pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     concurrency = int(os.environ.get("MILEPOST_BENCH_WORKER_CONCURRENCY") or SERVER_CONCURRENCY)
-    out = _Reps(workload, n, variant, "server on PostgreSQL (synchronous_commit on), "
-                f"2 worker processes x {concurrency}, reports over the worker channel, "
-                "NATS wake-ups + polling", emit)  # fmt: skip
+    out = _Reps(
+        workload,
+        n,
+        variant,
+        "server on PostgreSQL (synchronous_commit on), "
+        f"2 worker processes x {concurrency}, reports over the worker channel, "
+        "NATS wake-ups + polling",
+        emit,
+    )
 
     async def main(url: str, token: str) -> None:
         async with AsyncMilepostClient(url, token, timeout=120) as client:
@@ -275,24 +356,46 @@ def ingest(batches: int = 200, size: int = 100) -> dict[str, Any]:
     from milepost.conformance.cluster import LocalCluster
 
     pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-    with LocalCluster(pg, workers=0) as cluster, \
-            MilepostClient(cluster.url, cluster.token, timeout=120) as client:  # fmt: skip
+    with (
+        LocalCluster(pg, workers=0) as cluster,
+        MilepostClient(cluster.url, cluster.token, timeout=120) as client,
+    ):
         client.register(chain("ingest", 1))
         xid = client.execute("bench/ingest", {})
-        batch = [{"execution_id": str(xid), "event_type": "command.heartbeat", "step": "s0",
-                  "meta": {"i": i}} for i in range(size)]  # fmt: skip
+        batch = [
+            {
+                "execution_id": str(xid),
+                "event_type": "command.heartbeat",
+                "step": "s0",
+                "meta": {"i": i},
+            }
+            for i in range(size)
+        ]
         client.post_events(batch)  # warm-up
         t0 = time.perf_counter()
         for _ in range(batches):
             client.post_events(batch)
         wall = time.perf_counter() - t0
-    return {"engine": "milepost", "variant": "server", "measure": "events_batch_ingest",
-            "batches": batches, "batch_size": size, "wall_s": round(wall, 4),
-            "events_per_s": round(batches * size / wall, 1)}
+    return {
+        "engine": "milepost",
+        "variant": "server",
+        "measure": "events_batch_ingest",
+        "batches": batches,
+        "batch_size": size,
+        "wall_s": round(wall, 4),
+        "events_per_s": round(batches * size / wall, 1),
+    }
 
 
-def run(workload: str, n: int, *, reps: int = 3, warmup: int = 1, variant: str = "default",
-        db_dir: Path | None = None) -> bool:  # fmt: skip
+def run(
+    workload: str,
+    n: int,
+    *,
+    reps: int = 3,
+    warmup: int = 1,
+    variant: str = "default",
+    db_dir: Path | None = None,
+) -> bool:
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r} (choose from {', '.join(WORKLOADS)})")
 

@@ -62,8 +62,10 @@ class CredentialUnreadable(MilepostError):
     code = "credential_unreadable"
 
 
-NAME_RULE = ("a credential name is letters, digits, '.', '_' and '-', not starting with a "
-             "dot, at most 128 characters")
+NAME_RULE = (
+    "a credential name is letters, digits, '.', '_' and '-', not starting with a "
+    "dot, at most 128 characters"
+)
 """Names travel in URL paths (`/api/credentials/{name}`) and keychain entries: `a/b` or `..`
 could be stored but never read or deleted again."""
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -266,8 +268,12 @@ class Vault:
 
 
 def _info(row: CredentialRow) -> dict[str, Any]:
-    return {"name": row.name, "type": row.type, "created_at": row.created_at,
-            "updated_at": row.updated_at}  # fmt: skip
+    return {
+        "name": row.name,
+        "type": row.type,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
 
 
 def _token_bytes(row: CredentialRow) -> bytes:

@@ -33,8 +33,16 @@ _TOKEN_CHARS = r"[A-Za-z0-9\-._~+/]"
 _VALUE = r"[^\s\"'&;,]{3,}"
 """A value after `password=`. A masked value (`***`) may match again: it stays `***`."""
 _NAMES = r"(?:password|passwd|secret|token|api_?key|access_?key)"
-_NAME_TEXTS = ("password", "passwd", "secret", "token", "apikey", "api_key", "accesskey",
-               "access_key")  # fmt: skip
+_NAME_TEXTS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "accesskey",
+    "access_key",
+)
 
 
 def _named(sign: str) -> tuple[str, ...]:
@@ -44,47 +52,80 @@ def _named(sign: str) -> tuple[str, ...]:
 
 _RULES: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
     # the block's body; its BEGIN and END lines say what was there
-    (("private key",),
-     re.compile(r"(-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----)[^*][\s\S]{2,}?"
-                r"(-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"), rf"\1{MASK}\2"),
+    (
+        ("private key",),
+        re.compile(
+            r"(-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----)[^*][\s\S]{2,}?"
+            r"(-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"
+        ),
+        rf"\1{MASK}\2",
+    ),
     # a bearer token has a digit or a sign in it: "the bearer instruments" is prose; first,
     # so a token that is also a JWT or a prefixed key is masked once
-    (("bearer",),
-     re.compile(rf"\b((?i:bearer)\s+)(?={_TOKEN_CHARS}*[0-9\-._~+/]){_TOKEN_CHARS}{{8,}}[=*]*"),
-     rf"\1{MASK}"),
-    (("eyj",), re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
-     MASK),
+    (
+        ("bearer",),
+        re.compile(rf"\b((?i:bearer)\s+)(?={_TOKEN_CHARS}*[0-9\-._~+/]){_TOKEN_CHARS}{{8,}}[=*]*"),
+        rf"\1{MASK}",
+    ),
+    (
+        ("eyj",),
+        re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+        MASK,
+    ),
     # the scheme starts where a run of scheme characters starts, so a scan stays linear
-    (("://",),
-     re.compile(r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]{0,30}://[^\s:/@?#]+:)"
-                r"[^\s@/?#]{3,}(?=@)"), rf"\1{MASK}"),
+    (
+        ("://",),
+        re.compile(
+            r"(?<![a-zA-Z0-9+.\-])([a-zA-Z][a-zA-Z0-9+.\-]{0,30}://[^\s:/@?#]+:)"
+            r"[^\s@/?#]{3,}(?=@)"
+        ),
+        rf"\1{MASK}",
+    ),
     (("sk-",), re.compile(rf"\b(sk-(?:proj-|ant-|live-)?){_KEY_CHARS}{{20,}}"), rf"\1{MASK}"),
     (("sk_", "rk_"), re.compile(r"\b((?:sk|rk)_(?:live|test)_)[A-Za-z0-9]{16,}"), rf"\1{MASK}"),
-    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"\b(gh[pousr]_)[A-Za-z0-9]{36,}"),
-     rf"\1{MASK}"),
+    (
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        re.compile(r"\b(gh[pousr]_)[A-Za-z0-9]{36,}"),
+        rf"\1{MASK}",
+    ),
     (("github_pat_",), re.compile(r"\b(github_pat_)[A-Za-z0-9_]{22,}"), rf"\1{MASK}"),
     (("glpat-",), re.compile(r"\b(glpat-)[A-Za-z0-9_\-]{20,}"), rf"\1{MASK}"),
     (("xox",), re.compile(r"\b(xox[abposr]-)[A-Za-z0-9\-]{10,}"), rf"\1{MASK}"),
     (("akia", "asia"), re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), rf"\1{MASK}"),
     (("aiza",), re.compile(r"\b(AIza)[0-9A-Za-z_\-]{35}"), rf"\1{MASK}"),
     # `access_token=`, `"client_secret": "`: the name may end a longer one
-    (_named("="), re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}=)(['\"]?){_VALUE}"),
-     rf"\1\2{MASK}"),
-    (_named('"'), re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}\"\s*:\s*\")[^\"]{{3,}}(?=\")"),
-     rf"\1{MASK}"),
+    (_named("="), re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}=)(['\"]?){_VALUE}"), rf"\1\2{MASK}"),
+    (
+        _named('"'),
+        re.compile(rf"(?i)(?<![a-z0-9])({_NAMES}\"\s*:\s*\")[^\"]{{3,}}(?=\")"),
+        rf"\1{MASK}",
+    ),
     # an environment variable: `PGPASSWORD=`, `DB_PASSWORD=` (upper case, so `mypassword=`
     # in prose is left to the pattern above)
-    (_named("="),
-     re.compile(rf"(?<![A-Za-z0-9_])([A-Z][A-Z0-9_]*{_NAMES.upper()}=)"
-                rf"(['\"]?){_VALUE}"), rf"\1\2{MASK}"),
-    (("api-key:",), re.compile(r"(?i)(?<![a-z0-9])((?:x-)?api-key:[ \t]*)(['\"]?)[^\s\"',;]{3,}"),
-     rf"\1\2{MASK}"),
+    (
+        _named("="),
+        re.compile(
+            rf"(?<![A-Za-z0-9_])([A-Z][A-Z0-9_]*{_NAMES.upper()}=)"
+            rf"(['\"]?){_VALUE}"
+        ),
+        rf"\1\2{MASK}",
+    ),
+    (
+        ("api-key:",),
+        re.compile(r"(?i)(?<![a-z0-9])((?:x-)?api-key:[ \t]*)(['\"]?)[^\s\"',;]{3,}"),
+        rf"\1\2{MASK}",
+    ),
     # YAML `password: hunter2`: a key at the start of a line and one word to its end, so
     # `token: missing, please log in` is prose
-    (_named(":"),
-     re.compile(rf"(?im)^([ \t]*(?:-[ \t]+)?[a-z0-9_\-]*?{_NAMES}:[ \t]+)(['\"]?)"
-                rf"[^\s'\"]{{3,}}(?=['\"]?[ \t\r]*$)"), rf"\1\2{MASK}"),
-)  # fmt: skip
+    (
+        _named(":"),
+        re.compile(
+            rf"(?im)^([ \t]*(?:-[ \t]+)?[a-z0-9_\-]*?{_NAMES}:[ \t]+)(['\"]?)"
+            rf"[^\s'\"]{{3,}}(?=['\"]?[ \t\r]*$)"
+        ),
+        rf"\1\2{MASK}",
+    ),
+)
 """What looks like a secret, what replaces it, and the texts (lowercased) without which
 it cannot match. Every replacement is at most as long as what it replaces, and masking a
 masked text changes nothing."""
@@ -162,8 +203,11 @@ class Redactor:
     (`mask_patterns`) even when nobody declared it."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        values = sorted({s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_LENGTH},
-                        key=len, reverse=True)  # fmt: skip
+        values = sorted(
+            {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_LENGTH},
+            key=len,
+            reverse=True,
+        )
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
 
     def __bool__(self) -> bool:

@@ -136,5 +136,7 @@ def sqlite_path(url: str | None, settings: Settings | None = None) -> str:
         scheme = value.split("://", 1)[0]
         raise UnsupportedDatabase(
             f"database URL scheme {scheme!r} is not supported by the embedded engine "
-            "(use a file path or sqlite:///path)", url=value)  # fmt: skip
+            "(use a file path or sqlite:///path)",
+            url=value,
+        )
     return str(Path(value))

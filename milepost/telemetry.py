@@ -57,7 +57,8 @@ class _ChosenIds(IdGenerator):
     def __init__(self) -> None:
         self._random = RandomIdGenerator()
         self._chosen: contextvars.ContextVar[tuple[int | None, int | None]] = (
-            contextvars.ContextVar("milepost_chosen_ids", default=(None, None)))  # fmt: skip
+            contextvars.ContextVar("milepost_chosen_ids", default=(None, None))
+        )
 
     def generate_span_id(self) -> int:
         span = self._chosen.get()[1]
@@ -82,11 +83,13 @@ class _ChosenIds(IdGenerator):
 class Telemetry:
     """The spans of one process: its provider, exporter and the two kinds of span."""
 
-    def __init__(self, exporter: SpanExporter, *, batch: bool = True,
-                 service: str = "milepost") -> None:  # fmt: skip
+    def __init__(
+        self, exporter: SpanExporter, *, batch: bool = True, service: str = "milepost"
+    ) -> None:
         self._ids = _ChosenIds()
-        self.provider = TracerProvider(id_generator=self._ids,
-                                       resource=Resource.create({"service.name": service}))
+        self.provider = TracerProvider(
+            id_generator=self._ids, resource=Resource.create({"service.name": service})
+        )
         # batched for a real exporter: an attempt never waits for the collector
         processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
         self.provider.add_span_processor(processor)
@@ -98,14 +101,17 @@ class Telemetry:
         context = _remote_parent(item.traceparent)
         attributes: dict[str, Any] = {
             "milepost.execution_id": str(item.execution_id),
-            "milepost.command_id": str(item.command_id), "milepost.step": item.step,
-            "milepost.run": item.run, "milepost.attempt": item.attempt,
-        }  # fmt: skip
+            "milepost.command_id": str(item.command_id),
+            "milepost.step": item.step,
+            "milepost.run": item.run,
+            "milepost.attempt": item.attempt,
+        }
         if item.index != st.NO_INDEX:
             attributes["milepost.index"] = item.index
         with self._ids.chosen(None, tc.attempt_span_id(item.command_id)):
-            span = self.tracer.start_span(f"step {item.step}", context=context,
-                                          attributes=attributes)  # fmt: skip
+            span = self.tracer.start_span(
+                f"step {item.step}", context=context, attributes=attributes
+            )
         try:
             yield span
         finally:
@@ -126,20 +132,33 @@ class Telemetry:
         # parent's trace (`traceparent`); a root's has no parent
         context = _remote_parent(state.traceparent) or otel_context.Context()
         links = []
-        if (state.traceparent is None and state.parent_execution_id is not None
-                and state.parent_command_id is not None):  # fmt: skip
+        if (
+            state.traceparent is None
+            and state.parent_execution_id is not None
+            and state.parent_command_id is not None
+        ):
             # a child started before children joined their parent's trace: its own trace,
             # linked to that attempt
-            parent = SpanContext(tc.trace_id(state.parent_execution_id),
-                                 tc.attempt_span_id(state.parent_command_id), is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+            parent = SpanContext(
+                tc.trace_id(state.parent_execution_id),
+                tc.attempt_span_id(state.parent_command_id),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
             links.append(Link(parent))
-        attributes = {"milepost.execution_id": str(xid), "milepost.playbook": state.path,
-                      "milepost.status": state.status}  # fmt: skip
+        attributes = {
+            "milepost.execution_id": str(xid),
+            "milepost.playbook": state.path,
+            "milepost.status": state.status,
+        }
         with self._ids.chosen(tc.run_trace(xid, state.traceparent), tc.run_span_id(xid)):
-            span = self.tracer.start_span(f"run {state.path}", context=context,
-                                          links=links, attributes=attributes,
-                                          start_time=_ns(state.started_at))  # fmt: skip
+            span = self.tracer.start_span(
+                f"run {state.path}",
+                context=context,
+                links=links,
+                attributes=attributes,
+                start_time=_ns(state.started_at),
+            )
         if state.status == st.FAILED:
             reason = (state.error or {}).get("reason") or (state.error or {}).get("message")
             span.set_status(Status(StatusCode.ERROR, str(reason or "failed")))
@@ -154,8 +173,9 @@ def _remote_parent(traceparent: object) -> otel_context.Context | None:
     parent = tc.parse(traceparent)
     if parent is None:
         return None
-    remote = SpanContext(parent[0], parent[1], is_remote=True,
-                         trace_flags=TraceFlags(TraceFlags.SAMPLED))  # fmt: skip
+    remote = SpanContext(
+        parent[0], parent[1], is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
     return trace.set_span_in_context(NonRecordingSpan(remote))
 
 
@@ -171,8 +191,9 @@ def active() -> Telemetry | None:
     return _active
 
 
-def configure(exporter: SpanExporter, *, batch: bool = True,
-              service: str = "milepost") -> Telemetry:  # fmt: skip
+def configure(
+    exporter: SpanExporter, *, batch: bool = True, service: str = "milepost"
+) -> Telemetry:
     """Export this process's spans to `exporter` (replacing what was configured)."""
     global _active
     reset()
@@ -206,9 +227,14 @@ def from_settings(settings: Settings, *, service: str = "milepost") -> Telemetry
             raise TelemetryMisconfigured(
                 "otel_exporter 'otlp' needs the OTLP exporter: pip install "
                 "'milepost[otlp]' (opentelemetry-exporter-otlp-proto-http)",
-                setting="otel_exporter", value=name) from None
+                setting="otel_exporter",
+                value=name,
+            ) from None
         # the endpoint, headers and timeout come from the standard OTEL_EXPORTER_OTLP_* vars
         return configure(OTLPSpanExporter(), service=service)
     raise TelemetryMisconfigured(
         f"otel_exporter {name!r} is not one of {', '.join(EXPORTERS)}",
-        setting="otel_exporter", value=name, allowed=list(EXPORTERS))  # fmt: skip
+        setting="otel_exporter",
+        value=name,
+        allowed=list(EXPORTERS),
+    )

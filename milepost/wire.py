@@ -35,8 +35,9 @@ COMPENSATION_RESULT = "compensation.result"
 no step is named so (a step name has no dot), and a worker that does not know it skips it."""
 
 
-def loop_steps(state: st.ExecutionState, playbook: model.Playbook,
-               context: Mapping[str, Any]) -> dict[str, dict[str, int]]:  # fmt: skip
+def loop_steps(
+    state: st.ExecutionState, playbook: model.Playbook, context: Mapping[str, Any]
+) -> dict[str, dict[str, int]]:
     """The loop steps named in `context`, with the failed count of their latest result,
     and a compensation's loop result (what `plain` drops and `work_item_from_wire`
     restores)."""
@@ -94,8 +95,9 @@ def work_item_from_wire(command: Mapping[str, Any]) -> WorkItem:
     )
 
 
-def event_to_wire(event: ev.Event, epoch: int,
-                  parent_event_id: int | None = None) -> dict[str, Any]:  # fmt: skip
+def event_to_wire(
+    event: ev.Event, epoch: int, parent_event_id: int | None = None
+) -> dict[str, Any]:
     """A report event in the shape of `POST /api/events/batch`, fenced by `meta.epoch`."""
     return {
         "event_id": str(event.event_id),
@@ -109,5 +111,3 @@ def event_to_wire(event: ev.Event, epoch: int,
         "worker_id": event.worker_id,
         "created_at": event.created_at,
     }
-
-

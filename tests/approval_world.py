@@ -65,8 +65,9 @@ class Upstream:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode(errors="replace")
-        request = Request(handler.command, handler.path,
-                          {k.lower(): v for k, v in handler.headers.items()}, body)  # fmt: skip
+        request = Request(
+            handler.command, handler.path, {k.lower(): v for k, v in handler.headers.items()}, body
+        )
         with self._lock:
             self._requests.append(request)
             count = sum(1 for r in self._requests if r.path == request.path)
@@ -120,22 +121,36 @@ def upstream() -> Iterator[Upstream]:
 
 
 def playbook(path: str, body: str) -> str:
-    return HEADER + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n" + \
-        textwrap.dedent(body)  # fmt: skip
+    return (
+        HEADER
+        + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
+        + textwrap.dedent(body)
+    )
 
 
 def pay_tool(url: str, *, amount: str = "{{ workload.amount }}", indent: int = 4) -> str:
     """The gated side effect: POST {url} with the amount and the operation key."""
     pad = " " * indent
-    return (f"{pad}tool: {{kind: http, method: POST, url: \"{url}\",\n"
-            f"{pad}       headers: {{X-Operation-Key: \"{{{{ operation_key }}}}\"}},\n"
-            f"{pad}       json: {{amount: \"{amount}\"}}}}\n")  # fmt: skip
+    return (
+        f'{pad}tool: {{kind: http, method: POST, url: "{url}",\n'
+        f'{pad}       headers: {{X-Operation-Key: "{{{{ operation_key }}}}"}},\n'
+        f'{pad}       json: {{amount: "{amount}"}}}}\n'
+    )
 
 
-def gated(path: str, url: str, *, approvers: str = "[user:alice, user:bob]", quorum: int = 1,
-          expires_in: str = "1h", self_ok: bool = False) -> str:  # fmt: skip
+def gated(
+    path: str,
+    url: str,
+    *,
+    approvers: str = "[user:alice, user:bob]",
+    quorum: int = 1,
+    expires_in: str = "1h",
+    self_ok: bool = False,
+) -> str:
     """One gated step paying `workload.amount` to `url`."""
-    return playbook(path, f"""\
+    return playbook(
+        path,
+        f"""\
 workload: {{amount: 7200}}
 workflow:
   - step: start
@@ -145,7 +160,8 @@ workflow:
     spec:
       approval: {{approvers: {approvers}, quorum: {quorum}, expires_in: {expires_in},
                   allow_self_approval: {str(self_ok).lower()}, risk: high}}
-{pay_tool(url)}""")
+{pay_tool(url)}""",
+    )
 
 
 def raced(path: str, url: str, *, what: str) -> str:
@@ -153,13 +169,17 @@ def raced(path: str, url: str, *, what: str) -> str:
     `what` is `policy` (the policy reads it: false at dispatch) or `input` (the call reads
     it: it changed since it was approved)."""
     if what == "policy":
-        approval = ('{approvers: [user:alice], policy: {check: "{{ (ctx.amount | default(100)) '
-                    '<= 5000 }}", reason: "amount {{ ctx.amount }} exceeds the 5,000 limit"}}')
+        approval = (
+            '{approvers: [user:alice], policy: {check: "{{ (ctx.amount | default(100)) '
+            '<= 5000 }}", reason: "amount {{ ctx.amount }} exceeds the 5,000 limit"}}'
+        )
         tool = pay_tool(url, amount="{{ workload.amount }}")
     else:
         approval = "{approvers: [user:alice]}"
         tool = pay_tool(url, amount="{{ ctx.amount | default(100) }}")
-    return playbook(path, f"""\
+    return playbook(
+        path,
+        f"""\
 workload: {{amount: 100}}
 workflow:
   - step: start
@@ -171,13 +191,16 @@ workflow:
   - step: pay
     spec:
       approval: {approval}
-{tool}""")
+{tool}""",
+    )
 
 
 def loop_writing_ctx(path: str, url: str) -> str:
     """A sequential gated loop whose iteration 0 writes `ctx.seen`, which iteration 1's call
     reads: approved once with `ctx.seen` unset, iteration 1 renders a different call."""
-    return playbook(path, f"""\
+    return playbook(
+        path,
+        f"""\
 workflow:
   - step: start
     tool: {{kind: noop}}
@@ -193,4 +216,5 @@ workflow:
         url: "{url}"
         json: {{i: "{{{{ i }}}}", seen: "{{{{ ctx.seen | default('none') }}}}"}}
         set: {{ctx.seen: "{{{{ i }}}}"}}
-""")
+""",
+    )

@@ -93,6 +93,8 @@ def effects(tmp_path: Path) -> list[str]:
 
 
 REFUND = 'refund {"result": {"id": "ch_1"}, "run": 1, "step": "start"}'
-RELEASE = ('release {"result": ["a", "b"], "run": 1, "step": "reserve"}'
-           ' {"failed": 0, "success": 2, "total": 2}')
+RELEASE = (
+    'release {"result": ["a", "b"], "run": 1, "step": "reserve"}'
+    ' {"failed": 0, "success": 2, "total": 2}'
+)
 """The loop's result keeps its `.stats` in both modes (the wire restores it)."""

@@ -46,8 +46,10 @@ async def _measure(db: Path, workload: str, n: int, reps: int, profile: str | No
             profiler.dump_stats(profile)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     steps = bench.steps_for(workload, n) * reps
-    print(f"{workload} {n} x{reps}: engine CPU {cpu / steps * 1e6:.0f} us a step,"
-          f" wall {wall / steps * 1e6:.0f} us a step, {steps / wall:.0f} steps/s")  # fmt: skip
+    print(
+        f"{workload} {n} x{reps}: engine CPU {cpu / steps * 1e6:.0f} us a step,"
+        f" wall {wall / steps * 1e6:.0f} us a step, {steps / wall:.0f} steps/s"
+    )
 
 
 def main() -> None:

@@ -38,8 +38,10 @@ class PgDatabases:
         # a DROP DATABASE waits for a checkpoint: drops run in the background, on several
         # connections so that concurrent ones share a checkpoint, while the next tests run
         self._drops: queue.Queue[str | None] = queue.Queue()
-        self._droppers = [threading.Thread(target=self._drop_loop, args=(admin_url,), daemon=True)
-                          for _ in range(_DROPPERS)]  # fmt: skip
+        self._droppers = [
+            threading.Thread(target=self._drop_loop, args=(admin_url,), daemon=True)
+            for _ in range(_DROPPERS)
+        ]
         for dropper in self._droppers:
             dropper.start()
 

@@ -73,8 +73,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}, **extra}
 
 
-def wait_for(check: Callable[[], T], what: str | None = None, *, timeout: float = TIMEOUT,
-             interval: float = INTERVAL) -> T:  # fmt: skip
+def wait_for(
+    check: Callable[[], T],
+    what: str | None = None,
+    *,
+    timeout: float = TIMEOUT,
+    interval: float = INTERVAL,
+) -> T:
     """Poll `check` until it returns something truthy, and return that.
 
     Fails after `timeout` seconds with an AssertionError naming `what` (by default the
@@ -90,9 +95,14 @@ def wait_for(check: Callable[[], T], what: str | None = None, *, timeout: float 
         time.sleep(interval)
 
 
-async def wait_for_async(check: Callable[[], T | Awaitable[T]], what: str | None = None, *,
-                         timeout: float = TIMEOUT, interval: float = INTERVAL,
-                         between: Callable[[], Awaitable[object]] | None = None) -> T:  # fmt: skip
+async def wait_for_async(
+    check: Callable[[], T | Awaitable[T]],
+    what: str | None = None,
+    *,
+    timeout: float = TIMEOUT,
+    interval: float = INTERVAL,
+    between: Callable[[], Awaitable[object]] | None = None,
+) -> T:
     """`wait_for` on an event loop: the other tasks run while it waits; `check` may be
     a coroutine function (an HTTP call of an async client).
 
@@ -110,8 +120,7 @@ async def wait_for_async(check: Callable[[], T | Awaitable[T]], what: str | None
         await (between() if between is not None else asyncio.sleep(interval))
 
 
-def _timed_out(check: Callable[[], object], what: str | None, timeout: float,
-               last: object) -> str:  # fmt: skip
+def _timed_out(check: Callable[[], object], what: str | None, timeout: float, last: object) -> str:
     return f"timed out after {timeout:g}s waiting for {what or _source(check)} (last: {last!r})"
 
 

@@ -36,10 +36,16 @@ def exporting() -> Iterator[InMemorySpanExporter]:
         telemetry.reset()
 
 
-def one(events: list[ev.Event], event_type: str, step: str | None = None,
-        index: int | None = None) -> ev.Event:  # fmt: skip
-    found = [e for e in events if e.event_type == event_type and e.step == step
-             and (index is None or e.payload.get("index") == index)]  # fmt: skip
+def one(
+    events: list[ev.Event], event_type: str, step: str | None = None, index: int | None = None
+) -> ev.Event:
+    found = [
+        e
+        for e in events
+        if e.event_type == event_type
+        and e.step == step
+        and (index is None or e.payload.get("index") == index)
+    ]
     assert len(found) == 1, (event_type, step, index, found)
     return found[0]
 
@@ -69,7 +75,8 @@ def assert_chain(events: list[ev.Event]) -> None:
             completed = one(events, ev.COMMAND_COMPLETED, step, index)
             # the report carries back the attempt's own span, a child of the run's
             assert completed.meta["traceparent"] == tc.attempt_traceparent(
-                started.execution_id, issued.event_id)
+                started.execution_id, issued.event_id
+            )
             reports.append(completed)
         exit_ = one(events, ev.STEP_EXIT, step)
         last = max(reports, key=lambda e: e.seq)
@@ -96,15 +103,19 @@ def assert_spans(spans: tuple[ReadableSpan, ...], events: list[ev.Event]) -> Non
     assert run.start_time == int(started.created_at * 1e9)
     assert run.end_time == int(one(events, ev.EXECUTION_COMPLETED).created_at * 1e9)
     assert run.attributes is not None and run.attributes["milepost.status"] == "COMPLETED"
-    attempts = sorted((s for s in spans if s.name.startswith("step ")),
-                      key=lambda s: s.start_time or 0)  # fmt: skip
+    attempts = sorted(
+        (s for s in spans if s.name.startswith("step ")), key=lambda s: s.start_time or 0
+    )
     issued = [e for e in events if e.event_type == ev.COMMAND_ISSUED]
     assert len(attempts) == len(issued) == 4
     assert {s.context.span_id for s in attempts if s.context} == {
-        tc.attempt_span_id(e.event_id) for e in issued}
+        tc.attempt_span_id(e.event_id) for e in issued
+    }
     for span in attempts:
         assert span.parent is not None and span.context is not None
-        assert (span.parent.trace_id, span.parent.span_id) == (tc.trace_id(xid),
-                                                                 tc.run_span_id(xid))
+        assert (span.parent.trace_id, span.parent.span_id) == (
+            tc.trace_id(xid),
+            tc.run_span_id(xid),
+        )
         assert span.context.trace_id == tc.trace_id(xid)
         assert span.attributes is not None and span.attributes["milepost.execution_id"] == str(xid)

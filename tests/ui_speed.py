@@ -50,17 +50,34 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _playbook(name: str, workflow: list[dict[str, Any]]) -> str:
-    return yaml.safe_dump({"apiVersion": "noetl.io/v2", "kind": "Playbook",
-                           "metadata": {"name": name, "path": f"bench/{name}"},
-                           "workflow": workflow}, sort_keys=False)  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "apiVersion": "noetl.io/v2",
+            "kind": "Playbook",
+            "metadata": {"name": name, "path": f"bench/{name}"},
+            "workflow": workflow,
+        },
+        sort_keys=False,
+    )
 
 
 def big_loop() -> str:
-    return _playbook("big_loop", [
-        {"step": "start", "loop": {"in": "{{ range(workload.n) | list }}", "iterator": "i",
-                                   "spec": {"mode": "parallel", "max_in_flight": 256}},
-         "tool": {"kind": "noop"}, "next": "end"},
-        {"step": "end", "tool": {"kind": "noop"}}])  # fmt: skip
+    return _playbook(
+        "big_loop",
+        [
+            {
+                "step": "start",
+                "loop": {
+                    "in": "{{ range(workload.n) | list }}",
+                    "iterator": "i",
+                    "spec": {"mode": "parallel", "max_in_flight": 256},
+                },
+                "tool": {"kind": "noop"},
+                "next": "end",
+            },
+            {"step": "end", "tool": {"kind": "noop"}},
+        ],
+    )
 
 
 def chain(n: int) -> str:
@@ -86,10 +103,12 @@ def _sided_path(name: str, n: int, sides: tuple[str, ...], direct: bool) -> str:
             after = f"p{i + 1}"
             arcs: list[dict[str, Any]] = [
                 {"step": f"{side}{i}", **({"when": "{{ false }}"} if direct or j else {})}
-                for j, side in enumerate(sides)]  # fmt: skip
+                for j, side in enumerate(sides)
+            ]
             step["next"] = {"arcs": arcs + ([{"step": after}] if direct else [])}
-            steps += [{"step": f"{side}{i}", "tool": {"kind": "noop"}, "next": after}
-                      for side in sides]  # fmt: skip
+            steps += [
+                {"step": f"{side}{i}", "tool": {"kind": "noop"}, "next": after} for side in sides
+            ]
     return _playbook(name, steps)
 
 
@@ -112,10 +131,18 @@ def _skipping(name: str, n: int, further: Callable[[int], int]) -> str:
     """`n` steps, each with an arc to the next and one (never taken) `further(i)` steps on."""
     steps: list[dict[str, Any]] = []
     for i in range(n):
-        arcs = [{"step": f"s{j}", **({"when": "{{ false }}"} if j > i + 1 else {})}
-                for j in (i + 1, i + further(i)) if j < n]  # fmt: skip
-        steps.append({"step": "start" if i == 0 else f"s{i}", "tool": {"kind": "noop"},
-                      **({"next": {"arcs": arcs}} if arcs else {})})  # fmt: skip
+        arcs = [
+            {"step": f"s{j}", **({"when": "{{ false }}"} if j > i + 1 else {})}
+            for j in (i + 1, i + further(i))
+            if j < n
+        ]
+        steps.append(
+            {
+                "step": "start" if i == 0 else f"s{i}",
+                "tool": {"kind": "noop"},
+                **({"next": {"arcs": arcs}} if arcs else {}),
+            }
+        )
     return _playbook(name, steps)
 
 
@@ -143,15 +170,23 @@ def mesh(n: int, rows: int = 20) -> str:
     for r in range(rows):
         for c in range(cols):
             arcs = ([{"step": name(r, c + 1)}] if c + 1 < cols else []) + (
-                [{"step": name(r + 1, c), "when": "{{ false }}"}] if r + 1 < rows else [])
-            steps.append({"step": name(r, c), "tool": {"kind": "noop"},
-                          **({"next": {"arcs": arcs}} if arcs else {})})  # fmt: skip
+                [{"step": name(r + 1, c), "when": "{{ false }}"}] if r + 1 < rows else []
+            )
+            steps.append(
+                {
+                    "step": name(r, c),
+                    "tool": {"kind": "noop"},
+                    **({"next": {"arcs": arcs}} if arcs else {}),
+                }
+            )
     return _playbook("mesh500", steps)
 
 
 def gated(gate: Path) -> str:
-    code = (f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n"
-            "    time.sleep(0.1)\nresult = 1")  # fmt: skip
+    code = (
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n"
+        "    time.sleep(0.1)\nresult = 1"
+    )
     return _playbook("held", [{"step": "start", "tool": {"kind": "python", "code": code}}])
 
 
@@ -162,8 +197,11 @@ async def _make_runs(url: str, runs: list[tuple[str, dict[str, Any]]], many: int
         async with EmbeddedEngine(store, concurrency=64) as engine:
             ids = []
             for text, workload in runs:
-                ids.append((await engine.run(load.load_text(text), text, workload,
-                                             timeout=3600)).execution_id)  # fmt: skip
+                ids.append(
+                    (
+                        await engine.run(load.load_text(text), text, workload, timeout=3600)
+                    ).execution_id
+                )
             text, workload = runs[-1]
             pb = load.load_text(text)
             for start in range(0, many, 1000):  # a thousand at a time: bounded memory
@@ -182,8 +220,11 @@ def ui(db: str, folder: Path) -> Iterator[tuple[str, str, Proc]]:
     proc = Proc("ui", [MILEPOST, "ui", "--db", db, "--port", str(port)], clean_env(), log)
     base = f"http://127.0.0.1:{port}"
     try:
-        token = wait_for(lambda: (m := re.search(r"mp_[\w-]+", log.read_text())) and m[0],
-                         f"the token ({log})", timeout=60)  # fmt: skip
+        token = wait_for(
+            lambda: (m := re.search(r"mp_[\w-]+", log.read_text())) and m[0],
+            f"the token ({log})",
+            timeout=60,
+        )
         wait_for(lambda: _ok(base + "/health"), "milepost ui to answer", timeout=60)
         yield base, token, proc
     finally:
@@ -248,15 +289,18 @@ _ALL = """(count) => (document.querySelector('[data-testid="event-count"]')?.tex
   === count) && performance.now()"""
 
 
-def _run_page(page: Any, base: str, xid: int, step: str, done: str, events: int) -> dict[str, float]:
+def _run_page(
+    page: Any, base: str, xid: int, step: str, done: str, events: int
+) -> dict[str, float]:
     """Seconds to interactive (graph at its final counts, first timeline rows) and to the
     whole timeline, from a navigation with nothing cached but the app."""
     page.goto(f"{base}/ui/runs/{xid}")
     ready = page.wait_for_function(_READY, arg=[step, done], polling="raf", timeout=120_000)
-    whole = page.wait_for_function(_ALL, arg=f"Events ({events:,})", polling="raf",
-                                   timeout=600_000)  # fmt: skip
-    return {"interactive_s": round(ready.json_value() / 1000, 3),
-            "all_events_s": round(whole.json_value() / 1000, 3)}  # fmt: skip
+    whole = page.wait_for_function(_ALL, arg=f"Events ({events:,})", polling="raf", timeout=600_000)
+    return {
+        "interactive_s": round(ready.json_value() / 1000, 3),
+        "all_events_s": round(whole.json_value() / 1000, 3),
+    }
 
 
 PAGES = ["loop", "chain", "branchy", "forks", "lattice", "tangle", "mesh"]
@@ -268,28 +312,42 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
-    parser.add_argument("--only", nargs="+", choices=PAGES,
-                        default=None,
-                        help="only these run pages (no idle CPU, no PostgreSQL runs list):"
-                             " a quick figure while working on the run page")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=PAGES,
+        default=None,
+        help="only these run pages (no idle CPU, no PostgreSQL runs list):"
+        " a quick figure while working on the run page",
+    )
     args = parser.parse_args()
     pages = args.only or PAGES
     from playwright.sync_api import sync_playwright
 
     folder = Path(tempfile.mkdtemp(prefix="milepost-ui-speed-"))
-    summary: dict[str, Any] = {"summary": True, "iterations": args.iterations,
-                               "steps": args.steps, "runs": args.runs}  # fmt: skip
+    summary: dict[str, Any] = {
+        "summary": True,
+        "iterations": args.iterations,
+        "steps": args.steps,
+        "runs": args.runs,
+    }
     sqlite = f"sqlite:///{folder / 'runs.db'}"
     t0 = time.perf_counter()
-    made = {"loop": (big_loop(), {"n": args.iterations}), "chain": (chain(args.steps), {}),
-            "branchy": (branchy(args.steps), {}), "forks": (forks(args.steps), {}),
-            "lattice": (lattice(args.steps), {}), "tangle": (tangle(args.steps), {}),
-            "mesh": (mesh(args.steps), {})}
+    made = {
+        "loop": (big_loop(), {"n": args.iterations}),
+        "chain": (chain(args.steps), {}),
+        "branchy": (branchy(args.steps), {}),
+        "forks": (forks(args.steps), {}),
+        "lattice": (lattice(args.steps), {}),
+        "tangle": (tangle(args.steps), {}),
+        "mesh": (mesh(args.steps), {}),
+    }
     ids = dict(zip(pages, asyncio.run(_make_runs(sqlite, [made[p] for p in pages])), strict=True))
     _emit({"made": f"{' and '.join(pages)} runs", "s": round(time.perf_counter() - t0, 1)})
     with _pg_runs(args.runs if args.only is None else 0) as pg, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         try:
             with ui(sqlite, folder) as (base, token, _):
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -297,14 +355,19 @@ def main() -> int:
                 done_of = {"loop": f"{args.iterations} done"}  # a loop's counts; else none
                 for name in pages:
                     xid, step, done = ids[name], "start", done_of.get(name, "")
-                    events = httpx.get(f"{base}/api/executions/{xid}", params={"events_limit": 0},
-                                       headers={"Authorization": f"Bearer {token}"},
-                                       timeout=60).json()["last_seq"]  # fmt: skip
+                    events = httpx.get(
+                        f"{base}/api/executions/{xid}",
+                        params={"events_limit": 0},
+                        headers={"Authorization": f"Bearer {token}"},
+                        timeout=60,
+                    ).json()["last_seq"]
                     # first the server's first read of the run (its log folded), then again
                     cold = _run_page(page, base, xid, step, done, events)
                     page.goto(base + "/ui/runs")
-                    figures = {"first_visit": cold,
-                               "again": _run_page(page, base, xid, step, done, events)}
+                    figures = {
+                        "first_visit": cold,
+                        "again": _run_page(page, base, xid, step, done, events),
+                    }
                     _emit({"page": f"run of {name}", "events": events, **figures})
                     summary[f"{name}_run_page"] = figures
                 if args.only is None:
@@ -319,7 +382,12 @@ def main() -> int:
                     share = (_cpu_ticks(pid) - c0) / TICKS / (time.perf_counter() - w0)
                     gate.write_text("")
                     driver.stop()
-                    _emit({"page": "live run, nothing changing", "cpu_share_of_a_core": round(share, 4)})
+                    _emit(
+                        {
+                            "page": "live run, nothing changing",
+                            "cpu_share_of_a_core": round(share, 4),
+                        }
+                    )
                     summary["idle_cpu_share"] = round(share, 4)
             if args.only is None:
                 summary["runs_list"] = _runs_list(browser, folder, pg)
@@ -352,8 +420,13 @@ def _start_held(db: str, text: str, folder: Path) -> tuple[str, Proc]:
     proc = Proc("held", [MILEPOST, "run", str(pb), "--db", db], clean_env(), log)
     store = factory.open_store(db)
     try:
-        xid = wait_for(lambda: next((r.execution_id for r in store.list_executions(
-            path="bench/held", limit=1)), None), "the held run to start", timeout=60)  # fmt: skip
+        xid = wait_for(
+            lambda: next(
+                (r.execution_id for r in store.list_executions(path="bench/held", limit=1)), None
+            ),
+            "the held run to start",
+            timeout=60,
+        )
     finally:
         store.close()
     return str(xid), proc
@@ -396,12 +469,20 @@ def _clone(url: str, copies: int) -> None:
     shifted.update(created_at="created_at - n", updated_at="updated_at - n")
     with _pg_connect(url) as conn:
         for table in ("execution", "event"):
-            cols = [r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
-                " AND is_identity = 'NO' ORDER BY ordinal_position", (table,))]  # fmt: skip
+            cols = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+                    " AND is_identity = 'NO' ORDER BY ordinal_position",
+                    (table,),
+                )
+            ]
             values = [shifted.get(c, c) for c in cols]
-            conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(values)}"
-                         f" FROM {table}, generate_series(1::bigint, %s::bigint) AS copies(n)", (copies,))  # fmt: skip
+            conn.execute(
+                f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(values)}"
+                f" FROM {table}, generate_series(1::bigint, %s::bigint) AS copies(n)",
+                (copies,),
+            )
         conn.execute("ANALYZE")
 
 
@@ -410,9 +491,13 @@ def _runs_list(browser: Any, folder: Path, url: str) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {token}"}
         figures: dict[str, Any] = {}
         with httpx.Client(base_url=base, headers=headers, timeout=30) as http:
-            for label, params in (("first page", {"limit": 50}),
-                                  ("completed, by playbook", {"limit": 50, "status": "COMPLETED",
-                                                              "path": "bench/one"})):  # fmt: skip
+            for label, params in (
+                ("first page", {"limit": 50}),
+                (
+                    "completed, by playbook",
+                    {"limit": 50, "status": "COMPLETED", "path": "bench/one"},
+                ),
+            ):
                 walls = []
                 for _ in range(20):
                     s = time.perf_counter()

@@ -63,13 +63,35 @@ from milepost.store.sqlite import SQLiteStore
 log = logging.getLogger(__name__)
 
 # runs_stream before executions: its /api/executions/stream is no /{execution_id}
-ROUTERS = (health, metrics, catalog, execute, runs_stream, executions, events, channel, commands,
-           credentials, docs, workers, approvals, usage, diagnosis, logs,
-           actions, reads, results, stream, graph, ui)  # fmt: skip
+ROUTERS = (
+    health,
+    metrics,
+    catalog,
+    execute,
+    runs_stream,
+    executions,
+    events,
+    channel,
+    commands,
+    credentials,
+    docs,
+    workers,
+    approvals,
+    usage,
+    diagnosis,
+    logs,
+    actions,
+    reads,
+    results,
+    stream,
+    graph,
+    ui,
+)
 
 
-def create_app(settings: Settings | None = None, *,
-               clock: Callable[[], float] = time.time) -> FastAPI:  # fmt: skip
+def create_app(
+    settings: Settings | None = None, *, clock: Callable[[], float] = time.time
+) -> FastAPI:
     """The app; nothing is opened until its lifespan starts (uvicorn or TestClient)."""
     settings = settings or Settings()
 
@@ -84,10 +106,16 @@ def create_app(settings: Settings | None = None, *,
             app.state.services = services
             task = None
             if settings.reconcile_interval > 0:
-                task = asyncio.create_task(_reconcile_forever(services, clock),
-                                           name="milepost-reconciler")  # fmt: skip
-            renewer = (None if services.machine_ids is None else asyncio.create_task(
-                renew_forever(services.machine_ids), name="milepost-machine-id"))  # fmt: skip
+                task = asyncio.create_task(
+                    _reconcile_forever(services, clock), name="milepost-reconciler"
+                )
+            renewer = (
+                None
+                if services.machine_ids is None
+                else asyncio.create_task(
+                    renew_forever(services.machine_ids), name="milepost-machine-id"
+                )
+            )
             try:
                 yield
             finally:
@@ -105,11 +133,17 @@ def create_app(settings: Settings | None = None, *,
             await run_in_threadpool(services.store.close)
 
     # the documentation routes are the `docs` router's: behind a token, assets from a package
-    app = FastAPI(title="milepost", version="0.1.0", lifespan=lifespan,
-                  description="Durable workflow engine for NoETL playbooks "
-                  "(docs/server-contract.md).", telemetry=telemetry(),
-                  docs_url=None, redoc_url=None, openapi_url=None,
-                  dependencies=[Depends(edge.known_query)])  # fmt: skip
+    app = FastAPI(
+        title="milepost",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Durable workflow engine for NoETL playbooks (docs/server-contract.md).",
+        telemetry=telemetry(),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(edge.known_query)],
+    )
     app.state.settings = settings
     checks.configure(settings)
     app.add_middleware(edge.Edge, max_body_bytes=settings.max_body_bytes)
@@ -119,8 +153,11 @@ def create_app(settings: Settings | None = None, *,
     return app
 
 
-_OTEL_PROVIDER_VARIABLES = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER",
-                            "OTEL_PYTHON_LOGGER_PROVIDER")  # fmt: skip
+_OTEL_PROVIDER_VARIABLES = (
+    "OTEL_PYTHON_TRACER_PROVIDER",
+    "OTEL_PYTHON_METER_PROVIDER",
+    "OTEL_PYTHON_LOGGER_PROVIDER",
+)
 
 
 def telemetry() -> TelemetryConfig:
@@ -129,9 +166,11 @@ def telemetry() -> TelemetryConfig:
     `FASTAPI_OTEL_AUTO_CONFIGURE=true`), off when it has none. Left on without one, FastAPI
     asks on every request whether one has appeared: three environment reads per request,
     6% of the server's CPU in W3."""
-    if (any(os.environ.get(name) for name in _OTEL_PROVIDER_VARIABLES)
-            or os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true"
-            or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)):  # fmt: skip
+    if (
+        any(os.environ.get(name) for name in _OTEL_PROVIDER_VARIABLES)
+        or os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true"
+        or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    ):
         return {}
     return {"tracing": False, "metrics": False, "logs": False}
 
@@ -151,23 +190,35 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
         # unless told which, lease a machine id: no other server or `milepost run` on this
         # database makes the same event ids
-        leased = (None if settings.machine_id is not None
-                  else LeasedIds(store, clock, holder=holder_name("server")))  # fmt: skip
-        orchestrator = Orchestrator(store, clock=clock, machine_id=settings.machine_id or 0,
-                                    new_id=leased, shared=shared,
-                                    secret_key=settings.secret_key)  # fmt: skip
+        leased = (
+            None
+            if settings.machine_id is not None
+            else LeasedIds(store, clock, holder=holder_name("server"))
+        )
+        orchestrator = Orchestrator(
+            store,
+            clock=clock,
+            machine_id=settings.machine_id or 0,
+            new_id=leased,
+            shared=shared,
+            secret_key=settings.secret_key,
+        )
         app_metrics = Metrics()
-        engine = Lifecycle(store, orchestrator, meters=EngineMeters(app_metrics),
-                           requeue_after=settings.requeue_notice_after,
-                           default_timeout=settings.default_timeout)  # fmt: skip
+        engine = Lifecycle(
+            store,
+            orchestrator,
+            meters=EngineMeters(app_metrics),
+            requeue_after=settings.requeue_notice_after,
+            default_timeout=settings.default_timeout,
+        )
         notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
         if notifier is not None:
             engine.listeners.append(notifier)
-        app_metrics.watch_queue(lambda: sum(1 for row in store.open_commands()
-                                            if row.status == port.COMMAND_QUEUED))  # fmt: skip
+        app_metrics.watch_queue(
+            lambda: sum(1 for row in store.open_commands() if row.status == port.COMMAND_QUEUED)
+        )
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
-        app_metrics.watch_missing_workers(
-            lambda: worker_pools.counts(engine.missing_workers()))  # fmt: skip
+        app_metrics.watch_missing_workers(lambda: worker_pools.counts(engine.missing_workers()))
         app_metrics.watch_workers(lambda: registry.counts(store, clock()))
     except BaseException:
         if notifier is not None:
@@ -177,9 +228,16 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         store.close()
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
-    return Services(settings=settings, store=store, engine=engine, vault=vault,
-                    metrics=app_metrics, shared=shared, machine_ids=leased,
-                    webhook=notifier)  # fmt: skip
+    return Services(
+        settings=settings,
+        store=store,
+        engine=engine,
+        vault=vault,
+        metrics=app_metrics,
+        shared=shared,
+        machine_ids=leased,
+        webhook=notifier,
+    )
 
 
 async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:

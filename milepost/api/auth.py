@@ -90,8 +90,9 @@ def create_token(
         if value is not None and not NAME.fullmatch(value):
             raise InvalidRole(f"{what} {value!r}: use letters, digits and . _ @ - (1 to 100)")
     token = new_token()
-    store.create_token(token_hash(token), role, name, now, user=user,
-                       approver_roles=sorted(set(approver_roles)))  # fmt: skip
+    store.create_token(
+        token_hash(token), role, name, now, user=user, approver_roles=sorted(set(approver_roles))
+    )
     return token
 
 
@@ -123,9 +124,14 @@ class TokenCache:
     event loop, so it needs no lock.
     """
 
-    def __init__(self, store: Any, *, ttl: float = TOKEN_CACHE_TTL,
-                 size: int = TOKEN_CACHE_SIZE,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Any,
+        *,
+        ttl: float = TOKEN_CACHE_TTL,
+        size: int = TOKEN_CACHE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.ttl = ttl
         self.size = size
@@ -158,8 +164,12 @@ class TokenCache:
             row = await run_in_threadpool(self.store.get_token, key)
             if row is None:
                 return None
-            principal = Principal(role=str(row.role), name=row.name, user=row.user,
-                                  approver_roles=frozenset(row.approver_roles))  # fmt: skip
+            principal = Principal(
+                role=str(row.role),
+                name=row.name,
+                user=row.user,
+                approver_roles=frozenset(row.approver_roles),
+            )
             self.put(key, principal)
         return principal
 
@@ -189,8 +199,9 @@ async def authenticate(request: HTTPConnection) -> Principal:
 def authorize(principal: Principal, allowed: frozenset[str], what: str) -> Principal:
     """`principal`, or 403 when its role is not among `allowed` (`what`: the action)."""
     if principal.role not in allowed:
-        raise ApiError(403, "forbidden", f"role {principal.role!r} may not {what}",
-                       role=principal.role)  # fmt: skip
+        raise ApiError(
+            403, "forbidden", f"role {principal.role!r} may not {what}", role=principal.role
+        )
     return principal
 
 
@@ -217,10 +228,14 @@ APPROVE = frozenset({"admin", "approver"})
 ApproveAuth = Annotated[Principal, _require(APPROVE, "decide approvals")]
 
 EVENT_ROLES: dict[str, frozenset[str]] = {
-    ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
-    ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
+    ev.COMMAND_STARTED: WORK,
+    ev.COMMAND_HEARTBEAT: WORK,
+    ev.CALL_DONE: WORK,
+    ev.CALL_ERROR: WORK,
+    ev.COMMAND_COMPLETED: WORK,
+    ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
-}  # fmt: skip
+}
 """The roles that may post each client event type, through `POST /api/events[/batch]` and
 the worker channel: those of the route that makes the same change (a cancel request:
 `POST /api/executions/{id}/cancel`), so the event routes are no way around a route's role.
@@ -246,9 +261,14 @@ def authorize_events(principal: Principal, event_types: Sequence[str], batch: bo
         loc: list[str | int] = (
             ["body", "events", i, "event_type"] if batch else ["body", "event_type"]
         )
-        raise ApiError(403, "forbidden", f"role {principal.role!r} may not post {etype!r} "
-                       f"events ({'.'.join(map(str, loc))})", role=principal.role,
-                       event_type=etype, loc=loc)  # fmt: skip
+        raise ApiError(
+            403,
+            "forbidden",
+            f"role {principal.role!r} may not post {etype!r} events ({'.'.join(map(str, loc))})",
+            role=principal.role,
+            event_type=etype,
+            loc=loc,
+        )
 
 
 EventAuth = Annotated[Principal, _require(POST_EVENTS, "post events")]

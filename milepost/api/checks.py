@@ -75,8 +75,10 @@ def parse_time(value: Any) -> float:
     low, high = TIME_RANGE
     if not (math.isfinite(seconds) and low <= seconds < high):
         hint = " (epoch milliseconds? divide by 1000)" if low <= seconds / 1000 < high else ""
-        raise ValueError(f"a time is epoch seconds (or ISO-8601) between 2000-01-01 and "
-                         f"2200-01-01 UTC, got {value!r}{hint}")  # fmt: skip
+        raise ValueError(
+            f"a time is epoch seconds (or ISO-8601) between 2000-01-01 and "
+            f"2200-01-01 UTC, got {value!r}{hint}"
+        )
     return seconds
 
 
@@ -118,15 +120,33 @@ def no_nul(value: Any) -> Any:
 
 # the JSON Schema says what the validators take and what `views` writes (documentation only:
 # output models are built from typed values, so nothing is checked twice on the hot paths)
-WireId = Annotated[int, BeforeValidator(parse_id), WithJsonSchema({
-    "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
-              {"type": "string", "pattern": ID_PATTERN}],
-    "description": "A snowflake id: a JSON integer or a string of digits."})]  # fmt: skip
-WireTime = Annotated[float, BeforeValidator(parse_time), WithJsonSchema({
-    "anyOf": [{"type": "number", "minimum": TIME_RANGE[0], "exclusiveMaximum": TIME_RANGE[1]},
-              {"type": "string"}],
-    "description": "Epoch seconds, or ISO-8601 text (UTC when it names no zone), from "
-                   "2000-01-01 to 2200-01-01 UTC."})]  # fmt: skip
+WireId = Annotated[
+    int,
+    BeforeValidator(parse_id),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                {"type": "string", "pattern": ID_PATTERN},
+            ],
+            "description": "A snowflake id: a JSON integer or a string of digits.",
+        }
+    ),
+]
+WireTime = Annotated[
+    float,
+    BeforeValidator(parse_time),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": TIME_RANGE[0], "exclusiveMaximum": TIME_RANGE[1]},
+                {"type": "string"},
+            ],
+            "description": "Epoch seconds, or ISO-8601 text (UTC when it names no zone), from "
+            "2000-01-01 to 2200-01-01 UTC.",
+        }
+    ),
+]
 IdOut = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
 """An id as the API returns it: a string of digits (JSON numbers lose precision past 2^53)."""
 TimeOut = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
@@ -150,8 +170,11 @@ class Checked(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name is not None and not _takes_bool(
-                cls.model_fields[info.field_name].annotation):  # fmt: skip
+        if (
+            isinstance(value, bool)
+            and info.field_name is not None
+            and not _takes_bool(cls.model_fields[info.field_name].annotation)
+        ):
             raise ValueError("a boolean is not a valid value here")
         return value
 

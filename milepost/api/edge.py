@@ -160,15 +160,30 @@ async def known_query(request: HTTPConnection) -> None:
         known = _KNOWN_QUERY[id(route)] = frozenset(_query_names(dependant))
     unknown = sorted(set(request.query_params) - known)
     if unknown:
-        raise errors.invalid([{"loc": ["query", name], "msg": "unknown query parameter; this "
-                               f"route takes {', '.join(sorted(known)) or 'none'}"}
-                              for name in unknown])  # fmt: skip
+        raise errors.invalid(
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": "unknown query parameter; this "
+                    f"route takes {', '.join(sorted(known)) or 'none'}",
+                }
+                for name in unknown
+            ]
+        )
     # no route takes a list in its query: `?path=a&path=b` would silently mean `b`
-    repeated = sorted(k for k in set(request.query_params)
-                      if len(request.query_params.getlist(k)) > 1)  # fmt: skip
+    repeated = sorted(
+        k for k in set(request.query_params) if len(request.query_params.getlist(k)) > 1
+    )
     if repeated:
-        raise errors.invalid([{"loc": ["query", name], "msg": "given more than once; this "
-                               "parameter takes one value"} for name in repeated])  # fmt: skip
+        raise errors.invalid(
+            [
+                {
+                    "loc": ["query", name],
+                    "msg": "given more than once; this parameter takes one value",
+                }
+                for name in repeated
+            ]
+        )
 
 
 def _query_names(dependant: Dependant) -> list[str]:

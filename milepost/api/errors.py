@@ -47,8 +47,9 @@ def not_found(code: str, message: str, /, **fields: Any) -> ApiError:
 
 def execution_not_found(execution_id: int, what: str = "execution") -> ApiError:
     """404 `execution_not_found` naming the id (`what`: e.g. "parent execution")."""
-    return not_found("execution_not_found", f"no {what} {execution_id}",
-                     execution_id=str(execution_id))
+    return not_found(
+        "execution_not_found", f"no {what} {execution_id}", execution_id=str(execution_id)
+    )
 
 
 def conflict(code: str, message: str, /, **fields: Any) -> ApiError:
@@ -59,25 +60,29 @@ def invalid(errs: Sequence[dict[str, Any]], message: str | None = None) -> ApiEr
     """422 `validation_error` with `errors: [{loc, msg}]`; the message names the first field."""
     first = errs[0] if errs else {"loc": [], "msg": "invalid"}
     where = ".".join(str(p) for p in first["loc"])
-    return ApiError(422, "validation_error", message or f"{where}: {first['msg']}",
-                    errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errs])  # fmt: skip
+    return ApiError(
+        422,
+        "validation_error",
+        message or f"{where}: {first['msg']}",
+        errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errs],
+    )
 
 
 _WHEN: dict[int, str] = {
     400: "The body is not JSON text (`http_error`).",
     401: "No bearer token, or one the server does not know (`unauthorized`).",
     403: "The token's role may not do this (`forbidden`); a decision the caller may not make "
-         "(`not_an_approver`, `self_approval`, `no_user`).",
+    "(`not_an_approver`, `self_approval`, `no_user`).",
     404: "What the request names does not exist.",
     409: "The request conflicts with the state it acts on (e.g. `stale_epoch`, "
-         "`approval_closed`, `already_voted`, `execution_terminal`, `nothing_to_retry`).",
+    "`approval_closed`, `already_voted`, `execution_terminal`, `nothing_to_retry`).",
     413: "The body is over the size limit.",
     422: "The input is invalid: `validation_error` with `errors: [{loc, msg}]`, or "
-         "`playbook_invalid` with `problems`.",
+    "`playbook_invalid` with `problems`.",
     503: "The server cannot serve this now (e.g. `machine_ids_exhausted`; "
-         "`workload_unreadable`: it lacks the key that sealed the run's workload; "
-         "`store_unavailable`: the database is locked or unreachable, retry after "
-         "`Retry-After` seconds).",
+    "`workload_unreadable`: it lacks the key that sealed the run's workload; "
+    "`store_unavailable`: the database is locked or unreachable, retry after "
+    "`Retry-After` seconds).",
 }
 
 AUTH = (401, 403)
@@ -89,9 +94,13 @@ BODY = (400, 413, 422)
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The `responses=` of a route: the error statuses it can answer, with their body, so
     the OpenAPI document lists them (and describes our 422, not FastAPI's default one)."""
-    return {status: {"model": ValidationErrorOut if status == 422 else ErrorOut,
-                     "description": _WHEN[status]}
-            for status in sorted(set(statuses))}  # fmt: skip
+    return {
+        status: {
+            "model": ValidationErrorOut if status == 422 else ErrorOut,
+            "description": _WHEN[status],
+        }
+        for status in sorted(set(statuses))
+    }
 
 
 # MilepostError codes that come up from the engine or the store -> HTTP status
@@ -138,10 +147,18 @@ def internal(exc: BaseException, what: str) -> dict[str, Any]:
     """The body of a 500: a request id and nothing of the exception, whose text may carry a
     database URL or a secret; the details go to the server's log under that id."""
     request_id = uuid.uuid4().hex
-    log.error("unhandled error on %s (request %s)", what, request_id, exc_info=exc,
-              extra={"action": "api_internal_error", "request_id": request_id})  # fmt: skip
-    return {"code": "internal", "message": f"internal error (request {request_id})",
-            "request_id": request_id}  # fmt: skip
+    log.error(
+        "unhandled error on %s (request %s)",
+        what,
+        request_id,
+        exc_info=exc,
+        extra={"action": "api_internal_error", "request_id": request_id},
+    )
+    return {
+        "code": "internal",
+        "message": f"internal error (request {request_id})",
+        "request_id": request_id,
+    }
 
 
 RETRY_AFTER_S = 1
@@ -153,8 +170,11 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, StoreUnavailable):
         # the driver's text names the database (a path, a masked URL): the log has it
         log.warning("the database is unavailable: %s", exc, extra={"action": "store_unavailable"})
-        return 503, {"code": exc.code, "message": "the database is unavailable (locked or"
-                     " unreachable): try again later", "retry_after": RETRY_AFTER_S}  # fmt: skip
+        return 503, {
+            "code": exc.code,
+            "message": "the database is unavailable (locked or unreachable): try again later",
+            "retry_after": RETRY_AFTER_S,
+        }
     if isinstance(exc, errors.ClaimRefused):
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
@@ -183,13 +203,19 @@ def _count_unparsed(request: Request) -> None:
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     _count_unparsed(request)
-    errs = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))}
-            for e in exc.errors()]  # fmt: skip
+    errs = [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "invalid"))} for e in exc.errors()
+    ]
     return _api_error(request, invalid(errs))
 
 
-_HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 413: "too_large"}  # fmt: skip
+_HTTP_CODES = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+}
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -201,14 +227,21 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 413:
         return as_response(too_large(request.app.state.settings.max_body_bytes))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
-    return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code,
-                        headers=getattr(exc, "headers", None))  # fmt: skip
+    return JSONResponse(
+        {"code": code, "message": str(exc.detail)},
+        status_code=exc.status_code,
+        headers=getattr(exc, "headers", None),
+    )
 
 
 def too_large(limit: int) -> ApiError:
     """413: a request body (or a worker-channel message) over `MILEPOST_MAX_BODY_BYTES`."""
-    return ApiError(413, "too_large", f"the request body is over the limit of {limit} bytes "
-                    "(MILEPOST_MAX_BODY_BYTES)", limit=limit)  # fmt: skip
+    return ApiError(
+        413,
+        "too_large",
+        f"the request body is over the limit of {limit} bytes (MILEPOST_MAX_BODY_BYTES)",
+        limit=limit,
+    )
 
 
 def _internal(request: Request, exc: Exception) -> JSONResponse:

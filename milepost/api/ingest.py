@@ -39,8 +39,9 @@ FUTURE_ID_SKEW_S = 10.0
 skew): an id from further ahead could be one the engine is about to mint for itself."""
 
 
-def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool,
-            actor: str | None = None) -> list[ev.Event]:  # fmt: skip
+def convert(
+    items: Sequence[EventIn], engine: Lifecycle, batch: bool, actor: str | None = None
+) -> list[ev.Event]:
     """Wire events -> core events; raises one 422 naming every bad field of every event.
     `actor`: the caller's identity, which a cancel request it posts is logged with."""
     problems: list[dict[str, Any]] = []
@@ -64,16 +65,21 @@ def convert(items: Sequence[EventIn], engine: Lifecycle, batch: bool,
     return out
 
 
-def _resolve_context(item: EventIn, given: dict[str, Any] | None, engine: Lifecycle,
-                     loc: Loc) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+def _resolve_context(
+    item: EventIn, given: dict[str, Any] | None, engine: Lifecycle, loc: Loc
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The event's context: top level (`context`/`payload`, when an object: `given`),
     `result.context`, or the result-store entry that `result.reference.uri` names."""
     result = item.result
     if given is not None:
         if result is not None and (result.context is not None or result.reference is not None):
-            return {}, [{"loc": [*loc, "context"],
-                         "msg": "give the context once: top-level `context`/`payload` or "
-                                "`result.context`/`result.reference`"}]  # fmt: skip
+            return {}, [
+                {
+                    "loc": [*loc, "context"],
+                    "msg": "give the context once: top-level `context`/`payload` or "
+                    "`result.context`/`result.reference`",
+                }
+            ]
         return given, []
     if result is None:
         return {}, []
@@ -102,13 +108,21 @@ def _problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str
         # its context as it came (a NoETL `command_id` is not one of the engine's)
         return found
     if etype not in EVENT_ROLES:  # a client type is one some role may post; others: the engine's
-        found.append({"loc": [*loc, "event_type"],
-                      "msg": f"{etype!r} is written by the engine, not accepted from clients"})  # fmt: skip
+        found.append(
+            {
+                "loc": [*loc, "event_type"],
+                "msg": f"{etype!r} is written by the engine, not accepted from clients",
+            }
+        )
     if etype in REPORT_TYPES:
         found.extend(_report_problems(item, context, loc))
     elif context.get("command_id") is not None and as_id(context["command_id"]) is None:
-        found.append({"loc": [*loc, "context", "command_id"],
-                      "msg": "an id is an integer or a string of digits"})  # fmt: skip
+        found.append(
+            {
+                "loc": [*loc, "context", "command_id"],
+                "msg": "an id is an integer or a string of digits",
+            }
+        )
     return found
 
 
@@ -118,10 +132,14 @@ def _future_id(item: EventIn, now: float, loc: Loc) -> list[dict[str, Any]]:
     ahead = timestamp_of(item.event_id) - now
     if ahead <= FUTURE_ID_SKEW_S:
         return []
-    return [{"loc": [*loc, "event_id"],
-             "msg": f"the id was minted {ahead:.0f} s ahead of the server's clock (at most "
-                    f"{FUTURE_ID_SKEW_S:g} s): the clock of the client that minted it is most "
-                    "likely wrong; set it right (NTP), or leave the id out"}]  # fmt: skip
+    return [
+        {
+            "loc": [*loc, "event_id"],
+            "msg": f"the id was minted {ahead:.0f} s ahead of the server's clock (at most "
+            f"{FUTURE_ID_SKEW_S:g} s): the clock of the client that minted it is most "
+            "likely wrong; set it right (NTP), or leave the id out",
+        }
+    ]
 
 
 def _engine_id(item: EventIn, own: int | None, loc: Loc) -> list[dict[str, Any]]:
@@ -131,42 +149,63 @@ def _engine_id(item: EventIn, own: int | None, loc: Loc) -> list[dict[str, Any]]
     whatever the log holds, like one from the future."""
     if item.event_id is None or own is None or machine_of(item.event_id) != own:
         return []
-    return [{"loc": [*loc, "event_id"],
-             "msg": f"the id carries machine id {own}, the one this server mints its own "
-                    "events with: leave it out, or mint it with a machine id from "
-                    "POST /api/workers/machine-id"}]  # fmt: skip
+    return [
+        {
+            "loc": [*loc, "event_id"],
+            "msg": f"the id carries machine id {own}, the one this server mints its own "
+            "events with: leave it out, or mint it with a machine id from "
+            "POST /api/workers/machine-id",
+        }
+    ]
 
 
-def _report_problems(item: EventIn, context: dict[str, Any],
-                     loc: Loc) -> list[dict[str, Any]]:  # fmt: skip
+def _report_problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str, Any]]:
     meta = item.meta or {}
     found: list[dict[str, Any]] = []
     cid = context.get("command_id")
     if cid is None:
-        found.append({"loc": [*loc, "context", "command_id"],
-                      "msg": "a report names its command: context.command_id"})  # fmt: skip
+        found.append(
+            {
+                "loc": [*loc, "context", "command_id"],
+                "msg": "a report names its command: context.command_id",
+            }
+        )
     elif as_id(cid) is None:
-        found.append({"loc": [*loc, "context", "command_id"],
-                      "msg": "an id is an integer or a string of digits"})  # fmt: skip
+        found.append(
+            {
+                "loc": [*loc, "context", "command_id"],
+                "msg": "an id is an integer or a string of digits",
+            }
+        )
     epoch = meta.get("epoch", context.get("epoch"))
     if epoch is None:
-        found.append({"loc": [*loc, "meta", "epoch"],
-                      "msg": "a report carries the epoch of its lease: meta.epoch or "
-                             "context.epoch"})  # fmt: skip
+        found.append(
+            {
+                "loc": [*loc, "meta", "epoch"],
+                "msg": "a report carries the epoch of its lease: meta.epoch or context.epoch",
+            }
+        )
     elif isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         where = "meta" if "epoch" in meta else "context"
         found.append({"loc": [*loc, where, "epoch"], "msg": "the epoch is a non-negative integer"})
     return found
 
 
-def _event(item: EventIn, context: dict[str, Any], leftover: Any, engine: Lifecycle,
-           now: float, actor: str | None) -> ev.Event:  # fmt: skip
+def _event(
+    item: EventIn,
+    context: dict[str, Any],
+    leftover: Any,
+    engine: Lifecycle,
+    now: float,
+    actor: str | None,
+) -> ev.Event:
     etype = ev.canonical_type(item.event_type)
     # a report's result comes from a worker that has redacted its declared secrets and
     # patterns already: masking keys again would turn `{"next_page_token": ...}` into `***`
     # here and not in embedded mode, one playbook with two results
-    payload = (_mask_strings(dict(context)) if etype in REPORT_TYPES
-               else sanitize.mask(dict(context)))  # fmt: skip
+    payload = (
+        _mask_strings(dict(context)) if etype in REPORT_TYPES else sanitize.mask(dict(context))
+    )
     meta = sanitize.mask(dict(item.meta or {}))
     if leftover is not None:  # a payload that is no object: no context, kept for people
         meta["payload"] = sanitize.mask(leftover)
@@ -185,11 +224,17 @@ def _event(item: EventIn, context: dict[str, Any], leftover: Any, engine: Lifecy
         payload = {"actor": actor} if actor is not None else {}
     status = item.status or (item.result.status if item.result else None)
     return ev.new_event(
-        item.event_id or engine.new_id(), item.execution_id, etype,
-        item.created_at if item.created_at is not None else now, step=item.step,
-        status=status.upper() if status else ev.default_status(etype), payload=payload,
-        meta=meta, parent_event_id=parent, worker_id=item.worker_id,
-    )  # fmt: skip
+        item.event_id or engine.new_id(),
+        item.execution_id,
+        etype,
+        item.created_at if item.created_at is not None else now,
+        step=item.step,
+        status=status.upper() if status else ev.default_status(etype),
+        payload=payload,
+        meta=meta,
+        parent_event_id=parent,
+        worker_id=item.worker_id,
+    )
 
 
 def _mask_strings(value: Any) -> Any:
@@ -203,22 +248,32 @@ def _mask_strings(value: Any) -> Any:
     return value
 
 
-def ingest(engine: Lifecycle, items: Sequence[EventIn], batch: bool,
-           claim: ClaimRequest | None = None, actor: str | None = None) -> Reported:  # fmt: skip
+def ingest(
+    engine: Lifecycle,
+    items: Sequence[EventIn],
+    batch: bool,
+    claim: ClaimRequest | None = None,
+    actor: str | None = None,
+) -> Reported:
     """Convert a batch and report it to the engine; nothing is written unless every event
     is valid. `claim`: claim the reporting worker's next commands in the same transaction;
     `actor`: the caller's identity (`convert`)."""
     events = convert(items, engine, batch, actor)
     # `convert` keeps the batch's order; masked like a report's result (`_mask_strings`)
-    printed = {event.event_id: [dataclasses.replace(c, text=sanitize.mask_patterns(c.text))
-                                for c in logs.from_wire(i.model_dump() for i in item.logs)]
-               for item, event in zip(items, events, strict=True)
-               if item.logs and event.event_type in REPORT_TYPES}  # fmt: skip
+    printed = {
+        event.event_id: [
+            dataclasses.replace(c, text=sanitize.mask_patterns(c.text))
+            for c in logs.from_wire(i.model_dump() for i in item.logs)
+        ]
+        for item, event in zip(items, events, strict=True)
+        if item.logs and event.event_type in REPORT_TYPES
+    }
     try:
         return engine.report(events, claim, printed)
     except EventsInvalid as exc:
-        raise api_errors.invalid([{**p, "loc": wire_loc(batch, p["loc"])}
-                                  for p in exc.problems]) from None  # fmt: skip
+        raise api_errors.invalid(
+            [{**p, "loc": wire_loc(batch, p["loc"])} for p in exc.problems]
+        ) from None
 
 
 def wire_loc(batch: bool, loc: list[Any]) -> list[Any]:

@@ -18,8 +18,11 @@ CURSOR_PATTERN = r"^[0-9eE.+-]+:[0-9]+$"
 """The form of a keyset in a query, for its schema: `<time>:<id>`."""
 
 
-def parse_cursor(value: str | None, loc: tuple[str, str] = ("query", "cursor"),
-                 what: str = "the `next` of a list page") -> Keyset | None:  # fmt: skip
+def parse_cursor(
+    value: str | None,
+    loc: tuple[str, str] = ("query", "cursor"),
+    what: str = "the `next` of a list page",
+) -> Keyset | None:
     """A keyset `<time>:<id>` as written by `keyset`; a 422 naming `loc` when it is none."""
     if value is None or not value.strip():
         return None

@@ -13,8 +13,21 @@ from milepost.engine.meters import APPROVAL_OUTCOMES, Meters
 
 INGEST_OUTCOMES = ("stored", "duplicate", "stale", "rejected")
 USAGE_LABELS = ("playbook", "provider", "model")
-APPROVAL_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0,
-                    24 * 3600.0, 3 * 86400.0, 7 * 86400.0, float("inf"))  # fmt: skip
+APPROVAL_BUCKETS = (
+    1.0,
+    10.0,
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    4 * 3600.0,
+    12 * 3600.0,
+    24 * 3600.0,
+    3 * 86400.0,
+    7 * 86400.0,
+    float("inf"),
+)
 """People decide in minutes to days (a machine in seconds): the default buckets stop at 10 s."""
 
 
@@ -23,55 +36,94 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.events_ingested = Counter(
-            "milepost_events_ingested", "Events posted to the API, by type and outcome "
-            "(stored, duplicate, stale, rejected).", ["event_type", "outcome"], registry=r)  # fmt: skip
+            "milepost_events_ingested",
+            "Events posted to the API, by type and outcome (stored, duplicate, stale, rejected).",
+            ["event_type", "outcome"],
+            registry=r,
+        )
         self.ingest_seconds = Histogram(
-            "milepost_event_ingest_seconds", "Time to validate, store and process one POST of "
-            "events.", registry=r)  # fmt: skip
+            "milepost_event_ingest_seconds",
+            "Time to validate, store and process one POST of events.",
+            registry=r,
+        )
         self.commands_issued = Counter(
-            "milepost_commands_issued", "Commands issued by the orchestrator.", registry=r)
+            "milepost_commands_issued", "Commands issued by the orchestrator.", registry=r
+        )
         self.commands_claimed = Counter(
-            "milepost_commands_claimed", "Claims granted to workers.", registry=r)
+            "milepost_commands_claimed", "Claims granted to workers.", registry=r
+        )
         self.commands_completed = Counter(
-            "milepost_commands_completed", "Command reports folded, by outcome "
-            "(completed, failed).", ["outcome"], registry=r)  # fmt: skip
+            "milepost_commands_completed",
+            "Command reports folded, by outcome (completed, failed).",
+            ["outcome"],
+            registry=r,
+        )
         self.claim_conflicts = Counter(
-            "milepost_claim_conflicts", "Claims refused, by code.", ["code"], registry=r)
+            "milepost_claim_conflicts", "Claims refused, by code.", ["code"], registry=r
+        )
         self.leases_expired = Counter(
-            "milepost_leases_expired", "Claims the reconciler found expired.", registry=r)
+            "milepost_leases_expired", "Claims the reconciler found expired.", registry=r
+        )
         self.runs_stalled = Counter(
-            "milepost_runs_stalled", "Runs failed for making no progress for their "
-            "executor.spec.stall_after.", registry=r)  # fmt: skip
+            "milepost_runs_stalled",
+            "Runs failed for making no progress for their executor.spec.stall_after.",
+            registry=r,
+        )
         self.attempts_failed = Counter(
-            "milepost_attempts_failed", "Attempts failed by timeout (spec.timeout or the "
-            "engine's default_timeout) or lost (their lease expired).", ["kind"], registry=r)  # fmt: skip
+            "milepost_attempts_failed",
+            "Attempts failed by timeout (spec.timeout or the "
+            "engine's default_timeout) or lost (their lease expired).",
+            ["kind"],
+            registry=r,
+        )
         for kind in ATTEMPT_KINDS:  # both show, at 0 until it happens
             self.attempts_failed.labels(kind)
         self.evaluation_seconds = Histogram(
-            "milepost_orchestrator_evaluation_seconds", "One orchestrator process() call: fold, "
-            "decide and the transaction that stores both.", registry=r)  # fmt: skip
+            "milepost_orchestrator_evaluation_seconds",
+            "One orchestrator process() call: fold, decide and the transaction that stores both.",
+            registry=r,
+        )
         self.engine_errors = Counter(
-            "milepost_engine_errors", "Runs ended FAILED because the orchestrator raised while "
-            "deciding (error kind `engine`; the log has the traceback).", registry=r)  # fmt: skip
+            "milepost_engine_errors",
+            "Runs ended FAILED because the orchestrator raised while "
+            "deciding (error kind `engine`; the log has the traceback).",
+            registry=r,
+        )
         self.queue_depth = Gauge(
-            "milepost_command_queue_depth", "Commands queued and not yet claimed (read from the "
-            "store at scrape time).", registry=r)  # fmt: skip
+            "milepost_command_queue_depth",
+            "Commands queued and not yet claimed (read from the store at scrape time).",
+            registry=r,
+        )
 
         self.approval_decisions = Counter(
-            "milepost_approval_decisions", "Approvals closed, by outcome (granted, denied, "
-            "expired, invalidated).", ["outcome"], registry=r)  # fmt: skip
+            "milepost_approval_decisions",
+            "Approvals closed, by outcome (granted, denied, expired, invalidated).",
+            ["outcome"],
+            registry=r,
+        )
         self.approval_time_to_decision = Histogram(
-            "milepost_approval_time_to_decision_seconds", "Seconds from an approval's request "
+            "milepost_approval_time_to_decision_seconds",
+            "Seconds from an approval's request "
             "to its outcome (granted, denied, expired or invalidated).",
-            buckets=APPROVAL_BUCKETS, registry=r)  # fmt: skip
+            buckets=APPROVAL_BUCKETS,
+            registry=r,
+        )
         for outcome in APPROVAL_OUTCOMES.values():  # every outcome shows, at 0 until it happens
             self.approval_decisions.labels(outcome)
         self.usage_tokens = Counter(
-            "milepost_usage_tokens", "Tokens (input + output) the tools reported using, by "
-            "playbook, provider and model (DSL 10.6).", USAGE_LABELS, registry=r)  # fmt: skip
+            "milepost_usage_tokens",
+            "Tokens (input + output) the tools reported using, by "
+            "playbook, provider and model (DSL 10.6).",
+            USAGE_LABELS,
+            registry=r,
+        )
         self.usage_cost = Counter(
-            "milepost_usage_cost", "Cost the tools reported, in their currency, by playbook, "
-            "provider and model (DSL 10.6).", USAGE_LABELS, registry=r)  # fmt: skip
+            "milepost_usage_cost",
+            "Cost the tools reported, in their currency, by playbook, "
+            "provider and model (DSL 10.6).",
+            USAGE_LABELS,
+            registry=r,
+        )
 
     def watch_queue(self, depth: Callable[[], int]) -> None:
         """Compute the queue depth from the store whenever the metrics are scraped."""
@@ -136,8 +188,10 @@ class CommandsWithoutWorker(_ScrapedGauge):
     instead of its series vanishing; `default` always shows."""
 
     NAME = "milepost_commands_without_worker"
-    HELP = ("Queued commands of a pool that no live worker serves, by pool (start "
-            "`milepost worker --pool <pool>`; read at scrape time).")  # fmt: skip
+    HELP = (
+        "Queued commands of a pool that no live worker serves, by pool (start "
+        "`milepost worker --pool <pool>`; read at scrape time)."
+    )
     LABELS = ("pool",)
 
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
@@ -158,8 +212,10 @@ class Workers(_ScrapedGauge):
     `lost` of a pool once seen stay, at 0, so an alert on lost workers resolves."""
 
     NAME = "milepost_workers"
-    HELP = ("Workers of the registry by pool and status (lost: not seen for their ttl; "
-            "`milepost workers`; read at scrape time).")  # fmt: skip
+    HELP = (
+        "Workers of the registry by pool and status (lost: not seen for their ttl; "
+        "`milepost workers`; read at scrape time)."
+    )
     LABELS = ("pool", "status")
 
     def __init__(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:

@@ -36,18 +36,30 @@ def batch_items(body: EventBatchIn) -> list[EventIn]:
         loc = ["body", "events", i, "execution_id"]
         xid = item.execution_id if item.execution_id is not None else body.execution_id
         if xid is None:
-            problems.append({"loc": loc, "msg": "an event names its execution: here, or for "
-                                                "the whole batch in `execution_id`"})  # fmt: skip
+            problems.append(
+                {
+                    "loc": loc,
+                    "msg": "an event names its execution: here, or for "
+                    "the whole batch in `execution_id`",
+                }
+            )
             continue
         if body.execution_id is not None and xid != body.execution_id:
-            problems.append({"loc": loc, "msg": f"the batch is for execution "
-                                                f"{body.execution_id}, this event for {xid}"})  # fmt: skip
+            problems.append(
+                {
+                    "loc": loc,
+                    "msg": f"the batch is for execution {body.execution_id}, this event for {xid}",
+                }
+            )
             continue
         fields = {name: getattr(item, name) for name in EventFields.model_fields}
         fields["worker_id"] = item.worker_id or body.worker_id
         # validated already, field by field: constructing again would check it twice
-        out.append(EventIn.model_construct(item.model_fields_set | {"execution_id"},
-                                           execution_id=xid, **fields))  # fmt: skip
+        out.append(
+            EventIn.model_construct(
+                item.model_fields_set | {"execution_id"}, execution_id=xid, **fields
+            )
+        )
     if problems:
         raise api_errors.invalid(problems)
     return out
@@ -78,17 +90,28 @@ def reference(item: EventIn, loc: Loc) -> tuple[dict[str, Any] | None, list[Prob
         kind = "ref" if ids is None else "refs"  # what it names says which kind it is
     if kind not in REFERENCE_KINDS:
         if uri is not None or ids is not None:
-            return None, [{"loc": [*loc, "result_kind"],
-                           "msg": f"`result_kind: {kind}` carries its result inline: "
-                                  "`result_uri`/`event_ids` go with `ref`/`refs`"}]  # fmt: skip
+            return None, [
+                {
+                    "loc": [*loc, "result_kind"],
+                    "msg": f"`result_kind: {kind}` carries its result inline: "
+                    "`result_uri`/`event_ids` go with `ref`/`refs`",
+                }
+            ]
         return None, []
     if kind == "ref" and uri is None:
-        return None, [{"loc": [*loc, "result_uri"],
-                       "msg": "`result_kind: ref` names its result by `result_uri`"}]  # fmt: skip
+        return None, [
+            {
+                "loc": [*loc, "result_uri"],
+                "msg": "`result_kind: ref` names its result by `result_uri`",
+            }
+        ]
     if kind == "refs" and ids is None and uri is None:
-        return None, [{"loc": [*loc, "event_ids"],
-                       "msg": "`result_kind: refs` names its results by `event_ids` (or a "
-                              "`result_uri`)"}]  # fmt: skip
+        return None, [
+            {
+                "loc": [*loc, "event_ids"],
+                "msg": "`result_kind: refs` names its results by `event_ids` (or a `result_uri`)",
+            }
+        ]
     ref: dict[str, Any] = {"kind": kind}
     if uri is not None:
         ref["uri"] = uri
@@ -97,14 +120,19 @@ def reference(item: EventIn, loc: Loc) -> tuple[dict[str, Any] | None, list[Prob
     return ref, []
 
 
-def with_reference(context: dict[str, Any], ref: dict[str, Any] | None,
-                   loc: Loc) -> tuple[dict[str, Any], list[Problem]]:  # fmt: skip
+def with_reference(
+    context: dict[str, Any], ref: dict[str, Any] | None, loc: Loc
+) -> tuple[dict[str, Any], list[Problem]]:
     """`context` with the reference as its `result`; 422 when it has a result already (one
     result, given once: the reference is never dropped, nor is the result)."""
     if ref is None:
         return context, []
     if context.get("result") is not None:
-        return context, [{"loc": [*loc, "result_kind"],
-                          "msg": "the payload carries a `result` already: give the result "
-                                 "once, inline or by reference"}]  # fmt: skip
+        return context, [
+            {
+                "loc": [*loc, "result_kind"],
+                "msg": "the payload carries a `result` already: give the result "
+                "once, inline or by reference",
+            }
+        ]
     return {**context, "result": ref}, []

@@ -81,8 +81,9 @@ class CatalogResourceOut(CatalogEntryOut):
 
 
 class ExecuteIn(CatalogRef):
-    workload: FreeJson = Field(default_factory=dict,
-                               validation_alias=AliasChoices("workload", "payload"))  # fmt: skip
+    workload: FreeJson = Field(
+        default_factory=dict, validation_alias=AliasChoices("workload", "payload")
+    )
     parent_execution_id: WireId | None = None
     parent_command_id: WireId | None = Field(
         default=None,
@@ -120,8 +121,9 @@ class ExecutionItem(BaseModel):
     ended_at: TimeOut | None = Field(None, description="When it ended; null while it runs.")
     duration_s: float | None = Field(None, description="Seconds from start to end.")
     started_by: str | None = Field(None, description="Who started it (`user:<name>`, ...).")
-    steps_done: int | None = Field(None, description=(
-        "In the list: how many of its steps have exited (run to an end)."))
+    steps_done: int | None = Field(
+        None, description=("In the list: how many of its steps have exited (run to an end).")
+    )
     steps_total: int | None = Field(None, description="In the list: its playbook's steps.")
 
 
@@ -129,9 +131,13 @@ class ExecutionList(BaseModel):
     items: list[ExecutionItem]
     limit: int
     offset: int
-    next: str | None = Field(None, description=(
-        "The `cursor` of the next page (keyset: the last row of this one); null when this "
-        "page is the last."))
+    next: str | None = Field(
+        None,
+        description=(
+            "The `cursor` of the next page (keyset: the last row of this one); null when this "
+            "page is the last."
+        ),
+    )
 
 
 class EventOut(BaseModel):
@@ -195,8 +201,10 @@ class RunProgress(BaseModel):
         ),
     )
     no_live_worker: list[NoLiveWorkerOut] = Field(
-        default_factory=list, description="Pools this run waits on with no live worker: "
-        "start `milepost worker --pool <pool>`.")  # fmt: skip
+        default_factory=list,
+        description="Pools this run waits on with no live worker: "
+        "start `milepost worker --pool <pool>`.",
+    )
     usage: UsageOut | None = Field(
         None, description=("Usage the run's tools reported (DSL 10.6); null when none did.")
     )
@@ -212,9 +220,13 @@ class ExecutionOut(ExecutionItem, RunProgress):
     events_next: int | None = Field(
         description="`events_after` for the next page, null when this page is the last."
     )
-    last_seq: int = Field(0, description=(
-        "The seq its log ends at as this reply was made (seqs count from 1, without gaps):"
-        " follow its stream from there (`?after=`) to get only what comes next."))
+    last_seq: int = Field(
+        0,
+        description=(
+            "The seq its log ends at as this reply was made (seqs count from 1, without gaps):"
+            " follow its stream from there (`?after=`) to get only what comes next."
+        ),
+    )
 
 
 class CancelOut(BaseModel):
@@ -340,9 +352,11 @@ class CommandOut(BaseModel):
     approved_digest: str | None = None
     """The digest of the approved call (`spec.approval`): the worker refuses another call."""
     traceparent: str | None = Field(
-        default=None, description="[milepost extension] W3C trace context of the run: the "
+        default=None,
+        description="[milepost extension] W3C trace context of the run: the "
         "worker's span of this attempt is its child; its report carries the attempt's own "
-        "in `meta.traceparent`.")  # fmt: skip
+        "in `meta.traceparent`.",
+    )
 
 
 # a batch of events comes after the commands: a report may claim the next ones
@@ -363,31 +377,43 @@ class EventBatchIn(StrictIn):
         description="[NoETL] the worker of the events that name none.",
     )
     claim: ClaimNextIn | None = Field(
-        default=None, description="[milepost extension] claim the reporting worker's next "
-        "commands in the same transaction; they come back in `commands`.")  # fmt: skip
+        default=None,
+        description="[milepost extension] claim the reporting worker's next "
+        "commands in the same transaction; they come back in `commands`.",
+    )
 
 
 class IngestOut(BaseModel):
     accepted: int
     stored: int
     event_ids: list[IdOut]
-    stale: list[IdOut] = Field(default_factory=list,
-                             description="[milepost extension] ids stored as stale reports.")  # fmt: skip
+    stale: list[IdOut] = Field(
+        default_factory=list, description="[milepost extension] ids stored as stale reports."
+    )
     ignored: list[IdOut] = Field(
-        default_factory=list, description="[milepost extension] ids of reports accepted but "
-        "not stored: their execution had already ended, and its log ends with its end.")  # fmt: skip
+        default_factory=list,
+        description="[milepost extension] ids of reports accepted but "
+        "not stored: their execution had already ended, and its log ends with its end.",
+    )
     ignored_reasons: dict[str, str] | None = Field(
-        default=None, description="[milepost extension] why each id of `ignored` was not "
-        "stored (left out when nothing was ignored).")  # fmt: skip
-    stored_ids: list[IdOut] = Field(default_factory=list,
-                                  description="[milepost extension] the ids written by this "
-                                  "call (`stored` of them; stale ones included).")  # fmt: skip
-    duplicates: list[IdOut] = Field(default_factory=list,
-                                  description="[milepost extension] ids the log already held "
-                                  "for the same event: accepted, not stored again.")  # fmt: skip
+        default=None,
+        description="[milepost extension] why each id of `ignored` was not "
+        "stored (left out when nothing was ignored).",
+    )
+    stored_ids: list[IdOut] = Field(
+        default_factory=list,
+        description="[milepost extension] the ids written by this "
+        "call (`stored` of them; stale ones included).",
+    )
+    duplicates: list[IdOut] = Field(
+        default_factory=list,
+        description="[milepost extension] ids the log already held "
+        "for the same event: accepted, not stored again.",
+    )
     commands: list[CommandOut] | None = Field(
-        default=None, description="[milepost extension] the commands claimed for `claim` "
-        "(left out without it).")  # fmt: skip
+        default=None,
+        description="[milepost extension] the commands claimed for `claim` (left out without it).",
+    )
 
 
 class ClaimNextOut(BaseModel):
@@ -408,16 +434,26 @@ class ReleaseOut(BaseModel):
 
 class MachineIdIn(StrictIn):
     worker_id: str = Field(min_length=1, max_length=200)
-    pool: str = Field(default="default", pattern=POOL_PATTERN,
-                      description="The pool the worker claims from (`--pool`): while its "
-                      "lease lives, that pool has a live worker.")  # fmt: skip
-    machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE,
-                                   description="The id held now, to renew; left out to "
-                                   "lease a new one.")  # fmt: skip
-    worker: WorkerIn | None = Field(default=None, description="The worker's check-in "
-                                    "(the workers registry, `GET /api/workers`).")  # fmt: skip
-    release: bool = Field(default=False, description="A clean stop: `machine_id` is given "
-                          "back and the worker leaves the registry.")  # fmt: skip
+    pool: str = Field(
+        default="default",
+        pattern=POOL_PATTERN,
+        description="The pool the worker claims from (`--pool`): while its "
+        "lease lives, that pool has a live worker.",
+    )
+    machine_id: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MACHINE,
+        description="The id held now, to renew; left out to lease a new one.",
+    )
+    worker: WorkerIn | None = Field(
+        default=None,
+        description="The worker's check-in (the workers registry, `GET /api/workers`).",
+    )
+    release: bool = Field(
+        default=False,
+        description="A clean stop: `machine_id` is given back and the worker leaves the registry.",
+    )
 
 
 class MachineIdOut(BaseModel):

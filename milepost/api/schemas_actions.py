@@ -8,8 +8,9 @@ from pydantic import AfterValidator, BaseModel, Field
 
 from milepost.api.checks import NO_NUL, IdOut, StrictIn, check_json
 
-Reason = Annotated[str | None, Field(default=None, max_length=2000,
-                                     description="Why (recorded with the action).")]  # fmt: skip
+Reason = Annotated[
+    str | None, Field(default=None, max_length=2000, description="Why (recorded with the action).")
+]
 
 
 class RetryIn(StrictIn):
@@ -19,15 +20,22 @@ class RetryIn(StrictIn):
 class SkipIn(StrictIn):
     result: Annotated[Any, AfterValidator(check_json)] = Field(
         description="The step's result, as if it had produced it (a loop step: the JSON "
-                    "array of its iterations' results).")  # fmt: skip
+        "array of its iterations' results)."
+    )
     reason: Reason = None
 
 
 class RestartIn(StrictIn):
-    from_step: str | None = Field(default=None, min_length=1, max_length=200,
-                                  json_schema_extra=NO_NUL, description=(
-                                      "The step to start from (default: the failed step, "
-                                      "else the first that did not complete)."))  # fmt: skip
+    from_step: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        json_schema_extra=NO_NUL,
+        description=(
+            "The step to start from (default: the failed step, "
+            "else the first that did not complete)."
+        ),
+    )
 
 
 class IssuedOut(BaseModel):
@@ -57,8 +65,9 @@ class StartedOut(BaseModel):
     restarted_from: IdOut | None = None
     rerun_of: IdOut | None = None
     from_step: str | None = None
-    reused: list[str] = Field(default_factory=list,
-                              description="The steps whose results the new run reuses.")  # fmt: skip
+    reused: list[str] = Field(
+        default_factory=list, description="The steps whose results the new run reuses."
+    )
 
 
 class LinksOut(BaseModel):

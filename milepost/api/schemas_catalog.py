@@ -11,9 +11,12 @@ from milepost.api.schemas import ErrorOut, FieldError
 
 class ValidateIn(StrictIn):
     content: str = Field(description="The playbook YAML to check (nothing is stored).")
-    strict: bool = Field(default=False, description="Warnings are problems (DSL 12.2), as "
-                         "`milepost validate --strict`; the server's `strict_playbooks` "
-                         "makes it so whatever this says.")  # fmt: skip
+    strict: bool = Field(
+        default=False,
+        description="Warnings are problems (DSL 12.2), as "
+        "`milepost validate --strict`; the server's `strict_playbooks` "
+        "makes it so whatever this says.",
+    )
 
 
 class ProblemOut(BaseModel):

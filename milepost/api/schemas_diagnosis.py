@@ -15,8 +15,9 @@ class FindingOut(BaseModel):
     kind: str = Field(description=f"A stable code: {', '.join(diagnosis.ORDER)}.")
     step: str | None = Field(description="The step it concerns, if one.")
     message: str = Field(description="One line for people.")
-    fields: dict[str, Any] = Field(description=(
-        "The facts of the message: times as ISO-8601 UTC, ids as strings."))
+    fields: dict[str, Any] = Field(
+        description=("The facts of the message: times as ISO-8601 UTC, ids as strings.")
+    )
 
 
 class DiagnosisOut(BaseModel):

@@ -43,16 +43,27 @@ class EventFields(Checked):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     event_id: WireId | None = None
-    event_type: str = Field(min_length=1, max_length=100, json_schema_extra=NO_NUL,
-                            validation_alias=AliasChoices("event_type", "name"))  # fmt: skip
-    step: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL,
-                             validation_alias=AliasChoices("step", "node_name"))  # fmt: skip
+    event_type: str = Field(
+        min_length=1,
+        max_length=100,
+        json_schema_extra=NO_NUL,
+        validation_alias=AliasChoices("event_type", "name"),
+    )
+    step: str | None = Field(
+        default=None,
+        max_length=200,
+        json_schema_extra=NO_NUL,
+        validation_alias=AliasChoices("step", "node_name"),
+    )
     status: str | None = Field(default=None, max_length=40, json_schema_extra=NO_NUL)
     result: Envelope | None = None
-    context: AnyJson = Field(default=None, description="The event's payload: an object (a "
-                             "non-object one is kept in `meta.payload`, the result stored "
-                             "without `context`).",
-                             validation_alias=AliasChoices("context", "payload"))  # fmt: skip
+    context: AnyJson = Field(
+        default=None,
+        description="The event's payload: an object (a "
+        "non-object one is kept in `meta.payload`, the result stored "
+        "without `context`).",
+        validation_alias=AliasChoices("context", "payload"),
+    )
     meta: FreeJson | None = None
     worker_id: str | None = Field(default=None, max_length=200, json_schema_extra=NO_NUL)
     parent_event_id: WireId | None = None
@@ -62,11 +73,14 @@ class EventFields(Checked):
         description="What a report's attempt printed (kept beside the log, never in the event).",
     )
     result_kind: ResultKind | None = Field(
-        default=None, description="[NoETL] the result is elsewhere: `ref` names it by "
+        default=None,
+        description="[NoETL] the result is elsewhere: `ref` names it by "
         "`result_uri`, `refs` by `event_ids`; stored as the step's result, a reference "
-        "object `{kind, uri | event_ids}`.")  # fmt: skip
-    result_uri: str | None = Field(default=None, min_length=1, max_length=2000,
-                                   json_schema_extra=NO_NUL)  # fmt: skip
+        "object `{kind, uri | event_ids}`.",
+    )
+    result_uri: str | None = Field(
+        default=None, min_length=1, max_length=2000, json_schema_extra=NO_NUL
+    )
     event_ids: list[WireId] | None = Field(default=None, min_length=1, max_length=10_000)
 
 

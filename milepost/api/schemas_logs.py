@@ -34,7 +34,9 @@ class LogEntryOut(BaseModel):
 
 class LogsOut(BaseModel):
     execution_id: IdOut
-    status: str = Field(description="The run's status when the entries were read: a "
-                                    "follower stops after a page read with it terminal.")
+    status: str = Field(
+        description="The run's status when the entries were read: a "
+        "follower stops after a page read with it terminal."
+    )
     entries: list[LogEntryOut]
     next: int = Field(description="The cursor to pass as `after` next time.")

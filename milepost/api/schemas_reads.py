@@ -30,8 +30,13 @@ class DescribeOut(RunProgress):
 
 class EventPageOut(BaseModel):
     events: list[EventOut]
-    next: int | None = Field(description="`after` for the next page; null when this one is the last.")
+    next: int | None = Field(
+        description="`after` for the next page; null when this one is the last."
+    )
     last_seq: int = Field(description="The last seq read, matched or not: follow after it.")
-    status: str = Field(description=(
-        "The execution's status, read before its events: terminal with `next` null, the "
-        "log was read to its end."))
+    status: str = Field(
+        description=(
+            "The execution's status, read before its events: terminal with `next` null, the "
+            "log was read to its end."
+        )
+    )

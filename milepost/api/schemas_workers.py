@@ -19,20 +19,29 @@ class WorkerIn(StrictIn):
     """The worker's own description, sent with each check-in (all optional: a worker that
     sends none is listed by the id it leases its machine id as)."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=200,
-                             description="The worker id its claims carry (`MILEPOST_WORKER_ID`, "
-                             "default `host:pid`).", json_schema_extra=checks.NO_NUL)  # fmt: skip
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The worker id its claims carry (`MILEPOST_WORKER_ID`, default `host:pid`).",
+        json_schema_extra=checks.NO_NUL,
+    )
     host: str = Field(default="", max_length=255, json_schema_extra=checks.NO_NUL)
     pid: int | None = Field(default=None, ge=0, le=2**31 - 1)
     version: str = Field(default="", max_length=100, json_schema_extra=checks.NO_NUL)
-    ttl: float = Field(default=workers.LEASE_TTL_S, ge=1, le=86400,
-                       description="Seconds without a check-in after which it is lost (the "
-                       "worker's lease seconds; it checks in every third of it).")  # fmt: skip
+    ttl: float = Field(
+        default=workers.LEASE_TTL_S,
+        ge=1,
+        le=86400,
+        description="Seconds without a check-in after which it is lost (the "
+        "worker's lease seconds; it checks in every third of it).",
+    )
 
     def check_in(self, worker_key: str, pool: str) -> workers.CheckIn:
         name = self.name or worker_key.rpartition("/")[0] or worker_key
-        return workers.CheckIn(worker_key, name, pool, workers.WORKER, self.host, self.pid,
-                               self.version, self.ttl)  # fmt: skip
+        return workers.CheckIn(
+            worker_key, name, pool, workers.WORKER, self.host, self.pid, self.version, self.ttl
+        )
 
 
 class RunningOut(BaseModel):
@@ -72,19 +81,32 @@ class NoLiveWorkerOut(BaseModel):
 
 class WorkerList(BaseModel):
     items: list[WorkerOut]
-    without_worker: list[NoLiveWorkerOut] = Field(default_factory=list, description=(
-        "The pools with queued commands (of every run) that no live worker serves: what "
-        "waits for a worker nobody started (`engine.worker_pools`)."))  # fmt: skip
+    without_worker: list[NoLiveWorkerOut] = Field(
+        default_factory=list,
+        description=(
+            "The pools with queued commands (of every run) that no live worker serves: what "
+            "waits for a worker nobody started (`engine.worker_pools`)."
+        ),
+    )
 
 
 def worker_out(worker: workers.Worker) -> WorkerOut:
     row = worker.row
-    return WorkerOut(name=row.name, worker_key=row.worker_key,
-                     kind="embedded" if row.kind == workers.EMBEDDED else "worker",
-                     pools=[row.pool], host=row.host, pid=row.pid, version=row.version,
-                     started_at=checks.iso(row.started_at), last_seen=checks.iso(row.last_seen),
-                     ttl=row.ttl, status="live" if worker.status == workers.LIVE else "lost",
-                     lost_at=checks.iso(row.lost_at),
-                     running=[RunningOut(command_id=str(c.command_id),
-                                         execution_id=str(c.execution_id), step=c.step)
-                              for c in worker.running])  # fmt: skip
+    return WorkerOut(
+        name=row.name,
+        worker_key=row.worker_key,
+        kind="embedded" if row.kind == workers.EMBEDDED else "worker",
+        pools=[row.pool],
+        host=row.host,
+        pid=row.pid,
+        version=row.version,
+        started_at=checks.iso(row.started_at),
+        last_seen=checks.iso(row.last_seen),
+        ttl=row.ttl,
+        status="live" if worker.status == workers.LIVE else "lost",
+        lost_at=checks.iso(row.lost_at),
+        running=[
+            RunningOut(command_id=str(c.command_id), execution_id=str(c.execution_id), step=c.step)
+            for c in worker.running
+        ],
+    )

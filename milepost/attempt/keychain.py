@@ -25,9 +25,12 @@ class CredentialMissing(MilepostError):
     code = "credential_missing"
 
 
-def resolve(playbook: model.Playbook, context: Mapping[str, Any],
-            credentials: CredentialLookup | None = None,
-            environ: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def resolve(
+    playbook: model.Playbook,
+    context: Mapping[str, Any],
+    credentials: CredentialLookup | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Every entry's fields; `environ` (default `os.environ`) is what provider `env` reads.
     Raises a MilepostError naming the entry when one cannot be resolved."""
     resolved: dict[str, Any] = {}
@@ -47,7 +50,8 @@ def resolve(playbook: model.Playbook, context: Mapping[str, Any],
             if data is None:
                 raise CredentialMissing(
                     f"{where}: credential {entry.credential!r} is not registered",
-                    credential=entry.credential)  # fmt: skip
+                    credential=entry.credential,
+                )
             resolved[entry.name] = dict(data)
     return resolved
 
@@ -74,11 +78,34 @@ def secret_texts(playbook: model.Playbook, resolved: Mapping[str, Any]) -> list[
     return texts
 
 
-_PUBLIC_FIELDS = frozenset({
-    "type", "kind", "host", "hostname", "port", "user", "username", "login", "database",
-    "dbname", "db", "schema", "sslmode", "region", "account", "warehouse", "role",
-    "db_host", "db_port", "db_user", "db_name", "header", "name", "in",
-})  # fmt: skip
+_PUBLIC_FIELDS = frozenset(
+    {
+        "type",
+        "kind",
+        "host",
+        "hostname",
+        "port",
+        "user",
+        "username",
+        "login",
+        "database",
+        "dbname",
+        "db",
+        "schema",
+        "sslmode",
+        "region",
+        "account",
+        "warehouse",
+        "role",
+        "db_host",
+        "db_port",
+        "db_user",
+        "db_name",
+        "header",
+        "name",
+        "in",
+    }
+)
 """Credential fields that say where and as whom, not how: shown in results. Every other
 field is a secret (`X-Api-Key`, `aws_secret_access_key`, `clientSecret`, an `api_key`
 credential's `value`...): a field nobody listed is masked, never the reverse."""

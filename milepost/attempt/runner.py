@@ -104,11 +104,13 @@ async def run_attempt(
     prints (`MILEPOST_LOG_CAP_BYTES`)."""
     spans = telemetry.active()
     if spans is None:
-        return await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials,
-                                  log_cap=log_cap)  # fmt: skip
+        return await _run_attempt(
+            playbook, item, tools, sleep=sleep, credentials=credentials, log_cap=log_cap
+        )
     with spans.attempt(item) as span:
-        outcome = await _run_attempt(playbook, item, tools, sleep=sleep, credentials=credentials,
-                                     log_cap=log_cap)  # fmt: skip
+        outcome = await _run_attempt(
+            playbook, item, tools, sleep=sleep, credentials=credentials, log_cap=log_cap
+        )
         spans.attempt_outcome(span, outcome)
         return outcome
 
@@ -135,11 +137,20 @@ async def _run_attempt(
     if item.approved_digest is not None:
         # the call people approved, rendered again from this command's context before any
         # secret is resolved: a different call does not run (DSL 10.3)
-        refused = approvals.verify(playbook, item.step, item.context, item.args, item.run,
-                                   item.index, item.execution_id, item.approved_digest)  # fmt: skip
+        refused = approvals.verify(
+            playbook,
+            item.step,
+            item.context,
+            item.args,
+            item.run,
+            item.index,
+            item.execution_id,
+            item.approved_digest,
+        )
         if refused is not None:
-            return AttemptResult(ok=False, error={"kind": "approval", "message": refused,
-                                                  "retryable": False})  # fmt: skip
+            return AttemptResult(
+                ok=False, error={"kind": "approval", "message": refused, "retryable": False}
+            )
     if playbook.keychain:
         try:
             resolved = keychain.resolve(playbook, item.context, credentials)
@@ -153,43 +164,72 @@ async def _run_attempt(
         outcome = await _run(playbook, item, tools, sleep, redactor, log_cap)
     except Exception as exc:  # a bug in a tool must fail the step, not hang the run
         outcome = _crashed(item, exc, redactor)
-    return dataclasses.replace(outcome, result=redactor.value(outcome.result),
-                               ctx=redactor.value(outcome.ctx),
-                               error=redactor.value(outcome.error),
-                               logs=_logs(outcome.logs, redactor, log_cap))  # fmt: skip
+    return dataclasses.replace(
+        outcome,
+        result=redactor.value(outcome.result),
+        ctx=redactor.value(outcome.ctx),
+        error=redactor.value(outcome.error),
+        logs=_logs(outcome.logs, redactor, log_cap),
+    )
 
 
-def _logs(pieces: Sequence[logs.Captured], redactor: Redactor,
-          log_cap: int) -> tuple[logs.Captured, ...]:  # fmt: skip
+def _logs(
+    pieces: Sequence[logs.Captured], redactor: Redactor, log_cap: int
+) -> tuple[logs.Captured, ...]:
     """Each stream's pieces (one per task execution) redacted, then joined and capped:
     redacted first, so a cut never leaves half a secret that redaction would not know."""
     if not pieces:  # most attempts (http, llm) print nothing: no sink per stream
         return ()
     # a NUL, which no text column of PostgreSQL and no API string holds, shows as U+FFFD
-    found = (logs.capped(stream, [dataclasses.replace(p, text=redactor.text(
-        p.text.replace("\x00", "\ufffd"))) for p in pieces if p.stream == stream], log_cap)
-             for stream in logs.STREAMS)  # fmt: skip
+    found = (
+        logs.capped(
+            stream,
+            [
+                dataclasses.replace(p, text=redactor.text(p.text.replace("\x00", "\ufffd")))
+                for p in pieces
+                if p.stream == stream
+            ],
+            log_cap,
+        )
+        for stream in logs.STREAMS
+    )
     return tuple(c for c in found if c is not None)
 
 
 def _crashed(item: WorkItem, exc: Exception, redactor: Redactor) -> AttemptResult:
     """The `internal` outcome of a crash; its traceback is logged here, redacted, because
     its frames' values and messages may hold the attempt's secrets."""
-    log.error("attempt crashed (step %r, execution %s)\n%s", item.step, item.execution_id,
-              redactor.text(traceback.format_exc()),
-              extra={"action": "attempt_crashed", "command_id": str(item.command_id),
-                     "execution_id": str(item.execution_id), "step": item.step})  # fmt: skip
-    return AttemptResult(ok=False, error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+    log.error(
+        "attempt crashed (step %r, execution %s)\n%s",
+        item.step,
+        item.execution_id,
+        redactor.text(traceback.format_exc()),
+        extra={
+            "action": "attempt_crashed",
+            "command_id": str(item.command_id),
+            "execution_id": str(item.execution_id),
+            "step": item.step,
+        },
+    )
+    return AttemptResult(
+        ok=False, error={"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
+    )
 
 
-async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
-               sleep: Callable[[float], Awaitable[None]],
-               redactor: Redactor, log_cap: int) -> AttemptResult:  # fmt: skip
+async def _run(
+    playbook: model.Playbook,
+    item: WorkItem,
+    tools: ToolRunner,
+    sleep: Callable[[float], Awaitable[None]],
+    redactor: Redactor,
+    log_cap: int,
+) -> AttemptResult:
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
-    pipe = _Pipeline(item, step, playbook, started + timeout if timeout else None, redactor,
-                     log_cap=log_cap)  # fmt: skip
+    pipe = _Pipeline(
+        item, step, playbook, started + timeout if timeout else None, redactor, log_cap=log_cap
+    )
     try:
         if timeout:
             # the tools enforce the remaining time themselves (python kills its process);
@@ -199,17 +239,37 @@ async def _run(playbook: model.Playbook, item: WorkItem, tools: ToolRunner,
         else:
             await _run_tasks(pipe, tools, sleep)
     except _TaskFailed as failed:
-        return AttemptResult(ok=False, result=failed.result, error=failed.error,
-                             duration_ms=(time.monotonic() - started) * 1000,
-                             usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
+        return AttemptResult(
+            ok=False,
+            result=failed.result,
+            error=failed.error,
+            duration_ms=(time.monotonic() - started) * 1000,
+            usage=usage.add(pipe.usage),
+            logs=tuple(pipe.printed),
+        )
     except TimeoutError:
-        error = {"kind": "timeout", "message": f"step exceeded spec.timeout of {timeout:g}s",
-                 "retryable": True, "code": "TIMEOUT"}  # fmt: skip
-        return AttemptResult(ok=False, error=error, duration_ms=(time.monotonic() - started) * 1000,
-                             usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
-    return AttemptResult(ok=True, result=_step_result(pipe), ctx=pipe.ctx_writes,
-                         failed_ok=pipe.failed_ok, duration_ms=(time.monotonic() - started) * 1000,
-                         usage=usage.add(pipe.usage), logs=tuple(pipe.printed))  # fmt: skip
+        error = {
+            "kind": "timeout",
+            "message": f"step exceeded spec.timeout of {timeout:g}s",
+            "retryable": True,
+            "code": "TIMEOUT",
+        }
+        return AttemptResult(
+            ok=False,
+            error=error,
+            duration_ms=(time.monotonic() - started) * 1000,
+            usage=usage.add(pipe.usage),
+            logs=tuple(pipe.printed),
+        )
+    return AttemptResult(
+        ok=True,
+        result=_step_result(pipe),
+        ctx=pipe.ctx_writes,
+        failed_ok=pipe.failed_ok,
+        duration_ms=(time.monotonic() - started) * 1000,
+        usage=usage.add(pipe.usage),
+        logs=tuple(pipe.printed),
+    )
 
 
 def _step_result(pipe: _Pipeline) -> Any:
@@ -223,8 +283,9 @@ def _step_result(pipe: _Pipeline) -> Any:
     return merged
 
 
-async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
-                     sleep: Callable[[float], Awaitable[None]]) -> None:  # fmt: skip
+async def _run_tasks(
+    pipe: _Pipeline, tools: ToolRunner, sleep: Callable[[float], Awaitable[None]]
+) -> None:
     tasks = pipe.step.tasks
     names = [t.name for t in tasks]
     position = 0
@@ -236,8 +297,14 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
             executions += 1
             attempt += 1
             if executions > MAX_TASK_EXECUTIONS:
-                raise _TaskFailed(_error(pipe, task, "policy", f"more than {MAX_TASK_EXECUTIONS} "
-                                         "task executions in one attempt"))  # fmt: skip
+                raise _TaskFailed(
+                    _error(
+                        pipe,
+                        task,
+                        "policy",
+                        f"more than {MAX_TASK_EXECUTIONS} task executions in one attempt",
+                    )
+                )
             context = pipe.context()
             result = _take_usage(pipe, task, await _execute(pipe, task, context, tools))
             pipe.printed.extend(result.logs)
@@ -253,9 +320,15 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
                 # A retry asked for on an ok result (polling until a condition holds) has
                 # no tool error to report; `_tool_error` used to produce kind 'error' with
                 # the message 'failed', which told the user nothing.
-                raise _TaskFailed(_error(pipe, task, "policy", "policy retry exhausted: "
-                                         f"{attempt} attempts, the condition still held"),
-                                  result.data)  # fmt: skip
+                raise _TaskFailed(
+                    _error(
+                        pipe,
+                        task,
+                        "policy",
+                        f"policy retry exhausted: {attempt} attempts, the condition still held",
+                    ),
+                    result.data,
+                )
             raise _TaskFailed(_tool_error(pipe, task, result), result.data)
         if action.do == "fail":
             if result.ok:
@@ -274,8 +347,9 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
         if pipe.step.pipeline:
             pipe.locals[task.name] = result.data
         if action.set or task.set:  # most tasks set nothing: no contexts to build
-            where = f"step '{pipe.step.name}'" + (f" task '{task.name}'" if pipe.step.pipeline
-                                                  else "")  # fmt: skip
+            where = f"step '{pipe.step.name}'" + (
+                f" task '{task.name}'" if pipe.step.pipeline else ""
+            )
             try:
                 policy_context = dict(context, output=envelope, _attempt=attempt)
                 pipe.apply_set(action.set, policy_context, f"{where}: policy set")
@@ -294,8 +368,9 @@ async def _run_tasks(pipe: _Pipeline, tools: ToolRunner,
         position += 1
 
 
-async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
-                   tools: ToolRunner) -> ToolResult:  # fmt: skip
+async def _execute(
+    pipe: _Pipeline, task: model.Task, context: dict[str, Any], tools: ToolRunner
+) -> ToolResult:
     """Render the task's input and fields, then run its tool."""
     step = pipe.step
     kind, config, input_templates = task.kind, task.config, dict(task.input)
@@ -316,25 +391,38 @@ async def _execute(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
     op_key = pipe.item.operation_key
     render_context = {**context, "idempotency_key": idem_key, "operation_key": op_key}
     try:
-        inputs = {key: render.render_value(value, render_context, where=f"{prefix}: input '{key}'")
-                  for key, value in templates.items()}  # fmt: skip
+        inputs = {
+            key: render.render_value(value, render_context, where=f"{prefix}: input '{key}'")
+            for key, value in templates.items()
+        }
         field_context = cx.overlay(render_context, inputs) if inputs else render_context
         field_context["idempotency_key"] = idem_key
         field_context["operation_key"] = op_key
-        fields = {key: value if key in _UNRENDERED_CONFIG else
-                  render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
-                  for key, value in config.items()}  # fmt: skip
+        fields = {
+            key: value
+            if key in _UNRENDERED_CONFIG
+            else render.render_value(value, field_context, where=f"{prefix}: field '{key}'")
+            for key, value in config.items()
+        }
     except TemplateError as exc:
         raise _TaskFailed(_error(pipe, task, **exc.failure())) from None
     if "keychain" in context:  # python's `context` global is a snapshot without secrets
         context = {k: v for k, v in context.items() if k != "keychain"}
     call = ToolCall(
-        kind=kind, config=fields, input=inputs, context=context,
-        idempotency_key=idem_key, operation_key=op_key, timeout=_remaining(pipe, tool_timeout),
-        execution_id=str(pipe.item.execution_id), step=step.name,
-        command_id=pipe.item.command_id, epoch=pipe.item.epoch, redact=pipe.redactor.text,
+        kind=kind,
+        config=fields,
+        input=inputs,
+        context=context,
+        idempotency_key=idem_key,
+        operation_key=op_key,
+        timeout=_remaining(pipe, tool_timeout),
+        execution_id=str(pipe.item.execution_id),
+        step=step.name,
+        command_id=pipe.item.command_id,
+        epoch=pipe.item.epoch,
+        redact=pipe.redactor.text,
         log_cap=pipe.log_cap,
-    )  # fmt: skip
+    )
     return await tools.run(call)
 
 
@@ -374,26 +462,38 @@ _CONTINUE = model.PolicyThen(do="continue")
 _FAIL = model.PolicyThen(do="fail")
 
 
-def _decide_policy(pipe: _Pipeline, task: model.Task, context: dict[str, Any],
-                   envelope: dict[str, Any], attempt: int) -> model.PolicyThen:  # fmt: skip
+def _decide_policy(
+    pipe: _Pipeline,
+    task: model.Task,
+    context: dict[str, Any],
+    envelope: dict[str, Any],
+    attempt: int,
+) -> model.PolicyThen:
     policy = task.policy
     if policy is not None and policy.rules:
         rule_context = dict(context, output=envelope, _attempt=attempt)
         for i, rule in enumerate(policy.rules):
             if rule.when is None or render.render_when(
-                rule.when, rule_context,
+                rule.when,
+                rule_context,
                 where=f"step '{pipe.step.name}' task '{task.name}': policy.rules[{i}].when",
-            ):  # fmt: skip
+            ):
                 return rule.then
     if policy is not None and policy.on_unmatched:
         return _CONTINUE if policy.on_unmatched == "continue" else _FAIL
     return _CONTINUE if envelope["status"] == "ok" else _FAIL
 
 
-def _error(pipe: _Pipeline, task: model.Task, kind: str, message: str,
-           **extra: Any) -> dict[str, Any]:  # fmt: skip
-    return {"kind": kind, "message": message, "retryable": False,
-            "task": task.name if pipe.step.pipeline else None, **extra}  # fmt: skip
+def _error(
+    pipe: _Pipeline, task: model.Task, kind: str, message: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "message": message,
+        "retryable": False,
+        "task": task.name if pipe.step.pipeline else None,
+        **extra,
+    }
 
 
 def _tool_error(pipe: _Pipeline, task: model.Task, result: ToolResult) -> dict[str, Any]:

@@ -41,8 +41,12 @@ Fetch = Callable[[str, str], Any]
 """(field, path) -> the value; raises SecretUnavailable."""
 
 
-def fetcher(provider: str, where: str, credentials: CredentialLookup | None,
-            environ: Mapping[str, str] | None = None) -> Fetch:  # fmt: skip
+def fetcher(
+    provider: str,
+    where: str,
+    credentials: CredentialLookup | None,
+    environ: Mapping[str, str] | None = None,
+) -> Fetch:
     """How `provider` fetches one field; `where` names the keychain entry in messages.
     A cloud provider fails here, before any field is fetched."""
     if provider == "env":
@@ -56,9 +60,12 @@ def fetcher(provider: str, where: str, credentials: CredentialLookup | None,
             f"{where}: provider {provider!r} needs the optional extra milepost[{extra}], "
             f"which is not installed on this worker (pip install 'milepost[{extra}]'); "
             "or fetch the value with provider env or milepost",
-            provider=provider)  # fmt: skip
-    raise SecretUnavailable(f"{where}: unknown provider {provider!r} (expected one of "
-                            f"{', '.join(SECRET_PROVIDERS)})", provider=provider)  # fmt: skip
+            provider=provider,
+        )
+    raise SecretUnavailable(
+        f"{where}: unknown provider {provider!r} (expected one of {', '.join(SECRET_PROVIDERS)})",
+        provider=provider,
+    )
 
 
 def vault_path(path: str) -> tuple[str, str] | None:
@@ -69,26 +76,32 @@ def vault_path(path: str) -> tuple[str, str] | None:
 
 def _env(environ: Mapping[str, str], where: str, field: str, path: Any) -> str:
     if not isinstance(path, str) or not path:
-        raise SecretUnavailable(f"{where}: map.{field}: expected an environment variable "
-                                f"name, got {path!r}")  # fmt: skip
+        raise SecretUnavailable(
+            f"{where}: map.{field}: expected an environment variable name, got {path!r}"
+        )
     value = environ.get(path)
     if value is None:
-        raise SecretUnavailable(f"{where}: map.{field}: environment variable {path!r} is not "
-                                "set on the worker", variable=path)  # fmt: skip
+        raise SecretUnavailable(
+            f"{where}: map.{field}: environment variable {path!r} is not set on the worker",
+            variable=path,
+        )
     return value
 
 
 def _vault(credentials: CredentialLookup | None, where: str, field: str, path: Any) -> Any:
     split = vault_path(path) if isinstance(path, str) else None
     if split is None:
-        raise SecretUnavailable(f"{where}: map.{field}: expected '<credential>.<field>', "
-                                f"got {path!r}")  # fmt: skip
+        raise SecretUnavailable(
+            f"{where}: map.{field}: expected '<credential>.<field>', got {path!r}"
+        )
     name, key = split
     data = credentials(name) if credentials is not None else None
     if data is None:
-        raise SecretUnavailable(f"{where}: map.{field}: credential {name!r} is not registered",
-                                credential=name)  # fmt: skip
+        raise SecretUnavailable(
+            f"{where}: map.{field}: credential {name!r} is not registered", credential=name
+        )
     if key == "type" or key not in data:
-        raise SecretUnavailable(f"{where}: map.{field}: credential {name!r} has no field "
-                                f"{key!r}", credential=name)  # fmt: skip
+        raise SecretUnavailable(
+            f"{where}: map.{field}: credential {name!r} has no field {key!r}", credential=name
+        )
     return data[key]

@@ -11,8 +11,17 @@ from typing import Any
 from milepost.core import usage
 from milepost.tools.base import ToolResult
 
-_KNOWN = frozenset({"input_tokens", "output_tokens", "prompt_tokens", "completion_tokens",
-                    "cost", "provider", "model"})  # fmt: skip
+_KNOWN = frozenset(
+    {
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost",
+        "provider",
+        "model",
+    }
+)
 
 
 def take(result: ToolResult, where: str) -> tuple[ToolResult, list[dict[str, Any]]]:

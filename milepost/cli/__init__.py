@@ -33,13 +33,31 @@ from milepost.errors import MilepostError
 
 quiet_flags()
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="milepost: run NoETL playbooks durably. Exit codes: 0 done (a run "
-                       "COMPLETED), 1 a run FAILED or was CANCELLED, 2 bad input or refused, "
-                       "3 server or database unavailable, 130 interrupted.")  # fmt: skip
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="milepost: run NoETL playbooks durably. Exit codes: 0 done (a run "
+    "COMPLETED), 1 a run FAILED or was CANCELLED, 2 bad input or refused, "
+    "3 server or database unavailable, 130 interrupted.",
+)
 # added without a name, a group's commands (and its named sub-groups) are the app's own
-_GROUPS = (runs, executions, event_log, actions, logs, approvals, catalog, credentials, suites,
-           verify, server, doctor, workers, usage, web_ui)  # fmt: skip
+_GROUPS = (
+    runs,
+    executions,
+    event_log,
+    actions,
+    logs,
+    approvals,
+    catalog,
+    credentials,
+    suites,
+    verify,
+    server,
+    doctor,
+    workers,
+    usage,
+    web_ui,
+)
 for group in _GROUPS:
     app.add_typer(group.app)
 
@@ -53,9 +71,14 @@ def _version(shown: bool) -> None:
 
 
 @app.callback()
-def _options(version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:  # fmt: skip
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """milepost: run NoETL playbooks durably."""
 
 
@@ -64,4 +87,3 @@ def main() -> None:
         app()
     except MilepostError as exc:  # one line, never a traceback
         raise SystemExit(fail(exc.message, exit_code(exc)).exit_code) from None
-

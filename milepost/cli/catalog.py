@@ -29,19 +29,31 @@ from milepost.engine.event_query import EventQuery
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load, scripts, yamllines
 
-PROGRESS = EventQuery(types=("execution", "step", "approval", "command.failed",
-                             "command.retry_scheduled", "compensation"))  # fmt: skip
+PROGRESS = EventQuery(
+    types=(
+        "execution",
+        "step",
+        "approval",
+        "command.failed",
+        "command.retry_scheduled",
+        "compensation",
+    )
+)
 """The events `execute --wait` shows as the run goes."""
 
 app = typer.Typer()
 
 
 @app.command()
-def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")],
-             strict: Annotated[bool, typer.Option("--strict", help=(
-                 "Warnings are errors (DSL 12.2): a file with any fails."))] = False,
-             output: OutputOption = None, json_out: JsonOption = False,
-             ) -> None:  # fmt: skip
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Playbook files.")],
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help=("Warnings are errors (DSL 12.2): a file with any fails.")),
+    ] = False,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Check playbooks without running them; lists every problem of every file.
 
     --output json or yaml: a list of the files, each with valid, steps, problems and
@@ -53,15 +65,21 @@ def validate(files: Annotated[list[Path], typer.Argument(help="Playbook files.")
     else:
         for item, message in checked:
             _print_checked(item, message)
-    raise typer.Exit(exit_codes.RUN_FAILED if any(not item["valid"] for item, _ in checked)
-                     else exit_codes.OK)  # fmt: skip
+    raise typer.Exit(
+        exit_codes.RUN_FAILED if any(not item["valid"] for item, _ in checked) else exit_codes.OK
+    )
 
 
 def _checked(file: Path, strict: bool) -> tuple[dict[str, Any], str]:
     """One file's verdict, `{file, valid, steps, problems, warnings}`, and the message of
     a file that could not be loaded as the table prints it (with the file's name)."""
-    item: dict[str, Any] = {"file": str(file), "valid": False, "steps": None, "problems": [],
-                            "warnings": []}  # fmt: skip
+    item: dict[str, Any] = {
+        "file": str(file),
+        "valid": False,
+        "steps": None,
+        "problems": [],
+        "warnings": [],
+    }
     try:
         playbook = load.load_file(file)
     except PlaybookInvalid as exc:
@@ -69,9 +87,16 @@ def _checked(file: Path, strict: bool) -> tuple[dict[str, Any], str]:
     except OSError as exc:
         return {**item, "problems": [exc.strerror or str(exc)]}, f"{file}: {exc.strerror}"
     refused = strict and bool(playbook.warnings)  # then each warning is an error
-    return {**item, "valid": not refused, "steps": len(playbook.steps),
-            **({"problems": list(playbook.warnings)} if refused
-               else {"warnings": list(playbook.warnings)})}, ""  # fmt: skip
+    return {
+        **item,
+        "valid": not refused,
+        "steps": len(playbook.steps),
+        **(
+            {"problems": list(playbook.warnings)}
+            if refused
+            else {"warnings": list(playbook.warnings)}
+        ),
+    }, ""
 
 
 def _print_checked(item: dict[str, Any], message: str) -> None:
@@ -79,20 +104,25 @@ def _print_checked(item: dict[str, Any], message: str) -> None:
     if item["steps"] is None:
         err.print(f"[red]✗[/red] {escape(message)}", highlight=False, soft_wrap=True)
         return
-    said, mark, label, lines = ((out, "[green]✓[/green]", "[yellow]warning:[/yellow]",
-                                 item["warnings"]) if item["valid"]
-                                else (err, "[red]✗[/red]", "[red]error (--strict):[/red]",
-                                      item["problems"]))  # fmt: skip
-    said.print(f"{mark} {escape(item['file'])} ({item['steps']} steps)", highlight=False,
-               soft_wrap=True)  # fmt: skip
+    said, mark, label, lines = (
+        (out, "[green]✓[/green]", "[yellow]warning:[/yellow]", item["warnings"])
+        if item["valid"]
+        else (err, "[red]✗[/red]", "[red]error (--strict):[/red]", item["problems"])
+    )
+    said.print(
+        f"{mark} {escape(item['file'])} ({item['steps']} steps)", highlight=False, soft_wrap=True
+    )
     for text in lines:
         said.print(f"  {label} {escape(text)}", highlight=False, soft_wrap=True)
 
 
 @app.command()
-def register(file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
-             server: ServerOption = None, output: OutputOption = None,
-             json_out: JsonOption = False) -> None:  # fmt: skip
+def register(
+    file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
+    server: ServerOption = None,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Register a playbook in a server's catalog (a new version when its text changed).
 
     --output json or yaml: the file with its catalog path and version, or with its
@@ -120,12 +150,20 @@ def execute(
     payload: Annotated[str | None, typer.Option(help="Workload as a JSON object.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Workload value KEY=VALUE.")] = [],  # noqa: B006
     version: Annotated[int | None, typer.Option(help="Catalog version (default: latest).")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help=(
-        "Follow the run to its end (its steps as they go); exit 0 COMPLETED, 1 FAILED or "
-        "CANCELLED."))] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help=(
+                "Follow the run to its end (its steps as they go); exit 0 COMPLETED, 1 FAILED or "
+                "CANCELLED."
+            ),
+        ),
+    ] = False,
     server: ServerOption = None,
-    output: OutputOption = None, json_out: JsonOption = False,
-) -> None:  # fmt: skip
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Start an execution on a server; prints its id at once."""
     fmt = chosen(output, json_out)
     workload = read_workload(payload, set_)
@@ -147,8 +185,10 @@ def _followed(where: ServerRuns, xid: int, fmt: Format) -> dict[str, Any]:
     final status; a Ctrl-C says the run goes on and how to follow it."""
     say = out if fmt is Format.table else err
     try:  # from the first line on, a Ctrl-C (even mid-print) names the run that goes on
-        say.print(f"execution {xid} started; following it (Ctrl-C stops following, not the "
-                  "run)", highlight=False)  # fmt: skip
+        say.print(
+            f"execution {xid} started; following it (Ctrl-C stops following, not the run)",
+            highlight=False,
+        )
         for event in follow(where, xid, PROGRESS):
             say.print(line(event), highlight=False, markup=False)
         return dict(where.status(xid))

@@ -25,9 +25,11 @@ from milepost.credentials import Vault
 from milepost.credentials import check_name as check_credential_name
 
 app = typer.Typer()
-credential_app = typer.Typer(no_args_is_help=True,
-                             help="Credentials of the local database (encrypted with "
-                                  "MILEPOST_SECRET_KEY) or of a server (--server).")
+credential_app = typer.Typer(
+    no_args_is_help=True,
+    help="Credentials of the local database (encrypted with "
+    "MILEPOST_SECRET_KEY) or of a server (--server).",
+)
 app.add_typer(credential_app, name="credential")
 
 
@@ -64,8 +66,12 @@ def credential_set(
 
 
 @credential_app.command("list")
-def credential_list(db: DbOption = None, server: ServerOption = None,
-                    output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+def credential_list(
+    db: DbOption = None,
+    server: ServerOption = None,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Names and types of the stored credentials (never their values)."""
     client = server_client(server, db)
     if client is not None:

@@ -14,10 +14,14 @@ from milepost.cli.reads import runs
 app = typer.Typer()
 
 
-
 @app.command()
-def doctor(execution_id: int, db: DbOption = None, server: ServerOption = None,
-           output: OutputOption = None, json_out: JsonOption = False) -> None:  # fmt: skip
+def doctor(
+    execution_id: int,
+    db: DbOption = None,
+    server: ServerOption = None,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Say why a run is not moving (an approval and who may decide, a claimed command and
     its lease, a pool with no live worker, a loop, a retry timer, a budget or stall limit
     near), or for an ended run that it completed or its first error."""

@@ -31,21 +31,40 @@ app = typer.Typer()
 
 @app.command()
 def events(
-    execution_id: int, db: DbOption = None, server: ServerOption = None,
-    step: Annotated[str | None, typer.Option(help="Only this step's events.",
-                                             show_default=False)] = None,
-    type_: Annotated[list[str] | None, typer.Option(
-        "--type", help="Only these event types (repeatable or comma-separated); a name "
-        "without a dot is a family: command is command.*.", show_default=False)] = None,
-    tail: Annotated[int | None, typer.Option(
-        min=0, help="Only the last N events (with --follow: then the new ones).",
-        show_default=False)] = None,
-    follow_: Annotated[bool, typer.Option(
-        "--follow", "-f", help="Keep printing events as they come, until the run ends.")] = False,
+    execution_id: int,
+    db: DbOption = None,
+    server: ServerOption = None,
+    step: Annotated[
+        str | None, typer.Option(help="Only this step's events.", show_default=False)
+    ] = None,
+    type_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--type",
+            help="Only these event types (repeatable or comma-separated); a name "
+            "without a dot is a family: command is command.*.",
+            show_default=False,
+        ),
+    ] = None,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Only the last N events (with --follow: then the new ones).",
+            show_default=False,
+        ),
+    ] = None,
+    follow_: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Keep printing events as they come, until the run ends."
+        ),
+    ] = False,
     output: OutputOption = None,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="One JSON object per line (as --follow prints them).")] = False,
-) -> None:  # fmt: skip
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object per line (as --follow prints them).")
+    ] = False,
+) -> None:
     """Print an execution's event log: time, seq, event, step, status and payload.
 
     --output json prints one JSON array; --json, and --follow, one JSON object per line
@@ -67,8 +86,9 @@ def events(
         _follow(where, execution_id, query, tail, fmt)
 
 
-def _follow(where: Runs, execution_id: int, query: event_query.EventQuery, tail: int | None,
-            fmt: Format) -> None:  # fmt: skip
+def _follow(
+    where: Runs, execution_id: int, query: event_query.EventQuery, tail: int | None, fmt: Format
+) -> None:
     after = 0
     try:
         if tail is not None:  # the last few, then what comes after the log as it was
@@ -100,6 +120,13 @@ def _lines(items: Iterable[dict[str, Any]]) -> None:
 def line(item: dict[str, Any]) -> str:
     """`2026-12-01 17:01:58.123  #5  command.completed  start  COMPLETED  {"n": 2}`."""
     payload = (item.get("result") or {}).get("context")
-    return "  ".join([shown_time(item.get("created_at")), f"#{item.get('seq', ''):<4}",
-                      f"{item['event_type']:<26}", f"{item.get('step') or '-':<16}",
-                      f"{item.get('status') or '':<10}", short(payload, 100)])  # fmt: skip
+    return "  ".join(
+        [
+            shown_time(item.get("created_at")),
+            f"#{item.get('seq', ''):<4}",
+            f"{item['event_type']:<26}",
+            f"{item.get('step') or '-':<16}",
+            f"{item.get('status') or '':<10}",
+            short(payload, 100),
+        ]
+    )

@@ -23,20 +23,38 @@ from milepost.engine.orchestrator import Orchestrator, deep_merge
 from milepost.settings import Settings
 from milepost.store.port import Store
 
-DbOption = Annotated[str | None, typer.Option(
-    "--db", help="Database: a SQLite path, sqlite:///path or postgresql://user@host/db "
-    "\\[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]", show_default=False)]  # fmt: skip
-ServerDbOption = Annotated[str | None, typer.Option(
-    "--db", help="Database URL: a SQLite path, sqlite:///path or postgresql://user@host/db "
-    "\\[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
-    ".milepost/milepost.db]", show_default=False)]  # fmt: skip
-ServerOption = Annotated[str | None, typer.Option(
-    "--server", help="A milepost server URL \\[env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.")]
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database: a SQLite path, sqlite:///path or postgresql://user@host/db "
+        "\\[env: MILEPOST_DATABASE_URL; default .milepost/milepost.db]",
+        show_default=False,
+    ),
+]
+ServerDbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL: a SQLite path, sqlite:///path or postgresql://user@host/db "
+        "\\[env: MILEPOST_DATABASE_URL, or MILEPOST_DATABASE_URLS for shards; default "
+        ".milepost/milepost.db]",
+        show_default=False,
+    ),
+]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        help="A milepost server URL \\[env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.",
+    ),
+]
 
 
 @contextlib.contextmanager
-def one_shot_orchestrator(store: Store, holder: str,
-                          machine_id: int | None = None) -> Iterator[Orchestrator]:  # fmt: skip
+def one_shot_orchestrator(
+    store: Store, holder: str, machine_id: int | None = None
+) -> Iterator[Orchestrator]:
     """An orchestrator for a command that writes a few events to a local database and exits
     (`cancel`, `approve`): the ids it makes must not be ones a running `milepost run` makes
     too, so it leases a machine id for its few seconds unless one is set."""
@@ -44,8 +62,11 @@ def one_shot_orchestrator(store: Store, holder: str,
 
     from milepost.engine.machine import LeasedIds, holder_name
 
-    leased = None if machine_id is not None else LeasedIds(
-        store, time.time, holder=holder_name(holder), ttl=30.0)  # fmt: skip
+    leased = (
+        None
+        if machine_id is not None
+        else LeasedIds(store, time.time, holder=holder_name(holder), ttl=30.0)
+    )
     try:
         yield Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
     finally:
@@ -108,8 +129,10 @@ def read_playbook(file: Path) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise fail(f"{file}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); a "
-                   "playbook is YAML saved as UTF-8") from None  # fmt: skip
+        raise fail(
+            f"{file}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x}); a "
+            "playbook is YAML saved as UTF-8"
+        ) from None
     if not text.strip():
         raise fail(f"{file}: the file is empty; a playbook starts with apiVersion: noetl.io/v2")
     return text

@@ -35,14 +35,26 @@ Page = Callable[[int], dict[str, Any]]
 
 @app.command("logs")
 def logs(
-    execution_id: int, db: DbOption = None, server: ServerOption = None,
+    execution_id: int,
+    db: DbOption = None,
+    server: ServerOption = None,
     step: Annotated[str | None, typer.Option(help="Only this step's.")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what the run "
-                                         "prints until it ends (Ctrl-C stops following).")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing what the run prints until it ends (Ctrl-C stops following).",
+        ),
+    ] = False,
     output: OutputOption = None,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="One JSON object per entry per line (as --follow prints them).")] = False,
-) -> None:  # fmt: skip
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="One JSON object per entry per line (as --follow prints them)."
+        ),
+    ] = False,
+) -> None:
     """Print what an execution's steps printed: stdout, stderr and tracebacks, per attempt
     (local database or a server).
 
@@ -54,6 +66,7 @@ def logs(
     streamed = follow or fmt is Format.table or (json_out and output is None)
     again = f"logs {execution_id}{f' --step {shlex.quote(step)}' if step else ''} --follow"
     with runs(server, db) as where:
+
         def page(after: int) -> dict[str, Any]:
             return dict(remote(lambda: where.logs(execution_id, step=step, after=after)))
 
@@ -90,8 +103,9 @@ class _Wake:
             return False
 
 
-def _show(page: Page, execution_id: int, wake: Callable[[], None] | None,
-          fmt: Format | None) -> list[dict[str, Any]]:  # fmt: skip
+def _show(
+    page: Page, execution_id: int, wake: Callable[[], None] | None, fmt: Format | None
+) -> list[dict[str, Any]]:
     """Print each entry as it is read in `fmt` (none: print nothing, gather them all);
     with `wake`, read until the run has ended, waiting on it between reads. The entries
     not printed."""
@@ -111,8 +125,11 @@ def _show(page: Page, execution_id: int, wake: Callable[[], None] | None,
             break
         wake()
     if not shown and fmt is Format.table:
-        err.print(f"execution {execution_id} ({body['status']}) has printed nothing"
-                  f"{' yet' if body['status'] not in st.TERMINAL else ''}", highlight=False)  # fmt: skip
+        err.print(
+            f"execution {execution_id} ({body['status']}) has printed nothing"
+            f"{' yet' if body['status'] not in st.TERMINAL else ''}",
+            highlight=False,
+        )
     return gathered
 
 
@@ -120,8 +137,11 @@ def _print(entry: dict[str, Any], fmt: Format) -> None:
     if fmt is not Format.table:
         emit_one(entry, fmt)
         return
-    out.print(f"==> {entry['step']} (attempt {entry['attempt']}) {entry['stream']} <==",
-              style="bold", highlight=False, markup=False)  # fmt: skip
+    out.print(
+        f"==> {entry['step']} (attempt {entry['attempt']}) {entry['stream']} <==",
+        style="bold",
+        highlight=False,
+        markup=False,
+    )
     text = entry["text"]
-    out.print(text if text.endswith("\n") else text + "\n", end="", highlight=False,
-              markup=False)  # fmt: skip
+    out.print(text if text.endswith("\n") else text + "\n", end="", highlight=False, markup=False)

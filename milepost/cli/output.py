@@ -97,8 +97,10 @@ class Format(enum.StrEnum):
     yaml = "yaml"
 
 
-OutputOption = Annotated[Format | None, typer.Option(
-    "--output", "-o", help="table (the default), json or yaml.", show_default=False)]  # fmt: skip
+OutputOption = Annotated[
+    Format | None,
+    typer.Option("--output", "-o", help="table (the default), json or yaml.", show_default=False),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Same as --output json.")]
 
 
@@ -146,7 +148,11 @@ def time_left(expires_at: float | str | None, now: float) -> str:
     `expired` once it passed, `no expiry` without one."""
     if expires_at is None:
         return "no expiry"
-    at = datetime.fromisoformat(expires_at).timestamp() if isinstance(expires_at, str) else expires_at
+    at = (
+        datetime.fromisoformat(expires_at).timestamp()
+        if isinstance(expires_at, str)
+        else expires_at
+    )
     left = int(at - now)
     return "expired" if left <= 0 else durations.span(left)
 
@@ -157,14 +163,19 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
         return
     flag = " (compensating)" if data.get("compensating") else ""
     playbook = f" {data['playbook']}" if data.get("playbook") else ""
-    out.print(f"execution {data['execution_id']}{playbook}: [bold]{data['status']}[/bold]{flag}",
-              highlight=False)  # fmt: skip
+    out.print(
+        f"execution {data['execution_id']}{playbook}: [bold]{data['status']}[/bold]{flag}",
+        highlight=False,
+    )
     if data.get("restarted_from"):
         out.print(f"restarts execution {data['restarted_from']}", highlight=False)
     if data["status"] == st.FAILED and data.get("error"):
-        out.print(f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))} (each "
-                  f"attempt, its stderr or response body: milepost describe "
-                  f"{data['execution_id']})", highlight=False)  # fmt: skip
+        out.print(
+            f"[red]reason:[/red] {escape(summaries.error_reason(data['error']))} (each "
+            f"attempt, its stderr or response body: milepost describe "
+            f"{data['execution_id']})",
+            highlight=False,
+        )
     if data.get("usage"):
         out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
     with_usage = any(step.get("usage") for step in data["steps"].values())
@@ -181,20 +192,25 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
     now = time.time()
     for name, step in data["steps"].items():
         if step.get("approval"):
-            out.print(approval_line(name, step["approval"], now), highlight=False, markup=False,
-                      soft_wrap=True)  # fmt: skip
+            out.print(
+                approval_line(name, step["approval"], now),
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     for entry in data.get("no_live_worker") or ():
         out.print(no_worker_line(entry), highlight=False, markup=False, soft_wrap=True)
     if data.get("no_driver"):
-        out.print(no_driver_line(data["no_driver"]), highlight=False, markup=False,
-                  soft_wrap=True)  # fmt: skip
+        out.print(no_driver_line(data["no_driver"]), highlight=False, markup=False, soft_wrap=True)
 
 
 def no_worker_line(entry: dict[str, Any]) -> str:
     """Commands queued in a pool no live worker serves (a server's status, DSL 10.6)."""
     steps = ", ".join(entry.get("steps") or ())
-    return (f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
-            f"(start `milepost worker --pool {entry['pool']}`)")
+    return (
+        f"waiting: {entry['commands']} command(s) of step {steps}: {entry['message']} "
+        f"(start `milepost worker --pool {entry['pool']}`)"
+    )
 
 
 def no_driver_line(entry: dict[str, Any]) -> str:
@@ -202,20 +218,26 @@ def no_driver_line(entry: dict[str, Any]) -> str:
     queued = ""
     if entry["commands"]:
         queued = f"{entry['commands']} command(s) of step {', '.join(entry['steps'])} wait; "
-    return (f"waiting: {queued}{entry['message']} (the `milepost run` that drove it,"
-            f" {entry['holder']}, is gone): continue it with `{entry['resume']}`")
+    return (
+        f"waiting: {queued}{entry['message']} (the `milepost run` that drove it,"
+        f" {entry['holder']}, is gone): continue it with `{entry['resume']}`"
+    )
 
 
 def usage_text(usage: dict[str, Any]) -> str:
     """`976 tokens (812 in, 164 out), cost 0.0041 · openai/gpt-x 976 tokens 0.0041`: a
     `core.usage.summary`, and each (provider, model) when there are several or one is
     named."""
-    text = (f"{usage['tokens']} tokens ({usage['input_tokens']} in, {usage['output_tokens']}"
-            f" out), cost {usage['cost']:g}")  # fmt: skip
+    text = (
+        f"{usage['tokens']} tokens ({usage['input_tokens']} in, {usage['output_tokens']}"
+        f" out), cost {usage['cost']:g}"
+    )
     entries = usage.get("by") or []
     if len(entries) > 1 or any(e["provider"] or e["model"] for e in entries):
-        text += "".join(f" · {e['provider'] or '-'}/{e['model'] or '-'} {e['tokens']} tokens"
-                        f" {e['cost']:g}" for e in entries)  # fmt: skip
+        text += "".join(
+            f" · {e['provider'] or '-'}/{e['model'] or '-'} {e['tokens']} tokens {e['cost']:g}"
+            for e in entries
+        )
     return text
 
 
@@ -225,8 +247,12 @@ def print_compensation(compensation: dict[str, Any]) -> None:
     for item in compensation["items"]:
         error = item.get("error") or {}
         shown = error.get("message") if item["status"] == "FAILED" else item.get("result")
-        table.add_row(item["compensation"], f"{item['step']} (run {item['run']})",
-                      item["status"], short(shown, 70))  # fmt: skip
+        table.add_row(
+            item["compensation"],
+            f"{item['step']} (run {item['run']})",
+            item["status"],
+            short(shown, 70),
+        )
     out.print(table)
 
 
@@ -236,6 +262,8 @@ def approval_line(step: str, approval: dict[str, Any], now: float) -> str:
     head = f"approval {approval['approval_id']} (step {step}):"
     if approval["status"] != "pending":
         return f"{head} {approval.get('outcome') or approval['status']}"
-    return (f"{head} pending · risk {approval['risk']} · votes {approval['approved']}/"
-            f"{approval['quorum']} · who may decide: {', '.join(approval['approvers'])} · "
-            f"time left: {time_left(approval.get('expires_at'), now)}")  # fmt: skip
+    return (
+        f"{head} pending · risk {approval['risk']} · votes {approval['approved']}/"
+        f"{approval['quorum']} · who may decide: {', '.join(approval['approvers'])} · "
+        f"time left: {time_left(approval.get('expires_at'), now)}"
+    )

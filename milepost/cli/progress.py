@@ -30,8 +30,12 @@ CALLS_SHOWN = 3
 CODE_LINES = 3
 """Lines of a step's code (python, shell, SQL) shown."""
 RISK_COLOURS = {"high": "bold red", "medium": "yellow", "low": "green"}
-_OUTCOMES = {ev.APPROVAL_GRANTED: ap.GRANTED, ev.APPROVAL_DENIED: ap.DENIED,
-             ev.APPROVAL_EXPIRED: ap.EXPIRED, ev.APPROVAL_INVALIDATED: ap.INVALIDATED}  # fmt: skip
+_OUTCOMES = {
+    ev.APPROVAL_GRANTED: ap.GRANTED,
+    ev.APPROVAL_DENIED: ap.DENIED,
+    ev.APPROVAL_EXPIRED: ap.EXPIRED,
+    ev.APPROVAL_INVALIDATED: ap.INVALIDATED,
+}
 _PAST = {ap.APPROVE: "approved", ap.DENY: "denied"}
 _ENDS = frozenset({ev.EXECUTION_COMPLETED, ev.EXECUTION_FAILED, ev.EXECUTION_CANCELLED})
 
@@ -62,8 +66,9 @@ class Approvals:
         if kind == ev.APPROVAL_DECIDED:
             if tracked is None or not _counts(tracked.approval, p):
                 return []
-            tracked.approval.votes.append(ap.Vote(str(p["identity"]), str(p["decision"]),
-                                                  p.get("reason"), event.created_at))  # fmt: skip
+            tracked.approval.votes.append(
+                ap.Vote(str(p["identity"]), str(p["decision"]), p.get("reason"), event.created_at)
+            )
             return [tracked]
         if kind in _OUTCOMES:
             if tracked is None:
@@ -74,9 +79,13 @@ class Approvals:
         if kind != ev.STEP_EXIT and kind not in _ENDS:
             return []
         # the step stopped waiting otherwise (a cancel, the run failing elsewhere)
-        closed = [t for t in self.items.values()
-                  if t.execution_id == event.execution_id and t.approval.status == ap.PENDING
-                  and (kind in _ENDS or t.approval.step == event.step)]  # fmt: skip
+        closed = [
+            t
+            for t in self.items.values()
+            if t.execution_id == event.execution_id
+            and t.approval.status == ap.PENDING
+            and (kind in _ENDS or t.approval.step == event.step)
+        ]
         for tracked in closed:
             tracked.approval.status = ap.CANCELLED
             tracked.outcome = "cancelled: the step stopped waiting"
@@ -95,23 +104,32 @@ def requested(event: ev.Event) -> ap.Approval:
     p = event.payload
     expires_at, expires_in = p.get("expires_at"), p.get("expires_in")
     return ap.Approval(
-        approval_id=int(p.get("approval_id", event.event_id)), step=event.step or "",
-        run=int(p.get("run") or 1), requested_at=event.created_at,
-        approvers=tuple(p.get("approvers") or ()), quorum=int(p.get("quorum") or 1),
+        approval_id=int(p.get("approval_id", event.event_id)),
+        step=event.step or "",
+        run=int(p.get("run") or 1),
+        requested_at=event.created_at,
+        approvers=tuple(p.get("approvers") or ()),
+        quorum=int(p.get("quorum") or 1),
         expires_at=None if expires_at is None else float(expires_at),
         expires_in=None if expires_in is None else float(expires_in),
-        risk=str(p.get("risk") or "medium"), allow_self_approval=bool(p.get("allow_self_approval")),
-        started_by=p.get("started_by"), digest=str(p.get("digest") or ""),
-        calls=list(p.get("calls") or []), policy=p.get("policy"),
-    )  # fmt: skip
+        risk=str(p.get("risk") or "medium"),
+        allow_self_approval=bool(p.get("allow_self_approval")),
+        started_by=p.get("started_by"),
+        digest=str(p.get("digest") or ""),
+        calls=list(p.get("calls") or []),
+        policy=p.get("policy"),
+    )
 
 
 def _counts(approval: ap.Approval, vote: dict[str, Any]) -> bool:
     """Whether the fold counts this vote (the same checks as `approval_state.apply_decided`)."""
     voter = ap.Voter(str(vote.get("identity") or ""), frozenset(vote.get("roles") or ()))
-    return (vote.get("decision") in ap.DECISIONS and ap.may_decide(approval, voter)
-            and not ap.is_self_approval(approval, voter)
-            and not ap.has_voted(approval, voter.identity))  # fmt: skip
+    return (
+        vote.get("decision") in ap.DECISIONS
+        and ap.may_decide(approval, voter)
+        and not ap.is_self_approval(approval, voter)
+        and not ap.has_voted(approval, voter.identity)
+    )
 
 
 def outcome(kind: str, payload: dict[str, Any]) -> str:
@@ -132,8 +150,10 @@ def outcome(kind: str, payload: dict[str, Any]) -> str:
 def decide_commands(approval_id: int, db: str | None) -> list[str]:
     """The commands that decide an approval from another terminal, on the same database."""
     where = f" --db {shlex.quote(db)}" if db else ""
-    return [f"milepost approve {approval_id}{where}",
-            f'milepost deny {approval_id} --reason "..."{where}']  # fmt: skip
+    return [
+        f"milepost approve {approval_id}{where}",
+        f'milepost deny {approval_id} --reason "..."{where}',
+    ]
 
 
 def resume_command(execution_id: int, db: str | None) -> str:
@@ -196,8 +216,9 @@ def pending_lines(tracked: Tracked, db: str | None, now: float) -> list[Text]:
     title.append(a.risk, style=RISK_COLOURS.get(a.risk, ""))
     lines = [title, Text("  will run:")]
     lines += [Text("    " + line) for line in call_lines(a)]
-    lines.append(Text(f"  who may decide: {', '.join(a.approvers)} · quorum {a.quorum} · "
-                      f"{vote_line(a)}"))  # fmt: skip
+    lines.append(
+        Text(f"  who may decide: {', '.join(a.approvers)} · quorum {a.quorum} · {vote_line(a)}")
+    )
     lines.append(Text(f"  time left: {time_left(a.expires_at, now)}"))
     lines.append(Text("  decide from another terminal:"))
     lines += [Text("    " + command) for command in decide_commands(a.approval_id, db)]
@@ -234,8 +255,12 @@ class Progress:
             if tracked.approval.status == ap.PENDING:
                 parts.extend(pending_lines(tracked, self.db, now))
             else:
-                parts.append(Text(f"approval {tracked.approval.approval_id} "
-                                  f"({tracked.approval.step}): {tracked.outcome}"))  # fmt: skip
+                parts.append(
+                    Text(
+                        f"approval {tracked.approval.approval_id} "
+                        f"({tracked.approval.step}): {tracked.outcome}"
+                    )
+                )
         return Group(*parts)
 
     def __call__(self, event: ev.Event) -> None:
@@ -244,8 +269,12 @@ class Progress:
             return
         row = self.rows.setdefault(event.step, {"status": "", "runs": 0, "done": 0, "total": None})
         if event.event_type == ev.STEP_ENTER:
-            row.update(status="RUNNING", runs=row["runs"] + 1, done=0,
-                       total=len(event.payload["items"]) if "items" in event.payload else None)
+            row.update(
+                status="RUNNING",
+                runs=row["runs"] + 1,
+                done=0,
+                total=len(event.payload["items"]) if "items" in event.payload else None,
+            )
         elif event.event_type == ev.APPROVAL_REQUESTED:
             row["status"] = ap.AWAITING_APPROVAL
         elif event.event_type == ev.APPROVAL_GRANTED:
@@ -259,8 +288,9 @@ class Progress:
 class ApprovalLines:
     """Off a terminal: each approval request, vote and outcome printed once, as lines."""
 
-    def __init__(self, console: Console, db: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self, console: Console, db: str | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.console = console
         self.approvals = Approvals()
         self.db = db
@@ -278,6 +308,10 @@ class ApprovalLines:
         if event.event_type == ev.APPROVAL_DECIDED:
             vote = a.votes[-1]
             reason = f": {vote.reason}" if vote.reason else ""
-            return [Text(f"approval {a.approval_id}: {vote.identity} {_PAST[vote.decision]}"
-                         f"{reason} ({len(a.approvals)}/{a.quorum} approvals)")]  # fmt: skip
+            return [
+                Text(
+                    f"approval {a.approval_id}: {vote.identity} {_PAST[vote.decision]}"
+                    f"{reason} ({len(a.approvals)}/{a.quorum} approvals)"
+                )
+            ]
         return [Text(f"approval {a.approval_id} ({a.step}): {tracked.outcome}")]

@@ -35,8 +35,9 @@ class Runs(Protocol):
         """The options that name this place again in a command to copy (`--server URL`)."""
         ...
 
-    def executions(self, *, status: str | None, path: str | None, since: float | None,
-                   limit: int) -> list[dict[str, Any]]: ...  # fmt: skip
+    def executions(
+        self, *, status: str | None, path: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]: ...
 
     def status(self, execution_id: int) -> dict[str, Any]: ...
 
@@ -47,8 +48,14 @@ class Runs(Protocol):
 
     def describe(self, execution_id: int) -> dict[str, Any]: ...
 
-    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
-               tail: int | None = None) -> dict[str, Any]:
+    def events(
+        self,
+        execution_id: int,
+        query: event_query.EventQuery,
+        *,
+        after: int = 0,
+        tail: int | None = None,
+    ) -> dict[str, Any]:
         """`{events, next, last_seq, status}`: a page past seq `after` (`tail`: the last)."""
         ...
 
@@ -88,8 +95,9 @@ class LocalRuns:
     def flags(self) -> str:
         return f" --db {shlex.quote(self.db)}" if self.db else ""
 
-    def executions(self, *, status: str | None, path: str | None, since: float | None,
-                   limit: int) -> list[dict[str, Any]]:  # fmt: skip
+    def executions(
+        self, *, status: str | None, path: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]:
         from milepost.api import views  # the server's wire shape
 
         rows = self.engine.executions(status=status, path=path, limit=limit, offset=0, since=since)
@@ -121,13 +129,23 @@ class LocalRuns:
     def describe(self, execution_id: int) -> dict[str, Any]:
         return describe.describe(self.engine, execution_id)
 
-    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
-               tail: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def events(
+        self,
+        execution_id: int,
+        query: event_query.EventQuery,
+        *,
+        after: int = 0,
+        tail: int | None = None,
+    ) -> dict[str, Any]:
         from milepost.api import views
 
         page = event_query.page(self.engine, execution_id, query, after=after, tail=tail)
-        return {"events": [views.event_out(e).model_dump() for e in page.events],
-                "next": page.next_after, "last_seq": page.last_seq, "status": page.status}  # fmt: skip
+        return {
+            "events": [views.event_out(e).model_dump() for e in page.events],
+            "next": page.next_after,
+            "last_seq": page.last_seq,
+            "status": page.status,
+        }
 
     def diagnosis(self, execution_id: int) -> dict[str, Any]:
         from milepost.engine import diagnosis
@@ -149,23 +167,35 @@ class LocalRuns:
         # the status first: entries read after it was terminal are all there will be
         row = self.engine.execution(execution_id)
         rows = self.engine.logs(execution_id, step=step, after=after)
-        return {"status": row.status, "next": rows[-1].log_id if rows else after,
-                "entries": [{"cursor": r.log_id, "step": r.step, "attempt": r.attempt,
-                             "command_id": str(r.command_id), "stream": r.stream,
-                             "text": r.text, "cut": r.cut, "created_at": iso(r.created_at)}
-                            for r in rows]}  # fmt: skip
+        return {
+            "status": row.status,
+            "next": rows[-1].log_id if rows else after,
+            "entries": [
+                {
+                    "cursor": r.log_id,
+                    "step": r.step,
+                    "attempt": r.attempt,
+                    "command_id": str(r.command_id),
+                    "stream": r.stream,
+                    "text": r.text,
+                    "cut": r.cut,
+                    "created_at": iso(r.created_at),
+                }
+                for r in rows
+            ],
+        }
 
     def approvals(self, *, status: str | None, execution_id: int | None) -> list[dict[str, Any]]:
         from milepost.api import views
 
         rows = []
         after: int | None = None
-        while page := self.engine.approvals(status=status, execution_id=execution_id,
-                                            limit=APPROVALS_PAGE, after=after):  # fmt: skip
+        while page := self.engine.approvals(
+            status=status, execution_id=execution_id, limit=APPROVALS_PAGE, after=after
+        ):
             rows.extend(page)
             after = page[-1].approval_id
         return [views.approval_item(r).model_dump() for r in rows]
-
 
     def live(self, execution_id: int, after: int) -> Iterator[dict[str, Any]] | None:
         return None  # another process writes the run: nothing here hears of it but a read
@@ -185,8 +215,9 @@ class ServerRuns:
     def flags(self) -> str:
         return f" --server {shlex.quote(self.client.base_url)}"
 
-    def executions(self, *, status: str | None, path: str | None, since: float | None,
-                   limit: int) -> list[dict[str, Any]]:  # fmt: skip
+    def executions(
+        self, *, status: str | None, path: str | None, since: float | None, limit: int
+    ) -> list[dict[str, Any]]:
         return self.client.executions(status=status, path=path, limit=limit, since=since)
 
     def status(self, execution_id: int) -> dict[str, Any]:
@@ -198,11 +229,21 @@ class ServerRuns:
     def describe(self, execution_id: int) -> dict[str, Any]:
         return self.client.describe(execution_id)
 
-    def events(self, execution_id: int, query: event_query.EventQuery, *, after: int = 0,
-               tail: int | None = None) -> dict[str, Any]:  # fmt: skip
-        return self.client.event_page(execution_id, step=query.step,
-                                      types=",".join(query.types) or None, after=after,
-                                      tail=tail)  # fmt: skip
+    def events(
+        self,
+        execution_id: int,
+        query: event_query.EventQuery,
+        *,
+        after: int = 0,
+        tail: int | None = None,
+    ) -> dict[str, Any]:
+        return self.client.event_page(
+            execution_id,
+            step=query.step,
+            types=",".join(query.types) or None,
+            after=after,
+            tail=tail,
+        )
 
     def diagnosis(self, execution_id: int) -> dict[str, Any]:
         return self.client.diagnosis(execution_id)
@@ -224,8 +265,9 @@ class ServerRuns:
         items: list[dict[str, Any]] = []
         after: str | None = None
         while True:
-            body = self.client.approvals(status=status, execution_id=execution_id,
-                                         limit=APPROVALS_PAGE, after=after)  # fmt: skip
+            body = self.client.approvals(
+                status=status, execution_id=execution_id, limit=APPROVALS_PAGE, after=after
+            )
             items.extend(body["items"])
             if (after := body.get("next")) is None:
                 return items
@@ -242,8 +284,9 @@ def runs(server: str | None, db: str | None) -> Iterator[LocalRuns | ServerRuns]
         where.close()
 
 
-def all_events(where: Runs, execution_id: int,
-               query: event_query.EventQuery) -> Iterator[dict[str, Any]]:  # fmt: skip
+def all_events(
+    where: Runs, execution_id: int, query: event_query.EventQuery
+) -> Iterator[dict[str, Any]]:
     """Every matching event of the run as it is now, page after page."""
     after = 0
     while True:
@@ -254,8 +297,9 @@ def all_events(where: Runs, execution_id: int,
         after = int(page["next"])
 
 
-def follow(where: Runs, execution_id: int, query: event_query.EventQuery,
-           after: int = 0) -> Iterator[dict[str, Any]]:  # fmt: skip
+def follow(
+    where: Runs, execution_id: int, query: event_query.EventQuery, after: int = 0
+) -> Iterator[dict[str, Any]]:
     """The matching events past seq `after`, as they are appended, until the run ended and
     its last event was read: the log as it is in pages (filtered by the server, which also
     says whether the run and step exist), then a server's event stream, else polling."""

@@ -89,14 +89,18 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
     # with a message saying it is not registered
     vault = Vault.from_env(store) if os.environ.get("MILEPOST_SECRET_KEY") else None
     try:
-        async with EmbeddedEngine(store, concurrency=settings.concurrency,
-                                  python_workers=settings.python_workers,
-                                  machine_id=settings.machine_id, vault=vault,
-                                  driver_ttl=settings.driver_ttl,
-                                  lease_s=settings.lease_seconds,
-                                  default_timeout=settings.default_timeout,
-                                  log_cap=settings.log_cap_bytes,
-                                  webhook=Webhook.from_settings(settings)) as engine:  # fmt: skip
+        async with EmbeddedEngine(
+            store,
+            concurrency=settings.concurrency,
+            python_workers=settings.python_workers,
+            machine_id=settings.machine_id,
+            vault=vault,
+            driver_ttl=settings.driver_ttl,
+            lease_s=settings.lease_seconds,
+            default_timeout=settings.default_timeout,
+            log_cap=settings.log_cap_bytes,
+            webhook=Webhook.from_settings(settings),
+        ) as engine:
             if not drive.json_out and out.is_terminal:
                 progress = Progress(drive.db)
                 engine.subscribe(progress)
@@ -135,17 +139,26 @@ def _interrupted(drive: Drive) -> typer.Exit:
         return typer.Exit(exit_codes.INTERRUPTED)
     # a Ctrl-C of `cancel` finishing a run leaves its request (and what was undone) in place
     kept = "its cancel stays requested" if state.cancel_requested else "nothing was cancelled"
-    err.print(f"interrupted: execution {xid} is left {state.status} as it is ({kept});"
-              " another process may drive it now", highlight=False, markup=False,
-              soft_wrap=True)  # fmt: skip
+    err.print(
+        f"interrupted: execution {xid} is left {state.status} as it is ({kept});"
+        " another process may drive it now",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     for approval in sorted(state.approvals.values(), key=lambda a: a.approval_id):
         if approval.status == ap.PENDING:
             approve, deny = decide_commands(approval.approval_id, drive.db)
-            err.print(f"approval {approval.approval_id} (step {approval.step}) waits for a"
-                      f" decision: {approve}  or  {deny}", highlight=False, markup=False,
-                      soft_wrap=True)  # fmt: skip
-    err.print(f"to go on: {resume_command(xid, drive.db)}", highlight=False, markup=False,
-              soft_wrap=True)  # fmt: skip
+            err.print(
+                f"approval {approval.approval_id} (step {approval.step}) waits for a"
+                f" decision: {approve}  or  {deny}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+    err.print(
+        f"to go on: {resume_command(xid, drive.db)}", highlight=False, markup=False, soft_wrap=True
+    )
     return typer.Exit(exit_codes.INTERRUPTED)
 
 
@@ -165,15 +178,24 @@ def _show_result(state: st.ExecutionState, fmt: Format) -> None:
         emit(data, fmt)
     else:
         colour = {"COMPLETED": "green", "FAILED": "red"}.get(state.status, "yellow")
-        out.print(f"execution [bold]{state.execution_id}[/bold] "
-                  f"[{colour}]{state.status}[/{colour}]", highlight=False)  # fmt: skip
+        out.print(
+            f"execution [bold]{state.execution_id}[/bold] [{colour}]{state.status}[/{colour}]",
+            highlight=False,
+        )
         for name, step in data["steps"].items():
-            out.print(f"  {name:<28} {step['status']:<10} {short(step['result'])}",
-                      highlight=False, markup=False)  # fmt: skip
+            out.print(
+                f"  {name:<28} {step['status']:<10} {short(step['result'])}",
+                highlight=False,
+                markup=False,
+            )
         for item in (data.get("compensation") or {}).get("items", []):
             shown = (item.get("error") or {}).get("message") or short(item.get("result"))
-            out.print(f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
-                      f"{item['status']:<10} {shown}", highlight=False, markup=False)  # fmt: skip
+            out.print(
+                f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
+                f"{item['status']:<10} {shown}",
+                highlight=False,
+                markup=False,
+            )
         if data.get("usage"):
             out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:
@@ -224,8 +246,12 @@ def drive_new(db: str | None, fmt: Format, start: Any) -> None:
 
 
 @app.command()
-def resume(execution_id: int, db: DbOption = None, output: OutputOption = None,
-           json_out: JsonOption = False) -> None:  # fmt: skip
+def resume(
+    execution_id: int,
+    db: DbOption = None,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Continue an execution from its last event (after a crash or a kill).
 
     Exit 0 COMPLETED, 1 FAILED or CANCELLED (also for a run that had already ended: there
@@ -250,8 +276,7 @@ def resume(execution_id: int, db: DbOption = None, output: OutputOption = None,
 
 def _print_ended(db: str | None, execution_id: int, ended: float, fmt: Format) -> None:
     state = load_state(db, execution_id)
-    message = (f"execution {execution_id} is {state.status} (ended {iso(ended)});"
-               " nothing to resume")  # fmt: skip
+    message = f"execution {execution_id} is {state.status} (ended {iso(ended)}); nothing to resume"
     if fmt is not Format.table:
         err.print(message, highlight=False, markup=False, soft_wrap=True)
         emit(summaries.execution_summary(state), fmt)
@@ -263,9 +288,14 @@ def _print_ended(db: str | None, execution_id: int, ended: float, fmt: Format) -
 
 
 def _waiting_for(lease: DriverLease) -> None:
-    err.print(f"execution {lease.execution_id} is driven by {lease.holder} until"
-              f" {iso(lease.expires_at)}; waiting for that lease to expire (taken over) or"
-              " to be renewed (refused)", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+    err.print(
+        f"execution {lease.execution_id} is driven by {lease.holder} until"
+        f" {iso(lease.expires_at)}; waiting for that lease to expire (taken over) or"
+        " to be renewed (refused)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -291,8 +321,11 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         one_shot_orchestrator(store, "cancel", Settings().machine_id) as orchestrator,
     ):
         engine = Lifecycle(store, orchestrator)
-        finished = _finish(engine, execution_id, actor) if unattended.driver_gone(
-            engine, execution_id) else _Finished.REQUEST  # fmt: skip
+        finished = (
+            _finish(engine, execution_id, actor)
+            if unattended.driver_gone(engine, execution_id)
+            else _Finished.REQUEST
+        )
         if finished is _Finished.ENDED:
             return
         if finished is _Finished.REQUEST:
@@ -300,8 +333,13 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
             out.print(f"cancel requested for execution {execution_id}")
             return
     # its attempts are settled but compensations remain, and no process would run them
-    out.print(f"execution {execution_id} is cancelling; no process was driving it, so its"
-              " compensations run here", highlight=False, markup=False, soft_wrap=True)  # fmt: skip
+    out.print(
+        f"execution {execution_id} is cancelling; no process was driving it, so its"
+        " compensations run here",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
     async def start(engine: EmbeddedEngine) -> int:
         await engine.take_over(execution_id, on_wait=_waiting_for)
@@ -310,8 +348,9 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
     state = _driven(Drive(db, Format.table, execution_id, says=None), start)
     _show_result(state, Format.table)
     # the cancel did what was asked: 0, as `cancel` of a run that ended CANCELLED at once
-    raise typer.Exit(exit_codes.OK if state.status == st.CANCELLED
-                     else exit_codes.of_run(state.status))  # fmt: skip
+    raise typer.Exit(
+        exit_codes.OK if state.status == st.CANCELLED else exit_codes.of_run(state.status)
+    )
 
 
 class _Finished(enum.Enum):
@@ -333,8 +372,11 @@ def _finish(engine: Lifecycle, execution_id: int, actor: str) -> _Finished:
     except AlreadyTerminal as exc:
         raise fail(exc.message) from None
     except MilepostError as exc:  # a sealed workload without its key: the request only
-        err.print(f"could not finish the cancel here ({exc.message}); requesting it",
-                  highlight=False, markup=False)  # fmt: skip
+        err.print(
+            f"could not finish the cancel here ({exc.message}); requesting it",
+            highlight=False,
+            markup=False,
+        )
         return _Finished.REQUEST
     if execution_id in ended:
         out.print(f"execution {execution_id} CANCELLED (no process was driving it)")
@@ -348,8 +390,13 @@ CANCEL_TRIES = 100
 """Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
 
 
-def request_cancel(store: Store, execution_id: int, orchestrator: Orchestrator,
-                   actor: str | None = None, cause: str | None = None) -> None:  # fmt: skip
+def request_cancel(
+    store: Store,
+    execution_id: int,
+    orchestrator: Orchestrator,
+    actor: str | None = None,
+    cause: str | None = None,
+) -> None:
     """Append the request only to the log as it was read: a run that ended in between
     (another process writes it) takes nothing after its terminal event. Its running
     children get one too, naming their parent (their driver acts on each)."""
@@ -364,8 +411,13 @@ def request_cancel(store: Store, execution_id: int, orchestrator: Orchestrator,
             raise fail(f"execution {execution_id} is already {state.status}")
         if state.cancel_requested:
             break
-        event = ev.new_event(orchestrator.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
-                             orchestrator.clock(), payload=payload)  # fmt: skip
+        event = ev.new_event(
+            orchestrator.new_id(),
+            execution_id,
+            ev.EXECUTION_CANCEL_REQUESTED,
+            orchestrator.clock(),
+            payload=payload,
+        )
         try:
             store.append([event], expect={execution_id: state.last_seq})
             break

@@ -18,14 +18,24 @@ app = typer.Typer()
 
 @app.command()
 def conformance(
-    directory: Annotated[Path, typer.Argument(help="Folder with expectations.yaml and playbooks/.")],
+    directory: Annotated[
+        Path, typer.Argument(help="Folder with expectations.yaml and playbooks/.")
+    ],
     pg: Annotated[str, typer.Option("--pg", help="PostgreSQL for `postgres` fixtures.")] = (
-        "postgresql://postgres@127.0.0.1:5432/test"),
-    only: Annotated[list[str], typer.Option(help="Run only entries matching this (repeatable).")] = [],  # noqa: B006
+        "postgresql://postgres@127.0.0.1:5432/test"
+    ),
+    only: Annotated[
+        list[str], typer.Option(help="Run only entries matching this (repeatable).")
+    ] = [],  # noqa: B006
     server: ServerOption = None,
-    cluster: Annotated[bool, typer.Option(
-        "--cluster", help="Start a server on a fresh database of --pg and two workers, "
-        "run through them, remove them.")] = False,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            "--cluster",
+            help="Start a server on a fresh database of --pg and two workers, "
+            "run through them, remove them.",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Run a NoETL conformance suite; one line per playbook, then `N passed, M failed, K skipped`.
@@ -39,13 +49,23 @@ def conformance(
         from milepost.conformance.cluster import LocalCluster
 
         with LocalCluster(pg) as local:
-            out.print(f"cluster: server {local.url}, database {local.database}, "
-                      f"{local.workers} workers", highlight=False)  # fmt: skip
-            raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out,
-                                         only=only or None, server=local.url,
-                                         token=local.token))  # fmt: skip
-    raise typer.Exit(runner.main(directory, pg_url=pg, json_out=json_out, only=only or None,
-                                 server=server))  # fmt: skip
+            out.print(
+                f"cluster: server {local.url}, database {local.database}, {local.workers} workers",
+                highlight=False,
+            )
+            raise typer.Exit(
+                runner.main(
+                    directory,
+                    pg_url=pg,
+                    json_out=json_out,
+                    only=only or None,
+                    server=local.url,
+                    token=local.token,
+                )
+            )
+    raise typer.Exit(
+        runner.main(directory, pg_url=pg, json_out=json_out, only=only or None, server=server)
+    )
 
 
 @app.command()
@@ -54,8 +74,12 @@ def bench(
     n: Annotated[int, typer.Argument(help="W1 chain length, W2 width, W3 number of runs.")],
     reps: Annotated[int, typer.Option(help="Timed repetitions.")] = 3,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up runs of size min(N, 5).")] = 1,
-    variant: Annotated[str, typer.Option(
-        help="default = embedded on SQLite; server = milepost server on PostgreSQL + 2 workers.")] = "default",
+    variant: Annotated[
+        str,
+        typer.Option(
+            help="default = embedded on SQLite; server = milepost server on PostgreSQL + 2 workers."
+        ),
+    ] = "default",
 ) -> None:
     """Run a peer-harness workload and print its JSON lines (shared/bench/README.md).
 

@@ -17,10 +17,12 @@ app = typer.Typer()
 
 @app.command("usage")
 def usage(
-    db: DbOption = None, server: ServerOption = None,
+    db: DbOption = None,
+    server: ServerOption = None,
     playbook: Annotated[str | None, typer.Option(help="Only this playbook path.")] = None,
-    output: OutputOption = None, json_out: JsonOption = False,
-) -> None:  # fmt: skip
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """Usage totals per playbook, provider and model: tokens (in, out) and cost."""
     with runs(server, db) as where:
         items: list[dict[str, Any]] = remote(lambda: where.usage(playbook))
@@ -32,6 +34,13 @@ def usage(
         return
     table = Table("playbook", "provider", "model", "tokens", "in", "out", "cost")
     for i in items:
-        table.add_row(i["path"], i["provider"] or "-", i["model"] or "-", str(i["tokens"]),
-                      str(i["input_tokens"]), str(i["output_tokens"]), f"{i['cost']:g}")  # fmt: skip
+        table.add_row(
+            i["path"],
+            i["provider"] or "-",
+            i["model"] or "-",
+            str(i["tokens"]),
+            str(i["input_tokens"]),
+            str(i["output_tokens"]),
+            f"{i['cost']:g}",
+        )
     out.print(table)

@@ -37,8 +37,9 @@ def web_ui(
     from milepost.store import factory
 
     settings = server_settings(db)
-    settings = settings.model_copy(update={
-        "secret_key": settings.secret_key or new_key(), "reconcile_interval": 0.0})  # fmt: skip
+    settings = settings.model_copy(
+        update={"secret_key": settings.secret_key or new_key(), "reconcile_interval": 0.0}
+    )
     store = factory.open_store(settings=settings)  # migrated as it opens
     try:
         token = auth.create_token(store, "admin", TOKEN_NAME, time.time())

@@ -29,13 +29,18 @@ app = typer.Typer()
 
 @app.command("workers")
 def workers(
-    db: DbOption = None, server: ServerOption = None,
+    db: DbOption = None,
+    server: ServerOption = None,
     pool: Annotated[str | None, typer.Option(help="Only the workers of this pool.")] = None,
-    status: Annotated[str | None, typer.Option(
-        help="live, or lost (not seen for its ttl: its commands recover through their "
-             "leases).")] = None,
-    output: OutputOption = None, json_out: JsonOption = False,
-) -> None:  # fmt: skip
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="live, or lost (not seen for its ttl: its commands recover through their leases)."
+        ),
+    ] = None,
+    output: OutputOption = None,
+    json_out: JsonOption = False,
+) -> None:
     """List the workers: name, pool, host, pid, version, started, last seen, status and
     the commands each runs now."""
     from milepost.playbook import pools
@@ -50,23 +55,42 @@ def workers(
         emit(items, fmt)
         return
     if not items:
-        out.print(f"no {status or ''} workers{f' of pool {pool}' if pool else ''}"
-                  .replace("  ", " "), highlight=False)  # fmt: skip
+        out.print(
+            f"no {status or ''} workers{f' of pool {pool}' if pool else ''}".replace("  ", " "),
+            highlight=False,
+        )
         return
     out.print(table(items, time.time()))
 
 
 def table(items: list[dict[str, Any]], now: float) -> Table:
-    shown = Table("worker", "kind", "pools", "host", "pid", "version", "started", "last seen",
-                  "status", "running")  # fmt: skip
+    shown = Table(
+        "worker",
+        "kind",
+        "pools",
+        "host",
+        "pid",
+        "version",
+        "started",
+        "last seen",
+        "status",
+        "running",
+    )
     for item in items:
         running = item["running"]
         steps = ", ".join(sorted({r["step"] for r in running}))
-        shown.add_row(item["name"], item["kind"], ", ".join(item["pools"]), item["host"],
-                      "" if item["pid"] is None else str(item["pid"]), item["version"],
-                      shown_time(item["started_at"]),
-                      _ago(item["last_seen"], now), item["status"],
-                      f"{len(running)} ({steps})" if running else "0")  # fmt: skip
+        shown.add_row(
+            item["name"],
+            item["kind"],
+            ", ".join(item["pools"]),
+            item["host"],
+            "" if item["pid"] is None else str(item["pid"]),
+            item["version"],
+            shown_time(item["started_at"]),
+            _ago(item["last_seen"], now),
+            item["status"],
+            f"{len(running)} ({steps})" if running else "0",
+        )
     return shown
 
 

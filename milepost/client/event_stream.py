@@ -36,19 +36,29 @@ class NoStream(Exception):
         self.after = after
 
 
-def follow(http: httpx.Client, base_url: str, execution_id: int | str,
-           after: int) -> Iterator[dict[str, Any]]:  # fmt: skip
+def follow(
+    http: httpx.Client, base_url: str, execution_id: int | str, after: int
+) -> Iterator[dict[str, Any]]:
     """The run's events past seq `after` as they are stored (in the shape of `/events`),
     until the server sends `end` (the run ended and its last event was sent)."""
     path = f"/api/executions/{routes.key(execution_id)}/stream"
     failures = 0
-    timeout = httpx.Timeout(connect=http.timeout.connect, read=READ_TIMEOUT,
-                            write=http.timeout.write, pool=http.timeout.pool)  # fmt: skip
+    timeout = httpx.Timeout(
+        connect=http.timeout.connect,
+        read=READ_TIMEOUT,
+        write=http.timeout.write,
+        pool=http.timeout.pool,
+    )
     while True:
         error: ServerRefused | httpx.HTTPError | None = None
         try:
-            with http.stream("GET", path, params={"after": after}, timeout=timeout,
-                             headers={"Accept": "text/event-stream"}) as response:  # fmt: skip
+            with http.stream(
+                "GET",
+                path,
+                params={"after": after},
+                timeout=timeout,
+                headers={"Accept": "text/event-stream"},
+            ) as response:
                 if response.status_code == 404:
                     raise NoStream(after)
                 if response.status_code >= 400:
@@ -72,7 +82,8 @@ def follow(http: httpx.Client, base_url: str, execution_id: int | str,
         if failures > RECONNECTS:
             if isinstance(error, ServerRefused):
                 raise error
-            raise ServerUnavailable(f"GET {base_url}{path}: "
-                                    f"{type(error).__name__ if error else 'closed'}: {error}",
-                                    url=base_url) from error  # fmt: skip
+            raise ServerUnavailable(
+                f"GET {base_url}{path}: {type(error).__name__ if error else 'closed'}: {error}",
+                url=base_url,
+            ) from error
         time.sleep(min(0.2 * 2 ** (failures - 2), 2.0) if failures > 1 else 0)

@@ -22,8 +22,11 @@ def reply(call: Call, response: httpx.Response) -> Any:
     try:
         body = response.json()
     except ValueError as exc:
-        raise ServerRefused(response.status_code, "invalid_response",
-                       f"{call.method} {call.path}: the reply is not JSON") from exc  # fmt: skip
+        raise ServerRefused(
+            response.status_code,
+            "invalid_response",
+            f"{call.method} {call.path}: the reply is not JSON",
+        ) from exc
     return call.parse(body)
 
 
@@ -39,8 +42,9 @@ def connection(server_url: str | None, token: str | None) -> tuple[str, dict[str
 
 
 def unreachable(call: Call, base_url: str, exc: httpx.HTTPError) -> ServerUnavailable:
-    return ServerUnavailable(f"{call.method} {base_url}{call.path}: {type(exc).__name__}: {exc}",
-                             url=base_url)  # fmt: skip
+    return ServerUnavailable(
+        f"{call.method} {base_url}{call.path}: {type(exc).__name__}: {exc}", url=base_url
+    )
 
 
 def timeout(default: httpx.Timeout, call: Call) -> httpx.Timeout:
@@ -48,5 +52,4 @@ def timeout(default: httpx.Timeout, call: Call) -> httpx.Timeout:
     if call.hold <= 0:
         return default
     read = None if default.read is None else default.read + call.hold
-    return httpx.Timeout(connect=default.connect, read=read, write=default.write,
-                         pool=default.pool)  # fmt: skip
+    return httpx.Timeout(connect=default.connect, read=read, write=default.write, pool=default.pool)

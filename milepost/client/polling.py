@@ -18,10 +18,13 @@ WAIT_MAX_POLL = 1.0
 """Back-off between asks when the server answers at once (one that ignores `wait`)."""
 
 
-def wait_timeout(execution_id: int | str, status: dict[str, Any],
-                 timeout: float | None) -> WaitTimeout:  # fmt: skip
-    return WaitTimeout(f"execution {execution_id} is still {status.get('status')} after "
-                       f"{timeout or 0:g}s", execution_id=str(execution_id))  # fmt: skip
+def wait_timeout(
+    execution_id: int | str, status: dict[str, Any], timeout: float | None
+) -> WaitTimeout:
+    return WaitTimeout(
+        f"execution {execution_id} is still {status.get('status')} after {timeout or 0:g}s",
+        execution_id=str(execution_id),
+    )
 
 
 class WaitPlan:

@@ -61,9 +61,13 @@ def resource(path: str, version: int | None) -> Call:
     return Call("POST", "/api/catalog/resource", body)
 
 
-def execute(path: str, workload: dict[str, Any] | None, version: int | None,
-            parent_execution_id: int | str | None,
-            claim: ParentClaim | None = None) -> Call:  # fmt: skip
+def execute(
+    path: str,
+    workload: dict[str, Any] | None,
+    version: int | None,
+    parent_execution_id: int | str | None,
+    claim: ParentClaim | None = None,
+) -> Call:
     body: dict[str, Any] = {"path": path, "workload": workload or {}, **proof(claim)}
     if version is not None:
         body["version"] = version
@@ -72,8 +76,9 @@ def execute(path: str, workload: dict[str, Any] | None, version: int | None,
     return Call("POST", "/api/execute", body, parse=lambda b: str(b["execution_id"]))
 
 
-def executions(status: str | None, path: str | None, limit: int, offset: int,
-               since: float | None = None) -> Call:  # fmt: skip
+def executions(
+    status: str | None, path: str | None, limit: int, offset: int, since: float | None = None
+) -> Call:
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if status:
         params["status"] = status
@@ -88,8 +93,15 @@ def describe(execution_id: int | str) -> Call:
     return Call("GET", f"/api/executions/{key(execution_id)}/describe")
 
 
-def event_page(execution_id: int | str, *, step: str | None, types: str | None, after: int,
-               limit: int, tail: int | None) -> Call:  # fmt: skip
+def event_page(
+    execution_id: int | str,
+    *,
+    step: str | None,
+    types: str | None,
+    after: int,
+    limit: int,
+    tail: int | None,
+) -> Call:
     params: dict[str, Any] = {"after": after, "limit": limit}
     for name, value in (("step", step), ("type", types), ("tail", tail)):
         if value is not None:
@@ -97,8 +109,9 @@ def event_page(execution_id: int | str, *, step: str | None, types: str | None, 
     return Call("GET", f"/api/executions/{key(execution_id)}/events", params=params)
 
 
-def status(execution_id: int | str, wait: float | None = None,
-           claim: ParentClaim | None = None) -> Call:  # fmt: skip
+def status(
+    execution_id: int | str, wait: float | None = None, claim: ParentClaim | None = None
+) -> Call:
     path = f"/api/executions/{key(execution_id)}/status"
     if not wait or wait <= 0:
         return Call("GET", path, params=proof(claim))
@@ -110,8 +123,7 @@ def diagnosis(execution_id: int | str) -> Call:
     return Call("GET", f"/api/executions/{key(execution_id)}/diagnosis")
 
 
-def execution(execution_id: int | str, events_limit: int | None,
-              events_after: int | None) -> Call:  # fmt: skip
+def execution(execution_id: int | str, events_limit: int | None, events_after: int | None) -> Call:
     params: dict[str, Any] = {}
     if events_limit is not None:
         params["events_limit"] = events_limit
@@ -128,23 +140,29 @@ def logs(execution_id: int | str, step: str | None, after: int, limit: int) -> C
 
 
 def cancel(execution_id: int | str, claim: ParentClaim | None = None) -> Call:
-    return Call("POST", f"/api/executions/{key(execution_id)}/cancel", {},
-                params=proof(claim))  # fmt: skip
+    return Call("POST", f"/api/executions/{key(execution_id)}/cancel", {}, params=proof(claim))
 
 
 def usage(path: str | None) -> Call:
-    return Call("GET", "/api/usage", params={"path": path} if path else {},
-                parse=lambda b: b["items"])  # fmt: skip
+    return Call(
+        "GET", "/api/usage", params={"path": path} if path else {}, parse=lambda b: b["items"]
+    )
 
 
 def retry(execution_id: int | str, step: str, reason: str | None) -> Call:
-    return Call("POST", f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/retry",
-                {"reason": reason})  # fmt: skip
+    return Call(
+        "POST",
+        f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/retry",
+        {"reason": reason},
+    )
 
 
 def skip(execution_id: int | str, step: str, result: Any, reason: str | None) -> Call:
-    return Call("POST", f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/skip",
-                {"result": result, "reason": reason})  # fmt: skip
+    return Call(
+        "POST",
+        f"/api/executions/{key(execution_id)}/steps/{quote(step, safe='')}/skip",
+        {"result": result, "reason": reason},
+    )
 
 
 def restart(execution_id: int | str, from_step: str | None) -> Call:
@@ -167,11 +185,22 @@ def delete_credential(name: str) -> Call:
     return Call("DELETE", f"/api/credentials/{quote(name, safe='')}", none_on_404=True)
 
 
-def approvals(status: str | None, execution_id: int | str | None, approver: str | None,
-              risk: str | None, limit: int, after: int | str | None) -> Call:  # fmt: skip
+def approvals(
+    status: str | None,
+    execution_id: int | str | None,
+    approver: str | None,
+    risk: str | None,
+    limit: int,
+    after: int | str | None,
+) -> Call:
     params: dict[str, Any] = {"limit": limit}
-    for name, value in (("status", status), ("execution_id", execution_id),
-                        ("approver", approver), ("risk", risk), ("after", after)):  # fmt: skip
+    for name, value in (
+        ("status", status),
+        ("execution_id", execution_id),
+        ("approver", approver),
+        ("risk", risk),
+        ("after", after),
+    ):
         if value is not None:
             params[name] = key(value) if name in ("execution_id", "after") else value
     return Call("GET", "/api/approvals", params=params)
@@ -182,8 +211,11 @@ def approval(approval_id: int | str) -> Call:
 
 
 def decide(approval_id: int | str, decision: str, reason: str | None) -> Call:
-    return Call("POST", f"/api/approvals/{key(approval_id)}/decision",
-                {"decision": decision, "reason": reason})  # fmt: skip
+    return Call(
+        "POST",
+        f"/api/approvals/{key(approval_id)}/decision",
+        {"decision": decision, "reason": reason},
+    )
 
 
 def command(event_id: int | str) -> Call:
@@ -197,8 +229,7 @@ def claim(event_id: int | str, worker_id: str, lease_seconds: float | None) -> C
     return Call("POST", f"/api/commands/{key(event_id)}/claim", body)
 
 
-def claim_next(worker_id: str, limit: int, lease_seconds: float | None,
-               pool: str | None) -> Call:  # fmt: skip
+def claim_next(worker_id: str, limit: int, lease_seconds: float | None, pool: str | None) -> Call:
     body: dict[str, Any] = {"worker_id": worker_id, "limit": limit}
     if lease_seconds is not None:
         body["lease_seconds"] = lease_seconds
@@ -207,16 +238,20 @@ def claim_next(worker_id: str, limit: int, lease_seconds: float | None,
     return Call("POST", "/api/commands/claim", body, parse=lambda b: list(b["commands"]))
 
 
-def heartbeat(event_id: int | str, worker_id: str, epoch: int,
-              lease_seconds: float | None) -> Call:  # fmt: skip
+def heartbeat(event_id: int | str, worker_id: str, epoch: int, lease_seconds: float | None) -> Call:
     body: dict[str, Any] = {"worker_id": worker_id, "epoch": epoch}
     if lease_seconds is not None:
         body["lease_seconds"] = lease_seconds
     return Call("POST", f"/api/commands/{key(event_id)}/heartbeat", body)
 
 
-def machine_id(worker_id: str, machine_id: int | None, pool: str | None = None,
-               worker: dict[str, Any] | None = None, release: bool = False) -> Call:  # fmt: skip
+def machine_id(
+    worker_id: str,
+    machine_id: int | None,
+    pool: str | None = None,
+    worker: dict[str, Any] | None = None,
+    release: bool = False,
+) -> Call:
     body: dict[str, Any] = {"worker_id": worker_id}
     if release:
         body["release"] = True
@@ -239,8 +274,7 @@ def release(event_id: int | str, worker_id: str, epoch: int) -> Call:
     return Call("POST", f"/api/commands/{key(event_id)}/release", body)
 
 
-def batch_body(events: list[dict[str, Any]],
-               claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def batch_body(events: list[dict[str, Any]], claim: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body of `POST /api/events/batch` (and of a worker channel message)."""
     body: dict[str, Any] = {"events": events}
     if claim is not None:
@@ -253,9 +287,13 @@ def post_events(events: list[dict[str, Any]], claim: dict[str, Any] | None = Non
 
 
 def credential(name: str) -> Call:
-    return Call("GET", f"/api/credentials/{quote(name, safe='')}",
-                params={"include_data": "true"}, parse=credential_data,
-                none_on_404=True)  # fmt: skip
+    return Call(
+        "GET",
+        f"/api/credentials/{quote(name, safe='')}",
+        params={"include_data": "true"},
+        parse=credential_data,
+        none_on_404=True,
+    )
 
 
 def credential_data(body: Any) -> dict[str, Any] | None:

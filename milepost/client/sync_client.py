@@ -22,12 +22,18 @@ class MilepostClient:
         transport: an httpx transport replacing the network (tests).
     """
 
-    def __init__(self, server_url: str | None = None, token: str | None = None, *,
-                 timeout: float = 30,
-                 transport: httpx.BaseTransport | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url, headers = exchange.connection(server_url, token)
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
-                                  transport=transport)  # fmt: skip
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -40,9 +46,13 @@ class MilepostClient:
 
     def _do(self, call: routes.Call) -> Any:
         try:
-            response = self._http.request(call.method, call.path, json=call.json,
-                                          params=call.params or None,
-                                          timeout=exchange.timeout(self._http.timeout, call))  # fmt: skip
+            response = self._http.request(
+                call.method,
+                call.path,
+                json=call.json,
+                params=call.params or None,
+                timeout=exchange.timeout(self._http.timeout, call),
+            )
         except httpx.HTTPError as exc:
             raise exchange.unreachable(call, self.base_url, exc) from exc
         return exchange.reply(call, response)
@@ -65,19 +75,31 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.resource(path, version))
         return result
 
-    def execute(self, path: str, workload: dict[str, Any] | None = None,
-                version: int | None = None, *, parent_execution_id: int | str | None = None,
-                claim: ParentClaim | None = None) -> str:  # fmt: skip
+    def execute(
+        self,
+        path: str,
+        workload: dict[str, Any] | None = None,
+        version: int | None = None,
+        *,
+        parent_execution_id: int | str | None = None,
+        claim: ParentClaim | None = None,
+    ) -> str:
         """Start a run; returns its execution id. `claim`: a worker's proof (a child)."""
         result: str = self._do(routes.execute(path, workload, version, parent_execution_id, claim))
         return result
 
-    def executions(self, status: str | None = None, path: str | None = None,
-                   limit: int = 100, offset: int = 0,
-                   since: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    def executions(
+        self,
+        status: str | None = None,
+        path: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        since: float | None = None,
+    ) -> list[dict[str, Any]]:
         """Executions newest first; `since`: started at or after it (epoch seconds)."""
-        result: list[dict[str, Any]] = self._do(routes.executions(status, path, limit, offset,
-                                                                  since))  # fmt: skip
+        result: list[dict[str, Any]] = self._do(
+            routes.executions(status, path, limit, offset, since)
+        )
         return result
 
     def describe(self, execution_id: int | str) -> dict[str, Any]:
@@ -85,25 +107,46 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.describe(execution_id))
         return result
 
-    def event_page(self, execution_id: int | str, *, step: str | None = None,
-                   types: str | None = None, after: int = 0, limit: int = polling.EVENTS_PAGE,
-                   tail: int | None = None) -> dict[str, Any]:  # fmt: skip
+    def event_page(
+        self,
+        execution_id: int | str,
+        *,
+        step: str | None = None,
+        types: str | None = None,
+        after: int = 0,
+        limit: int = polling.EVENTS_PAGE,
+        tail: int | None = None,
+    ) -> dict[str, Any]:
         """Events past seq `after` of this step and these types (comma-separated; `command`
         is `command.*`): `{events, next, last_seq}`; `tail`: only the last ones."""
-        result: dict[str, Any] = self._do(routes.event_page(execution_id, step=step, types=types,
-                                                           after=after, limit=limit, tail=tail))  # fmt: skip
+        result: dict[str, Any] = self._do(
+            routes.event_page(
+                execution_id, step=step, types=types, after=after, limit=limit, tail=tail
+            )
+        )
         return result
 
-    def status(self, execution_id: int | str, *, wait: float | None = None,
-               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+    def status(
+        self,
+        execution_id: int | str,
+        *,
+        wait: float | None = None,
+        claim: ParentClaim | None = None,
+    ) -> dict[str, Any]:
         """The run's status; with `wait`, held by the server until the run ends or `wait`
         seconds pass (at most 60)."""
         result: dict[str, Any] = self._do(routes.status(execution_id, wait, claim))
         return result
 
-    def execution(self, execution_id: int | str, events_limit: int | None = None,
-                  events_after: int | None = None) -> dict[str, Any]:  # fmt: skip
-        result: dict[str, Any] = self._do(routes.execution(execution_id, events_limit, events_after))
+    def execution(
+        self,
+        execution_id: int | str,
+        events_limit: int | None = None,
+        events_after: int | None = None,
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(
+            routes.execution(execution_id, events_limit, events_after)
+        )
         return result
 
     def diagnosis(self, execution_id: int | str) -> dict[str, Any]:
@@ -111,8 +154,9 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.diagnosis(execution_id))
         return result
 
-    def logs(self, execution_id: int | str, *, step: str | None = None, after: int = 0,
-             limit: int = 500) -> dict[str, Any]:  # fmt: skip
+    def logs(
+        self, execution_id: int | str, *, step: str | None = None, after: int = 0, limit: int = 500
+    ) -> dict[str, Any]:
         """One page of what the run's attempts printed: `{status, entries, next}` (pass
         `next` as `after` for the page that follows)."""
         result: dict[str, Any] = self._do(routes.logs(execution_id, step, after, limit))
@@ -134,13 +178,19 @@ class MilepostClient:
             if (after := polling.next_after(body)) is None:
                 return events
 
-    def cancel(self, execution_id: int | str, *,
-               claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+    def cancel(
+        self, execution_id: int | str, *, claim: ParentClaim | None = None
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.cancel(execution_id, claim))
         return result
 
-    def wait(self, execution_id: int | str, timeout: float | None = None, *,
-             claim: ParentClaim | None = None) -> dict[str, Any]:  # fmt: skip
+    def wait(
+        self,
+        execution_id: int | str,
+        timeout: float | None = None,
+        *,
+        claim: ParentClaim | None = None,
+    ) -> dict[str, Any]:
         """Long-poll the status (`WaitPlan`) until the run ends; returns the status reply.
 
         Raises:
@@ -161,14 +211,16 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.workers(pool, status))
         return result
 
-    def retry(self, execution_id: int | str, step: str,
-              reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def retry(
+        self, execution_id: int | str, step: str, reason: str | None = None
+    ) -> dict[str, Any]:
         """A new attempt now of a step that failed and waits, or is lost or stuck."""
         result: dict[str, Any] = self._do(routes.retry(execution_id, step, reason))
         return result
 
-    def skip(self, execution_id: int | str, step: str, result: Any,
-             reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def skip(
+        self, execution_id: int | str, step: str, result: Any, reason: str | None = None
+    ) -> dict[str, Any]:
         """Complete a step with `result`; the run goes on from it."""
         acted: dict[str, Any] = self._do(routes.skip(execution_id, step, result, reason))
         return acted
@@ -188,14 +240,21 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.restarts(execution_id))
         return result
 
-    def approvals(self, *, status: str | None = None,
-                  execution_id: int | str | None = None, approver: str | None = None,
-                  risk: str | None = None, limit: int = 100,
-                  after: int | str | None = None) -> dict[str, Any]:  # fmt: skip
+    def approvals(
+        self,
+        *,
+        status: str | None = None,
+        execution_id: int | str | None = None,
+        approver: str | None = None,
+        risk: str | None = None,
+        limit: int = 100,
+        after: int | str | None = None,
+    ) -> dict[str, Any]:
         """One page of approvals, by id: `{items, limit, next}`; pass `next` as `after`
         for the following page (None: this one is the last)."""
-        result: dict[str, Any] = self._do(routes.approvals(status, execution_id, approver,
-                                                          risk, limit, after))  # fmt: skip
+        result: dict[str, Any] = self._do(
+            routes.approvals(status, execution_id, approver, risk, limit, after)
+        )
         return result
 
     def approval(self, approval_id: int | str) -> dict[str, Any]:
@@ -203,8 +262,9 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.approval(approval_id))
         return result
 
-    def decide(self, approval_id: int | str, decision: str,
-               reason: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def decide(
+        self, approval_id: int | str, decision: str, reason: str | None = None
+    ) -> dict[str, Any]:
         """Vote `approve` or `deny` as the token's user; the approval as the vote leaves it."""
         result: dict[str, Any] = self._do(routes.decide(approval_id, decision, reason))
         return result
@@ -213,27 +273,39 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.command(event_id))
         return result
 
-    def claim(self, event_id: int | str, worker_id: str,
-              lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+    def claim(
+        self, event_id: int | str, worker_id: str, lease_seconds: float | None = None
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.claim(event_id, worker_id, lease_seconds))
         return result
 
-    def claim_next(self, worker_id: str, limit: int = 1, lease_seconds: float | None = None,
-                   pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
-        result: list[dict[str, Any]] = self._do(routes.claim_next(worker_id, limit, lease_seconds, pool))
+    def claim_next(
+        self,
+        worker_id: str,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._do(
+            routes.claim_next(worker_id, limit, lease_seconds, pool)
+        )
         return result
 
-    def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
-                  lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
-        result: dict[str, Any] = self._do(routes.heartbeat(event_id, worker_id, epoch, lease_seconds))
+    def heartbeat(
+        self, event_id: int | str, worker_id: str, epoch: int, lease_seconds: float | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._do(
+            routes.heartbeat(event_id, worker_id, epoch, lease_seconds)
+        )
         return result
 
     def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.release(event_id, worker_id, epoch))
         return result
 
-    def post_events(self, events: list[dict[str, Any]],
-                    claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         result: dict[str, Any] = self._do(routes.post_events(events, claim))
         return result
 

@@ -52,14 +52,17 @@ def check(expect: dict[str, Any], run: Run, services: Services, xid: int | None)
     if "error_matches" in expect and status == st.FAILED:
         pattern = str(expect["error_matches"])
         if reason is None or re.search(pattern, reason) is None:
-            reasons.append(f"error_matches: /{pattern}/ not found in failure reason "
-                           f"{one_line(reason) if reason else '(none)'}")  # fmt: skip
+            reasons.append(
+                f"error_matches: /{pattern}/ not found in failure reason "
+                f"{one_line(reason) if reason else '(none)'}"
+            )
     if "child_executions" in expect:
         if run.children is None:
             reasons.append("child_executions check not supported yet")
         elif run.children != expect["child_executions"]:
-            reasons.append(f"child_executions: expected {expect['child_executions']}, "
-                           f"got {run.children}")  # fmt: skip
+            reasons.append(
+                f"child_executions: expected {expect['child_executions']}, got {run.children}"
+            )
     if expect.get("db_checks"):
         reasons += _db_checks(expect["db_checks"], services, xid)
     return reasons
@@ -92,8 +95,10 @@ def _check_steps(
     for group in expect.get("one_of") or []:
         ran = [s for s in group if s in completed]
         if len(ran) != 1:
-            reasons.append(f"one_of: expected exactly one of {', '.join(group)} to complete, "
-                           f"got {len(ran)}{': ' + ', '.join(ran) if ran else ''}")  # fmt: skip
+            reasons.append(
+                f"one_of: expected exactly one of {', '.join(group)} to complete, "
+                f"got {len(ran)}{': ' + ', '.join(ran) if ran else ''}"
+            )
     return reasons
 
 
@@ -109,19 +114,22 @@ def _db_checks(checks: list[dict[str, Any]], services: Services, xid: int | None
         return ["db_checks: psycopg is not installed"]
     reasons: list[str] = []
     try:
-        with psycopg.connect(services.pg_url, connect_timeout=5, autocommit=True,
-                             row_factory=rows_mod.dict_row) as conn:  # fmt: skip
+        with psycopg.connect(
+            services.pg_url, connect_timeout=5, autocommit=True, row_factory=rows_mod.dict_row
+        ) as conn:
             for i, check in enumerate(substitute(checks, placeholders)):
                 try:
                     rows = [_plain(r) for r in conn.execute(check["sql"]).fetchall()]
                 except Exception as exc:
                     reasons.append(f"db_checks[{i}]: query failed: {one_line(str(exc))}")
                     continue
-                reasons += [f"db_checks: {m}"
-                            for m in match(check.get("rows", []), rows, f"db_checks[{i}]")]  # fmt: skip
+                reasons += [
+                    f"db_checks: {m}" for m in match(check.get("rows", []), rows, f"db_checks[{i}]")
+                ]
     except Exception as exc:
-        reasons.append(f"db_checks: cannot connect to {redact(services.pg_url)}: "
-                       f"{one_line(str(exc))}")  # fmt: skip
+        reasons.append(
+            f"db_checks: cannot connect to {redact(services.pg_url)}: {one_line(str(exc))}"
+        )
     return reasons
 
 

@@ -39,8 +39,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_healthy(url: str, timeout: float, exited: Callable[[], str | None],
-                 note: str = "") -> None:  # fmt: skip
+def wait_healthy(
+    url: str, timeout: float, exited: Callable[[], str | None], note: str = ""
+) -> None:
     """Poll `url`'s /health until it answers 200. ClusterError with what `exited()` says
     once it names the server gone, or after `timeout` seconds (`note` appended)."""
     deadline = time.monotonic() + timeout
@@ -63,8 +64,15 @@ class LocalCluster:
     """`with LocalCluster(pg_url) as c:` -> `c.url`, `c.token` (admin); `workers` worker
     processes, each with a `worker` token as an installation gives them (`c.worker_token`)."""
 
-    def __init__(self, pg_url: str, *, workers: int = 2, startup_timeout: float = 60.0,
-                 nats_url: str = "nats://127.0.0.1:4222", concurrency: int = 8) -> None:
+    def __init__(
+        self,
+        pg_url: str,
+        *,
+        workers: int = 2,
+        startup_timeout: float = 60.0,
+        nats_url: str = "nats://127.0.0.1:4222",
+        concurrency: int = 8,
+    ) -> None:
         self.admin_url = _with_database(pg_url, "postgres")
         self.database = f"milepost_cluster_{os.getpid()}_{secrets.token_hex(3)}"
         self.db_url = _with_database(pg_url, self.database)
@@ -92,8 +100,12 @@ class LocalCluster:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def _admin(self, sql: str) -> None:
@@ -107,32 +119,56 @@ class LocalCluster:
         self.token = self._new_token("admin", "conformance")  # the first one migrates
         self.worker_token = self._new_token("worker", "conformance-worker")
         self.env["MILEPOST_TOKEN"] = self.token
-        self._spawn([MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                     "--db", self.db_url])  # fmt: skip
+        self._spawn(
+            [
+                MILEPOST,
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--db",
+                self.db_url,
+            ]
+        )
         self._wait_healthy()
         workers = dict(self.env, MILEPOST_TOKEN=self.worker_token)
         for _ in range(self.workers):
-            self._spawn([MILEPOST, "worker", "--server", self.url, "--concurrency",
-                         str(self.concurrency)], workers)  # fmt: skip
+            self._spawn(
+                [MILEPOST, "worker", "--server", self.url, "--concurrency", str(self.concurrency)],
+                workers,
+            )
 
     def _new_token(self, role: str, name: str) -> str:
-        made = subprocess.run([MILEPOST, "token", "create", "--role", role, "--name", name,
-                               "--db", self.db_url], env=self.env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        made = subprocess.run(
+            [MILEPOST, "token", "create", "--role", role, "--name", name, "--db", self.db_url],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if made.returncode != 0:
             raise ClusterError(f"milepost token create failed: {made.stderr.strip()}")
         return made.stdout.strip().splitlines()[-1].strip()
 
     def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.processes.append(subprocess.Popen(argv, env=env or self.env,
-                                               stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL))  # fmt: skip
+        self.processes.append(
+            subprocess.Popen(
+                argv, env=env or self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        )
 
     def _wait_healthy(self) -> None:
         server = self.processes[0]
-        wait_healthy(self.url, self.startup_timeout,
-                     lambda: None if server.poll() is None
-                     else f"milepost server exited with {server.returncode}")  # fmt: skip
+        wait_healthy(
+            self.url,
+            self.startup_timeout,
+            lambda: (
+                None
+                if server.poll() is None
+                else f"milepost server exited with {server.returncode}"
+            ),
+        )
 
     def close(self) -> None:
         for proc in reversed(self.processes):  # workers first, then the server

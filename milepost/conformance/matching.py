@@ -131,8 +131,9 @@ def _any_of(alternatives: Any, actual: Any, path: str) -> list[str]:
 
 def _len(want: Any, actual: Any, path: str) -> list[str]:
     if not isinstance(actual, list | tuple | str | Mapping):
-        return [f"{path}: expected something with a length ($len {_show(want)}), "
-                f"got {_show(actual)}"]  # fmt: skip
+        return [
+            f"{path}: expected something with a length ($len {_show(want)}), got {_show(actual)}"
+        ]
     got = len(actual)
     if match(want, got, path):
         return [f"{path}: expected length {_show(want)}, got {got}"]
@@ -189,8 +190,9 @@ def _has_type(value: Any, name: str) -> bool:
     if name == "number":
         return kind in ("number", "integer")
     if name == "integer":  # as in JSON Schema, 3.0 is an integer (30 also matches 30.0)
-        return kind == "integer" or (kind == "number" and math.isfinite(value)
-                                     and float(value).is_integer())  # fmt: skip
+        return kind == "integer" or (
+            kind == "number" and math.isfinite(value) and float(value).is_integer()
+        )
     return kind == name
 
 

@@ -112,8 +112,14 @@ def main(
         print(format_line(r), flush=True)
 
     try:
-        result = run_suite(directory, pg_url=pg_url, only=only, server=server, token=token,
-                           progress=None if json_out else show)  # fmt: skip
+        result = run_suite(
+            directory,
+            pg_url=pg_url,
+            only=only,
+            server=server,
+            token=token,
+            progress=None if json_out else show,
+        )
     except SuiteError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -124,8 +130,11 @@ def main(
         print(result.closing_line(), flush=True)
     if result.skipped and in_ci():
         # CI has every service: an entry skipped there is a service that did not start
-        print("error: under CI every entry must run; skipped entries fail the suite",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            "error: under CI every entry must run; skipped entries fail the suite",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 1 if result.failed else 0
 
@@ -150,8 +159,9 @@ async def _run_all(
             result = await _run_entry(entry, root, catalog, services, target)
         except Exception as exc:  # a runner or engine bug fails this entry, not the suite
             log.exception("conformance entry crashed", extra={"playbook": entry["playbook"]})
-            result = EntryResult(entry["playbook"], FAILED,
-                                 [f"runner error: {type(exc).__name__}: {exc}"])  # fmt: skip
+            result = EntryResult(
+                entry["playbook"], FAILED, [f"runner error: {type(exc).__name__}: {exc}"]
+            )
         result.seconds = time.perf_counter() - started
         suite.entries.append(result)
         if progress is not None:
@@ -189,8 +199,9 @@ async def _run_entry(
         reasons = [f"timed out after {timeout:g}s; {_progress_text(run.summary)}"]
     else:
         reasons = check(expect, run, services, xid)
-    return EntryResult(name, FAILED if reasons else PASSED, reasons,
-                       execution_id=None if xid is None else str(xid))  # fmt: skip
+    return EntryResult(
+        name, FAILED if reasons else PASSED, reasons, execution_id=None if xid is None else str(xid)
+    )
 
 
 def _progress_text(summary: dict[str, Any] | None) -> str:
@@ -199,5 +210,7 @@ def _progress_text(summary: dict[str, Any] | None) -> str:
     steps = summary["steps"]
     running = [n for n, s in steps.items() if s["status"] == st.RUNNING]
     done = [n for n, s in steps.items() if s["status"] == st.COMPLETED]
-    return (f"status {summary['status']}, running: {', '.join(running) or 'none'}, "
-            f"completed: {', '.join(done) or 'none'}")  # fmt: skip
+    return (
+        f"status {summary['status']}, running: {', '.join(running) or 'none'}, "
+        f"completed: {', '.join(done) or 'none'}"
+    )

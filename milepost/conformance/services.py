@@ -38,8 +38,9 @@ class Services:
 
 
 @contextlib.contextmanager
-def services_for(needed: set[str], pg_url: str,
-                 engine_url: str | None = None) -> Iterator[Services]:  # fmt: skip
+def services_for(
+    needed: set[str], pg_url: str, engine_url: str | None = None
+) -> Iterator[Services]:
     """Start what the selected entries need (the mock API) and probe the rest."""
     placeholders = {"PG_AUTH": PG_AUTH, **pg_placeholders(pg_url)}
     unavailable: dict[str, str] = {}

@@ -16,13 +16,32 @@ from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, model, scripts, yamllines
 
 ENTRY_KEYS = frozenset(
-    {"playbook", "needs", "workload", "credentials", "requires_playbooks", "timeout_s", "note",
-     "expect"}
-)  # fmt: skip
+    {
+        "playbook",
+        "needs",
+        "workload",
+        "credentials",
+        "requires_playbooks",
+        "timeout_s",
+        "note",
+        "expect",
+    }
+)
 EXPECT_KEYS = frozenset(
-    {"status", "steps_run", "steps_include", "steps_not_run", "steps_failed", "one_of",
-     "run_counts", "results", "error_matches", "child_executions", "db_checks"}
-)  # fmt: skip
+    {
+        "status",
+        "steps_run",
+        "steps_include",
+        "steps_not_run",
+        "steps_failed",
+        "one_of",
+        "run_counts",
+        "results",
+        "error_matches",
+        "child_executions",
+        "db_checks",
+    }
+)
 
 
 def read_expectations(root: Path) -> list[dict[str, Any]]:
@@ -43,8 +62,11 @@ def select(entries: list[dict[str, Any]], only: list[str] | None) -> list[dict[s
         return entries
 
     def hit(pattern: str, playbook: str) -> bool:
-        return (pattern == playbook or fnmatch.fnmatchcase(playbook, pattern)
-                or Path(playbook).stem == pattern)  # fmt: skip
+        return (
+            pattern == playbook
+            or fnmatch.fnmatchcase(playbook, pattern)
+            or Path(playbook).stem == pattern
+        )
 
     unused = [p for p in only if not any(hit(p, e["playbook"]) for e in entries)]
     if unused:
@@ -70,8 +92,9 @@ def entry_problems(entry: dict[str, Any], root: Path, catalog: Catalog) -> list[
         problems.append(f"no playbook {root / 'playbooks' / name}")
     for required in entry.get("requires_playbooks") or []:
         if required in catalog.rejected:
-            problems.append(f"required playbook {required} is rejected: "
-                            f"{catalog.rejected[required].message}")  # fmt: skip
+            problems.append(
+                f"required playbook {required} is rejected: {catalog.rejected[required].message}"
+            )
         elif required not in catalog.loaded:
             problems.append(f"required playbook {required} not found")
     return problems

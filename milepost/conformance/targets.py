@@ -31,8 +31,14 @@ class Run:
 
 
 class Target(Protocol):
-    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
-                      credentials: dict[str, Any], timeout: float) -> tuple[Run, int | None]: ...
+    async def execute(
+        self,
+        text: str,
+        playbook: model.Playbook,
+        workload: dict[str, Any],
+        credentials: dict[str, Any],
+        timeout: float,
+    ) -> tuple[Run, int | None]: ...
 
 
 @dataclass
@@ -42,8 +48,14 @@ class EmbeddedTarget:
     catalog: Catalog
     store: SQLiteStore
 
-    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
-                      credentials: dict[str, Any], timeout: float) -> tuple[Run, int | None]:
+    async def execute(
+        self,
+        text: str,
+        playbook: model.Playbook,
+        workload: dict[str, Any],
+        credentials: dict[str, Any],
+        timeout: float,
+    ) -> tuple[Run, int | None]:
         # the suite's credentials live only as long as the suite: an ephemeral key unless
         # the environment provides one
         vault = Vault(self.store, os.environ.get("MILEPOST_SECRET_KEY") or new_key())
@@ -58,8 +70,11 @@ class EmbeddedTarget:
                 with contextlib.suppress(Exception):  # best effort: leave a terminal record
                     engine.cancel(xid)
                 return Run(summary=summaries.execution_summary(state), timed_out=True), xid
-            return Run(summary=summaries.execution_summary(state), reason=summaries.failure_reason(state),
-                        children=_count_children(self.store.list_executions, xid)), xid  # fmt: skip
+            return Run(
+                summary=summaries.execution_summary(state),
+                reason=summaries.failure_reason(state),
+                children=_count_children(self.store.list_executions, xid),
+            ), xid
 
 
 class ServerTarget:
@@ -70,12 +85,23 @@ class ServerTarget:
         self.registered = False
         self.catalog = catalog
 
-    async def execute(self, text: str, playbook: model.Playbook, workload: dict[str, Any],
-                      credentials: dict[str, Any], timeout: float) -> tuple[Run, int | None]:
+    async def execute(
+        self,
+        text: str,
+        playbook: model.Playbook,
+        workload: dict[str, Any],
+        credentials: dict[str, Any],
+        timeout: float,
+    ) -> tuple[Run, int | None]:
         return await asyncio.to_thread(self._execute, playbook, workload, credentials, timeout)
 
-    def _execute(self, playbook: model.Playbook, workload: dict[str, Any],
-                 credentials: dict[str, Any], timeout: float) -> tuple[Run, int | None]:
+    def _execute(
+        self,
+        playbook: model.Playbook,
+        workload: dict[str, Any],
+        credentials: dict[str, Any],
+        timeout: float,
+    ) -> tuple[Run, int | None]:
         if not self.registered:
             for text, _ in self.catalog.loaded.values():
                 self.client.register(text)
@@ -91,13 +117,18 @@ class ServerTarget:
                 self.client.cancel(xid)
             return Run(summary=status, timed_out=True), xid
         error = status.get("error") or {}
-        reason = error.get("reason") or error.get("message") if status["status"] == "FAILED" else None
-        return Run(summary=status, reason=reason,
-                    children=_count_children(self._executions, xid)), xid  # fmt: skip
+        reason = (
+            error.get("reason") or error.get("message") if status["status"] == "FAILED" else None
+        )
+        return Run(
+            summary=status, reason=reason, children=_count_children(self._executions, xid)
+        ), xid
 
     def _executions(self, *, limit: int, offset: int) -> list[Any]:
-        return [_Row(int(i["parent_execution_id"]) if i.get("parent_execution_id") else None)
-                for i in self.client.executions(limit=limit, offset=offset)]  # fmt: skip
+        return [
+            _Row(int(i["parent_execution_id"]) if i.get("parent_execution_id") else None)
+            for i in self.client.executions(limit=limit, offset=offset)
+        ]
 
 
 @dataclass

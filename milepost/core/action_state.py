@@ -45,7 +45,7 @@ def apply_skip_requested(state: ExecutionState, event: ev.Event) -> None:
     sr.retry_at.clear()
     result = p.get("result")
     if sr.is_loop and isinstance(result, list):
-        sr.items = ((sr.items or []) + [None] * len(result))[:len(result)]
+        sr.items = ((sr.items or []) + [None] * len(result))[: len(result)]
         sr.results = dict(enumerate(result))
     else:
         sr.results = {st.NO_INDEX: result}

@@ -100,8 +100,11 @@ def may_decide(approval: Approval, voter: Voter) -> bool:
 
 
 def is_self_approval(approval: Approval, voter: Voter) -> bool:
-    return (not approval.allow_self_approval and approval.started_by is not None
-            and voter.identity == approval.started_by)  # fmt: skip
+    return (
+        not approval.allow_self_approval
+        and approval.started_by is not None
+        and voter.identity == approval.started_by
+    )
 
 
 def has_voted(approval: Approval, identity: str) -> bool:
@@ -121,14 +124,21 @@ def apply_requested(state: ExecutionState, event: ev.Event) -> None:
     if sr is None or not sr.gated or sr.approval_id is not None or sr.run != run or approval_id < 0:
         return
     approval = Approval(
-        approval_id=approval_id, step=step, run=run,
-        requested_at=event.created_at, approvers=tuple(p.get("approvers") or ()),
-        quorum=int(p.get("quorum", 1)), expires_at=_float(p.get("expires_at")),
-        expires_in=_float(p.get("expires_in")), risk=str(p.get("risk") or "medium"),
+        approval_id=approval_id,
+        step=step,
+        run=run,
+        requested_at=event.created_at,
+        approvers=tuple(p.get("approvers") or ()),
+        quorum=int(p.get("quorum", 1)),
+        expires_at=_float(p.get("expires_at")),
+        expires_in=_float(p.get("expires_in")),
+        risk=str(p.get("risk") or "medium"),
         allow_self_approval=bool(p.get("allow_self_approval")),
-        started_by=p.get("started_by"), digest=str(p.get("digest") or ""),
-        calls=list(p.get("calls") or []), policy=p.get("policy"),
-    )  # fmt: skip
+        started_by=p.get("started_by"),
+        digest=str(p.get("digest") or ""),
+        calls=list(p.get("calls") or []),
+        policy=p.get("policy"),
+    )
     state.approvals[approval_id] = approval
     sr.approval_id = approval_id
     state.step_status[step] = AWAITING_APPROVAL
@@ -141,8 +151,12 @@ def apply_decided(state: ExecutionState, event: ev.Event) -> None:
         return
     voter = Voter(str(p.get("identity") or ""), frozenset(p.get("roles") or ()))
     decision = p.get("decision")
-    if (decision not in DECISIONS or not may_decide(approval, voter)
-            or is_self_approval(approval, voter) or has_voted(approval, voter.identity)):  # fmt: skip
+    if (
+        decision not in DECISIONS
+        or not may_decide(approval, voter)
+        or is_self_approval(approval, voter)
+        or has_voted(approval, voter.identity)
+    ):
         return
     approval.votes.append(Vote(voter.identity, str(decision), p.get("reason"), event.created_at))
 
@@ -163,7 +177,9 @@ def close_pending(state: ExecutionState, step: str | None = None, run: int | Non
     """The step run (or, with no step, the whole run) stopped waiting: its pending
     approvals can no longer be decided."""
     for approval in state.approvals.values():
-        if approval.status == PENDING and (step is None or (approval.step, approval.run) == (step, run)):
+        if approval.status == PENDING and (
+            step is None or (approval.step, approval.run) == (step, run)
+        ):
             approval.status = CANCELLED
 
 

@@ -80,8 +80,9 @@ class InvalidDecision(MilepostError):
 # -- votes -----------------------------------------------------------------------------------
 
 
-def check_vote(state: st.ExecutionState, approval_id: int, voter: Voter, decision: str,
-               now: float) -> Approval:  # fmt: skip
+def check_vote(
+    state: st.ExecutionState, approval_id: int, voter: Voter, decision: str, now: float
+) -> Approval:
     """The approval `voter` may decide now, or the refusal (nothing is appended then)."""
     approval = state.approvals.get(approval_id)
     if approval is None:
@@ -90,34 +91,61 @@ def check_vote(state: st.ExecutionState, approval_id: int, voter: Voter, decisio
     if decision not in ap.DECISIONS:
         raise InvalidDecision(f"decision {decision!r} is not 'approve' or 'deny'", **fields)
     if not voter.identity.startswith("user:") or not ap.may_decide(approval, voter):
-        raise NotAnApprover(f"{voter.identity} may not decide approval {approval_id} (approvers: "
-                            f"{', '.join(approval.approvers)})", **fields)  # fmt: skip
+        raise NotAnApprover(
+            f"{voter.identity} may not decide approval {approval_id} (approvers: "
+            f"{', '.join(approval.approvers)})",
+            **fields,
+        )
     status = approval.status
     if status == ap.PENDING and approval.expires_at is not None and now >= approval.expires_at:
         status = ap.EXPIRED  # the tick has not recorded it yet: it is over all the same
     if status == ap.PENDING and (state.terminal or state.cancel_requested):
         status = ap.CANCELLED
     if status != ap.PENDING:
-        raise ApprovalClosed(f"approval {approval_id} is {status}: a decision changes nothing",
-                             status=status, **fields)  # fmt: skip
+        raise ApprovalClosed(
+            f"approval {approval_id} is {status}: a decision changes nothing",
+            status=status,
+            **fields,
+        )
     if ap.is_self_approval(approval, voter):
-        raise SelfApproval(f"{voter.identity} started execution {state.execution_id} and may not "
-                           "approve it (allow_self_approval is false)", **fields)  # fmt: skip
+        raise SelfApproval(
+            f"{voter.identity} started execution {state.execution_id} and may not "
+            "approve it (allow_self_approval is false)",
+            **fields,
+        )
     if ap.has_voted(approval, voter.identity):
-        raise AlreadyVoted(f"{voter.identity} has decided approval {approval_id} already",
-                           **fields)  # fmt: skip
+        raise AlreadyVoted(f"{voter.identity} has decided approval {approval_id} already", **fields)
     return approval
 
 
-def vote_event(state: st.ExecutionState, approval_id: int, voter: Voter, decision: str,
-               reason: str | None, now: float, event_id: int) -> ev.Event:  # fmt: skip
+def vote_event(
+    state: st.ExecutionState,
+    approval_id: int,
+    voter: Voter,
+    decision: str,
+    reason: str | None,
+    now: float,
+    event_id: int,
+) -> ev.Event:
     """The `approval.decided` event of a vote `check_vote` admits."""
     approval = check_vote(state, approval_id, voter, decision, now)
-    payload = {"approval_id": approval_id, "identity": voter.identity,
-               "roles": sorted(voter.roles), "decision": decision, "reason": reason}  # fmt: skip
-    return ev.new_event(event_id, state.execution_id, ev.APPROVAL_DECIDED, now,
-                        step=approval.step, payload=payload, meta={"actor": voter.identity},
-                        parent_event_id=approval_id)  # fmt: skip
+    payload = {
+        "approval_id": approval_id,
+        "identity": voter.identity,
+        "roles": sorted(voter.roles),
+        "decision": decision,
+        "reason": reason,
+    }
+    return ev.new_event(
+        event_id,
+        state.execution_id,
+        ev.APPROVAL_DECIDED,
+        now,
+        step=approval.step,
+        payload=payload,
+        meta={"actor": voter.identity},
+        parent_event_id=approval_id,
+    )
 
 
 # -- the request -----------------------------------------------------------------------------
@@ -135,7 +163,9 @@ def required(spec: model.ApprovalSpec, context: Mapping[str, Any], step: str) ->
     return value
 
 
-def calls(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun) -> list[dict[str, Any]]:
+def calls(
+    state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun
+) -> list[dict[str, Any]]:
     """`[{index, input, digest}]`: every command of the step run, rendered as approvers see it."""
     indexes = range(sr.total) if sr.is_loop else [st.NO_INDEX]
     out = []
@@ -145,44 +175,62 @@ def calls(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun) ->
     return out
 
 
-def request(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun,
-            now: float) -> dict[str, Any]:  # fmt: skip
+def request(
+    state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun, now: float
+) -> dict[str, Any]:
     """The payload of `approval.requested` (the caller adds `approval_id`)."""
     step = playbook.steps[sr.step]
     spec = step.spec.approval
     assert spec is not None
     shown = calls(state, playbook, sr)
     return {
-        "run": sr.run, "kind": step.tasks[0].kind if step.tasks else None, "calls": shown,
-        "digest": digest([c["digest"] for c in shown]), "approvers": list(spec.approvers),
-        "quorum": spec.quorum, "expires_in": spec.expires_in,
+        "run": sr.run,
+        "kind": step.tasks[0].kind if step.tasks else None,
+        "calls": shown,
+        "digest": digest([c["digest"] for c in shown]),
+        "approvers": list(spec.approvers),
+        "quorum": spec.quorum,
+        "expires_in": spec.expires_in,
         "expires_at": None if spec.expires_in is None else now + spec.expires_in,
-        "risk": spec.risk, "policy": policy_text(spec),
-        "allow_self_approval": spec.allow_self_approval, "started_by": state.started_by,
-    }  # fmt: skip
+        "risk": spec.risk,
+        "policy": policy_text(spec),
+        "allow_self_approval": spec.allow_self_approval,
+        "started_by": state.started_by,
+    }
 
 
 def policy_text(spec: model.ApprovalSpec) -> str | None:
     if spec.policy_check is None:
         return None
-    return spec.policy_check if isinstance(spec.policy_check, str) else json.dumps(spec.policy_check)
+    return (
+        spec.policy_check if isinstance(spec.policy_check, str) else json.dumps(spec.policy_check)
+    )
 
 
-def render_call(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun,
-                index: int) -> dict[str, Any]:  # fmt: skip
+def render_call(
+    state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun, index: int
+) -> dict[str, Any]:
     """One command's call, rendered from the context its attempt gets (`attempt_context`)
     the way the attempt renders it, then redacted."""
     context, args = attempt_context(state, playbook, sr.step, sr, index)
     return shown_call(playbook, sr.step, context, args, sr.run, index, state.execution_id)
 
 
-def shown_call(playbook: model.Playbook, step_name: str, context: Mapping[str, Any],
-               args: Mapping[str, Any], run: int, index: int,
-               execution_id: int) -> dict[str, Any]:  # fmt: skip
+def shown_call(
+    playbook: model.Playbook,
+    step_name: str,
+    context: Mapping[str, Any],
+    args: Mapping[str, Any],
+    run: int,
+    index: int,
+    execution_id: int,
+) -> dict[str, Any]:
     """The call of one attempt as approvers see it: `{tasks: [{task, kind, config, input}]}`.
     The attempt runner calls this too (`verify`), with the context its command carries."""
     step = playbook.steps[step_name]
-    op_key = ids.operation_key(execution_id, step_name, run, None if index == st.NO_INDEX else index)
+    op_key = ids.operation_key(
+        execution_id, step_name, run, None if index == st.NO_INDEX else index
+    )
     base = {**context, "idempotency_key": SHOWN_IDEMPOTENCY_KEY, "operation_key": op_key}
     tasks = []
     for task in step.tasks:
@@ -195,11 +243,15 @@ def shown_call(playbook: model.Playbook, step_name: str, context: Mapping[str, A
         inputs = {key: _lenient(value, base) for key, value in templates.items()}
         field_context = cx.overlay(base, inputs) if inputs else dict(base)
         field_context["idempotency_key"] = SHOWN_IDEMPOTENCY_KEY
-        fields = {key: value if key in _UNRENDERED_CONFIG else _lenient(value, field_context)
-                  for key, value in config.items()}  # fmt: skip
+        fields = {
+            key: value if key in _UNRENDERED_CONFIG else _lenient(value, field_context)
+            for key, value in config.items()
+        }
         tasks.append({"task": task.name, "kind": kind, "config": fields, "input": inputs})
     secrets = sanitize.sensitive_values(context.get("workload"))
-    shown: dict[str, Any] = ev.jsonable(sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks})))
+    shown: dict[str, Any] = ev.jsonable(
+        sanitize.Redactor(secrets).value(sanitize.mask({"tasks": tasks}))
+    )
     return shown
 
 
@@ -223,8 +275,6 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-
-
 # -- what a pending approval leads to --------------------------------------------------------
 
 
@@ -240,35 +290,52 @@ class Resolution:
     wake_at: float | None = None
 
 
-def resolve(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun,
-            approval: Approval, now: float) -> Resolution:  # fmt: skip
+def resolve(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    sr: st.StepRun,
+    approval: Approval,
+    now: float,
+) -> Resolution:
     """Expiry first (so an approval is never used after `expires_at`), then a denial, then
     the quorum, re-checking the call and the policy right before the grant."""
     base = {"approval_id": approval.approval_id, "run": approval.run}
     if approval.expires_at is not None and now >= approval.expires_at:
         after = _duration(approval.expires_in or approval.expires_at - approval.requested_at)
-        return _failed(ev.APPROVAL_EXPIRED, {**base, "expires_at": approval.expires_at},
-                       f"approval expired after {after}")  # fmt: skip
+        return _failed(
+            ev.APPROVAL_EXPIRED,
+            {**base, "expires_at": approval.expires_at},
+            f"approval expired after {after}",
+        )
     denial = approval.denial
     if denial is not None:
-        message = f"approval rejected by {denial.identity}" + (f": {denial.reason}" if denial.reason else "")
-        return _failed(ev.APPROVAL_DENIED, {**base, "by": denial.identity, "reason": denial.reason},
-                       message)  # fmt: skip
+        message = f"approval rejected by {denial.identity}" + (
+            f": {denial.reason}" if denial.reason else ""
+        )
+        return _failed(
+            ev.APPROVAL_DENIED, {**base, "by": denial.identity, "reason": denial.reason}, message
+        )
     approvers = [v.identity for v in approval.approvals]
     if len(approvers) < approval.quorum:
         return Resolution(wake_at=approval.expires_at)
     changed = _changed(state, playbook, sr, approval)
     if changed is not None:
         reason = f"the call changed since it was approved ({changed})"
-        return _failed(ev.APPROVAL_INVALIDATED, {**base, "cause": "changed", "changed": changed,
-                                                 "reason": reason},
-                       f"approval invalidated: {reason}")  # fmt: skip
+        return _failed(
+            ev.APPROVAL_INVALIDATED,
+            {**base, "cause": "changed", "changed": changed, "reason": reason},
+            f"approval invalidated: {reason}",
+        )
     refusal = _policy_refusal(state, playbook, sr)
     if refusal is not None:
-        return _failed(ev.APPROVAL_INVALIDATED, {**base, "cause": "policy", "changed": None,
-                                                 "reason": refusal},
-                       f"approval invalidated: {refusal}")  # fmt: skip
-    return Resolution(ev.APPROVAL_GRANTED, {**base, "approvers": approvers, "digest": approval.digest})
+        return _failed(
+            ev.APPROVAL_INVALIDATED,
+            {**base, "cause": "policy", "changed": None, "reason": refusal},
+            f"approval invalidated: {refusal}",
+        )
+    return Resolution(
+        ev.APPROVAL_GRANTED, {**base, "approvers": approvers, "digest": approval.digest}
+    )
 
 
 def _failed(event: str, payload: dict[str, Any], message: str) -> Resolution:
@@ -276,8 +343,9 @@ def _failed(event: str, payload: dict[str, Any], message: str) -> Resolution:
     return Resolution(event, payload, error)
 
 
-def _changed(state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun,
-             approval: Approval) -> str | None:  # fmt: skip
+def _changed(
+    state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun, approval: Approval
+) -> str | None:
     """Where the first call rendered now differs from the approved one, or None."""
     now_calls = calls(state, playbook, sr)
     if len(now_calls) != len(approval.calls):
@@ -311,8 +379,9 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else (path or "call")
 
 
-def _policy_refusal(state: st.ExecutionState, playbook: model.Playbook,
-                    sr: st.StepRun) -> str | None:  # fmt: skip
+def _policy_refusal(
+    state: st.ExecutionState, playbook: model.Playbook, sr: st.StepRun
+) -> str | None:
     """The readable reason the policy refuses the call now, or None when it allows it.
     False, undefined or unrenderable all refuse (fail closed)."""
     spec = playbook.steps[sr.step].spec.approval
@@ -341,9 +410,16 @@ def _duration(seconds: float) -> str:
 # -- at the attempt --------------------------------------------------------------------------
 
 
-def verify(playbook: model.Playbook, step_name: str, context: Mapping[str, Any],
-           args: Mapping[str, Any], run: int, index: int, execution_id: int,
-           approved: str) -> str | None:  # fmt: skip
+def verify(
+    playbook: model.Playbook,
+    step_name: str,
+    context: Mapping[str, Any],
+    args: Mapping[str, Any],
+    run: int,
+    index: int,
+    execution_id: int,
+    approved: str,
+) -> str | None:
     """None when the attempt's call is the approved one, else why it may not run (the
     approved input itself is not in the work item, so the message cannot say where)."""
     shown = shown_call(playbook, step_name, context, args, run, index, execution_id)

@@ -30,13 +30,20 @@ def check(budget: model.Budget | None, totals: Totals, step: str) -> dict[str, A
     if not passed:
         return None
     message = f"budget exceeded: {', '.join(passed)} after step '{step}'"
-    return {"kind": KIND, "message": message, "reason": message, "step": step, "task": None,
-            "usage": {"tokens": totals.tokens, "cost": totals.cost},
-            "budget": budget.model_dump(exclude_none=True)}  # fmt: skip
+    return {
+        "kind": KIND,
+        "message": message,
+        "reason": message,
+        "step": step,
+        "task": None,
+        "usage": {"tokens": totals.tokens, "cost": totals.cost},
+        "budget": budget.model_dump(exclude_none=True),
+    }
 
 
-def after_iteration(budget: model.Budget | None, state: st.ExecutionState,
-                    sr: st.StepRun) -> dict[str, Any] | None:  # fmt: skip
+def after_iteration(
+    budget: model.Budget | None, state: st.ExecutionState, sr: st.StepRun
+) -> dict[str, Any] | None:
     """The run's error when an iteration of the loop `sr` ended past the budget and the
     loop would issue another (or a retry): an iteration's end is a step boundary too, so
     a loop stops issuing iterations once the budget is passed; those in flight finish."""

@@ -14,15 +14,21 @@ from milepost.playbook import model
 
 CANCELLED_KIND = "cancelled"
 """The error kind of an attempt a cancel of its run ended (stopped, abandoned, never run)."""
-STOPPED = {"kind": CANCELLED_KIND, "retryable": False,
-           "message": "execution cancelled: the attempt was stopped"}  # fmt: skip
+STOPPED = {
+    "kind": CANCELLED_KIND,
+    "retryable": False,
+    "message": "execution cancelled: the attempt was stopped",
+}
 """The error a worker reports for an attempt it stopped because the run was cancelled."""
 
 
 def abandoned_error(grace: float) -> dict[str, object]:
     """The error of an attempt the engine abandoned at the end of the grace."""
-    return {"kind": CANCELLED_KIND, "retryable": False,
-            "message": f"execution cancelled: attempt abandoned after the cancel grace ({grace:g}s)"}  # fmt: skip
+    return {
+        "kind": CANCELLED_KIND,
+        "retryable": False,
+        "message": f"execution cancelled: attempt abandoned after the cancel grace ({grace:g}s)",
+    }
 
 
 def request_payload(actor: str | None, cause: str | None = None) -> dict[str, str]:
@@ -66,24 +72,60 @@ def overdue(state: st.ExecutionState, playbook: model.Playbook, now: float) -> b
     return at is not None and now >= at and bool(state.commands)
 
 
-def abandoned(state: st.ExecutionState, playbook: model.Playbook, now: float,
-              new_id: Callable[[], int], epochs: Mapping[int, int]) -> list[ev.Event]:
+def abandoned(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    now: float,
+    new_id: Callable[[], int],
+    epochs: Mapping[int, int],
+) -> list[ev.Event]:
     """A `command.failed` (kind `cancelled`) for every command the state still waits for,
     each with its claim's epoch (`epochs`, 0 for one without a claim). The caller decides
     when: the grace ran out (`overdue`), or nothing drives the run any more."""
     error = abandoned_error(playbook.executor.cancel_grace)
-    return [failed_event(state.execution_id, cid, cmd.step, (cmd.run, cmd.index, cmd.attempt),
-                         epochs.get(cid, 0), error, new_id(), now)
-            for cid, cmd in sorted(state.commands.items())]  # fmt: skip
+    return [
+        failed_event(
+            state.execution_id,
+            cid,
+            cmd.step,
+            (cmd.run, cmd.index, cmd.attempt),
+            epochs.get(cid, 0),
+            error,
+            new_id(),
+            now,
+        )
+        for cid, cmd in sorted(state.commands.items())
+    ]
 
 
-def failed_event(execution_id: int, command_id: int, step: str, where: tuple[int, int, int],
-                 epoch: int, error: Mapping[str, Any], event_id: int, now: float) -> ev.Event:  # fmt: skip
+def failed_event(
+    execution_id: int,
+    command_id: int,
+    step: str,
+    where: tuple[int, int, int],
+    epoch: int,
+    error: Mapping[str, Any],
+    event_id: int,
+    now: float,
+) -> ev.Event:
     """The `command.failed` the engine writes to settle a command of a cancelled run."""
     run, index, attempt = where
-    payload = {"command_id": command_id, "run": run, "index": index, "attempt": attempt,
-               "epoch": epoch, "error": dict(error)}  # fmt: skip
+    payload = {
+        "command_id": command_id,
+        "run": run,
+        "index": index,
+        "attempt": attempt,
+        "epoch": epoch,
+        "error": dict(error),
+    }
     # its cause is the command it settles, as for a lost lease
-    return ev.new_event(event_id, execution_id, ev.COMMAND_FAILED, now, step=step,
-                        payload=payload, meta={"epoch": epoch, "source": "server"},
-                        parent_event_id=command_id)  # fmt: skip
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.COMMAND_FAILED,
+        now,
+        step=step,
+        payload=payload,
+        meta={"epoch": epoch, "source": "server"},
+        parent_event_id=command_id,
+    )

@@ -99,8 +99,9 @@ def _index(payload: Mapping[str, Any], commands: Mapping[int, Any]) -> int | Non
         return None
 
 
-def cause(causes: Causes, emitted: Emitted, event_type: str, step: str | None,
-          payload: Mapping[str, Any]) -> int | None:  # fmt: skip
+def cause(
+    causes: Causes, emitted: Emitted, event_type: str, step: str | None, payload: Mapping[str, Any]
+) -> int | None:
     """The parent of a decided event, before it is emitted (`emitted`: what the same
     decision emitted so far)."""
     if step is None:
@@ -114,7 +115,8 @@ def cause(causes: Causes, emitted: Emitted, event_type: str, step: str | None,
     index = payload.get("index")
     # a retry's issue <- its retry_scheduled; a retry_scheduled <- the failure
     retry = event_type == ev.COMMAND_RETRY_SCHEDULED or (
-        event_type == ev.COMMAND_ISSUED and int(payload.get("attempt", 1)) > 1)
+        event_type == ev.COMMAND_ISSUED and int(payload.get("attempt", 1)) > 1
+    )
     if retry and index is not None:
         noted = causes.by_index.get(step, {}).get(int(index))
         if noted is not None:

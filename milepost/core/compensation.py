@@ -28,8 +28,14 @@ class Emitter(Protocol):
 
     def new_id(self) -> int: ...
 
-    def emit(self, event_type: str, step: str | None = None, status: str | None = None,
-             event_id: int | None = None, **payload: Any) -> None: ...  # fmt: skip
+    def emit(
+        self,
+        event_type: str,
+        step: str | None = None,
+        status: str | None = None,
+        event_id: int | None = None,
+        **payload: Any,
+    ) -> None: ...
 
     def wake(self, at: float) -> None: ...
 
@@ -47,8 +53,9 @@ def plan(state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, A
         if target is None or target not in playbook.steps:
             continue
         runs[target] = runs.get(target, state.run_counts.get(target, 0)) + 1
-        out.append({"step": step, "run": run, "compensation": target,
-                    "compensation_run": runs[target]})  # fmt: skip
+        out.append(
+            {"step": step, "run": run, "compensation": target, "compensation_run": runs[target]}
+        )
     return out
 
 
@@ -93,13 +100,23 @@ def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.
     spec = playbook.steps[item.target].spec.retry
     if policies.retryable(spec, error.get("kind"), item.attempt):
         wait = policies.retry_wait(spec, item.attempt, error)
-        out.emit(ev.COMMAND_RETRY_SCHEDULED, item.target, run=item.target_run,
-                 index=st.NO_INDEX, attempt=item.attempt + 1, not_before=out.now + wait,
-                 error=error, compensation=index)  # fmt: skip
+        out.emit(
+            ev.COMMAND_RETRY_SCHEDULED,
+            item.target,
+            run=item.target_run,
+            index=st.NO_INDEX,
+            attempt=item.attempt + 1,
+            not_before=out.now + wait,
+            error=error,
+            compensation=index,
+        )
         return
     message = str(error.get("message") or "failed")
-    error.update(kind=error.get("kind", "error"), message=message,
-                 reason=f"compensation '{item.target}' of step '{item.step}' failed: {message}")
+    error.update(
+        kind=error.get("kind", "error"),
+        message=message,
+        reason=f"compensation '{item.target}' of step '{item.step}' failed: {message}",
+    )
     out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
 
 

@@ -113,8 +113,11 @@ def context_of(state: ExecutionState, command_id: int) -> dict[str, Any] | None:
         return None
     for item in comp.items:
         if item.command_id == command_id:
-            return {"step": item.step, "run": item.run,
-                    "result": state.run_results.get((item.step, item.run))}  # fmt: skip
+            return {
+                "step": item.step,
+                "run": item.run,
+                "result": state.run_results.get((item.step, item.run)),
+            }
     return None
 
 
@@ -123,8 +126,15 @@ def context_of(state: ExecutionState, command_id: int) -> dict[str, Any] | None:
 
 def apply_started(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
-    items = [Item(step=str(i["step"]), run=int(i["run"]), target=str(i["compensation"]),
-                  target_run=int(i["compensation_run"])) for i in p.get("plan", [])]  # fmt: skip
+    items = [
+        Item(
+            step=str(i["step"]),
+            run=int(i["run"]),
+            target=str(i["compensation"]),
+            target_run=int(i["compensation_run"]),
+        )
+        for i in p.get("plan", [])
+    ]
     state.compensation = Compensation(outcome=str(p.get("outcome") or FAILED), items=items)
     for item in items:
         state.run_counts[item.target] = max(state.run_counts.get(item.target, 0), item.target_run)
@@ -199,7 +209,16 @@ def summary(state: ExecutionState) -> dict[str, Any] | None:
     return {
         "compensating": comp.active and not state.terminal,
         "outcome": comp.outcome,
-        "items": [{"step": i.step, "run": i.run, "compensation": i.target, "status": i.status,
-                   "attempt": i.attempt, "result": i.result, "error": i.error}
-                  for i in comp.items],
-    }  # fmt: skip
+        "items": [
+            {
+                "step": i.step,
+                "run": i.run,
+                "compensation": i.target,
+                "status": i.status,
+                "attempt": i.attempt,
+                "result": i.result,
+                "error": i.error,
+            }
+            for i in comp.items
+        ],
+    }

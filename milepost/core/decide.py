@@ -45,8 +45,13 @@ class Decision:
 
 
 class _Emitter:
-    def __init__(self, state: st.ExecutionState, now: float, new_id: Callable[[], int],
-                 playbook: model.Playbook) -> None:  # fmt: skip
+    def __init__(
+        self,
+        state: st.ExecutionState,
+        now: float,
+        new_id: Callable[[], int],
+        playbook: model.Playbook,
+    ) -> None:
         self.state = state
         self.now = now
         self.new_id = new_id
@@ -54,12 +59,25 @@ class _Emitter:
         self.decision = Decision()
         self.emitted = causality.Emitted()
 
-    def emit(self, event_type: str, step: str | None = None, status: str | None = None,
-             event_id: int | None = None, **payload: Any) -> None:
+    def emit(
+        self,
+        event_type: str,
+        step: str | None = None,
+        status: str | None = None,
+        event_id: int | None = None,
+        **payload: Any,
+    ) -> None:
         parent = causality.cause(self.state.causes, self.emitted, event_type, step, payload)
-        event = ev.new_event(event_id or self.new_id(), self.state.execution_id, event_type,
-                             self.now, step=step, status=status, payload=payload,
-                             parent_event_id=parent)  # fmt: skip
+        event = ev.new_event(
+            event_id or self.new_id(),
+            self.state.execution_id,
+            event_type,
+            self.now,
+            step=step,
+            status=status,
+            payload=payload,
+            parent_event_id=parent,
+        )
         self.decision.events.append(event)
         self.emitted.add(event)
 
@@ -70,15 +88,26 @@ class _Emitter:
     def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None:
         """A `command.issued` of `step` (a compensation's too: `extra` marks it), in the
         step's pool and with its lease."""
-        key = ids.idempotency_key(self.state.execution_id, step, run,
-                                  None if index == st.NO_INDEX else index, attempt)  # fmt: skip
+        key = ids.idempotency_key(
+            self.state.execution_id, step, run, None if index == st.NO_INDEX else index, attempt
+        )
         # a command is named by the id of the event that issued it, as in NoETL's API
         # (`/api/commands/{event_id}`)
         command_id = self.new_id()
         pool = pools.of_step(self.playbook.steps[step].spec.pool)  # DSL 10.6: which workers run it
-        self.emit(ev.COMMAND_ISSUED, step, event_id=command_id, command_id=command_id, run=run,
-                  index=index, attempt=attempt, idempotency_key=key, **extra,
-                  **pools.issued_payload(pool), **liveness.lease_fields(self.playbook, step))  # fmt: skip
+        self.emit(
+            ev.COMMAND_ISSUED,
+            step,
+            event_id=command_id,
+            command_id=command_id,
+            run=run,
+            index=index,
+            attempt=attempt,
+            idempotency_key=key,
+            **extra,
+            **pools.issued_payload(pool),
+            **liveness.lease_fields(self.playbook, step),
+        )
 
 
 @dataclass(slots=True)
@@ -92,8 +121,14 @@ class Settled:
     stand, e.g. the run failed meanwhile)."""
 
 
-def settle(state: st.ExecutionState, playbook: model.Playbook, now: float,
-           new_id: Callable[[], int], *, limit: int) -> Settled:  # fmt: skip
+def settle(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    now: float,
+    new_id: Callable[[], int],
+    *,
+    limit: int,
+) -> Settled:
     """Decide until decide has nothing more to say, folding each decision into `state`.
 
     No I/O: time and ids come in. After `limit` decisions that all produced events the
@@ -115,8 +150,15 @@ def decide(
     out = _Emitter(state, now, new_id, playbook)
     if state.terminal:
         return out.decision
-    for phase in (_resolve_failures, _finish_step_runs, _end_if_failed_or_cancelled,
-                  _start_pending, _gates, _issue_work, _complete):  # fmt: skip
+    for phase in (
+        _resolve_failures,
+        _finish_step_runs,
+        _end_if_failed_or_cancelled,
+        _start_pending,
+        _gates,
+        _issue_work,
+        _complete,
+    ):
         phase(out, playbook)
         if out.decision.events:
             break
@@ -147,16 +189,23 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
             if not _retryable(out.state, spec, failure):
                 continue
             wait = retry_wait(spec, failure.attempt, failure.error)
-            out.emit(ev.COMMAND_RETRY_SCHEDULED, sr.step, run=sr.run, index=index,
-                     attempt=failure.attempt + 1, not_before=out.now + wait,
-                     error=failure.error)  # fmt: skip
+            out.emit(
+                ev.COMMAND_RETRY_SCHEDULED,
+                sr.step,
+                run=sr.run,
+                index=index,
+                attempt=failure.attempt + 1,
+                not_before=out.now + wait,
+                error=failure.error,
+            )
 
 
 # -- 2. finished step runs ---------------------------------------------------------------
 
 
-def _final_failure(state: st.ExecutionState, spec: model.RetrySpec | None,
-                   sr: st.StepRun) -> tuple[int, st.Failure] | None:  # fmt: skip
+def _final_failure(
+    state: st.ExecutionState, spec: model.RetrySpec | None, sr: st.StepRun
+) -> tuple[int, st.Failure] | None:
     """The first failure, in the order they arrived, that no retry absorbs: the one whose
     reason fails the step. `failures` keeps arrival order (an index is a new key each time:
     its previous failure left when its retry was scheduled)."""
@@ -194,8 +243,15 @@ def _finish_step_runs(out: _Emitter, playbook: model.Playbook) -> None:
             # a loop cut short by a cancel or by a failure elsewhere: it neither
             # completed nor failed, and its arcs are not followed
             reason = "cancelled" if out.state.cancel_requested else budget.cut_short(out.state)
-            out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason=reason,
-                     done=len(sr.results), total=sr.total)  # fmt: skip
+            out.emit(
+                ev.STEP_EXIT,
+                sr.step,
+                st.CANCELLED,
+                run=sr.run,
+                reason=reason,
+                done=len(sr.results),
+                total=sr.total,
+            )
         elif failed is not None:
             index, failure = failed
             _fail_step(out, sr, failure.error, index if sr.is_loop else None)
@@ -216,8 +272,13 @@ def step_error(step: str, error: dict[str, Any], index: int | None = None) -> di
     task = error.get("task")
     where = f"step '{step}'" + (f" task '{task}'" if task else "")
     result = {k: v for k, v in error.items() if k not in ("message", "retry_after")}
-    result.update(step=step, task=task, kind=error.get("kind", "error"), message=message,
-                  reason=f"{where} failed: {message}")  # fmt: skip
+    result.update(
+        step=step,
+        task=task,
+        kind=error.get("kind", "error"),
+        message=message,
+        reason=f"{where} failed: {message}",
+    )
     if index is not None:
         result["index"] = index
     return result
@@ -228,8 +289,14 @@ def _fail_step(out: _Emitter, sr: st.StepRun, error: dict[str, Any], index: int 
         # stopped by the run's cancel (stopped, abandoned, never claimed): the step did not
         # fail, it was cancelled. The fold takes the status from the event, so older logs
         # (FAILED, kind `cancelled`) still mean what they meant.
-        out.emit(ev.STEP_EXIT, sr.step, st.CANCELLED, run=sr.run, reason="cancelled",
-                 error=step_error(sr.step, error, index))  # fmt: skip
+        out.emit(
+            ev.STEP_EXIT,
+            sr.step,
+            st.CANCELLED,
+            run=sr.run,
+            reason="cancelled",
+            error=step_error(sr.step, error, index),
+        )
         return
     out.emit(ev.STEP_EXIT, sr.step, st.FAILED, run=sr.run, error=step_error(sr.step, error, index))
 
@@ -255,19 +322,27 @@ def _complete_step(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> N
         chosen = _choose_arcs(step.next, context, sr.step)
         targets = []
         for arc in chosen:
-            arc_writes = _render_set(arc.set, context, f"step '{sr.step}': arc to '{arc.step}': set")
+            arc_writes = _render_set(
+                arc.set, context, f"step '{sr.step}': arc to '{arc.step}': set"
+            )
             writes.update(arc_writes)
             context["ctx"] = cx.with_writes(context["ctx"], arc_writes)
-            args = render.render_value(arc.args, context, where=f"step '{sr.step}': arc to "
-                                       f"'{arc.step}': args", mode="set")  # fmt: skip
+            args = render.render_value(
+                arc.args, context, where=f"step '{sr.step}': arc to '{arc.step}': args", mode="set"
+            )
             targets.append({"step": arc.step, "args": args})
     except TemplateError as exc:
         _fail_step(out, sr, exc.failure(), None)
         return
     if sr.is_loop:
         out.emit(ev.LOOP_DONE, sr.step, run=sr.run, count=len(result))
-    payload: dict[str, Any] = {"run": sr.run, "result": result, "ctx": writes, "next": targets,
-                               "compensable": step.spec.compensation is not None}  # fmt: skip
+    payload: dict[str, Any] = {
+        "run": sr.run,
+        "result": result,
+        "ctx": writes,
+        "next": targets,
+        "compensable": step.spec.compensation is not None,
+    }
     if sr.is_loop:
         payload["loop"] = {"failed": sr.failed_ok}
     if step.next.arcs and not chosen:
@@ -312,8 +387,13 @@ def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None
         return
     # the status was settled when compensating started: a cancel asked meanwhile changes
     # neither the compensations nor how the run ends (DSL 10.5)
-    outcome = (state.compensation.outcome if state.compensation is not None
-               else st.CANCELLED if state.cancel_requested else st.FAILED)  # fmt: skip
+    outcome = (
+        state.compensation.outcome
+        if state.compensation is not None
+        else st.CANCELLED
+        if state.cancel_requested
+        else st.FAILED
+    )
     if compensation.proceed(out, playbook, outcome):
         return
     if outcome == st.CANCELLED:
@@ -353,8 +433,9 @@ def _admitted(step: model.Step, context: dict[str, Any]) -> bool:
     return True
 
 
-def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
-                args: dict[str, Any]) -> None:  # fmt: skip
+def _start_step(
+    out: _Emitter, playbook: model.Playbook, step: model.Step, args: dict[str, Any]
+) -> None:
     state = out.state
     context = cx.base_context(state, playbook.reads_of(step.name).start)
     if not _admitted(step, context):
@@ -362,13 +443,15 @@ def _start_step(out: _Emitter, playbook: model.Playbook, step: model.Step,
         return
     run = state.run_counts.get(step.name, 0) + 1
     try:
-        gated = step.spec.approval is not None and approvals.required(step.spec.approval, context,
-                                                                       step.name)  # fmt: skip
+        gated = step.spec.approval is not None and approvals.required(
+            step.spec.approval, context, step.name
+        )
         items, limit = _render_loop(step, context) if step.loop is not None else (None, 1)
     except TemplateError as exc:
         out.emit(ev.STEP_ENTER, step.name, run=run, args=args)
-        out.emit(ev.STEP_EXIT, step.name, st.FAILED, run=run,
-                 error=step_error(step.name, exc.failure()))
+        out.emit(
+            ev.STEP_EXIT, step.name, st.FAILED, run=run, error=step_error(step.name, exc.failure())
+        )
         return
     enter: dict[str, Any] = {"run": run, "args": args}
     if items is not None:
@@ -399,8 +482,9 @@ def _render_loop(step: model.Step, context: dict[str, Any]) -> tuple[list[Any], 
         raise TemplateError(f"loop step '{step.name}': 'in' rendered {kind}, not a list")
     if step.loop.mode == "sequential":
         return list(items), 1
-    raw = render.render_value(step.loop.max_in_flight, context,
-                              where=f"step '{step.name}': loop.spec.max_in_flight")  # fmt: skip
+    raw = render.render_value(
+        step.loop.max_in_flight, context, where=f"step '{step.name}': loop.spec.max_in_flight"
+    )
     try:
         limit = int(raw)
     except (TypeError, ValueError):
@@ -423,8 +507,13 @@ def _gates(out: _Emitter, playbook: model.Playbook) -> None:
         if sr.approval_id is None:
             approval_id = out.new_id()
             payload = approvals.request(state, playbook, sr, out.now)
-            out.emit(ev.APPROVAL_REQUESTED, sr.step, event_id=approval_id,
-                     approval_id=approval_id, **payload)  # fmt: skip
+            out.emit(
+                ev.APPROVAL_REQUESTED,
+                sr.step,
+                event_id=approval_id,
+                approval_id=approval_id,
+                **payload,
+            )
             continue
         approval = state.approvals[sr.approval_id]
         if approval.status != ap.PENDING:
@@ -485,8 +574,13 @@ def _complete(out: _Emitter, playbook: model.Playbook) -> None:
         return  # a stopping run ends in phase 3, after its compensations
     if state.dead_end is not None and playbook.executor.no_next_is_error:
         message = f"step '{state.dead_end}': no arc matched (executor.spec.no_next_is_error)"
-        error = {"step": state.dead_end, "task": None, "kind": "dead_end", "message": message,
-                 "reason": message}  # fmt: skip
+        error = {
+            "step": state.dead_end,
+            "task": None,
+            "kind": "dead_end",
+            "message": message,
+            "reason": message,
+        }
         out.emit(ev.EXECUTION_FAILED, error=error, reason=message)
         return
     out.emit(ev.EXECUTION_COMPLETED)

@@ -47,9 +47,27 @@ BUDGET_NEAR = "budget_near"
 IDLE = "idle"
 """Nothing blocks it that the engine can see: its next decision is due."""
 
-ORDER = (FAILED, CANCELLED, COMPLETED, FAILING, NO_DRIVER, NO_LIVE_WORKER, LEASE_EXPIRED,
-         AWAITING_APPROVAL, CANCEL_PENDING, COMPENSATING, RETRY_PENDING, JOIN_WAITING,
-         LOOP_WAITING, CHILD_RUNNING, CLAIMED, QUEUED, STALL_NEAR, BUDGET_NEAR, IDLE)  # fmt: skip
+ORDER = (
+    FAILED,
+    CANCELLED,
+    COMPLETED,
+    FAILING,
+    NO_DRIVER,
+    NO_LIVE_WORKER,
+    LEASE_EXPIRED,
+    AWAITING_APPROVAL,
+    CANCEL_PENDING,
+    COMPENSATING,
+    RETRY_PENDING,
+    JOIN_WAITING,
+    LOOP_WAITING,
+    CHILD_RUNNING,
+    CLAIMED,
+    QUEUED,
+    STALL_NEAR,
+    BUDGET_NEAR,
+    IDLE,
+)
 """Every kind, the most likely cause of a run not moving first: what stops everything
 (no driver, no worker, a dead worker) before what only waits (a person, a timer) and
 what is merely under way (a claimed command)."""
@@ -76,8 +94,12 @@ class Finding:
     engine's report writes them as ISO-8601 UTC)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "step": self.step, "message": self.message,
-                "fields": self.fields}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "step": self.step,
+            "message": self.message,
+            "fields": self.fields,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +157,14 @@ def diagnose(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
         found = _waiting(state, playbook, facts)
         if not found:
             pending = sorted(state.pending)
-            found = [Finding(IDLE, "nothing blocks it that the engine can see: its next "
-                             "decision is due" + (f" (pending: {', '.join(pending)})"
-                                                  if pending else ""),
-                             fields={"pending": pending})]  # fmt: skip
+            found = [
+                Finding(
+                    IDLE,
+                    "nothing blocks it that the engine can see: its next "
+                    "decision is due" + (f" (pending: {', '.join(pending)})" if pending else ""),
+                    fields={"pending": pending},
+                )
+            ]
     rank = {kind: i for i, kind in enumerate(ORDER)}
     return sorted(found, key=lambda f: rank[f.kind])  # stable: each kind keeps its order
 
@@ -150,13 +176,21 @@ def _ended(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
     at = state.ended_at or state.started_at
     took = {"ended_at": at, "duration_s": round(at - state.started_at, 3)}
     if state.status == st.COMPLETED:
-        return [Finding(COMPLETED, f"the run completed after {span(at - state.started_at)}",
-                        fields=took)]  # fmt: skip
+        return [
+            Finding(
+                COMPLETED, f"the run completed after {span(at - state.started_at)}", fields=took
+            )
+        ]
     found = []
     if state.status == st.CANCELLED:
         by = f" by {state.cancel_actor}" if state.cancel_actor else ""
-        found.append(Finding(CANCELLED, f"the run was cancelled{by}",
-                             fields={**took, "actor": state.cancel_actor}))  # fmt: skip
+        found.append(
+            Finding(
+                CANCELLED,
+                f"the run was cancelled{by}",
+                fields={**took, "actor": state.cancel_actor},
+            )
+        )
     error = state.failure or state.error
     if error and (state.status == st.FAILED or error.get("kind") != "cancelled"):
         found.append(_first_error(error, playbook))
@@ -214,8 +248,7 @@ def _tool_of(playbook: model.Playbook, step: Any, task: Any) -> str | None:
 def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -> list[Finding]:
     found = _failing(state) + _driver(state, facts)
     found += _commands(state, facts)
-    found += [_approval(a, facts.now) for a in state.approvals.values()
-              if a.status == ap.PENDING]  # fmt: skip
+    found += [_approval(a, facts.now) for a in state.approvals.values() if a.status == ap.PENDING]
     found += _cancel(state, playbook, facts.now) + _compensation(state, facts.now)
     for sr in state.running.values():
         found += _retries(sr, facts.now)
@@ -232,21 +265,38 @@ def _failing(state: st.ExecutionState) -> list[Finding]:
     out = len(state.commands)
     step = state.failure.get("step")
     what = state.failure.get("reason") or state.failure.get("message") or "a step failed"
-    return [Finding(FAILING, f"{what}; the run fails once the {out} command(s) still out "
-                    "finish", step, {"commands": out, "error": dict(state.failure)})]  # fmt: skip
+    return [
+        Finding(
+            FAILING,
+            f"{what}; the run fails once the {out} command(s) still out finish",
+            step,
+            {"commands": out, "error": dict(state.failure)},
+        )
+    ]
 
 
 def _driver(state: st.ExecutionState, facts: Facts) -> list[Finding]:
     driver = facts.driver
     if driver is None or driver.live(facts.now):
         return []
-    why = ("its process is gone" if driver.alive is False
-           else f"its lease ended {span(facts.now - driver.expires_at)} ago")  # fmt: skip
-    return [Finding(NO_DRIVER, f"no process drives this run: the `milepost run` that drove "
-                    f"it ({driver.holder}) stopped, {why}; continue it with `milepost resume "
-                    f"{state.execution_id}`",
-                    fields={"holder": driver.holder, "lease_expires_at": driver.expires_at,
-                            "alive": driver.alive})]  # fmt: skip
+    why = (
+        "its process is gone"
+        if driver.alive is False
+        else f"its lease ended {span(facts.now - driver.expires_at)} ago"
+    )
+    return [
+        Finding(
+            NO_DRIVER,
+            f"no process drives this run: the `milepost run` that drove "
+            f"it ({driver.holder}) stopped, {why}; continue it with `milepost resume "
+            f"{state.execution_id}`",
+            fields={
+                "holder": driver.holder,
+                "lease_expires_at": driver.expires_at,
+                "alive": driver.alive,
+            },
+        )
+    ]
 
 
 def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
@@ -268,18 +318,28 @@ def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
             found.append(_command(cmd, row, facts.now, driver))
     for pool, cmds in sorted(unserved.items()):
         steps = sorted({c.step for c in cmds})
-        found.append(Finding(NO_LIVE_WORKER, f"{len(cmds)} command(s) of step "
-                             f"{', '.join(steps)} wait in pool {pool}, which no live worker "
-                             f"serves: start `milepost worker --pool {pool}`", steps[0],
-                             {"pool": pool, "commands": len(cmds), "steps": steps}))  # fmt: skip
+        found.append(
+            Finding(
+                NO_LIVE_WORKER,
+                f"{len(cmds)} command(s) of step "
+                f"{', '.join(steps)} wait in pool {pool}, which no live worker "
+                f"serves: start `milepost worker --pool {pool}`",
+                steps[0],
+                {"pool": pool, "commands": len(cmds), "steps": steps},
+            )
+        )
     return found
 
 
 def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | None) -> Finding:
     what = f"step '{_where(cmd.step, cmd.index)}' attempt {cmd.attempt}"
-    fields: dict[str, Any] = {"command_id": str(cmd.command_id), "index": cmd.index,
-                              "attempt": cmd.attempt, "pool": row.pool,
-                              "worker_id": row.worker_id}  # fmt: skip
+    fields: dict[str, Any] = {
+        "command_id": str(cmd.command_id),
+        "index": cmd.index,
+        "attempt": cmd.attempt,
+        "pool": row.pool,
+        "worker_id": row.worker_id,
+    }
     if row.status == QUEUED_STATUS:
         if driver is None:
             then = f"a live worker of pool {row.pool} should claim it"
@@ -291,13 +351,22 @@ def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | Non
     ends = row.lease_expires_at
     fields["lease_expires_at"] = ends
     if driver is not None and not driver.live(now):
-        return Finding(CLAIMED, f"{what} was claimed by {row.worker_id} of the `milepost run` "
-                       "that stopped: `milepost resume` gives it back and runs it again",
-                       cmd.step, fields)  # fmt: skip
+        return Finding(
+            CLAIMED,
+            f"{what} was claimed by {row.worker_id} of the `milepost run` "
+            "that stopped: `milepost resume` gives it back and runs it again",
+            cmd.step,
+            fields,
+        )
     if ends is not None and ends <= now:
-        return Finding(LEASE_EXPIRED, f"{what}: the lease of {row.worker_id} ended "
-                       f"{span(now - ends)} ago without a report; the reconciler takes the "
-                       "command back on its next tick", cmd.step, fields)  # fmt: skip
+        return Finding(
+            LEASE_EXPIRED,
+            f"{what}: the lease of {row.worker_id} ended "
+            f"{span(now - ends)} ago without a report; the reconciler takes the "
+            "command back on its next tick",
+            cmd.step,
+            fields,
+        )
     left = "" if ends is None else f"; its lease ends in {span(ends - now)}"
     return Finding(CLAIMED, f"{what} is claimed by {row.worker_id}{left}", cmd.step, fields)
 
@@ -305,22 +374,35 @@ def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | Non
 def _approval(approval: ap.Approval, now: float) -> Finding:
     votes = f"{len(approval.approvals)}/{approval.quorum} approvals"
     who = ", ".join(approval.approvers)
-    message = (f"step '{approval.step}' waits for approval {approval.approval_id} ({votes}, "
-               f"risk {approval.risk}); who may decide: {who}")  # fmt: skip
+    message = (
+        f"step '{approval.step}' waits for approval {approval.approval_id} ({votes}, "
+        f"risk {approval.risk}); who may decide: {who}"
+    )
     if approval.started_by and not approval.allow_self_approval:
         message += f" (not {approval.started_by}, who started the run)"
     if approval.expires_at is not None and approval.expires_at > now:
         message += f"; it expires in {span(approval.expires_at - now)}"
     elif approval.expires_at is not None:
-        message += (f"; it expired {span(now - approval.expires_at)} ago: the engine records "
-                    "that on its next look")  # fmt: skip
-    return Finding(AWAITING_APPROVAL, message, approval.step, {
-        "approval_id": str(approval.approval_id), "approvers": list(approval.approvers),
-        "quorum": approval.quorum, "approved": len(approval.approvals),
-        "votes": [v.identity for v in approval.votes], "risk": approval.risk,
-        "started_by": approval.started_by, "allow_self_approval": approval.allow_self_approval,
-        "expires_at": approval.expires_at,
-    })  # fmt: skip
+        message += (
+            f"; it expired {span(now - approval.expires_at)} ago: the engine records "
+            "that on its next look"
+        )
+    return Finding(
+        AWAITING_APPROVAL,
+        message,
+        approval.step,
+        {
+            "approval_id": str(approval.approval_id),
+            "approvers": list(approval.approvers),
+            "quorum": approval.quorum,
+            "approved": len(approval.approvals),
+            "votes": [v.identity for v in approval.votes],
+            "risk": approval.risk,
+            "started_by": approval.started_by,
+            "allow_self_approval": approval.allow_self_approval,
+            "expires_at": approval.expires_at,
+        },
+    )
 
 
 def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> list[Finding]:
@@ -334,11 +416,19 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
     if not cs.cancel_stops_work(state):
         message += "the run finishes compensating first"
     else:
-        message += (f"{out} attempt(s) still out are abandoned as cancelled in "
-                    f"{span(ends - now)}")  # fmt: skip
-    return [Finding(CANCEL_PENDING, message, fields={
-        "actor": state.cancel_actor, "requested_at": asked, "grace_ends_at": ends,
-        "commands": out})]  # fmt: skip
+        message += f"{out} attempt(s) still out are abandoned as cancelled in {span(ends - now)}"
+    return [
+        Finding(
+            CANCEL_PENDING,
+            message,
+            fields={
+                "actor": state.cancel_actor,
+                "requested_at": asked,
+                "grace_ends_at": ends,
+                "commands": out,
+            },
+        )
+    ]
 
 
 def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
@@ -346,17 +436,31 @@ def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
     if comp is None or not comp.active:
         return []
     done = sum(1 for i in comp.items if i.status in (cs.COMPLETED, cs.FAILED))
-    found = [Finding(COMPENSATING, f"the run is compensating before it ends {comp.outcome}: "
-                     f"{done} of {len(comp.items)} compensation(s) done",
-                     fields={"outcome": comp.outcome, "done": done,
-                             "total": len(comp.items)})]  # fmt: skip
+    found = [
+        Finding(
+            COMPENSATING,
+            f"the run is compensating before it ends {comp.outcome}: "
+            f"{done} of {len(comp.items)} compensation(s) done",
+            fields={"outcome": comp.outcome, "done": done, "total": len(comp.items)},
+        )
+    ]
     for item in comp.items:
         if item.retry_at is not None and item.command_id is None:
-            found.append(Finding(RETRY_PENDING, f"compensation '{item.target}' of step "
-                                 f"'{item.step}' attempt {item.attempt + 1} waits for its "
-                                 f"retry timer ({_due(item.retry_at, now)})", item.target,
-                                 {"attempt": item.attempt + 1, "not_before_at": item.retry_at,
-                                  "undoes": item.step, "error": item.error}))  # fmt: skip
+            found.append(
+                Finding(
+                    RETRY_PENDING,
+                    f"compensation '{item.target}' of step "
+                    f"'{item.step}' attempt {item.attempt + 1} waits for its "
+                    f"retry timer ({_due(item.retry_at, now)})",
+                    item.target,
+                    {
+                        "attempt": item.attempt + 1,
+                        "not_before_at": item.retry_at,
+                        "undoes": item.step,
+                        "error": item.error,
+                    },
+                )
+            )
     return found
 
 
@@ -367,11 +471,16 @@ def _retries(sr: st.StepRun, now: float) -> list[Finding]:
         error = sr.retry_errors.get(index) or {}
         after = f", after attempt {attempt - 1} failed"
         after += f": {error['message']}" if error.get("message") else ""
-        found.append(Finding(RETRY_PENDING, f"step '{_where(sr.step, index)}' attempt "
-                             f"{attempt} waits for its retry timer ({_due(at, now)})"
-                             f"{after}", sr.step,
-                             {"index": index, "attempt": attempt, "not_before_at": at,
-                              "error": error or None}))  # fmt: skip
+        found.append(
+            Finding(
+                RETRY_PENDING,
+                f"step '{_where(sr.step, index)}' attempt "
+                f"{attempt} waits for its retry timer ({_due(at, now)})"
+                f"{after}",
+                sr.step,
+                {"index": index, "attempt": attempt, "not_before_at": at, "error": error or None},
+            )
+        )
     return found
 
 
@@ -385,21 +494,35 @@ def _loop(sr: st.StepRun) -> Finding:
     retrying = len(sr.retry_at)
     waiting = sr.total - done
     not_started = max(sr.total - sr.next_index, 0)
-    return Finding(LOOP_WAITING, f"loop step '{sr.step}' waits for {waiting} of {sr.total} "
-                   f"iteration(s): {done} done, {in_flight} in flight, {retrying} retrying, "
-                   f"{not_started} not started (max_in_flight {sr.max_in_flight})", sr.step,
-                   {"total": sr.total, "done": done, "in_flight": in_flight,
-                    "retrying": retrying, "not_started": not_started,
-                    "max_in_flight": sr.max_in_flight, "failed_ok": sr.failed_ok})  # fmt: skip
+    return Finding(
+        LOOP_WAITING,
+        f"loop step '{sr.step}' waits for {waiting} of {sr.total} "
+        f"iteration(s): {done} done, {in_flight} in flight, {retrying} retrying, "
+        f"{not_started} not started (max_in_flight {sr.max_in_flight})",
+        sr.step,
+        {
+            "total": sr.total,
+            "done": done,
+            "in_flight": in_flight,
+            "retrying": retrying,
+            "not_started": not_started,
+            "max_in_flight": sr.max_in_flight,
+            "failed_ok": sr.failed_ok,
+        },
+    )
 
 
 def _child(state: st.ExecutionState, child: Child) -> Finding:
     cmd = state.commands.get(child.parent_command_id or -1)
     who = f"step '{_where(cmd.step, cmd.index)}' waits for its" if cmd else "it waits for a"
-    return Finding(CHILD_RUNNING, f"{who} child execution {child.execution_id} "
-                   f"({child.path}), still running: `milepost doctor {child.execution_id}` says "
-                   "why", cmd.step if cmd else None,
-                   {"child_execution_id": str(child.execution_id), "path": child.path})  # fmt: skip
+    return Finding(
+        CHILD_RUNNING,
+        f"{who} child execution {child.execution_id} "
+        f"({child.path}), still running: `milepost doctor {child.execution_id}` says "
+        "why",
+        cmd.step if cmd else None,
+        {"child_execution_id": str(child.execution_id), "path": child.path},
+    )
 
 
 def _joins(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
@@ -410,9 +533,14 @@ def _joins(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
         busy = (set(state.running) | set(state.pending)) - {step}
         upstream = sorted(busy & playbook.reaches.get(step, frozenset()))
         if upstream:
-            found.append(Finding(JOIN_WAITING, f"step '{step}' waits at its join for "
-                                 f"{', '.join(repr(s) for s in upstream)}", step,
-                                 {"upstream": upstream}))  # fmt: skip
+            found.append(
+                Finding(
+                    JOIN_WAITING,
+                    f"step '{step}' waits at its join for {', '.join(repr(s) for s in upstream)}",
+                    step,
+                    {"upstream": upstream},
+                )
+            )
     return found
 
 
@@ -423,11 +551,19 @@ def _stall(playbook: model.Playbook, facts: Facts) -> list[Finding]:
     silent = facts.now - facts.last_event_at
     if silent < NEAR * stall:
         return []
-    return [Finding(STALL_NEAR, f"no event for {span(silent)} of executor.spec.stall_after "
-                    f"{durations.text(stall)}: the run fails as stalled in "
-                    f"{span(max(stall - silent, 0.0))} unless something reports",
-                    fields={"stall_after_s": stall, "silent_s": round(silent, 3),
-                            "last_event_at": facts.last_event_at})]  # fmt: skip
+    return [
+        Finding(
+            STALL_NEAR,
+            f"no event for {span(silent)} of executor.spec.stall_after "
+            f"{durations.text(stall)}: the run fails as stalled in "
+            f"{span(max(stall - silent, 0.0))} unless something reports",
+            fields={
+                "stall_after_s": stall,
+                "silent_s": round(silent, 3),
+                "last_event_at": facts.last_event_at,
+            },
+        )
+    ]
 
 
 def _budget(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
@@ -435,15 +571,22 @@ def _budget(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]
     if budget is None:
         return []
     found = []
-    for name, used, limit in (("tokens", state.usage.tokens, budget.tokens),
-                              ("cost", state.usage.cost, budget.cost)):  # fmt: skip
+    for name, used, limit in (
+        ("tokens", state.usage.tokens, budget.tokens),
+        ("cost", state.usage.cost, budget.cost),
+    ):
         if limit is None or used < NEAR * limit:
             continue
         share = used / limit if limit else 1.0
-        found.append(Finding(BUDGET_NEAR, f"{name} {used:g} of executor.spec.budget {limit:g} "
-                             f"used ({share:.0%}): past it the run fails at the next step "
-                             "boundary", fields={"measure": name, "used": used,
-                                                 "budget": limit}))  # fmt: skip
+        found.append(
+            Finding(
+                BUDGET_NEAR,
+                f"{name} {used:g} of executor.spec.budget {limit:g} "
+                f"used ({share:.0%}): past it the run fails at the next step "
+                "boundary",
+                fields={"measure": name, "used": used, "budget": limit},
+            )
+        )
     return found
 
 

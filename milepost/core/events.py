@@ -51,17 +51,41 @@ STEP_REUSED = "step.reused"
 
 EVENT_TYPES = frozenset(
     {
-        EXECUTION_STARTED, STEP_ENTER, COMMAND_ISSUED, COMMAND_CLAIMED, COMMAND_RELEASED,
+        EXECUTION_STARTED,
+        STEP_ENTER,
+        COMMAND_ISSUED,
+        COMMAND_CLAIMED,
+        COMMAND_RELEASED,
         COMMAND_STARTED,
-        COMMAND_HEARTBEAT, CALL_DONE, CALL_ERROR, STEP_EXIT, COMMAND_COMPLETED, COMMAND_FAILED,
-        COMMAND_RETRY_SCHEDULED, COMMAND_LEASE_EXPIRED, LOOP_DONE, APPROVAL_REQUESTED, APPROVAL_DECIDED,
-        APPROVAL_GRANTED, APPROVAL_DENIED, APPROVAL_EXPIRED, APPROVAL_INVALIDATED,
-        EXECUTION_CANCEL_REQUESTED, EXECUTION_CANCELLED, COMPENSATION_STARTED,
-        COMPENSATION_COMPLETED, COMPENSATION_FAILED,
-        EXECUTION_COMPLETED, EXECUTION_FAILED,
-        BUDGET_EXCEEDED, EXECUTION_STALLED, STEP_RETRY_REQUESTED, STEP_SKIP_REQUESTED, STEP_REUSED,
+        COMMAND_HEARTBEAT,
+        CALL_DONE,
+        CALL_ERROR,
+        STEP_EXIT,
+        COMMAND_COMPLETED,
+        COMMAND_FAILED,
+        COMMAND_RETRY_SCHEDULED,
+        COMMAND_LEASE_EXPIRED,
+        LOOP_DONE,
+        APPROVAL_REQUESTED,
+        APPROVAL_DECIDED,
+        APPROVAL_GRANTED,
+        APPROVAL_DENIED,
+        APPROVAL_EXPIRED,
+        APPROVAL_INVALIDATED,
+        EXECUTION_CANCEL_REQUESTED,
+        EXECUTION_CANCELLED,
+        COMPENSATION_STARTED,
+        COMPENSATION_COMPLETED,
+        COMPENSATION_FAILED,
+        EXECUTION_COMPLETED,
+        EXECUTION_FAILED,
+        BUDGET_EXCEEDED,
+        EXECUTION_STALLED,
+        STEP_RETRY_REQUESTED,
+        STEP_SKIP_REQUESTED,
+        STEP_REUSED,
     }
-)  # fmt: skip
+)
 
 ALIASES = {
     "playbook.completed": EXECUTION_COMPLETED,
@@ -72,8 +96,16 @@ ALIASES = {
 TERMINAL_EXECUTION_EVENTS = frozenset({EXECUTION_COMPLETED, EXECUTION_FAILED, EXECUTION_CANCELLED})
 SETTLING_REPORTS = frozenset({COMMAND_COMPLETED, COMMAND_FAILED})
 """A worker's reports that settle their command (a projection, a fence, a stale mark)."""
-APPROVAL_EVENTS = frozenset({APPROVAL_REQUESTED, APPROVAL_DECIDED, APPROVAL_GRANTED, APPROVAL_DENIED,
-                             APPROVAL_EXPIRED, APPROVAL_INVALIDATED})  # fmt: skip
+APPROVAL_EVENTS = frozenset(
+    {
+        APPROVAL_REQUESTED,
+        APPROVAL_DECIDED,
+        APPROVAL_GRANTED,
+        APPROVAL_DENIED,
+        APPROVAL_EXPIRED,
+        APPROVAL_INVALIDATED,
+    }
+)
 """Written by the engine only: a vote goes through the engine's checks (who may decide,
 once per identity, not on a closed approval), never through the event routes."""
 CLAIM_EVENTS = frozenset({COMMAND_CLAIMED, COMMAND_RELEASED})
@@ -179,9 +211,18 @@ def new_event(
     worker_id: str | None = None,
 ) -> Event:
     # positional: an event is made for every fact of every step
-    return Event(event_id, execution_id, event_type, now, step,
-                 status or default_status(event_type), payload or {}, meta or {},
-                 parent_event_id, worker_id)  # fmt: skip
+    return Event(
+        event_id,
+        execution_id,
+        event_type,
+        now,
+        step,
+        status or default_status(event_type),
+        payload or {},
+        meta or {},
+        parent_event_id,
+        worker_id,
+    )
 
 
 _C_ENCODER = getattr(json.encoder, "c_make_encoder", None)
@@ -193,8 +234,9 @@ def to_json(value: Any) -> str:
     event's result and meta, and that setup was a third of the time."""
     if _C_ENCODER is None:  # a Python without the json accelerator
         return json.dumps(value, default=str)
-    encode = _C_ENCODER({}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ",
-                        False, False, True)  # fmt: skip
+    encode = _C_ENCODER(
+        {}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
     return "".join(encode(value, 0))
 
 

@@ -43,7 +43,11 @@ class Snowflake:
         else:
             self._seq = 0
         self._last_ms = now_ms
-        return (now_ms << (MACHINE_BITS + SEQUENCE_BITS)) | (self._machine << SEQUENCE_BITS) | self._seq
+        return (
+            (now_ms << (MACHINE_BITS + SEQUENCE_BITS))
+            | (self._machine << SEQUENCE_BITS)
+            | self._seq
+        )
 
     def block(self, n: int) -> int:
         """The first of `n` consecutive ids (first .. first + n - 1), none of which this

@@ -47,9 +47,13 @@ def started_fields(playbook: model.Playbook) -> dict[str, Any]:
     return {} if stall is None else {"stall_after": stall}
 
 
-def stall_verdict(state: st.ExecutionState, playbook: model.Playbook, now: float,
-                  last_progress_at: float,
-                  holders: Mapping[int, str | None]) -> dict[str, Any] | None:  # fmt: skip
+def stall_verdict(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    now: float,
+    last_progress_at: float,
+    holders: Mapping[int, str | None],
+) -> dict[str, Any] | None:
     """The error that fails a run silent since `last_progress_at` for longer than its
     `stall_after`, naming what it waited for; None while it is within its window (or has
     none, or has ended). `holders`: command id -> the worker holding its claim (None:
@@ -67,25 +71,51 @@ def stall_verdict(state: st.ExecutionState, playbook: model.Playbook, now: float
     since = max([last_progress_at, *(r["at"] for r in waiting["retries"])])
     if now - since <= stall:
         return None
-    message = (f"no progress for {now - since:.0f}s (executor.spec.stall_after "
-               f"{durations.text(stall)}): waiting for {_describe(waiting)}")  # fmt: skip
-    return {"step": None, "task": None, "kind": STALLED, "message": message,
-            "reason": f"run stalled: {message}", "waiting": waiting}  # fmt: skip
+    message = (
+        f"no progress for {now - since:.0f}s (executor.spec.stall_after "
+        f"{durations.text(stall)}): waiting for {_describe(waiting)}"
+    )
+    return {
+        "step": None,
+        "task": None,
+        "kind": STALLED,
+        "message": message,
+        "reason": f"run stalled: {message}",
+        "waiting": waiting,
+    }
 
 
 def _waiting(state: st.ExecutionState, holders: Mapping[int, str | None]) -> dict[str, Any]:
     commands = []
     for cid, cmd in sorted(state.commands.items()):
         worker = holders.get(cid)
-        commands.append({"command_id": str(cid), "step": cmd.step, "index": cmd.index,
-                         "attempt": cmd.attempt, "status": "claimed" if worker else "queued",
-                         "worker_id": worker})  # fmt: skip
-    approvals = [{"approval_id": str(a.approval_id), "step": a.step, "run": a.run}
-                 for a in state.approvals.values() if a.status == ap.PENDING]  # fmt: skip
-    retries = [{"step": sr.step, "index": i, "at": at} for sr in state.running.values()
-               for i, at in sorted(sr.retry_at.items())]  # fmt: skip
-    return {"steps": sorted(state.running), "commands": commands, "approvals": approvals,
-            "retries": retries, "pending": sorted(state.pending)}  # fmt: skip
+        commands.append(
+            {
+                "command_id": str(cid),
+                "step": cmd.step,
+                "index": cmd.index,
+                "attempt": cmd.attempt,
+                "status": "claimed" if worker else "queued",
+                "worker_id": worker,
+            }
+        )
+    approvals = [
+        {"approval_id": str(a.approval_id), "step": a.step, "run": a.run}
+        for a in state.approvals.values()
+        if a.status == ap.PENDING
+    ]
+    retries = [
+        {"step": sr.step, "index": i, "at": at}
+        for sr in state.running.values()
+        for i, at in sorted(sr.retry_at.items())
+    ]
+    return {
+        "steps": sorted(state.running),
+        "commands": commands,
+        "approvals": approvals,
+        "retries": retries,
+        "pending": sorted(state.pending),
+    }
 
 
 def _describe(waiting: dict[str, Any]) -> str:
@@ -97,7 +127,8 @@ def _describe(waiting: dict[str, Any]) -> str:
     parts.extend(f"approval of step '{a['step']}'" for a in waiting["approvals"])
     parts.extend(f"retry of step '{r['step']}'" for r in waiting["retries"])
     busy = {c["step"] for c in waiting["commands"]} | {a["step"] for a in waiting["approvals"]}
-    parts.extend(f"step '{s}' (running, nothing in flight)" for s in waiting["steps"]
-                 if s not in busy)  # fmt: skip
+    parts.extend(
+        f"step '{s}' (running, nothing in flight)" for s in waiting["steps"] if s not in busy
+    )
     parts.extend(f"step '{s}' (pending)" for s in waiting["pending"])
     return ", ".join(parts) or "nothing (no step running)"

@@ -62,7 +62,7 @@ class Capped:
         keep = self.limit - len(self._head)
         if len(self._tail) > 2 * keep:  # trimmed now and then, not on every write
             self.cut += len(self._tail) - keep
-            del self._tail[:len(self._tail) - keep]
+            del self._tail[: len(self._tail) - keep]
 
     def value(self) -> Captured | None:
         """None when nothing was written (no `stream`: the caller names it)."""
@@ -76,7 +76,7 @@ class Capped:
         # the python tool's worker cuts before the runner redacts: a secret split by the
         # cut would leave pieces no redaction recognises, so the bytes beside the cut go too
         seam = min(SEAM, self._half // 4)
-        head_bytes, tail_bytes = self._head[:len(self._head) - seam], self._tail[over + seam:]
+        head_bytes, tail_bytes = self._head[: len(self._head) - seam], self._tail[over + seam :]
         cut += len(self._head) - len(head_bytes) + len(self._tail) - over - len(tail_bytes)
         # the cut may split a character: its pieces are dropped
         head = bytes(head_bytes).decode("utf-8", errors="ignore")

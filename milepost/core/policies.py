@@ -16,7 +16,9 @@ LOST_ATTEMPTS = 3
 compensation's)."""
 
 
-def retry_delay(backoff: str, delay: float, failed_attempt: int, max_delay: float | None = None) -> float:
+def retry_delay(
+    backoff: str, delay: float, failed_attempt: int, max_delay: float | None = None
+) -> float:
     """Seconds to wait before retry n = `failed_attempt` (DSL 5): fixed, linear, exponential, none."""
     n = max(1, failed_attempt)
     if backoff == "fixed":
@@ -30,7 +32,6 @@ def retry_delay(backoff: str, delay: float, failed_attempt: int, max_delay: floa
     if max_delay is not None:
         wait = min(wait, max_delay)
     return max(0.0, wait)
-
 
 
 def retryable(spec: RetrySpec | None, kind: Any, failed_attempt: int) -> bool:

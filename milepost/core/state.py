@@ -196,8 +196,9 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
 SETTLED = "the command was already settled (reported, lost or cancelled)"
 
 
-def fold_reports(state: ExecutionState, events: Iterable[ev.Event],
-                 repeats: list[ev.Event] | None = None) -> list[ev.Event]:  # fmt: skip
+def fold_reports(
+    state: ExecutionState, events: Iterable[ev.Event], repeats: list[ev.Event] | None = None
+) -> list[ev.Event]:
     """Fold incoming events and return those to store: not the ones the state has already
     seen (a retried report: the log holds it; they go to `repeats` when given, for the
     store to tell a repeat of the same event from another event with that id), and a
@@ -211,9 +212,11 @@ def fold_reports(state: ExecutionState, events: Iterable[ev.Event],
             if repeats is not None:
                 repeats.append(event)
             continue
-        if (event.event_type in ev.SETTLING_REPORTS
-                and not event.meta.get("stale")
-                and _command_id(event) not in state.commands):  # fmt: skip
+        if (
+            event.event_type in ev.SETTLING_REPORTS
+            and not event.meta.get("stale")
+            and _command_id(event) not in state.commands
+        ):
             event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})
         event = cs.mark_cancel(state, event)
         fold(state, [event])
@@ -298,8 +301,9 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
         sr.next_index = max(sr.next_index, (0 if index == NO_INDEX else index) + 1)
 
 
-def _live_run(state: ExecutionState, command_id: int,
-              event: ev.Event) -> tuple[Command, StepRun] | None:  # fmt: skip
+def _live_run(
+    state: ExecutionState, command_id: int, event: ev.Event
+) -> tuple[Command, StepRun] | None:
     cmd = state.commands.pop(command_id, None)
     if cmd is None:
         return None  # unknown or already settled: a late or repeated report changes nothing
@@ -415,6 +419,7 @@ def completed_run(state: ExecutionState, step: str, run: int, p: dict[str, Any])
 def _apply_run_failure(kind: str) -> Callable[[ExecutionState, ev.Event], None]:
     """Past `executor.spec.budget` (`budget.exceeded`) or silent past `stall_after`
     (`execution.stalled`): the run stops as a failed step stops it (compensations first)."""
+
     def apply(state: ExecutionState, event: ev.Event) -> None:
         if state.failure is None:
             state.failure = event.payload.get("error") or {"kind": kind, "message": kind}

@@ -29,16 +29,18 @@ _SPAN_MASK = (1 << 64) - 1
 @functools.lru_cache(maxsize=4096)
 def trace_id(execution_id: int) -> int:
     """The 16-byte trace id of an execution (never 0, which W3C forbids)."""
-    digest = hashlib.blake2b(execution_id.to_bytes(16, "big", signed=True), digest_size=16,
-                             person=b"milepost.trace").digest()  # fmt: skip
+    digest = hashlib.blake2b(
+        execution_id.to_bytes(16, "big", signed=True), digest_size=16, person=b"milepost.trace"
+    ).digest()
     return int.from_bytes(digest, "big") or 1
 
 
 @functools.lru_cache(maxsize=4096)
 def run_span_id(execution_id: int) -> int:
     """The 8-byte span id of an execution's run span."""
-    digest = hashlib.blake2b(execution_id.to_bytes(16, "big", signed=True), digest_size=8,
-                             person=b"milepost.run").digest()  # fmt: skip
+    digest = hashlib.blake2b(
+        execution_id.to_bytes(16, "big", signed=True), digest_size=8, person=b"milepost.run"
+    ).digest()
     return int.from_bytes(digest, "big") or 1
 
 
@@ -65,7 +67,8 @@ def child_fields(parent: ExecutionState | None, parent_command_id: int) -> dict[
     fields: dict[str, Any] = {"parent_command_id": parent_command_id}
     if parent is not None:
         fields["traceparent"] = format_traceparent(
-            run_trace(parent.execution_id, parent.traceparent), attempt_span_id(parent_command_id))
+            run_trace(parent.execution_id, parent.traceparent), attempt_span_id(parent_command_id)
+        )
     return fields
 
 

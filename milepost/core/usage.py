@@ -20,8 +20,12 @@ from milepost.errors import MilepostError
 Key = tuple[str, str]
 """(provider, model); "" when the tool did not say."""
 
-_TOKEN_KEYS = {"input_tokens": "input_tokens", "prompt_tokens": "input_tokens",
-               "output_tokens": "output_tokens", "completion_tokens": "output_tokens"}  # fmt: skip
+_TOKEN_KEYS = {
+    "input_tokens": "input_tokens",
+    "prompt_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "completion_tokens": "output_tokens",
+}
 
 
 class UsageInvalid(MilepostError):
@@ -47,35 +51,51 @@ class Entry:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "model": self.model,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "cost": self.cost}  # fmt: skip
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": self.cost,
+        }
 
 
 def parse(raw: Any, where: str) -> list[dict[str, Any]]:
     """One usage report as payload entries; `UsageInvalid` names what is wrong and where.
     Keys it does not count (`total_tokens`, details) are ignored: providers add them."""
     if not isinstance(raw, Mapping):
-        raise UsageInvalid(f"{where}: usage must be a mapping, got {type(raw).__name__}",
-                           where=where)  # fmt: skip
+        raise UsageInvalid(
+            f"{where}: usage must be a mapping, got {type(raw).__name__}", where=where
+        )
     entry = Entry()
     for key, value in raw.items():
         if key in ("provider", "model"):
             if value is not None and not isinstance(value, str):
-                raise UsageInvalid(f"{where}: usage.{key} must be a string, got {value!r}",
-                                   where=where, field=key)  # fmt: skip
+                raise UsageInvalid(
+                    f"{where}: usage.{key} must be a string, got {value!r}", where=where, field=key
+                )
             setattr(entry, key, value or "")
         elif key in _TOKEN_KEYS:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageInvalid(f"{where}: usage.{key} must be a non-negative integer, got "
-                                   f"{value!r}", where=where, field=key)  # fmt: skip
+                raise UsageInvalid(
+                    f"{where}: usage.{key} must be a non-negative integer, got {value!r}",
+                    where=where,
+                    field=key,
+                )
             name = _TOKEN_KEYS[key]
             setattr(entry, name, getattr(entry, name) + value)
         elif key == "cost":
-            if (isinstance(value, bool) or not isinstance(value, int | float)
-                    or not math.isfinite(value) or value < 0):  # fmt: skip
-                raise UsageInvalid(f"{where}: usage.cost must be a non-negative number, got "
-                                   f"{value!r}", where=where, field=key)  # fmt: skip
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise UsageInvalid(
+                    f"{where}: usage.cost must be a non-negative number, got {value!r}",
+                    where=where,
+                    field=key,
+                )
             entry.cost = float(value)
     return [entry.to_dict()]
 
@@ -131,11 +151,13 @@ class Totals:
 
 def summary(entries: Iterable[Entry]) -> dict[str, Any]:
     rows = list(entries)
-    return {"tokens": sum(e.tokens for e in rows),
-            "input_tokens": sum(e.input_tokens for e in rows),
-            "output_tokens": sum(e.output_tokens for e in rows),
-            "cost": round(sum(e.cost for e in rows), 9),
-            "by": [{**e.to_dict(), "tokens": e.tokens} for e in rows]}  # fmt: skip
+    return {
+        "tokens": sum(e.tokens for e in rows),
+        "input_tokens": sum(e.input_tokens for e in rows),
+        "output_tokens": sum(e.output_tokens for e in rows),
+        "cost": round(sum(e.cost for e in rows), 9),
+        "by": [{**e.to_dict(), "tokens": e.tokens} for e in rows],
+    }
 
 
 def _int(value: Any) -> int:

@@ -40,8 +40,12 @@ class WorkItem:
     @property
     def operation_key(self) -> str:
         """DSL 10.4: the same for every attempt of this step run and loop index."""
-        return ids.operation_key(self.execution_id, self.step, self.run,
-                                 None if self.index == st.NO_INDEX else self.index)  # fmt: skip
+        return ids.operation_key(
+            self.execution_id,
+            self.step,
+            self.run,
+            None if self.index == st.NO_INDEX else self.index,
+        )
 
 
 @record
@@ -95,8 +99,13 @@ def work_item(
     )
 
 
-def attempt_context(state: st.ExecutionState, playbook: model.Playbook, step_name: str,
-                    sr: st.StepRun | None, index: int) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+def attempt_context(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    step_name: str,
+    sr: st.StepRun | None,
+    index: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The render context of one attempt of `step_name` (loop index `index`) and its legacy
     arc args: what its command carries, and what an approval request renders the call with."""
     names = playbook.reads_of(step_name).attempt
@@ -117,17 +126,24 @@ def attempt_context(state: st.ExecutionState, playbook: model.Playbook, step_nam
     return context, args
 
 
-def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: float,
-                  worker_id: str | None = None) -> list[ev.Event]:  # fmt: skip
+def report_events(
+    item: WorkItem, outcome: AttemptResult, event_id: int, now: float, worker_id: str | None = None
+) -> list[ev.Event]:
     """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
-    base: dict[str, Any] = {"command_id": item.command_id, "run": item.run, "index": item.index,
-                            "attempt": item.attempt, "epoch": item.epoch}  # fmt: skip
+    base: dict[str, Any] = {
+        "command_id": item.command_id,
+        "run": item.run,
+        "index": item.index,
+        "attempt": item.attempt,
+        "epoch": item.epoch,
+    }
     # the fence reads a report's epoch off its meta, whichever transport carries it
     meta: dict[str, Any] = {"duration_ms": round(outcome.duration_ms, 3), "epoch": item.epoch}
     if item.traceparent is not None:
         # the attempt's own span, child of the command's traceparent: a report names it
-        meta["traceparent"] = tracecontext.attempt_traceparent(item.execution_id,
-                                                               item.command_id, item.traceparent)  # fmt: skip
+        meta["traceparent"] = tracecontext.attempt_traceparent(
+            item.execution_id, item.command_id, item.traceparent
+        )
     if outcome.ok:
         payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
         if outcome.failed_ok:
@@ -139,6 +155,16 @@ def report_events(item: WorkItem, outcome: AttemptResult, event_id: int, now: fl
     if outcome.usage:  # beside the result, never in it (DSL 10.6); absent when none
         payload["usage"] = outcome.usage
     # a report is caused by its command (the id of the `command.issued` event)
-    return [ev.new_event(event_id, item.execution_id, etype, now, step=item.step, payload=payload,
-                         meta=meta, worker_id=worker_id,
-                         parent_event_id=item.command_id)]  # fmt: skip
+    return [
+        ev.new_event(
+            event_id,
+            item.execution_id,
+            etype,
+            now,
+            step=item.step,
+            payload=payload,
+            meta=meta,
+            worker_id=worker_id,
+            parent_event_id=item.command_id,
+        )
+    ]

@@ -54,11 +54,17 @@ class Acted:
 
     def wire(self) -> dict[str, Any]:
         """As the API answers it (ids as strings), and the CLI prints it both ways."""
-        return {"execution_id": str(self.execution_id), "step": self.step,
-                "action": self.action, "actor": self.actor, "event_id": str(self.event_id),
-                "status": self.status, "step_status": self.step_status,
-                "stopped": [str(c) for c in self.stopped],
-                "issued": [{**i, "command_id": str(i["command_id"])} for i in self.issued]}  # fmt: skip
+        return {
+            "execution_id": str(self.execution_id),
+            "step": self.step,
+            "action": self.action,
+            "actor": self.actor,
+            "event_id": str(self.event_id),
+            "status": self.status,
+            "step_status": self.step_status,
+            "stopped": [str(c) for c in self.stopped],
+            "issued": [{**i, "command_id": str(i["command_id"])} for i in self.issued],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +78,13 @@ class Started:
     def wire(self) -> dict[str, Any]:
         fields = self.origin.started
         restart = fields.get("restart") or {}
-        return {"execution_id": str(self.execution_id),
-                "restarted_from": fields.get("restarted_from"), "rerun_of": fields.get("rerun_of"),
-                "from_step": restart.get("from_step"), "reused": restart.get("reused", [])}  # fmt: skip
+        return {
+            "execution_id": str(self.execution_id),
+            "restarted_from": fields.get("restarted_from"),
+            "rerun_of": fields.get("rerun_of"),
+            "from_step": restart.get("from_step"),
+            "reused": restart.get("reused", []),
+        }
 
 
 def epochs(store: port.Store, state: st.ExecutionState) -> dict[int, int]:
@@ -83,29 +93,54 @@ def epochs(store: port.Store, state: st.ExecutionState) -> dict[int, int]:
     return {cid: row.epoch for cid, row in rows.items()}
 
 
-def retry_step(step: str, actor: str, now: float, new_id: Callable[[], int],
-               reason: str | None = None) -> Build:  # fmt: skip
+def retry_step(
+    step: str, actor: str, now: float, new_id: Callable[[], int], reason: str | None = None
+) -> Build:
     return lambda state, pb, held: acts.retry(state, pb, step, actor, now, new_id, held, reason)
 
 
-def skip_step(step: str, result: Any, actor: str, now: float, new_id: Callable[[], int],
-              reason: str | None = None) -> Build:  # fmt: skip
-    return lambda state, pb, held: acts.skip(state, pb, step, result, actor, now, new_id, held,
-                                             reason)  # fmt: skip
+def skip_step(
+    step: str,
+    result: Any,
+    actor: str,
+    now: float,
+    new_id: Callable[[], int],
+    reason: str | None = None,
+) -> Build:
+    return lambda state, pb, held: acts.skip(
+        state, pb, step, result, actor, now, new_id, held, reason
+    )
 
 
-def retry(service: Lifecycle, execution_id: int, step: str, actor: str,
-          reason: str | None = None) -> Acted:  # fmt: skip
+def retry(
+    service: Lifecycle, execution_id: int, step: str, actor: str, reason: str | None = None
+) -> Acted:
     """A new attempt now of the step's failed-and-waiting or live attempts."""
-    return _act(service, execution_id, step, "retry",
-                retry_step(step, actor, service.clock(), service.new_id, reason))  # fmt: skip
+    return _act(
+        service,
+        execution_id,
+        step,
+        "retry",
+        retry_step(step, actor, service.clock(), service.new_id, reason),
+    )
 
 
-def skip(service: Lifecycle, execution_id: int, step: str, result: Any, actor: str,
-         reason: str | None = None) -> Acted:  # fmt: skip
+def skip(
+    service: Lifecycle,
+    execution_id: int,
+    step: str,
+    result: Any,
+    actor: str,
+    reason: str | None = None,
+) -> Acted:
     """The step completes with `result`; the run goes on from it."""
-    return _act(service, execution_id, step, "skip",
-                skip_step(step, result, actor, service.clock(), service.new_id, reason))  # fmt: skip
+    return _act(
+        service,
+        execution_id,
+        step,
+        "skip",
+        skip_step(step, result, actor, service.clock(), service.new_id, reason),
+    )
 
 
 def _act(service: Lifecycle, execution_id: int, step: str, action: str, build: Build) -> Acted:
@@ -119,19 +154,44 @@ def _act(service: Lifecycle, execution_id: int, step: str, action: str, build: B
         return _acted(state, step, action, events, outcome.events)
 
 
-def _acted(state: st.ExecutionState, step: str, action: str, events: list[ev.Event],
-           committed: list[ev.Event]) -> Acted:  # fmt: skip
+def _acted(
+    state: st.ExecutionState,
+    step: str,
+    action: str,
+    events: list[ev.Event],
+    committed: list[ev.Event],
+) -> Acted:
     *stopped, event = events
-    issued = [{"command_id": int(e.payload["command_id"]), "index": int(e.payload["index"]),
-               "attempt": int(e.payload["attempt"])} for e in committed
-              if e.event_type == ev.COMMAND_ISSUED and e.step == step]  # fmt: skip
-    return Acted(state.execution_id, step, action, str(event.payload["actor"]), event.event_id,
-                 state.status, state.step_status.get(step),
-                 [int(e.payload["command_id"]) for e in stopped], issued)  # fmt: skip
+    issued = [
+        {
+            "command_id": int(e.payload["command_id"]),
+            "index": int(e.payload["index"]),
+            "attempt": int(e.payload["attempt"]),
+        }
+        for e in committed
+        if e.event_type == ev.COMMAND_ISSUED and e.step == step
+    ]
+    return Acted(
+        state.execution_id,
+        step,
+        action,
+        str(event.payload["actor"]),
+        event.event_id,
+        state.status,
+        state.step_status.get(step),
+        [int(e.payload["command_id"]) for e in stopped],
+        issued,
+    )
 
 
-def append_behind(store: port.Store, orchestrator: Orchestrator, execution_id: int, step: str,
-                  action: str, build: Build) -> Acted:  # fmt: skip
+def append_behind(
+    store: port.Store,
+    orchestrator: Orchestrator,
+    execution_id: int,
+    step: str,
+    action: str,
+    build: Build,
+) -> Acted:
     """Append one checked action behind the log as it was read, for the process that drives
     the run to decide on; nothing is decided here."""
     for _ in range(APPEND_TRIES):
@@ -146,8 +206,10 @@ def append_behind(store: port.Store, orchestrator: Orchestrator, execution_id: i
             continue
         orchestrator.forget(execution_id)
         return _acted(orchestrator.state(execution_id, workload=False), step, action, events, [])
-    raise ConcurrencyConflict(f"the log of execution {execution_id} kept moving; try again",
-                              execution_ids=[str(execution_id)])  # fmt: skip
+    raise ConcurrencyConflict(
+        f"the log of execution {execution_id} kept moving; try again",
+        execution_ids=[str(execution_id)],
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +228,15 @@ class Plan:
         return Started(execution_id, self.source, self.origin)
 
 
-def plan_restart(service: Lifecycle, execution_id: int, from_step: str | None,
-                 actor: str) -> Plan:  # fmt: skip
+def plan_restart(service: Lifecycle, execution_id: int, from_step: str | None, actor: str) -> Plan:
     """A new execution of a FAILED or CANCELLED run from `from_step` (`core.actions.restart`),
     the results of the steps before it reused."""
-    return _plan(service, execution_id, actor,
-                 lambda state, log, pb: acts.restart(state, log, pb, from_step, actor))  # fmt: skip
+    return _plan(
+        service,
+        execution_id,
+        actor,
+        lambda state, log, pb: acts.restart(state, log, pb, from_step, actor),
+    )
 
 
 def plan_rerun(service: Lifecycle, execution_id: int, actor: str) -> Plan:
@@ -179,9 +244,12 @@ def plan_rerun(service: Lifecycle, execution_id: int, actor: str) -> Plan:
     return _plan(service, execution_id, actor, lambda state, _log, _pb: acts.rerun(state, actor))
 
 
-def _plan(service: Lifecycle, execution_id: int, actor: str,
-          origin: Callable[[st.ExecutionState, list[ev.Event], model.Playbook], acts.Origin],
-          ) -> Plan:  # fmt: skip
+def _plan(
+    service: Lifecycle,
+    execution_id: int,
+    actor: str,
+    origin: Callable[[st.ExecutionState, list[ev.Event], model.Playbook], acts.Origin],
+) -> Plan:
     service.execution(execution_id)  # ExecutionNotFound before anything else
     with service.locks.hold([execution_id]):
         service.fresh(execution_id)  # what other writers appended
@@ -193,8 +261,9 @@ def _plan(service: Lifecycle, execution_id: int, actor: str,
 
 
 def start(service: Lifecycle, plan: Plan) -> Started:
-    xid, _ = service.start(plan.playbook, plan.version, plan.workload, started_by=plan.actor,
-                           origin=plan.origin)  # fmt: skip
+    xid, _ = service.start(
+        plan.playbook, plan.version, plan.workload, started_by=plan.actor, origin=plan.origin
+    )
     return plan.started(xid)
 
 
@@ -209,6 +278,8 @@ def rerun(service: Lifecycle, execution_id: int, actor: str) -> Started:
 def links(service: Lifecycle, execution_id: int) -> dict[str, Any]:
     """Both ways of a run's restarts: the run it restarts and the runs that restart it."""
     source = service.read(execution_id, lambda state, _: state.restarted_from)
-    return {"execution_id": str(execution_id),
-            "restarted_from": None if source is None else str(source),
-            "restarts": [str(x) for x in service.store.restarts_of(execution_id)]}  # fmt: skip
+    return {
+        "execution_id": str(execution_id),
+        "restarted_from": None if source is None else str(source),
+        "restarts": [str(x) for x in service.store.restarts_of(execution_id)],
+    }

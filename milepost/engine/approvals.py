@@ -33,16 +33,18 @@ def execution_of(store: port.Store, approval_id: int) -> int:
     return approval(store, approval_id).execution_id
 
 
-def decide(service: Lifecycle, approval_id: int, voter: Voter, decision: str,
-           reason: str | None) -> port.ApprovalRow:  # fmt: skip
+def decide(
+    service: Lifecycle, approval_id: int, voter: Voter, decision: str, reason: str | None
+) -> port.ApprovalRow:
     """Check and record one vote, and whatever it decides; the approval as it is after."""
     xid = execution_of(service.store, approval_id)
     with service.locks.hold([xid]):
         state = service.fresh(xid)
         now = service.clock()
         try:
-            event = approvals.vote_event(state, approval_id, voter, decision, reason, now,
-                                         service.new_id())  # fmt: skip
+            event = approvals.vote_event(
+                state, approval_id, voter, decision, reason, now, service.new_id()
+            )
         except ApprovalClosed:
             pending = state.approvals.get(approval_id)
             if pending is not None and pending.status == ap.PENDING and not state.terminal:
@@ -52,10 +54,16 @@ def decide(service: Lifecycle, approval_id: int, voter: Voter, decision: str,
     return approval(service.store, approval_id)
 
 
-def append_decision(store: port.Store, orchestrator: Orchestrator, approval_id: int,
-                    voter: Voter, decision: str, reason: str | None, *,
-                    on_appended: Callable[[ev.Event], None] | None = None,
-                    ) -> ap.Approval:  # fmt: skip
+def append_decision(
+    store: port.Store,
+    orchestrator: Orchestrator,
+    approval_id: int,
+    voter: Voter,
+    decision: str,
+    reason: str | None,
+    *,
+    on_appended: Callable[[ev.Event], None] | None = None,
+) -> ap.Approval:
     """Append one checked vote behind the log as it was read, for the process that drives
     the run to act on; returns the approval as the vote leaves it. `on_appended` gets the
     vote once committed (the approval webhook: no engine call of this process sees it)."""
@@ -64,8 +72,9 @@ def append_decision(store: port.Store, orchestrator: Orchestrator, approval_id: 
         # the status and the approvals only: a run sealed with a key this process lacks
         # can still be decided
         state = orchestrator.state(xid, workload=False)
-        event = approvals.vote_event(state, approval_id, voter, decision, reason,
-                                     orchestrator.clock(), orchestrator.new_id())  # fmt: skip
+        event = approvals.vote_event(
+            state, approval_id, voter, decision, reason, orchestrator.clock(), orchestrator.new_id()
+        )
         try:
             store.append([event], expect={xid: state.last_seq})
         except port.LogMoved:
@@ -75,8 +84,9 @@ def append_decision(store: port.Store, orchestrator: Orchestrator, approval_id: 
         if on_appended is not None:
             on_appended(event)
         return orchestrator.state(xid, workload=False).approvals[approval_id]
-    raise ConcurrencyConflict(f"the log of execution {xid} kept moving; decide again",
-                              execution_ids=[str(xid)])  # fmt: skip
+    raise ConcurrencyConflict(
+        f"the log of execution {xid} kept moving; decide again", execution_ids=[str(xid)]
+    )
 
 
 def approval(store: port.Store, approval_id: int) -> port.ApprovalRow:

@@ -22,10 +22,21 @@ Printed = Mapping[int, Sequence[Captured]]
 
 def keep(store: port.Store, events: Sequence[ev.Event], printed: Printed) -> None:
     """Store the streams of the reports among `events` (called holding their locks)."""
-    rows = [port.LogRow(e.execution_id, e.step or "", int(e.payload["command_id"]),
-                        int(e.payload.get("attempt") or 1), e.event_id, c.stream, c.text, c.cut,
-                        e.created_at)
-            for e in events if e.event_type in REPORT_TYPES
-            for c in printed.get(e.event_id, ())]  # fmt: skip
+    rows = [
+        port.LogRow(
+            e.execution_id,
+            e.step or "",
+            int(e.payload["command_id"]),
+            int(e.payload.get("attempt") or 1),
+            e.event_id,
+            c.stream,
+            c.text,
+            c.cut,
+            e.created_at,
+        )
+        for e in events
+        if e.event_type in REPORT_TYPES
+        for c in printed.get(e.event_id, ())
+    ]
     if rows:
         store.add_attempt_logs(rows)

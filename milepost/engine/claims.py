@@ -53,4 +53,3 @@ class HandedOut:
             for event in events:
                 if event.event_type in ev.SETTLING_REPORTS:
                     self._claims.pop(int(event.payload["command_id"]), None)
-

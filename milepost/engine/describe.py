@@ -28,8 +28,12 @@ from milepost.store import port
 ATTEMPTS_SHOWN = 50
 """Attempts listed per step (the latest ones); a long loop has thousands: the rest are
 counted in `attempts_total`."""
-_ENDS = {ev.COMMAND_COMPLETED: "COMPLETED", ev.COMMAND_FAILED: "FAILED",
-         ev.COMMAND_LEASE_EXPIRED: "LOST", ev.COMMAND_RELEASED: "RELEASED"}  # fmt: skip
+_ENDS = {
+    ev.COMMAND_COMPLETED: "COMPLETED",
+    ev.COMMAND_FAILED: "FAILED",
+    ev.COMMAND_LEASE_EXPIRED: "LOST",
+    ev.COMMAND_RELEASED: "RELEASED",
+}
 
 
 def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
@@ -50,8 +54,9 @@ def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     return shown
 
 
-def view(state: st.ExecutionState, playbook: model.Playbook,
-         log: Iterable[ev.Event]) -> dict[str, Any]:  # fmt: skip
+def view(
+    state: st.ExecutionState, playbook: model.Playbook, log: Iterable[ev.Event]
+) -> dict[str, Any]:
     summary = summaries.execution_summary(state)
     steps = timeline(log)
     for name, shown in summary["steps"].items():
@@ -61,20 +66,29 @@ def view(state: st.ExecutionState, playbook: model.Playbook,
         if not _starts_children(playbook, name):  # only a `playbook` step's result is a child
             for a in attempts:
                 a["child_execution_id"] = None
-        shown.update(_times(seen.started_at, seen.ended_at),
-                     worker=last["worker"] if last else None,
-                     input=step_input(state, playbook, name), attempts_total=len(attempts),
-                     attempts=[{**a, **_times(a["started_at"], a["ended_at"], span=False)}
-                               for a in attempts[-ATTEMPTS_SHOWN:]])  # fmt: skip
+        shown.update(
+            _times(seen.started_at, seen.ended_at),
+            worker=last["worker"] if last else None,
+            input=step_input(state, playbook, name),
+            attempts_total=len(attempts),
+            attempts=[
+                {**a, **_times(a["started_at"], a["ended_at"], span=False)}
+                for a in attempts[-ATTEMPTS_SHOWN:]
+            ],
+        )
         shown["result"] = _by_reference(state, playbook, name, shown["result"], seen)
         failed = next((a for a in reversed(attempts) if a["status"] == "FAILED"), None)
         if shown["status"] == st.FAILED and failed is not None:
             shown["error"] = failed["error"]
             if shown["result"] is None:
                 shown["result"] = failed["output"]  # the tool's reply: stderr, a body
-    summary.update(path=state.path, version=state.version, started_by=state.started_by,
-                   parent_execution_id=_sid(state.parent_execution_id),
-                   **_times(state.started_at, state.ended_at))  # fmt: skip
+    summary.update(
+        path=state.path,
+        version=state.version,
+        started_by=state.started_by,
+        parent_execution_id=_sid(state.parent_execution_id),
+        **_times(state.started_at, state.ended_at),
+    )
     return summary
 
 
@@ -104,12 +118,21 @@ def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
         elif kind == ev.STEP_EXIT:
             step.ended_at = event.created_at
         elif kind == ev.COMMAND_ISSUED and "command_id" in p:
-            attempt: dict[str, Any] = {"command_id": str(p["command_id"]), "run": p.get("run"),
-                       "index": p.get("index"), "attempt": p.get("attempt"),
-                       "status": "QUEUED", "worker": None, "started_at": None,
-                       "ended_at": None, "duration_s": None, "error": None, "output": None,
-                       "idempotency_key": p.get("idempotency_key"),
-                       "child_execution_id": None}  # fmt: skip
+            attempt: dict[str, Any] = {
+                "command_id": str(p["command_id"]),
+                "run": p.get("run"),
+                "index": p.get("index"),
+                "attempt": p.get("attempt"),
+                "status": "QUEUED",
+                "worker": None,
+                "started_at": None,
+                "ended_at": None,
+                "duration_s": None,
+                "error": None,
+                "output": None,
+                "idempotency_key": p.get("idempotency_key"),
+                "child_execution_id": None,
+            }
             step.attempts.append(attempt)
             step.by_command[int(p["command_id"])] = attempt
         elif (known := step.by_command.get(_int(p.get("command_id")))) is not None:
@@ -123,21 +146,26 @@ def _settle(attempt: dict[str, Any], event: ev.Event) -> None:
     """What one more event of a command says of its attempt."""
     kind, p = event.event_type, event.payload
     if kind == ev.COMMAND_CLAIMED:
-        attempt.update(status="RUNNING", worker=p.get("worker_id"), started_at=event.created_at,
-                       ended_at=None)  # fmt: skip
+        attempt.update(
+            status="RUNNING", worker=p.get("worker_id"), started_at=event.created_at, ended_at=None
+        )
     elif kind in _ENDS:
         attempt.update(status=_ENDS[kind], ended_at=event.created_at)
         took = event.meta.get("duration_ms")
-        attempt["duration_s"] = (round(float(took) / 1000, 3) if isinstance(took, int | float)
-                                 else _span(attempt["started_at"], event.created_at))  # fmt: skip
+        attempt["duration_s"] = (
+            round(float(took) / 1000, 3)
+            if isinstance(took, int | float)
+            else _span(attempt["started_at"], event.created_at)
+        )
         if kind == ev.COMMAND_FAILED:
             attempt.update(error=p.get("error"), output=p.get("result"))
         if kind in (ev.COMMAND_COMPLETED, ev.COMMAND_FAILED):
             attempt["child_execution_id"] = _child_of(p.get("result"))
 
 
-def _by_reference(state: st.ExecutionState, playbook: model.Playbook, name: str, result: Any,
-                  seen: _Step) -> Any:  # fmt: skip
+def _by_reference(
+    state: st.ExecutionState, playbook: model.Playbook, name: str, result: Any, seen: _Step
+) -> Any:
     """A result too large for the log's row is in the result store under its report's event
     id: shown as `{reference: {uri, size}}` (`GET /api/executions/{id}/results/{event_id}`
     reads it, its `result` among the report's payload), not copied into every describe.
@@ -149,8 +177,9 @@ def _by_reference(state: st.ExecutionState, playbook: model.Playbook, name: str,
     event_id, reported = seen.completed
     if size <= port.BLOB_THRESHOLD or reported != result:
         return result
-    return {"reference": {"uri": f"{port.BLOB_PREFIX}{state.execution_id}/{event_id}",
-                          "size": size}}
+    return {
+        "reference": {"uri": f"{port.BLOB_PREFIX}{state.execution_id}/{event_id}", "size": size}
+    }
 
 
 def _child_of(result: Any) -> str | None:
@@ -168,14 +197,19 @@ def _starts_children(playbook: model.Playbook, name: str) -> bool:
     return step is not None and any(task.kind == "playbook" for task in step.tasks)
 
 
-def _running_children(engine: Lifecycle, state: st.ExecutionState, playbook: model.Playbook,
-                      shown: dict[str, Any]) -> None:  # fmt: skip
+def _running_children(
+    engine: Lifecycle, state: st.ExecutionState, playbook: model.Playbook, shown: dict[str, Any]
+) -> None:
     """The child of each attempt still running, from the children's `execution.started`
     (it names the parent's command): a running attempt has no reply to read it from yet.
     Looked for only while a `playbook` step's attempt runs."""
-    running = {a["command_id"]: a for name, step in shown["steps"].items()
-               if _starts_children(playbook, name) for a in step["attempts"]
-               if a["status"] == "RUNNING"}  # fmt: skip
+    running = {
+        a["command_id"]: a
+        for name, step in shown["steps"].items()
+        if _starts_children(playbook, name)
+        for a in step["attempts"]
+        if a["status"] == "RUNNING"
+    }
     if not running:
         return
     for xid in engine.store.running_children(state.execution_id):
@@ -191,10 +225,13 @@ def step_input(state: st.ExecutionState, playbook: model.Playbook, name: str) ->
     for a step the playbook does not have (a run of an older version)."""
     if name not in playbook.steps:
         return None
-    context, args = work.attempt_context(state, playbook, name, state.running.get(name), st.NO_INDEX)
+    context, args = work.attempt_context(
+        state, playbook, name, state.running.get(name), st.NO_INDEX
+    )
     run = state.run_counts.get(name, 1)
-    call = core_approvals.shown_call(playbook, name, context, args, run, st.NO_INDEX,
-                                     state.execution_id)  # fmt: skip
+    call = core_approvals.shown_call(
+        playbook, name, context, args, run, st.NO_INDEX, state.execution_id
+    )
     tasks = call.get("tasks") or []
     if len(tasks) == 1:
         return tasks[0].get("input")

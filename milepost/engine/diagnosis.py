@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 def of(service: Lifecycle, execution_id: int) -> dict[str, Any]:
     """The diagnosis of one run (ExecutionNotFound when there is none)."""
     service.execution(execution_id)
-    return service.read(execution_id, lambda state, playbook: report(
-        service.store, state, playbook, service.clock()))  # fmt: skip
+    return service.read(
+        execution_id,
+        lambda state, playbook: report(service.store, state, playbook, service.clock()),
+    )
 
 
 def local(store: port.Store, execution_id: int, now: float) -> dict[str, Any]:
@@ -40,51 +42,78 @@ def local(store: port.Store, execution_id: int, now: float) -> dict[str, Any]:
     return report(store, state, orchestrator.playbook_for(state), now)
 
 
-def report(store: port.Store, state: st.ExecutionState, playbook: model.Playbook,
-           now: float) -> dict[str, Any]:  # fmt: skip
+def report(
+    store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
+) -> dict[str, Any]:
     """`{execution_id, playbook, status, checked_at, findings: [{kind, step, message,
     fields}]}`, the most likely cause first."""
     facts = dg.Facts(now) if state.terminal else gather(store, state, playbook, now)
     findings = []
     for finding in dg.diagnose(state, playbook, facts):
         shown = finding.as_dict()
-        shown["fields"] = {k: summaries.iso(v) if k.endswith("_at") and v is not None else v
-                           for k, v in finding.fields.items()}  # fmt: skip
+        shown["fields"] = {
+            k: summaries.iso(v) if k.endswith("_at") and v is not None else v
+            for k, v in finding.fields.items()
+        }
         findings.append(shown)
-    return {"execution_id": str(state.execution_id), "playbook": state.path,
-            "status": state.status, "checked_at": summaries.iso(now), "findings": findings}
+    return {
+        "execution_id": str(state.execution_id),
+        "playbook": state.path,
+        "status": state.status,
+        "checked_at": summaries.iso(now),
+        "findings": findings,
+    }
 
 
-def gather(store: port.Store, state: st.ExecutionState, playbook: model.Playbook,
-           now: float) -> dg.Facts:  # fmt: skip
+def gather(
+    store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
+) -> dg.Facts:
     """What the store knows of a live run beside its fold."""
-    commands = {row.command_id: dg.OpenCommand(row.command_id, row.status, row.worker_id,
-                                               row.lease_expires_at, row.pool)
-                for row in store.open_commands(state.execution_id)}  # fmt: skip
+    commands = {
+        row.command_id: dg.OpenCommand(
+            row.command_id, row.status, row.worker_id, row.lease_expires_at, row.pool
+        )
+        for row in store.open_commands(state.execution_id)
+    }
     lease = store.get_driver(state.execution_id)
-    driver = None if lease is None else dg.Driver(lease.holder, lease.expires_at,
-                                                  drivers.holder_alive(lease.holder))  # fmt: skip
+    driver = (
+        None
+        if lease is None
+        else dg.Driver(lease.holder, lease.expires_at, drivers.holder_alive(lease.holder))
+    )
     last_at = None
     if playbook.executor.stall_after is not None:  # only a stall window reads the clock
         last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
         last_at = last[-1].created_at if last else None
-    return dg.Facts(now, commands, frozenset(workers.live_pools(store, now)),
-                    driver, last_at, _children(store, state, playbook))  # fmt: skip
+    return dg.Facts(
+        now,
+        commands,
+        frozenset(workers.live_pools(store, now)),
+        driver,
+        last_at,
+        _children(store, state, playbook),
+    )
 
 
-def _children(store: port.Store, state: st.ExecutionState,
-              playbook: model.Playbook) -> tuple[dg.Child, ...]:  # fmt: skip
+def _children(
+    store: port.Store, state: st.ExecutionState, playbook: model.Playbook
+) -> tuple[dg.Child, ...]:
     """The running children, looked for only while a `playbook` step has a command out
     (`store.running_children`, indexed by parent)."""
     steps = {cmd.step for cmd in state.commands.values()}
-    if not any(task.kind == "playbook" for step in steps if step in playbook.steps
-               for task in playbook.steps[step].tasks):  # fmt: skip
+    if not any(
+        task.kind == "playbook"
+        for step in steps
+        if step in playbook.steps
+        for task in playbook.steps[step].tasks
+    ):
         return ()
     found = []
     for xid in store.running_children(state.execution_id):
         started = store.load(xid, before_seq=2)  # its execution.started names the command
         payload = started[0].payload if started else {}
         command = payload.get("parent_command_id")
-        found.append(dg.Child(xid, str(payload.get("path") or ""),
-                              None if command is None else int(command)))  # fmt: skip
+        found.append(
+            dg.Child(xid, str(payload.get("path") or ""), None if command is None else int(command))
+        )
     return tuple(found)

@@ -60,11 +60,14 @@ def holder_alive(holder: str) -> bool | None:
 class Drivers:
     """The leases one engine holds, and the runs it lost to another process."""
 
-    def __init__(self, store: Store, clock: Callable[[], float], ttl: float,
-                 on_lost: Callable[[int], None]) -> None:  # fmt: skip
+    def __init__(
+        self, store: Store, clock: Callable[[], float], ttl: float, on_lost: Callable[[int], None]
+    ) -> None:
         if not ttl > 0:  # also NaN: the keeper would spin, or never renew
-            raise MilepostError(f"the driver lease ttl must be a positive number of seconds,"
-                                f" not {ttl}", setting="MILEPOST_DRIVER_TTL")  # fmt: skip
+            raise MilepostError(
+                f"the driver lease ttl must be a positive number of seconds, not {ttl}",
+                setting="MILEPOST_DRIVER_TTL",
+            )
         self.store = store
         self.clock = clock
         self.ttl = ttl
@@ -78,8 +81,7 @@ class Drivers:
 
     def take(self, xid: int, replace: str | None = None) -> None:
         """Take (or take over from `replace`) the lease; DriverBusy while another holds it."""
-        lease = self.store.acquire_driver(xid, self.holder, self.clock(), self.ttl,
-                                          replace=replace)  # fmt: skip
+        lease = self.store.acquire_driver(xid, self.holder, self.clock(), self.ttl, replace=replace)
         self.driven[xid] = lease.expires_at
         self.lost.pop(xid, None)
 
@@ -113,8 +115,11 @@ class Drivers:
             lease = self.store.get_driver(xid)
         except Exception:  # only the message would name the new holder
             lease = None
-        log.warning("execution %s taken over by %s: no longer driving it", xid,
-                    lease.holder if lease else "another process")  # fmt: skip
+        log.warning(
+            "execution %s taken over by %s: no longer driving it",
+            xid,
+            lease.holder if lease else "another process",
+        )
         self.driven.pop(xid, None)
         self.lost[xid] = lease
         self.on_lost(xid)
@@ -122,8 +127,11 @@ class Drivers:
     def lost_error(self, xid: int) -> DriverLost:
         lease = self.lost.get(xid)
         holder = lease.holder if lease else "another process"
-        return DriverLost(f"execution {xid} was taken over by {holder}; this process stopped"
-                          " driving it", execution_id=str(xid), holder=holder)  # fmt: skip
+        return DriverLost(
+            f"execution {xid} was taken over by {holder}; this process stopped driving it",
+            execution_id=str(xid),
+            holder=holder,
+        )
 
     def tend(self, active: set[int]) -> None:
         """Renew the leases of live runs. Those of ended runs are left to lapse, not

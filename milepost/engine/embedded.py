@@ -80,17 +80,22 @@ class EmbeddedEngine:
         self.store = store
         # no machine id given: lease one, so other processes on this database (another
         # `milepost run` in the same folder) never mint the same event ids
-        self._leased = (None if machine_id is not None
-                        else LeasedIds(store, clock, holder=holder_name(worker_id)))  # fmt: skip
-        self.orchestrator = Orchestrator(store, clock=clock, machine_id=machine_id or 0,
-                                         new_id=self._leased)  # fmt: skip
+        self._leased = (
+            None
+            if machine_id is not None
+            else LeasedIds(store, clock, holder=holder_name(worker_id))
+        )
+        self.orchestrator = Orchestrator(
+            store, clock=clock, machine_id=machine_id or 0, new_id=self._leased
+        )
         self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
         self.holder = self.drivers.holder
         # this process is the only writer of the runs it drives: no look at the log
         # before each decision (the poller folds what others wrote, a cancel); and it calls
         # the service from its loop's thread only: no locks
-        self.service = Lifecycle(store, self.orchestrator, exclusive=True,
-                                 default_timeout=default_timeout)  # fmt: skip
+        self.service = Lifecycle(
+            store, self.orchestrator, exclusive=True, default_timeout=default_timeout
+        )
         self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
         self.service.on_outcome = self._handle
         # approval events leave from a thread of their own: a slow receiver never holds
@@ -106,14 +111,24 @@ class EmbeddedEngine:
         self._credentials = credentials or (vault.get if vault is not None else None)
         self._python_workers = python_workers
         self.workers = InProcessWorkers(
-            self.service, claimant=f"{worker_id}:{self.holder}", reporter=worker_id,
-            lease_s=lease_s, concurrency=0, credentials=self._credentials,
-            holds=self.drivers.holds, report=self._report, log_cap=log_cap)  # fmt: skip
+            self.service,
+            claimant=f"{worker_id}:{self.holder}",
+            reporter=worker_id,
+            lease_s=lease_s,
+            concurrency=0,
+            credentials=self._credentials,
+            holds=self.drivers.holds,
+            report=self._report,
+            log_cap=log_cap,
+        )
         # in the workers registry as one worker (`milepost workers`), checked in on the
         # driver keeper's beat: it outlives both that beat and a claim's lease
         self.registered = registry.this_process(
-            self.workers.claimant, self.workers.claimant, kind=registry.EMBEDDED,
-            ttl=max(lease_s, driver_ttl))  # fmt: skip
+            self.workers.claimant,
+            self.workers.claimant,
+            kind=registry.EMBEDDED,
+            ttl=max(lease_s, driver_ttl),
+        )
         self._reports: asyncio.Queue[ev.Event] = asyncio.Queue()
         self._printed: dict[int, Sequence[Captured]] = {}
         """What the attempts of the queued reports printed, by report event id."""
@@ -131,8 +146,9 @@ class EmbeddedEngine:
 
     async def __aenter__(self) -> EmbeddedEngine:
         if self._tools is None:
-            self._tools = ToolRuntime(python_workers=self._python_workers,
-                                      credentials=self._credentials, children=self)
+            self._tools = ToolRuntime(
+                python_workers=self._python_workers, credentials=self._credentials, children=self
+            )
         self.workers.tools = self._tools
         registry.check_in(self.store, self.service.clock(), self.registered)
         if self.webhook is not None:
@@ -143,8 +159,7 @@ class EmbeddedEngine:
         self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
         self._tasks.append(asyncio.create_task(self.workers.heartbeats(), name="heartbeats"))
         if self._leased is not None:
-            self._tasks.append(asyncio.create_task(renew_forever(self._leased),
-                                                   name="machine-id"))  # fmt: skip
+            self._tasks.append(asyncio.create_task(renew_forever(self._leased), name="machine-id"))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -175,28 +190,43 @@ class EmbeddedEngine:
 
     # -- executions ------------------------------------------------------------------------
 
-    def start(self, playbook: model.Playbook, text: str, workload: dict[str, Any] | None = None,
-              *, parent_execution_id: int | None = None, started_by: str | None = None) -> int:  # fmt: skip
+    def start(
+        self,
+        playbook: model.Playbook,
+        text: str,
+        workload: dict[str, Any] | None = None,
+        *,
+        parent_execution_id: int | None = None,
+        started_by: str | None = None,
+    ) -> int:
         """Register the playbook (new catalog version if its text changed) and start a run
         (`started_by`: the identity starting it, `user:<name>`)."""
         _, version = self.service.register(text, playbook)
-        return self._start(playbook, version, workload or {},
-                           parent_execution_id=parent_execution_id, started_by=started_by)  # fmt: skip
+        return self._start(
+            playbook,
+            version,
+            workload or {},
+            parent_execution_id=parent_execution_id,
+            started_by=started_by,
+        )
 
     def start_plan(self, plan: Plan) -> int:
         """Start a restart or a re-run (`engine.actions.plan_*`) as a run this engine drives."""
-        return self._start(plan.playbook, plan.version, plan.workload, started_by=plan.actor,
-                           origin=plan.origin)  # fmt: skip
+        return self._start(
+            plan.playbook, plan.version, plan.workload, started_by=plan.actor, origin=plan.origin
+        )
 
-    def _start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
-               **parent: Any) -> int:  # fmt: skip
+    def _start(
+        self, playbook: model.Playbook, version: int, workload: dict[str, Any], **parent: Any
+    ) -> int:
         """A new run, its driver lease taken before anything is written."""
         xid = self.orchestrator.new_id()
         self.drivers.take(xid)
         self._done.setdefault(xid, asyncio.Event())
         self._active.add(xid)  # before the start: its first commands are claimed in it
-        self.service.start(playbook, version, workload, execution_id=xid,
-                           claim=self._claim(), **parent)  # fmt: skip
+        self.service.start(
+            playbook, version, workload, execution_id=xid, claim=self._claim(), **parent
+        )
         return xid
 
     def resume(self, execution_id: int, *, replace: str | None = None) -> st.ExecutionState:
@@ -227,9 +257,12 @@ class EmbeddedEngine:
         self._catch_up([execution_id])
         return state
 
-    async def take_over(self, execution_id: int, *,
-                        on_wait: Callable[[DriverLease], None] | None = None,
-                        ) -> st.ExecutionState:  # fmt: skip
+    async def take_over(
+        self,
+        execution_id: int,
+        *,
+        on_wait: Callable[[DriverLease], None] | None = None,
+    ) -> st.ExecutionState:
         """`resume` for `milepost resume`: refuses a run another live process drives.
 
         A holder of this host is alive or not (its pid says): refused at once, or taken
@@ -244,9 +277,11 @@ class EmbeddedEngine:
         while True:
             lease = self.store.get_driver(execution_id)
             if lease is None and not self.orchestrator.state(execution_id).terminal:
-                raise ServerDriven(f"execution {execution_id} is driven by the server (started"
-                                   " through POST /api/execute; no embedded process drives it)",
-                                   execution_id=str(execution_id))  # fmt: skip
+                raise ServerDriven(
+                    f"execution {execution_id} is driven by the server (started"
+                    " through POST /api/execute; no embedded process drives it)",
+                    execution_id=str(execution_id),
+                )
             alive = None if lease is None else holder_alive(lease.holder)
             dead = lease.holder if lease is not None and alive is False else None
             try:
@@ -258,11 +293,13 @@ class EmbeddedEngine:
             if seen is None and on_wait is not None:
                 on_wait(busy.lease)
             seen = busy.lease
-            await asyncio.sleep(min(POLL_INTERVAL / 2,
-                                    max(0.05, seen.expires_at - self.orchestrator.clock())))
+            await asyncio.sleep(
+                min(POLL_INTERVAL / 2, max(0.05, seen.expires_at - self.orchestrator.clock()))
+            )
 
-    async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
-                        timeout: float) -> ChildRun:  # fmt: skip
+    async def run_child(
+        self, path: str, workload: dict[str, Any], *, parent: Parent, timeout: float
+    ) -> ChildRun:
         """Start the latest catalog version of `path` as a child and wait for it (DSL 3.5)."""
         entry = self.store.get_playbook(path)
         if entry is None:
@@ -274,9 +311,13 @@ class EmbeddedEngine:
         # it finishes the item it holds on its own time; shutdown cancels it with the rest
         self._tasks.append(self.workers.spawn(f"lent-{parent.command_id}", until=release))
         try:
-            xid = self._start(playbook, entry.version, workload,
-                              parent_execution_id=int(parent.execution_id),
-                              parent_command_id=parent.command_id or None)  # fmt: skip
+            xid = self._start(
+                playbook,
+                entry.version,
+                workload,
+                parent_execution_id=int(parent.execution_id),
+                parent_command_id=parent.command_id or None,
+            )
             try:
                 state = await self.wait(xid, timeout)
             except TimeoutError:
@@ -317,8 +358,13 @@ class EmbeddedEngine:
     def state(self, execution_id: int) -> st.ExecutionState:
         return self.orchestrator.state(execution_id)
 
-    async def run(self, playbook: model.Playbook, text: str, workload: dict[str, Any] | None = None,
-                  timeout: float | None = None) -> st.ExecutionState:  # fmt: skip
+    async def run(
+        self,
+        playbook: model.Playbook,
+        text: str,
+        workload: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> st.ExecutionState:
         return await self.wait(self.start(playbook, text, workload), timeout)
 
     # -- internals -------------------------------------------------------------------------
@@ -370,8 +416,10 @@ class EmbeddedEngine:
     def _tell(self, outcome: Outcome) -> None:
         """Hand the listeners an outcome's events and claims, after whatever of the log they
         have not seen before them (another process's vote the call folded, a release)."""
-        logged = [*outcome.events, *(lease.event for _, lease in outcome.claimed
-                                     if lease.event is not None)]  # fmt: skip
+        logged = [
+            *outcome.events,
+            *(lease.event for _, lease in outcome.claimed if lease.event is not None),
+        ]
         for event in sorted(logged, key=lambda e: (e.execution_id, e.seq)):
             told = self._told.get(event.execution_id, 0)
             if event.seq <= told:
@@ -421,10 +469,14 @@ class EmbeddedEngine:
                 log.exception("abandoning the attempts of cancelled run %s failed", xid)
         self._process_safely([], [xid])
 
-    def _process_safely(self, reports: list[ev.Event], also: Iterable[int] = (),
-                        refresh: bool = False) -> None:  # fmt: skip
-        printed = {r.event_id: self._printed.pop(r.event_id) for r in reports
-                   if r.event_id in self._printed}  # fmt: skip
+    def _process_safely(
+        self, reports: list[ev.Event], also: Iterable[int] = (), refresh: bool = False
+    ) -> None:
+        printed = {
+            r.event_id: self._printed.pop(r.event_id)
+            for r in reports
+            if r.event_id in self._printed
+        }
         try:
             also = list(also)
             dropped = self.drivers.fence({r.execution_id for r in reports}.union(also))
@@ -480,15 +532,19 @@ class EmbeddedEngine:
             self._process_safely([], list(self._active), refresh=True)
             self._catch_up(list(self._active))
             try:  # an attempt silent past its liveness is lost; a run without progress fails
-                seen = self.service.reconciler.watch_liveness(self.orchestrator.clock(),
-                                                              self._active)  # fmt: skip
+                seen = self.service.reconciler.watch_liveness(
+                    self.orchestrator.clock(), self._active
+                )
                 # an attempt failed by the engine's timeout, or lost, is stopped like a
                 # cancelled one: its tool must not run on after its command was settled
                 self.workers.stop_commands([*seen.timed_out, *seen.expired])
             except Exception:
                 log.exception("liveness check failed")
-            cancelled = [x for x in self._active
-                         if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested]  # fmt: skip
+            cancelled = [
+                x
+                for x in self._active
+                if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested
+            ]
             if cancelled:  # their queued commands are never claimed: settle them
                 self.workers.stop_cancelled(cancelled)  # and what runs learns it now
                 try:

@@ -46,8 +46,15 @@ class EventPage:
     None, a follower has seen the whole log."""
 
 
-def page(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int = 0,
-         limit: int = 1000, tail: int | None = None) -> EventPage:  # fmt: skip
+def page(
+    engine: Lifecycle,
+    execution_id: int,
+    query: EventQuery,
+    *,
+    after: int = 0,
+    limit: int = 1000,
+    tail: int | None = None,
+) -> EventPage:
     """The events past seq `after` that match, at most `limit` of them; with `tail`, only
     the last `tail` of those. ExecutionNotFound when there is no such run, StepNotFound
     when its playbook has no step `query.step`."""
@@ -55,9 +62,12 @@ def page(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int 
     if query.step is not None and row.version is not None:
         steps = engine.playbook(row.path, row.version).steps
         if query.step not in steps:  # a typo would show an empty log, as if nothing ran
-            raise StepNotFound(f"execution {execution_id} has no step {query.step!r} (its "
-                               f"playbook's steps: {', '.join(steps)})",
-                               execution_id=str(execution_id), step=query.step)  # fmt: skip
+            raise StepNotFound(
+                f"execution {execution_id} has no step {query.step!r} (its "
+                f"playbook's steps: {', '.join(steps)})",
+                execution_id=str(execution_id),
+                step=query.step,
+            )
     found = _scan(engine, row.execution_id, query, after=after, limit=limit, tail=tail)
     return dataclasses.replace(found, status=row.status)
 
@@ -67,12 +77,23 @@ CHUNK = 1000
 in pages of the store, never whole (a 200,000-event run holds at most this many)."""
 
 
-def _scan(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int, limit: int,
-          tail: int | None) -> EventPage:  # fmt: skip
+def _scan(
+    engine: Lifecycle,
+    execution_id: int,
+    query: EventQuery,
+    *,
+    after: int,
+    limit: int,
+    tail: int | None,
+) -> EventPage:
     if tail is None and query == EventQuery():
         # every event matches: the page is the query's own LIMIT (one more says "more")
-        return select(engine.events(execution_id, after_seq=after, limit=limit + 1), query,
-                      limit=limit, after=after)  # fmt: skip
+        return select(
+            engine.events(execution_id, after_seq=after, limit=limit + 1),
+            query,
+            limit=limit,
+            after=after,
+        )
     kept: collections.deque[ev.Event] = collections.deque(maxlen=tail)
     cursor = after
     while True:
@@ -90,16 +111,21 @@ def _scan(engine: Lifecycle, execution_id: int, query: EventQuery, *, after: int
     return EventPage(shown, None, cursor)  # the log read to its end: continue after it
 
 
-def select(log: Sequence[ev.Event], query: EventQuery, *, limit: int, tail: int | None = None,
-           after: int = 0) -> EventPage:  # fmt: skip
+def select(
+    log: Sequence[ev.Event],
+    query: EventQuery,
+    *,
+    limit: int,
+    tail: int | None = None,
+    after: int = 0,
+) -> EventPage:
     matched = [e for e in log if query.matches(e)]
     last_seq = log[-1].seq if log else after
     if tail is not None:
         return EventPage(matched[-tail:] if tail else [], None, last_seq)
     shown = matched[:limit]
     more = len(matched) > limit
-    return EventPage(shown, shown[-1].seq if more else None,
-                     shown[-1].seq if more else last_seq)  # fmt: skip
+    return EventPage(shown, shown[-1].seq if more else None, shown[-1].seq if more else last_seq)
 
 
 def types_of(values: Iterable[str]) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 def skip_fence() -> bool:
     skip = Settings().fault_skip_fence
     if skip:
-        log.warning("MILEPOST_FAULT_SKIP_FENCE is set: stale reports are accepted "
-                    "(a fault for testing `milepost verify`; never in production)")  # fmt: skip
+        log.warning(
+            "MILEPOST_FAULT_SKIP_FENCE is set: stale reports are accepted "
+            "(a fault for testing `milepost verify`; never in production)"
+        )
     return skip

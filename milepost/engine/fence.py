@@ -43,22 +43,30 @@ def check_executions(read: Read, events: list[ev.Event]) -> None:
     for xid, at in sorted(positions.items()):
         steps = {step for i in at if (step := events[i].step) is not None}
         others = [events[i].event_id for i in at if events[i].event_type not in REPORT_TYPES]
-        status, unknown, new = read(xid, functools.partial(_look, steps, others),
-                                    refresh=bool(others))  # fmt: skip
-        problems += [{"loc": [i, "step"], "msg": f"execution {xid} has no step {events[i].step!r}"}
-                     for i in at if events[i].step in unknown]  # fmt: skip
+        status, unknown, new = read(
+            xid, functools.partial(_look, steps, others), refresh=bool(others)
+        )
+        problems += [
+            {"loc": [i, "step"], "msg": f"execution {xid} has no step {events[i].step!r}"}
+            for i in at
+            if events[i].step in unknown
+        ]
         if status in st.TERMINAL and new:
             ended.append((xid, status))
     if problems:
         raise EventsInvalid(problems)
     if ended:
         xid, status = ended[0]
-        raise ExecutionTerminal(f"execution {xid} is {status}: it takes no more events",
-                                execution_id=str(xid), status=status)  # fmt: skip
+        raise ExecutionTerminal(
+            f"execution {xid} is {status}: it takes no more events",
+            execution_id=str(xid),
+            status=status,
+        )
 
 
-def _look(steps: set[str], ids: list[int], state: st.ExecutionState,
-          playbook: model.Playbook) -> tuple[str, set[str], bool]:  # fmt: skip
+def _look(
+    steps: set[str], ids: list[int], state: st.ExecutionState, playbook: model.Playbook
+) -> tuple[str, set[str], bool]:
     """The status, which of `steps` the playbook lacks, and whether any of `ids` is new."""
     # no set of the playbook's steps: a chain of a thousand steps would build it per batch
     unknown = {step for step in steps if step not in playbook.steps}
@@ -70,9 +78,13 @@ def check_named_commands(store: port.Store, events: list[ev.Event]) -> None:
     of its own execution (reports are checked by the fence)."""
     # an informative event (a type the engine does not know) keeps its context as it came:
     # a NoETL worker's `command_id` is not one of this engine's commands
-    named = {i: int(cid) for i, e in enumerate(events) if e.event_type not in REPORT_TYPES
-             and not ev.informative(e)
-             and (cid := as_id(e.payload.get("command_id"))) is not None}  # fmt: skip
+    named = {
+        i: int(cid)
+        for i, e in enumerate(events)
+        if e.event_type not in REPORT_TYPES
+        and not ev.informative(e)
+        and (cid := as_id(e.payload.get("command_id"))) is not None
+    }
     if not named:
         return
     rows = store.get_commands(sorted(set(named.values())))
@@ -88,8 +100,9 @@ def fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
     """Mark reports that are not from the command's live claim as stale: the lease epoch
     is not the command's current epoch (it expired and the command was re-issued, or was
     released), or the command is queued (no attempt holds it)."""
-    rows = store.get_commands([int(e.payload["command_id"]) for e in events
-                               if e.event_type in REPORT_TYPES])  # fmt: skip
+    rows = store.get_commands(
+        [int(e.payload["command_id"]) for e in events if e.event_type in REPORT_TYPES]
+    )
     out: list[ev.Event] = []
     for event in events:
         if event.event_type not in REPORT_TYPES:
@@ -112,8 +125,15 @@ def fence(store: port.Store, events: list[ev.Event]) -> list[ev.Event]:
 
 def _foreign(row: port.CommandRow, event: ev.Event, loc: list[Any]) -> EventsInvalid:
     """The event names a command of another execution."""
-    return EventsInvalid([{"loc": loc, "msg": f"command {row.command_id} belongs to execution "
-                                              f"{row.execution_id}, not {event.execution_id}"}])  # fmt: skip
+    return EventsInvalid(
+        [
+            {
+                "loc": loc,
+                "msg": f"command {row.command_id} belongs to execution "
+                f"{row.execution_id}, not {event.execution_id}",
+            }
+        ]
+    )
 
 
 def stale_reason(row: port.CommandRow, epoch: int) -> str | None:

@@ -36,11 +36,19 @@ Claim = tuple[WorkItem, Lease]
 
 
 class InProcessWorkers:
-    def __init__(self, engine: Lifecycle, *, claimant: str, reporter: str, lease_s: float,
-                 concurrency: int, credentials: CredentialLookup | None,
-                 holds: Callable[[int], bool],
-                 report: Callable[[ev.Event, Sequence[Captured]], None],
-                 log_cap: int = DEFAULT_CAP) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: Lifecycle,
+        *,
+        claimant: str,
+        reporter: str,
+        lease_s: float,
+        concurrency: int,
+        credentials: CredentialLookup | None,
+        holds: Callable[[int], bool],
+        report: Callable[[ev.Event, Sequence[Captured]], None],
+        log_cap: int = DEFAULT_CAP,
+    ) -> None:
         self.engine = engine
         self.claimant = claimant
         """The worker id of this engine's claims: unique per engine."""
@@ -94,8 +102,9 @@ class InProcessWorkers:
             if cmd is None:  # settled since the claim: nothing to run
                 self._give_back(row.command_id, lease)
                 continue
-            self._queue.put_nowait((orchestrator.work_for(row.execution_id, cmd, lease.epoch),
-                                    lease))  # fmt: skip
+            self._queue.put_nowait(
+                (orchestrator.work_for(row.execution_id, cmd, lease.epoch), lease)
+            )
             now = time.monotonic()
             self._held[row.command_id] = (lease, now)
             if now + self._every(lease) < self._due:
@@ -151,14 +160,17 @@ class InProcessWorkers:
         try:
             # a crash in a tool is an `internal` outcome, logged redacted, not a raise; a
             # cancel of the run stops it (`stop_cancelled`): a `cancelled` outcome
-            outcome = await stopper.run(run_attempt(playbook, item, self.tools,
-                                                    credentials=self.credentials,
-                                                    log_cap=self.log_cap))  # fmt: skip
+            outcome = await stopper.run(
+                run_attempt(
+                    playbook, item, self.tools, credentials=self.credentials, log_cap=self.log_cap
+                )
+            )
         finally:
             self.busy -= 1
             self._stops.pop(item.command_id, None)
-        for event in report_events(item, outcome, self.engine.new_id(), self.engine.clock(),
-                                   self.reporter):  # fmt: skip
+        for event in report_events(
+            item, outcome, self.engine.new_id(), self.engine.clock(), self.reporter
+        ):
             self.report(event, outcome.logs)
 
     def _give_back(self, command_id: int, lease: Lease) -> None:
@@ -180,8 +192,10 @@ class InProcessWorkers:
         """Extend each claim held, every third of its lease."""
         while True:
             now = time.monotonic()
-            due = min([beat + self._every(lease) for lease, beat in self._held.values()],
-                      default=now + self.lease_s / 3)  # fmt: skip
+            due = min(
+                [beat + self._every(lease) for lease, beat in self._held.values()],
+                default=now + self.lease_s / 3,
+            )
             self._due = due
             self._beat.clear()
             with contextlib.suppress(TimeoutError):
@@ -191,8 +205,9 @@ class InProcessWorkers:
                 if now - beat < self._every(lease):
                     continue
                 try:
-                    extended, cancelled = self.engine.heartbeat(command_id, self.claimant,
-                                                                lease.epoch, self.lease_s)  # fmt: skip
+                    extended, cancelled = self.engine.heartbeat(
+                        command_id, self.claimant, lease.epoch, self.lease_s
+                    )
                 except StoreUnavailable:  # not refused: the claim may well be live, so the
                     # attempt goes on, and so do the beats (the lease decides if none lands)
                     log.warning("heartbeat of command %s failed", command_id, exc_info=True)
@@ -209,8 +224,12 @@ class InProcessWorkers:
                     self._held[command_id] = (extended, now)
                 running = self._stops.get(command_id)
                 if cancelled and running is not None and running[1].stop():
-                    log.info("execution %s cancelled: attempt of command %s stopped",
-                             running[0], command_id, extra={"action": "attempt_stopped"})  # fmt: skip
+                    log.info(
+                        "execution %s cancelled: attempt of command %s stopped",
+                        running[0],
+                        command_id,
+                        extra={"action": "attempt_stopped"},
+                    )
 
     def stop_cancelled(self, execution_ids: Iterable[int]) -> None:
         """Stop the running attempts of those of these executions whose cancel was asked
@@ -228,8 +247,11 @@ class InProcessWorkers:
         for command_id in command_ids:
             running = self._stops.get(command_id)
             if running is not None and running[1].stop():
-                log.info("attempt of command %s stopped: its command was settled", command_id,
-                         extra={"action": "attempt_stopped", "execution_id": running[0]})  # fmt: skip
+                log.info(
+                    "attempt of command %s stopped: its command was settled",
+                    command_id,
+                    extra={"action": "attempt_stopped", "execution_id": running[0]},
+                )
 
     def release_unstarted(self) -> None:
         """Give back every claim no attempt started (a clean exit)."""

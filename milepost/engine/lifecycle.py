@@ -65,10 +65,17 @@ Reported = reporting.Reported
 
 
 class Lifecycle(StoreReads):
-    def __init__(self, store: port.Store, orchestrator: Orchestrator, *,
-                 publisher: notify.Publisher | None = None, meters: Meters | None = None,
-                 requeue_after: float = REQUEUE_AFTER, exclusive: bool = False,
-                 default_timeout: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: port.Store,
+        orchestrator: Orchestrator,
+        *,
+        publisher: notify.Publisher | None = None,
+        meters: Meters | None = None,
+        requeue_after: float = REQUEUE_AFTER,
+        exclusive: bool = False,
+        default_timeout: float | None = None,
+    ) -> None:
         self.store = store
         self.orchestrator = orchestrator
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
@@ -84,9 +91,14 @@ class Lifecycle(StoreReads):
         self._minter = orchestrator.new_id
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
-        self.reconciler = Reconciler(store, self, self.publisher, requeue_after=requeue_after,
-                                     on_expired=lambda _cid: self.meters.lease_expired(),
-                                     default_timeout=default_timeout)  # fmt: skip
+        self.reconciler = Reconciler(
+            store,
+            self,
+            self.publisher,
+            requeue_after=requeue_after,
+            on_expired=lambda _cid: self.meters.lease_expired(),
+            default_timeout=default_timeout,
+        )
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
         """Called with (execution_id, time) for every retry timer a decision set."""
         self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
@@ -124,16 +136,23 @@ class Lifecycle(StoreReads):
 
     # -- the orchestrator, locked ----------------------------------------------------------
 
-    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = True, claim: port.ClaimRequest | None = None,
-                check_claims: bool = False) -> Outcome:  # fmt: skip
+    def process(
+        self,
+        reports: Sequence[ev.Event] = (),
+        also: Iterable[int] = (),
+        *,
+        refresh: bool = True,
+        claim: port.ClaimRequest | None = None,
+        check_claims: bool = False,
+    ) -> Outcome:
         """`Orchestrator.process`, refreshed from the log by default (other writers exist).
         Commands claimed through `claim` are not announced: their worker has them."""
         xids = {e.execution_id for e in reports} | set(also)
         with self.locks.hold(xids):
             started = time.perf_counter()
-            outcome = self.orchestrator.process(reports, also, refresh=refresh, claim=claim,
-                                                check_claims=check_claims)  # fmt: skip
+            outcome = self.orchestrator.process(
+                reports, also, refresh=refresh, claim=claim, check_claims=check_claims
+            )
             self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         return outcome
@@ -142,18 +161,31 @@ class Lifecycle(StoreReads):
         with self._catalog:
             return self.orchestrator.register(text, playbook)
 
-    def start(self, playbook: model.Playbook, version: int, workload: dict[str, Any],
-              parent_execution_id: int | None = None, parent_command_id: int | None = None,
-              execution_id: int | None = None, claim: port.ClaimRequest | None = None,
-              started_by: str | None = None,
-              origin: Origin | None = None) -> tuple[int, Outcome]:  # fmt: skip
+    def start(
+        self,
+        playbook: model.Playbook,
+        version: int,
+        workload: dict[str, Any],
+        parent_execution_id: int | None = None,
+        parent_command_id: int | None = None,
+        execution_id: int | None = None,
+        claim: port.ClaimRequest | None = None,
+        started_by: str | None = None,
+        origin: Origin | None = None,
+    ) -> tuple[int, Outcome]:
         # no lock: nobody knows the new execution's id before this returns
         started = time.perf_counter()
-        xid, outcome = self.orchestrator.start(playbook, version, workload,
-                                               parent_execution_id=parent_execution_id,
-                                               parent_command_id=parent_command_id,
-                                               execution_id=execution_id, claim=claim,
-                                               started_by=started_by, origin=origin)  # fmt: skip
+        xid, outcome = self.orchestrator.start(
+            playbook,
+            version,
+            workload,
+            parent_execution_id=parent_execution_id,
+            parent_command_id=parent_command_id,
+            execution_id=execution_id,
+            claim=claim,
+            started_by=started_by,
+            origin=origin,
+        )
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         if parent_execution_id is not None:
@@ -169,9 +201,14 @@ class Lifecycle(StoreReads):
             with contextlib.suppress(AlreadyTerminal):
                 self.cancel(xid, actor, cancellation.child_cause(parent_id))
 
-    def report(self, events: list[ev.Event], claim: port.ClaimRequest | None = None,
-               printed: attempt_logs.Printed | None = None, *,
-               made_here: bool = False) -> Reported:  # fmt: skip
+    def report(
+        self,
+        events: list[ev.Event],
+        claim: port.ClaimRequest | None = None,
+        printed: attempt_logs.Printed | None = None,
+        *,
+        made_here: bool = False,
+    ) -> Reported:
         """Check, fence and process a batch of events (nothing is written unless every one
         is taken); `claim`: claim the reporting worker's next commands in the same
         transaction (`claim_request`); `printed`: what the reports' attempts printed.
@@ -187,8 +224,14 @@ class Lifecycle(StoreReads):
         with self._catalog:
             return self.orchestrator.catalog_playbook(path, version)
 
-    def read(self, execution_id: int, view: Callable[[st.ExecutionState, model.Playbook], T],
-             *, refresh: bool = True, knows: Collection[int] = ()) -> T:  # fmt: skip
+    def read(
+        self,
+        execution_id: int,
+        view: Callable[[st.ExecutionState, model.Playbook], T],
+        *,
+        refresh: bool = True,
+        knows: Collection[int] = (),
+    ) -> T:
         """`view(state, playbook)` of an execution brought up to date with the log, under the
         lock (the state object is shared: never keep it past `view`). `refresh=False` skips
         the look at the log, for an execution this engine has just appended to; `knows`
@@ -196,8 +239,11 @@ class Lifecycle(StoreReads):
         command's render context is the state it was issued from, which that cache has)."""
         with self.locks.hold([execution_id]):
             cached = self.orchestrator.cached(execution_id)
-            if cached is not None and (not refresh or cached.terminal or (
-                    knows and all(c in cached.commands for c in knows))):  # fmt: skip
+            if cached is not None and (
+                not refresh
+                or cached.terminal
+                or (knows and all(c in cached.commands for c in knows))
+            ):
                 state = cached  # an ended run's state never changes: no need to look again
             else:
                 state = self.fresh(execution_id)  # rebuilt from the log when not cached
@@ -230,51 +276,65 @@ class Lifecycle(StoreReads):
 
     # -- claims ----------------------------------------------------------------------------
 
-    def claim_request(self, worker_id: str, lease_s: float, limit: int, pool: str | None = None,
-                      driver: str | None = None) -> port.ClaimRequest:  # fmt: skip
+    def claim_request(
+        self,
+        worker_id: str,
+        lease_s: float,
+        limit: int,
+        pool: str | None = None,
+        driver: str | None = None,
+    ) -> port.ClaimRequest:
         """The claim a report makes in its own transaction (`report(..., claim=)`);
         `driver`: only commands of the runs this driver lease holder drives."""
-        return port.ClaimRequest(worker_id, self.clock(), lease_s, limit, pool, driver,
-                                 new_id=self.orchestrator.new_id)  # fmt: skip
+        return port.ClaimRequest(
+            worker_id, self.clock(), lease_s, limit, pool, driver, new_id=self.orchestrator.new_id
+        )
 
-    def claim(self, command_id: int, worker_id: str,
-              lease_s: float) -> tuple[port.CommandRow, port.Lease]:  # fmt: skip
+    def claim(
+        self, command_id: int, worker_id: str, lease_s: float
+    ) -> tuple[port.CommandRow, port.Lease]:
         """Claim one command by id (the store refuses a cancelled run's: `ClaimRefused`)."""
         row = self.command(command_id)
         try:
-            lease = self.store.claim(row.command_id, worker_id, self.clock(), lease_s,
-                                     new_id=self.orchestrator.new_id)  # fmt: skip
+            lease = self.store.claim(
+                row.command_id, worker_id, self.clock(), lease_s, new_id=self.orchestrator.new_id
+            )
         except ClaimRefused as exc:
             self.meters.claim_refused(str(exc.fields.get("reason") or exc.code))
             raise
         self.claimed([(row, lease)])
         return row, lease
 
-    def claim_next(self, worker_id: str, lease_s: float, limit: int,
-                   pool: str | None = None) -> port.Claimed:  # fmt: skip
+    def claim_next(
+        self, worker_id: str, lease_s: float, limit: int, pool: str | None = None
+    ) -> port.Claimed:
         """Claim up to `limit` queued commands (the polling path)."""
-        claimed = self.store.claim_next(worker_id, self.clock(), lease_s, limit, pool,
-                                        new_id=self.orchestrator.new_id)  # fmt: skip
+        claimed = self.store.claim_next(
+            worker_id, self.clock(), lease_s, limit, pool, new_id=self.orchestrator.new_id
+        )
         self.claimed(claimed)
         return claimed
 
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int,
-                  lease_s: float) -> tuple[port.Lease, bool]:  # fmt: skip
+    def heartbeat(
+        self, command_id: int, worker_id: str, epoch: int, lease_s: float
+    ) -> tuple[port.Lease, bool]:
         """Extend a live claim; answers the lease and whether the run's cancel was asked."""
         row = self.command(command_id)
         lease = self.store.heartbeat(row.command_id, worker_id, epoch, self.clock(), lease_s)
         # the projection (one row), not the log: a heartbeat comes every lease/3 per command
         execution = self.store.get_execution(row.execution_id)
-        cancelled = execution is not None and (execution.cancel_requested
-                                               or execution.status == st.CANCELLED)  # fmt: skip
+        cancelled = execution is not None and (
+            execution.cancel_requested or execution.status == st.CANCELLED
+        )
         return lease, cancelled
 
     def release(self, command_id: int, worker_id: str, epoch: int) -> bool:
         """Give back a claimed command that was not started: queued again for another
         worker, same attempt and key. A cancelled run's command is settled instead."""
         row = self.command(command_id)
-        released = self.store.release(row.command_id, worker_id, epoch, self.clock(),
-                                      new_id=self.orchestrator.new_id)  # fmt: skip
+        released = self.store.release(
+            row.command_id, worker_id, epoch, self.clock(), new_id=self.orchestrator.new_id
+        )
         # a worker gives back the commands of a cancelled run: settle them so the run can end
         if released and not self.settle_cancelled([row.execution_id]):
             self.publisher.notify([notify.Notice(row.command_id, row.execution_id, row.pool)])
@@ -288,8 +348,9 @@ class Lifecycle(StoreReads):
         for row in self.store.open_commands(execution_id):
             if row.status == port.COMMAND_CLAIMED and row.worker_id is not None:
                 with contextlib.suppress(ClaimRefused):  # it moved since: nothing to give back
-                    released += self.store.release(row.command_id, row.worker_id, row.epoch,
-                                                   self.clock(), new_id=self.new_id)  # fmt: skip
+                    released += self.store.release(
+                        row.command_id, row.worker_id, row.epoch, self.clock(), new_id=self.new_id
+                    )
         return released
 
     def claimed(self, claimed: port.Claimed) -> None:
@@ -312,20 +373,28 @@ class Lifecycle(StoreReads):
 
     # -- cancellation ----------------------------------------------------------------------
 
-    def cancel(self, execution_id: int, actor: str | None = None,
-               cause: str | None = None) -> st.ExecutionState:  # fmt: skip
+    def cancel(
+        self, execution_id: int, actor: str | None = None, cause: str | None = None
+    ) -> st.ExecutionState:
         """Request a cancel (`actor`: who asks, logged on the request), settle the commands
         nobody claimed yet and cancel the running children with the same actor; returns
         the state. AlreadyTerminal when the run had ended before."""
         with self.locks.hold([execution_id]):
             state = self.fresh(execution_id)
             if state.terminal:
-                raise AlreadyTerminal(f"execution {execution_id} is already {state.status}",
-                                      execution_id=str(execution_id), status=state.status)  # fmt: skip
+                raise AlreadyTerminal(
+                    f"execution {execution_id} is already {state.status}",
+                    execution_id=str(execution_id),
+                    status=state.status,
+                )
             if not state.cancel_requested:
-                event = ev.new_event(self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
-                                     self.clock(), payload=cancellation.request_payload(
-                                         actor, cause))  # fmt: skip
+                event = ev.new_event(
+                    self.new_id(),
+                    execution_id,
+                    ev.EXECUTION_CANCEL_REQUESTED,
+                    self.clock(),
+                    payload=cancellation.request_payload(actor, cause),
+                )
                 self.process([event])
             self.settle_cancelled([execution_id])
             state = self.orchestrator.state(execution_id)
@@ -351,11 +420,16 @@ class Lifecycle(StoreReads):
                     # came meanwhile is folded by the wake's decision, which sets its timer)
                 state = self.fresh(xid)
                 playbook = self.orchestrator.playbook_for(state)
-                if not cs.cancel_stops_work(state) or state.terminal or not state.commands or not (
-                        now or cancellation.overdue(state, playbook, self.clock())):  # fmt: skip
+                if (
+                    not cs.cancel_stops_work(state)
+                    or state.terminal
+                    or not state.commands
+                    or not (now or cancellation.overdue(state, playbook, self.clock()))
+                ):
                     continue
-                reports += cancellation.abandoned(state, playbook, self.clock(), self.new_id,
-                                                  actions.epochs(self.store, state))  # fmt: skip
+                reports += cancellation.abandoned(
+                    state, playbook, self.clock(), self.new_id, actions.epochs(self.store, state)
+                )
             if reports:
                 self.process(reports)
             return {r.execution_id for r in reports}
@@ -377,18 +451,20 @@ class Lifecycle(StoreReads):
                 if not cs.cancel_stops_work(state) or state.terminal:
                     continue  # a compensating run's commands are its compensations: they run
                 cancelled.add(xid)
-                reports += [cancelling.cancelled_report(row, self.new_id(), self.clock())
-                            for row in self.store.open_commands(xid)
-                            if row.status == port.COMMAND_QUEUED
-                            and row.command_id in state.commands]  # fmt: skip
+                reports += [
+                    cancelling.cancelled_report(row, self.new_id(), self.clock())
+                    for row in self.store.open_commands(xid)
+                    if row.status == port.COMMAND_QUEUED and row.command_id in state.commands
+                ]
             if reports:
                 self.process(reports)
             return cancelled
 
     # -- approvals -------------------------------------------------------------------------
 
-    def decide_approval(self, approval_id: int, voter: Voter, decision: str,
-                        reason: str | None) -> port.ApprovalRow:  # fmt: skip
+    def decide_approval(
+        self, approval_id: int, voter: Voter, decision: str, reason: str | None
+    ) -> port.ApprovalRow:
         """Record a vote (`approve`/`deny`) and what it decides, in one transaction; the
         refusals of `core.approvals` (not an approver, self-approval, closed, voted)."""
         return approvals.decide(self, approval_id, voter, decision, reason)
@@ -406,8 +482,9 @@ class Lifecycle(StoreReads):
 
     # -- who waits for a run to end ---------------------------------------------------------
 
-    def watch(self, execution_id: int, loop: asyncio.AbstractEventLoop,
-              event: asyncio.Event) -> None:  # fmt: skip
+    def watch(
+        self, execution_id: int, loop: asyncio.AbstractEventLoop, event: asyncio.Event
+    ) -> None:
         """Set `event` when a call of this engine finishes `execution_id` (`Watchers`)."""
         self.watchers.watch(execution_id, loop, event)
 
@@ -420,8 +497,11 @@ class Lifecycle(StoreReads):
         if outcome.issued:
             self.meters.issued(len(outcome.issued))
             taken = {row.command_id for row, _ in outcome.claimed}
-            notices = [notify.Notice(cmd.command_id, xid, cmd.pool)  # each to its pool's subject
-                       for xid, cmd in outcome.issued if cmd.command_id not in taken]  # fmt: skip
+            notices = [
+                notify.Notice(cmd.command_id, xid, cmd.pool)  # each to its pool's subject
+                for xid, cmd in outcome.issued
+                if cmd.command_id not in taken
+            ]
             if notices:
                 self.publisher.notify(notices)
         if outcome.claimed:

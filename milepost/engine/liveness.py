@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def fail_stalled(engine: Lifecycle, now: float,
-                 only: Container[int] | None = None) -> tuple[list[int], int]:  # fmt: skip
+def fail_stalled(
+    engine: Lifecycle, now: float, only: Container[int] | None = None
+) -> tuple[list[int], int]:
     """Fail the runs (of `only`, when given) that made no progress for their stall window.
     Returns the runs failed and how many could not be checked (logged)."""
     failed: list[int] = []
@@ -45,8 +46,11 @@ def fail_stalled(engine: Lifecycle, now: float,
                 failed.append(xid)
         except Exception:
             errors += 1
-            log.exception("stall check of execution %s failed", xid,
-                          extra={"action": "stall_check_failed", "execution_id": xid})  # fmt: skip
+            log.exception(
+                "stall check of execution %s failed",
+                xid,
+                extra={"action": "stall_check_failed", "execution_id": xid},
+            )
     return failed, errors
 
 
@@ -55,40 +59,72 @@ def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) ->
         rows = engine.store.open_commands(xid)
         holders = {r.command_id: r.worker_id for r in rows}
 
-        def verdict(state: st.ExecutionState,
-                    playbook: model.Playbook) -> tuple[dict[str, Any] | None, int | None]:  # fmt: skip
+        def verdict(
+            state: st.ExecutionState, playbook: model.Playbook
+        ) -> tuple[dict[str, Any] | None, int | None]:
             # caused by the last event before the silence, as any execution event
             return liveness.stall_verdict(state, playbook, now, last_at, holders), state.causes.last
 
         error, cause = engine.read(xid, verdict)
         if error is None:
             return False
-        log.warning("execution %s stalled: %s", xid, error["message"],
-                    extra={"action": "execution_stalled", "execution_id": xid})  # fmt: skip
+        log.warning(
+            "execution %s stalled: %s",
+            xid,
+            error["message"],
+            extra={"action": "execution_stalled", "execution_id": xid},
+        )
         # the run's failure first, then its open commands settled (what holds them will
         # never report): the run ends as a failed step ends it, compensations first
-        events = [ev.new_event(engine.new_id(), xid, ev.EXECUTION_STALLED, now,
-                               payload={"error": error, "reason": error["reason"]},
-                               meta={"source": "reconciler"}, parent_event_id=cause)]  # fmt: skip
+        events = [
+            ev.new_event(
+                engine.new_id(),
+                xid,
+                ev.EXECUTION_STALLED,
+                now,
+                payload={"error": error, "reason": error["reason"]},
+                meta={"source": "reconciler"},
+                parent_event_id=cause,
+            )
+        ]
         settled = {"kind": liveness.STALLED, "message": error["message"], "retryable": False}
         events.extend(_command_failed(engine, row, settled, now) for row in rows)
         engine.process(events)
         return True
 
 
-def _command_failed(engine: Lifecycle, row: port.CommandRow, error: dict[str, Any],
-                    now: float) -> ev.Event:  # fmt: skip
+def _command_failed(
+    engine: Lifecycle, row: port.CommandRow, error: dict[str, Any], now: float
+) -> ev.Event:
     """The engine's `command.failed` of an open command nobody will report on."""
-    payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
-               "attempt": row.attempt, "epoch": row.epoch, "error": error}  # fmt: skip
-    return ev.new_event(engine.new_id(), row.execution_id, ev.COMMAND_FAILED, now,
-                        step=row.step, payload=payload, worker_id=row.worker_id,
-                        meta={"epoch": row.epoch, "source": "reconciler"},
-                        parent_event_id=row.command_id)  # fmt: skip
+    payload = {
+        "command_id": row.command_id,
+        "run": row.run,
+        "index": row.index,
+        "attempt": row.attempt,
+        "epoch": row.epoch,
+        "error": error,
+    }
+    return ev.new_event(
+        engine.new_id(),
+        row.execution_id,
+        ev.COMMAND_FAILED,
+        now,
+        step=row.step,
+        payload=payload,
+        worker_id=row.worker_id,
+        meta={"epoch": row.epoch, "source": "reconciler"},
+        parent_event_id=row.command_id,
+    )
 
 
-def fail_overdue(engine: Lifecycle, now: float, default_timeout: float, bounded: set[int],
-                 only: Container[int] | None = None) -> tuple[list[int], int]:  # fmt: skip
+def fail_overdue(
+    engine: Lifecycle,
+    now: float,
+    default_timeout: float,
+    bounded: set[int],
+    only: Container[int] | None = None,
+) -> tuple[list[int], int]:
     """Fail, with kind `timeout`, each attempt of a step without `spec.timeout` claimed
     more than `default_timeout` ago (the engine's `default_timeout`), heartbeats or not:
     an attempt that heartbeats forever would hold its slot forever. The claim is settled,
@@ -109,27 +145,33 @@ def fail_overdue(engine: Lifecycle, now: float, default_timeout: float, bounded:
                 bounded.add(row.command_id)
         except Exception:
             errors += 1
-            log.exception("timeout check of command %s failed", row.command_id,
-                          extra={"action": "timeout_check_failed",
-                                 "execution_id": row.execution_id})  # fmt: skip
+            log.exception(
+                "timeout check of command %s failed",
+                row.command_id,
+                extra={"action": "timeout_check_failed", "execution_id": row.execution_id},
+            )
     return failed, errors
 
 
-def _fail_if_unbounded(engine: Lifecycle, row: port.CommandRow, default_timeout: float,
-                       now: float) -> bool:  # fmt: skip
+def _fail_if_unbounded(
+    engine: Lifecycle, row: port.CommandRow, default_timeout: float, now: float
+) -> bool:
     xid = row.execution_id
     with engine.locked([xid]):
 
         def unbounded(state: st.ExecutionState, playbook: model.Playbook) -> bool:
             step = playbook.steps.get(row.step)
             # a step with its own timeout is bounded by its worker (kind `timeout` there)
-            return (row.command_id in state.commands and step is not None
-                    and step.spec.timeout is None)  # fmt: skip
+            return (
+                row.command_id in state.commands and step is not None and step.spec.timeout is None
+            )
 
         if not engine.read(xid, unbounded):
             return False
-        message = (f"step ran longer than the engine's default_timeout of "
-                   f"{default_timeout:g}s (it sets no spec.timeout)")  # fmt: skip
+        message = (
+            f"step ran longer than the engine's default_timeout of "
+            f"{default_timeout:g}s (it sets no spec.timeout)"
+        )
         error = {"kind": "timeout", "message": message, "retryable": True}
         failed = _command_failed(engine, row, error, now)
         engine.process([failed])

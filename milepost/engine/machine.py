@@ -45,8 +45,9 @@ def holder_name(kind: str) -> str:
 class LeasedIds:
     """A snowflake generator on a machine id leased from `store` (callable like Snowflake)."""
 
-    def __init__(self, store: Store, clock: Callable[[], float], *, holder: str,
-                 ttl: float = LEASE_TTL_S) -> None:  # fmt: skip
+    def __init__(
+        self, store: Store, clock: Callable[[], float], *, holder: str, ttl: float = LEASE_TTL_S
+    ) -> None:
         self.store = store
         self.clock = clock
         self.holder = holder
@@ -67,15 +68,19 @@ class LeasedIds:
 
     def _live(self) -> Snowflake:
         if self._ids is None:
-            raise MachineIdLost(f"machine id {self.machine_id} was lost to another process "
-                                "and no new one is leased yet", machine_id=self.machine_id)
+            raise MachineIdLost(
+                f"machine id {self.machine_id} was lost to another process "
+                "and no new one is leased yet",
+                machine_id=self.machine_id,
+            )
         return self._ids
 
     def renew(self) -> bool:
         """Extend the lease; when another process has the id now, lease a new one and make
         ids with it from here on. True when the id is unchanged."""
         if self._ids is not None and self.store.renew_machine_id(
-                self.machine_id, self.holder, self.clock(), self.ttl):  # fmt: skip
+            self.machine_id, self.holder, self.clock(), self.ttl
+        ):
             return True
         lost = self.machine_id
         with self._mutex:  # no id is made between the loss and the new lease
@@ -84,9 +89,10 @@ class LeasedIds:
             self._ids = None
             self.machine_id = self.store.lease_machine_id(self.holder, self.clock(), self.ttl)
             self._ids = Snowflake(self.machine_id, self.clock)
-        log.warning("machine id lease lost: leased another",
-                    extra={"action": "machine_id_relet", "lost": lost,
-                           "machine_id": self.machine_id})  # fmt: skip
+        log.warning(
+            "machine id lease lost: leased another",
+            extra={"action": "machine_id_relet", "lost": lost, "machine_id": self.machine_id},
+        )
         return False
 
     def release(self) -> None:
@@ -94,8 +100,12 @@ class LeasedIds:
         try:
             self.store.release_machine_id(self.machine_id, self.holder)
         except Exception:  # a locked SQLite file, a lost connection: the lease lapses anyway
-            log.warning("could not release machine id %s", self.machine_id, exc_info=True,
-                        extra={"action": "machine_id_release", "machine_id": self.machine_id})
+            log.warning(
+                "could not release machine id %s",
+                self.machine_id,
+                exc_info=True,
+                extra={"action": "machine_id_release", "machine_id": self.machine_id},
+            )
 
 
 async def renew_forever(leased: LeasedIds, every: float | None = None) -> None:

@@ -67,9 +67,16 @@ def messages(notices: Sequence[Notice]) -> list[tuple[str, bytes, int]]:
     by_pool: dict[str, list[Notice]] = {}
     for notice in notices:
         by_pool.setdefault(notice.pool, []).append(notice)
-    return [(subject(pool), group[0].body() if len(group) == 1 else
-             json.dumps({"commands": [n.fields() for n in group]}).encode(), len(group))
-            for pool, group in by_pool.items()]  # fmt: skip
+    return [
+        (
+            subject(pool),
+            group[0].body()
+            if len(group) == 1
+            else json.dumps({"commands": [n.fields() for n in group]}).encode(),
+            len(group),
+        )
+        for pool, group in by_pool.items()
+    ]
 
 
 def cancel_message(execution_ids: Sequence[int]) -> tuple[str, bytes, int]:
@@ -124,10 +131,17 @@ class NatsPublisher:
         from nats.js.errors import NotFoundError
 
         # one attempt per server at start-up (an absent NATS must not delay the server)...
-        client = await asyncio.wait_for(nats.connect(
-            url, connect_timeout=max(1, int(timeout)), max_reconnect_attempts=1,
-            reconnect_time_wait=1, error_cb=_quiet_error, name="milepost-server",
-        ), timeout * 2)  # fmt: skip
+        client = await asyncio.wait_for(
+            nats.connect(
+                url,
+                connect_timeout=max(1, int(timeout)),
+                max_reconnect_attempts=1,
+                reconnect_time_wait=1,
+                error_cb=_quiet_error,
+                name="milepost-server",
+            ),
+            timeout * 2,
+        )
         # ...and, once connected, reconnect for as long as it takes after a drop
         client.options["max_reconnect_attempts"] = -1
         try:
@@ -135,8 +149,11 @@ class NatsPublisher:
             try:
                 await js.stream_info(STREAM)
             except NotFoundError:
-                await js.add_stream(StreamConfig(
-                    name=STREAM, subjects=[f"{SUBJECT_PREFIX}.>"], max_age=STREAM_MAX_AGE))  # fmt: skip
+                await js.add_stream(
+                    StreamConfig(
+                        name=STREAM, subjects=[f"{SUBJECT_PREFIX}.>"], max_age=STREAM_MAX_AGE
+                    )
+                )
         except BaseException:
             await client.close()
             raise
@@ -179,8 +196,11 @@ class NatsPublisher:
                 with self._lock:
                     first, self._failing = not self._failing, True
                 if first:
-                    log.warning("cannot publish wake-ups on NATS (%s); workers fall back to "
-                                "polling", exc, extra={"action": "nats_publish_failed"})  # fmt: skip
+                    log.warning(
+                        "cannot publish wake-ups on NATS (%s); workers fall back to polling",
+                        exc,
+                        extra={"action": "nats_publish_failed"},
+                    )
                 continue
             self.published += count
             with self._lock:
@@ -201,9 +221,13 @@ async def connect(url: str | None, *, timeout: float = 2.0) -> Publisher:
     try:
         return await NatsPublisher.connect(url, timeout=timeout)
     except Exception as exc:
-        log.warning("NATS at %s is not reachable (%s: %s); workers will find work by "
-                    "polling", url, type(exc).__name__, exc,
-                    extra={"action": "nats_unavailable"})  # fmt: skip
+        log.warning(
+            "NATS at %s is not reachable (%s: %s); workers will find work by polling",
+            url,
+            type(exc).__name__,
+            exc,
+            extra={"action": "nats_unavailable"},
+        )
         return NullPublisher()
 
 
@@ -220,7 +244,8 @@ class CancelNotices:
         self.publisher = publisher
 
     def __call__(self, outcome: Outcome) -> None:
-        cancelled = [e.execution_id for e in outcome.events
-                     if e.event_type == ev.EXECUTION_CANCEL_REQUESTED]  # fmt: skip
+        cancelled = [
+            e.execution_id for e in outcome.events if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
+        ]
         if cancelled:
             self.publisher.notify_cancelled(cancelled)

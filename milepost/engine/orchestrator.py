@@ -115,8 +115,9 @@ class Orchestrator:
         if pb is None:
             entry = self.store.get_playbook(path, version)
             if entry is None:
-                raise PlaybookNotFound(f"playbook {path!r} version {version} is not in the "
-                                       "catalog", path=path)  # fmt: skip
+                raise PlaybookNotFound(
+                    f"playbook {path!r} version {version} is not in the catalog", path=path
+                )
             pb = load.load_text(entry.content, source=f"catalog:{entry.path}@{entry.version}")
             self._playbooks[key] = pb
         return pb
@@ -140,8 +141,13 @@ class Orchestrator:
         (`claim`: claimed for a worker in the start's transaction). `started_by`: the
         identity starting it (a child inherits its parent's), who may not approve it."""
         merged = deep_merge(playbook.workload, workload)
-        parent = None if parent_execution_id is None else (
-            self.cached(parent_execution_id) or self.state(parent_execution_id, workload=False))
+        parent = (
+            None
+            if parent_execution_id is None
+            else (
+                self.cached(parent_execution_id) or self.state(parent_execution_id, workload=False)
+            )
+        )
         if started_by is None and parent is not None:
             started_by = parent.started_by
         self._playbooks.setdefault((playbook.path, version), playbook)
@@ -152,9 +158,14 @@ class Orchestrator:
             if xid not in seals:  # a retry of the same execution reuses its sealed entry
                 seals[xid] = self.sealer.seal(xid, merged, now)
             shown, sealed = seals[xid]
-            payload = {"path": playbook.path, "version": version, "workload": shown,
-                       "entry_step": playbook.entry_step, "name": playbook.name,
-                       "parent_execution_id": parent_execution_id}  # fmt: skip
+            payload = {
+                "path": playbook.path,
+                "version": version,
+                "workload": shown,
+                "entry_step": playbook.entry_step,
+                "name": playbook.name,
+                "parent_execution_id": parent_execution_id,
+            }
             if parent_command_id is not None:  # and its parent's trace: the others unchanged
                 payload.update(tc.child_fields(parent, parent_command_id))
             if sealed is not None:
@@ -164,8 +175,14 @@ class Orchestrator:
             # a stall window, if any; a restart's entry step and the run it comes from
             payload.update(liveness.started_fields(playbook), **(origin.started if origin else {}))
             # a child run is caused by its parent's command (the `command.issued` event)
-            started = ev.new_event(self.new_id(), xid, ev.EXECUTION_STARTED, now, payload=payload,
-                                   parent_event_id=parent_command_id)  # fmt: skip
+            started = ev.new_event(
+                self.new_id(),
+                xid,
+                ev.EXECUTION_STARTED,
+                now,
+                payload=payload,
+                parent_event_id=parent_command_id,
+            )
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
                 reused = origin.events(xid, started.event_id, now, self.new_id) if origin else []
@@ -174,8 +191,9 @@ class Orchestrator:
                 self.forget(xid)
                 if tries_left == 1:
                     raise
-                log.warning("an event id of a new execution was taken: new ids",
-                            extra={"execution_id": xid})  # fmt: skip
+                log.warning(
+                    "an event id of a new execution was taken: new ids", extra={"execution_id": xid}
+                )
         raise AssertionError("unreachable")
 
     def state(self, execution_id: int, *, workload: bool = True) -> st.ExecutionState:
@@ -244,15 +262,22 @@ class Orchestrator:
             self._ended.popitem(last=False)
 
     def request_cancel(self, execution_id: int) -> Outcome:
-        event = ev.new_event(self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED,
-                             self.clock())  # fmt: skip
+        event = ev.new_event(
+            self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED, self.clock()
+        )
         return self.process([event])
 
     # -- the loop --------------------------------------------------------------------------
 
-    def process(self, reports: Sequence[ev.Event] = (), also: Iterable[int] = (),
-                *, refresh: bool = False, claim: port.ClaimRequest | None = None,
-                check_claims: bool = False) -> Outcome:  # fmt: skip
+    def process(
+        self,
+        reports: Sequence[ev.Event] = (),
+        also: Iterable[int] = (),
+        *,
+        refresh: bool = False,
+        claim: port.ClaimRequest | None = None,
+        check_claims: bool = False,
+    ) -> Outcome:
         """Fold reports, decide, append everything in one transaction, return new work.
 
         `also` names executions to re-evaluate without a report (a retry timer, a resume);
@@ -281,12 +306,19 @@ class Orchestrator:
                 taken = {int(i) for i in exc.fields.get("event_ids", ())}
                 if tries_left == 1 or not taken or any(r.event_id in taken for r in reports):
                     raise
-                log.warning("an event id the orchestrator chose was taken: deciding again",
-                            extra={"event_ids": sorted(taken)})  # fmt: skip
+                log.warning(
+                    "an event id the orchestrator chose was taken: deciding again",
+                    extra={"event_ids": sorted(taken)},
+                )
         raise AssertionError("unreachable")
 
-    def _process_any(self, by_exec: dict[int, list[ev.Event]], refresh: bool,
-                     claim: port.ClaimRequest | None, check_claims: bool) -> Outcome:  # fmt: skip
+    def _process_any(
+        self,
+        by_exec: dict[int, list[ev.Event]],
+        refresh: bool,
+        claim: port.ClaimRequest | None,
+        check_claims: bool,
+    ) -> Outcome:
         if not self.shared:
             return self._process(by_exec, refresh, claim, check_claims, expect=False)
         for _ in range(OPTIMISTIC_TRIES):
@@ -302,12 +334,20 @@ class Orchestrator:
                     return self._process(by_exec, True, claim, check_claims, expect=True)
                 except port.LogMoved:
                     continue  # an optimistic writer got in first; it cannot keep doing so
-        raise ConcurrencyConflict("the log of these executions kept moving",
-                                  execution_ids=[str(x) for x in sorted(by_exec)])  # fmt: skip
+        raise ConcurrencyConflict(
+            "the log of these executions kept moving",
+            execution_ids=[str(x) for x in sorted(by_exec)],
+        )
 
-    def _process(self, by_exec: dict[int, list[ev.Event]], refresh: bool,
-                 claim: port.ClaimRequest | None, check_claims: bool, *,
-                 expect: bool) -> Outcome:  # fmt: skip
+    def _process(
+        self,
+        by_exec: dict[int, list[ev.Event]],
+        refresh: bool,
+        claim: port.ClaimRequest | None,
+        check_claims: bool,
+        *,
+        expect: bool,
+    ) -> Outcome:
         out = Outcome()
         now = self.clock()
         to_append: list[ev.Event] = []
@@ -316,8 +356,11 @@ class Orchestrator:
             for xid, incoming in by_exec.items():
                 state = self._states.get(xid) or self._ended.pop(xid, None)
                 if state is None:  # rebuilt from the log as it is now: nothing to refresh
-                    state = (st.ExecutionState(execution_id=xid) if _starts(incoming)
-                             else self._rebuild(xid))  # fmt: skip
+                    state = (
+                        st.ExecutionState(execution_id=xid)
+                        if _starts(incoming)
+                        else self._rebuild(xid)
+                    )
                 elif refresh and state.last_seq:
                     st.fold(state, self.store.load(xid, after_seq=state.last_seq))
                 self._states[xid] = state
@@ -337,8 +380,8 @@ class Orchestrator:
                 # with a known id (EventIdConflict): a repeat is never dropped unchecked
                 to_append.extend(repeats)
             stored, out.claimed = self.store.append_and_claim(
-                to_append, claim, expect=watermarks if expect else None,
-                check_claims=check_claims)  # fmt: skip
+                to_append, claim, expect=watermarks if expect else None, check_claims=check_claims
+            )
         except Exception:
             for xid in by_exec:
                 self.forget(xid)  # the cache may hold events that were never committed
@@ -349,8 +392,9 @@ class Orchestrator:
         out.events = stored
         return out
 
-    def _decide(self, state: st.ExecutionState, now: float, out: Outcome,
-                reports: Sequence[ev.Event]) -> list[ev.Event]:  # fmt: skip
+    def _decide(
+        self, state: st.ExecutionState, now: float, out: Outcome, reports: Sequence[ev.Event]
+    ) -> list[ev.Event]:
         if state.terminal:
             return []
         try:
@@ -364,29 +408,51 @@ class Orchestrator:
         except Exception as exc:
             return [self._engine_failure(state, reports, exc, now, out)]
 
-    def _decide_all(self, state: st.ExecutionState, pb: model.Playbook, now: float,
-                    out: Outcome) -> list[ev.Event]:  # fmt: skip
+    def _decide_all(
+        self, state: st.ExecutionState, pb: model.Playbook, now: float, out: Outcome
+    ) -> list[ev.Event]:
         settled = dc.settle(state, pb, now, self.new_id, limit=MAX_DECISIONS_PER_TRIGGER)
         if settled.wake_at is not None:
             out.wake_at[state.execution_id] = settled.wake_at
         return settled.events
 
-    def _engine_failure(self, state: st.ExecutionState, reports: Sequence[ev.Event],
-                        exc: Exception, now: float, out: Outcome) -> ev.Event:  # fmt: skip
+    def _engine_failure(
+        self,
+        state: st.ExecutionState,
+        reports: Sequence[ev.Event],
+        exc: Exception,
+        now: float,
+        out: Outcome,
+    ) -> ev.Event:
         """Deciding raised (a bug in decide, a render error that escaped): the reports are
         kept, the run ends FAILED naming the exception, the worker's call succeeds. A run
         that cannot be decided would otherwise stay RUNNING and refuse every report."""
         xid = state.execution_id
-        log.error("engine error: execution %s failed while deciding", xid, exc_info=exc,
-                  extra={"execution_id": xid, "action": "engine_error"})  # fmt: skip
+        log.error(
+            "engine error: execution %s failed while deciding",
+            xid,
+            exc_info=exc,
+            extra={"execution_id": xid, "action": "engine_error"},
+        )
         message = f"{type(exc).__name__}: {exc}"
         code = exc.code if isinstance(exc, WorkloadUnreadable) else ENGINE_ERROR
-        error = {"step": None, "task": None, "kind": "engine", "code": code,
-                 "message": message, "reason": f"engine error: {message}"}  # fmt: skip
+        error = {
+            "step": None,
+            "task": None,
+            "kind": "engine",
+            "code": code,
+            "message": message,
+            "reason": f"engine error: {message}",
+        }
         cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
-        failed = ev.new_event(self.new_id(), xid, ev.EXECUTION_FAILED, now,
-                              payload={"error": error, "reason": error["reason"]},
-                              parent_event_id=cause)  # fmt: skip
+        failed = ev.new_event(
+            self.new_id(),
+            xid,
+            ev.EXECUTION_FAILED,
+            now,
+            payload={"error": error, "reason": error["reason"]},
+            parent_event_id=cause,
+        )
         # the decide loop may have folded part of a decision: start again from the log
         # plus this call's reports (as stored: stale marks included)
         fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
@@ -416,13 +482,15 @@ class Orchestrator:
                 # theirs): fold its events and ask to be woken at once, so decide sees them
                 # too; claims and releases (the store's) change no decision: no wake
                 one_run = mine[-1] - mine[0] == len(mine) - 1
-                theirs = self.store.load(xid, after_seq=before,
-                                         before_seq=mine[0] if one_run else None)  # fmt: skip
+                theirs = self.store.load(
+                    xid, after_seq=before, before_seq=mine[0] if one_run else None
+                )
                 st.fold(state, theirs)
                 state.last_seq = max(state.last_seq, mine[-1])
                 ours = {e.event_id for e in stored}.union(e.event_id for e in claims.get(xid, ()))
-                if any(e.event_type not in ev.CLAIM_EVENTS and e.event_id not in ours
-                       for e in theirs):  # fmt: skip
+                if any(
+                    e.event_type not in ev.CLAIM_EVENTS and e.event_id not in ours for e in theirs
+                ):
                     out.wake_at[xid] = self.clock()
             elif mine:
                 state.last_seq = mine[-1]
@@ -433,7 +501,9 @@ class Orchestrator:
                 out.finished.append(state)
         for event in stored:
             if event.event_type == ev.COMMAND_ISSUED:
-                cmd = self._states[event.execution_id].commands.get(int(event.payload["command_id"]))
+                cmd = self._states[event.execution_id].commands.get(
+                    int(event.payload["command_id"])
+                )
                 if cmd is not None:
                     out.issued.append((event.execution_id, cmd))
 
@@ -456,9 +526,12 @@ class Orchestrator:
         try:
             self.store.save_snapshot(state.execution_id, state.last_seq, snapshots.dump(state))
         except Exception:  # a snapshot only shortens rebuilds: the run goes on without it
-            log.warning("snapshot of execution %s not saved", state.execution_id,
-                        exc_info=True, extra={"execution_id": state.execution_id,
-                                              "action": "snapshot_failed"})  # fmt: skip
+            log.warning(
+                "snapshot of execution %s not saved",
+                state.execution_id,
+                exc_info=True,
+                extra={"execution_id": state.execution_id, "action": "snapshot_failed"},
+            )
 
 
 def claims_by_run(claimed: port.Claimed) -> dict[int, list[ev.Event]]:

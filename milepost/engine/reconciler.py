@@ -67,10 +67,16 @@ class TickReport:
 
 
 class Reconciler:
-    def __init__(self, store: port.Store, driver: Lifecycle, publisher: notify.Publisher, *,
-                 requeue_after: float = REQUEUE_AFTER,
-                 on_expired: Callable[[int], None] | None = None,
-                 default_timeout: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: port.Store,
+        driver: Lifecycle,
+        publisher: notify.Publisher,
+        *,
+        requeue_after: float = REQUEUE_AFTER,
+        on_expired: Callable[[int], None] | None = None,
+        default_timeout: float | None = None,
+    ) -> None:
         self.store = store
         self.driver = driver
         self.publisher = publisher
@@ -129,8 +135,9 @@ class Reconciler:
         with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
             waiting = {xid for at, xid in self._timers if at > now}
         redrive = [x for x in self.store.executions_to_redrive(now) if x not in waiting]
-        report.redriven = self._each(redrive, report, lambda xid: self.driver.process(
-            also=[xid], refresh=True))  # fmt: skip
+        report.redriven = self._each(
+            redrive, report, lambda xid: self.driver.process(also=[xid], refresh=True)
+        )
         return report
 
     def recover(self) -> int:
@@ -138,14 +145,18 @@ class Reconciler:
         the memory of the server that stopped). Returns how many were evaluated."""
         count, offset = 0, 0
         while True:
-            rows = self.store.list_executions(status="RUNNING", limit=RECOVER_BATCH,
-                                              offset=offset)  # fmt: skip
+            rows = self.store.list_executions(status="RUNNING", limit=RECOVER_BATCH, offset=offset)
             if not rows:
                 return count
             offset += len(rows)
             scratch = TickReport()
-            count += len(self._each([r.execution_id for r in rows], scratch,
-                                    lambda xid: self.driver.process(also=[xid], refresh=True)))  # fmt: skip
+            count += len(
+                self._each(
+                    [r.execution_id for r in rows],
+                    scratch,
+                    lambda xid: self.driver.process(also=[xid], refresh=True),
+                )
+            )
 
     def watch_liveness(self, now: float, only: Container[int]) -> TickReport:
         """Expired claims and stalled runs of the executions in `only` alone: the embedded
@@ -160,13 +171,17 @@ class Reconciler:
         report.errors += errors
         if self.default_timeout:
             report.timed_out, errors = liveness.fail_overdue(
-                self.driver, now, self.default_timeout, self._bounded, only)
+                self.driver, now, self.default_timeout, self._bounded, only
+            )
             report.errors += errors
 
     def _expire(self, now: float, report: TickReport, only: Container[int] | None = None) -> None:
         # each claim's own lease end: the step's liveness, or the lease its claimer asked for
-        rows = [row for row in self.store.expired_claims(now)
-                if only is None or row.execution_id in only]  # fmt: skip
+        rows = [
+            row
+            for row in self.store.expired_claims(now)
+            if only is None or row.execution_id in only
+        ]
         self._reported &= {row.command_id for row in rows}
         fresh = [row for row in rows if row.command_id not in self._reported]
         by_exec: dict[int, list[port.CommandRow]] = {}
@@ -186,48 +201,75 @@ class Reconciler:
         self._each(sorted(by_exec), report, expire)
 
     def _lease_expired(self, row: port.CommandRow, now: float) -> ev.Event:
-        message = (f"worker {row.worker_id!r} lost: its lease (epoch {row.epoch}) expired "
-                   "without a report")  # fmt: skip
-        payload = {"command_id": row.command_id, "run": row.run, "index": row.index,
-                   "attempt": row.attempt, "epoch": row.epoch, "worker_id": row.worker_id,
-                   "lease_expires_at": row.lease_expires_at, "message": message}  # fmt: skip
-        return ev.new_event(self.driver.new_id(), row.execution_id, ev.COMMAND_LEASE_EXPIRED,
-                            now, step=row.step, payload=payload,
-                            meta={"epoch": row.epoch, "source": "reconciler"},
-                            parent_event_id=row.command_id)  # fmt: skip
+        message = (
+            f"worker {row.worker_id!r} lost: its lease (epoch {row.epoch}) expired without a report"
+        )
+        payload = {
+            "command_id": row.command_id,
+            "run": row.run,
+            "index": row.index,
+            "attempt": row.attempt,
+            "epoch": row.epoch,
+            "worker_id": row.worker_id,
+            "lease_expires_at": row.lease_expires_at,
+            "message": message,
+        }
+        return ev.new_event(
+            self.driver.new_id(),
+            row.execution_id,
+            ev.COMMAND_LEASE_EXPIRED,
+            now,
+            step=row.step,
+            payload=payload,
+            meta={"epoch": row.epoch, "source": "reconciler"},
+            parent_event_id=row.command_id,
+        )
 
     def _notice_lost_workers(self, now: float, report: TickReport) -> None:
         try:
             report.lost_workers = [r.name for r in workers.notice_lost(self.store, now)]
         except Exception:
             report.errors += 1
-            log.exception("reconciler: the workers registry failed",
-                          extra={"action": "reconcile_workers_failed"})  # fmt: skip
+            log.exception(
+                "reconciler: the workers registry failed",
+                extra={"action": "reconcile_workers_failed"},
+            )
 
     def _requeue(self, now: float, report: TickReport) -> None:
         queued = [row for row in self.store.open_commands() if row.status == port.COMMAND_QUEUED]
         still = {row.command_id for row in queued}
         self._noticed = {cid: at for cid, at in self._noticed.items() if cid in still}
-        stale = [row for row in queued if now - row.created_at >= self.requeue_after
-                 and now - self._noticed.get(row.command_id, 0.0) >= self.requeue_after]  # fmt: skip
+        stale = [
+            row
+            for row in queued
+            if now - row.created_at >= self.requeue_after
+            and now - self._noticed.get(row.command_id, 0.0) >= self.requeue_after
+        ]
         if not stale:
             return
         try:
-            report.cancelled = sorted(self.driver.settle_cancelled(
-                {row.execution_id for row in stale}))  # fmt: skip
+            report.cancelled = sorted(
+                self.driver.settle_cancelled({row.execution_id for row in stale})
+            )
         except Exception:
             report.errors += 1
-            log.exception("reconciler: settling cancelled executions failed",
-                          extra={"action": "reconcile_cancel_failed"})  # fmt: skip
-        notices = [notify.Notice(row.command_id, row.execution_id, row.pool) for row in stale
-                   if row.execution_id not in report.cancelled]  # fmt: skip
+            log.exception(
+                "reconciler: settling cancelled executions failed",
+                extra={"action": "reconcile_cancel_failed"},
+            )
+        notices = [
+            notify.Notice(row.command_id, row.execution_id, row.pool)
+            for row in stale
+            if row.execution_id not in report.cancelled
+        ]
         self.publisher.notify(notices)
         for notice in notices:
             self._noticed[notice.command_id] = now
             report.republished.append(notice.command_id)
 
-    def _each(self, xids: Iterable[int], report: TickReport,
-              action: Callable[[int], Any]) -> list[int]:  # fmt: skip
+    def _each(
+        self, xids: Iterable[int], report: TickReport, action: Callable[[int], Any]
+    ) -> list[int]:
         """Run `action` per execution; one broken execution must not stop the others."""
         done: list[int] = []
         for xid in xids:
@@ -235,8 +277,11 @@ class Reconciler:
                 action(xid)
             except Exception:
                 report.errors += 1
-                log.exception("reconciler: execution %s failed", xid,
-                              extra={"action": "reconcile_failed", "execution_id": xid})  # fmt: skip
+                log.exception(
+                    "reconciler: execution %s failed",
+                    xid,
+                    extra={"action": "reconcile_failed", "execution_id": xid},
+                )
                 continue
             done.append(xid)
         return done

@@ -52,15 +52,19 @@ class Reported:
 
     @functools.cached_property
     def stale_ids(self) -> set[int]:
-        return {e.event_id for e in self.events if e.meta.get("stale") and e.event_id in self._stored}
+        return {
+            e.event_id for e in self.events if e.meta.get("stale") and e.event_id in self._stored
+        }
 
     @functools.cached_property
     def ignored(self) -> dict[int, str]:
         """Events of runs that had ended, not stored -> why."""
         ended = {state.execution_id: state.status for state in self.outcome.finished}
-        return {e.event_id: f"execution {e.execution_id} is "
-                f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
-                for e in self.outcome.ignored}  # fmt: skip
+        return {
+            e.event_id: f"execution {e.execution_id} is "
+            f"{ended.get(e.execution_id, 'ended')}: nothing is stored after its end"
+            for e in self.outcome.ignored
+        }
 
     @functools.cached_property
     def duplicate_ids(self) -> set[int]:
@@ -75,8 +79,13 @@ class Reported:
         return {e.execution_id for e in self.outcome.events}
 
 
-def report(engine: Lifecycle, events: list[ev.Event], claim: port.ClaimRequest | None,
-           printed: attempt_logs.Printed | None = None, made_here: bool = False) -> Reported:  # fmt: skip
+def report(
+    engine: Lifecycle,
+    events: list[ev.Event],
+    claim: port.ClaimRequest | None,
+    printed: attempt_logs.Printed | None = None,
+    made_here: bool = False,
+) -> Reported:
     # the epochs read here must not move before the append
     with engine.locked({e.execution_id for e in events}):
         if not made_here:  # a client's batch: every execution, step and command it names
@@ -91,8 +100,9 @@ def report(engine: Lifecycle, events: list[ev.Event], claim: port.ClaimRequest |
         elif engine.handed.vouches(events):
             # reports of claims handed out here: the append checks them in its transaction
             with contextlib.suppress(port.ClaimMoved):  # nothing written: the careful way
-                outcome = engine.process(events, refresh=engine.refresh, claim=claim,
-                                         check_claims=True)  # fmt: skip
+                outcome = engine.process(
+                    events, refresh=engine.refresh, claim=claim, check_claims=True
+                )
         if outcome is None:
             fenced = fence.fence(engine.store, events)
             outcome = engine.process(fenced, refresh=engine.refresh, claim=claim)

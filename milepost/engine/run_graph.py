@@ -17,24 +17,47 @@ def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, A
     for step in playbook.steps.values():
         for i, arc in enumerate(step.next.arcs):
             if arc.step in playbook.steps:
-                edges.append({"id": f"{step.name}->{arc.step}#{i}", "source": step.name,
-                              "target": arc.step, "kind": "next",
-                              "conditional": arc.when is not None})  # fmt: skip
+                edges.append(
+                    {
+                        "id": f"{step.name}->{arc.step}#{i}",
+                        "source": step.name,
+                        "target": arc.step,
+                        "kind": "next",
+                        "conditional": arc.when is not None,
+                    }
+                )
         target = step.spec.compensation
         if target is not None and target in playbook.steps:
-            edges.append({"id": f"{step.name}~>{target}", "source": step.name,
-                          "target": target, "kind": "compensation", "conditional": False})  # fmt: skip
-    return {"execution_id": str(state.execution_id), "status": state.status,
-            "entry_step": playbook.entry_step, "nodes": nodes, "edges": edges}  # fmt: skip
+            edges.append(
+                {
+                    "id": f"{step.name}~>{target}",
+                    "source": step.name,
+                    "target": target,
+                    "kind": "compensation",
+                    "conditional": False,
+                }
+            )
+    return {
+        "execution_id": str(state.execution_id),
+        "status": state.status,
+        "entry_step": playbook.entry_step,
+        "nodes": nodes,
+        "edges": edges,
+    }
 
 
 def _node(state: st.ExecutionState, step: model.Step) -> dict[str, Any]:
     kinds = sorted({task.kind for task in step.tasks})
-    return {"id": step.name, "desc": step.desc, "kind": ",".join(kinds) or "noop",
-            "tasks": len(step.tasks), "loop": step.loop is not None,
-            "status": state.step_status.get(step.name, "PENDING"),
-            "runs": state.run_counts.get(step.name, 0),
-            "iterations": _iterations(state, step) if step.loop is not None else None}  # fmt: skip
+    return {
+        "id": step.name,
+        "desc": step.desc,
+        "kind": ",".join(kinds) or "noop",
+        "tasks": len(step.tasks),
+        "loop": step.loop is not None,
+        "status": state.step_status.get(step.name, "PENDING"),
+        "runs": state.run_counts.get(step.name, 0),
+        "iterations": _iterations(state, step) if step.loop is not None else None,
+    }
 
 
 def _iterations(state: st.ExecutionState, step: model.Step) -> dict[str, int]:
@@ -43,11 +66,14 @@ def _iterations(state: st.ExecutionState, step: model.Step) -> dict[str, int]:
     let fail)."""
     run = state.running.get(step.name)
     if run is not None and run.items is not None:
-        return {"total": run.total, "done": len(run.results), "running": len(run.in_flight),
-                "failed": len(run.failures) + run.failed_ok}  # fmt: skip
+        return {
+            "total": run.total,
+            "done": len(run.results),
+            "running": len(run.in_flight),
+            "failed": len(run.failures) + run.failed_ok,
+        }
     result = state.results.get(step.name)
     if isinstance(result, list):
         failed = int(getattr(result, "failed", 0))
-        return {"total": len(result), "done": len(result) - failed, "running": 0,
-                "failed": failed}  # fmt: skip
+        return {"total": len(result), "done": len(result) - failed, "running": 0, "failed": failed}
     return {"total": 0, "done": 0, "running": 0, "failed": 0}

@@ -72,8 +72,9 @@ class Sealer:
         text = os.environ.get(ENV_VAR, "") if self._key is None else self._key
         return parse_keys(text) if text.strip() else None
 
-    def seal(self, execution_id: int, workload: dict[str, Any],
-             now: float) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+    def seal(
+        self, execution_id: int, workload: dict[str, Any], now: float
+    ) -> tuple[dict[str, Any], str | None]:
         """The workload to show (masked) and the entry holding the real one (None: nothing
         was masked, nothing is sealed)."""
         masked: dict[str, Any] = sanitize.mask(workload)
@@ -88,17 +89,19 @@ class Sealer:
         try:
             data = self.store.get_blob(uri)
         except MilepostError:
-            raise WorkloadUnreadable(f"the sealed workload {uri!r} is not in the result store",
-                                     uri=uri) from None  # fmt: skip
+            raise WorkloadUnreadable(
+                f"the sealed workload {uri!r} is not in the result store", uri=uri
+            ) from None
         if data.startswith(_FERNET):
-            data = self._decrypt(data[len(_FERNET):], uri)
+            data = self._decrypt(data[len(_FERNET) :], uri)
         elif data.startswith(_PLAIN):
-            data = data[len(_PLAIN):]
+            data = data[len(_PLAIN) :]
         try:
             value = json.loads(data.decode("utf-8"))
         except ValueError:  # not UTF-8 or not JSON: a damaged entry, or another key's bytes
-            raise WorkloadUnreadable(f"the sealed workload {uri!r} is not readable JSON",
-                                     uri=uri) from None  # fmt: skip
+            raise WorkloadUnreadable(
+                f"the sealed workload {uri!r} is not readable JSON", uri=uri
+            ) from None
         if not isinstance(value, Mapping):
             raise WorkloadUnreadable(f"the sealed workload {uri!r} is not an object", uri=uri)
         return dict(value)
@@ -107,10 +110,14 @@ class Sealer:
         if self._fernet is None:
             raise WorkloadUnreadable(
                 f"the workload of this execution was sealed with {ENV_VAR}, which is not set: "
-                "set it to the key the run started with", uri=uri)  # fmt: skip
+                "set it to the key the run started with",
+                uri=uri,
+            )
         try:
             return self._fernet.decrypt(token)
         except InvalidToken:
             raise WorkloadUnreadable(
                 f"the sealed workload {uri!r} cannot be decrypted: {ENV_VAR} does not hold "
-                "the key the run started with", uri=uri) from None  # fmt: skip
+                "the key the run started with",
+                uri=uri,
+            ) from None

@@ -22,6 +22,7 @@ class StoreReads:
     store: port.Store
 
     if TYPE_CHECKING:
+
         @property
         def clock(self) -> Callable[[], float]: ...
 
@@ -38,11 +39,19 @@ class StoreReads:
         row = self.store.get_execution(execution_id)
         return row is None or row.status in st.TERMINAL
 
-    def executions(self, *, status: str | None, path: str | None, limit: int, offset: int,
-                   since: float | None = None,
-                   before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
-        return self.store.list_executions(status=status, path=path, limit=limit, offset=offset,
-                                          since=since, before=before)  # fmt: skip
+    def executions(
+        self,
+        *,
+        status: str | None,
+        path: str | None,
+        limit: int,
+        offset: int,
+        since: float | None = None,
+        before: port.Keyset | None = None,
+    ) -> list[port.ExecutionRow]:
+        return self.store.list_executions(
+            status=status, path=path, limit=limit, offset=offset, since=since, before=before
+        )
 
     def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
         return self.store.steps_exited(execution_ids)
@@ -55,13 +64,20 @@ class StoreReads:
         """Usage summed per playbook path, provider and model."""
         return self.store.playbook_usage(path)
 
-    def logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
-             limit: int = port.LOG_PAGE) -> list[port.LogRow]:
+    def logs(
+        self,
+        execution_id: int,
+        *,
+        step: str | None = None,
+        after: int = 0,
+        limit: int = port.LOG_PAGE,
+    ) -> list[port.LogRow]:
         """What its attempts printed, past the cursor `after` (`engine.attempt_logs`)."""
         return self.store.attempt_logs(execution_id, step=step, after=after, limit=limit)
 
-    def events(self, execution_id: int, after_seq: int = 0,
-               limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+    def events(
+        self, execution_id: int, after_seq: int = 0, limit: int | None = None
+    ) -> list[ev.Event]:
         return self.store.load(execution_id, after_seq=after_seq, limit=limit)
 
     def command(self, command_id: int) -> port.CommandRow:
@@ -110,18 +126,32 @@ class StoreReads:
         """A worker's clean stop: its machine id given back, its registry row removed."""
         workers.check_out(self.store, who, holder, held)
 
-    def workers(self, *, pool: str | None = None,
-                status: str | None = None) -> list[workers.Worker]:  # fmt: skip
+    def workers(
+        self, *, pool: str | None = None, status: str | None = None
+    ) -> list[workers.Worker]:
         """The workers registry (live or lost, with the commands each holds)."""
         return workers.workers(self.store, self.clock(), pool=pool, status_=status)
 
     def approval(self, approval_id: int) -> port.ApprovalRow:
         return approvals.approval(self.store, approval_id)
 
-    def approvals(self, *, status: str | None = None, execution_id: int | None = None,
-                  approver: str | None = None, risk: str | None = None, limit: int = 100,
-                  after: int | None = None, decided: bool | None = None,
-                  ) -> list[port.ApprovalRow]:  # fmt: skip
-        return self.store.list_approvals(status=status, execution_id=execution_id,
-                                         approver=approver, risk=risk, limit=limit,
-                                         after=after, decided=decided)  # fmt: skip
+    def approvals(
+        self,
+        *,
+        status: str | None = None,
+        execution_id: int | None = None,
+        approver: str | None = None,
+        risk: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        decided: bool | None = None,
+    ) -> list[port.ApprovalRow]:
+        return self.store.list_approvals(
+            status=status,
+            execution_id=execution_id,
+            approver=approver,
+            risk=risk,
+            limit=limit,
+            after=after,
+            decided=decided,
+        )

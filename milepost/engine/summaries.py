@@ -58,14 +58,19 @@ def approval_summary(state: st.ExecutionState, approval: ap.Approval) -> dict[st
     """`{approval_id, status, risk, approvers, quorum, approved, votes, expires_at, outcome}`:
     times as ISO-8601, `outcome` how a closed approval closed (None while pending)."""
     return {
-        "approval_id": str(approval.approval_id), "status": approval.status,
-        "risk": approval.risk, "approvers": list(approval.approvers),
-        "quorum": approval.quorum, "approved": len(approval.approvals),
-        "votes": [{"identity": v.identity, "decision": v.decision, "reason": v.reason,
-                   "at": iso(v.at)} for v in approval.votes],
+        "approval_id": str(approval.approval_id),
+        "status": approval.status,
+        "risk": approval.risk,
+        "approvers": list(approval.approvers),
+        "quorum": approval.quorum,
+        "approved": len(approval.approvals),
+        "votes": [
+            {"identity": v.identity, "decision": v.decision, "reason": v.reason, "at": iso(v.at)}
+            for v in approval.votes
+        ],
         "expires_at": iso(approval.expires_at),
         "outcome": _outcome(state, approval),
-    }  # fmt: skip
+    }
 
 
 def _outcome(state: st.ExecutionState, approval: ap.Approval) -> str | None:
@@ -85,7 +90,9 @@ def _outcome(state: st.ExecutionState, approval: ap.Approval) -> str | None:
 
 def iso(ts: float | None) -> str | None:
     """ISO-8601 UTC with milliseconds, as the API writes times."""
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    return (
+        None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -111,8 +118,9 @@ def error_reason(error: dict[str, Any]) -> str:
     return reason
 
 
-def with_missing_workers(summary: dict[str, Any],
-                         missing: list[worker_pools.Missing]) -> dict[str, Any]:  # fmt: skip
+def with_missing_workers(
+    summary: dict[str, Any], missing: list[worker_pools.Missing]
+) -> dict[str, Any]:
     """`summary` with `no_live_worker` (`[{pool, commands, steps, message}]`, DSL 10.6) and,
     on each step concerned, `waiting: "no live worker of pool P"`; unchanged without any."""
     if not missing:

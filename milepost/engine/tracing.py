@@ -19,8 +19,9 @@ class RunSpans:
         self.spans = spans
 
     def __call__(self, outcome: Outcome) -> None:
-        ended = {e.execution_id for e in outcome.events
-                 if e.event_type in ev.TERMINAL_EXECUTION_EVENTS}  # fmt: skip
+        ended = {
+            e.execution_id for e in outcome.events if e.event_type in ev.TERMINAL_EXECUTION_EVENTS
+        }
         if not ended:
             return
         for state in outcome.finished:

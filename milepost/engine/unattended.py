@@ -38,13 +38,17 @@ def undriven(engine: Lifecycle, execution_id: int) -> dict[str, Any] | None:
     lease = engine.store.get_driver(execution_id)
     assert lease is not None  # driver_gone is False without one
     rows = engine.store.open_commands(execution_id)
-    return {"holder": lease.holder, "commands": len(rows),
-            "steps": sorted({row.step for row in rows}),
-            "message": "no process drives this run"}  # fmt: skip
+    return {
+        "holder": lease.holder,
+        "commands": len(rows),
+        "steps": sorted({row.step for row in rows}),
+        "message": "no process drives this run",
+    }
 
 
-def finish(engine: Lifecycle, execution_id: int, actor: str | None,
-           cause: str | None = None) -> list[int]:  # fmt: skip
+def finish(
+    engine: Lifecycle, execution_id: int, actor: str | None, cause: str | None = None
+) -> list[int]:
     """Cancel the run and its children to the end, holding each one's driver lease while
     it writes. Returns the executions it ended; one another process took over meanwhile
     (DriverBusy) is left to it. AlreadyTerminal when `execution_id` had ended."""

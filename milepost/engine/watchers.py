@@ -15,8 +15,9 @@ class Watchers:
         self._waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._lock = threading.Lock()
 
-    def watch(self, execution_id: int, loop: asyncio.AbstractEventLoop,
-              event: asyncio.Event) -> None:  # fmt: skip
+    def watch(
+        self, execution_id: int, loop: asyncio.AbstractEventLoop, event: asyncio.Event
+    ) -> None:
         """Set `event` (on `loop`, from whichever thread ends the run) when the engine
         finishes `execution_id`. Runs ended elsewhere are not seen: callers re-check."""
         with self._lock:

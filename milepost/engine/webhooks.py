@@ -89,7 +89,9 @@ class Webhook:
         if not secret.strip():
             raise WebhookSecretMissing(
                 "MILEPOST_APPROVAL_WEBHOOK_URL is set but MILEPOST_APPROVAL_WEBHOOK_SECRET "
-                "is not: approval webhooks are always signed", url=url)  # fmt: skip
+                "is not: approval webhooks are always signed",
+                url=url,
+            )
         if not url.startswith(("http://", "https://")):
             raise InvalidWebhookUrl(f"approval webhook URL {url!r} is not http(s)", url=url)
         return cls(url=url, secret=secret)
@@ -106,7 +108,8 @@ def body(event: ev.Event) -> bytes:
         "execution_id": str(event.execution_id),
         "step": event.step,
         "created_at": datetime.fromtimestamp(event.created_at, UTC).isoformat(
-            timespec="milliseconds"),
+            timespec="milliseconds"
+        ),
         "payload": payload,
     }
     return json.dumps(document, separators=(",", ":"), default=str).encode()
@@ -146,8 +149,7 @@ class WebhookNotifier:
 
     def start(self) -> WebhookNotifier:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="milepost-webhook",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(target=self._run, name="milepost-webhook", daemon=True)
             self._thread.start()
         return self
 
@@ -198,8 +200,10 @@ class WebhookNotifier:
             try:
                 self._deliver(item)
             except Exception:  # a bug here must not end the thread: later events still go
-                log.exception("approval webhook: delivery raised",
-                              extra={"action": "webhook_error", "event_id": item.event_id})  # fmt: skip
+                log.exception(
+                    "approval webhook: delivery raised",
+                    extra={"action": "webhook_error", "event_id": item.event_id},
+                )
                 with self._counts:
                     self.dropped += 1
 
@@ -214,10 +218,13 @@ class WebhookNotifier:
                 with self._counts:
                     self.delivered += 1
                 return
-            log.warning("approval webhook: try %d of %d failed: %s", attempt,
-                        self.webhook.tries, problem,
-                        extra={"action": "webhook_retry", "event_id": item.event_id,
-                               "attempt": attempt})  # fmt: skip
+            log.warning(
+                "approval webhook: try %d of %d failed: %s",
+                attempt,
+                self.webhook.tries,
+                problem,
+                extra={"action": "webhook_retry", "event_id": item.event_id, "attempt": attempt},
+            )
             if attempt < self.webhook.tries and self._stop.wait(delay):
                 break  # closing: no more waiting
             delay = min(delay * 2, self.webhook.max_backoff)
@@ -225,9 +232,13 @@ class WebhookNotifier:
 
     def _post(self, item: Delivery) -> str:
         """One try: "" when the receiver took it (2xx), else what went wrong."""
-        headers = {"Content-Type": "application/json", "User-Agent": "milepost",
-                   SIGNATURE_HEADER: signature(self.webhook.secret, item.raw),
-                   EVENT_ID_HEADER: str(item.event_id), EVENT_TYPE_HEADER: item.event_type}  # fmt: skip
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "milepost",
+            SIGNATURE_HEADER: signature(self.webhook.secret, item.raw),
+            EVENT_ID_HEADER: str(item.event_id),
+            EVENT_TYPE_HEADER: item.event_type,
+        }
         try:
             response = self._client.post(self.webhook.url, content=item.raw, headers=headers)
         except httpx.HTTPError as exc:
@@ -239,6 +250,10 @@ class WebhookNotifier:
     def _drop(self, event_id: int, event_type: str, why: str) -> None:
         with self._counts:
             self.dropped += 1
-        log.error("approval webhook: %s %s dropped: %s", event_type, event_id, why,
-                  extra={"action": "webhook_dropped", "event_id": event_id,
-                         "event_type": event_type})  # fmt: skip
+        log.error(
+            "approval webhook: %s %s dropped: %s",
+            event_type,
+            event_id,
+            why,
+            extra={"action": "webhook_dropped", "event_id": event_id, "event_type": event_type},
+        )

@@ -49,15 +49,18 @@ class Missing:
         return f"no live worker of pool {self.pool}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pool": self.pool, "commands": self.commands, "steps": sorted(self.steps),
-                "message": self.message}  # fmt: skip
+        return {
+            "pool": self.pool,
+            "commands": self.commands,
+            "steps": sorted(self.steps),
+            "message": self.message,
+        }
 
 
 def missing(store: port.Store, now: float, execution_id: int | None = None) -> list[Missing]:
     """The pools with queued commands (of `execution_id`, else of every run) and no live
     worker, sorted by pool; commands of the runs of an embedded engine are left out."""
-    queued = [row for row in store.open_commands(execution_id)
-              if row.status == port.COMMAND_QUEUED]  # fmt: skip
+    queued = [row for row in store.open_commands(execution_id) if row.status == port.COMMAND_QUEUED]
     if not queued:
         return []
     live = workers.live_pools(store, now)

@@ -55,15 +55,32 @@ class CheckIn:
     ttl: float = LEASE_TTL_S
 
     def row(self, now: float) -> port.WorkerRow:
-        return port.WorkerRow(self.worker_key, self.name, self.pool, self.kind, self.host,
-                              self.pid, self.version, now, now, self.ttl)  # fmt: skip
+        return port.WorkerRow(
+            self.worker_key,
+            self.name,
+            self.pool,
+            self.kind,
+            self.host,
+            self.pid,
+            self.version,
+            now,
+            now,
+            self.ttl,
+        )
 
 
-def this_process(worker_key: str, name: str, *, kind: str = WORKER, pool: str = pools.DEFAULT,
-                 ttl: float = LEASE_TTL_S) -> CheckIn:  # fmt: skip
+def this_process(
+    worker_key: str,
+    name: str,
+    *,
+    kind: str = WORKER,
+    pool: str = pools.DEFAULT,
+    ttl: float = LEASE_TTL_S,
+) -> CheckIn:
     """The check-in of the calling process: its host, pid and milepost version."""
-    return CheckIn(worker_key, name, pool, kind, socket.gethostname(), os.getpid(),
-                   __version__, ttl)  # fmt: skip
+    return CheckIn(
+        worker_key, name, pool, kind, socket.gethostname(), os.getpid(), __version__, ttl
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +98,20 @@ def check_in(store: port.Store, now: float, who: CheckIn) -> port.WorkerRow:
     """Record that `who` is alive at `now` (the first check-in registers it)."""
     row = store.record_worker(who.row(now))
     if row.started_at == now:
-        log.info("worker %s registered (pool %s, %s pid %s)", who.name, who.pool, who.host,
-                 who.pid, extra={"action": "worker_registered", "worker_id": who.name})  # fmt: skip
+        log.info(
+            "worker %s registered (pool %s, %s pid %s)",
+            who.name,
+            who.pool,
+            who.host,
+            who.pid,
+            extra={"action": "worker_registered", "worker_id": who.name},
+        )
     return row
 
 
-def lease_machine_id(store: port.Store, now: float, who: CheckIn, holder: str,
-                     held: int | None) -> tuple[int, bool]:  # fmt: skip
+def lease_machine_id(
+    store: port.Store, now: float, who: CheckIn, holder: str, held: int | None
+) -> tuple[int, bool]:
     """A worker's check-in with its machine id: `held` renewed while it is still its
     holder's, else a new one leased (returns (id, renewed)); the registry row seen now."""
     if held is not None and store.renew_machine_id(held, holder, now, LEASE_TTL_S):
@@ -104,16 +128,18 @@ def check_out(store: port.Store, who: CheckIn, holder: str, held: int | None) ->
     if held is not None:
         store.release_machine_id(held, holder)
     if store.forget_workers(worker_key=who.worker_key):
-        log.info("worker %s stopped", who.name,
-                 extra={"action": "worker_stopped", "worker_id": who.name})  # fmt: skip
+        log.info(
+            "worker %s stopped", who.name, extra={"action": "worker_stopped", "worker_id": who.name}
+        )
 
 
 def status(row: port.WorkerRow, now: float) -> str:
     return LIVE if row.live(now) else LOST
 
 
-def workers(store: port.Store, now: float, *, pool: str | None = None,
-            status_: str | None = None) -> list[Worker]:  # fmt: skip
+def workers(
+    store: port.Store, now: float, *, pool: str | None = None, status_: str | None = None
+) -> list[Worker]:
     """The registry, by name (only `pool`'s, only those of `status_` when given), each with
     the commands its name holds."""
     rows = [r for r in store.list_workers() if pool is None or r.pool == pool]
@@ -146,12 +172,22 @@ def notice_lost(store: port.Store, now: float) -> list[port.WorkerRow]:
     """Mark and log the workers that stopped checking in; forget those lost long ago. One
     read a tick: the writes only when there is something to write."""
     rows = store.list_workers()
-    lost = (store.mark_lost_workers(now)
-            if any(r.lost_at is None and not r.live(now) for r in rows) else [])  # fmt: skip
+    lost = (
+        store.mark_lost_workers(now)
+        if any(r.lost_at is None and not r.live(now) for r in rows)
+        else []
+    )
     for row in lost:
-        log.warning("worker %s lost: not seen for %.1fs (pool %s, %s pid %s); its commands "
-                    "recover as their leases expire", row.name, now - row.last_seen, row.pool,
-                    row.host, row.pid, extra={"action": "worker_lost", "worker_id": row.name})  # fmt: skip
+        log.warning(
+            "worker %s lost: not seen for %.1fs (pool %s, %s pid %s); its commands "
+            "recover as their leases expire",
+            row.name,
+            now - row.last_seen,
+            row.pool,
+            row.host,
+            row.pid,
+            extra={"action": "worker_lost", "worker_id": row.name},
+        )
     if any(r.last_seen < now - FORGET_AFTER for r in rows):
         store.forget_workers(seen_before=now - FORGET_AFTER)
     return lost

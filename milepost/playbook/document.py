@@ -27,8 +27,7 @@ _EXECUTOR_SPEC_KEYS = frozenset(
         "stall_after",
     }
 )
-_KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token",
-                   "secrets": "map"}  # fmt: skip
+_KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token", "secrets": "map"}
 """Keychain kind -> the field that holds its value."""
 _KEYCHAIN_REJECTED = ("oauth2", "google_id_token")
 """NoETL keychain kinds that mint tokens; neither NoETL engine of today does it either."""
@@ -120,9 +119,11 @@ def check_stall_after(ctx: LoadContext, steps: dict[str, model.Step]) -> None:
     for name, step in steps.items():
         timeout = step.spec.timeout
         if timeout is not None and stall <= timeout:
-            w.error(f"executor.spec.stall_after ({durations.text(ctx.executor_raw['stall_after'])})"
-                    f" must be greater than step '{name}' spec.timeout ({timeout:g}s)",
-                    show="none")  # fmt: skip
+            w.error(
+                f"executor.spec.stall_after ({durations.text(ctx.executor_raw['stall_after'])})"
+                f" must be greater than step '{name}' spec.timeout ({timeout:g}s)",
+                show="none",
+            )
 
 
 def _executor_flags(spec: dict[str, Any], w: problems.Where) -> dict[str, Any]:
@@ -168,7 +169,8 @@ def _keychain_entry(
         (w / "kind").error(
             f"keychain kind {item['kind']!r} is not supported: milepost does not mint tokens; "
             "fetch the token in an http step (e.g. a POST to the token endpoint) and pass it "
-            "on with `set`, or register it as a credential")  # fmt: skip
+            "on with `set`, or register it as a credential"
+        )
         return None
     kind = fields.choice(item.get("kind"), w / "kind", _KEYCHAIN_VALUE)
     if kind is None or name is None:
@@ -194,5 +196,4 @@ def _keychain_entry(
         extra["provider"] = fields.choice(item["provider"], w / "provider", model.SECRET_PROVIDERS)
         if extra["provider"] is None:
             return None
-    return fields.build(w, model.KeychainEntry, name=name, kind=kind, **{value_key: value},
-                        **extra)  # fmt: skip
+    return fields.build(w, model.KeychainEntry, name=name, kind=kind, **{value_key: value}, **extra)

@@ -74,8 +74,9 @@ def load_file(path: str | Path, limits: yamllines.Limits | None = None) -> model
     return load_text(scripts.inline_text(text, p.parent, str(p)), source=str(p), limits=limits)
 
 
-def load_text(text: str, source: str | None = None,
-              limits: yamllines.Limits | None = None) -> model.Playbook:  # fmt: skip
+def load_text(
+    text: str, source: str | None = None, limits: yamllines.Limits | None = None
+) -> model.Playbook:
     """Parse YAML `text` (safe loading) and validate it like `load_data`; `limits` bound
     the document's size and alias expansion. None: no bound, for text accepted under
     limits before (a catalog entry); where text comes from outside, pass

@@ -27,8 +27,10 @@ def check(raw: Any, w: problems.Where) -> str | None:
     """A pool name, or None (a problem at `w`) when it is not one."""
     if isinstance(raw, str) and valid(raw):
         return raw
-    w.error(f"invalid pool name {raw!r} (a non-empty name of letters, digits, '-', '_' "
-            "and '.', at most 100)")  # fmt: skip
+    w.error(
+        f"invalid pool name {raw!r} (a non-empty name of letters, digits, '-', '_' "
+        "and '.', at most 100)"
+    )
     return None
 
 

@@ -137,7 +137,7 @@ def parts(message: str) -> Parts:
     if found:
         scope = found.group(0)[:-2]
         step = found.group(2) if found.group(1) == "step" else None
-        rest = rest[found.end():]
+        rest = rest[found.end() :]
     found = _FIELD.match(rest)
     if found:
         field = found.group(1)

@@ -21,8 +21,10 @@ def check(libs: Any, w: problems.Where) -> None:
                 (w / i).error(f"expected a module name such as 'json', got {name!r}")
         return
     if not isinstance(libs, dict):
-        w.error(f"expected a mapping of aliases to modules or a list of modules, got "
-                f"{problems.type_name(libs)}")  # fmt: skip
+        w.error(
+            f"expected a mapping of aliases to modules or a list of modules, got "
+            f"{problems.type_name(libs)}"
+        )
         return
     for alias, spec in libs.items():
         aw = w / str(alias)

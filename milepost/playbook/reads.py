@@ -29,8 +29,11 @@ from milepost.playbook.coercion import is_template
 from milepost.sanitize import strings_in
 
 
-def step_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
-               keychain_reads: frozenset[str] | None) -> model.StepReads:  # fmt: skip
+def step_reads(
+    step: model.Step,
+    workbook: Mapping[str, model.WorkbookEntry],
+    keychain_reads: frozenset[str] | None,
+) -> model.StepReads:
     """What `step`'s templates read when it starts, in each attempt and when it ends."""
     start: list[Any] = [rule.when for rule in step.spec.admit]
     gate = step.spec.approval
@@ -39,13 +42,18 @@ def step_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
     if step.loop is not None:
         start += [step.loop.in_, step.loop.max_in_flight]
     exit_ = [step.set, [(arc.when, arc.set, arc.args) for arc in step.next.arcs]]
-    return model.StepReads(start=render.names_read(start),
-                           attempt=attempt_reads(step, workbook, keychain_reads),
-                           exit=render.names_read(exit_))  # fmt: skip
+    return model.StepReads(
+        start=render.names_read(start),
+        attempt=attempt_reads(step, workbook, keychain_reads),
+        exit=render.names_read(exit_),
+    )
 
 
-def attempt_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
-                  keychain_reads: frozenset[str] | None) -> frozenset[str] | None:  # fmt: skip
+def attempt_reads(
+    step: model.Step,
+    workbook: Mapping[str, model.WorkbookEntry],
+    keychain_reads: frozenset[str] | None,
+) -> frozenset[str] | None:
     """The names an attempt of `step` can read, or None (the whole context);
     `keychain_reads`: those of the playbook's keychain, which every attempt resolves."""
     if keychain_reads is None:
@@ -65,8 +73,11 @@ def attempt_reads(step: model.Step, workbook: Mapping[str, model.WorkbookEntry],
     return None if names is None else names | keychain_reads
 
 
-def playbook_reads(steps: Mapping[str, model.Step], workbook: Mapping[str, model.WorkbookEntry],
-                   keychain: Iterable[model.KeychainEntry]) -> dict[str, model.StepReads]:  # fmt: skip
+def playbook_reads(
+    steps: Mapping[str, model.Step],
+    workbook: Mapping[str, model.WorkbookEntry],
+    keychain: Iterable[model.KeychainEntry],
+) -> dict[str, model.StepReads]:
     """Every step's reads, for a playbook the loader has checked."""
     keychain_reads = render.names_read([(entry.map, entry.token) for entry in keychain])
     return {name: step_reads(step, workbook, keychain_reads) for name, step in steps.items()}
@@ -74,5 +85,4 @@ def playbook_reads(steps: Mapping[str, model.Step], workbook: Mapping[str, model
 
 def _sees_context(config: Mapping[str, Any]) -> bool:
     """True when python code (`code`, or `script.source.code`) may read `context`."""
-    return any("context" in text or is_template(text)
-               for text in strings_in(config))  # fmt: skip
+    return any("context" in text or is_template(text) for text in strings_in(config))

@@ -76,9 +76,12 @@ def _inline(node: Any, base: Path, path: tuple[Any, ...], found: list[str], seen
 
 
 def _inline_one(
-    node: dict[str, Any], script: dict[str, Any], base: Path, path: tuple[Any, ...],
+    node: dict[str, Any],
+    script: dict[str, Any],
+    base: Path,
+    path: tuple[Any, ...],
     found: list[str],
-) -> None:  # fmt: skip
+) -> None:
     where = problems.fmt_path((*path, "script", "uri"))
     uri, target = script.get("uri"), TARGET[node["kind"]]
     if not isinstance(uri, str) or not uri:

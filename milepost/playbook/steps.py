@@ -18,11 +18,32 @@ from milepost.playbook import (
 from milepost.playbook.context import LoadContext, RawStep
 
 _STEP_KEYS = frozenset({"step", "desc", "input", "tool", "loop", "set", "next", "spec", "output"})
-_TOOL_FIELD_HINTS = frozenset({
-    "kind", "code", "libs", "script", "command", "query", "url", "endpoint", "method", "headers",
-    "params", "json", "body", "auth", "database", "schema", "path", "cwd", "env", "return_step",
-    "return_result", "result_step",
-})  # fmt: skip
+_TOOL_FIELD_HINTS = frozenset(
+    {
+        "kind",
+        "code",
+        "libs",
+        "script",
+        "command",
+        "query",
+        "url",
+        "endpoint",
+        "method",
+        "headers",
+        "params",
+        "json",
+        "body",
+        "auth",
+        "database",
+        "schema",
+        "path",
+        "cwd",
+        "env",
+        "return_step",
+        "return_result",
+        "result_step",
+    }
+)
 _STEP_KEY_HINTS = {
     "name": "did you mean step?",
     "when": "conditions belong in next.arcs[].when or spec.policy.admit",

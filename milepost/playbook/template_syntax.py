@@ -29,8 +29,9 @@ def _walk(value: Any, w: problems.Where) -> None:
         if is_template(value):
             error = tp.lookup(value).error
             if isinstance(error, TemplateSyntaxError):
-                w.error(f"template syntax error: {error.message or 'syntax error'} in "
-                        f"'{_short(value)}'")  # fmt: skip
+                w.error(
+                    f"template syntax error: {error.message or 'syntax error'} in '{_short(value)}'"
+                )
     elif isinstance(value, dict):
         for key, item in value.items():
             _walk(item, w / str(key))

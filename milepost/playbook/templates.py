@@ -193,9 +193,33 @@ class Compiled:
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_JINJA_WORDS = frozenset({"true", "false", "none", "True", "False", "None", "and", "or", "not",
-                          "in", "is", "if", "else", "for", "recursive", "import", "from",
-                          "with", "without", "context", "as", "block", "endblock"})  # fmt: skip
+_JINJA_WORDS = frozenset(
+    {
+        "true",
+        "false",
+        "none",
+        "True",
+        "False",
+        "None",
+        "and",
+        "or",
+        "not",
+        "in",
+        "is",
+        "if",
+        "else",
+        "for",
+        "recursive",
+        "import",
+        "from",
+        "with",
+        "without",
+        "context",
+        "as",
+        "block",
+        "endblock",
+    }
+)
 _cache: dict[str, Compiled] = {}
 _stats = {"hits": 0, "misses": 0}
 

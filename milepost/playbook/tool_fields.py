@@ -38,7 +38,7 @@ KNOWN: dict[str, frozenset[str]] = {
             "verify_ssl",
             "auth",
         }
-    ),  # fmt: skip
+    ),
     "postgres": frozenset(
         {
             "command",
@@ -50,7 +50,7 @@ KNOWN: dict[str, frozenset[str]] = {
             "schema",
             *_SCRIPT,
         }
-    ),  # fmt: skip
+    ),
     "duckdb": frozenset(
         {
             "query",
@@ -64,13 +64,13 @@ KNOWN: dict[str, frozenset[str]] = {
             "auth",
             *_SCRIPT,
         }
-    ),  # fmt: skip
+    ),
     "shell": frozenset({"command", "cmds", "cmd", "cwd", "env", "timeout"}),
     "noop": frozenset(),
     "workbook": frozenset(),
     "playbook": frozenset(
         {"path", "return_step", "return_result", "result_step", "timeout", "payload", "version"}
-    ),  # fmt: skip
+    ),
     # read off the tool's own table (`object` names the object in a pipeline, where
     # `name` is the task's)
     "nats": frozenset({"auth", "operation", "object", "timeout", *nats_ops.FIELDS}),
@@ -89,8 +89,7 @@ def suggestion(key: str, candidates: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def check(raw: dict[str, Any], w: problems.Where, kind: str,
-          skip: Iterable[str] = ()) -> None:  # fmt: skip
+def check(raw: dict[str, Any], w: problems.Where, kind: str, skip: Iterable[str] = ()) -> None:
     """Warn about each field of the tool mapping `raw` that `kind` does not know;
     `skip`: fields reported otherwise (rejected or ignored ones)."""
     fields = known(kind)

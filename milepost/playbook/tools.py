@@ -27,8 +27,16 @@ from milepost.playbook.coercion import is_template
 from milepost.playbook.context import LoadContext
 
 TOOL_KINDS = (
-    "python", "http", "postgres", "duckdb", "shell", "noop", "workbook", "playbook", "nats",
-)  # fmt: skip
+    "python",
+    "http",
+    "postgres",
+    "duckdb",
+    "shell",
+    "noop",
+    "workbook",
+    "playbook",
+    "nats",
+)
 """Tool kinds milepost runs (DSL 3)."""
 
 _REQUIRED_TOOL_FIELDS: dict[str, tuple[str, ...]] = {

@@ -46,8 +46,7 @@ class Limits:
     @classmethod
     def of(cls, settings: Settings | None = None) -> Limits:
         settings = settings or Settings()
-        return cls(settings.max_playbook_bytes, settings.max_yaml_aliases,
-                   settings.max_json_depth)  # fmt: skip
+        return cls(settings.max_playbook_bytes, settings.max_yaml_aliases, settings.max_json_depth)
 
 
 _UNLIMITED = Limits(sys.maxsize, sys.maxsize, sys.maxsize)
@@ -57,12 +56,15 @@ def too_big(size: int, limits: Limits) -> str | None:
     """The problem of a document of `size` bytes, None when it is within the limit."""
     if size <= limits.max_bytes:
         return None
-    return (f"the document is {size} bytes, over the limit of {limits.max_bytes} "
-            "(MILEPOST_MAX_PLAYBOOK_BYTES)")  # fmt: skip
+    return (
+        f"the document is {size} bytes, over the limit of {limits.max_bytes} "
+        "(MILEPOST_MAX_PLAYBOOK_BYTES)"
+    )
 
 
-def parse(text: str, limits: Limits | None = None
-          ) -> tuple[Any, dict[problems.LinePath, int], list[str]]:  # fmt: skip
+def parse(
+    text: str, limits: Limits | None = None
+) -> tuple[Any, dict[problems.LinePath, int], list[str]]:
     """Return (data, lines, problems); data is None after a syntax error or a limit.
 
     `limits` None: none (a document accepted under limits before, such as a catalog
@@ -127,11 +129,15 @@ def _over_limits(root: yaml.Node, limits: Limits) -> str | None:
             nested = not isinstance(node, yaml.ScalarNode)
             height[key] = int(nested) + max((height[id(k)] for k in kids), default=0)
             if height[key] > limits.max_depth:
-                return (f"the document nests deeper than {limits.max_depth} levels "
-                        f"(line {line}; MILEPOST_MAX_JSON_DEPTH)")  # fmt: skip
+                return (
+                    f"the document nests deeper than {limits.max_depth} levels "
+                    f"(line {line}; MILEPOST_MAX_JSON_DEPTH)"
+                )
             if size[key] - len(size) > limits.max_aliases:
-                return (f"YAML aliases expand to more than {limits.max_aliases} nodes (line "
-                        f"{line}; MILEPOST_MAX_YAML_ALIASES)")  # fmt: skip
+                return (
+                    f"YAML aliases expand to more than {limits.max_aliases} nodes (line "
+                    f"{line}; MILEPOST_MAX_YAML_ALIASES)"
+                )
             continue
         if key in size:
             continue

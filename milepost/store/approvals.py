@@ -31,8 +31,12 @@ from milepost.core.approval_state import PENDING as PENDING
 # the statuses above are re-exported: the store's modules name them from here
 STATUSES = (PENDING, GRANTED, DENIED, EXPIRED, INVALIDATED, CANCELLED)
 
-CLOSING = {ev.APPROVAL_GRANTED: GRANTED, ev.APPROVAL_DENIED: DENIED,
-           ev.APPROVAL_EXPIRED: EXPIRED, ev.APPROVAL_INVALIDATED: INVALIDATED}  # fmt: skip
+CLOSING = {
+    ev.APPROVAL_GRANTED: GRANTED,
+    ev.APPROVAL_DENIED: DENIED,
+    ev.APPROVAL_EXPIRED: EXPIRED,
+    ev.APPROVAL_INVALIDATED: INVALIDATED,
+}
 """The events that close an approval, and the status each gives it."""
 
 
@@ -73,10 +77,17 @@ class Approvals(Protocol):
 
     def get_approval(self, approval_id: int) -> ApprovalRow | None: ...
 
-    def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
-                       approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None,
-                       decided: bool | None = None) -> list[ApprovalRow]:  # fmt: skip
+    def list_approvals(
+        self,
+        *,
+        status: str | None = None,
+        execution_id: int | None = None,
+        approver: str | None = None,
+        risk: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        decided: bool | None = None,
+    ) -> list[ApprovalRow]:
         """By approval id ascending, those after `after` (the last id of the previous page);
         `approver`: rows whose `approvers` hold that exact entry (`role:finance`); `decided`:
         True only those no longer pending (the history), False only pending ones."""
@@ -129,9 +140,17 @@ def ops(event: ev.Event) -> list[Op]:
     if t == ev.APPROVAL_REQUESTED:
         return [Requested(requested_row(event))]
     if t == ev.APPROVAL_DECIDED:
-        return [Voted(int(p["approval_id"]), {
-            "identity": str(p["identity"]), "decision": str(p["decision"]),
-            "reason": p.get("reason"), "at": at})]  # fmt: skip
+        return [
+            Voted(
+                int(p["approval_id"]),
+                {
+                    "identity": str(p["identity"]),
+                    "decision": str(p["decision"]),
+                    "reason": p.get("reason"),
+                    "at": at,
+                },
+            )
+        ]
     if t in CLOSING:
         return [Closed(int(p["approval_id"]), CLOSING[t], at, _as_json(p))]
     if t == ev.STEP_EXIT and event.status == "CANCELLED" and event.step is not None:
@@ -146,13 +165,21 @@ def requested_row(event: ev.Event) -> ApprovalRow:
     expires = p.get("expires_at")
     started_by = p.get("started_by")
     return ApprovalRow(
-        approval_id=event.event_id, execution_id=event.execution_id, step=str(event.step),
-        run=int(p.get("run", 1)), status=PENDING, risk=str(p.get("risk") or "medium"),
-        approvers=[str(a) for a in p.get("approvers", ())], quorum=int(p.get("quorum", 1)),
+        approval_id=event.event_id,
+        execution_id=event.execution_id,
+        step=str(event.step),
+        run=int(p.get("run", 1)),
+        status=PENDING,
+        risk=str(p.get("risk") or "medium"),
+        approvers=[str(a) for a in p.get("approvers", ())],
+        quorum=int(p.get("quorum", 1)),
         expires_at=None if expires is None else float(expires),
-        requested_at=float(event.created_at), decided_at=None,
+        requested_at=float(event.created_at),
+        decided_at=None,
         started_by=None if started_by is None else str(started_by),
-        digest=str(p.get("digest", "")), request=_as_json(p))  # fmt: skip
+        digest=str(p.get("digest", "")),
+        request=_as_json(p),
+    )
 
 
 def _as_json(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,19 +197,24 @@ def with_vote(row: ApprovalRow, vote: Mapping[str, Any]) -> ApprovalRow | None:
 
 
 def cancels(op: Cancelled, row: ApprovalRow) -> bool:
-    return (row.status == PENDING and row.execution_id == op.execution_id
-            and (op.step is None or (row.step, row.run) == (op.step, op.run)))  # fmt: skip
+    return (
+        row.status == PENDING
+        and row.execution_id == op.execution_id
+        and (op.step is None or (row.step, row.run) == (op.step, op.run))
+    )
 
 
-def apply(changes: Iterable[Op], approvals: dict[int, ApprovalRow],
-          paths: Mapping[int, str]) -> None:  # fmt: skip
+def apply(
+    changes: Iterable[Op], approvals: dict[int, ApprovalRow], paths: Mapping[int, str]
+) -> None:
     """Apply `changes` in order to rows held in memory, as the SQL statements do (`paths`:
     execution id -> playbook path)."""
     for op in changes:
         if isinstance(op, Requested):
             if op.row.approval_id not in approvals:
                 approvals[op.row.approval_id] = dataclasses.replace(
-                    op.row, path=paths.get(op.row.execution_id, ""))
+                    op.row, path=paths.get(op.row.execution_id, "")
+                )
         elif isinstance(op, Voted):
             held = approvals.get(op.approval_id)
             voted = None if held is None else with_vote(held, op.vote)
@@ -192,27 +224,40 @@ def apply(changes: Iterable[Op], approvals: dict[int, ApprovalRow],
             held = approvals.get(op.approval_id)
             if held is not None and held.status == PENDING:
                 approvals[op.approval_id] = dataclasses.replace(
-                    held, status=op.status, decided_at=op.at, outcome=op.outcome)
+                    held, status=op.status, decided_at=op.at, outcome=op.outcome
+                )
         else:
             for aid, row in list(approvals.items()):
                 if cancels(op, row):
                     approvals[aid] = dataclasses.replace(row, status=CANCELLED, decided_at=op.at)
 
 
-def select(rows: Iterable[ApprovalRow], *, status: str | None = None,
-           execution_id: int | None = None, approver: str | None = None,
-           risk: str | None = None, limit: int = 100,
-           after: int | None = None, decided: bool | None = None) -> list[ApprovalRow]:  # fmt: skip
+def select(
+    rows: Iterable[ApprovalRow],
+    *,
+    status: str | None = None,
+    execution_id: int | None = None,
+    approver: str | None = None,
+    risk: str | None = None,
+    limit: int = 100,
+    after: int | None = None,
+    decided: bool | None = None,
+) -> list[ApprovalRow]:
     """`list_approvals` over rows held in memory."""
-    kept = sorted((r for r in rows
-                   if (status is None or r.status == status)
-                   and (execution_id is None or r.execution_id == execution_id)
-                   and (approver is None or approver in r.approvers)
-                   and (risk is None or r.risk == risk)
-                   and (after is None or r.approval_id > after)
-                   and (decided is None or (r.status != PENDING) == decided)),
-                  key=lambda r: r.approval_id)  # fmt: skip
-    return kept[:max(limit, 0)]
+    kept = sorted(
+        (
+            r
+            for r in rows
+            if (status is None or r.status == status)
+            and (execution_id is None or r.execution_id == execution_id)
+            and (approver is None or approver in r.approvers)
+            and (risk is None or r.risk == risk)
+            and (after is None or r.approval_id > after)
+            and (decided is None or (r.status != PENDING) == decided)
+        ),
+        key=lambda r: r.approval_id,
+    )
+    return kept[: max(limit, 0)]
 
 
 def by_risk(rows: Iterable[ApprovalRow]) -> dict[str, int]:

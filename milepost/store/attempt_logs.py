@@ -43,8 +43,9 @@ class AttemptLogs(Protocol):
         stored already; returns how many were added."""
         ...
 
-    def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
-                     limit: int = LOG_PAGE) -> list[LogRow]:  # fmt: skip
+    def attempt_logs(
+        self, execution_id: int, *, step: str | None = None, after: int = 0, limit: int = LOG_PAGE
+    ) -> list[LogRow]:
         """The execution's entries (only `step`'s when given) with `log_id` past `after`,
         in `log_id` order, at most `limit`."""
         ...

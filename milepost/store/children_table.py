@@ -6,8 +6,10 @@ from __future__ import annotations
 from milepost.store.tables import Tables
 
 # the status as a literal: the partial index's own predicate, so the planner can use it
-_CHILDREN = ("SELECT execution_id FROM execution WHERE parent_execution_id=?"
-             " AND status='RUNNING' ORDER BY execution_id")  # fmt: skip
+_CHILDREN = (
+    "SELECT execution_id FROM execution WHERE parent_execution_id=?"
+    " AND status='RUNNING' ORDER BY execution_id"
+)
 
 
 class ChildrenTable(Tables):

@@ -27,16 +27,19 @@ class DriverBusy(ConcurrencyConflict):
 
     def __init__(self, lease: DriverLease) -> None:
         until = datetime.fromtimestamp(lease.expires_at, UTC).isoformat(timespec="seconds")
-        super().__init__(f"execution {lease.execution_id} is driven by {lease.holder} until"
-                         f" {until}", execution_id=str(lease.execution_id),
-                         holder=lease.holder, expires_at=lease.expires_at)  # fmt: skip
+        super().__init__(
+            f"execution {lease.execution_id} is driven by {lease.holder} until {until}",
+            execution_id=str(lease.execution_id),
+            holder=lease.holder,
+            expires_at=lease.expires_at,
+        )
         self.lease = lease
 
 
 class DriverLeases(Protocol):
-
-    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
-                       replace: str | None = None) -> DriverLease:  # fmt: skip
+    def acquire_driver(
+        self, execution_id: int, holder: str, now: float, ttl: float, *, replace: str | None = None
+    ) -> DriverLease:
         """Take the driver lease of an execution until `now + ttl`, in one statement: free
         or expired -> taken; already `holder`'s -> renewed; held by `replace` (a holder the
         caller knows is dead) -> taken. Else raises DriverBusy naming the live holder."""

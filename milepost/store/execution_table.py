@@ -12,8 +12,10 @@ from milepost.core import events as ev
 from milepost.store import port
 from milepost.store.tables import Tables
 
-EXEC_COLS = ("execution_id, path, version, status, created_at, updated_at,"
-             " parent_execution_id, error, cancel_requested, started_by")  # fmt: skip
+EXEC_COLS = (
+    "execution_id, path, version, status, created_at, updated_at,"
+    " parent_execution_id, error, cancel_requested, started_by"
+)
 """The `execution` columns of a `port.ExecutionRow`, in its order."""
 
 
@@ -21,16 +23,33 @@ class ExecutionTable(Tables):
     @staticmethod
     def _execution(row: Sequence[Any]) -> port.ExecutionRow:
         xid, path, version, status, created, updated, parent, error, cancel, by = row
-        return port.ExecutionRow(xid, path, version, status, created, updated, parent,
-                                 json.loads(error) if error else None, bool(cancel), by)  # fmt: skip
+        return port.ExecutionRow(
+            xid,
+            path,
+            version,
+            status,
+            created,
+            updated,
+            parent,
+            json.loads(error) if error else None,
+            bool(cancel),
+            by,
+        )
 
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
         rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE execution_id=?", (execution_id,))
         return self._execution(rows[0]) if rows else None
 
-    def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0, since: float | None = None,
-                        before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+    def list_executions(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        since: float | None = None,
+        before: port.Keyset | None = None,
+    ) -> list[port.ExecutionRow]:
         where: list[str] = []
         params: list[Any] = []
         if before is not None:  # a row comparison: one range of the (..., created_at, id) index
@@ -46,9 +65,11 @@ class ExecutionTable(Tables):
             where.append("path=?")
             params.append(path)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution {clause}"
-                         " ORDER BY created_at DESC, execution_id DESC LIMIT ? OFFSET ?",
-                         (*params, limit, offset))  # fmt: skip
+        rows = self.rows(
+            f"SELECT {EXEC_COLS} FROM execution {clause}"
+            " ORDER BY created_at DESC, execution_id DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
         return [self._execution(r) for r in rows]
 
     def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
@@ -57,13 +78,18 @@ class ExecutionTable(Tables):
             return {}
         # each run's events are one range of event_execution_seq: a page's runs, not the log
         marks = ", ".join("?" * len(ids))
-        rows = self.rows("SELECT execution_id, COUNT(DISTINCT step) FROM event WHERE"
-                         f" execution_id IN ({marks}) AND event_type=?"
-                         " GROUP BY execution_id", (*ids, ev.STEP_EXIT))  # fmt: skip
+        rows = self.rows(
+            "SELECT execution_id, COUNT(DISTINCT step) FROM event WHERE"
+            f" execution_id IN ({marks}) AND event_type=?"
+            " GROUP BY execution_id",
+            (*ids, ev.STEP_EXIT),
+        )
         return {int(r[0]): int(r[1]) for r in rows}
 
     def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
-        rows = self.rows(f"SELECT {EXEC_COLS} FROM execution WHERE (updated_at, execution_id)"
-                         " > (?, ?) ORDER BY updated_at, execution_id LIMIT ?",
-                         (*after, limit))  # fmt: skip
+        rows = self.rows(
+            f"SELECT {EXEC_COLS} FROM execution WHERE (updated_at, execution_id)"
+            " > (?, ?) ORDER BY updated_at, execution_id LIMIT ?",
+            (*after, limit),
+        )
         return [self._execution(r) for r in rows]

@@ -22,8 +22,9 @@ URLS_ENV = "MILEPOST_DATABASE_URLS"
 """Read through `Settings.database_urls`; named here for tests and messages."""
 
 
-def open_store(url: str | None = None, *, urls: list[str] | None = None,
-               settings: Settings | None = None) -> port.Store:  # fmt: skip
+def open_store(
+    url: str | None = None, *, urls: list[str] | None = None, settings: Settings | None = None
+) -> port.Store:
     """The store for `url`, or a ShardedStore over `urls` when there are several; with
     neither, the one `settings` (default: the environment's) name."""
     if url is not None and urls is not None:
@@ -58,7 +59,9 @@ def _open_one(url: str, settings: Settings) -> port.Store:
     masked = mask_url(url)
     raise UnsupportedDatabase(
         f"database URL {masked!r} is not supported (use a file path, sqlite:///path or "
-        "postgresql://user@host/db)", url=masked)  # fmt: skip
+        "postgresql://user@host/db)",
+        url=masked,
+    )
 
 
 def describe(store: port.Store) -> str:
@@ -70,8 +73,9 @@ def describe(store: port.Store) -> str:
     return type(store).__name__
 
 
-def upgrade(url: str | None = None, *, urls: list[str] | None = None,
-            settings: Settings | None = None) -> str:  # fmt: skip
+def upgrade(
+    url: str | None = None, *, urls: list[str] | None = None, settings: Settings | None = None
+) -> str:
     """Migrate the database(s) to the latest schema (those of `open_store`); one line per
     database, such as `database postgresql://milepost:***@db/milepost at schema version 2`."""
     store = open_store(url, urls=urls, settings=settings)  # every adapter migrates as it opens

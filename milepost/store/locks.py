@@ -16,7 +16,8 @@ class LockTable:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._locks: weakref.WeakValueDictionary[Hashable, threading.RLock] = (
-            weakref.WeakValueDictionary())
+            weakref.WeakValueDictionary()
+        )
 
     def _lock(self, key: Hashable) -> threading.RLock:
         """The key's lock (the caller's reference keeps it alive while it holds it)."""

@@ -24,8 +24,9 @@ def free_machine_id(live: set[int]) -> int:
     for machine_id in MACHINE_IDS:
         if machine_id not in live:
             return machine_id
-    raise MachineIdsExhausted(f"all {len(MACHINE_IDS)} machine ids are leased by live "
-                              "processes", leased=len(live))  # fmt: skip
+    raise MachineIdsExhausted(
+        f"all {len(MACHINE_IDS)} machine ids are leased by live processes", leased=len(live)
+    )
 
 
 class MachineIds(Protocol):

@@ -84,24 +84,36 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     # -- events ----------------------------------------------------------------------------
 
-    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
-                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+    def append_and_claim(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> tuple[list[ev.Event], port.Claimed]:
         db = self.db
         with db.lock:
             if check_claims:
                 claims = port.claims_reported(events)
                 rows = [db.commands.get(cid) for cid in claims]
-                if any(r is None or r.status != port.COMMAND_CLAIMED or r.epoch != claims[r.command_id]
-                       for r in rows):  # fmt: skip
-                    raise port.ClaimMoved("a reported claim is no longer live",
-                                          command_ids=sorted(str(c) for c in claims))  # fmt: skip
+                if any(
+                    r is None or r.status != port.COMMAND_CLAIMED or r.epoch != claims[r.command_id]
+                    for r in rows
+                ):
+                    raise port.ClaimMoved(
+                        "a reported claim is no longer live",
+                        command_ids=sorted(str(c) for c in claims),
+                    )
             for xid in {e.execution_id for e in events} & (expect or {}).keys():
                 assert expect is not None
-                if any(e.seq > expect[xid] and e.event_type not in ev.CLAIM_EVENTS
-                       for e in db.logs.get(xid, ())):  # fmt: skip
-                    raise port.LogMoved("another writer appended to this execution first",
-                                        execution_ids=[str(xid)])  # fmt: skip
+                if any(
+                    e.seq > expect[xid] and e.event_type not in ev.CLAIM_EVENTS
+                    for e in db.logs.get(xid, ())
+                ):
+                    raise port.LogMoved(
+                        "another writer appended to this execution first", execution_ids=[str(xid)]
+                    )
             known = {e.event_id: db.by_id[e.event_id] for e in events if e.event_id in db.by_id}
             fresh = port.new_events(events, known)
             change = projection.changes(fresh)
@@ -134,11 +146,20 @@ class MemoryStore(MemoryLeases, port.Appends):
         projection.apply(change, self.db.executions, self.db.commands, self.db.approvals)
         return logged
 
-    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
-             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+    def load(
+        self,
+        execution_id: int,
+        after_seq: int = 0,
+        *,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[ev.Event]:
         with self.db.lock:
-            found = [e for e in self.db.logs.get(execution_id, ())
-                     if after_seq < e.seq and (before_seq is None or e.seq < before_seq)]  # fmt: skip
+            found = [
+                e
+                for e in self.db.logs.get(execution_id, ())
+                if after_seq < e.seq and (before_seq is None or e.seq < before_seq)
+            ]
         return found if limit is None else found[:limit]
 
     def event_count(self, execution_id: int) -> int:
@@ -150,27 +171,41 @@ class MemoryStore(MemoryLeases, port.Appends):
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
         return self.db.executions.get(execution_id)
 
-    def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0, since: float | None = None,
-                        before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+    def list_executions(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        since: float | None = None,
+        before: port.Keyset | None = None,
+    ) -> list[port.ExecutionRow]:
         with self.db.lock:
-            rows = [r for r in self.db.executions.values()
-                    if (not status or r.status == status.upper()) and (not path or r.path == path)
-                    and (since is None or r.created_at >= since)
-                    and (before is None or (r.created_at, r.execution_id) < before)]  # fmt: skip
+            rows = [
+                r
+                for r in self.db.executions.values()
+                if (not status or r.status == status.upper())
+                and (not path or r.path == path)
+                and (since is None or r.created_at >= since)
+                and (before is None or (r.created_at, r.execution_id) < before)
+            ]
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
-        return rows[offset:offset + limit]
+        return rows[offset : offset + limit]
 
     def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
         with self.db.lock:
-            found = {x: {e.step for e in self.db.logs.get(x, ()) if e.event_type == ev.STEP_EXIT}
-                     for x in execution_ids}  # fmt: skip
+            found = {
+                x: {e.step for e in self.db.logs.get(x, ()) if e.event_type == ev.STEP_EXIT}
+                for x in execution_ids
+            }
         return {x: len(steps) for x, steps in found.items() if steps}
 
     def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
         with self.db.lock:
-            rows = [r for r in self.db.executions.values()
-                    if (r.updated_at, r.execution_id) > after]  # fmt: skip
+            rows = [
+                r for r in self.db.executions.values() if (r.updated_at, r.execution_id) > after
+            ]
         rows.sort(key=lambda r: (r.updated_at, r.execution_id))
         return rows[:limit]
 
@@ -180,10 +215,11 @@ class MemoryStore(MemoryLeases, port.Appends):
         with self.db.lock:
             row = self.db.executions.get(execution_id)
             path = row.path if row is not None else ""
-            return [usage.UsageRow(path, prov, model, int(v[0]), int(v[1]), float(v[2]),
-                                   execution_id)
-                    for (xid, prov, model), v in sorted(self.db.usage.items())
-                    if xid == execution_id]  # fmt: skip
+            return [
+                usage.UsageRow(path, prov, model, int(v[0]), int(v[1]), float(v[2]), execution_id)
+                for (xid, prov, model), v in sorted(self.db.usage.items())
+                if xid == execution_id
+            ]
 
     def playbook_usage(self, path: str | None = None) -> list[usage.UsageRow]:
         with self.db.lock:
@@ -200,26 +236,46 @@ class MemoryStore(MemoryLeases, port.Appends):
                 kept[row.event_id, row.stream] = dataclasses.replace(row, log_id=len(kept) + 1)
             return len(fresh)
 
-    def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
-                     limit: int = LOG_PAGE) -> list[port.LogRow]:  # fmt: skip
+    def attempt_logs(
+        self, execution_id: int, *, step: str | None = None, after: int = 0, limit: int = LOG_PAGE
+    ) -> list[port.LogRow]:
         with self.db.lock:
-            return [r for r in self.db.attempt_logs.values() if r.execution_id == execution_id
-                    and r.log_id > after and (step is None or r.step == step)][:limit]  # fmt: skip
+            return [
+                r
+                for r in self.db.attempt_logs.values()
+                if r.execution_id == execution_id
+                and r.log_id > after
+                and (step is None or r.step == step)
+            ][:limit]
 
     # -- approvals -------------------------------------------------------------------------
 
     def get_approval(self, approval_id: int) -> port.ApprovalRow | None:
         return self.db.approvals.get(approval_id)
 
-    def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
-                       approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None,
-                       decided: bool | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+    def list_approvals(
+        self,
+        *,
+        status: str | None = None,
+        execution_id: int | None = None,
+        approver: str | None = None,
+        risk: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        decided: bool | None = None,
+    ) -> list[port.ApprovalRow]:
         with self.db.lock:
             rows = list(self.db.approvals.values())
-        return approvals.select(rows, status=status, execution_id=execution_id,
-                                approver=approver, risk=risk, limit=limit, after=after,
-                                decided=decided)  # fmt: skip
+        return approvals.select(
+            rows,
+            status=status,
+            execution_id=execution_id,
+            approver=approver,
+            risk=risk,
+            limit=limit,
+            after=after,
+            decided=decided,
+        )
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
         with self.db.lock:
@@ -236,29 +292,48 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def open_commands(self, execution_id: int | None = None) -> list[port.CommandRow]:
         with self.db.lock:
-            return sorted((r for r in self.db.commands.values()
-                           if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
-                           and execution_id in (None, r.execution_id)),
-                          key=lambda r: r.command_id)  # fmt: skip
+            return sorted(
+                (
+                    r
+                    for r in self.db.commands.values()
+                    if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
+                    and execution_id in (None, r.execution_id)
+                ),
+                key=lambda r: r.command_id,
+            )
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
-              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
+    def claim(
+        self,
+        command_id: int,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        *,
+        new_id: Callable[[], int],
+    ) -> port.Lease:
         with self.db.lock:
             row = self.db.commands.get(command_id)
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
             x = self.db.executions.get(row.execution_id)
             held = (row.status, row.worker_id, row.epoch, row.lease_expires_at)
-            epoch = port.claim_epoch(command_id, worker_id, now, held,
-                                     None if x is None else (x.status, x.cancel_requested))  # fmt: skip
+            epoch = port.claim_epoch(
+                command_id,
+                worker_id,
+                now,
+                held,
+                None if x is None else (x.status, x.cancel_requested),
+            )
             lease_s = self.db.leases.get(command_id, lease_s)
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
-            self._take([projection.claimed_event(new_id(), row, worker_id, epoch,
-                                                 lease.expires_at, now)])  # fmt: skip
+            self._take(
+                [projection.claimed_event(new_id(), row, worker_id, epoch, lease.expires_at, now)]
+            )
             return lease
 
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> port.Lease:  # fmt: skip
+    def heartbeat(
+        self, command_id: int, worker_id: str, epoch: int, now: float, lease_s: float
+    ) -> port.Lease:
         with self.db.lock:
             row = self._live(command_id, worker_id, epoch)
             lease_s = self.db.leases.get(command_id, lease_s)
@@ -267,49 +342,85 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def _live(self, command_id: int, worker_id: str, epoch: int) -> port.CommandRow:
         row = self.db.commands.get(command_id)
-        if row is None or (row.status, row.worker_id, row.epoch) != (port.COMMAND_CLAIMED,
-                                                                     worker_id, epoch):  # fmt: skip
-            raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
-                               command_id=str(command_id))  # fmt: skip
+        if row is None or (row.status, row.worker_id, row.epoch) != (
+            port.COMMAND_CLAIMED,
+            worker_id,
+            epoch,
+        ):
+            raise ClaimRefused(
+                "no live claim with that epoch", reason="stale_epoch", command_id=str(command_id)
+            )
         return row
 
     def expired_claims(self, now: float) -> list[port.CommandRow]:
         with self.db.lock:
-            return sorted((r for r in self.db.commands.values() if r.status == port.COMMAND_CLAIMED
-                           and (r.lease_expires_at or 0) < now), key=lambda r: r.command_id)  # fmt: skip
+            return sorted(
+                (
+                    r
+                    for r in self.db.commands.values()
+                    if r.status == port.COMMAND_CLAIMED and (r.lease_expires_at or 0) < now
+                ),
+                key=lambda r: r.command_id,
+            )
 
-    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None, *,
-                   new_id: Callable[[], int]) -> port.Claimed:  # fmt: skip
+    def claim_next(
+        self,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        limit: int = 1,
+        pool: str | None = None,
+        *,
+        new_id: Callable[[], int],
+    ) -> port.Claimed:
         if limit <= 0:
             return []
         with self.db.lock:
-            return self._claim_next(port.ClaimRequest(worker_id, now, lease_s, limit, pool,
-                                                      new_id=new_id))  # fmt: skip
+            return self._claim_next(
+                port.ClaimRequest(worker_id, now, lease_s, limit, pool, new_id=new_id)
+            )
 
     def _claim_next(self, req: port.ClaimRequest) -> port.Claimed:
         db = self.db
 
         def claimable(r: port.CommandRow) -> bool:
             x = db.executions.get(r.execution_id)
-            return (r.status == port.COMMAND_QUEUED and x is not None and x.status == "RUNNING"
-                    and not x.cancel_requested and req.pool in (None, r.pool)
-                    and (req.driver is None or getattr(db.drivers.get(r.execution_id), "holder",
-                                                       None) == req.driver))  # fmt: skip
+            return (
+                r.status == port.COMMAND_QUEUED
+                and x is not None
+                and x.status == "RUNNING"
+                and not x.cancel_requested
+                and req.pool in (None, r.pool)
+                and (
+                    req.driver is None
+                    or getattr(db.drivers.get(r.execution_id), "holder", None) == req.driver
+                )
+            )
 
-        rows = sorted(filter(claimable, db.commands.values()),
-                      key=lambda r: (r.created_at, r.command_id))[:req.limit]  # fmt: skip
+        rows = sorted(
+            filter(claimable, db.commands.values()), key=lambda r: (r.created_at, r.command_id)
+        )[: req.limit]
         own = [db.leases.get(r.command_id, req.lease_s) for r in rows]
         # `_take` logs them in this order: each lease gets its numbered `command.claimed`
-        logged = self._take([projection.claimed_event(req.new_id(), r, req.worker_id, r.epoch + 1,
-                                                      req.now + s, req.now)
-                             for r, s in zip(rows, own, strict=True)])  # fmt: skip
-        return [(db.commands[r.command_id], port.Lease(r.command_id, req.worker_id, r.epoch + 1,
-                                                       req.now + s, e, s))
-                for r, s, e in zip(rows, own, logged, strict=True)]  # fmt: skip
+        logged = self._take(
+            [
+                projection.claimed_event(
+                    req.new_id(), r, req.worker_id, r.epoch + 1, req.now + s, req.now
+                )
+                for r, s in zip(rows, own, strict=True)
+            ]
+        )
+        return [
+            (
+                db.commands[r.command_id],
+                port.Lease(r.command_id, req.worker_id, r.epoch + 1, req.now + s, e, s),
+            )
+            for r, s, e in zip(rows, own, logged, strict=True)
+        ]
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
-                new_id: Callable[[], int]) -> bool:  # fmt: skip
+    def release(
+        self, command_id: int, worker_id: str, epoch: int, now: float, *, new_id: Callable[[], int]
+    ) -> bool:
         with self.db.lock:
             row = self._live(command_id, worker_id, epoch)
             self._take([projection.released_event(new_id(), row, worker_id, epoch, now)])
@@ -317,14 +428,23 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
         with self.db.lock:
-            return sorted((r for r in self.db.commands.values() if r.status == port.COMMAND_CLAIMED
-                           and self.db.claimed_at.get(r.command_id, now) < now - after_s),
-                          key=lambda r: r.command_id)  # fmt: skip
+            return sorted(
+                (
+                    r
+                    for r in self.db.commands.values()
+                    if r.status == port.COMMAND_CLAIMED
+                    and self.db.claimed_at.get(r.command_id, now) < now - after_s
+                ),
+                key=lambda r: r.command_id,
+            )
 
     def running_children(self, execution_id: int) -> list[int]:
         with self.db.lock:
-            return sorted(r.execution_id for r in self.db.executions.values()
-                          if r.parent_execution_id == execution_id and r.status == "RUNNING")  # fmt: skip
+            return sorted(
+                r.execution_id
+                for r in self.db.executions.values()
+                if r.parent_execution_id == execution_id and r.status == "RUNNING"
+            )
 
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         with self.db.lock:
@@ -342,12 +462,17 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def executions_to_redrive(self, now: float, idle_s: float = 5.0) -> list[int]:
         with self.db.lock:
-            busy = {r.execution_id for r in self.db.commands.values()
-                    if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)}  # fmt: skip
+            busy = {
+                r.execution_id
+                for r in self.db.commands.values()
+                if r.status in (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
+            }
             # a run waiting for people is idle on purpose, until its approval expires
-            busy |= {a.execution_id for a in self.db.approvals.values()
-                     if a.status == approvals.PENDING
-                     and (a.expires_at is None or a.expires_at > now)}  # fmt: skip
+            busy |= {
+                a.execution_id
+                for a in self.db.approvals.values()
+                if a.status == approvals.PENDING and (a.expires_at is None or a.expires_at > now)
+            }
             out = []
             for xid, row in self.db.executions.items():
                 log = self.db.logs.get(xid)
@@ -406,12 +531,14 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     # -- credentials and tokens ------------------------------------------------------------
 
-    def put_credential(self, name: str, type: str, ciphertext: bytes,
-                       now: float) -> port.CredentialRow:  # fmt: skip
+    def put_credential(
+        self, name: str, type: str, ciphertext: bytes, now: float
+    ) -> port.CredentialRow:
         with self.db.lock:
             old = self.db.credentials.get(name)
-            row = port.CredentialRow(name, type, bytes(ciphertext),
-                                     now if old is None else old.created_at, now)  # fmt: skip
+            row = port.CredentialRow(
+                name, type, bytes(ciphertext), now if old is None else old.created_at, now
+            )
             self.db.credentials[name] = row
             return row
 
@@ -420,21 +547,31 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     def list_credentials(self) -> list[port.CredentialRow]:
         with self.db.lock:
-            return [dataclasses.replace(self.db.credentials[n], ciphertext=None)
-                    for n in sorted(self.db.credentials)]  # fmt: skip
+            return [
+                dataclasses.replace(self.db.credentials[n], ciphertext=None)
+                for n in sorted(self.db.credentials)
+            ]
 
     def delete_credential(self, name: str) -> bool:
         with self.db.lock:
             return self.db.credentials.pop(name, None) is not None
 
-    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
-                     user: str | None = None,
-                     approver_roles: Sequence[str] = ()) -> port.TokenRow:  # fmt: skip
+    def create_token(
+        self,
+        token_hash: str,
+        role: str,
+        name: str | None,
+        now: float,
+        *,
+        user: str | None = None,
+        approver_roles: Sequence[str] = (),
+    ) -> port.TokenRow:
         with self.db.lock:
             if token_hash in self.db.tokens:
                 raise ConcurrencyConflict("a token with that hash exists", constraint="token")
-            row = self.db.tokens[token_hash] = port.TokenRow(token_hash, role, name, now, user,
-                                                             tuple(approver_roles))  # fmt: skip
+            row = self.db.tokens[token_hash] = port.TokenRow(
+                token_hash, role, name, now, user, tuple(approver_roles)
+            )
             return row
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:

@@ -31,28 +31,36 @@ class MemoryLeases:
 
     def mark_lost_workers(self, now: float) -> list[port.WorkerRow]:
         with self.db.lock:
-            lost = [r for r in self.list_workers()
-                    if r.lost_at is None and r.last_seen + r.ttl <= now]  # fmt: skip
+            lost = [
+                r for r in self.list_workers() if r.lost_at is None and r.last_seen + r.ttl <= now
+            ]
             for row in lost:
                 self.db.workers[row.worker_key] = dataclasses.replace(row, lost_at=now)
             return lost
 
-    def forget_workers(self, *, worker_key: str | None = None,
-                       seen_before: float | None = None) -> int:  # fmt: skip
+    def forget_workers(
+        self, *, worker_key: str | None = None, seen_before: float | None = None
+    ) -> int:
         with self.db.lock:
-            gone = [k for k, r in self.db.workers.items()
-                    if k == worker_key or (seen_before is not None and r.last_seen < seen_before)]  # fmt: skip
+            gone = [
+                k
+                for k, r in self.db.workers.items()
+                if k == worker_key or (seen_before is not None and r.last_seen < seen_before)
+            ]
             for key in gone:
                 del self.db.workers[key]
             return len(gone)
 
-    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
-                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
+    def acquire_driver(
+        self, execution_id: int, holder: str, now: float, ttl: float, *, replace: str | None = None
+    ) -> port.DriverLease:
         with self.db.lock:
             held = self.db.drivers.get(execution_id)
             if held is not None and held.holder not in (holder, replace) and held.expires_at > now:
                 raise port.DriverBusy(held)
-            lease = self.db.drivers[execution_id] = port.DriverLease(execution_id, holder, now + ttl)
+            lease = self.db.drivers[execution_id] = port.DriverLease(
+                execution_id, holder, now + ttl
+            )
             return lease
 
     def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
@@ -69,7 +77,8 @@ class MemoryLeases:
             if held is None or held.holder != holder:
                 return False
             self.db.drivers[execution_id] = dataclasses.replace(
-                held, expires_at=min(held.expires_at, now))
+                held, expires_at=min(held.expires_at, now)
+            )
             return True
 
     def get_driver(self, execution_id: int) -> port.DriverLease | None:

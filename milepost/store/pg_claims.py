@@ -63,42 +63,55 @@ _LOG = (
 """Number and insert the `command.claimed` of the rows of `claimed`, return them; the
 event ids `{id}` come from a block (`core.ids.block_of`: the first of `limit` consecutive
 ids, one parameter) or, from a generator that makes no blocks, a list of `limit` ids."""
-_BLOCK_IDS = {"id": "%(first)s::bigint + n - 1", "numbered_id": "%(first)s::bigint + numbered.n - 1"}
+_BLOCK_IDS = {
+    "id": "%(first)s::bigint + n - 1",
+    "numbered_id": "%(first)s::bigint + numbered.n - 1",
+}
 _LISTED_IDS = {"id": "(%(ids)s::bigint[])[n]", "numbered_id": "(%(ids)s::bigint[])[numbered.n]"}
-_CLAIM_AND_LOG = ("WITH " + _PICK.replace("{returning}", _TAKEN) + ", claimed AS"
-                  " (SELECT * FROM taken)," + _LOG)
+_CLAIM_AND_LOG = (
+    "WITH " + _PICK.replace("{returning}", _TAKEN) + ", claimed AS (SELECT * FROM taken)," + _LOG
+)
 """The claim after an append, one statement: the logs it writes to are the append's (held
 by this transaction, read as they are now) or ones it has just locked at once, which a
 writer may have committed to since the statement began: then the unique index refuses
 the event (SeqTaken) and the append is tried again."""
-_CLAIM = ("WITH " + _PICK.replace("{returning}", "command.command_id") +
-          # the next statement numbers the claims' events: it sees the log as it is now
-          # that this one holds it (a statement reads as of its start)
-          " SELECT set_config('milepost.claimed', coalesce(string_agg(command_id::text, ','),"
-          " ''), true) FROM taken")
+_CLAIM = (
+    "WITH " + _PICK.replace("{returning}", "command.command_id") +
+    # the next statement numbers the claims' events: it sees the log as it is now
+    # that this one holds it (a statement reads as of its start)
+    " SELECT set_config('milepost.claimed', coalesce(string_agg(command_id::text, ','),"
+    " ''), true) FROM taken"
+)
 """The claim alone: the claim, then `_LOG_CLAIMS` writes its events."""
-_LOG_CLAIMS = (f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
-               " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[]))," + _LOG)
-_WAIT = ("x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
-         f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
-         f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
-         f" {_fold('s.execution_id')}) IS NOT NULL)")
+_LOG_CLAIMS = (
+    f"WITH claimed AS (SELECT {sql.CMD_COLS} FROM command WHERE command_id ="
+    " ANY(string_to_array(current_setting('milepost.claimed'), ',')::bigint[]))," + _LOG
+)
+_WAIT = (
+    "x.execution_id IN (SELECT s.execution_id FROM (SELECT d.execution_id FROM"
+    f" (SELECT DISTINCT execution_id FROM picked) d ORDER BY {_fold('d.execution_id')}"
+    f" OFFSET 0) s WHERE pg_advisory_xact_lock({sql.NS_APPEND},"
+    f" {_fold('s.execution_id')}) IS NOT NULL)"
+)
 """The claim alone: wait for each log, keys in order (`OFFSET 0` keeps the sort first)."""
 _TRY = f"pg_try_advisory_xact_lock({sql.NS_APPEND}, {_fold('x.execution_id')})"
 """The claim after an append: only the logs free now (or held by this transaction)."""
 
 
 @functools.cache
-def texts(after_append: bool, pool: bool, driver: bool,
-          block: bool) -> tuple[bytes | None, bytes]:  # fmt: skip
+def texts(after_append: bool, pool: bool, driver: bool, block: bool) -> tuple[bytes | None, bytes]:
     """The claim's statements, made once per shape: after an append (None, the claim with
     its events) else (the claim, its events); filtered by pool and by driver or not; the
     events' ids from a block or from a list."""
     where = sql.claim_filters(pool, driver, "%(pool)s", "%(driver)s")
-    claim = (None if after_append
-             else _CLAIM.replace("{pool}", where).replace("{hold}", _WAIT).encode())
-    logging = _CLAIM_AND_LOG.replace("{pool}", where).replace("{hold}", _TRY) if after_append \
-        else _LOG_CLAIMS  # fmt: skip
+    claim = (
+        None if after_append else _CLAIM.replace("{pool}", where).replace("{hold}", _WAIT).encode()
+    )
+    logging = (
+        _CLAIM_AND_LOG.replace("{pool}", where).replace("{hold}", _TRY)
+        if after_append
+        else _LOG_CLAIMS
+    )
     for name, value in (_BLOCK_IDS if block else _LISTED_IDS).items():
         logging = logging.replace("{" + name + "}", value)
     return claim, logging.encode()

@@ -37,4 +37,6 @@ def _missing(url: str, masked: str) -> DatabaseMissing:
     name = urlsplit(url).path.lstrip("/") or "?"
     return DatabaseMissing(
         f"database {name!r} does not exist on the server of {masked}: create it (createdb "
-        f"{name}, or CREATE DATABASE {name}), then run milepost db upgrade", url=masked)  # fmt: skip
+        f"{name}, or CREATE DATABASE {name}), then run milepost db upgrade",
+        url=masked,
+    )

@@ -207,14 +207,20 @@ def new_events(events: Iterable[Event], known: Mapping[int, Event]) -> list[Even
 def event_id_conflict(clashes: Sequence[tuple[Event, Event]]) -> EventIdConflict:
     ids = sorted({str(new.event_id) for _, new in clashes})
     xids = sorted({str(e.execution_id) for pair in clashes for e in pair})
-    return EventIdConflict(f"event id {ids[0]} is already in the log for another event",
-                           event_ids=ids, execution_ids=xids)  # fmt: skip
+    return EventIdConflict(
+        f"event id {ids[0]} is already in the log for another event",
+        event_ids=ids,
+        execution_ids=xids,
+    )
 
 
 def claims_reported(events: Sequence[Event]) -> dict[int, int]:
     """command_id -> epoch of the reports that settle a command, stale ones left out."""
-    return {int(e.payload["command_id"]): int(e.meta["epoch"]) for e in events
-            if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")}  # fmt: skip
+    return {
+        int(e.payload["command_id"]): int(e.meta["epoch"])
+        for e in events
+        if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")
+    }
 
 
 @record
@@ -245,7 +251,7 @@ def parse_blob_uri(uri: str) -> tuple[int | None, int]:
     """`milepost://results/<blob_id>` or `milepost://results/<execution_id>/<blob_id>` ->
     (execution_id or None, blob_id). The second form names the execution so a sharded store
     can find the shard that holds it."""
-    parts = uri[len(BLOB_PREFIX):].split("/") if uri.startswith(BLOB_PREFIX) else []
+    parts = uri[len(BLOB_PREFIX) :].split("/") if uri.startswith(BLOB_PREFIX) else []
     try:
         if len(parts) == 1:
             return None, int(parts[0])
@@ -256,8 +262,13 @@ def parse_blob_uri(uri: str) -> tuple[int | None, int]:
     raise MilepostError(f"not a result reference: {uri!r}", uri=uri)
 
 
-def claim_epoch(command_id: int, worker_id: str, now: float, command: tuple[Any, ...],
-                execution: tuple[Any, ...] | None) -> int:  # fmt: skip
+def claim_epoch(
+    command_id: int,
+    worker_id: str,
+    now: float,
+    command: tuple[Any, ...],
+    execution: tuple[Any, ...] | None,
+) -> int:
     """The claim rule both adapters apply (the caller holds the command row): the epoch the
     claim gets, or ClaimRefused.
 
@@ -266,29 +277,42 @@ def claim_epoch(command_id: int, worker_id: str, now: float, command: tuple[Any,
     """
     status, owner, epoch, expires = command
     if execution is not None and (execution[1] or execution[0] == "CANCELLED"):
-        raise ClaimRefused("the execution is cancelled", reason="execution_cancelled",
-                           command_id=str(command_id))  # fmt: skip
+        raise ClaimRefused(
+            "the execution is cancelled", reason="execution_cancelled", command_id=str(command_id)
+        )
     if status == COMMAND_CLAIMED and owner == worker_id and (expires or 0) > now:
         return int(epoch)  # a repeated claim by the holder renews it
     if status == COMMAND_QUEUED:
         return int(epoch) + 1
     if status == COMMAND_CLAIMED:
-        raise ClaimRefused("command has an active claim", reason="active_claim",
-                           command_id=str(command_id))  # fmt: skip
-    raise ClaimRefused(f"command is {status}", reason="already_terminal",
-                       command_id=str(command_id))  # fmt: skip
+        raise ClaimRefused(
+            "command has an active claim", reason="active_claim", command_id=str(command_id)
+        )
+    raise ClaimRefused(
+        f"command is {status}", reason="already_terminal", command_id=str(command_id)
+    )
 
 
 class Appends:
     """`append` is `append_and_claim` without a claim, in every store written on this."""
 
-    def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
-               check_claims: bool = False) -> list[Event]:  # fmt: skip
+    def append(
+        self,
+        events: Sequence[Event],
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> list[Event]:
         return self.append_and_claim(events, None, expect=expect, check_claims=check_claims)[0]
 
-    def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None,
-                         check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
+    def append_and_claim(
+        self,
+        events: Sequence[Event],
+        claim: ClaimRequest | None,
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> tuple[list[Event], Claimed]:
         raise NotImplementedError
 
 
@@ -300,8 +324,13 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
     def close(self) -> None: ...
 
     # events
-    def append(self, events: Sequence[Event], *, expect: Mapping[int, int] | None = None,
-               check_claims: bool = False) -> list[Event]:  # fmt: skip
+    def append(
+        self,
+        events: Sequence[Event],
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> list[Event]:
         """Append in one transaction with the projections; returns the events stored (with
         `seq`), leaving out those whose `event_id` the log already had for the same event
         (`same_event`). An id the log holds for another event raises EventIdConflict and
@@ -323,17 +352,28 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         without reading the command rows first."""
         ...
 
-    def append_and_claim(self, events: Sequence[Event], claim: ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None,
-                         check_claims: bool = False) -> tuple[list[Event], Claimed]:  # fmt: skip
+    def append_and_claim(
+        self,
+        events: Sequence[Event],
+        claim: ClaimRequest | None,
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> tuple[list[Event], Claimed]:
         """`append`, then `claim_next` as `claim` asks, in the same transaction where the
         database allows it (the commands just issued are claimable at once). The events
         returned are those of the append; the claims' `command.claimed` come after them in
         the log."""
         ...
 
-    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
-             limit: int | None = None) -> list[Event]:  # fmt: skip
+    def load(
+        self,
+        execution_id: int,
+        after_seq: int = 0,
+        *,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
         """The execution's events with `after_seq < seq`, and `seq < before_seq` if given
         (what slipped in before one's own append, without reading that append back); the
         first `limit` of them if given (a page read in the query, not cut from the log)."""
@@ -345,8 +385,14 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
     def get_execution(self, execution_id: int) -> ExecutionRow | None: ...
 
     def list_executions(
-        self, *, status: str | None = None, path: str | None = None, limit: int = 100,
-        offset: int = 0, since: float | None = None, before: Keyset | None = None,
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        since: float | None = None,
+        before: Keyset | None = None,
     ) -> list[ExecutionRow]:
         """Newest first, by (created_at, execution_id); `since`: only those created at or
         after it (epoch seconds); `before`: only those whose (created_at, execution_id) is
@@ -375,14 +421,22 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         """Commands queued or claimed (not yet completed, failed or cancelled)."""
         ...
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
-              new_id: Callable[[], int]) -> Lease:  # fmt: skip
+    def claim(
+        self,
+        command_id: int,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        *,
+        new_id: Callable[[], int],
+    ) -> Lease:
         """Take a queued command (or renew this worker's own live claim); raises ClaimRefused.
         Appends `command.claimed` (id from `new_id`) in the transaction of the claim."""
         ...
 
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> Lease:  # fmt: skip
+    def heartbeat(
+        self, command_id: int, worker_id: str, epoch: int, now: float, lease_s: float
+    ) -> Lease:
         """Move the lease end of a live claim; no event: the projection only."""
         ...
 
@@ -414,8 +468,7 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         ...
 
     # credentials (data encrypted by the caller; the store never sees plain text)
-    def put_credential(self, name: str, type: str, ciphertext: bytes,
-                       now: float) -> CredentialRow:  # fmt: skip
+    def put_credential(self, name: str, type: str, ciphertext: bytes, now: float) -> CredentialRow:
         """Create or replace; `created_at` survives a replace."""
         ...
 
@@ -430,8 +483,16 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         ...
 
     # API tokens (only their hash is stored)
-    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
-                     user: str | None = None, approver_roles: Sequence[str] = ()) -> TokenRow:
+    def create_token(
+        self,
+        token_hash: str,
+        role: str,
+        name: str | None,
+        now: float,
+        *,
+        user: str | None = None,
+        approver_roles: Sequence[str] = (),
+    ) -> TokenRow:
         """Raises ConcurrencyConflict if the hash is already known."""
         ...
 
@@ -440,16 +501,24 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
     def delete_token(self, token_hash: str) -> bool: ...  # a revoke: True when there was one
 
     # the polling claim path
-    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None, *,
-                   new_id: Callable[[], int]) -> list[tuple[CommandRow, Lease]]:  # fmt: skip
+    def claim_next(
+        self,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        limit: int = 1,
+        pool: str | None = None,
+        *,
+        new_id: Callable[[], int],
+    ) -> list[tuple[CommandRow, Lease]]:
         """Claim up to `limit` of the oldest queued commands (epoch += 1) of RUNNING
         executions with no cancel requested; `pool` None = any pool. Two workers never get
         the same command. Each claim appends `command.claimed` in the same transaction."""
         ...
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
-                new_id: Callable[[], int]) -> bool:  # fmt: skip
+    def release(
+        self, command_id: int, worker_id: str, epoch: int, now: float, *, new_id: Callable[[], int]
+    ) -> bool:
         """Give back a live claim that was not started: the command is queued again, same
         attempt and key (the next claim gets epoch + 1), and `command.released` appended.
         Raises ClaimRefused (`stale_epoch`) when `worker_id` holds no claim with that epoch."""

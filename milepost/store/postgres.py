@@ -63,8 +63,10 @@ class _Rows:
     def __init__(self, sql: str, types: Sequence[str]) -> None:
         self.values_max = max(1, _CACHED_PARAMS // len(types))
         row = "(" + ",".join(f"%s::{t}" for t in types) + ")"
-        self._values = {n: sql.format(rows="(VALUES " + ",".join([row] * n) + ")").encode()
-                        for n in range(1, self.values_max + 1)}  # fmt: skip
+        self._values = {
+            n: sql.format(rows="(VALUES " + ",".join([row] * n) + ")").encode()
+            for n in range(1, self.values_max + 1)
+        }
         self._unnest = sql.format(rows="unnest(" + ",".join(f"%b::{t}[]" for t in types) + ")")
 
     def execute(self, conn: Conn, rows: Sequence[tuple[Any, ...]]) -> psycopg.Cursor[Any]:
@@ -74,34 +76,54 @@ class _Rows:
             return conn.execute(self._values[len(rows)], [v for r in rows for v in r])
         return conn.execute(self._unnest, [list(column) for column in zip(*rows, strict=True)])
 
+
 _CACHED_PARAMS = 50
 """psycopg caches the parsing of a statement with at most this many parameters
 (`psycopg._queries.MAX_CACHED_STATEMENT_PARAMS`)."""
-_EVENT_TYPES = ("bigint", "bigint", "bigint", "bigint", "text", "text", "text", "text", "text",
-                "text", "float8")  # fmt: skip
+_EVENT_TYPES = (
+    "bigint",
+    "bigint",
+    "bigint",
+    "bigint",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "text",
+    "float8",
+)
 _EVENT_INSERT = _Rows(
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
     " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v"
-    " ON CONFLICT (event_id) DO NOTHING", _EVENT_TYPES)
+    " ON CONFLICT (event_id) DO NOTHING",
+    _EVENT_TYPES,
+)
 _EVENT_INSERT_STRICT = _Rows(
     "INSERT INTO event (event_id, execution_id, seq, parent_event_id, event_type, step, status,"
-    " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v", _EVENT_TYPES)
+    " result, meta, worker_id, created_at) SELECT * FROM {rows} AS v",
+    _EVENT_TYPES,
+)
 """The vouched path's insert: an id in the log anyway fails the transaction (the careful
 retry then tells a repeat of the same event from a conflict), never drops the event."""
 _COMMAND_INSERT = _Rows(
     "INSERT INTO command (command_id, execution_id, step, run, idx, attempt, idempotency_key,"
     " status, pool, created_at, updated_at) SELECT * FROM {rows} AS v",
-    ("bigint", "bigint", "text", "int", "int", "int", "text", "text", "text", "float8",
-     "float8"))  # fmt: skip
+    ("bigint", "bigint", "text", "int", "int", "int", "text", "text", "text", "float8", "float8"),
+)
 _COMMAND_SETTLE = _Rows(
     "UPDATE command SET status=v.status, updated_at=v.at FROM {rows} AS v(status, at, id)"
-    " WHERE command.command_id = v.id", ("text", "float8", "bigint"))
+    " WHERE command.command_id = v.id",
+    ("text", "float8", "bigint"),
+)
 _CLAIM_MOVED = "MP409"
 """The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
 
 
-_LOCK_KEYS = ("SELECT pg_advisory_xact_lock(%s::int4, s.k) FROM (SELECT k FROM unnest(%s::int4[])"
-              " WITH ORDINALITY AS t(k, i) ORDER BY i OFFSET 0) s")
+_LOCK_KEYS = (
+    "SELECT pg_advisory_xact_lock(%s::int4, s.k) FROM (SELECT k FROM unnest(%s::int4[])"
+    " WITH ORDINALITY AS t(k, i) ORDER BY i OFFSET 0) s"
+)
 """Several keys in the order given (`OFFSET 0` keeps the sort before the locks)."""
 
 
@@ -129,21 +151,31 @@ def _driver_errors(url: str) -> Iterator[None]:
         yield
     except psycopg_pool.PoolTimeout as exc:
         raise port.StoreUnavailable(f"no connection to {url} in time: {exc}", url=url) from exc
-    except (pg_errors.UniqueViolation, pg_errors.DeadlockDetected,
-            pg_errors.SerializationFailure) as exc:  # fmt: skip
+    except (
+        pg_errors.UniqueViolation,
+        pg_errors.DeadlockDetected,
+        pg_errors.SerializationFailure,
+    ) as exc:
         if exc.diag.constraint_name == "event_execution_seq":
-            raise sql.SeqTaken(f"{exc.diag.message_primary or exc}",
-                               constraint="event_execution_seq", sqlstate=exc.sqlstate) from exc
+            raise sql.SeqTaken(
+                f"{exc.diag.message_primary or exc}",
+                constraint="event_execution_seq",
+                sqlstate=exc.sqlstate,
+            ) from exc
         raise ConcurrencyConflict(
-            f"{exc.diag.message_primary or exc}", constraint=exc.diag.constraint_name,
-            sqlstate=exc.sqlstate) from exc  # fmt: skip
+            f"{exc.diag.message_primary or exc}",
+            constraint=exc.diag.constraint_name,
+            sqlstate=exc.sqlstate,
+        ) from exc
     except psycopg.OperationalError as exc:
-        raise port.StoreUnavailable(f"database {url}: {exc}", url=url,
-                                    sqlstate=exc.sqlstate) from exc  # fmt: skip
+        raise port.StoreUnavailable(
+            f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate
+        ) from exc
     except psycopg.Error as exc:
         if exc.sqlstate == _CLAIM_MOVED:  # raised by milepost_check_claims (migration 3)
-            raise port.ClaimMoved(exc.diag.message_primary or "a reported claim moved",
-                                  sqlstate=exc.sqlstate) from exc  # fmt: skip
+            raise port.ClaimMoved(
+                exc.diag.message_primary or "a reported claim moved", sqlstate=exc.sqlstate
+            ) from exc
         raise port.StoreError(f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate) from exc
 
 
@@ -192,8 +224,9 @@ def _one_sync(conn: Conn, explicit: bool) -> Iterator[psycopg.Pipeline]:
         raise
 
 
-_ABANDON = (b"DO $$BEGIN RAISE EXCEPTION 'milepost: an append was abandoned half-way: rolled"
-            b" back'; END$$")
+_ABANDON = (
+    b"DO $$BEGIN RAISE EXCEPTION 'milepost: an append was abandoned half-way: rolled back'; END$$"
+)
 """The statement that makes a pipeline's implicit transaction fail (`_one_sync`)."""
 
 
@@ -205,8 +238,15 @@ def _unlock_all(conn: Conn) -> None:
 class PostgresStore(sql.SQLStore):
     """Implements `port.Store` on one PostgreSQL database."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
-                 connect_timeout: float = 10.0, migrate: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+        migrate: bool = True,
+    ) -> None:
         super().__init__()
         self.url = url
         self.masked_url = mask_url(url)
@@ -230,17 +270,22 @@ class PostgresStore(sql.SQLStore):
 
     # -- the dialect's hooks ---------------------------------------------------------------
 
-    def _open_pool(self, min_size: int, max_size: int, *, name: str,
-                   reset: Any = None) -> psycopg_pool.ConnectionPool[Conn]:  # fmt: skip
+    def _open_pool(
+        self, min_size: int, max_size: int, *, name: str, reset: Any = None
+    ) -> psycopg_pool.ConnectionPool[Conn]:
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
-            self.url, min_size=min_size, max_size=max_size, open=False, name=name,
+            self.url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            name=name,
             kwargs={"autocommit": True, "connect_timeout": max(1, int(self._connect_timeout))},
             # no `check` on every borrow (a round trip per query): a connection that broke
             # (database restarted) fails its one call, which callers see as StoreUnavailable
             # and retry, and the pool drops it when it comes back
             reset=reset,
             timeout=max(self._connect_timeout, 30.0),
-        )  # fmt: skip
+        )
         try:
             with _driver_errors(self.masked_url):
                 pool.open(wait=min_size > 0, timeout=self._connect_timeout)
@@ -259,8 +304,9 @@ class PostgresStore(sql.SQLStore):
         with self.read() as conn, conn.transaction():
             yield conn
 
-    approver_entry = ("EXISTS (SELECT 1 FROM jsonb_array_elements_text(approvers::jsonb) AS a(v)"
-                      " WHERE a.v = ?)")  # fmt: skip
+    approver_entry = (
+        "EXISTS (SELECT 1 FROM jsonb_array_elements_text(approvers::jsonb) AS a(v) WHERE a.v = ?)"
+    )
 
     def sql(self, text: str) -> str:
         return _pg(text)
@@ -281,12 +327,19 @@ class PostgresStore(sql.SQLStore):
 
     def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
         if claims:  # first in the pipeline: it holds the command rows until the commit
-            conn.execute("SELECT milepost_check_claims(%s::bigint[], %s::bigint[])",
-                         (list(claims), list(claims.values())))  # fmt: skip
+            conn.execute(
+                "SELECT milepost_check_claims(%s::bigint[], %s::bigint[])",
+                (list(claims), list(claims.values())),
+            )
 
-    def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
-                    expect: Mapping[int, int] | None, claims: Mapping[int, int],
-                    careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
+    def write_batch(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        expect: Mapping[int, int] | None,
+        claims: Mapping[int, int],
+        careful: bool,
+    ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         # one pipeline: nothing waits for an answer before the commit unless a seq must be
         # read (`last_seqs`) or an insert that may skip repeated ids must be counted
         with self._claiming_lock:
@@ -315,9 +368,15 @@ class PostgresStore(sql.SQLStore):
                 self._claiming -= not events
         return stored, claimed, logged
 
-    def insert_events(self, conn: Conn, events: Sequence[ev.Event],
-                      expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
-                      read: bool = False) -> tuple[Callable[[], list[ev.Event]], bool]:  # fmt: skip
+    def insert_events(
+        self,
+        conn: Conn,
+        events: Sequence[ev.Event],
+        expect: Mapping[int, int] | None,
+        careful: bool,
+        ends: dict[int, int],
+        read: bool = False,
+    ) -> tuple[Callable[[], list[ev.Event]], bool]:
         """Queue the numbered insert of `events` and their projections; the call (before
         the commit) returns the events stored, or raises RepeatedId. `ends` is given where
         each log written to ends after the insert (for the claims' events). With it:
@@ -334,24 +393,31 @@ class PostgresStore(sql.SQLStore):
 
         return check, strict
 
-    def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
-                    strict: bool) -> Any:  # fmt: skip
+    def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]], strict: bool) -> Any:
         cursor = (_EVENT_INSERT_STRICT if strict else _EVENT_INSERT).execute(conn, rows)
         return lambda: cursor.rowcount
 
     def insert_commands(self, conn: Conn, rows: list[tuple[Any, ...]]) -> None:
         _COMMAND_INSERT.execute(conn, rows)
 
-    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]],
-                        claims: Mapping[int, int]) -> None:  # fmt: skip
+    def settle_commands(
+        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, int]
+    ) -> None:
         if rows:  # the claims: checked first in the pipeline (`check_claims`)
             _COMMAND_SETTLE.execute(conn, rows)
 
-    def claim_queued(self, conn: Conn, req: port.ClaimRequest, *,
-                     ends: Mapping[int, int]) -> Collect:  # fmt: skip
-        params = {"claimed": port.COMMAND_CLAIMED,
-                  "worker": req.worker_id, "lease": req.lease_s, "now": req.now,
-                  "limit": req.limit, "pool": req.pool, "driver": req.driver}  # fmt: skip
+    def claim_queued(
+        self, conn: Conn, req: port.ClaimRequest, *, ends: Mapping[int, int]
+    ) -> Collect:
+        params = {
+            "claimed": port.COMMAND_CLAIMED,
+            "worker": req.worker_id,
+            "lease": req.lease_s,
+            "now": req.now,
+            "limit": req.limit,
+            "pool": req.pool,
+            "driver": req.driver,
+        }
         first = block_of(req.new_id, req.limit)  # a list of ids costs a mint and a dump each
         log: dict[str, Any] = {"type": ev.COMMAND_CLAIMED, "now": req.now}
         if first is None:
@@ -359,8 +425,9 @@ class PostgresStore(sql.SQLStore):
         else:
             log["first"] = first
         # after an append: one statement, numbering from the logs as it sees them
-        claim, logging = pg_claims.texts(bool(ends), req.pool is not None, req.driver is not None,
-                                      first is not None)  # fmt: skip
+        claim, logging = pg_claims.texts(
+            bool(ends), req.pool is not None, req.driver is not None, first is not None
+        )
         if claim is None:
             cursor = conn.execute(logging, {**params, **log})
         else:
@@ -373,15 +440,26 @@ class PostgresStore(sql.SQLStore):
             for r in cursor.fetchall():
                 row = port.CommandRow(*r[:13])
                 lease = liveness.lease_of(row, req)
-                event = projection.claimed_event(int(r[13]), row, req.worker_id, row.epoch,
-                                                 lease.expires_at, req.now, int(r[14]))  # fmt: skip
-                claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
-                                                lease.expires_at, event, lease.lease_s)))
+                event = projection.claimed_event(
+                    int(r[13]), row, req.worker_id, row.epoch, lease.expires_at, req.now, int(r[14])
+                )
+                claimed.append(
+                    (
+                        row,
+                        port.Lease(
+                            row.command_id,
+                            req.worker_id,
+                            row.epoch,
+                            lease.expires_at,
+                            event,
+                            lease.lease_s,
+                        ),
+                    )
+                )
                 logged.append(event)
             return claimed, logged
 
         return collect
-
 
     # -- the database --------------------------------------------------------------------
 
@@ -457,8 +535,9 @@ class PostgresStore(sql.SQLStore):
                     conn.close()  # the session, and the lock with it, are gone
             self._leader = None
             try:
-                conn = psycopg.connect(self.url, autocommit=True,
-                                       connect_timeout=max(1, int(self._connect_timeout)))  # fmt: skip
+                conn = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout))
+                )
             except psycopg.Error:
                 return False  # cannot reach the database: certainly not the leader
             row = conn.execute("SELECT pg_try_advisory_lock(%s::int4, 0)", (_NS_LEADER,)).fetchone()
@@ -471,6 +550,7 @@ class PostgresStore(sql.SQLStore):
     def _locks_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
         with self._mutex:
             if self._lock_pool is None:
-                self._lock_pool = self._open_pool(0, max(self._max_size, 16), name="milepost-locks",
-                                                  reset=_unlock_all)  # fmt: skip
+                self._lock_pool = self._open_pool(
+                    0, max(self._max_size, 16), name="milepost-locks", reset=_unlock_all
+                )
             return self._lock_pool

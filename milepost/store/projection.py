@@ -28,12 +28,29 @@ from milepost.store import usage as used
 _CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
 RUNNING = "RUNNING"
 """The status of a run's row from its start to its end."""
-ENDED_STATUS = {ev.EXECUTION_COMPLETED: "COMPLETED", ev.EXECUTION_FAILED: "FAILED",
-                ev.EXECUTION_CANCELLED: "CANCELLED"}  # fmt: skip
-_TOUCH_APPROVALS = frozenset({ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, *ap.CLOSING,
-                              ev.STEP_EXIT, *ev.TERMINAL_EXECUTION_EVENTS})  # fmt: skip
-_NO_ROWS = frozenset({ev.STEP_ENTER, ev.LOOP_DONE, ev.COMMAND_RETRY_SCHEDULED,
-                      ev.COMMAND_STARTED, ev.COMMAND_HEARTBEAT})  # fmt: skip
+ENDED_STATUS = {
+    ev.EXECUTION_COMPLETED: "COMPLETED",
+    ev.EXECUTION_FAILED: "FAILED",
+    ev.EXECUTION_CANCELLED: "CANCELLED",
+}
+_TOUCH_APPROVALS = frozenset(
+    {
+        ev.APPROVAL_REQUESTED,
+        ev.APPROVAL_DECIDED,
+        *ap.CLOSING,
+        ev.STEP_EXIT,
+        *ev.TERMINAL_EXECUTION_EVENTS,
+    }
+)
+_NO_ROWS = frozenset(
+    {
+        ev.STEP_ENTER,
+        ev.LOOP_DONE,
+        ev.COMMAND_RETRY_SCHEDULED,
+        ev.COMMAND_STARTED,
+        ev.COMMAND_HEARTBEAT,
+    }
+)
 """Frequent event types that change no row (`changes` passes over them at once; a type
 left out of this set only costs the walk through the cases)."""
 
@@ -43,8 +60,9 @@ class Changes:
     """The row changes of a batch of stored events, as statement parameters (one Python type
     per column, in the column order of the statements that apply them)."""
 
-    started: list[tuple[int, str, int | None, str, int | None, float, float, str | None]] = (
-        field(default_factory=list))
+    started: list[tuple[int, str, int | None, str, int | None, float, float, str | None]] = field(
+        default_factory=list
+    )
     """execution_id, path, version, status, parent_execution_id, created_at, updated_at,
     started_by: inserted unless the execution has a row."""
     cancels: list[int] = field(default_factory=list)
@@ -54,7 +72,8 @@ class Changes:
     after `cancels` (only compensations are issued from then on, and a cancel asked while
     they run does not stop them)."""
     issued: list[tuple[int, int, str, int, int, int, str, str, str, float, float]] = field(
-        default_factory=list)
+        default_factory=list
+    )
     """command_id, execution_id, step, run, idx, attempt, idempotency_key, status, pool,
     created_at, updated_at: new queued commands."""
     settled: list[tuple[str, float, int]] = field(default_factory=list)
@@ -91,10 +110,23 @@ class Changes:
 
     @property
     def empty(self) -> bool:
-        return not (self.started or self.cancels or self.compensating or self.issued or self.settled
-                    or self.expired or self.claimed or self.released or self.ended
-                    or self.approvals or self.usage or self.leases or self.stalls
-                    or self.restarts or self.progressed)  # fmt: skip
+        return not (
+            self.started
+            or self.cancels
+            or self.compensating
+            or self.issued
+            or self.settled
+            or self.expired
+            or self.claimed
+            or self.released
+            or self.ended
+            or self.approvals
+            or self.usage
+            or self.leases
+            or self.stalls
+            or self.restarts
+            or self.progressed
+        )
 
 
 def changes(events: Iterable[ev.Event]) -> Changes:
@@ -113,10 +145,21 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         if t == ev.STEP_EXIT or t in ev.APPROVAL_EVENTS:
             moved[event.execution_id] = max(at, moved.get(event.execution_id, at))
         if t == ev.COMMAND_ISSUED:
-            out.issued.append((int(p["command_id"]), event.execution_id, str(event.step),
-                               int(p["run"]), int(p.get("index", -1)), int(p.get("attempt", 1)),
-                               str(p.get("idempotency_key", "")), port.COMMAND_QUEUED,
-                               str(p.get("pool") or "default"), at, at))  # fmt: skip
+            out.issued.append(
+                (
+                    int(p["command_id"]),
+                    event.execution_id,
+                    str(event.step),
+                    int(p["run"]),
+                    int(p.get("index", -1)),
+                    int(p.get("attempt", 1)),
+                    str(p.get("idempotency_key", "")),
+                    port.COMMAND_QUEUED,
+                    str(p.get("pool") or "default"),
+                    at,
+                    at,
+                )
+            )
             if p.get("lease_s") is not None:
                 out.leases.append((float(p["lease_s"]), int(p["command_id"])))
         elif t in ev.SETTLING_REPORTS:
@@ -127,17 +170,32 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             epoch = p.get("epoch", event.meta.get("epoch"))
             out.expired.append((at, int(p["command_id"]), None if epoch is None else int(epoch)))
         elif t == ev.COMMAND_CLAIMED:
-            out.claimed.append((int(p["command_id"]), str(p["worker_id"]), int(p["epoch"]),
-                                float(p["lease_expires_at"]), at))  # fmt: skip
+            out.claimed.append(
+                (
+                    int(p["command_id"]),
+                    str(p["worker_id"]),
+                    int(p["epoch"]),
+                    float(p["lease_expires_at"]),
+                    at,
+                )
+            )
         elif t == ev.COMMAND_RELEASED:
             out.released.append((int(p["command_id"]), str(p["worker_id"]), int(p["epoch"]), at))
         elif t == ev.EXECUTION_STARTED:
             parent = p.get("parent_execution_id")
             version = p.get("version")
-            out.started.append((event.execution_id, str(p.get("path", "")),
-                                None if version is None else int(version), RUNNING,
-                                None if parent is None else int(parent), at, at,
-                                _text(p.get("started_by"))))  # fmt: skip
+            out.started.append(
+                (
+                    event.execution_id,
+                    str(p.get("path", "")),
+                    None if version is None else int(version),
+                    RUNNING,
+                    None if parent is None else int(parent),
+                    at,
+                    at,
+                    _text(p.get("started_by")),
+                )
+            )
             if p.get("stall_after") is not None:
                 out.stalls.append((float(p["stall_after"]), event.execution_id))
             if p.get("restarted_from"):
@@ -148,55 +206,99 @@ def changes(events: Iterable[ev.Event]) -> Changes:
             out.compensating.append(event.execution_id)
         elif t in ev.TERMINAL_EXECUTION_EVENTS:
             error = p.get("error")
-            out.ended.append((ENDED_STATUS[t], json.dumps(error) if error else None, at,
-                              event.execution_id))  # fmt: skip
+            out.ended.append(
+                (ENDED_STATUS[t], json.dumps(error) if error else None, at, event.execution_id)
+            )
     out.progressed = [(at, xid, at) for xid, at in moved.items()]
     return out
 
 
-def claimed_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
-                  expires_at: float, now: float, seq: int = 0) -> ev.Event:  # fmt: skip
+def claimed_event(
+    event_id: int,
+    row: port.CommandRow,
+    worker_id: str,
+    epoch: int,
+    expires_at: float,
+    now: float,
+    seq: int = 0,
+) -> ev.Event:
     """The `command.claimed` event of a claim the store takes (`seq`: numbered already),
     caused by the command it claims."""
-    payload = {"command_id": row.command_id, "worker_id": worker_id, "epoch": epoch,
-               "lease_expires_at": expires_at, "run": row.run, "index": row.index,
-               "attempt": row.attempt}  # fmt: skip
-    return ev.Event(event_id, row.execution_id, ev.COMMAND_CLAIMED, now, row.step, _CLAIMED,
-                    payload, {}, row.command_id, worker_id, seq)  # fmt: skip
+    payload = {
+        "command_id": row.command_id,
+        "worker_id": worker_id,
+        "epoch": epoch,
+        "lease_expires_at": expires_at,
+        "run": row.run,
+        "index": row.index,
+        "attempt": row.attempt,
+    }
+    return ev.Event(
+        event_id,
+        row.execution_id,
+        ev.COMMAND_CLAIMED,
+        now,
+        row.step,
+        _CLAIMED,
+        payload,
+        {},
+        row.command_id,
+        worker_id,
+        seq,
+    )
 
 
-def released_event(event_id: int, row: port.CommandRow, worker_id: str, epoch: int,
-                   now: float) -> ev.Event:  # fmt: skip
+def released_event(
+    event_id: int, row: port.CommandRow, worker_id: str, epoch: int, now: float
+) -> ev.Event:
     """The `command.released` event of a claim given back (`row` as it was claimed)."""
-    return ev.new_event(event_id, row.execution_id, ev.COMMAND_RELEASED, now, step=row.step,
-                        worker_id=worker_id, parent_event_id=row.command_id, payload={
-                            "command_id": row.command_id, "worker_id": worker_id,
-                            "epoch": epoch, "run": row.run, "index": row.index,
-                            "attempt": row.attempt})  # fmt: skip
+    return ev.new_event(
+        event_id,
+        row.execution_id,
+        ev.COMMAND_RELEASED,
+        now,
+        step=row.step,
+        worker_id=worker_id,
+        parent_event_id=row.command_id,
+        payload={
+            "command_id": row.command_id,
+            "worker_id": worker_id,
+            "epoch": epoch,
+            "run": row.run,
+            "index": row.index,
+            "attempt": row.attempt,
+        },
+    )
 
 
 _OPEN = (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
 
 
-def apply(change: Changes, executions: dict[int, port.ExecutionRow],
-          commands: dict[int, port.CommandRow],
-          approval_rows: dict[int, ap.ApprovalRow] | None = None,
-          usage_rows: dict[used.Key, list[float]] | None = None) -> None:  # fmt: skip
+def apply(
+    change: Changes,
+    executions: dict[int, port.ExecutionRow],
+    commands: dict[int, port.CommandRow],
+    approval_rows: dict[int, ap.ApprovalRow] | None = None,
+    usage_rows: dict[used.Key, list[float]] | None = None,
+) -> None:
     """Apply `change` to rows held in memory, as the SQL stores' statements do."""
     if change.usage and usage_rows is not None:
         used.apply(change.usage, usage_rows)
     for xid, path, version, status, parent, created, updated, by in change.started:
         if xid not in executions:
-            executions[xid] = port.ExecutionRow(xid, path, version, status, created, updated,
-                                                parent, started_by=by)  # fmt: skip
+            executions[xid] = port.ExecutionRow(
+                xid, path, version, status, created, updated, parent, started_by=by
+            )
     for updated, xid, _ in change.progressed:
         moved = executions.get(xid)
         if moved is not None and moved.status == RUNNING and moved.updated_at < updated:
             executions[xid] = dataclasses.replace(moved, updated_at=updated)
     if change.approvals and approval_rows is not None:
-        paths = {x: executions[x].path for x in {r.row.execution_id for r in change.approvals
-                                                 if isinstance(r, ap.Requested)}
-                 if x in executions}  # fmt: skip
+        paths = {
+            x: executions[x].path
+            for x in {r.row.execution_id for r in change.approvals if isinstance(r, ap.Requested)}
+            if x in executions
+        }
         ap.apply(change.approvals, approval_rows, paths)
     for xid in change.cancels:
         if xid in executions:
@@ -205,8 +307,9 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=False)
     for cid, xid, step, run, idx, attempt, key, status, pool, created, _ in change.issued:
-        commands[cid] = port.CommandRow(cid, xid, step, run, idx, attempt, key, status, None, 0,
-                                        None, created, pool)  # fmt: skip
+        commands[cid] = port.CommandRow(
+            cid, xid, step, run, idx, attempt, key, status, None, 0, None, created, pool
+        )
     for status, _, cid in change.settled:
         if cid in commands:
             commands[cid] = dataclasses.replace(commands[cid], status=status)
@@ -216,18 +319,26 @@ def apply(change: Changes, executions: dict[int, port.ExecutionRow],
             commands[cid] = dataclasses.replace(row, status=port.COMMAND_FAILED)
     for cid, worker, epoch, expires, _ in change.claimed:
         if cid in commands:
-            commands[cid] = dataclasses.replace(commands[cid], status=port.COMMAND_CLAIMED,
-                                                worker_id=worker, epoch=epoch,
-                                                lease_expires_at=expires)  # fmt: skip
+            commands[cid] = dataclasses.replace(
+                commands[cid],
+                status=port.COMMAND_CLAIMED,
+                worker_id=worker,
+                epoch=epoch,
+                lease_expires_at=expires,
+            )
     for cid, _, _, _ in change.released:
         if cid in commands:
-            commands[cid] = dataclasses.replace(commands[cid], status=port.COMMAND_QUEUED,
-                                                worker_id=None, lease_expires_at=None)  # fmt: skip
+            commands[cid] = dataclasses.replace(
+                commands[cid], status=port.COMMAND_QUEUED, worker_id=None, lease_expires_at=None
+            )
     for status, error, updated, xid in change.ended:
         if xid in executions:
             executions[xid] = dataclasses.replace(
-                executions[xid], status=status, updated_at=updated,
-                error=json.loads(error) if error else None)  # fmt: skip
+                executions[xid],
+                status=status,
+                updated_at=updated,
+                error=json.loads(error) if error else None,
+            )
         for cid, row in list(commands.items()):
             if row.execution_id == xid and row.status in _OPEN:
                 commands[cid] = dataclasses.replace(row, status=port.COMMAND_CANCELLED)

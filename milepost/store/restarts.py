@@ -17,6 +17,8 @@ class RestartTable(Tables):
 
     def restarts_of(self, execution_id: int) -> list[int]:
         # ids are made in time order: the oldest restart first
-        rows = self.rows("SELECT execution_id FROM execution WHERE restarted_from=?"
-                         " ORDER BY execution_id", (execution_id,))  # fmt: skip
+        rows = self.rows(
+            "SELECT execution_id FROM execution WHERE restarted_from=? ORDER BY execution_id",
+            (execution_id,),
+        )
         return [int(r[0]) for r in rows]

@@ -63,8 +63,13 @@ class ShardedStore:
 
     # -- events ----------------------------------------------------------------------------
 
-    def append(self, events: Sequence[ev.Event], *, expect: Mapping[int, int] | None = None,
-               check_claims: bool = False) -> list[ev.Event]:  # fmt: skip
+    def append(
+        self,
+        events: Sequence[ev.Event],
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> list[ev.Event]:
         by_shard: dict[int, list[ev.Event]] = {}
         n = len(self.stores)
         for event in events:
@@ -75,32 +80,47 @@ class ShardedStore:
         # their claims settled), so nothing is decided twice.
         stored: dict[int, ev.Event] = {}
         for index in sorted(by_shard):
-            for event in self.stores[index].append(by_shard[index], expect=expect,
-                                                   check_claims=check_claims):
+            for event in self.stores[index].append(
+                by_shard[index], expect=expect, check_claims=check_claims
+            ):
                 stored[event.event_id] = event
         # in the caller's order, as a single store returns them
         return [stored.pop(e.event_id) for e in events if e.event_id in stored]
 
-    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
-                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+    def append_and_claim(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> tuple[list[ev.Event], port.Claimed]:
         """Events of one shard: one transaction there, claiming that shard's commands (the
         other shards' are announced and polled as usual). Across shards the claim is its own
         rotating step."""
         shards = {shard_of(e.execution_id, len(self.stores)) for e in events}
         if len(shards) == 1:
-            return self.stores[shards.pop()].append_and_claim(events, claim, expect=expect,
-                                                              check_claims=check_claims)  # fmt: skip
+            return self.stores[shards.pop()].append_and_claim(
+                events, claim, expect=expect, check_claims=check_claims
+            )
         stored = self.append(events, expect=expect, check_claims=check_claims)
         if claim is None:
             return stored, []
-        return stored, self.claim_next(claim.worker_id, claim.now, claim.lease_s, claim.limit,
-                                       claim.pool, new_id=claim.new_id)  # fmt: skip
+        return stored, self.claim_next(
+            claim.worker_id, claim.now, claim.lease_s, claim.limit, claim.pool, new_id=claim.new_id
+        )
 
-    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
-             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
-        return self.shard(execution_id).load(execution_id, after_seq, before_seq=before_seq,
-                                             limit=limit)  # fmt: skip
+    def load(
+        self,
+        execution_id: int,
+        after_seq: int = 0,
+        *,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[ev.Event]:
+        return self.shard(execution_id).load(
+            execution_id, after_seq, before_seq=before_seq, limit=limit
+        )
 
     def event_count(self, execution_id: int) -> int:
         return self.shard(execution_id).event_count(execution_id)
@@ -110,23 +130,41 @@ class ShardedStore:
     def get_execution(self, execution_id: int) -> port.ExecutionRow | None:
         return self.shard(execution_id).get_execution(execution_id)
 
-    def list_executions(self, *, status: str | None = None, path: str | None = None,
-                        limit: int = 100, offset: int = 0, since: float | None = None,
-                        before: port.Keyset | None = None) -> list[port.ExecutionRow]:  # fmt: skip
+    def list_executions(
+        self,
+        *,
+        status: str | None = None,
+        path: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        since: float | None = None,
+        before: port.Keyset | None = None,
+    ) -> list[port.ExecutionRow]:
         # every shard's first offset+limit rows hold the merged page
         rows: list[port.ExecutionRow] = []
         for store in self.stores:
-            rows.extend(store.list_executions(status=status, path=path, limit=offset + limit,
-                                              offset=0, since=since, before=before))  # fmt: skip
+            rows.extend(
+                store.list_executions(
+                    status=status,
+                    path=path,
+                    limit=offset + limit,
+                    offset=0,
+                    since=since,
+                    before=before,
+                )
+            )
         rows.sort(key=lambda r: (r.created_at, r.execution_id), reverse=True)
-        return rows[offset:offset + limit]
+        return rows[offset : offset + limit]
 
     def steps_exited(self, execution_ids: Sequence[int]) -> dict[int, int]:
         by_shard: dict[int, list[int]] = {}
         for xid in execution_ids:
             by_shard.setdefault(shard_of(xid, len(self.stores)), []).append(xid)
-        return {x: n for i, part in by_shard.items()
-                for x, n in self.stores[i].steps_exited(part).items()}  # fmt: skip
+        return {
+            x: n
+            for i, part in by_shard.items()
+            for x, n in self.stores[i].steps_exited(part).items()
+        }
 
     def changed_executions(self, after: port.Keyset, limit: int) -> list[port.ExecutionRow]:
         rows = [r for store in self.stores for r in store.changed_executions(after, limit)]
@@ -141,10 +179,12 @@ class ShardedStore:
             by_shard.setdefault(shard_of(row.execution_id, len(self.stores)), []).append(row)
         return sum(self.stores[i].add_attempt_logs(part) for i, part in by_shard.items())
 
-    def attempt_logs(self, execution_id: int, *, step: str | None = None, after: int = 0,
-                     limit: int = LOG_PAGE) -> list[port.LogRow]:  # fmt: skip
-        return self.shard(execution_id).attempt_logs(execution_id, step=step, after=after,
-                                                     limit=limit)  # fmt: skip
+    def attempt_logs(
+        self, execution_id: int, *, step: str | None = None, after: int = 0, limit: int = LOG_PAGE
+    ) -> list[port.LogRow]:
+        return self.shard(execution_id).attempt_logs(
+            execution_id, step=step, after=after, limit=limit
+        )
 
     # -- usage: each execution's on its shard -------------------------------------------------
 
@@ -163,15 +203,34 @@ class ShardedStore:
                 return row
         return None
 
-    def list_approvals(self, *, status: str | None = None, execution_id: int | None = None,
-                       approver: str | None = None, risk: str | None = None,
-                       limit: int = 100, after: int | None = None,
-                       decided: bool | None = None) -> list[port.ApprovalRow]:  # fmt: skip
+    def list_approvals(
+        self,
+        *,
+        status: str | None = None,
+        execution_id: int | None = None,
+        approver: str | None = None,
+        risk: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        decided: bool | None = None,
+    ) -> list[port.ApprovalRow]:
         shards = self.stores if execution_id is None else [self.shard(execution_id)]
         # every shard's first page, merged: the first `limit` of all are among them
-        return approvals.merged([s.list_approvals(
-            status=status, execution_id=execution_id, approver=approver, risk=risk, limit=limit,
-            after=after, decided=decided) for s in shards], limit)  # fmt: skip
+        return approvals.merged(
+            [
+                s.list_approvals(
+                    status=status,
+                    execution_id=execution_id,
+                    approver=approver,
+                    risk=risk,
+                    limit=limit,
+                    after=after,
+                    decided=decided,
+                )
+                for s in shards
+            ],
+            limit,
+        )
 
     def pending_approvals_by_risk(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -212,15 +271,23 @@ class ShardedStore:
         rows = [c for store in self.stores for c in store.open_commands()]
         return sorted(rows, key=lambda c: c.command_id)
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
-              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
+    def claim(
+        self,
+        command_id: int,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        *,
+        new_id: Callable[[], int],
+    ) -> port.Lease:
         store = self._shard_of_command(command_id)
         if store is None:
             raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
         return store.claim(command_id, worker_id, now, lease_s, new_id=new_id)
 
-    def heartbeat(self, command_id: int, worker_id: str, epoch: int, now: float,
-                  lease_s: float) -> port.Lease:  # fmt: skip
+    def heartbeat(
+        self, command_id: int, worker_id: str, epoch: int, now: float, lease_s: float
+    ) -> port.Lease:
         store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
         return store.heartbeat(command_id, worker_id, epoch, now, lease_s)
 
@@ -228,9 +295,16 @@ class ShardedStore:
         rows = [c for store in self.stores for c in store.expired_claims(now)]
         return sorted(rows, key=lambda c: c.command_id)
 
-    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None, *,
-                   new_id: Callable[[], int]) -> list[tuple[port.CommandRow, port.Lease]]:  # fmt: skip
+    def claim_next(
+        self,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        limit: int = 1,
+        pool: str | None = None,
+        *,
+        new_id: Callable[[], int],
+    ) -> list[tuple[port.CommandRow, port.Lease]]:
         """Shards in rotation: each call starts one shard further, so no shard starves."""
         with self._turn_lock:
             start = next(self._turn)
@@ -240,12 +314,14 @@ class ShardedStore:
             if len(claimed) >= limit:
                 break
             store = self.stores[(start + i) % n]
-            claimed.extend(store.claim_next(worker_id, now, lease_s, limit - len(claimed), pool,
-                                            new_id=new_id))  # fmt: skip
+            claimed.extend(
+                store.claim_next(worker_id, now, lease_s, limit - len(claimed), pool, new_id=new_id)
+            )
         return claimed
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
-                new_id: Callable[[], int]) -> bool:  # fmt: skip
+    def release(
+        self, command_id: int, worker_id: str, epoch: int, now: float, *, new_id: Callable[[], int]
+    ) -> bool:
         store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
         return store.release(command_id, worker_id, epoch, now, new_id=new_id)
 
@@ -269,8 +345,9 @@ class ShardedStore:
     def mark_lost_workers(self, now: float) -> list[port.WorkerRow]:
         return self.first.mark_lost_workers(now)
 
-    def forget_workers(self, *, worker_key: str | None = None,
-                       seen_before: float | None = None) -> int:  # fmt: skip
+    def forget_workers(
+        self, *, worker_key: str | None = None, seen_before: float | None = None
+    ) -> int:
         return self.first.forget_workers(worker_key=worker_key, seen_before=seen_before)
 
     def try_leader_lock(self) -> bool:
@@ -332,8 +409,9 @@ class ShardedStore:
     def list_playbooks(self) -> list[port.CatalogEntry]:
         return self.first.list_playbooks()
 
-    def put_credential(self, name: str, type: str, ciphertext: bytes,
-                       now: float) -> port.CredentialRow:  # fmt: skip
+    def put_credential(
+        self, name: str, type: str, ciphertext: bytes, now: float
+    ) -> port.CredentialRow:
         return self.first.put_credential(name, type, ciphertext, now)
 
     def get_credential(self, name: str) -> port.CredentialRow | None:
@@ -345,11 +423,19 @@ class ShardedStore:
     def delete_credential(self, name: str) -> bool:
         return self.first.delete_credential(name)
 
-    def create_token(self, token_hash: str, role: str, name: str | None, now: float, *,
-                     user: str | None = None,
-                     approver_roles: Sequence[str] = ()) -> port.TokenRow:  # fmt: skip
-        return self.first.create_token(token_hash, role, name, now, user=user,
-                                       approver_roles=approver_roles)  # fmt: skip
+    def create_token(
+        self,
+        token_hash: str,
+        role: str,
+        name: str | None,
+        now: float,
+        *,
+        user: str | None = None,
+        approver_roles: Sequence[str] = (),
+    ) -> port.TokenRow:
+        return self.first.create_token(
+            token_hash, role, name, now, user=user, approver_roles=approver_roles
+        )
 
     def get_token(self, token_hash: str) -> port.TokenRow | None:
         return self.first.get_token(token_hash)
@@ -362,10 +448,12 @@ class ShardedStore:
 
     # -- the driver of an embedded execution: on the execution's shard --------------------
 
-    def acquire_driver(self, execution_id: int, holder: str, now: float, ttl: float, *,
-                       replace: str | None = None) -> port.DriverLease:  # fmt: skip
-        return self.shard(execution_id).acquire_driver(execution_id, holder, now, ttl,
-                                                       replace=replace)  # fmt: skip
+    def acquire_driver(
+        self, execution_id: int, holder: str, now: float, ttl: float, *, replace: str | None = None
+    ) -> port.DriverLease:
+        return self.shard(execution_id).acquire_driver(
+            execution_id, holder, now, ttl, replace=replace
+        )
 
     def renew_driver(self, execution_id: int, holder: str, now: float, ttl: float) -> bool:
         return self.shard(execution_id).renew_driver(execution_id, holder, now, ttl)

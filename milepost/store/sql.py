@@ -39,10 +39,14 @@ Conn = Any
 """A dialect's connection: `execute(sql, params)` returns a cursor (`fetchone`,
 `fetchall`, `rowcount`)."""
 
-EVENT_COLS = ("seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
-              " meta, worker_id, created_at")  # fmt: skip
-DRIVEN_BY = ("EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
-             " AND d.holder = ?)")
+EVENT_COLS = (
+    "seq, event_id, execution_id, parent_event_id, event_type, step, status, result,"
+    " meta, worker_id, created_at"
+)
+DRIVEN_BY = (
+    "EXISTS (SELECT 1 FROM execution_driver d WHERE d.execution_id = c.execution_id"
+    " AND d.holder = ?)"
+)
 """The claim filter of `ClaimRequest.driver` (a key lookup per queued command)."""
 
 TRIES = 4
@@ -60,8 +64,10 @@ _REDRIVE = (
 )
 _SETTLE = "UPDATE command SET status=?, updated_at=? WHERE command_id=?"
 _NONE: Mapping[int, int] = {}
-_DECIDED_AFTER = ("SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_type NOT IN"
-                  f" ({','.join('?' * len(ev.CLAIM_EVENTS))}) LIMIT 1")  # fmt: skip
+_DECIDED_AFTER = (
+    "SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_type NOT IN"
+    f" ({','.join('?' * len(ev.CLAIM_EVENTS))}) LIMIT 1"
+)
 
 
 class SeqTaken(ConcurrencyConflict):
@@ -73,19 +79,32 @@ class RepeatedId(Exception):
     """An event id of the append was already in the log: retry leaving out the known ids."""
 
 
-class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, LivenessTable,
-               AttemptLogTable, ChildrenTable, ExecutionTable, RestartTable, port.Appends):  # fmt: skip
+class SQLStore(
+    ApprovalTable,
+    usage_table.UsageTable,
+    worker_table.WorkerTable,
+    LivenessTable,
+    AttemptLogTable,
+    ChildrenTable,
+    ExecutionTable,
+    RestartTable,
+    port.Appends,
+):
     """`port.Store` on a SQL database; a subclass is a dialect (see the hooks below)."""
-
 
     def __init__(self) -> None:
         self.seqs = SeqCache()
 
     # -- the dialect's hooks (and those of `Tables`) ----------------------------------------
 
-    def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
-                    expect: Mapping[int, int] | None, claims: Mapping[int, int],
-                    careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
+    def write_batch(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        expect: Mapping[int, int] | None,
+        claims: Mapping[int, int],
+        careful: bool,
+    ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         """One try of `append_and_claim` in one transaction: the claim check (`claims`:
         command -> epoch), the events (`number_events`, `project`), the claim of `claim`
         with its `command.claimed`; returns the events stored, the claims and their
@@ -97,9 +116,13 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         rows until the commit."""
         if not claims:
             return
-        rows = conn.execute(self.sql(
-            f"SELECT command_id, epoch FROM command WHERE command_id IN ({_marks(claims)})"
-            f" AND status=?{self.for_update('')}"), (*claims, port.COMMAND_CLAIMED)).fetchall()  # fmt: skip
+        rows = conn.execute(
+            self.sql(
+                f"SELECT command_id, epoch FROM command WHERE command_id IN ({_marks(claims)})"
+                f" AND status=?{self.for_update('')}"
+            ),
+            (*claims, port.COMMAND_CLAIMED),
+        ).fetchall()
         live = {int(r[0]): int(r[1]) for r in rows}
         if any(live.get(cid) != epoch for cid, epoch in claims.items()):
             raise _moved(claims)
@@ -108,20 +131,27 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         """The row-lock clause of a SELECT (`of`: the table alias), if the dialect has one."""
         return ""
 
-    def insert_rows(self, conn: Conn, rows: list[tuple[Any, ...]],
-                    strict: bool) -> Callable[[], int]:  # fmt: skip
+    def insert_rows(
+        self, conn: Conn, rows: list[tuple[Any, ...]], strict: bool
+    ) -> Callable[[], int]:
         """Queue the insert of event rows (`ON CONFLICT (event_id) DO NOTHING` unless
         `strict`); the call returns how many were inserted."""
         raise NotImplementedError
 
     def insert_commands(self, conn: Conn, rows: list[tuple[Any, ...]]) -> None:
-        self.many(conn, (
-            "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
-            " idempotency_key, status, pool, created_at, updated_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?)"), rows)  # fmt: skip
+        self.many(
+            conn,
+            (
+                "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
+                " idempotency_key, status, pool, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+            ),
+            rows,
+        )
 
-    def settle_commands(self, conn: Conn, rows: list[tuple[str, float, int]],
-                        claims: Mapping[int, int]) -> None:  # fmt: skip
+    def settle_commands(
+        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, int]
+    ) -> None:
         """Settle the commands; those of `claims` (command -> epoch) only while claimed with
         that epoch (its row count tells: no read first), the rest of `claims` checked too."""
         checked: dict[int, tuple[Any, ...]] = {}
@@ -131,8 +161,9 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                 checked[cid] = (status, at, cid, port.COMMAND_CLAIMED, claims[cid])
             else:
                 plain.append((status, at, cid))
-        if checked and conn.executemany(self.sql(_SETTLE + " AND status=? AND epoch=?"),
-                                        list(checked.values())).rowcount != len(checked):  # fmt: skip
+        if checked and conn.executemany(
+            self.sql(_SETTLE + " AND status=? AND epoch=?"), list(checked.values())
+        ).rowcount != len(checked):
             raise _moved(claims)
         if plain:
             self.many(conn, _SETTLE, plain)
@@ -141,9 +172,14 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
 
     # -- events ----------------------------------------------------------------------------
 
-    def append_and_claim(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None, *,
-                         expect: Mapping[int, int] | None = None, check_claims: bool = False,
-                         ) -> tuple[list[ev.Event], port.Claimed]:  # fmt: skip
+    def append_and_claim(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        *,
+        expect: Mapping[int, int] | None = None,
+        check_claims: bool = False,
+    ) -> tuple[list[ev.Event], port.Claimed]:
         if claim is not None and claim.limit <= 0:
             claim = None
         if not events and claim is None:
@@ -170,13 +206,20 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
                 careful = True
         xids = sorted({str(e.execution_id) for e in events})
         if expect:
-            raise port.LogMoved("another writer kept appending to these executions",
-                                execution_ids=xids)  # fmt: skip
+            raise port.LogMoved(
+                "another writer kept appending to these executions", execution_ids=xids
+            )
         raise ConcurrencyConflict("could not append: the log kept moving", execution_ids=xids)
 
-    def number_events(self, conn: Conn, events: Sequence[ev.Event],
-                      expect: Mapping[int, int] | None, careful: bool, ends: dict[int, int],
-                      read: bool = False) -> tuple[list[ev.Event], list[tuple[Any, ...]], bool]:  # fmt: skip
+    def number_events(
+        self,
+        conn: Conn,
+        events: Sequence[ev.Event],
+        expect: Mapping[int, int] | None,
+        careful: bool,
+        ends: dict[int, int],
+        read: bool = False,
+    ) -> tuple[list[ev.Event], list[tuple[Any, ...]], bool]:
         """`events` numbered after their logs' ends (`ends` is given where each ends then;
         `read`: read them under the writers' lock, not from the cache), their rows, and
         whether their insert is strict (the caller vouched for the logs)."""
@@ -191,8 +234,9 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         ends.update(last)
         return stored, [event_row(e, self.encode_result(conn, e)) for e in stored], vouched
 
-    def reads_nothing(self, events: Sequence[ev.Event], expect: Mapping[int, int] | None,
-                      careful: bool) -> bool:  # fmt: skip
+    def reads_nothing(
+        self, events: Sequence[ev.Event], expect: Mapping[int, int] | None, careful: bool
+    ) -> bool:
         """Whether appending `events` reads nothing before its commit: the caller vouched
         for every log (`expect`, a strict insert: nothing to count) and each log's end is
         known without a look (`last_seqs`)."""
@@ -201,32 +245,45 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         xids = {e.execution_id for e in events}
         return xids <= expect.keys() and not self._trusted_ends(list(xids), expect, False)[1]
 
-    def last_seqs(self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int],
-                  careful: bool) -> dict[int, int]:  # fmt: skip
+    def last_seqs(
+        self, conn: Conn, xids: Sequence[int], expect: Mapping[int, int], careful: bool
+    ) -> dict[int, int]:
         """The seq each execution's log ends at, and LogMoved where an event that may change
         a decision is past `expect`. Trusted from the cache or `expect` unless `careful`."""
         last, unknown = self._trusted_ends(xids, expect, careful)
         # every writer of a log holds it (the trusted too: a claim reads the log's end),
         # but the one writing a new run's first events: nobody else can write to a log
         # whose run is not committed yet (were it not new, its seq 1 would be refused)
-        self.lock_keys(conn, NS_APPEND, sorted({fold_key(x) for x in xids
-                                                if careful or expect.get(x) != 0}))  # fmt: skip
+        self.lock_keys(
+            conn, NS_APPEND, sorted({fold_key(x) for x in xids if careful or expect.get(x) != 0})
+        )
         if unknown:
-            rows = conn.execute(self.sql(
-                f"SELECT execution_id, max(seq) FROM event WHERE execution_id IN"
-                f" ({_marks(unknown)}) GROUP BY execution_id"), unknown).fetchall()  # fmt: skip
+            rows = conn.execute(
+                self.sql(
+                    f"SELECT execution_id, max(seq) FROM event WHERE execution_id IN"
+                    f" ({_marks(unknown)}) GROUP BY execution_id"
+                ),
+                unknown,
+            ).fetchall()
             last.update({x: 0 for x in unknown})
             last.update((int(x), int(s)) for x, s in rows)
             for xid in unknown:
                 seen = expect.get(xid)
-                if seen is not None and last[xid] > seen and conn.execute(
-                        self.sql(_DECIDED_AFTER), (xid, seen, *ev.CLAIM_EVENTS)).fetchone():
-                    raise port.LogMoved("another writer appended to this execution first",
-                                        execution_ids=[str(xid)])  # fmt: skip
+                if (
+                    seen is not None
+                    and last[xid] > seen
+                    and conn.execute(
+                        self.sql(_DECIDED_AFTER), (xid, seen, *ev.CLAIM_EVENTS)
+                    ).fetchone()
+                ):
+                    raise port.LogMoved(
+                        "another writer appended to this execution first", execution_ids=[str(xid)]
+                    )
         return last
 
-    def _trusted_ends(self, xids: Sequence[int], expect: Mapping[int, int],
-                      careful: bool) -> tuple[dict[int, int], list[int]]:  # fmt: skip
+    def _trusted_ends(
+        self, xids: Sequence[int], expect: Mapping[int, int], careful: bool
+    ) -> tuple[dict[int, int], list[int]]:
         """The logs' ends known from the cache or `expect` (LogMoved where the cache shows
         a decision past `expect`), and the executions whose end must be read."""
         last: dict[int, int] = {}
@@ -241,8 +298,9 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             elif held is None:
                 last[xid] = seen  # the caller folded the log to there: the index checks it
             elif held.decided is not None and held.decided > seen:
-                raise port.LogMoved("another writer appended to this execution first",
-                                    execution_ids=[str(xid)])  # fmt: skip
+                raise port.LogMoved(
+                    "another writer appended to this execution first", execution_ids=[str(xid)]
+                )
             else:
                 last[xid] = max(held.last, seen)  # claims may have come after `seen`
         return last, unknown
@@ -253,9 +311,21 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         for e in events:
             seq = last[e.execution_id] = last[e.execution_id] + 1
             # positional construction: dataclasses.replace is several times slower here
-            out.append(ev.Event(e.event_id, e.execution_id, e.event_type, e.created_at, e.step,
-                                e.status, e.payload, e.meta, e.parent_event_id, e.worker_id,
-                                seq))  # fmt: skip
+            out.append(
+                ev.Event(
+                    e.event_id,
+                    e.execution_id,
+                    e.event_type,
+                    e.created_at,
+                    e.step,
+                    e.status,
+                    e.payload,
+                    e.meta,
+                    e.parent_event_id,
+                    e.worker_id,
+                    seq,
+                )
+            )
         return out
 
     def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
@@ -263,8 +333,9 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         projection) in the caller's transaction, numbered under the writers' lock."""
         last = self.last_seqs(conn, sorted({e.execution_id for e in events}), {}, careful=True)
         stored = self.numbered(events, last)
-        inserted = self.insert_rows(conn, [event_row(e, self.encode_result(conn, e)) for e in stored],
-                                    strict=True)  # fmt: skip
+        inserted = self.insert_rows(
+            conn, [event_row(e, self.encode_result(conn, e)) for e in stored], strict=True
+        )
         inserted()
         return stored
 
@@ -273,9 +344,11 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         ids = list({e.event_id for e in events})
         known: dict[int, ev.Event] = {}
         for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            rows = conn.execute(self.sql(f"SELECT {EVENT_COLS} FROM event WHERE event_id IN"
-                                         f" ({_marks(chunk)})"), chunk).fetchall()  # fmt: skip
+            chunk = ids[start : start + 500]
+            rows = conn.execute(
+                self.sql(f"SELECT {EVENT_COLS} FROM event WHERE event_id IN ({_marks(chunk)})"),
+                chunk,
+            ).fetchall()
             known.update((int(r[1]), self.decode(r)) for r in rows)
         return known
 
@@ -288,27 +361,38 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         # the execution, so a sharded store finds the database that holds it. The event's
         # id is the blob's: nothing to read back (in a pipeline that would end it early)
         data = json.dumps(event.payload, default=str).encode()
-        conn.execute(self.sql("INSERT INTO result_blob (blob_id, execution_id, data, created_at)"
-                              " VALUES (?,?,?,?)"),
-                     (event.event_id, event.execution_id, data, event.created_at))  # fmt: skip
-        ref = {"uri": f"{port.BLOB_PREFIX}{event.execution_id}/{event.event_id}",
-               "size": len(data)}  # fmt: skip
+        conn.execute(
+            self.sql(
+                "INSERT INTO result_blob (blob_id, execution_id, data, created_at) VALUES (?,?,?,?)"
+            ),
+            (event.event_id, event.execution_id, data, event.created_at),
+        )
+        ref = {"uri": f"{port.BLOB_PREFIX}{event.execution_id}/{event.event_id}", "size": len(data)}
         return json.dumps({"status": envelope["status"], "reference": ref})
 
-    def project(self, conn: Conn, events: Sequence[ev.Event],
-                claims: Mapping[int, int] = _NONE) -> None:  # fmt: skip
+    def project(
+        self, conn: Conn, events: Sequence[ev.Event], claims: Mapping[int, int] = _NONE
+    ) -> None:
         """Apply the projection changes of stored events (`projection.changes`); `claims`:
         checked as they settle (`settle_commands`)."""
         change = projection.changes(events)
         if change.started:
-            self.many(conn, (
-                "INSERT INTO execution (execution_id, path, version, status,"
-                " parent_execution_id, created_at, updated_at, started_by) VALUES (?,?,?,?,?,?,?,?)"
-                " ON CONFLICT (execution_id) DO NOTHING"), change.started)  # fmt: skip
+            self.many(
+                conn,
+                (
+                    "INSERT INTO execution (execution_id, path, version, status,"
+                    " parent_execution_id, created_at, updated_at, started_by) VALUES (?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT (execution_id) DO NOTHING"
+                ),
+                change.started,
+            )
         if change.progressed:  # the row moves up the change stream (`projection.Changes`)
-            self.many(conn, "UPDATE execution SET updated_at=? WHERE execution_id=? AND"
-                            f" status='{projection.RUNNING}' AND updated_at<?",
-                      change.progressed)  # fmt: skip
+            self.many(
+                conn,
+                "UPDATE execution SET updated_at=? WHERE execution_id=? AND"
+                f" status='{projection.RUNNING}' AND updated_at<?",
+                change.progressed,
+            )
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
         flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.compensating]
@@ -325,22 +409,41 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         self.project_usage(conn, change.usage)
         if change.expired:
             # the attempt is lost; only the claim that lapsed (its epoch), not a newer one
-            self.many(conn, (
-                "UPDATE command SET status=?, updated_at=? WHERE command_id=? AND status=?"
-                " AND (CAST(? AS INTEGER) IS NULL OR epoch=?)"),
-                [(port.COMMAND_FAILED, at, cid, port.COMMAND_CLAIMED, epoch, epoch)
-                 for at, cid, epoch in change.expired])  # fmt: skip
+            self.many(
+                conn,
+                (
+                    "UPDATE command SET status=?, updated_at=? WHERE command_id=? AND status=?"
+                    " AND (CAST(? AS INTEGER) IS NULL OR epoch=?)"
+                ),
+                [
+                    (port.COMMAND_FAILED, at, cid, port.COMMAND_CLAIMED, epoch, epoch)
+                    for at, cid, epoch in change.expired
+                ],
+            )
         for status, error, at, xid in change.ended:  # after the command rows of the batch
-            conn.execute(self.sql("UPDATE execution SET status=?, error=?, updated_at=? WHERE"
-                                  " execution_id=?"), (status, error, at, xid))  # fmt: skip
+            conn.execute(
+                self.sql(
+                    "UPDATE execution SET status=?, error=?, updated_at=? WHERE execution_id=?"
+                ),
+                (status, error, at, xid),
+            )
             # whatever was still queued or claimed will never run now
-            conn.execute(self.sql(f"UPDATE command SET status=?, updated_at=? WHERE"
-                                  f" execution_id=? AND {OPEN}"),
-                         (port.COMMAND_CANCELLED, at, xid))  # fmt: skip
+            conn.execute(
+                self.sql(
+                    f"UPDATE command SET status=?, updated_at=? WHERE execution_id=? AND {OPEN}"
+                ),
+                (port.COMMAND_CANCELLED, at, xid),
+            )
             self.seqs.forget([xid])
 
-    def load(self, execution_id: int, after_seq: int = 0, *, before_seq: int | None = None,
-             limit: int | None = None) -> list[ev.Event]:  # fmt: skip
+    def load(
+        self,
+        execution_id: int,
+        after_seq: int = 0,
+        *,
+        before_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[ev.Event]:
         text = f"SELECT {EVENT_COLS} FROM event WHERE execution_id=? AND seq>?"
         params: list[Any] = [execution_id, after_seq]
         if before_seq is not None:
@@ -360,14 +463,23 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
         else:
             payload = envelope.get("context") or {}
         return ev.Event(
-            event_id=event_id, execution_id=execution_id, event_type=etype, created_at=at,
-            step=step, status=status, payload=payload, meta=json.loads(meta) if meta else {},
-            parent_event_id=parent, worker_id=worker, seq=seq,
-        )  # fmt: skip
+            event_id=event_id,
+            execution_id=execution_id,
+            event_type=etype,
+            created_at=at,
+            step=step,
+            status=status,
+            payload=payload,
+            meta=json.loads(meta) if meta else {},
+            parent_event_id=parent,
+            worker_id=worker,
+            seq=seq,
+        )
 
     def event_count(self, execution_id: int) -> int:
-        return int(self.rows("SELECT count(*) FROM event WHERE execution_id=?",
-                             (execution_id,))[0][0])  # fmt: skip
+        return int(
+            self.rows("SELECT count(*) FROM event WHERE execution_id=?", (execution_id,))[0][0]
+        )
 
     # -- commands and claims ---------------------------------------------------------------
 
@@ -390,14 +502,25 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             params.append(execution_id)
         return [port.CommandRow(*r) for r in self.rows(text + " ORDER BY command_id", params)]
 
-    def claim(self, command_id: int, worker_id: str, now: float, lease_s: float, *,
-              new_id: Callable[[], int]) -> port.Lease:  # fmt: skip
+    def claim(
+        self,
+        command_id: int,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        *,
+        new_id: Callable[[], int],
+    ) -> port.Lease:
         with self.txn() as conn:
-            row = conn.execute(self.sql(
-                f"SELECT {prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested, c.lease_s"
-                " FROM command c"
-                " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
-                f"{self.for_update('c')}"), (command_id,)).fetchone()  # fmt: skip
+            row = conn.execute(
+                self.sql(
+                    f"SELECT {prefixed('c.', CMD_COLS)}, x.status, x.cancel_requested, c.lease_s"
+                    " FROM command c"
+                    " LEFT JOIN execution x ON x.execution_id = c.execution_id WHERE c.command_id=?"
+                    f"{self.for_update('c')}"
+                ),
+                (command_id,),
+            ).fetchone()
             if row is None:
                 raise MilepostError(f"unknown command {command_id}", command_id=str(command_id))
             command = port.CommandRow(*row[:13])
@@ -406,43 +529,70 @@ class SQLStore(ApprovalTable, usage_table.UsageTable, worker_table.WorkerTable, 
             epoch = port.claim_epoch(command_id, worker_id, now, held, execution)
             lease_s = lease_s if row[15] is None else float(row[15])  # the step's liveness
             lease = port.Lease(command_id, worker_id, epoch, now + lease_s, lease_s=lease_s)
-            conn.execute(self.sql("UPDATE command SET status=?, worker_id=?, epoch=?,"
-                                  " lease_expires_at=?, claimed_at=?, updated_at=?"
-                                  " WHERE command_id=?"),
-                         (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now, now,
-                          command_id))  # fmt: skip
-            logged = self.log_events(conn, [projection.claimed_event(
-                new_id(), command, worker_id, epoch, lease.expires_at, now)])  # fmt: skip
+            conn.execute(
+                self.sql(
+                    "UPDATE command SET status=?, worker_id=?, epoch=?,"
+                    " lease_expires_at=?, claimed_at=?, updated_at=?"
+                    " WHERE command_id=?"
+                ),
+                (port.COMMAND_CLAIMED, worker_id, epoch, lease.expires_at, now, now, command_id),
+            )
+            logged = self.log_events(
+                conn,
+                [
+                    projection.claimed_event(
+                        new_id(), command, worker_id, epoch, lease.expires_at, now
+                    )
+                ],
+            )
         self.seqs.committed(logged)
         return lease
 
     def expired_claims(self, now: float) -> list[port.CommandRow]:
-        rows = self.rows(f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND status=? AND"
-                         " lease_expires_at<? ORDER BY command_id", (port.COMMAND_CLAIMED, now))  # fmt: skip
+        rows = self.rows(
+            f"SELECT {CMD_COLS} FROM command WHERE {OPEN} AND status=? AND"
+            " lease_expires_at<? ORDER BY command_id",
+            (port.COMMAND_CLAIMED, now),
+        )
         return [port.CommandRow(*r) for r in rows]
 
-    def claim_next(self, worker_id: str, now: float, lease_s: float, limit: int = 1,
-                   pool: str | None = None, *,
-                   new_id: Callable[[], int]) -> port.Claimed:  # fmt: skip
+    def claim_next(
+        self,
+        worker_id: str,
+        now: float,
+        lease_s: float,
+        limit: int = 1,
+        pool: str | None = None,
+        *,
+        new_id: Callable[[], int],
+    ) -> port.Claimed:
         if limit <= 0:
             return []
-        return self.append_and_claim([], port.ClaimRequest(worker_id, now, lease_s, limit, pool,
-                                                           new_id=new_id))[1]  # fmt: skip
+        return self.append_and_claim(
+            [], port.ClaimRequest(worker_id, now, lease_s, limit, pool, new_id=new_id)
+        )[1]
 
-    def release(self, command_id: int, worker_id: str, epoch: int, now: float, *,
-                new_id: Callable[[], int]) -> bool:  # fmt: skip
+    def release(
+        self, command_id: int, worker_id: str, epoch: int, now: float, *, new_id: Callable[[], int]
+    ) -> bool:
         with self.txn() as conn:
-            row = conn.execute(self.sql(
-                f"UPDATE command SET status=?, worker_id=NULL, lease_expires_at=NULL,"
-                f" updated_at=? WHERE command_id=? AND status=? AND worker_id=? AND epoch=?"
-                f" RETURNING {CMD_COLS}"),
-                (port.COMMAND_QUEUED, now, command_id, port.COMMAND_CLAIMED, worker_id,
-                 epoch)).fetchone()  # fmt: skip
+            row = conn.execute(
+                self.sql(
+                    f"UPDATE command SET status=?, worker_id=NULL, lease_expires_at=NULL,"
+                    f" updated_at=? WHERE command_id=? AND status=? AND worker_id=? AND epoch=?"
+                    f" RETURNING {CMD_COLS}"
+                ),
+                (port.COMMAND_QUEUED, now, command_id, port.COMMAND_CLAIMED, worker_id, epoch),
+            ).fetchone()
             if row is None:
-                raise ClaimRefused("no live claim with that epoch", reason="stale_epoch",
-                                   command_id=str(command_id))  # fmt: skip
-            released = projection.released_event(new_id(), port.CommandRow(*row), worker_id,
-                                                 epoch, now)  # fmt: skip
+                raise ClaimRefused(
+                    "no live claim with that epoch",
+                    reason="stale_epoch",
+                    command_id=str(command_id),
+                )
+            released = projection.released_event(
+                new_id(), port.CommandRow(*row), worker_id, epoch, now
+            )
             logged = self.log_events(conn, [released])
         self.seqs.committed(logged)
         return True
@@ -460,8 +610,9 @@ def fold_key(execution_id: int) -> int:
 
 
 def _moved(claims: Mapping[int, int]) -> port.ClaimMoved:
-    return port.ClaimMoved("a reported claim is no longer live",
-                           command_ids=sorted(str(c) for c in claims))  # fmt: skip
+    return port.ClaimMoved(
+        "a reported claim is no longer live", command_ids=sorted(str(c) for c in claims)
+    )
 
 
 def _marks(values: Sequence[Any] | Mapping[Any, Any]) -> str:
@@ -475,12 +626,22 @@ def prefixed(prefix: str, cols: str) -> str:
 def claim_filters(pool: bool, driver: bool, pool_mark: str = "?", driver_mark: str = "?") -> str:
     """The conditions a claim adds to a claimable command `c`: the request's pool and the
     runs its driver holds (`ClaimRequest.pool`, `.driver`), with the dialect's marks."""
-    return ((f" AND c.pool={pool_mark}" if pool else "")
-            + (" AND " + DRIVEN_BY.replace("?", driver_mark) if driver else ""))  # fmt: skip
+    return (f" AND c.pool={pool_mark}" if pool else "") + (
+        " AND " + DRIVEN_BY.replace("?", driver_mark) if driver else ""
+    )
 
 
 def event_row(e: ev.Event, result: str) -> tuple[Any, ...]:
-    return (e.event_id, e.execution_id, e.seq, e.parent_event_id, e.event_type, e.step,
-            e.status, result, ev.to_json(e.meta) if e.meta else None, e.worker_id,
-            float(e.created_at))  # fmt: skip
-
+    return (
+        e.event_id,
+        e.execution_id,
+        e.seq,
+        e.parent_event_id,
+        e.event_type,
+        e.step,
+        e.status,
+        result,
+        ev.to_json(e.meta) if e.meta else None,
+        e.worker_id,
+        float(e.created_at),
+    )

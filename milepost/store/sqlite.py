@@ -33,21 +33,28 @@ _MIGRATIONS: list[str] = [m.sql for m in migrations.scripts("sqlite")]
 
 _OPEN_WAIT_S = 10.0
 """How long opening waits for other processes opening the same new file (the busy timeout)."""
-_COLS = "(event_id, execution_id, seq, parent_event_id, event_type, step, status, result, meta," \
-        " worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"  # fmt: skip
+_COLS = (
+    "(event_id, execution_id, seq, parent_event_id, event_type, step, status, result, meta,"
+    " worker_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+)
 _INSERT_EVENT = f"INSERT INTO event {_COLS} ON CONFLICT (event_id) DO NOTHING"
 _INSERT_EVENT_STRICT = f"INSERT INTO event {_COLS}"
-_CLAIMABLE = (f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM command c JOIN execution x"
-              f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
-              " AND x.status='RUNNING' AND x.cancel_requested=0")  # fmt: skip
+_CLAIMABLE = (
+    f"SELECT {sql.prefixed('c.', sql.CMD_COLS)}, c.lease_s FROM command c JOIN execution x"
+    f" ON x.execution_id = c.execution_id WHERE c.status='{port.COMMAND_QUEUED}'"
+    " AND x.status='RUNNING' AND x.cancel_requested=0"
+)
 
 
 @functools.cache
 def _claimable(pool: bool, driver: bool) -> str:
     """The claim's read for a request with a pool and/or a driver: one string object each,
     so neither it nor its hash in sqlite3's statement cache is made again a claim."""
-    return (_CLAIMABLE + sql.claim_filters(pool, driver)
-            + " ORDER BY c.created_at, c.command_id LIMIT ?")  # fmt: skip
+    return (
+        _CLAIMABLE
+        + sql.claim_filters(pool, driver)
+        + " ORDER BY c.created_at, c.command_id LIMIT ?"
+    )
 
 
 _ALREADY_THERE = frozenset({"SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY"})
@@ -66,8 +73,9 @@ class Errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: Any) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         if exc is not None:
             reraise(exc, self.path)
 
@@ -111,8 +119,9 @@ class _Txn:
             reraise(exc, self.path)
         return self.conn
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: Any) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
         try:
             self.conn.execute("ROLLBACK" if exc is not None else "COMMIT")
         except BaseException as failed:
@@ -171,24 +180,31 @@ class SQLiteStore(sql.SQLStore):
     def txn(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return _Txn(self._conn, self._lock, self.path)
 
-    def insert_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]],
-                    strict: bool) -> Any:  # fmt: skip
+    def insert_rows(
+        self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]], strict: bool
+    ) -> Any:
         before = conn.total_changes
         conn.executemany(_INSERT_EVENT_STRICT if strict else _INSERT_EVENT, rows)
         inserted = conn.total_changes - before
         return lambda: inserted
 
-    def write_batch(self, events: Sequence[ev.Event], claim: port.ClaimRequest | None,
-                    expect: Mapping[int, int] | None, claims: Mapping[int, int],
-                    careful: bool) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:  # fmt: skip
+    def write_batch(
+        self,
+        events: Sequence[ev.Event],
+        claim: port.ClaimRequest | None,
+        expect: Mapping[int, int] | None,
+        claims: Mapping[int, int],
+        careful: bool,
+    ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         # the projections first (the settling UPDATE checks the claims by its row count),
         # then the claim, then the events and the claims' events in one insert
         ends: dict[int, int] = {}
         with self.txn() as conn:
             stored, rows, strict = self.number_events(conn, events, expect, careful, ends)
             self.project(conn, stored, claims)
-            claimed, logged = ([], []) if claim is None else self._claim(conn, claim, ends, rows,
-                                                                         careful)  # fmt: skip
+            claimed, logged = (
+                ([], []) if claim is None else self._claim(conn, claim, ends, rows, careful)
+            )
             if rows:
                 before = conn.total_changes
                 conn.executemany(_INSERT_EVENT_STRICT if strict else _INSERT_EVENT, rows)
@@ -196,9 +212,14 @@ class SQLiteStore(sql.SQLStore):
                     raise sql.RepeatedId()
         return stored, claimed, logged
 
-    def _claim(self, conn: sqlite3.Connection, req: port.ClaimRequest, ends: Mapping[int, int],
-               rows_out: list[tuple[Any, ...]],
-               careful: bool) -> tuple[port.Claimed, list[ev.Event]]:  # fmt: skip
+    def _claim(
+        self,
+        conn: sqlite3.Connection,
+        req: port.ClaimRequest,
+        ends: Mapping[int, int],
+        rows_out: list[tuple[Any, ...]],
+        careful: bool,
+    ) -> tuple[port.Claimed, list[ev.Event]]:
         """Claim the oldest claimable commands; their `command.claimed` events, numbered
         after `ends` (the logs this transaction appended to) or the log's end (as the
         append's are: from the cache unless `careful`; another process's append to such a
@@ -213,16 +234,30 @@ class SQLiteStore(sql.SQLStore):
         # the oldest claimable rows, read, then taken one row per statement: an UPDATE of
         # several rows at once opens a statement journal, whose page bitmap is as large as
         # the database file (tens of microseconds a claim, growing with the file)
-        rows = conn.execute(_claimable(req.pool is not None, req.driver is not None),
-                            params).fetchall()  # fmt: skip
+        rows = conn.execute(
+            _claimable(req.pool is not None, req.driver is not None), params
+        ).fetchall()
         if not rows:
             return [], []
         # each leased for its step's liveness (r[13], `lease_s`), else for what was asked
         expires = {r[0]: req.now + (req.lease_s if r[13] is None else float(r[13])) for r in rows}
-        self.many(conn, "UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
-                        " claimed_at=?, updated_at=? WHERE command_id=?",
-                  [(port.COMMAND_CLAIMED, req.worker_id, r[9] + 1, expires[r[0]], req.now,
-                    req.now, r[0]) for r in rows])  # fmt: skip
+        self.many(
+            conn,
+            "UPDATE command SET status=?, worker_id=?, epoch=?, lease_expires_at=?,"
+            " claimed_at=?, updated_at=? WHERE command_id=?",
+            [
+                (
+                    port.COMMAND_CLAIMED,
+                    req.worker_id,
+                    r[9] + 1,
+                    expires[r[0]],
+                    req.now,
+                    req.now,
+                    r[0],
+                )
+                for r in rows
+            ],
+        )
         last = {x: ends[x] for x in {r[1] for r in rows} if x in ends}
         rest = sorted({r[1] for r in rows if r[1] not in ends})
         if rest:
@@ -230,13 +265,38 @@ class SQLiteStore(sql.SQLStore):
         claimed: port.Claimed = []
         logged: list[ev.Event] = []
         for r in rows:
-            row = port.CommandRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], port.COMMAND_CLAIMED,
-                                  req.worker_id, r[9] + 1, expires[r[0]], r[11], r[12])  # fmt: skip
+            row = port.CommandRow(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                port.COMMAND_CLAIMED,
+                req.worker_id,
+                r[9] + 1,
+                expires[r[0]],
+                r[11],
+                r[12],
+            )
             seq = last[row.execution_id] = last[row.execution_id] + 1
-            event = projection.claimed_event(req.new_id(), row, req.worker_id, row.epoch,
-                                             expires[r[0]], req.now, seq)  # fmt: skip
-            claimed.append((row, port.Lease(row.command_id, req.worker_id, row.epoch,
-                                            expires[r[0]], event, expires[r[0]] - req.now)))
+            event = projection.claimed_event(
+                req.new_id(), row, req.worker_id, row.epoch, expires[r[0]], req.now, seq
+            )
+            claimed.append(
+                (
+                    row,
+                    port.Lease(
+                        row.command_id,
+                        req.worker_id,
+                        row.epoch,
+                        expires[r[0]],
+                        event,
+                        expires[r[0]] - req.now,
+                    ),
+                )
+            )
             logged.append(event)
             rows_out.append(sql.event_row(event, self.encode_result(conn, event)))
         return claimed, logged
@@ -262,9 +322,11 @@ class SQLiteStore(sql.SQLStore):
                 # processes opening a new file at once, the second waits for the first's
                 # commit, then finds its tables there and the version it wrote
                 try:
-                    self._conn.executescript(f"BEGIN IMMEDIATE;\n{script}\n"
-                                             f"INSERT INTO schema_version VALUES ({version});\n"
-                                             "COMMIT;")  # fmt: skip
+                    self._conn.executescript(
+                        f"BEGIN IMMEDIATE;\n{script}\n"
+                        f"INSERT INTO schema_version VALUES ({version});\n"
+                        "COMMIT;"
+                    )
                 except sqlite3.OperationalError:
                     if self._conn.in_transaction:
                         self._conn.execute("ROLLBACK")

@@ -56,8 +56,10 @@ def ops(event: ev.Event) -> list[Op]:
         return []
     totals = Totals()
     totals.add(event.payload.get("usage"))
-    return [(event.execution_id, e.provider, e.model, e.input_tokens, e.output_tokens, e.cost)
-            for e in totals.entries()]  # fmt: skip
+    return [
+        (event.execution_id, e.provider, e.model, e.input_tokens, e.output_tokens, e.cost)
+        for e in totals.entries()
+    ]
 
 
 Key = tuple[int, str, str]
@@ -84,11 +86,15 @@ def by_playbook(rows: Iterable[UsageRow], path: str | None = None) -> list[Usage
         acc[0] += r.input_tokens
         acc[1] += r.output_tokens
         acc[2] = round(acc[2] + r.cost, 9)
-    return [UsageRow(p, prov, m, int(a[0]), int(a[1]), float(a[2]))
-            for (p, prov, m), a in sorted(sums.items())]  # fmt: skip
+    return [
+        UsageRow(p, prov, m, int(a[0]), int(a[1]), float(a[2]))
+        for (p, prov, m), a in sorted(sums.items())
+    ]
 
 
 def decode(rows: Sequence[Sequence[object]], execution_id: int | None = None) -> list[UsageRow]:
     """SQL rows `path, provider, model, input_tokens, output_tokens, cost`."""
-    return [UsageRow(str(p), str(prov), str(m), int(str(i)), int(str(o)), float(str(c)),
-                     execution_id) for p, prov, m, i, o, c in rows]  # fmt: skip
+    return [
+        UsageRow(str(p), str(prov), str(m), int(str(i)), int(str(o)), float(str(c)), execution_id)
+        for p, prov, m, i, o, c in rows
+    ]

@@ -17,27 +17,49 @@ _RECORD = (
 
 class WorkerTable(Tables):
     def record_worker(self, row: workers.WorkerRow) -> workers.WorkerRow:
-        stored = self._write(_RECORD, (row.worker_key, row.name, row.pool, row.kind, row.host,
-                                       row.pid, row.version, row.started_at, row.last_seen,
-                                       row.ttl))  # fmt: skip
+        stored = self._write(
+            _RECORD,
+            (
+                row.worker_key,
+                row.name,
+                row.pool,
+                row.kind,
+                row.host,
+                row.pid,
+                row.version,
+                row.started_at,
+                row.last_seen,
+                row.ttl,
+            ),
+        )
         return workers.decode([stored])[0]
 
     def list_workers(self) -> list[workers.WorkerRow]:
-        return workers.decode(self.rows(f"SELECT {workers.WORKER_COLS} FROM worker"
-                                        " ORDER BY name, worker_key"))  # fmt: skip
+        return workers.decode(
+            self.rows(f"SELECT {workers.WORKER_COLS} FROM worker ORDER BY name, worker_key")
+        )
 
     def mark_lost_workers(self, now: float) -> list[workers.WorkerRow]:
         with self.txn() as conn:
-            lost = workers.decode(conn.execute(self.sql(
-                f"SELECT {workers.WORKER_COLS} FROM worker WHERE lost_at IS NULL"
-                " AND last_seen + ttl <= ? ORDER BY name, worker_key"), (now,)).fetchall())  # fmt: skip
+            lost = workers.decode(
+                conn.execute(
+                    self.sql(
+                        f"SELECT {workers.WORKER_COLS} FROM worker WHERE lost_at IS NULL"
+                        " AND last_seen + ttl <= ? ORDER BY name, worker_key"
+                    ),
+                    (now,),
+                ).fetchall()
+            )
             for row in lost:
-                conn.execute(self.sql("UPDATE worker SET lost_at=? WHERE worker_key=?"
-                                      " AND last_seen=?"), (now, row.worker_key, row.last_seen))  # fmt: skip
+                conn.execute(
+                    self.sql("UPDATE worker SET lost_at=? WHERE worker_key=? AND last_seen=?"),
+                    (now, row.worker_key, row.last_seen),
+                )
         return lost
 
-    def forget_workers(self, *, worker_key: str | None = None,
-                       seen_before: float | None = None) -> int:  # fmt: skip
+    def forget_workers(
+        self, *, worker_key: str | None = None, seen_before: float | None = None
+    ) -> int:
         if worker_key is not None:
             return int(self._write("DELETE FROM worker WHERE worker_key=?", (worker_key,)))
         if seen_before is not None:

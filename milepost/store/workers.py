@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-WORKER_COLS = ("worker_key, name, pool, kind, host, pid, version, started_at, last_seen,"
-               " ttl, lost_at")  # fmt: skip
+WORKER_COLS = (
+    "worker_key, name, pool, kind, host, pid, version, started_at, last_seen, ttl, lost_at"
+)
 """The `worker` columns of a `WorkerRow`, in its order."""
 
 
@@ -44,10 +45,22 @@ class WorkerRow:
 
 def decode(rows: Sequence[Sequence[Any]]) -> list[WorkerRow]:
     """SQL rows of `WORKER_COLS`."""
-    return [WorkerRow(str(k), str(n), str(p), str(kind), str(h), None if pid is None else int(pid),
-                      str(v), float(s), float(seen), float(ttl),
-                      None if lost is None else float(lost))
-            for k, n, p, kind, h, pid, v, s, seen, ttl, lost in rows]  # fmt: skip
+    return [
+        WorkerRow(
+            str(k),
+            str(n),
+            str(p),
+            str(kind),
+            str(h),
+            None if pid is None else int(pid),
+            str(v),
+            float(s),
+            float(seen),
+            float(ttl),
+            None if lost is None else float(lost),
+        )
+        for k, n, p, kind, h, pid, v, s, seen, ttl, lost in rows
+    ]
 
 
 class Workers(Protocol):
@@ -67,8 +80,9 @@ class Workers(Protocol):
         returns them as they were before (for the log line)."""
         ...
 
-    def forget_workers(self, *, worker_key: str | None = None,
-                       seen_before: float | None = None) -> int:  # fmt: skip
+    def forget_workers(
+        self, *, worker_key: str | None = None, seen_before: float | None = None
+    ) -> int:
         """Delete the row of `worker_key` (a clean exit), or the rows last seen before
         `seen_before` (lost long ago); returns how many."""
         ...

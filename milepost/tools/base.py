@@ -26,8 +26,10 @@ def auth_credential(auth: Any) -> str | None:
         return None
     return auth if isinstance(auth, str) and auth else None
 
-def credential(name: str, credentials: CredentialLookup | None, tool: str,
-               error: type[Exception]) -> Mapping[str, Any]:  # fmt: skip
+
+def credential(
+    name: str, credentials: CredentialLookup | None, tool: str, error: type[Exception]
+) -> Mapping[str, Any]:
     """The data of the credential a tool's `auth` names, or `error` saying why there is
     none (`<tool> auth: ...`): the lookup's own refusal, or not registered."""
     try:
@@ -91,12 +93,18 @@ class ToolCall:
 
     def where(self) -> str:
         """` (execution X step Y command Z)`, for log messages read without `extra`."""
-        return (f" (execution {self.execution_id or '-'} step {self.step or '-'}"
-                f" command {self.command_id or '-'})")  # fmt: skip
+        return (
+            f" (execution {self.execution_id or '-'} step {self.step or '-'}"
+            f" command {self.command_id or '-'})"
+        )
 
     def log_extra(self, action: str) -> dict[str, Any]:
-        return {"action": action, "execution_id": self.execution_id, "step": self.step,
-                "command_id": self.command_id}  # fmt: skip
+        return {
+            "action": action,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "command_id": self.command_id,
+        }
 
 
 @record

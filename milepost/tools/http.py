@@ -82,8 +82,9 @@ class HttpTool:
         error = result.error
         if error is not None:
             error = dataclasses.replace(error, message=redactor.text(error.message))
-        return dataclasses.replace(result, data=redactor.value(result.data),
-                                   http=redactor.value(result.http), error=error)  # fmt: skip
+        return dataclasses.replace(
+            result, data=redactor.value(result.data), http=redactor.value(result.http), error=error
+        )
 
     async def _send(
         self, call: base.ToolCall, request: dict[str, Any], verify: bool

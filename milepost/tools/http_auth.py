@@ -46,8 +46,10 @@ def auth_headers(auth: Any, credentials: base.CredentialLookup | None) -> AuthHe
         return AuthHeaders()
     name = base.auth_credential(auth)
     if name is None:
-        raise AuthInvalid("http `auth` must name a registered credential"
-                          + ("" if isinstance(auth, Mapping) else " (a string)"))  # fmt: skip
+        raise AuthInvalid(
+            "http `auth` must name a registered credential"
+            + ("" if isinstance(auth, Mapping) else " (a string)")
+        )
     data = base.credential(name, credentials, "http", AuthInvalid)
     kind = str(data.get("type") or "").lower()
     fields = {str(k): v for k, v in data.items() if k != "type"}

@@ -40,8 +40,9 @@ class Parent:
 
 
 class ChildRunner(Protocol):
-    async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
-                        timeout: float) -> ChildRun: ...  # fmt: skip
+    async def run_child(
+        self, path: str, workload: dict[str, Any], *, parent: Parent, timeout: float
+    ) -> ChildRun: ...
 
 
 class PlaybookTool:
@@ -61,11 +62,15 @@ class PlaybookTool:
             return base.failure("invalid", str(exc))
         try:
             parent = Parent(call.execution_id, call.command_id, call.epoch)
-            child = await self.runner.run_child(path, dict(call.input), parent=parent,
-                                                timeout=timeout)  # fmt: skip
+            child = await self.runner.run_child(
+                path, dict(call.input), parent=parent, timeout=timeout
+            )
         except TimeoutError:
-            return base.failure("timeout", f"child playbook {path!r} did not finish within "
-                                f"{timeout:g}s", retryable=True)  # fmt: skip
+            return base.failure(
+                "timeout",
+                f"child playbook {path!r} did not finish within {timeout:g}s",
+                retryable=True,
+            )
         except ConnectionError as exc:  # the host could not reach the server to start it
             return base.failure("connection", f"child playbook {path!r}: {exc}", retryable=True)
         except Exception as exc:  # the host could not start it: unknown path, invalid playbook
@@ -74,8 +79,10 @@ class PlaybookTool:
         if child.status != "COMPLETED":
             reason = (child.error or {}).get("reason") or (child.error or {}).get("message") or ""
             message = f"child playbook {path!r} ({child.execution_id}) {child.status}"
-            return base.ToolResult(data=summary, error=base.ToolFailure(
-                "playbook", f"{message}: {reason}" if reason else message))  # fmt: skip
+            return base.ToolResult(
+                data=summary,
+                error=base.ToolFailure("playbook", f"{message}: {reason}" if reason else message),
+            )
         return _shape(call.config, child, summary)
 
 
@@ -92,8 +99,12 @@ def _shape(config: dict[str, Any], child: ChildRun, summary: dict[str, Any]) -> 
     step = config.get("return_step")
     if step:
         if step not in child.results:
-            return base.ToolResult(data=summary, error=base.ToolFailure(
-                "playbook", f"child playbook step {step!r} did not complete"))  # fmt: skip
+            return base.ToolResult(
+                data=summary,
+                error=base.ToolFailure(
+                    "playbook", f"child playbook step {step!r} did not complete"
+                ),
+            )
         return base.ToolResult(data=child.results[step])
     if config.get("return_result") in (True, "true", "True"):
         chosen = config.get("result_step") or (child.completed[-1] if child.completed else None)

@@ -383,24 +383,34 @@ def _decode(reply: bytes, call: base.ToolCall) -> base.ToolResult:
     line, code_line = at if at else (None, None)
     if code_line:  # it quotes the code: redacted like the traceback
         code_line = call.redact(code_line)
-    failed = base.failure("exception", f"{cls}: {text}", code=cls, line=line,
-                          code_line=code_line)  # fmt: skip
+    failed = base.failure("exception", f"{cls}: {text}", code=cls, line=line, code_line=code_line)
     return dataclasses.replace(failed, usage=used, logs=_logs(output, trace, call))
 
 
-def _logs(output: list[tuple[str, str, int]] | None, trace: str | None,
-          call: base.ToolCall) -> tuple[logs.Captured, ...]:  # fmt: skip
+def _logs(
+    output: list[tuple[str, str, int]] | None, trace: str | None, call: base.ToolCall
+) -> tuple[logs.Captured, ...]:
     """The streams the worker captured (and the traceback, its file named as the step),
     also logged as one record naming the execution and step (in the text too, for a plain
     formatter and grep), redacted like the attempt's events."""
     found = [logs.Captured(stream, text, cut) for stream, text, cut in output or ()]
     if trace:
-        found.append(logs.Captured(logs.TRACEBACK, trace.replace(
-            f'File "{python_worker.FILENAME}"', f'File "<step {call.step or "-"}>"')))  # fmt: skip
+        found.append(
+            logs.Captured(
+                logs.TRACEBACK,
+                trace.replace(
+                    f'File "{python_worker.FILENAME}"', f'File "<step {call.step or "-"}>"'
+                ),
+            )
+        )
     if found and output_log.isEnabledFor(logging.INFO):
         text = "\n".join(f"[{c.stream}] {c.text.rstrip()}" for c in found)
-        output_log.info("python output%s: %s", call.where(), call.redact(text),
-                        extra=call.log_extra("python_output"))  # fmt: skip
+        output_log.info(
+            "python output%s: %s",
+            call.where(),
+            call.redact(text),
+            extra=call.log_extra("python_output"),
+        )
     return tuple(found)
 
 

@@ -99,8 +99,11 @@ class Capture(io.TextIOBase):
 
 
 def _output(streams: Mapping[str, Capture]) -> list[tuple[str, str, int]] | None:
-    found = [(name, c.text, c.cut) for name, capture in streams.items()
-             if (c := capture.sink.value()) is not None]  # fmt: skip
+    found = [
+        (name, c.text, c.cut)
+        for name, capture in streams.items()
+        if (c := capture.sink.value()) is not None
+    ]
     return found or None
 
 
@@ -141,8 +144,9 @@ class Runner:
         try:
             return pickle.dumps((*reply, usage), protocol=PROTOCOL)
         except BaseException as exc:  # noqa: BLE001
-            return pickle.dumps(("error", type(exc).__name__, _text(exc), None, None, None, None),
-                                PROTOCOL)  # fmt: skip
+            return pickle.dumps(
+                ("error", type(exc).__name__, _text(exc), None, None, None, None), PROTOCOL
+            )
 
     def run(
         self,
@@ -231,8 +235,12 @@ def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
 
 
 def _is_param(name: str) -> bool:
-    return (name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__")
-            and name != USAGE)  # fmt: skip
+    return (
+        name.isidentifier()
+        and not keyword.iskeyword(name)
+        and not name.startswith("__")
+        and name != USAGE
+    )
 
 
 def _has_top_level_return(source: str) -> bool:

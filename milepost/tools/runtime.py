@@ -88,9 +88,13 @@ class ToolRuntime:
             except Exception as exc:  # noqa: BLE001 - a bug in an executor is still a task error
                 # the traceback as redacted text, not `exc_info`: the exception may quote
                 # the call's inputs, secrets included
-                log.error("tool %s failed unexpectedly%s:\n%s", call.kind, call.where(),
-                          call.redact(traceback.format_exc()),
-                          extra=call.log_extra("tool_crashed"))  # fmt: skip
+                log.error(
+                    "tool %s failed unexpectedly%s:\n%s",
+                    call.kind,
+                    call.where(),
+                    call.redact(traceback.format_exc()),
+                    extra=call.log_extra("tool_crashed"),
+                )
                 result = base.failure(
                     "exception", f"{type(exc).__name__}: {exc}", code=type(exc).__name__
                 )

@@ -71,17 +71,19 @@ def _commands(config: Mapping[str, Any]) -> list[str] | str:
 async def _run_one(command: str, cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
     """`{exit_code, stdout, stderr}` of one command; its process group is killed if the
     wait is cancelled (a cancel of the run, or the timeout)."""
-    creating = asyncio.ensure_future(asyncio.create_subprocess_exec(
-        SHELL,
-        "-c",
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # so a timeout can kill the whole process group
-    ))  # fmt: skip
+    creating = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            SHELL,
+            "-c",
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # so a timeout can kill the whole process group
+        )
+    )
     try:
         proc = await asyncio.shield(creating)
     except asyncio.CancelledError:
@@ -110,15 +112,19 @@ def _result(runs: list[dict[str, Any]], *, listed: bool, total: int) -> base.Too
     if listed:
         data["results"] = runs
     # the same text as the result's, kept as the attempt's logs too (`milepost logs`)
-    streams = tuple(logs.Captured(name, text) for name, text in
-                    ((logs.STDOUT, out), (logs.STDERR, errors)) if text)  # fmt: skip
+    streams = tuple(
+        logs.Captured(name, text)
+        for name, text in ((logs.STDOUT, out), (logs.STDERR, errors))
+        if text
+    )
     if code == 0:
         return base.ToolResult(data=data, logs=streams)
     which = f"shell command {len(runs)} of {total}" if listed else "shell command"
     return base.ToolResult(
-        data=data, logs=streams,
+        data=data,
+        logs=streams,
         error=base.ToolFailure("exit_code", f"{which} exited with code {code}", code=str(code)),
-    )  # fmt: skip
+    )
 
 
 def _environment(env: Mapping[str, Any] | None) -> dict[str, str] | None:

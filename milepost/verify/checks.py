@@ -41,8 +41,11 @@ class Verdict:
 
 def terminal(x: Evidence) -> list[str]:
     """Every run ended within the deadline (children too), every order was started."""
-    out = [f"execution {xid} did not end (last event {log[-1].event_type if log else 'none'})"
-           for xid, log in sorted(x.logs.items()) if _status(log) is None]  # fmt: skip
+    out = [
+        f"execution {xid} did not end (last event {log[-1].event_type if log else 'none'})"
+        for xid, log in sorted(x.logs.items())
+        if _status(log) is None
+    ]
     if x.unstarted:
         out.append(f"{x.unstarted} order(s) could not be started")
     return out
@@ -79,15 +82,20 @@ def one_terminal_event(x: Evidence) -> list[str]:
 def effects_once(x: Evidence) -> list[str]:
     """An attempt's side effect happened once (its idempotency key once in the table), and
     every charge the log took as done was made."""
-    out = [f"idempotency key {key[:12]}... did its side effect {n} times"
-           for key, n in sorted(Counter(e.idempotency_key for e in x.effects).items()) if n > 1]
+    out = [
+        f"idempotency key {key[:12]}... did its side effect {n} times"
+        for key, n in sorted(Counter(e.idempotency_key for e in x.effects).items())
+        if n > 1
+    ]
     charged = {e.execution_id for e in x.effects if e.kind == "charge"}
     for xid, log in sorted(x.logs.items()):
-        done = [e for e in _accepted(log) if e.event_type == ev.COMMAND_COMPLETED
-                and e.step == "charge"]  # fmt: skip
+        done = [
+            e for e in _accepted(log) if e.event_type == ev.COMMAND_COMPLETED and e.step == "charge"
+        ]
         if done and xid not in charged:
-            out.append(f"execution {xid}: charge completed ({done[0].event_id}) without its "
-                       "side effect")  # fmt: skip
+            out.append(
+                f"execution {xid}: charge completed ({done[0].event_id}) without its side effect"
+            )
     return out
 
 
@@ -109,12 +117,16 @@ def fenced(x: Evidence) -> list[str]:
             elif event.event_type in ev.SETTLING_REPORTS and not event.meta.get("stale"):
                 epoch = event.meta.get("epoch")
                 if cid not in live:
-                    out.append(f"execution {xid}: {event.event_type} {event.event_id} of "
-                               f"command {cid}, which was never claimed")  # fmt: skip
+                    out.append(
+                        f"execution {xid}: {event.event_type} {event.event_id} of "
+                        f"command {cid}, which was never claimed"
+                    )
                 elif live[cid] is None or epoch is None or int(epoch) != live[cid]:
                     held = "no live claim" if live[cid] is None else f"live epoch {live[cid]}"
-                    out.append(f"execution {xid}: {event.event_type} {event.event_id} of "
-                               f"command {cid} with epoch {epoch} taken ({held})")  # fmt: skip
+                    out.append(
+                        f"execution {xid}: {event.event_type} {event.event_id} of "
+                        f"command {cid} with epoch {epoch} taken ({held})"
+                    )
                 live[cid] = None
     return out
 
@@ -123,9 +135,10 @@ def reported_in_log(x: Evidence) -> list[str]:
     """No event a worker was told the log holds is missing from it."""
     logged = {e.event_id for log in x.logs.values() for e in log}
     missing = sorted(x.reported - logged)
-    return [f"event {event_id}, acknowledged to a worker, is not in the log"
-            for event_id in missing[:20]] + ([f"... and {len(missing) - 20} more"]
-                                             if len(missing) > 20 else [])  # fmt: skip
+    return [
+        f"event {event_id}, acknowledged to a worker, is not in the log"
+        for event_id in missing[:20]
+    ] + ([f"... and {len(missing) - 20} more"] if len(missing) > 20 else [])
 
 
 def compensated_once(x: Evidence) -> list[str]:
@@ -142,8 +155,10 @@ def compensated_once(x: Evidence) -> list[str]:
         started = sum(1 for e in log if e.event_type == ev.COMPENSATION_STARTED)
         refunded = len(refunds.get(xid, ()))
         if want == "FAILED" and _status(log) == "FAILED" and (done, started, refunded) != (1, 1, 1):
-            out.append(f"execution {xid}: {started} compensation(s) started, {done} completed, "
-                       f"{refunded} refund(s) made; want one of each")  # fmt: skip
+            out.append(
+                f"execution {xid}: {started} compensation(s) started, {done} completed, "
+                f"{refunded} refund(s) made; want one of each"
+            )
         elif want == "COMPLETED" and (done or started or refunded):
             out.append(f"execution {xid} completes but was compensated")
     return out

@@ -16,8 +16,10 @@ from typing import Any
 
 from milepost.settings import sqlite_path
 
-TABLE = ("CREATE TABLE IF NOT EXISTS verify_effect (idempotency_key TEXT NOT NULL,"
-         " operation_key TEXT NOT NULL, execution_id TEXT NOT NULL, kind TEXT NOT NULL)")  # fmt: skip
+TABLE = (
+    "CREATE TABLE IF NOT EXISTS verify_effect (idempotency_key TEXT NOT NULL,"
+    " operation_key TEXT NOT NULL, execution_id TEXT NOT NULL, kind TEXT NOT NULL)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ def create(where: str) -> None:
 
 def read(where: str) -> list[Effect]:
     with _connect(where) as conn:
-        rows = conn.execute("SELECT idempotency_key, operation_key, execution_id, kind"
-                            " FROM verify_effect").fetchall()  # fmt: skip
+        rows = conn.execute(
+            "SELECT idempotency_key, operation_key, execution_id, kind FROM verify_effect"
+        ).fetchall()
     return [Effect(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]

@@ -24,8 +24,9 @@ class JournalChannel(ChannelClient):
         super().__init__(http)
         self._journal = journal.open("a", buffering=1)
 
-    async def post_events(self, events: list[dict[str, Any]],
-                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    async def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         reply = await super().post_events(events, claim)
         held = [*(reply.get("stored_ids") or ()), *(reply.get("duplicates") or ())]
         if held:

@@ -19,8 +19,12 @@ def render(console: Console, outcome: Outcome, found: list[checks.Verdict], repl
     table.add_column("invariant")
     table.add_column("result")
     for verdict in found:
-        table.add_row(verdict.name, "[green]held[/green]" if verdict.ok else
-                      f"[red]{len(verdict.violations)} violation(s)[/red]")  # fmt: skip
+        table.add_row(
+            verdict.name,
+            "[green]held[/green]"
+            if verdict.ok
+            else f"[red]{len(verdict.violations)} violation(s)[/red]",
+        )
     console.print(table)
     for verdict in found:
         for line in verdict.violations[:SHOWN]:
@@ -34,8 +38,10 @@ def render(console: Console, outcome: Outcome, found: list[checks.Verdict], repl
     rows: list[tuple[str, object]] = [("orders", len(schedule.orders))]
     rows += list(checks.figures(outcome.evidence).items())
     rows += [(f"faults: {kind}", n) for kind, n in sorted(outcome.injected.items())]
-    rows += [("zombie reports fenced", outcome.zombies_fenced),
-             ("seconds", f"{outcome.seconds:.1f}")]  # fmt: skip
+    rows += [
+        ("zombie reports fenced", outcome.zombies_fenced),
+        ("seconds", f"{outcome.seconds:.1f}"),
+    ]
     for name, value in rows:
         figures.add_row(name, str(value))
     console.print(figures)

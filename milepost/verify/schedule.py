@@ -51,8 +51,7 @@ class Order:
         return "FAILED" if self.fail else "COMPLETED"
 
     def workload(self, effects: str) -> dict[str, Any]:
-        return {"effects": effects, "fail": self.fail, "amount": self.amount,
-                "items": self.items}  # fmt: skip
+        return {"effects": effects, "fail": self.fail, "amount": self.amount, "items": self.items}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +65,15 @@ def draw(seed: int, *, runs: int, duration: float, workers: int, lease: float) -
     """Runs start over the first half of `duration`, faults over all of it; there is at
     least one zombie and, with two faults or more, one pause longer than `lease`."""
     rng = random.Random(seed)
-    orders = [Order(at=round(duration / 2 * i / max(runs, 1), 3), fail=rng.random() < 0.3,
-                    amount=rng.choice((10, 100)),
-                    items=list(range(1, rng.randint(1, 4) + 1)))
-              for i in range(runs)]  # fmt: skip
+    orders = [
+        Order(
+            at=round(duration / 2 * i / max(runs, 1), 3),
+            fail=rng.random() < 0.3,
+            amount=rng.choice((10, 100)),
+            items=list(range(1, rng.randint(1, 4) + 1)),
+        )
+        for i in range(runs)
+    ]
     faults: list[Fault] = []
     at = rng.uniform(0.5, MEAN_GAP)
     while at < duration:
@@ -78,9 +82,14 @@ def draw(seed: int, *, runs: int, duration: float, workers: int, lease: float) -
     if not any(f.what == ZOMBIE for f in faults):
         faults.append(Fault(round(rng.uniform(0.2, 0.5) * duration, 3), ZOMBIE, SERVER))
     if len(faults) >= 2 and not any(f.what == PAUSE and f.hold > lease for f in faults):
-        faults.append(Fault(round(rng.uniform(0.1, 0.6) * duration, 3), PAUSE,
-                            f"worker-{rng.randint(1, workers)}",
-                            round(lease * rng.uniform(1.3, 2.0), 3)))  # fmt: skip
+        faults.append(
+            Fault(
+                round(rng.uniform(0.1, 0.6) * duration, 3),
+                PAUSE,
+                f"worker-{rng.randint(1, workers)}",
+                round(lease * rng.uniform(1.3, 2.0), 3),
+            )
+        )
     return Schedule(seed, orders, sorted(faults, key=lambda f: f.at))
 
 

@@ -60,8 +60,9 @@ Progress = Callable[[int, int, str], None]
 
 
 class Suite:
-    def __init__(self, options: Options, schedule: Schedule, site: Installation,
-                 progress: Progress) -> None:  # fmt: skip
+    def __init__(
+        self, options: Options, schedule: Schedule, site: Installation, progress: Progress
+    ) -> None:
         self.o = options
         self.schedule = schedule
         self.site = site
@@ -92,8 +93,9 @@ class Suite:
         effects.create(self.where)
         start = time.monotonic()
         # the faults on their own thread: a call to a paused server blocks this one
-        chaos = threading.Thread(target=self._chaos, args=(start,), name="verify-chaos",
-                                 daemon=True)  # fmt: skip
+        chaos = threading.Thread(
+            target=self._chaos, args=(start,), name="verify-chaos", daemon=True
+        )
         chaos.start()
         waiting = list(self.schedule.orders)
         chaos_ends = start + self.o.duration
@@ -209,8 +211,11 @@ class Suite:
         store = open_store(self.o.db_url)
         try:
             rows = list(_every(store))
-            logs = {row.execution_id: store.load(row.execution_id) for row in rows
-                    if row.path == checks.ORDER_PATH}  # fmt: skip
+            logs = {
+                row.execution_id: store.load(row.execution_id)
+                for row in rows
+                if row.path == checks.ORDER_PATH
+            }
             expected: dict[int, str] = {}
             for xid, log in list(logs.items()):
                 workload = (log[0].payload.get("workload") or {}) if log else {}
@@ -218,13 +223,17 @@ class Suite:
                     del logs[xid]  # another suite's, on the same database
                 elif isinstance(index := workload.get("order"), int):
                     expected[xid] = self.schedule.orders[index].expected  # a start retried too
-            logs.update({row.execution_id: store.load(row.execution_id) for row in rows
-                         if row.parent_execution_id in expected})  # fmt: skip
+            logs.update(
+                {
+                    row.execution_id: store.load(row.execution_id)
+                    for row in rows
+                    if row.parent_execution_id in expected
+                }
+            )
         finally:
             store.close()
         reported = self.reported | journal.read(self.site.journals())
-        return checks.Evidence(logs, expected, effects.read(self.where), reported,
-                               self.unstarted)  # fmt: skip
+        return checks.Evidence(logs, expected, effects.read(self.where), reported, self.unstarted)
 
 
 def _every(store: Any) -> Iterator[Any]:
@@ -239,8 +248,9 @@ def _every(store: Any) -> Iterator[Any]:
 
 def run(options: Options, schedule: Schedule, progress: Progress) -> Outcome:
     started = time.monotonic()
-    with Installation(options.db_url, options.workdir, workers=options.workers,
-                      lease=options.lease) as site:  # fmt: skip
+    with Installation(
+        options.db_url, options.workdir, workers=options.workers, lease=options.lease
+    ) as site:
         suite = Suite(options, schedule, site, progress)
         try:
             suite.run()

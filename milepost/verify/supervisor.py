@@ -40,9 +40,14 @@ class Process:
 
     def start(self) -> None:
         self._out = self.log.open("ab")
-        self.popen = subprocess.Popen(self.argv, env=self.env, stdout=self._out,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)  # fmt: skip
+        self.popen = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self.paused = False
 
     def alive(self) -> bool:
@@ -90,29 +95,53 @@ class Installation:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # the installation's own settings, but the injected faults (for testing the suite)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("MILEPOST_") or k.startswith(FAULTS)}  # fmt: skip
-        env.update({"MILEPOST_DATABASE_URL": db_url, "MILEPOST_SECRET_KEY": new_key(),
-                    "MILEPOST_LEASE_SECONDS": str(lease), "MILEPOST_LOG_LEVEL": "INFO",
-                    "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("MILEPOST_") or k.startswith(FAULTS)
+        }
+        env.update(
+            {
+                "MILEPOST_DATABASE_URL": db_url,
+                "MILEPOST_SECRET_KEY": new_key(),
+                "MILEPOST_LEASE_SECONDS": str(lease),
+                "MILEPOST_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.env = env
         store = open_store(db_url)  # migrates the database
         try:
             now = time.time()
             self.admin_token = auth.create_token(store, "admin", "verify", now)
             self.worker_token = auth.create_token(store, "worker", "verify-worker", now)
-            self.approver_token = auth.create_token(store, "approver", "verify-approver", now,
-                                                    user=APPROVER)  # fmt: skip
+            self.approver_token = auth.create_token(
+                store, "approver", "verify-approver", now, user=APPROVER
+            )
         finally:
             store.close()
-        server = [MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                  "--db", db_url]  # fmt: skip
+        server = [
+            MILEPOST,
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db",
+            db_url,
+        ]
         self.processes = {SERVER: Process(SERVER, server, env, workdir / "server.log")}
         for n in range(1, workers + 1):
             name = f"worker-{n}"
-            worker_env = dict(env, MILEPOST_SERVER_URL=self.url, MILEPOST_TOKEN=self.worker_token,
-                              MILEPOST_WORKER_ID=name, MILEPOST_CONCURRENCY="4",
-                              MILEPOST_PYTHON_WORKERS="2", MILEPOST_GRACE_SECONDS="2")  # fmt: skip
+            worker_env = dict(
+                env,
+                MILEPOST_SERVER_URL=self.url,
+                MILEPOST_TOKEN=self.worker_token,
+                MILEPOST_WORKER_ID=name,
+                MILEPOST_CONCURRENCY="4",
+                MILEPOST_PYTHON_WORKERS="2",
+                MILEPOST_GRACE_SECONDS="2",
+            )
             argv = [sys.executable, "-m", "milepost.verify.journal", str(self.journal(name))]
             self.processes[name] = Process(name, argv, worker_env, workdir / f"{name}.log")
             self.journal(name).unlink(missing_ok=True)  # a kept folder's last suite
@@ -136,16 +165,23 @@ class Installation:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def wait_healthy(self, timeout: float = 60.0) -> None:
         server = self.processes[SERVER]
         log = f"(log: {server.log})"
-        wait_healthy(self.url, timeout,
-                     lambda: None if server.alive() else f"milepost server exited {log}",
-                     f" {log}")  # fmt: skip
+        wait_healthy(
+            self.url,
+            timeout,
+            lambda: None if server.alive() else f"milepost server exited {log}",
+            f" {log}",
+        )
 
     def restart(self, name: str) -> None:
         if not self.processes[name].alive():

@@ -42,10 +42,14 @@ async def haunt(url: str, token: str) -> Haunting:
         await http.release(item.command_id, WORKER_ID, item.epoch)
         leased = await http.machine_id(WORKER_ID)
         new_id = Snowflake(int(leased["machine_id"]), time.time)
-        error = {"kind": "zombie", "message": "reported after giving the claim back",
-                 "retryable": False}  # fmt: skip
-        events = report_events(item, AttemptResult(ok=False, error=error), new_id(),
-                               time.time(), WORKER_ID)  # fmt: skip
+        error = {
+            "kind": "zombie",
+            "message": "reported after giving the claim back",
+            "retryable": False,
+        }
+        events = report_events(
+            item, AttemptResult(ok=False, error=error), new_id(), time.time(), WORKER_ID
+        )
         body = wire.jsonable([wire.event_to_wire(e, item.epoch, item.command_id) for e in events])
         reply = await http.post_events(body)
         event_id = events[0].event_id

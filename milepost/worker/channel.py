@@ -63,23 +63,35 @@ class ChannelClient:
 
     # -- over HTTP, as the wrapped client does ---------------------------------------------
 
-    async def claim_next(self, worker_id: str, limit: int = 1, lease_seconds: float | None = None,
-                         pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    async def claim_next(
+        self,
+        worker_id: str,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> list[dict[str, Any]]:
         return await self.http.claim_next(worker_id, limit, lease_seconds, pool)
 
-    async def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
-                        lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+    async def heartbeat(
+        self, event_id: int | str, worker_id: str, epoch: int, lease_seconds: float | None = None
+    ) -> dict[str, Any]:
         return await self.http.heartbeat(event_id, worker_id, epoch, lease_seconds)
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]:
         return await self.http.release(event_id, worker_id, epoch)
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None,
-                         worker: dict[str, Any] | None = None,
-                         release: bool = False) -> dict[str, Any]:  # fmt: skip
-        return await self.http.machine_id(worker_id, machine_id, pool=pool, worker=worker,
-                                          release=release)  # fmt: skip
+    async def machine_id(
+        self,
+        worker_id: str,
+        machine_id: int | None = None,
+        *,
+        pool: str | None = None,
+        worker: dict[str, Any] | None = None,
+        release: bool = False,
+    ) -> dict[str, Any]:
+        return await self.http.machine_id(
+            worker_id, machine_id, pool=pool, worker=worker, release=release
+        )
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]:
         return await self.http.resource(path, version)
@@ -89,8 +101,9 @@ class ChannelClient:
 
     # -- over the channel ------------------------------------------------------------------
 
-    async def post_events(self, events: list[dict[str, Any]],
-                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    async def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         if self.refused is not None:
             return await self.http.post_events(events, claim)
         body = batch_body(events, claim)
@@ -99,8 +112,11 @@ class ChannelClient:
                 ws = await self._open()
             except _Refused as exc:
                 self.refused = str(exc)
-                log.warning("the server refused the worker channel (%s): reporting over HTTP",
-                            exc, extra={"action": "channel_refused"})  # fmt: skip
+                log.warning(
+                    "the server refused the worker channel (%s): reporting over HTTP",
+                    exc,
+                    extra={"action": "channel_refused"},
+                )
                 return await self.http.post_events(events, claim)
             msg_id = next(self._ids)
             try:
@@ -108,12 +124,15 @@ class ChannelClient:
                 reply = json.loads(await asyncio.wait_for(ws.recv(), self.timeout))
             except (websockets.ConnectionClosed, OSError, TimeoutError, ValueError) as exc:
                 await self._drop()
-                raise ServerUnavailable(f"worker channel {self.url}: {type(exc).__name__}: {exc}",
-                                        url=self.http.base_url) from exc  # fmt: skip
+                raise ServerUnavailable(
+                    f"worker channel {self.url}: {type(exc).__name__}: {exc}",
+                    url=self.http.base_url,
+                ) from exc
             if not isinstance(reply, dict) or reply.get("id") != msg_id:
                 await self._drop()
-                raise ServerUnavailable(f"worker channel {self.url}: a reply out of order",
-                                        url=self.http.base_url)  # fmt: skip
+                raise ServerUnavailable(
+                    f"worker channel {self.url}: a reply out of order", url=self.http.base_url
+                )
         return _result(reply)
 
     async def _open(self) -> ClientConnection:
@@ -121,14 +140,20 @@ class ChannelClient:
             try:
                 # compression=None: the messages are small JSON; deflating each one cost
                 # both ends more CPU than the bytes it saved (py-spy, W1 through a server)
-                self._ws = await connect(self.url, additional_headers=self.http.headers,
-                                         open_timeout=self.timeout, max_size=None,
-                                         compression=None)  # fmt: skip
+                self._ws = await connect(
+                    self.url,
+                    additional_headers=self.http.headers,
+                    open_timeout=self.timeout,
+                    max_size=None,
+                    compression=None,
+                )
             except websockets.InvalidStatus as exc:
                 raise _Refused(f"HTTP {exc.response.status_code}") from exc
             except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-                raise ServerUnavailable(f"worker channel {self.url}: {type(exc).__name__}: {exc}",
-                                        url=self.http.base_url) from exc  # fmt: skip
+                raise ServerUnavailable(
+                    f"worker channel {self.url}: {type(exc).__name__}: {exc}",
+                    url=self.http.base_url,
+                ) from exc
         return self._ws
 
     async def _drop(self) -> None:

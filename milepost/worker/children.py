@@ -32,13 +32,14 @@ class ServerChildren:
     def __init__(self, client: AsyncMilepostClient) -> None:
         self.client = client
 
-    async def run_child(self, path: str, workload: dict[str, Any], *, parent: Parent,
-                        timeout: float) -> ChildRun:  # fmt: skip
+    async def run_child(
+        self, path: str, workload: dict[str, Any], *, parent: Parent, timeout: float
+    ) -> ChildRun:
         claim = ParentClaim(parent.command_id, parent.epoch)
         try:
-            xid = await self.client.execute(path, workload,
-                                            parent_execution_id=parent.execution_id,
-                                            claim=claim)  # fmt: skip
+            xid = await self.client.execute(
+                path, workload, parent_execution_id=parent.execution_id, claim=claim
+            )
         except ServerUnavailable as exc:  # kind `connection`: `spec.retry` may try again
             raise ConnectionError(str(exc)) from None
         try:
@@ -62,8 +63,9 @@ class ServerChildren:
         delay = UNAVAILABLE_FIRST
         while True:
             try:
-                return await self.client.wait(xid, timeout=max(deadline - time.monotonic(), 0.0),
-                                              claim=claim)  # fmt: skip
+                return await self.client.wait(
+                    xid, timeout=max(deadline - time.monotonic(), 0.0), claim=claim
+                )
             except (ServerUnavailable, ServerRefused) as exc:
                 if isinstance(exc, ServerRefused) and not exc.transient:
                     raise

@@ -97,12 +97,24 @@ def heartbeat_every(lease: Any, asked: float) -> float:
     return min(lease_seconds(lease, asked), asked) / 3
 
 
-def log_job(job: Job, level: int, action: str, message: str, *args: Any,
-            exc_info: bool = False) -> None:  # fmt: skip
+def log_job(
+    job: Job, level: int, action: str, message: str, *args: Any, exc_info: bool = False
+) -> None:
     """Log about one command: its ids lead the message and go in `extra` (never values)."""
     if not log.isEnabledFor(level):
         return
-    log.log(level, "command %s (step %r, execution %s): " + message, job.command_id, job.step,
-            job.execution_id, *args, exc_info=exc_info,
-            extra={"action": action, "command_id": str(job.command_id),
-                   "execution_id": str(job.execution_id), "step": job.step})  # fmt: skip
+    log.log(
+        level,
+        "command %s (step %r, execution %s): " + message,
+        job.command_id,
+        job.step,
+        job.execution_id,
+        *args,
+        exc_info=exc_info,
+        extra={
+            "action": action,
+            "command_id": str(job.command_id),
+            "execution_id": str(job.execution_id),
+            "step": job.step,
+        },
+    )

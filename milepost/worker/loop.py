@@ -59,28 +59,41 @@ MAX_POLL = 2.0
 CANCELLED_MEMORY = 10_000
 MAX_CLAIM = 100
 """The server's cap on `limit` of one claim."""
-_LOST_CODES = frozenset({"stale_epoch", "already_terminal", "active_claim",
-                         "command_not_found", "not_found"})  # fmt: skip
+_LOST_CODES = frozenset(
+    {"stale_epoch", "already_terminal", "active_claim", "command_not_found", "not_found"}
+)
 
 
 class WorkerClient(Protocol):
     """What the worker needs of the server (`AsyncMilepostClient`, or a fake in tests)."""
 
-    async def claim_next(self, worker_id: str, limit: int = 1,
-                         lease_seconds: float | None = None,
-                         pool: str | None = None) -> list[dict[str, Any]]: ...  # fmt: skip
+    async def claim_next(
+        self,
+        worker_id: str,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> list[dict[str, Any]]: ...
 
-    async def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
-                        lease_seconds: float | None = None) -> dict[str, Any]: ...  # fmt: skip
+    async def heartbeat(
+        self, event_id: int | str, worker_id: str, epoch: int, lease_seconds: float | None = None
+    ) -> dict[str, Any]: ...
 
     async def release(self, event_id: int | str, worker_id: str, epoch: int) -> dict[str, Any]: ...
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None, worker: dict[str, Any] | None = None,
-                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
+    async def machine_id(
+        self,
+        worker_id: str,
+        machine_id: int | None = None,
+        *,
+        pool: str | None = None,
+        worker: dict[str, Any] | None = None,
+        release: bool = False,
+    ) -> dict[str, Any]: ...
 
-    async def post_events(self, events: list[dict[str, Any]],
-                          claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
+    async def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
 
     async def resource(self, path: str, version: int | None = None) -> dict[str, Any]: ...
 
@@ -113,14 +126,24 @@ class Worker:
             default: fetched through `client`, cached for 30 s.
     """
 
-    def __init__(self, client: WorkerClient, tools: attempt_mod.ToolRunner, *,
-                 settings: Settings | None = None, concurrency: int | None = None,
-                 pool: str | None = None, worker_id: str | None = None,
-                 lease_seconds: float | None = None, grace_seconds: float | None = None,
-                 clock: Clock | None = None, new_id: Callable[[], int] | None = None,
-                 min_poll: float = MIN_POLL, max_poll: float = MAX_POLL,
-                 report_timeout: float = REPORT_TIMEOUT,
-                 credentials: RemoteCredentials | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: WorkerClient,
+        tools: attempt_mod.ToolRunner,
+        *,
+        settings: Settings | None = None,
+        concurrency: int | None = None,
+        pool: str | None = None,
+        worker_id: str | None = None,
+        lease_seconds: float | None = None,
+        grace_seconds: float | None = None,
+        clock: Clock | None = None,
+        new_id: Callable[[], int] | None = None,
+        min_poll: float = MIN_POLL,
+        max_poll: float = MAX_POLL,
+        report_timeout: float = REPORT_TIMEOUT,
+        credentials: RemoteCredentials | None = None,
+    ) -> None:
         settings = settings or Settings()
         self.concurrency = settings.concurrency if concurrency is None else concurrency
         if self.concurrency < 1:
@@ -136,14 +159,24 @@ class Worker:
         self.min_poll = min_poll
         self.max_poll = max_poll
         # the holder of the machine id lease: unique even when two workers share a worker id
-        self.ids = MachineIds(client, f"{self.worker_id}/{secrets.token_hex(4)}", self.clock,
-                              new_id, settings=settings, min_poll=min_poll, max_poll=max_poll,
-                              pool=self.pool, check_in=machine_ids.describe(self))  # fmt: skip
-        self.reporter = Reporter(client, self, self.clock, self.ids.mint, self.worker_id,
-                                 report_timeout)  # fmt: skip
+        self.ids = MachineIds(
+            client,
+            f"{self.worker_id}/{secrets.token_hex(4)}",
+            self.clock,
+            new_id,
+            settings=settings,
+            min_poll=min_poll,
+            max_poll=max_poll,
+            pool=self.pool,
+            check_in=machine_ids.describe(self),
+        )
+        self.reporter = Reporter(
+            client, self, self.clock, self.ids.mint, self.worker_id, report_timeout
+        )
         self.playbooks = Playbooks(client)
-        self.credentials = credentials or RemoteCredentials(client.credential, None,
-                                                            self.clock.time)  # fmt: skip
+        self.credentials = credentials or RemoteCredentials(
+            client.credential, None, self.clock.time
+        )
         self.jobs: dict[int, Job] = {}
         self.polls = 0
         """Calls of claim_next (tests assert on it)."""
@@ -168,8 +201,11 @@ class Worker:
     def stop(self) -> None:
         """Graceful shutdown: stop claiming, finish running attempts within the grace."""
         if not self._stopping:
-            log.info("stopping: no more claims, %d command(s) held", len(self.jobs),
-                     extra={"action": "worker_stopping"})  # fmt: skip
+            log.info(
+                "stopping: no more claims, %d command(s) held",
+                len(self.jobs),
+                extra={"action": "worker_stopping"},
+            )
         self._stopping = True
         self._wake.set()
 
@@ -184,16 +220,22 @@ class Worker:
 
     async def run(self) -> None:
         """Claim and run commands until `stop()`, then shut down as described above."""
-        log.info("worker %s claiming from pool %r (concurrency %d, lease %gs)", self.worker_id,
-                 self.pool, self.concurrency, self.lease_seconds,
-                 extra={"action": "worker_started", "worker_id": self.worker_id})  # fmt: skip
+        log.info(
+            "worker %s claiming from pool %r (concurrency %d, lease %gs)",
+            self.worker_id,
+            self.pool,
+            self.concurrency,
+            self.lease_seconds,
+            extra={"action": "worker_started", "worker_id": self.worker_id},
+        )
         renewer = None
         if self.ids.needs_lease:
             await self.ids.lease(lambda: self._stopping)
             renewer = asyncio.create_task(self.ids.renew_forever(self.token), name="machine-id")
         elif self.ids.presence_only:  # MILEPOST_MACHINE_ID: a lease only to be seen alive
-            renewer = asyncio.create_task(self.ids.renew_forever(self.token, ask_first=True),
-                                          name="presence")  # fmt: skip
+            renewer = asyncio.create_task(
+                self.ids.renew_forever(self.token, ask_first=True), name="presence"
+            )
         reporter = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
             await self._claim_loop()
@@ -241,22 +283,30 @@ class Worker:
         self.polls += 1
         try:
             with self.claiming(limit):
-                commands = await self.client.claim_next(self.worker_id, limit=limit,
-                                                        lease_seconds=self.lease_seconds,
-                                                        pool=self.pool)  # fmt: skip
+                commands = await self.client.claim_next(
+                    self.worker_id, limit=limit, lease_seconds=self.lease_seconds, pool=self.pool
+                )
         except Exception as exc:  # noqa: BLE001 - the loop must outlive a bad reply
             if self.token(exc):
                 return None
             self._claim_failures += 1
             level = logging.WARNING if self._claim_failures == 1 else logging.DEBUG
             unexpected = not isinstance(exc, ServerRefused | ServerUnavailable)
-            log.log(logging.ERROR if unexpected else level, "claim failed: %s: %s",
-                    type(exc).__name__, exc, exc_info=unexpected,
-                    extra={"action": "claim_failed"})  # fmt: skip
+            log.log(
+                logging.ERROR if unexpected else level,
+                "claim failed: %s: %s",
+                type(exc).__name__,
+                exc,
+                exc_info=unexpected,
+                extra={"action": "claim_failed"},
+            )
             return None
         if self._claim_failures:
-            log.info("claiming again after %d failure(s)", self._claim_failures,
-                     extra={"action": "claim_recovered"})  # fmt: skip
+            log.info(
+                "claiming again after %d failure(s)",
+                self._claim_failures,
+                extra={"action": "claim_recovered"},
+            )
             self._claim_failures = 0
         return await self.accept(commands)
 
@@ -268,8 +318,9 @@ class Worker:
             job = self._job(command)
             if job is None:
                 continue
-            if self._stopping or (job.execution_id in self._cancelled
-                                  and not _compensates(command)):  # fmt: skip
+            if self._stopping or (
+                job.execution_id in self._cancelled and not _compensates(command)
+            ):
                 await self._release(job)  # a cancelled run's work (its compensations run)
                 continue
             self._start(job)
@@ -287,8 +338,12 @@ class Worker:
         free = min(self.concurrency - len(self.jobs) - self._claiming + freed, MAX_CLAIM)
         if free <= 0:
             return None
-        return {"worker_id": self.worker_id, "limit": free, "pool": self.pool,
-                "lease_seconds": self.lease_seconds}  # fmt: skip
+        return {
+            "worker_id": self.worker_id,
+            "limit": free,
+            "pool": self.pool,
+            "lease_seconds": self.lease_seconds,
+        }
 
     @contextlib.contextmanager
     def claiming(self, slots: int) -> Iterator[None]:
@@ -302,13 +357,20 @@ class Worker:
     def _job(self, command: dict[str, Any]) -> Job | None:
         try:
             lease = command.get("lease") or {}
-            return Job(command=command,
-                        command_id=int(command.get("command_id") or command["event_id"]),
-                        execution_id=int(command["execution_id"]), epoch=int(lease["epoch"]),
-                        step=str(command.get("step")))  # fmt: skip
+            return Job(
+                command=command,
+                command_id=int(command.get("command_id") or command["event_id"]),
+                execution_id=int(command["execution_id"]),
+                epoch=int(lease["epoch"]),
+                step=str(command.get("step")),
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            log.error("malformed command from the server (%s: %s); its lease will expire",
-                      type(exc).__name__, exc, extra={"action": "command_malformed"})  # fmt: skip
+            log.error(
+                "malformed command from the server (%s: %s); its lease will expire",
+                type(exc).__name__,
+                exc,
+                extra={"action": "command_malformed"},
+            )
             return None
 
     def _start(self, job: Job) -> None:
@@ -328,8 +390,9 @@ class Worker:
     # -- one command -----------------------------------------------------------------------
 
     async def _run_job(self, job: Job) -> None:
-        heartbeats = job.heartbeats = asyncio.create_task(self._heartbeats(job),
-                                                          name=f"heartbeat-{job.command_id}")
+        heartbeats = job.heartbeats = asyncio.create_task(
+            self._heartbeats(job), name=f"heartbeat-{job.command_id}"
+        )
         try:
             outcome_item = await self._attempt(job)
             if outcome_item is not None and not job.lost:
@@ -338,8 +401,12 @@ class Worker:
         except asyncio.CancelledError:
             if not job.lost:
                 raise
-            log_job(job, logging.WARNING, "attempt_abandoned",
-                      "lease lost: attempt abandoned, not reported")
+            log_job(
+                job,
+                logging.WARNING,
+                "attempt_abandoned",
+                "lease lost: attempt abandoned, not reported",
+            )
         finally:
             heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -352,18 +419,31 @@ class Worker:
         try:
             item = wire.work_item_from_wire(job.command)
         except (KeyError, TypeError, ValueError) as exc:
-            log_job(job, logging.ERROR, "command_malformed",
-                      "malformed command (%s: %s); its lease will expire", type(exc).__name__, exc)
+            log_job(
+                job,
+                logging.ERROR,
+                "command_malformed",
+                "malformed command (%s: %s); its lease will expire",
+                type(exc).__name__,
+                exc,
+            )
             return None
         try:
             playbook = await self.playbooks.get(job.command.get("playbook") or {})
-            await self.credentials.prefetch(remote_credentials.names_for(
-                playbook, item.step, item.context))  # fmt: skip
+            await self.credentials.prefetch(
+                remote_credentials.names_for(playbook, item.step, item.context)
+            )
         except (CatalogUnavailable, remote_credentials.CredentialsUnavailable) as exc:
             self._deferrals += 1
-            delay = min(self.min_poll * 2 ** self._deferrals, self.max_poll)
-            log_job(job, logging.WARNING, "command_deferred",
-                      "cannot prepare the command (%s); giving it back in %.2fs", exc, delay)
+            delay = min(self.min_poll * 2**self._deferrals, self.max_poll)
+            log_job(
+                job,
+                logging.WARNING,
+                "command_deferred",
+                "cannot prepare the command (%s); giving it back in %.2fs",
+                exc,
+                delay,
+            )
             await self.clock.sleep(delay)  # no hot loop of claim, fail, release, claim
             await self._release(job)
             return None
@@ -375,9 +455,16 @@ class Worker:
         job.phase = "running"
         log_job(job, logging.DEBUG, "attempt_started", "running")
         # a crash inside becomes an `internal` outcome there, logged redacted
-        outcome = await job.stopper.run(attempt_mod.run_attempt(
-            playbook, item, self.tools, sleep=self.clock.sleep,
-            credentials=self.credentials, log_cap=self.log_cap))  # fmt: skip
+        outcome = await job.stopper.run(
+            attempt_mod.run_attempt(
+                playbook,
+                item,
+                self.tools,
+                sleep=self.clock.sleep,
+                credentials=self.credentials,
+                log_cap=self.log_cap,
+            )
+        )
         return item, outcome
 
     async def _heartbeats(self, job: Job) -> None:
@@ -386,8 +473,9 @@ class Worker:
         while True:
             await job.wait_beat(self.clock, interval)
             try:
-                reply = await self.client.heartbeat(job.command_id, self.worker_id, job.epoch,
-                                                    lease_seconds=self.lease_seconds)  # fmt: skip
+                reply = await self.client.heartbeat(
+                    job.command_id, self.worker_id, job.epoch, lease_seconds=self.lease_seconds
+                )
             except ServerRefused as exc:
                 if self.token(exc):
                     return
@@ -411,8 +499,14 @@ class Worker:
                 interval = jobs.heartbeat_every(reply.get("lease"), self.lease_seconds)
 
     def _heartbeat_failed(self, job: Job, exc: Exception) -> None:
-        log_job(job, logging.WARNING, "heartbeat_failed", "heartbeat failed: %s: %s",
-                  type(exc).__name__, exc)  # fmt: skip
+        log_job(
+            job,
+            logging.WARNING,
+            "heartbeat_failed",
+            "heartbeat failed: %s: %s",
+            type(exc).__name__,
+            exc,
+        )
 
     def _lose(self, job: Job, code: str) -> None:
         job.lost = True
@@ -422,8 +516,12 @@ class Worker:
 
     def _mark_cancelled(self, job: Job) -> None:
         if job.execution_id not in self._cancelled:
-            log_job(job, logging.INFO, "execution_cancelled",
-                      "execution cancelled: stopping its attempts, claiming no more of it")
+            log_job(
+                job,
+                logging.INFO,
+                "execution_cancelled",
+                "execution cancelled: stopping its attempts, claiming no more of it",
+            )
         for held in list(self.jobs.values()):
             if held.execution_id == job.execution_id and not _compensates(held.command):
                 held.stopper.stop()
@@ -436,8 +534,13 @@ class Worker:
         try:
             await self.client.release(job.command_id, self.worker_id, job.epoch)
         except (ServerRefused, ServerUnavailable) as exc:
-            log_job(job, logging.WARNING, "release_failed",
-                      "release failed (%s); the lease will expire", exc)
+            log_job(
+                job,
+                logging.WARNING,
+                "release_failed",
+                "release failed (%s); the lease will expire",
+                exc,
+            )
             return
         log_job(job, logging.INFO, "command_released", "released")
 
@@ -454,13 +557,21 @@ class Worker:
             await self._release(job)
         running = [job.task for job in self.jobs.values() if job.task is not None]
         if running:
-            log.info("waiting up to %gs for %d running attempt(s)", self.grace_seconds,
-                     len(running), extra={"action": "worker_draining"})  # fmt: skip
+            log.info(
+                "waiting up to %gs for %d running attempt(s)",
+                self.grace_seconds,
+                len(running),
+                extra={"action": "worker_draining"},
+            )
             await self._grace(running)
         left = [job for job in self.jobs.values() if job.task is not None and not job.task.done()]
         for job in left:
-            log_job(job, logging.WARNING, "attempt_cancelled",
-                      "grace period over: cancelled unreported; the lease will expire")
+            log_job(
+                job,
+                logging.WARNING,
+                "attempt_cancelled",
+                "grace period over: cancelled unreported; the lease will expire",
+            )
             assert job.task is not None
             job.task.cancel()
         await asyncio.gather(*(job.task for job in left if job.task), return_exceptions=True)

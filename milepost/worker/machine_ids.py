@@ -32,9 +32,13 @@ class MachineIdRefused(MilepostError):
     code = "machine_id_refused"
 
     def __init__(self, cause: ServerRefused) -> None:
-        super().__init__(f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
-                         f"{cause.message}); check the worker's token role and that the server "
-                         "is as new as the worker", status=cause.status, cause_code=cause.code)
+        super().__init__(
+            f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
+            f"{cause.message}); check the worker's token role and that the server "
+            "is as new as the worker",
+            status=cause.status,
+            cause_code=cause.code,
+        )
 
 
 class Describable(Protocol):
@@ -45,8 +49,13 @@ class Describable(Protocol):
 def describe(worker: Describable) -> dict[str, Any]:
     """A worker's check-in in the registry (`schemas_workers.WorkerIn`): lost after its
     lease seconds without one."""
-    return {"name": worker.worker_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "version": __version__, "ttl": worker.lease_seconds}
+    return {
+        "name": worker.worker_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "version": __version__,
+        "ttl": worker.lease_seconds,
+    }
 
 
 def machine_id(settings: Settings | None = None) -> int | None:
@@ -56,10 +65,15 @@ def machine_id(settings: Settings | None = None) -> int | None:
 
 
 class MachineIdServer(Protocol):
-    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None,
-                         worker: dict[str, Any] | None = None,
-                         release: bool = False) -> dict[str, Any]: ...  # fmt: skip
+    async def machine_id(
+        self,
+        worker_id: str,
+        machine_id: int | None = None,
+        *,
+        pool: str | None = None,
+        worker: dict[str, Any] | None = None,
+        release: bool = False,
+    ) -> dict[str, Any]: ...
 
 
 class MachineIds:
@@ -75,10 +89,19 @@ class MachineIds:
             comes within its ttl.
     """
 
-    def __init__(self, server: MachineIdServer, holder: str, clock: Clock,
-                 new_id: Callable[[], int] | None = None, *, settings: Settings,
-                 min_poll: float, max_poll: float, pool: str = "default",
-                 check_in: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: MachineIdServer,
+        holder: str,
+        clock: Clock,
+        new_id: Callable[[], int] | None = None,
+        *,
+        settings: Settings,
+        min_poll: float,
+        max_poll: float,
+        pool: str = "default",
+        check_in: dict[str, Any] | None = None,
+    ) -> None:
         self.server = server
         self.pool = pool
         self.check_in = check_in
@@ -90,7 +113,8 @@ class MachineIds:
         self.clock = clock
         fixed = machine_id(settings)
         self._new_id: Callable[[], int] | None = new_id or (
-            None if fixed is None else Snowflake(fixed, clock.time))  # fmt: skip
+            None if fixed is None else Snowflake(fixed, clock.time)
+        )
         self.presence_only = new_id is None and fixed is not None
         """Minting on `MILEPOST_MACHINE_ID`, it still holds a lease (never minted with): the
         server knows a worker, and its pool, alive by its lease (`engine.worker_pools`)."""
@@ -130,15 +154,20 @@ class MachineIds:
             if stopping():
                 return  # no claim follows, so no id is ever needed
             failures += 1
-            log.log(logging.WARNING if failures == 1 else logging.DEBUG,
-                    "cannot lease a machine id (%s: %s); retrying every %.1fs at most",
-                    type(failure).__name__, failure, self.max_poll,
-                    extra={"action": "machine_id_failed"})  # fmt: skip
+            log.log(
+                logging.WARNING if failures == 1 else logging.DEBUG,
+                "cannot lease a machine id (%s: %s); retrying every %.1fs at most",
+                type(failure).__name__,
+                failure,
+                self.max_poll,
+                extra={"action": "machine_id_failed"},
+            )
             await self.clock.sleep(delay)
             delay = min(delay * 2, self.max_poll)
 
-    async def renew_forever(self, refused: Callable[[Exception], bool], *,
-                            ask_first: bool = False) -> None:  # fmt: skip
+    async def renew_forever(
+        self, refused: Callable[[Exception], bool], *, ask_first: bool = False
+    ) -> None:
         """Renew (and check in) every `every` seconds (`ask_first`: take it now, once,
         first: a presence lease, which nothing waits for); a failure for which `refused`
         answers True (the token: the worker stops) ends the renewals."""
@@ -151,12 +180,17 @@ class MachineIds:
             except Exception as exc:  # noqa: BLE001 - the lease outlives a few misses
                 if refused(exc):
                     return
-                log.warning("machine id renewal failed: %s: %s", type(exc).__name__, exc,
-                            extra={"action": "machine_id_renew_failed"})  # fmt: skip
+                log.warning(
+                    "machine id renewal failed: %s: %s",
+                    type(exc).__name__,
+                    exc,
+                    extra={"action": "machine_id_renew_failed"},
+                )
 
     async def _ask(self) -> None:
-        reply = await self.server.machine_id(self.holder, self._leased, pool=self.pool,
-                                             worker=self.check_in)  # fmt: skip
+        reply = await self.server.machine_id(
+            self.holder, self._leased, pool=self.pool, worker=self.check_in
+        )
         # the server read its clock at some moment of the round trip: measured against its
         # end, the ids minted lag its clock by the trip at most, and never run ahead of it
         # (the midpoint ran half a long trip ahead: a server paused for 20 s mid-request
@@ -169,13 +203,21 @@ class MachineIds:
         if self._leased is None:
             return
         try:
-            await asyncio.wait_for(self.server.machine_id(
-                self.holder, self._leased, pool=self.pool, worker=self.check_in,
-                release=True), RELEASE_TIMEOUT)  # fmt: skip
+            await asyncio.wait_for(
+                self.server.machine_id(
+                    self.holder, self._leased, pool=self.pool, worker=self.check_in, release=True
+                ),
+                RELEASE_TIMEOUT,
+            )
         except Exception as exc:  # noqa: BLE001 - stopping anyway
             level = logging.DEBUG if token.refused(exc) else logging.WARNING  # said already
-            log.log(level, "could not give the machine id back: %s: %s", type(exc).__name__,
-                    exc, extra={"action": "machine_id_release_failed"})  # fmt: skip
+            log.log(
+                level,
+                "could not give the machine id back: %s: %s",
+                type(exc).__name__,
+                exc,
+                extra={"action": "machine_id_release_failed"},
+            )
         self._leased = None
 
     def _use(self, reply: Mapping[str, Any], local_now: float) -> None:
@@ -190,8 +232,12 @@ class MachineIds:
             return
         if leased != self._leased:
             if self._leased is not None:
-                log.warning("machine id %d was lost: minting with %d from now on",
-                            self._leased, leased, extra={"action": "machine_id_relet"})  # fmt: skip
+                log.warning(
+                    "machine id %d was lost: minting with %d from now on",
+                    self._leased,
+                    leased,
+                    extra={"action": "machine_id_relet"},
+                )
             self._leased = leased
             self._new_id = Snowflake(leased, self._server_time)
 

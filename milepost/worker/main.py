@@ -28,9 +28,12 @@ CREDENTIAL_FETCH_TIMEOUT = 5.0
 """A credential not foreseen is fetched blocking the loop: keep that short."""
 
 
-async def run_worker(settings: Settings | None = None, *, handle_signals: bool = False,
-                     channel: Callable[[AsyncMilepostClient], ChannelClient] = ChannelClient,
-                     ) -> None:  # fmt: skip
+async def run_worker(
+    settings: Settings | None = None,
+    *,
+    handle_signals: bool = False,
+    channel: Callable[[AsyncMilepostClient], ChannelClient] = ChannelClient,
+) -> None:
     """Run a worker against `settings.server_url` until stopped (SIGTERM/SIGINT with
     `handle_signals`: the first stops gracefully, the second ends the grace period).
 
@@ -46,14 +49,25 @@ async def run_worker(settings: Settings | None = None, *, handle_signals: bool =
         reports = channel(client)  # reports over the worker channel, the rest over HTTP
         blocking = MilepostClient(server, token, timeout=CREDENTIAL_FETCH_TIMEOUT)
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
-        tools = ToolRuntime(python_workers=settings.python_workers, credentials=credentials,
-                            children=ServerChildren(client), nats_url=settings.nats_url)  # fmt: skip
+        tools = ToolRuntime(
+            python_workers=settings.python_workers,
+            credentials=credentials,
+            children=ServerChildren(client),
+            nats_url=settings.nats_url,
+        )
         try:
             worker = Worker(reports, tools, settings=settings, credentials=credentials)
-            wakeup = NatsWakeup(settings.nats_url, worker.pool, worker.notify,
-                                name=worker.worker_id,
-                                on_cancel=lambda n: jobs.cancel_announced(worker.jobs.values(), n),
-                                ) if settings.nats_url else None  # fmt: skip
+            wakeup = (
+                NatsWakeup(
+                    settings.nats_url,
+                    worker.pool,
+                    worker.notify,
+                    name=worker.worker_id,
+                    on_cancel=lambda n: jobs.cancel_announced(worker.jobs.values(), n),
+                )
+                if settings.nats_url
+                else None
+            )
             if wakeup is not None:
                 wakeup.start()
             remove = _install_signals(worker) if handle_signals else None
@@ -78,8 +92,11 @@ async def _warm(tools: ToolRuntime) -> None:
     try:
         await tools.python.start()
     except Exception as exc:  # noqa: BLE001 - the first python command will try again
-        log.warning("could not start the python processes ahead of time: %s", exc,
-                    extra={"action": "python_warm_failed"})  # fmt: skip
+        log.warning(
+            "could not start the python processes ahead of time: %s",
+            exc,
+            extra={"action": "python_warm_failed"},
+        )
 
 
 def _install_signals(worker: Worker) -> Callable[[], None]:
@@ -136,13 +153,20 @@ def worker_main(
     (INFO)). Event ids use `MILEPOST_MACHINE_ID`, else a machine id leased from the server.
     """
     settings = worker_settings(
-        server_url=server, token=token, concurrency=concurrency, pool=pool,
-        worker_id=worker_id, nats_url=nats_url, lease_seconds=lease_seconds,
-        grace_seconds=grace_seconds, python_workers=python_workers, log_level=log_level)  # fmt: skip
+        server_url=server,
+        token=token,
+        concurrency=concurrency,
+        pool=pool,
+        worker_id=worker_id,
+        nats_url=nats_url,
+        lease_seconds=lease_seconds,
+        grace_seconds=grace_seconds,
+        python_workers=python_workers,
+        log_level=log_level,
+    )
     level = settings.log_level.upper()
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=level,
-                            format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     else:
         logging.getLogger().setLevel(level)
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -54,9 +54,15 @@ class NatsWakeup:
     it comes up.
     """
 
-    def __init__(self, url: str, pool: str, on_notice: Callable[[Notice], None], *,
-                 name: str | None = None,
-                 on_cancel: Callable[[Notice], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        pool: str,
+        on_notice: Callable[[Notice], None],
+        *,
+        name: str | None = None,
+        on_cancel: Callable[[Notice], None] | None = None,
+    ) -> None:
         self.url = url
         self.subject = subject(pool)
         self._on_notice = on_notice
@@ -81,19 +87,28 @@ class NatsWakeup:
                 await self._connect()
                 return
             except Exception as exc:  # noqa: BLE001 - NATS is optional; keep polling
-                log.warning("NATS unreachable at %s (%s); polling only, retrying in %.0fs",
-                            self.url, type(exc).__name__, delay,
-                            extra={"action": "nats_unreachable"})  # fmt: skip
+                log.warning(
+                    "NATS unreachable at %s (%s); polling only, retrying in %.0fs",
+                    self.url,
+                    type(exc).__name__,
+                    delay,
+                    extra={"action": "nats_unreachable"},
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX)
 
     async def _connect(self) -> None:
         nc = await nats.connect(
-            self.url, name=self._name, connect_timeout=2, allow_reconnect=True,
-            max_reconnect_attempts=-1, reconnect_time_wait=RECONNECT_WAIT,
-            error_cb=self._on_error, disconnected_cb=self._on_disconnect,
+            self.url,
+            name=self._name,
+            connect_timeout=2,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=RECONNECT_WAIT,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnect,
             reconnected_cb=self._on_reconnect,
-        )  # fmt: skip
+        )
         try:
             await nc.subscribe(self.subject, cb=self._on_message)
             if self._on_cancel is not None:
@@ -105,8 +120,11 @@ class NatsWakeup:
             raise
         self._nc = nc
         self.connected.set()
-        log.info("listening for notices on %s", self.subject,
-                 extra={"action": "nats_subscribed", "subject": self.subject})  # fmt: skip
+        log.info(
+            "listening for notices on %s",
+            self.subject,
+            extra={"action": "nats_subscribed", "subject": self.subject},
+        )
 
     async def _on_message(self, msg: Msg) -> None:
         self.notices += 1
@@ -120,9 +138,13 @@ class NatsWakeup:
         # nats-py retries the first connection too, forever: say once that we poll meanwhile
         if not self.connected.is_set() and not self._warned:
             self._warned = True
-            log.warning("NATS unreachable at %s (%s: %s); polling only until it answers",
-                        self.url, type(exc).__name__, exc,
-                        extra={"action": "nats_unreachable"})  # fmt: skip
+            log.warning(
+                "NATS unreachable at %s (%s: %s); polling only until it answers",
+                self.url,
+                type(exc).__name__,
+                exc,
+                extra={"action": "nats_unreachable"},
+            )
         else:
             log.debug("NATS error: %s", exc, extra={"action": "nats_error"})
 

@@ -31,9 +31,9 @@ class Playbooks:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._cache: collections.OrderedDict[tuple[str, int | None],
-                                             asyncio.Future[model.Playbook]] = (
-            collections.OrderedDict())  # fmt: skip
+        self._cache: collections.OrderedDict[
+            tuple[str, int | None], asyncio.Future[model.Playbook]
+        ] = collections.OrderedDict()
 
     async def get(self, ref: dict[str, Any]) -> model.Playbook:
         """The playbook of a command's `playbook` reference `{path, version}`.

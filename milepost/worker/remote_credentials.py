@@ -51,8 +51,13 @@ class RemoteCredentials:
         ttl: how long a value (or its absence) is kept.
     """
 
-    def __init__(self, fetch: AsyncFetch, fetch_sync: SyncFetch | None, clock: Callable[[], float],
-                 ttl: float = TTL) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fetch: AsyncFetch,
+        fetch_sync: SyncFetch | None,
+        clock: Callable[[], float],
+        ttl: float = TTL,
+    ) -> None:
         self._fetch = fetch
         self._fetch_sync = fetch_sync
         self._clock = clock
@@ -83,10 +88,14 @@ class RemoteCredentials:
         if hit:
             return data
         if self._fetch_sync is None:
-            raise CredentialsUnavailable(f"credential {name!r} was not fetched before the "
-                                         "attempt", credential=name)  # fmt: skip
-        log.info("fetching credential %r during the attempt", name,
-                 extra={"action": "credential_fetch_blocking", "credential": name})  # fmt: skip
+            raise CredentialsUnavailable(
+                f"credential {name!r} was not fetched before the attempt", credential=name
+            )
+        log.info(
+            "fetching credential %r during the attempt",
+            name,
+            extra={"action": "credential_fetch_blocking", "credential": name},
+        )
         try:
             data = self._fetch_sync(name)
         except (ServerRefused, ServerUnavailable) as exc:
@@ -100,10 +109,12 @@ class RemoteCredentials:
 
 def _problem(name: str, exc: ServerRefused | ServerUnavailable) -> MilepostError:
     if isinstance(exc, ServerUnavailable) or exc.transient:
-        return CredentialsUnavailable(f"credential {name!r}: the server is unavailable",
-                                      credential=name)  # fmt: skip
-    return CredentialRefused(f"credential {name!r} cannot be read: {exc.code} ({exc.message})",
-                             credential=name)  # fmt: skip
+        return CredentialsUnavailable(
+            f"credential {name!r}: the server is unavailable", credential=name
+        )
+    return CredentialRefused(
+        f"credential {name!r} cannot be read: {exc.code} ({exc.message})", credential=name
+    )
 
 
 def names_for(playbook: model.Playbook, step: str, context: Mapping[str, Any]) -> set[str]:
@@ -131,8 +142,7 @@ _AUTH_KINDS = frozenset({"postgres", "http", "nats"})
 """Tools whose `auth` names a credential."""
 
 
-def vault_names(keychain: Iterable[model.KeychainEntry],
-                context: Mapping[str, Any]) -> set[str]:  # fmt: skip
+def vault_names(keychain: Iterable[model.KeychainEntry], context: Mapping[str, Any]) -> set[str]:
     """The credentials the `secrets` entries of provider `milepost` read (`<name>.<field>`)."""
     names: set[str] = set()
     for entry in keychain:

@@ -32,8 +32,9 @@ has long expired and the command was re-issued, so the report would change nothi
 
 
 class EventSink(Protocol):
-    async def post_events(self, events: list[dict[str, Any]],
-                          claim: dict[str, Any] | None = None) -> dict[str, Any]: ...
+    async def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
 
 
 class Slots(Protocol):
@@ -65,8 +66,15 @@ class Report:
 class Reporter:
     """Sends the reports handed to `report`, batched, from the task `run`."""
 
-    def __init__(self, client: EventSink, slots: Slots, clock: Clock, mint: Callable[[], int],
-                 worker_id: str, report_timeout: float = REPORT_TIMEOUT) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: EventSink,
+        slots: Slots,
+        clock: Clock,
+        mint: Callable[[], int],
+        worker_id: str,
+        report_timeout: float = REPORT_TIMEOUT,
+    ) -> None:
         self.client = client
         self.slots = slots
         self.clock = clock
@@ -98,8 +106,11 @@ class Reporter:
                 try:
                     await self._send(batch)
                 except Exception:  # a bug here must not stop every later report
-                    log.exception("reporter failed; %d report(s) not sent (their leases will "
-                                  "lapse)", len(batch), extra={"action": "reporter_failed"})
+                    log.exception(
+                        "reporter failed; %d report(s) not sent (their leases will lapse)",
+                        len(batch),
+                        extra={"action": "reporter_failed"},
+                    )
                 finally:
                     for entry in batch:
                         if not entry.sent.done():
@@ -126,12 +137,24 @@ class Reporter:
                     return
             if waited >= self.report_timeout:
                 for entry in batch:
-                    log_job(entry.job, logging.ERROR, "report_dropped",
-                            "report dropped after %.0fs of failures: %s", waited, problem)
+                    log_job(
+                        entry.job,
+                        logging.ERROR,
+                        "report_dropped",
+                        "report dropped after %.0fs of failures: %s",
+                        waited,
+                        problem,
+                    )
                 return
             for entry in batch:
-                log_job(entry.job, logging.WARNING, "report_retry",
-                        "report failed, retrying in %.1fs: %s", delay, problem)
+                log_job(
+                    entry.job,
+                    logging.WARNING,
+                    "report_retry",
+                    "report failed, retrying in %.1fs: %s",
+                    delay,
+                    problem,
+                )
             await self.clock.sleep(delay)
             waited += delay
             delay = min(delay * 2, REPORT_RETRY_MAX)
@@ -154,11 +177,23 @@ class Reporter:
             status = "ok" if outcome.ok else f"failure ({(outcome.error or {}).get('kind')})"
             late = any(str(e.get("event_id")) in stale for e in entry.wire)
             after = any(str(e.get("event_id")) in ignored for e in entry.wire)
-            note = (", stored stale: it changed nothing" if late else
-                    ", not stored: its run had ended" if after else "")  # fmt: skip
+            note = (
+                ", stored stale: it changed nothing"
+                if late
+                else ", not stored: its run had ended"
+                if after
+                else ""
+            )
             # DEBUG when all is well: a line per step costs a busy worker real time
-            log_job(entry.job, logging.WARNING if note else logging.DEBUG, "attempt_reported",
-                    "reported %s (epoch %d)%s", status, entry.job.epoch, note)  # fmt: skip
+            log_job(
+                entry.job,
+                logging.WARNING if note else logging.DEBUG,
+                "attempt_reported",
+                "reported %s (epoch %d)%s",
+                status,
+                entry.job.epoch,
+                note,
+            )
 
     async def _refused(self, batch: list[Report], exc: ServerRefused) -> None:
         """A 4xx names one bad report at most: send the others on their own."""
@@ -174,5 +209,11 @@ class Reporter:
                 event["event_id"] = str(self.mint())
             await self._send(batch)
             return
-        log_job(batch[0].job, logging.ERROR, "report_refused", "report refused: %s %s",
-                exc.code, exc.message)  # fmt: skip
+        log_job(
+            batch[0].job,
+            logging.ERROR,
+            "report_refused",
+            "report refused: %s %s",
+            exc.code,
+            exc.message,
+        )

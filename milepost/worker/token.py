@@ -24,11 +24,16 @@ class TokenRefused(MilepostError):
     code = "token_refused"
 
     def __init__(self, cause: ServerRefused) -> None:
-        fix = ("set MILEPOST_TOKEN to a token of role worker (`milepost token create --role "
-               "worker`) and start the worker again")  # fmt: skip
-        super().__init__(f"the server refused the worker's token (HTTP {cause.status} "
-                         f"{cause.code}: {cause.message}): {fix}", status=cause.status,
-                         cause_code=cause.code)  # fmt: skip
+        fix = (
+            "set MILEPOST_TOKEN to a token of role worker (`milepost token create --role "
+            "worker`) and start the worker again"
+        )
+        super().__init__(
+            f"the server refused the worker's token (HTTP {cause.status} "
+            f"{cause.code}: {cause.message}): {fix}",
+            status=cause.status,
+            cause_code=cause.code,
+        )
 
 
 def refused(exc: BaseException) -> TokenRefused | None:

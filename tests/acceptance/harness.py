@@ -31,8 +31,7 @@ T = TypeVar("T")
 PYTHON = sys.executable
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
 PG_ADMIN_URL = os.environ.get("MILEPOST_TEST_PG_URL", "postgresql://127.0.0.1:5432/postgres")
-WORKER_ENTRY = ("import sys; from milepost.worker.main import worker_main; "
-                "sys.exit(worker_main())")  # fmt: skip
+WORKER_ENTRY = "import sys; from milepost.worker.main import worker_main; sys.exit(worker_main())"
 
 
 def free_port() -> int:
@@ -96,8 +95,14 @@ class Proc:
         self.name = name
         self.log = log
         self._out = log.open("ab")
-        self.popen = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self.popen = subprocess.Popen(
+            args,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -141,8 +146,9 @@ def _token_of(output: str) -> str:
 class Cluster:
     """One server and its workers on one database, plus an admin client."""
 
-    def __init__(self, db_url: str, tmp: Path, *, lease_seconds: float = 30.0,
-                 use_nats: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, db_url: str, tmp: Path, *, lease_seconds: float = 30.0, use_nats: bool | None = None
+    ) -> None:
         self.db_url = db_url
         self.tmp = tmp
         self.lease_seconds = lease_seconds
@@ -163,20 +169,27 @@ class Cluster:
 
     def _base_env(self) -> dict[str, str]:
         env = clean_env()
-        env.update({
-            "MILEPOST_DATABASE_URL": self.db_url,
-            "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
-            # no MILEPOST_MACHINE_ID: the server leases its machine id, workers ask for theirs
-            "MILEPOST_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-        })  # fmt: skip
+        env.update(
+            {
+                "MILEPOST_DATABASE_URL": self.db_url,
+                "MILEPOST_LEASE_SECONDS": str(self.lease_seconds),
+                # no MILEPOST_MACHINE_ID: the server leases its machine id, workers ask for theirs
+                "MILEPOST_LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if self.use_nats:
             env["MILEPOST_NATS_URL"] = NATS_URL
         return env
 
     def _start_cli(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([MILEPOST, *args], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        return subprocess.Popen(
+            [MILEPOST, *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     @staticmethod
     def _finish_cli(proc: subprocess.Popen[str]) -> str:
@@ -186,8 +199,17 @@ class Cluster:
 
     def _token_args(self, role: str, user: str | None = None) -> list[str]:
         held = ["--user", user] if user else []
-        return ["token", "create", "--role", role, "--name", f"acc-{user or role}", *held,
-                "--db", self.db_url]  # fmt: skip
+        return [
+            "token",
+            "create",
+            "--role",
+            role,
+            "--name",
+            f"acc-{user or role}",
+            *held,
+            "--db",
+            self.db_url,
+        ]
 
     def token(self, role: str, user: str | None = None) -> str:
         """A new token of `role` (held by `user`, who may then vote on approvals), from
@@ -199,8 +221,16 @@ class Cluster:
     def start_server(self) -> Proc:
         self._server_runs += 1
         log = self.tmp / f"server-{self._server_runs}.log"
-        args = [MILEPOST, "server", "--host", "127.0.0.1", "--port", str(self.port),
-                "--db", self.db_url]  # fmt: skip
+        args = [
+            MILEPOST,
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--db",
+            self.db_url,
+        ]
         self.server = Proc("server", args, self.env, log)
         wait_for(self._healthy, f"the server to answer /health (log: {tail(log)})", timeout=30)
         return self.server
@@ -220,25 +250,34 @@ class Cluster:
 
     # -- workers -------------------------------------------------------------------------
 
-    def start_worker(self, *, concurrency: int = 4, python_workers: int = 2,
-                     grace_seconds: float = 10.0, pool: str | None = None,
-                     token: str | None = None) -> Proc:  # fmt: skip
+    def start_worker(
+        self,
+        *,
+        concurrency: int = 4,
+        python_workers: int = 2,
+        grace_seconds: float = 10.0,
+        pool: str | None = None,
+        token: str | None = None,
+    ) -> Proc:
         """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default);
         `token`: its MILEPOST_TOKEN (default a worker token)."""
         index = len(self.workers) + 1
         env = dict(self.env)
-        env.update({
-            "MILEPOST_SERVER_URL": self.url,
-            "MILEPOST_TOKEN": self.worker_token if token is None else token,
-            "MILEPOST_CONCURRENCY": str(concurrency),
-            "MILEPOST_PYTHON_WORKERS": str(python_workers),
-            "MILEPOST_GRACE_SECONDS": str(grace_seconds),
-            "MILEPOST_WORKER_ID": f"worker-{index}",
-        })  # fmt: skip
+        env.update(
+            {
+                "MILEPOST_SERVER_URL": self.url,
+                "MILEPOST_TOKEN": self.worker_token if token is None else token,
+                "MILEPOST_CONCURRENCY": str(concurrency),
+                "MILEPOST_PYTHON_WORKERS": str(python_workers),
+                "MILEPOST_GRACE_SECONDS": str(grace_seconds),
+                "MILEPOST_WORKER_ID": f"worker-{index}",
+            }
+        )
         if pool is not None:
             env["MILEPOST_POOL"] = pool
-        proc = Proc(f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env,
-                    self.tmp / f"worker-{index}.log")  # fmt: skip
+        proc = Proc(
+            f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env, self.tmp / f"worker-{index}.log"
+        )
         self.workers.append(proc)
         return proc
 

@@ -50,11 +50,15 @@ FLOW = HEADER + textwrap.dedent("""\
       - step: end
         tool: {kind: noop}
     """)
-HOLDING = HEADER + "metadata: {name: hold, path: acceptance/hold}\nworkflow:\n" + \
-    "  - step: hold\n    tool:\n      kind: python\n      input: {out: \"{{ workload.out }}\"}\n" + \
-    "      code: |\n" + textwrap.indent(HOLD, " " * 8) + \
-    "    set: {ctx.got: \"{{ hold }}\"}\n    next: after\n" + \
-    "  - step: after\n    tool: {kind: python, input: {got: \"{{ ctx.got }}\"}, code: \"result = got\"}\n"
+HOLDING = (
+    HEADER
+    + "metadata: {name: hold, path: acceptance/hold}\nworkflow:\n"
+    + '  - step: hold\n    tool:\n      kind: python\n      input: {out: "{{ workload.out }}"}\n'
+    + "      code: |\n"
+    + textwrap.indent(HOLD, " " * 8)
+    + '    set: {ctx.got: "{{ hold }}"}\n    next: after\n'
+    + '  - step: after\n    tool: {kind: python, input: {got: "{{ ctx.got }}"}, code: "result = got"}\n'
+)
 
 
 @pytest.fixture(params=["sqlite"])
@@ -70,9 +74,24 @@ def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def operator(cluster: Cluster) -> str:
-    out = subprocess.run([MILEPOST, "token", "create", "--role", "operator", "--user", "olga",
-                          "--db", cluster.db_url], env=cluster.env, capture_output=True,
-                         text=True, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            MILEPOST,
+            "token",
+            "create",
+            "--role",
+            "operator",
+            "--user",
+            "olga",
+            "--db",
+            cluster.db_url,
+        ],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -87,7 +106,8 @@ def lines(path: Path) -> int:
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgres"], indirect=True)
 def test_restart_reuses_the_results_before_the_failed_step_without_calling_its_tool(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = cluster.run(FLOW.replace("SPEC", "{}"), {"dir": str(tmp_path)})
     assert cluster.wait(xid)["status"] == "FAILED"
     assert (lines(tmp_path / "start"), lines(tmp_path / "flaky")) == (1, 1)
@@ -113,8 +133,13 @@ def test_restart_reuses_the_results_before_the_failed_step_without_calling_its_t
 def test_retry_runs_the_waiting_attempt_now(cluster: Cluster, tmp_path: Path) -> None:
     spec = "{retry: {max_attempts: 3, delay: 600, retry_on: [exception, error]}}"
     xid = cluster.run(FLOW.replace("SPEC", spec), {"dir": str(tmp_path)})
-    wait_for(lambda: any(e.event_type == ev.COMMAND_RETRY_SCHEDULED
-                         for e in events(cluster.db_url, xid)), "the retry timer", timeout=30)  # fmt: skip
+    wait_for(
+        lambda: any(
+            e.event_type == ev.COMMAND_RETRY_SCHEDULED for e in events(cluster.db_url, xid)
+        ),
+        "the retry timer",
+        timeout=30,
+    )
     (tmp_path / "fixed").touch()
     done = cli(cluster, operator(cluster), "retry", xid, "flaky", "--reason", "fixed it")
     assert done.returncode == 0, done.stderr
@@ -126,7 +151,8 @@ def test_retry_runs_the_waiting_attempt_now(cluster: Cluster, tmp_path: Path) ->
 
 
 def test_skip_stops_the_running_step_and_the_run_goes_on_with_the_result(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     out = tmp_path / "pids"
     xid = cluster.run(HOLDING, {"out": str(out)})
     [pid] = pids(out)
@@ -139,8 +165,9 @@ def test_skip_stops_the_running_step_and_the_run_goes_on_with_the_result(
     wait_for(lambda: gone(pid), f"python process {pid} to be stopped", timeout=20)
 
 
-def test_a_viewer_may_not_act_and_a_revoked_token_is_refused(cluster: Cluster,
-                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_a_viewer_may_not_act_and_a_revoked_token_is_refused(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = cluster.run(FLOW.replace("SPEC", "{}"), {"dir": str(tmp_path)})
     assert cluster.wait(xid)["status"] == "FAILED"
     viewer = cluster.token("viewer")
@@ -150,29 +177,55 @@ def test_a_viewer_may_not_act_and_a_revoked_token_is_refused(cluster: Cluster,
     token = operator(cluster)
     headers = {"Authorization": f"Bearer {token}"}
     assert httpx.get(f"{cluster.url}/api/executions/{xid}", headers=headers).status_code == 200
-    listed = subprocess.run([MILEPOST, "token", "list", "--json", "--db", cluster.db_url],
-                            env=cluster.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    listed = subprocess.run(
+        [MILEPOST, "token", "list", "--json", "--db", cluster.db_url],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     [mine] = [t for t in json.loads(listed.stdout) if t["user"] == "olga"]
     assert mine["role"] == "operator" and token not in listed.stdout  # never the token
-    revoked = subprocess.run([MILEPOST, "token", "revoke", mine["id"], "--db", cluster.db_url],
-                             env=cluster.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    revoked = subprocess.run(
+        [MILEPOST, "token", "revoke", mine["id"], "--db", cluster.db_url],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert revoked.returncode == 0, revoked.stderr
     # the server's token cache may hold it for a few seconds more
-    wait_for(lambda: httpx.get(f"{cluster.url}/api/executions/{xid}",
-                               headers=headers).status_code == 401, "the token to be refused",
-             timeout=20)  # fmt: skip
+    wait_for(
+        lambda: (
+            httpx.get(f"{cluster.url}/api/executions/{xid}", headers=headers).status_code == 401
+        ),
+        "the token to be refused",
+        timeout=20,
+    )
 
 
 def test_credentials_are_managed_on_the_server(cluster: Cluster) -> None:
     token = cluster.admin_token
-    made = cli(cluster, token, "credential", "set", "pg_main", "--type", "postgres",
-               "--data", '{"host": "db", "password": "s3cret"}')  # fmt: skip
+    made = cli(
+        cluster,
+        token,
+        "credential",
+        "set",
+        "pg_main",
+        "--type",
+        "postgres",
+        "--data",
+        '{"host": "db", "password": "s3cret"}',
+    )
     assert made.returncode == 0, made.stderr
     listed = cli(cluster, token, "credential", "list", "--json")
     assert [(c["name"], c["type"]) for c in json.loads(listed.stdout)] == [("pg_main", "postgres")]
     assert "s3cret" not in listed.stdout
-    assert cluster.client.credential("pg_main") == {"host": "db", "password": "s3cret",
-                                                    "type": "postgres"}  # fmt: skip
+    assert cluster.client.credential("pg_main") == {
+        "host": "db",
+        "password": "s3cret",
+        "type": "postgres",
+    }
     assert cli(cluster, token, "credential", "delete", "pg_main").returncode == 0
     missing = cli(cluster, token, "credential", "delete", "pg_main")
     assert missing.returncode == 2 and "no credential 'pg_main'" in missing.stderr

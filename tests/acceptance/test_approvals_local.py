@@ -44,14 +44,20 @@ def run_killed_driver(api: Upstream, db: Path, tmp_path: Path, env: dict[str, st
     playbook = tmp_path / "pay.yaml"
     playbook.write_text(world.gated("local/pay", api.url + route))
     api.hold(route)
-    driver = Proc("run", [MILEPOST, "run", str(playbook), "--db", str(db)], env,
-                  tmp_path / "run.log")  # fmt: skip
+    driver = Proc(
+        "run", [MILEPOST, "run", str(playbook), "--db", str(db)], env, tmp_path / "run.log"
+    )
     try:
         store = SQLiteStore(db)
         try:
-            [row] = wait_for(lambda: store.list_approvals(status="pending"),
-                             f"the approval request (log: {tail(driver.log)})", timeout=30)  # fmt: skip
-            voted = cli("approve", str(row.approval_id), "--db", str(db), "--user", "alice", env=env)
+            [row] = wait_for(
+                lambda: store.list_approvals(status="pending"),
+                f"the approval request (log: {tail(driver.log)})",
+                timeout=30,
+            )
+            voted = cli(
+                "approve", str(row.approval_id), "--db", str(db), "--user", "alice", env=env
+            )
             assert voted.returncode == 0, voted.stderr
             wait_for(lambda: api.count(route) == 1, "the approved request", timeout=20)
             driver.kill9()  # the request is out, its report never made
@@ -66,8 +72,11 @@ def run_killed_driver(api: Upstream, db: Path, tmp_path: Path, env: dict[str, st
     first, second = api.requests(route)
     key = ids.idempotency_key(xid, "pay", 1, None, 1)
     assert first.headers["idempotency-key"] == second.headers["idempotency-key"] == key
-    assert first.headers["x-operation-key"] == second.headers["x-operation-key"] \
-        == ids.operation_key(xid, "pay", 1, None)  # fmt: skip
+    assert (
+        first.headers["x-operation-key"]
+        == second.headers["x-operation-key"]
+        == ids.operation_key(xid, "pay", 1, None)
+    )
     store = SQLiteStore(db)
     try:
         events = store.load(xid)

@@ -54,8 +54,7 @@ PEOPLE = {
 class Site:
     """The module's cluster, its people's tokens and the upstream its playbooks call."""
 
-    def __init__(self, kind: str, cluster: Cluster, tokens: dict[str, str],
-                 api: Upstream) -> None:  # fmt: skip
+    def __init__(self, kind: str, cluster: Cluster, tokens: dict[str, str], api: Upstream) -> None:
         self.kind = kind
         """The database: the upstream, the module's, is shared by both sites."""
         self.cluster = cluster
@@ -97,18 +96,25 @@ class Site:
         assert item["status"] == "pending", item
         return item
 
-    def decide(self, approval_id: str, who: str, decision: str = "approve",
-               reason: str | None = None) -> httpx.Response:  # fmt: skip
-        return httpx.post(f"{self.cluster.url}/api/approvals/{approval_id}/decision",
-                          json={"decision": decision, "reason": reason}, timeout=30,
-                          headers={"Authorization": f"Bearer {self.tokens[who]}"})  # fmt: skip
+    def decide(
+        self, approval_id: str, who: str, decision: str = "approve", reason: str | None = None
+    ) -> httpx.Response:
+        return httpx.post(
+            f"{self.cluster.url}/api/approvals/{approval_id}/decision",
+            json={"decision": decision, "reason": reason},
+            timeout=30,
+            headers={"Authorization": f"Bearer {self.tokens[who]}"},
+        )
 
     def events(self, xid: str) -> list[dict[str, Any]]:
         return self.admin.events(xid)
 
     def issued(self, xid: str, step: str = "pay") -> int:
-        return sum(1 for e in self.events(xid)
-                   if e["event_type"] == ev.COMMAND_ISSUED and e["step"] == step)  # fmt: skip
+        return sum(
+            1
+            for e in self.events(xid)
+            if e["event_type"] == ev.COMMAND_ISSUED and e["step"] == step
+        )
 
     def wait(self, xid: str) -> dict[str, Any]:
         return self.cluster.wait(xid, timeout=45)
@@ -134,21 +140,30 @@ def api() -> Iterator[Upstream]:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         api: Upstream) -> Iterator[Site]:  # fmt: skip
+def site(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, api: Upstream
+) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp(f"approvals-{request.param}")
     with database(request.param, tmp) as url:
         cluster = Cluster(url, tmp, lease_seconds=LEASE_SECONDS)
         try:
             # alice's token as people make one; the others straight into the store (each
             # CLI process costs a second of a CPU the whole suite shares)
-            tokens = {"alice": _token_of(cluster._finish_cli(cluster._start_cli(
-                "token", "create", "--role", "approver", "--user", "alice", "--db", url)))}
+            tokens = {
+                "alice": _token_of(
+                    cluster._finish_cli(
+                        cluster._start_cli(
+                            "token", "create", "--role", "approver", "--user", "alice", "--db", url
+                        )
+                    )
+                )
+            }
             store = open_store(url)
             try:
                 for who, (role, user) in PEOPLE.items():
-                    tokens.setdefault(who, auth.create_token(store, role, who, time.time(),
-                                                             user=user))  # fmt: skip
+                    tokens.setdefault(
+                        who, auth.create_token(store, role, who, time.time(), user=user)
+                    )
             finally:
                 store.close()
             found = Site(request.param, cluster, tokens, api)
@@ -219,8 +234,9 @@ def test_the_starter_may_not_approve_unless_the_playbook_allows_it(s: Site) -> N
     assert "user:dora" in body["message"]
     assert s.events(xid) == before
     path, allowed = s.name("self-ok")
-    xid = s.execute(world.gated(path, s.api.url + allowed, approvers="[user:dora, user:alice]",
-                                self_ok=True))  # fmt: skip
+    xid = s.execute(
+        world.gated(path, s.api.url + allowed, approvers="[user:dora, user:alice]", self_ok=True)
+    )
     assert ok(s.decide(s.pending(xid)["approval_id"], "dora"))["status"] == "granted"
     assert s.wait(xid)["status"] == "COMPLETED"
     assert s.api.count(allowed) == 1 and s.api.count(route) == 0
@@ -282,14 +298,18 @@ def test_an_approval_expires_while_every_process_is_down(s: Site) -> None:
 
 @pytest.mark.parametrize("what", ["policy", "input"])
 def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
-    s: Site, what: str,
+    s: Site,
+    what: str,
 ) -> None:
     path, route = s.name(f"raced-{what}")
     xid = s.execute(world.raced(path, s.api.url + route, what=what))
     aid = s.pending(xid)["approval_id"]
     # the parallel branch sets ctx.amount after the request was made
-    wait_for(lambda: s.admin.status(xid)["steps"].get("raise_amount", {}).get("status")
-             == "COMPLETED", "raise_amount to set ctx.amount", timeout=20)  # fmt: skip
+    wait_for(
+        lambda: s.admin.status(xid)["steps"].get("raise_amount", {}).get("status") == "COMPLETED",
+        "raise_amount to set ctx.amount",
+        timeout=20,
+    )
     decided = ok(s.decide(aid, "alice"))
     assert decided["status"] == "invalidated"
     status = s.wait(xid)
@@ -297,8 +317,9 @@ def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
     outcome = decided["outcome"]
     if what == "policy":
         assert (outcome["cause"], outcome["changed"]) == ("policy", None)
-        assert status["error"]["message"] == ("approval invalidated: amount 9000 exceeds the "
-                                              "5,000 limit")  # fmt: skip
+        assert status["error"]["message"] == (
+            "approval invalidated: amount 9000 exceeds the 5,000 limit"
+        )
     else:
         assert (outcome["cause"], outcome["changed"]) == ("changed", "config.json.amount")
         assert "(config.json.amount)" in status["error"]["message"]
@@ -351,8 +372,14 @@ def test_a_vote_appended_while_no_process_runs_is_acted_on_once(s: Site) -> None
         # the last vote, appended alone (no process drives the run to grant it)
         leased = LeasedIds(store, time.time, holder=holder_name("approve"), ttl=30.0)
         try:
-            voted = append_decision(store, Orchestrator(store, new_id=leased), int(aid),
-                                    Voter("user:bob", frozenset({"approver"})), "approve", None)
+            voted = append_decision(
+                store,
+                Orchestrator(store, new_id=leased),
+                int(aid),
+                Voter("user:bob", frozenset({"approver"})),
+                "approve",
+                None,
+            )
         finally:
             leased.release()
         assert voted.status == ap.PENDING and len(voted.approvals) == 2
@@ -366,7 +393,8 @@ def test_a_vote_appended_while_no_process_runs_is_acted_on_once(s: Site) -> None
         finally:
             leased.release()
         assert [(e.event_type, e.step) for e in store.load(int(xid))].count(
-            (ev.COMMAND_ISSUED, "pay")) == 1
+            (ev.COMMAND_ISSUED, "pay")
+        ) == 1
     finally:
         store.close()
     s.up()
@@ -398,8 +426,12 @@ def test_a_lost_worker_s_command_is_reissued_with_the_same_operation_key(s: Site
     first, second = s.api.requests(route)
     x = int(xid)
     # DSL 10.4: a lost lease is a new attempt (a new idempotency key), the same operation
-    assert first.headers["x-operation-key"] == second.headers["x-operation-key"] \
-        == ids.operation_key(x, "pay", 1, None) == sha(f"{x}:pay:1:-")  # fmt: skip
+    assert (
+        first.headers["x-operation-key"]
+        == second.headers["x-operation-key"]
+        == ids.operation_key(x, "pay", 1, None)
+        == sha(f"{x}:pay:1:-")
+    )
     assert first.headers["idempotency-key"] == ids.idempotency_key(x, "pay", 1, None, 1)
     assert second.headers["idempotency-key"] == ids.idempotency_key(x, "pay", 1, None, 2)
     assert first.headers["idempotency-key"] != second.headers["idempotency-key"]

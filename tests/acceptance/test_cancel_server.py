@@ -36,32 +36,47 @@ result = {"slept": True}
 
 def playbook(path: str, body: str, grace: str = "20s") -> str:
     meta = f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
-    return (HEADER + meta + f"executor: {{spec: {{cancel_grace: {grace}}}}}\n"
-            + textwrap.dedent(body))  # fmt: skip
+    return (
+        HEADER + meta + f"executor: {{spec: {{cancel_grace: {grace}}}}}\n" + textwrap.dedent(body)
+    )
 
 
 def hold_tool(indent: int, extra: str = "") -> str:
     code = textwrap.indent(HOLD, " " * (indent + 4))
     pad = " " * indent
-    return (f"{pad}tool:\n{pad}  kind: python\n"
-            f"{pad}  input: {{out: \"{{{{ workload.out }}}}\"{extra}}}\n{pad}  code: |\n{code}")
+    return (
+        f"{pad}tool:\n{pad}  kind: python\n"
+        f'{pad}  input: {{out: "{{{{ workload.out }}}}"{extra}}}\n{pad}  code: |\n{code}'
+    )
 
 
-ONE = playbook("acceptance/cancel_one", "workflow:\n  - step: hold\n" + hold_tool(4)
-               + "    next: after\n  - step: after\n    tool: {kind: noop}\n")  # fmt: skip
-LOOP = playbook("acceptance/cancel_loop", """\
+ONE = playbook(
+    "acceptance/cancel_one",
+    "workflow:\n  - step: hold\n"
+    + hold_tool(4)
+    + "    next: after\n  - step: after\n    tool: {kind: noop}\n",
+)
+LOOP = playbook(
+    "acceptance/cancel_loop",
+    """\
 workflow:
   - step: hold
     loop: {in: "{{ [1, 2, 3, 4] }}", iterator: n, spec: {mode: parallel, max_in_flight: 4}}
-""" + hold_tool(4, ', n: "{{ n }}"'))
+"""
+    + hold_tool(4, ', n: "{{ n }}"'),
+)
 CHILD = playbook("acceptance/cancel_child", "workflow:\n  - step: hold\n" + hold_tool(4))
-PARENT = playbook("acceptance/cancel_parent", """\
+PARENT = playbook(
+    "acceptance/cancel_parent",
+    """\
 workflow:
   - step: call
     tool: {kind: playbook, path: acceptance/cancel_child, input: {out: "{{ workload.out }}"}}
-""")
-IGNORED = playbook("acceptance/cancel_ignored", "workflow:\n  - step: hold\n" + hold_tool(4),
-                   grace="3s")  # fmt: skip
+""",
+)
+IGNORED = playbook(
+    "acceptance/cancel_ignored", "workflow:\n  - step: hold\n" + hold_tool(4), grace="3s"
+)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -79,9 +94,15 @@ def start(db_url: str, tmp: Path, *, lease: float = 3.0, concurrency: int = 4) -
 
 
 def pids(out: Path, count: int = 1) -> list[int]:
-    return wait_for(lambda: [int(p) for p in out.read_text().split()] if out.exists()
-                    and len(out.read_text().split()) >= count else None,  # fmt: skip
-                    f"{count} python step(s) to start", timeout=30)
+    return wait_for(
+        lambda: (
+            [int(p) for p in out.read_text().split()]
+            if out.exists() and len(out.read_text().split()) >= count
+            else None
+        ),
+        f"{count} python step(s) to start",
+        timeout=30,
+    )
 
 
 def gone(pid: int) -> bool:
@@ -101,16 +122,21 @@ def events(db_url: str, xid: str) -> list[ev.Event]:
 
 
 def failures(log: list[ev.Event]) -> list[dict[str, Any]]:
-    return [e.payload["error"] for e in log
-            if e.event_type == ev.COMMAND_FAILED and not e.meta.get("stale")]  # fmt: skip
+    return [
+        e.payload["error"]
+        for e in log
+        if e.event_type == ev.COMMAND_FAILED and not e.meta.get("stale")
+    ]
 
 
-STOPPED = {"kind": "cancelled", "retryable": False,
-           "message": "execution cancelled: the attempt was stopped"}  # fmt: skip
+STOPPED = {
+    "kind": "cancelled",
+    "retryable": False,
+    "message": "execution cancelled: the attempt was stopped",
+}
 
 
-def test_cancel_during_a_running_python_step_kills_its_process(db_url: str,
-                                                               tmp_path: Path) -> None:  # fmt: skip
+def test_cancel_during_a_running_python_step_kills_its_process(db_url: str, tmp_path: Path) -> None:
     cluster = start(db_url, tmp_path)
     try:
         out = tmp_path / "pids"
@@ -141,18 +167,20 @@ def test_cancel_during_a_parallel_loop_stops_every_iteration(tmp_path: Path) -> 
             cluster.client.cancel(xid)
             assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
             for pid in running:
-                wait_for(lambda pid=pid: gone(pid), f"python process {pid} to be gone",
-                         timeout=10)  # fmt: skip
+                wait_for(lambda pid=pid: gone(pid), f"python process {pid} to be gone", timeout=10)
             assert len(out.read_text().split()) == 2  # the queued ones never ran
             messages = sorted(f["message"] for f in failures(events(db_url, xid)))
-            assert messages == ["execution cancelled before the command ran"] * 2 + [
-                STOPPED["message"]] * 2  # fmt: skip
+            assert (
+                messages
+                == ["execution cancelled before the command ran"] * 2 + [STOPPED["message"]] * 2
+            )
         finally:
             cluster.close()
 
 
 def test_cancel_of_a_parent_cancels_its_running_child_and_stops_the_childs_tool(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     with database("sqlite", tmp_path) as db_url:
         cluster = start(db_url, tmp_path)
         try:
@@ -160,15 +188,18 @@ def test_cancel_of_a_parent_cancels_its_running_child_and_stops_the_childs_tool(
             out = tmp_path / "pids"
             xid = cluster.run(PARENT, {"out": str(out)})
             [pid] = pids(out)
-            [child] = [e["execution_id"] for e in cluster.client.executions(limit=10)
-                       if e.get("parent_execution_id") == xid]  # fmt: skip
+            [child] = [
+                e["execution_id"]
+                for e in cluster.client.executions(limit=10)
+                if e.get("parent_execution_id") == xid
+            ]
             cluster.client.cancel(xid)
             assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
             assert cluster.wait(child, timeout=20)["status"] == "CANCELLED"
-            wait_for(lambda: gone(pid), f"the child's python process {pid} to be gone",
-                     timeout=10)  # fmt: skip
-            [request] = [e for e in events(db_url, child)
-                         if e.event_type == ev.EXECUTION_CANCEL_REQUESTED]  # fmt: skip
+            wait_for(lambda: gone(pid), f"the child's python process {pid} to be gone", timeout=10)
+            [request] = [
+                e for e in events(db_url, child) if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
+            ]
             assert request.payload["actor"] == "token:acc-admin"
             assert request.payload["cause"] == f"parent {xid} cancelled"
             assert failures(events(db_url, child)) == [STOPPED]
@@ -176,8 +207,7 @@ def test_cancel_of_a_parent_cancels_its_running_child_and_stops_the_childs_tool(
             cluster.close()
 
 
-def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(
-        tmp_path: Path) -> None:  # fmt: skip
+def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(tmp_path: Path) -> None:
     with database("sqlite", tmp_path) as db_url:
         # a lease far longer than the grace: the abandonment, not a lost lease, ends it
         cluster = start(db_url, tmp_path, lease=60.0)
@@ -190,8 +220,9 @@ def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(
             cluster.client.cancel(xid)
             assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
             [abandoned] = failures(events(db_url, xid))
-            assert abandoned["message"] == ("execution cancelled: attempt abandoned after"
-                                            " the cancel grace (3s)")  # fmt: skip
+            assert abandoned["message"] == (
+                "execution cancelled: attempt abandoned after the cancel grace (3s)"
+            )
             before = len(events(db_url, xid))
             worker.signal(signal.SIGCONT, group=True)
             # its next heartbeat is refused (the command was settled): it drops the attempt
@@ -203,7 +234,8 @@ def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(
 
 
 def test_with_nats_a_cancel_reaches_the_running_attempt_without_waiting_for_its_heartbeat(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     """A 90 s lease: the next heartbeat is 30 s away. The server announces the cancel on
     NATS, the worker heartbeats at once, learns it and stops the attempt."""
     require_nats()

@@ -36,8 +36,10 @@ def test_playbook_tool_starts_children_through_the_server() -> None:
         if IN_CI:
             pytest.fail("PostgreSQL must be reachable under CI")
         pytest.skip("PostgreSQL is not reachable")
-    with LocalCluster(PG_ADMIN_URL, workers=1) as cluster, \
-            MilepostClient(cluster.url, cluster.token) as client:  # fmt: skip
+    with (
+        LocalCluster(PG_ADMIN_URL, workers=1) as cluster,
+        MilepostClient(cluster.url, cluster.token) as client,
+    ):
         with MilepostClient(cluster.url, cluster.worker_token) as worker:
             with pytest.raises(ServerRefused) as refused:  # the workers' token may not execute
                 worker.execute("tests/child", {})
@@ -49,6 +51,7 @@ def test_playbook_tool_starts_children_through_the_server() -> None:
         status = client.status(xid)
         assert status["status"] == "COMPLETED", status.get("error")
         assert status["steps"]["start"]["result"] == [{"double": 2}, {"double": 4}, {"double": 6}]
-        children = [e for e in client.executions(limit=100)
-                    if e.get("parent_execution_id") == str(xid)]  # fmt: skip
+        children = [
+            e for e in client.executions(limit=100) if e.get("parent_execution_id") == str(xid)
+        ]
         assert len(children) == 3 and all(c["status"] == "COMPLETED" for c in children)

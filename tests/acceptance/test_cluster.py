@@ -42,8 +42,11 @@ result = {"i": i, "key": key}
 
 
 def playbook(path: str, body: str) -> str:
-    return HEADER + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n" + \
-        textwrap.dedent(body)  # fmt: skip
+    return (
+        HEADER
+        + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
+        + textwrap.dedent(body)
+    )
 
 
 def side_effect_tool(tag: str, index: str = "-1") -> str:
@@ -57,7 +60,9 @@ def side_effect_tool(tag: str, index: str = "-1") -> str:
 {code}"""
 
 
-HELD = playbook("acceptance/held", f"""\
+HELD = playbook(
+    "acceptance/held",
+    f"""\
 workload: {{out: "", block: ""}}
 workflow:
   - step: start
@@ -65,7 +70,8 @@ workflow:
     next: done
   - step: done
     tool: {{kind: python, input: {{r: "{{{{ start }}}}"}}, code: "result = r['key']"}}
-""")
+""",
+)
 
 
 def lines(path: Path) -> list[list[str]]:
@@ -101,15 +107,19 @@ def events_of(cluster: Cluster, execution_id: str) -> list[dict[str, Any]]:
 # -- the happy path --------------------------------------------------------------------------
 
 
-def test_a_registered_playbook_runs_to_completion_on_workers(make_cluster: Callable[..., Cluster],
-                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_a_registered_playbook_runs_to_completion_on_workers(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
     secret = "acc-Secret-Value-9731"
     cluster = make_cluster()
     cluster.start_server()
     cluster.start_worker()
     cluster.start_worker()
     cluster.client.put_credential("acc_api", "generic", {"user": "bob", "password": secret})
-    xid = cluster.run(playbook("acceptance/happy", """\
+    xid = cluster.run(
+        playbook(
+            "acceptance/happy",
+            """\
     workload: {n: 5}
     keychain:
       - {name: api, kind: credential, credential: acc_api}
@@ -126,7 +136,9 @@ def test_a_registered_playbook_runs_to_completion_on_workers(make_cluster: Calla
       - step: total
         tool: {kind: python, input: {rows: "{{ fan }}", failed: "{{ fan.stats.failed }}"},
                code: "result = {'sum': sum(rows), 'failed': failed}"}
-    """))
+    """,
+        )
+    )
     status = cluster.wait(xid)
     assert status["status"] == "COMPLETED", status
     steps = status["steps"]
@@ -152,12 +164,19 @@ def _tables_containing(db_url: str, needle: str) -> list[str]:
     store = open_store(db_url)
     try:
         if db_url.startswith("postgres"):
-            names = [r[0] for r in query(store, "SELECT table_name FROM information_schema.tables"
-                                                " WHERE table_schema='public'", ())]  # fmt: skip
+            names = [
+                r[0]
+                for r in query(
+                    store,
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema='public'",
+                    (),
+                )
+            ]
             rows = {n: query(store, f"SELECT t::text FROM {n} t", ()) for n in names}
         else:
-            names = [r[0] for r in query(store, "SELECT name FROM sqlite_master"
-                                                " WHERE type='table'", ())]  # fmt: skip
+            names = [
+                r[0] for r in query(store, "SELECT name FROM sqlite_master WHERE type='table'", ())
+            ]
             rows = {n: query(store, f"SELECT * FROM {n}", ()) for n in names}
     finally:
         store.close()
@@ -167,7 +186,8 @@ def _tables_containing(db_url: str, needle: str) -> list[str]:
 
 
 def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
-    make_cluster: Callable[..., Cluster], tmp_path: Path,
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
 ) -> None:
     out, block = tmp_path / "side.txt", tmp_path / "block"
     block.touch()
@@ -180,8 +200,9 @@ def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
     block.unlink()
     assert worker.popen.wait(30) == 0, tail(worker.log)
     reported = [e for e in cluster.client.events(xid) if e["event_type"] == "command.completed"]
-    assert [(e["step"], e["worker_id"]) for e in reported] == [("start", "worker-1")], \
-        "the draining worker reported its attempt before it exited"  # fmt: skip
+    assert [(e["step"], e["worker_id"]) for e in reported] == [("start", "worker-1")], (
+        "the draining worker reported its attempt before it exited"
+    )
     assert not (reported[0].get("meta") or {}).get("stale")
     cluster.start_worker()  # runs the next step
     assert cluster.wait(xid)["status"] == "COMPLETED"
@@ -192,30 +213,39 @@ def test_sigterm_lets_the_running_attempt_finish_and_exits_zero(
 
 
 def test_eight_workers_race_for_2000_commands_and_each_runs_once(
-    make_cluster: Callable[..., Cluster], tmp_path: Path,
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "side.txt"
     cluster = make_cluster()
     cluster.start_server()
     for _ in range(8):
         cluster.start_worker(concurrency=8, python_workers=2)
-    xid = cluster.run(playbook("acceptance/race", f"""\
+    xid = cluster.run(
+        playbook(
+            "acceptance/race",
+            f"""\
 workload: {{n: 2000, out: "", block: ""}}
 workflow:
   - step: start
     loop: {{in: "{{{{ range(workload.n) | list }}}}", iterator: i,
            spec: {{mode: parallel, max_in_flight: 256}}}}
 {side_effect_tool("race", "{{ i }}")}
-"""), {"out": str(out)})
+""",
+        ),
+        {"out": str(out)},
+    )
     status = cluster.wait(xid, timeout=120)
     assert status["status"] == "COMPLETED", status
     rows = lines(out)
     by_index = collections.Counter(int(row[1]) for row in rows)
-    assert len(rows) == 2000 and set(by_index) == set(range(2000)), \
-        [i for i, n in by_index.items() if n > 1][:10]  # fmt: skip
+    assert len(rows) == 2000 and set(by_index) == set(range(2000)), [
+        i for i, n in by_index.items() if n > 1
+    ][:10]
     assert len({row[2] for row in rows}) == 2000, "one idempotency key per command"
-    workers = {e["worker_id"] for e in events_of(cluster, xid)
-               if e["event_type"] == "command.completed"}  # fmt: skip
+    workers = {
+        e["worker_id"] for e in events_of(cluster, xid) if e["event_type"] == "command.completed"
+    }
     assert len(workers) >= 4, f"the work spread over the workers: {workers}"
 
 
@@ -223,7 +253,8 @@ workflow:
 
 
 def test_a_command_of_a_killed_worker_is_reissued_after_its_lease(
-    make_cluster: Callable[..., Cluster], tmp_path: Path,
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
 ) -> None:
     out, block = tmp_path / "side.txt", tmp_path / "block"
     block.touch()
@@ -248,7 +279,8 @@ def test_a_command_of_a_killed_worker_is_reissued_after_its_lease(
 
 
 def test_a_late_report_from_a_paused_worker_changes_nothing(
-    make_cluster: Callable[..., Cluster], tmp_path: Path,
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
 ) -> None:
     out, block = tmp_path / "side.txt", tmp_path / "block"
     block.touch()
@@ -281,8 +313,12 @@ def test_a_late_report_from_a_paused_worker_changes_nothing(
     assert len(rows) == 2 and set(keys.values()) == {1}, rows
     assert status["steps"]["done"]["result"] == rows[1][2]
     events = events_of(cluster, xid)
-    late = [e for e in events if e["worker_id"] == "worker-1"
-            and e["event_type"] in ("command.completed", "command.failed")]  # fmt: skip
+    late = [
+        e
+        for e in events
+        if e["worker_id"] == "worker-1"
+        and e["event_type"] in ("command.completed", "command.failed")
+    ]
     # the run had ended when the late report came: its log still ends with its end
     assert not late, late
     assert len(events) == len(before) and events[-1]["event_type"] == "execution.completed"
@@ -294,14 +330,17 @@ def test_a_late_report_from_a_paused_worker_changes_nothing(
 
 
 def test_every_run_completes_when_the_server_is_killed_and_restarted(
-    make_cluster: Callable[..., Cluster], tmp_path: Path,
+    make_cluster: Callable[..., Cluster],
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "side.txt"
     cluster = make_cluster(lease_seconds=5)
     cluster.start_server()
     for _ in range(3):
         cluster.start_worker(concurrency=4)
-    body = playbook("acceptance/restart", f"""\
+    body = playbook(
+        "acceptance/restart",
+        f"""\
 workload: {{n: 40, out: "", block: ""}}
 workflow:
   - step: start
@@ -311,10 +350,13 @@ workflow:
     next: total
   - step: total
     tool: {{kind: python, input: {{rows: "{{{{ start }}}}"}}, code: "result = len(rows)"}}
-""")
+""",
+    )
     entry = cluster.client.register(body)
-    runs = [cluster.client.execute(entry["path"], {"out": str(out), "n": 40},
-                                   version=entry["version"]) for _ in range(3)]  # fmt: skip
+    runs = [
+        cluster.client.execute(entry["path"], {"out": str(out), "n": 40}, version=entry["version"])
+        for _ in range(3)
+    ]
     wait_for(lambda: len(lines(out)) >= 20, "some progress before the crash", timeout=30)
     cluster.kill_server()
     cluster.start_server()

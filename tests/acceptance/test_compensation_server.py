@@ -20,8 +20,10 @@ DONE = ["charge", "reserve a", "reserve b"]
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with database(request.param, tmp_path) as url, \
-            Cluster.running(url, tmp_path, lease_seconds=5) as made:
+    with (
+        database(request.param, tmp_path) as url,
+        Cluster.running(url, tmp_path, lease_seconds=5) as made,
+    ):
         yield made
 
 
@@ -35,14 +37,17 @@ def types(cluster: Cluster, xid: str) -> list[str]:
 
 
 def test_failed_runs_compensate_in_reverse_order_once_and_a_completed_one_never(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = start(cluster, tmp_path, {"fail": ["ship"], "gate": []})
     status = cluster.wait(xid)
     assert status["status"] == "FAILED" and status["error"]["step"] == "ship"
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND]
     assert status["compensating"] is False
     assert [(i["compensation"], i["status"]) for i in status["compensation"]["items"]] == [
-        ("release", "COMPLETED"), ("refund", "COMPLETED")]
+        ("release", "COMPLETED"),
+        ("refund", "COMPLETED"),
+    ]
     assert types(cluster, xid)[-1] == "execution.failed"
 
     (tmp_path / "effects").unlink()
@@ -52,7 +57,9 @@ def test_failed_runs_compensate_in_reverse_order_once_and_a_completed_one_never(
     assert effects(tmp_path) == [*DONE, REFUND]  # the failing release did not stop refund
     items = status["compensation"]["items"]
     assert [(i["compensation"], i["status"]) for i in items] == [
-        ("release", "FAILED"), ("refund", "COMPLETED")]
+        ("release", "FAILED"),
+        ("refund", "COMPLETED"),
+    ]
 
     (tmp_path / "effects").unlink()
     fine = start(cluster, tmp_path, {"fail": [], "gate": []})
@@ -63,7 +70,8 @@ def test_failed_runs_compensate_in_reverse_order_once_and_a_completed_one_never(
 
 
 def test_a_cancelled_run_compensates_on_the_worker_then_ends_cancelled(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = start(cluster, tmp_path, {"fail": [], "gate": ["ship"]})
     wait_for(lambda: (tmp_path / "ship.started").exists(), "ship to start", timeout=45)
     cluster.client.cancel(xid)  # the worker stops ship at its next heartbeat: no effect
@@ -74,7 +82,8 @@ def test_a_cancelled_run_compensates_on_the_worker_then_ends_cancelled(
 
 
 def test_a_server_killed_while_compensating_resumes_without_running_any_twice(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = start(cluster, tmp_path, {"fail": ["ship"], "gate": ["refund"]})
     wait_for(lambda: (tmp_path / "refund.started").exists(), "refund to start", timeout=45)
     status = cluster.client.status(xid)

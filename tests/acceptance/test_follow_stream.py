@@ -31,19 +31,25 @@ _WAIT = """
             time.sleep(0.05)
         result = 1
 """
-WAITS = "apiVersion: noetl.io/v2\nkind: Playbook\n" + textwrap.dedent("""
+WAITS = "apiVersion: noetl.io/v2\nkind: Playbook\n" + textwrap.dedent(
+    """
 metadata: {name: follow, path: tests/follow-stream}
 workflow:
   - step: start
     tool: {kind: shell, command: "echo ready"}
     next: [{step: first}]
-  - step: first""" + _WAIT.replace("GO", "GO1") + """
+  - step: first"""
+    + _WAIT.replace("GO", "GO1")
+    + """
     next: [{step: second}]
-  - step: second""" + _WAIT.replace("GO", "GO2") + """
+  - step: second"""
+    + _WAIT.replace("GO", "GO2")
+    + """
     next: [{step: after}]
   - step: after
     tool: {kind: shell, command: "echo done"}
-""")
+"""
+)
 
 
 def waits(tmp: Path) -> str:
@@ -86,19 +92,27 @@ def _streams(proxy: CuttingProxy, xid: str) -> list[str]:
 
 
 def test_events_follow_streams_prints_as_stored_and_resumes_once(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = cluster.run(waits(tmp_path))
     reader = cluster.token("viewer")
     with cutting_proxy(cluster.port) as proxy:
-        proc = subprocess.Popen([MILEPOST, "events", xid, "-f", "--json", "--server", proxy.url],
-                                env={**cluster.env, "MILEPOST_TOKEN": reader},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [MILEPOST, "events", xid, "-f", "--json", "--server", proxy.url],
+            env={**cluster.env, "MILEPOST_TOKEN": reader},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out = Lines(proc)
         wait_for(lambda: _streams(proxy, xid), "the follower to open the run's stream")
         (tmp_path / "go1").touch()
         # printed as they are stored: the second step's claim while that step still waits
-        wait_for(lambda: any('"command.claimed"' in x and '"second"' in x for x in out.lines),
-                 "the follower to print the second step's claim", timeout=30)  # fmt: skip
+        wait_for(
+            lambda: any('"command.claimed"' in x and '"second"' in x for x in out.lines),
+            "the follower to print the second step's claim",
+            timeout=30,
+        )
         assert proc.poll() is None
         printed = len(out.lines)
         assert proxy.cut() >= 1  # the stream's connection goes down mid-run
@@ -119,13 +133,18 @@ def test_events_follow_streams_prints_as_stored_and_resumes_once(
 
 
 def test_logs_follow_wakes_on_the_streams_reports_and_ends_with_the_run(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     xid = cluster.run(waits(tmp_path))
     reader = cluster.token("viewer")
     with cutting_proxy(cluster.port) as proxy:
-        proc = subprocess.Popen([MILEPOST, "logs", xid, "-f", "--json", "--server", proxy.url],
-                                env={**cluster.env, "MILEPOST_TOKEN": reader},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [MILEPOST, "logs", xid, "-f", "--json", "--server", proxy.url],
+            env={**cluster.env, "MILEPOST_TOKEN": reader},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out = Lines(proc)
         wait_for(lambda: _streams(proxy, xid), "the follower to open the run's stream")
         (tmp_path / "go1").touch()
@@ -137,8 +156,11 @@ def test_logs_follow_wakes_on_the_streams_reports_and_ends_with_the_run(
     assert code == 0, err
     entries = [json.loads(line) for line in lines]
     assert [(e["step"], e["text"]) for e in entries] == [
-        ("start", "ready\n"), ("first", f"waiting for {tmp_path / 'go1'}\n"),
-        ("second", f"waiting for {tmp_path / 'go2'}\n"), ("after", "done\n")]
+        ("start", "ready\n"),
+        ("first", f"waiting for {tmp_path / 'go1'}\n"),
+        ("second", f"waiting for {tmp_path / 'go2'}\n"),
+        ("after", "done\n"),
+    ]
     # the logs are read again on reports, not every second while the steps waited
     logs_reads = [r for r in proxy.requests() if f"/api/executions/{xid}/logs" in r]
     assert len(logs_reads) <= 6, logs_reads

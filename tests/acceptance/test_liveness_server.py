@@ -35,7 +35,9 @@ result = key
 """
 
 
-SHORT_LIVENESS = playbook("acceptance/short_liveness", f"""\
+SHORT_LIVENESS = playbook(
+    "acceptance/short_liveness",
+    f"""\
 workload: {{out: "", block: ""}}
 workflow:
   - step: start
@@ -46,14 +48,14 @@ workflow:
               out: "{{{{ workload.out }}}}", block: "{{{{ workload.block }}}}"}}
       code: |
 {textwrap.indent(KEYS_THEN_BLOCK, " " * 8)}
-""")
+""",
+)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     # the engine's lease is long: whatever lapses sooner lapses by the step's own liveness
-    with database(request.param, tmp_path) as url, \
-            Cluster(url, tmp_path, lease_seconds=30) as made:
+    with database(request.param, tmp_path) as url, Cluster(url, tmp_path, lease_seconds=30) as made:
         yield made
 
 
@@ -66,7 +68,8 @@ def rows(path: Path) -> list[list[str]]:
 
 
 def test_a_silent_attempt_is_lost_after_its_step_s_liveness_and_issued_again(
-    cluster: Cluster, tmp_path: Path,
+    cluster: Cluster,
+    tmp_path: Path,
 ) -> None:
     out, block = tmp_path / "keys.txt", tmp_path / "block"
     block.touch()
@@ -90,12 +93,15 @@ def test_a_silent_attempt_is_lost_after_its_step_s_liveness_and_issued_again(
     assert [e["result"]["context"]["attempt"] for e in issued] == [1, 2]
 
 
-HEARTBEATING = playbook("acceptance/heartbeating", """\
+HEARTBEATING = playbook(
+    "acceptance/heartbeating",
+    """\
 workflow:
   - step: start
     spec: {liveness: 1500ms}
     tool: {kind: python, code: "import time\\ntime.sleep(5)\\nresult = 'slept'"}
-""")
+""",
+)
 
 
 def test_an_attempt_heartbeating_past_its_liveness_is_never_declared_lost(
@@ -113,12 +119,15 @@ def test_an_attempt_heartbeating_past_its_liveness_is_never_declared_lost(
     assert len(events_of(cluster, xid, "command.issued")) == 1
 
 
-STALLS = playbook("acceptance/stalls", """\
+STALLS = playbook(
+    "acceptance/stalls",
+    """\
 executor: {spec: {stall_after: 3s, timeout: 2s}}
 workflow:
   - step: start
     tool: {kind: noop}
-""")
+""",
+)
 
 
 def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for(
@@ -132,13 +141,14 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for(
     assert error["kind"] == "stalled"
     assert "executor.spec.stall_after 3s" in error["message"]
     assert "step 'start' attempt 1 (queued, no worker took it)" in error["message"]
-    assert [(c["step"], c["status"]) for c in error["waiting"]["commands"]] == [
-        ("start", "queued")]
+    assert [(c["step"], c["status"]) for c in error["waiting"]["commands"]] == [("start", "queued")]
     [started] = events_of(cluster, xid, "execution.started")
     assert started["result"]["context"]["stall_after"] == 3.0
 
 
-STALLS_AFTER_A_COMPENSABLE_STEP = playbook("acceptance/stalls_compensated", """\
+STALLS_AFTER_A_COMPENSABLE_STEP = playbook(
+    "acceptance/stalls_compensated",
+    """\
 executor: {spec: {stall_after: 3s, timeout: 2s}}
 workflow:
   - step: start
@@ -150,7 +160,8 @@ workflow:
     spec: {pool: nobody}
   - step: undo
     tool: {kind: noop}
-""")
+""",
+)
 
 
 def test_a_stalled_run_runs_its_compensations_before_it_fails(cluster: Cluster) -> None:
@@ -164,16 +175,20 @@ def test_a_stalled_run_runs_its_compensations_before_it_fails(cluster: Cluster) 
     assert status["error"]["kind"] == "stalled"
     assert len(events_of(cluster, xid, "execution.stalled")) == 1
     assert len(events_of(cluster, xid, "compensation.completed")) == 1, [
-        (e["event_type"], e["step"]) for e in cluster.client.events(xid)]
+        (e["event_type"], e["step"]) for e in cluster.client.events(xid)
+    ]
     [settled] = events_of(cluster, xid, "command.failed")
     assert settled["step"] == "hold"
 
 
-FOREVER = playbook("acceptance/forever", """\
+FOREVER = playbook(
+    "acceptance/forever",
+    """\
 workflow:
   - step: start
     tool: {kind: python, code: "import time\\ntime.sleep(30)\\nresult = 'slept'"}
-""")
+""",
+)
 
 
 def test_the_engine_s_default_timeout_ends_an_attempt_that_heartbeats_forever(
@@ -196,7 +211,8 @@ RETRIES_LATER = playbook("acceptance/retries_later", embedded.RETRIES_LATER)
 
 
 def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled_and_its_lease_covers_its_timeout(
-    cluster: Cluster, tmp_path: Path,
+    cluster: Cluster,
+    tmp_path: Path,
 ) -> None:
     """Its first attempt times out after 1 s; the retry waits 4 s, twice the stall window:
     the run is idle as designed. Each attempt's lease is its timeout plus the engine's 30 s

@@ -80,7 +80,11 @@ def check_reads(api: httpx.Client, xid: str) -> None:
     assert body["status"] == "FAILED"
     entries = body["entries"]
     assert [(e["step"], e["stream"]) for e in entries] == [
-        ("start", "stdout"), ("start", "stderr"), ("compute", "stdout"), ("compute", "traceback")]
+        ("start", "stdout"),
+        ("start", "stderr"),
+        ("compute", "stdout"),
+        ("compute", "traceback"),
+    ]
     assert entries[0]["text"] == "from-shell\n" and entries[1]["text"] == "shell-warning\n"
     out = entries[2]
     assert out["text"].startswith("using ***\n") and "hunter2" not in json.dumps(entries)
@@ -103,27 +107,40 @@ def test_a_servers_worker_reports_what_its_steps_print(cluster: Cluster) -> None
     status = cluster.wait(xid)
     assert status["status"] == "FAILED"
     assert (status["error"]["line"], status["error"]["code_line"]) == (
-        3, 'raise RuntimeError("gave up")')
+        3,
+        'raise RuntimeError("gave up")',
+    )
     reader = cluster.token("viewer")
     with httpx.Client(base_url=cluster.url, headers={"Authorization": f"Bearer {reader}"}) as api:
         check_reads(api, xid)
     # what python printed is in no event (a shell step's output is its result too)
     assert "using" not in json.dumps(cluster.client.events(xid))
-    shown = subprocess.run(logs_cli(cluster, xid, "--step", "compute"),
-                           env=env(cluster, reader), capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        logs_cli(cluster, xid, "--step", "compute"),
+        env=env(cluster, reader),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "==> compute (attempt 1) stdout <==\nusing ***\n" in shown.stdout
     assert "RuntimeError: gave up" in shown.stdout and "from-shell" not in shown.stdout
 
 
 def test_follow_prints_until_the_run_ends_and_ctrl_c_leaves_it_running(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     go = tmp_path / "go"
     reader = cluster.token("viewer")
     xid = cluster.run(WAITS.replace('"GO"', repr(str(go))))
     # Ctrl-C while following: exit 130, the run goes on
-    first = subprocess.Popen(logs_cli(cluster, xid, "--follow"), env=env(cluster, reader),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        logs_cli(cluster, xid, "--follow"),
+        env=env(cluster, reader),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert first.stdout is not None
     # the first step's output: the follower is past its first read
     assert first.stdout.readline() == "==> start (attempt 1) stdout <==\n"
@@ -134,13 +151,19 @@ def test_follow_prints_until_the_run_ends_and_ctrl_c_leaves_it_running(
     assert f"Follow it: milepost logs {xid} --follow --server {cluster.url}" in err
     assert cluster.client.status(xid)["status"] == "RUNNING"
     # a follower started now ends by itself when the run does, having printed it all
-    follower = subprocess.Popen(logs_cli(cluster, xid, "-f", "--json"),
-                                env=env(cluster, reader), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    follower = subprocess.Popen(
+        logs_cli(cluster, xid, "-f", "--json"),
+        env=env(cluster, reader),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     go.touch()
     out, err = follower.communicate(timeout=60)
     assert follower.returncode == 0, err
     entries = [json.loads(line) for line in out.splitlines()]
-    assert [(e["step"], e["text"]) for e in entries] == [("start", "ready\n"),
-                                                         ("wait", "waiting for the go\nwent\n")]  # fmt: skip
+    assert [(e["step"], e["text"]) for e in entries] == [
+        ("start", "ready\n"),
+        ("wait", "waiting for the go\nwent\n"),
+    ]
     assert cluster.wait(xid)["status"] == "COMPLETED"

@@ -48,15 +48,21 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 
 def _without_worker(cluster: Cluster, pool: str) -> float:
-    reply = httpx.get(cluster.url + "/metrics", timeout=10,
-                      headers={"Authorization": f"Bearer {cluster.admin_token}"})  # fmt: skip
+    reply = httpx.get(
+        cluster.url + "/metrics",
+        timeout=10,
+        headers={"Authorization": f"Bearer {cluster.admin_token}"},
+    )
     reply.raise_for_status()
     return metric_sample(reply.text, "milepost_commands_without_worker", pool=pool)
 
 
 def _claimers(cluster: Cluster, xid: str) -> dict[str, str]:
-    return {e["step"]: e["worker_id"] for e in cluster.client.events(xid)
-            if e["event_type"] == "command.claimed"}  # fmt: skip
+    return {
+        e["step"]: e["worker_id"]
+        for e in cluster.client.events(xid)
+        if e["event_type"] == "command.claimed"
+    }
 
 
 def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Cluster) -> None:
@@ -73,20 +79,32 @@ def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Clus
     assert status["status"] == "RUNNING"
     assert status["steps"]["start"]["status"] == "COMPLETED"
     assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
-    assert status["no_live_worker"] == [{"pool": "gpu", "commands": 1, "steps": ["train"],
-                                         "message": "no live worker of pool gpu"}]  # fmt: skip
+    assert status["no_live_worker"] == [
+        {"pool": "gpu", "commands": 1, "steps": ["train"], "message": "no live worker of pool gpu"}
+    ]
     assert cluster.client.execution(xid)["no_live_worker"] == status["no_live_worker"]
     assert _without_worker(cluster, "gpu") == 1.0
     assert _without_worker(cluster, "default") == 0.0  # a default worker is alive
-    shown = subprocess.run([MILEPOST, "status", xid, "--server", cluster.url],
-                           env={**cluster.env, "MILEPOST_TOKEN": cluster.admin_token},
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    shown = subprocess.run(
+        [MILEPOST, "status", xid, "--server", cluster.url],
+        env={**cluster.env, "MILEPOST_TOKEN": cluster.admin_token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
-    assert ("waiting: 1 command(s) of step train: no live worker of pool gpu "
-            "(start `milepost worker --pool gpu`)") in " ".join(shown.stdout.split())
+    assert (
+        "waiting: 1 command(s) of step train: no live worker of pool gpu "
+        "(start `milepost worker --pool gpu`)"
+    ) in " ".join(shown.stdout.split())
     if not cluster.db_url.startswith("postgresql"):  # the local commands read SQLite files
-        local = subprocess.run([MILEPOST, "status", xid, "--db", cluster.db_url, "--json"],
-                               env=cluster.env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        local = subprocess.run(
+            [MILEPOST, "status", xid, "--db", cluster.db_url, "--json"],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert local.returncode == 0, local.stderr
         assert json.loads(local.stdout)["no_live_worker"] == status["no_live_worker"]
     assert _claimers(cluster, xid) == {"start": "worker-1"}  # the default worker left it
@@ -97,8 +115,7 @@ def test_a_gpu_step_waits_visibly_for_a_gpu_worker_then_runs_on_it(cluster: Clus
     assert final["steps"]["done"]["result"] == 20
     assert "no_live_worker" not in final or final["no_live_worker"] == []
     # the gpu step ran on the gpu worker, the others on the default one
-    assert _claimers(cluster, xid) == {"start": "worker-1", "train": "worker-2",
-                                       "done": "worker-1"}  # fmt: skip
+    assert _claimers(cluster, xid) == {"start": "worker-1", "train": "worker-2", "done": "worker-1"}
     assert _without_worker(cluster, "gpu") == 0.0  # reported once, back to 0 when served
 
 
@@ -110,7 +127,10 @@ def test_a_worker_on_a_fixed_machine_id_is_seen_alive_with_its_pool(cluster: Clu
     cluster.start_worker(pool="gpu")
     store = factory.open_store(cluster.db_url)
     try:
-        wait_for(lambda: "gpu" in workers.live_pools(store, time.time()),
-                 "the fixed-id gpu worker to be seen alive", timeout=30)  # fmt: skip
+        wait_for(
+            lambda: "gpu" in workers.live_pools(store, time.time()),
+            "the fixed-id gpu worker to be seen alive",
+            timeout=30,
+        )
     finally:
         store.close()

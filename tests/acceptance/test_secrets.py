@@ -20,9 +20,15 @@ def test_a_worker_logs_step_output_redacted_and_a_viewer_never_sees_a_secret(
     cluster = make_cluster()
     cluster.start_server()
     worker = cluster.start_worker()
-    cluster.client.put_credential("acc_db", "postgres", {
-        "host": "db.acc.internal", "user": "acc_etl", "password": PASSWORD, "database": "w"})  # fmt: skip
-    xid = cluster.run(playbook("acceptance/secrets", """\
+    cluster.client.put_credential(
+        "acc_db",
+        "postgres",
+        {"host": "db.acc.internal", "user": "acc_etl", "password": PASSWORD, "database": "w"},
+    )
+    xid = cluster.run(
+        playbook(
+            "acceptance/secrets",
+            """\
     keychain:
       - {name: db, kind: credential, credential: acc_db}
     workflow:
@@ -34,14 +40,21 @@ def test_a_worker_logs_step_output_redacted_and_a_viewer_never_sees_a_secret(
           code: |
             print(f"connecting to {host} as {user} with {pw}, token {token}")
             result = {"said": f"connected to {host} as {user}", "token_ok": token.startswith("ghp_Zq")}
-    """), {"api_token": TOKEN})
+    """,
+        ),
+        {"api_token": TOKEN},
+    )
     status = cluster.wait(xid)
     assert status["status"] == "COMPLETED", status
     result = status["steps"]["connect"]["result"]
     assert result == {"said": "connected to db.acc.internal as acc_etl", "token_ok": True}
-    line = wait_for(lambda: next((ln for ln in worker.log.read_text().splitlines()
-                                  if "connecting to" in ln), None),
-                    "the step's output in the worker's log", timeout=15)  # fmt: skip
+    line = wait_for(
+        lambda: next(
+            (ln for ln in worker.log.read_text().splitlines() if "connecting to" in ln), None
+        ),
+        "the step's output in the worker's log",
+        timeout=15,
+    )
     # the workload's token is masked as a sensitive value, before its pattern could
     assert "connecting to db.acc.internal as acc_etl with ***, token ***" in line
     assert f"execution {xid}" in line and "step connect" in line

@@ -23,8 +23,10 @@ pytestmark = pytest.mark.slow
 
 
 def playbook(path: str, budget: str) -> str:
-    return (f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: agent, path: {path}}}\n"
-            + textwrap.dedent(AGENT.replace("BUDGET", budget)))  # fmt: skip
+    return (
+        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: agent, path: {path}}}\n"
+        + textwrap.dedent(AGENT.replace("BUDGET", budget))
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -40,8 +42,9 @@ def test_usage_totals_and_a_budget_on_a_server_with_a_worker(cluster: Cluster) -
         status = cluster.wait(xid)
         assert status["status"] == "COMPLETED", status
         assert len(api.received) == 1
-        over = cluster.run(playbook("agents/capped", "budget: {cost: 0.004, tokens: 5000}"),
-                           {"url": api.url})  # fmt: skip
+        over = cluster.run(
+            playbook("agents/capped", "budget: {cost: 0.004, tokens: 5000}"), {"url": api.url}
+        )
         capped = cluster.wait(over)
         assert len(api.received) == 1  # the capped run's review never ran
     assert status["usage"]["tokens"] == 1096 and status["usage"]["cost"] == 0.0061
@@ -50,29 +53,51 @@ def test_usage_totals_and_a_budget_on_a_server_with_a_worker(cluster: Cluster) -
     detail = cluster.client.execution(xid)
     assert detail["usage"] == status["usage"]
     assert detail["usage"]["by"] == [
-        {"provider": "anthropic", "model": "claude", "input_tokens": 100, "output_tokens": 20,
-         "tokens": 120, "cost": 0.002},
-        {"provider": "openai", "model": "gpt-x", "input_tokens": 812, "output_tokens": 164,
-         "tokens": 976, "cost": 0.0041},
-    ]  # fmt: skip
+        {
+            "provider": "anthropic",
+            "model": "claude",
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "tokens": 120,
+            "cost": 0.002,
+        },
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 812,
+            "output_tokens": 164,
+            "tokens": 976,
+            "cost": 0.0041,
+        },
+    ]
     assert capped["status"] == "FAILED"
     assert capped["error"]["kind"] == "budget"
     assert capped["error"]["message"] == "budget exceeded: cost 0.0041 > 0.004 after step 'start'"
     assert "review" not in capped["steps"]
     headers = {"Authorization": f"Bearer {cluster.admin_token}"}
-    per_playbook = httpx.get(cluster.url + "/api/usage", params={"path": "agents/writer"},
-                             headers=headers, timeout=10).json()  # fmt: skip
+    per_playbook = httpx.get(
+        cluster.url + "/api/usage", params={"path": "agents/writer"}, headers=headers, timeout=10
+    ).json()
     assert [(r["provider"], r["tokens"], r["cost"]) for r in per_playbook["items"]] == [
-        ("anthropic", 120, 0.002), ("openai", 976, 0.0041)]
-    shown = subprocess.run([MILEPOST, "usage", "--server", cluster.url, "--playbook",
-                            "agents/writer", "--json"],
-                           env={**cluster.env, "MILEPOST_TOKEN": cluster.admin_token},
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+        ("anthropic", 120, 0.002),
+        ("openai", 976, 0.0041),
+    ]
+    shown = subprocess.run(
+        [MILEPOST, "usage", "--server", cluster.url, "--playbook", "agents/writer", "--json"],
+        env={**cluster.env, "MILEPOST_TOKEN": cluster.admin_token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout) == per_playbook["items"], "milepost usage says what the API does"
+    assert json.loads(shown.stdout) == per_playbook["items"], (
+        "milepost usage says what the API does"
+    )
     text = httpx.get(cluster.url + "/metrics", headers=headers, timeout=10).text
     labels = {"playbook": "agents/writer", "provider": "openai", "model": "gpt-x"}
     assert metric_sample(text, "milepost_usage_tokens_total", **labels) == 976
     assert metric_sample(text, "milepost_usage_cost_total", **labels) == pytest.approx(0.0041)
     capped_labels = {**labels, "playbook": "agents/capped"}
-    assert metric_sample(text, "milepost_usage_cost_total", **capped_labels) == pytest.approx(0.0041)
+    assert metric_sample(text, "milepost_usage_cost_total", **capped_labels) == pytest.approx(
+        0.0041
+    )

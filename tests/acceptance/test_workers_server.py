@@ -25,8 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(params=["sqlite", "postgres"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     # a 2 s lease: a worker is lost 2 s after its last check-in, as its claims are
-    with database(request.param, tmp_path) as url, \
-            Cluster(url, tmp_path, lease_seconds=2) as made:
+    with database(request.param, tmp_path) as url, Cluster(url, tmp_path, lease_seconds=2) as made:
         yield made
 
 
@@ -36,20 +35,29 @@ def listed(cluster: Cluster, **query: str) -> dict[str, dict[str, Any]]:
 
 def cli_workers(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**cluster.env, "MILEPOST_TOKEN": cluster.admin_token, "COLUMNS": "200"}
-    done = subprocess.run([MILEPOST, "workers", "--server", cluster.url, *args], env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "workers", "--server", cluster.url, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done
 
 
 def test_a_killed_worker_is_marked_lost_while_its_command_recovers(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     out, block = tmp_path / "side.txt", tmp_path / "block"
     block.touch()
     cluster.start_server()
     first = cluster.start_worker()
-    wait_for(lambda: "worker-1" in listed(cluster, status="live"),
-             f"worker-1 to check in ({tail(first.log)})", timeout=30)  # fmt: skip
+    wait_for(
+        lambda: "worker-1" in listed(cluster, status="live"),
+        f"worker-1 to check in ({tail(first.log)})",
+        timeout=30,
+    )
     xid = cluster.run(HELD, {"out": str(out), "block": str(block)})
     wait_for(lambda: lines(out), "the first attempt to start", timeout=30)
     shown = listed(cluster)["worker-1"]
@@ -63,12 +71,18 @@ def test_a_killed_worker_is_marked_lost_while_its_command_recovers(
     assert [w["name"] for w in as_json] == ["worker-1"]
 
     first.kill9()
-    lost = wait_for(lambda: listed(cluster, status="lost").get("worker-1"),
-                    "the killed worker to be marked lost", timeout=30)  # fmt: skip
+    lost = wait_for(
+        lambda: listed(cluster, status="lost").get("worker-1"),
+        "the killed worker to be marked lost",
+        timeout=30,
+    )
     assert lost["pid"] == first.pid
     # the status is decided as it is read; the reconciler's next tick says it in its log
-    wait_for(lambda: server_says(cluster, "worker worker-1 lost"), "the server to log the loss",
-             timeout=30)  # fmt: skip
+    wait_for(
+        lambda: server_says(cluster, "worker worker-1 lost"),
+        "the server to log the loss",
+        timeout=30,
+    )
     block.unlink()
     cluster.start_worker()
     status = cluster.wait(xid)
@@ -91,7 +105,8 @@ def server_says(cluster: Cluster, text: str) -> int:
 
 @pytest.mark.parametrize("which", ["garbage", "viewer"])
 def test_a_worker_whose_token_is_refused_exits_2_naming_the_setting(
-        cluster: Cluster, which: str) -> None:  # fmt: skip
+    cluster: Cluster, which: str
+) -> None:
     cluster.start_server()
     token = "mp_not_a_token" if which == "garbage" else cluster.token("viewer")
     worker = cluster.start_worker(token=token)

@@ -27,11 +27,15 @@ HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\n"
 
 
 def playbook(path: str, body: str) -> str:
-    return f"{HEADER}metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n" + \
-        textwrap.dedent(body)
+    return (
+        f"{HEADER}metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
+        + textwrap.dedent(body)
+    )
 
 
-HELLO = playbook("tests/hello", """
+HELLO = playbook(
+    "tests/hello",
+    """
 workload: {name: World}
 workflow:
   - step: start
@@ -39,9 +43,12 @@ workflow:
     next: shout
   - step: shout
     tool: {kind: python, input: {text: "{{ start.greeting }}"}, code: "result = {'loud': text.upper()}"}
-""")
+""",
+)
 
-LOOP = playbook("tests/loop", """
+LOOP = playbook(
+    "tests/loop",
+    """
 workload: {items: [1, 2, 3]}
 workflow:
   - step: each
@@ -50,14 +57,18 @@ workflow:
     next: total
   - step: total
     tool: {kind: python, input: {rows: "{{ each }}"}, code: "result = sum(rows)"}
-""")
+""",
+)
 
-RETRY = playbook("tests/retry", """
+RETRY = playbook(
+    "tests/retry",
+    """
 workflow:
   - step: flaky
     spec: {retry: {max_attempts: 3, backoff: fixed, delay: 30, retry_on: [error]}}
     tool: {kind: python, code: "result = 1"}
-""")
+""",
+)
 
 ROLES = auth.ROLES
 
@@ -67,8 +78,9 @@ class Api:
 
     def __init__(self, client: TestClient) -> None:
         self.client = client
-        self.tokens = {role: auth.create_token(self.store, role, f"test-{role}", time.time())
-                       for role in ROLES}
+        self.tokens = {
+            role: auth.create_token(self.store, role, f"test-{role}", time.time()) for role in ROLES
+        }
 
     @property
     def services(self) -> Services:
@@ -82,15 +94,17 @@ class Api:
     def headers(self, role: str | None) -> dict[str, str]:
         return {} if role is None else {"Authorization": f"Bearer {self.tokens[role]}"}
 
-    def call(self, method: str, path: str, role: str | None = "admin",
-             **kw: Any) -> httpx2.Response:
+    def call(
+        self, method: str, path: str, role: str | None = "admin", **kw: Any
+    ) -> httpx2.Response:
         return self.client.request(method, path, headers=self.headers(role), **kw)
 
     def get(self, path: str, role: str | None = "admin", **kw: Any) -> httpx2.Response:
         return self.call("GET", path, role, **kw)
 
-    def post(self, path: str, json: Any = None, role: str | None = "admin",
-             **kw: Any) -> httpx2.Response:
+    def post(
+        self, path: str, json: Any = None, role: str | None = "admin", **kw: Any
+    ) -> httpx2.Response:
         return self.call("POST", path, role, json=json, **kw)
 
     # -- flows -----------------------------------------------------------------------------
@@ -111,8 +125,15 @@ class Api:
         assert len(commands) == 1, commands
         return commands[0]
 
-    def complete(self, command: dict[str, Any], result: Any = None, *, ok_: bool = True,
-                 epoch: int | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def complete(
+        self,
+        command: dict[str, Any],
+        result: Any = None,
+        *,
+        ok_: bool = True,
+        epoch: int | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         events = report_wire(command, result, ok_=ok_, epoch=epoch, error=error)
         return ok(self.post("/api/events/batch", {"events": events}, role="worker"))
 
@@ -129,29 +150,49 @@ _ids = iter(range(10**15, 10**16))
 def work_item(command: dict[str, Any], epoch: int | None = None) -> WorkItem:
     lease = command.get("lease") or {}
     return WorkItem(
-        command_id=int(command["command_id"]), execution_id=int(command["execution_id"]),
-        step=command["step"], run=command["run"], index=command["index"],
-        attempt=command["attempt"], idempotency_key=command["idempotency_key"],
-        context=command["context"], args=command["args"],
+        command_id=int(command["command_id"]),
+        execution_id=int(command["execution_id"]),
+        step=command["step"],
+        run=command["run"],
+        index=command["index"],
+        attempt=command["attempt"],
+        idempotency_key=command["idempotency_key"],
+        context=command["context"],
+        args=command["args"],
         epoch=lease.get("epoch", 0) if epoch is None else epoch,
     )
 
 
-def report_wire(command: dict[str, Any], result: Any = None, *, ok_: bool = True,
-                epoch: int | None = None, error: dict[str, Any] | None = None,
-                ) -> list[dict[str, Any]]:
+def report_wire(
+    command: dict[str, Any],
+    result: Any = None,
+    *,
+    ok_: bool = True,
+    epoch: int | None = None,
+    error: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The worker's report of an attempt (`report_events`), as it travels on the wire."""
-    outcome = AttemptResult(ok=ok_, result=result,
-                      error=None if ok_ else (error or {"kind": "error", "message": "boom"}))
+    outcome = AttemptResult(
+        ok=ok_,
+        result=result,
+        error=None if ok_ else (error or {"kind": "error", "message": "boom"}),
+    )
     events = report_events(work_item(command, epoch), outcome, next(_ids), time.time(), "w1")
     return [wire(e) for e in events]
 
 
 def wire(event: ev.Event) -> dict[str, Any]:
-    return {"event_id": str(event.event_id), "execution_id": str(event.execution_id),
-            "event_type": event.event_type, "step": event.step, "status": event.status,
-            "result": {"status": event.status, "context": event.payload}, "meta": event.meta,
-            "worker_id": event.worker_id, "created_at": event.created_at}
+    return {
+        "event_id": str(event.event_id),
+        "execution_id": str(event.execution_id),
+        "event_type": event.event_type,
+        "step": event.step,
+        "status": event.status,
+        "result": {"status": event.status, "context": event.payload},
+        "meta": event.meta,
+        "worker_id": event.worker_id,
+        "created_at": event.created_at,
+    }
 
 
 def ok(response: httpx2.Response) -> dict[str, Any]:
@@ -169,9 +210,13 @@ def error(response: httpx2.Response, status: int, code: str) -> dict[str, Any]:
 
 
 def settings_for(db_url: str, **over: Any) -> Settings:
-    values: dict[str, Any] = {"database_url": db_url, "database_urls": None,
-                              "secret_key": new_key(), "reconcile_interval": 0.0,
-                              "nats_url": None}
+    values: dict[str, Any] = {
+        "database_url": db_url,
+        "database_urls": None,
+        "secret_key": new_key(),
+        "reconcile_interval": 0.0,
+        "nats_url": None,
+    }
     values.update(over)
     return Settings(**values)
 
@@ -190,8 +235,10 @@ class LiveServer:
     def __init__(self, url: str, services: Services) -> None:
         self.url = url
         self.services = services
-        self.tokens = {role: auth.create_token(services.store, role, f"live-{role}", time.time())
-                       for role in ROLES}  # fmt: skip
+        self.tokens = {
+            role: auth.create_token(services.store, role, f"live-{role}", time.time())
+            for role in ROLES
+        }
 
     def headers(self, role: str = "admin") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
@@ -207,8 +254,9 @@ def live_server(db_url: str, startup: float = 30.0, **over: Any) -> Iterator[Liv
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: server.started or not thread.is_alive(), "the server to start",
-                 timeout=startup)  # fmt: skip
+        wait_for(
+            lambda: server.started or not thread.is_alive(), "the server to start", timeout=startup
+        )
         assert server.started, "the server did not start"
         yield LiveServer(f"http://127.0.0.1:{port}", app.state.services)
     finally:

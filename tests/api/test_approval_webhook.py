@@ -26,8 +26,9 @@ def hooks() -> Iterator[Receiver]:
 
 @pytest.fixture
 def api(db_url: str, hooks: Receiver) -> Iterator[Api]:
-    with start_server(db_url, approval_webhook_url=hooks.url + "/milepost",
-                      approval_webhook_secret=SECRET) as server:  # fmt: skip
+    with start_server(
+        db_url, approval_webhook_url=hooks.url + "/milepost", approval_webhook_secret=SECRET
+    ) as server:
         yield server
 
 
@@ -45,7 +46,8 @@ def kinds(hooks: Receiver) -> list[str]:
 
 
 def test_the_server_sends_the_request_the_votes_and_the_grant_in_order(
-        api: Api, people: People, hooks: Receiver) -> None:  # fmt: skip
+    api: Api, people: People, hooks: Receiver
+) -> None:
     xid = people.execute(gated(), "dora")
     item = pending(api, xid)
     wait_for(lambda: kinds(hooks) == [ev.APPROVAL_REQUESTED], "the request")
@@ -54,23 +56,31 @@ def test_the_server_sends_the_request_the_votes_and_the_grant_in_order(
     assert api.claim_next() == []  # one vote of two: nothing runs yet
     ok(people.decide(item["approval_id"], "bob"))
     wait_for(lambda: len(hooks.received) == 4, "bob's vote and the grant")
-    assert kinds(hooks) == [ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, ev.APPROVAL_DECIDED,
-                            ev.APPROVAL_GRANTED]  # fmt: skip
+    assert kinds(hooks) == [
+        ev.APPROVAL_REQUESTED,
+        ev.APPROVAL_DECIDED,
+        ev.APPROVAL_DECIDED,
+        ev.APPROVAL_GRANTED,
+    ]
     logged = [e for e in api.store.load(int(xid)) if e.event_type in ev.APPROVAL_EVENTS]
     assert [r.headers["x-milepost-event-id"] for r in hooks.received] == [
-        str(e.event_id) for e in logged]  # fmt: skip
+        str(e.event_id) for e in logged
+    ]
     for got in hooks.received:
         assert webhooks.verify(SECRET, got.body, got.headers["x-milepost-signature"])
         assert got.json["payload"]["approval_id"] == item["approval_id"]
     assert [r.json["payload"].get("identity") for r in hooks.received[1:3]] == [
-        "user:alice", "user:bob"]
+        "user:alice",
+        "user:bob",
+    ]
     text = api.get("/metrics", role="viewer").text
     assert metric_sample(text, "milepost_approval_decisions_total", outcome="granted") == 1
     assert metric_sample(text, "milepost_approval_time_to_decision_seconds_count") == 1
 
 
 def test_a_denial_is_sent_and_a_refused_vote_sends_nothing(
-        api: Api, people: People, hooks: Receiver) -> None:  # fmt: skip
+    api: Api, people: People, hooks: Receiver
+) -> None:
     xid = people.execute(gated(), "dora")
     item = pending(api, xid)
     ok(people.decide(item["approval_id"], "bob", "deny", "duplicate refund"))
@@ -81,12 +91,14 @@ def test_a_denial_is_sent_and_a_refused_vote_sends_nothing(
     # the next run's request
     people.execute(gated("other"), "dora")
     wait_for(lambda: len(hooks.received) == 4, "the next run's request")
-    assert kinds(hooks) == [ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, ev.APPROVAL_DENIED,
-                            ev.APPROVAL_REQUESTED]  # fmt: skip
+    assert kinds(hooks) == [
+        ev.APPROVAL_REQUESTED,
+        ev.APPROVAL_DECIDED,
+        ev.APPROVAL_DENIED,
+        ev.APPROVAL_REQUESTED,
+    ]
     denied = hooks.received[2].json["payload"]
     assert (denied["by"], denied["reason"]) == ("user:bob", "duplicate refund")
     text = api.get("/metrics", role="viewer").text
     assert metric_sample(text, "milepost_approval_decisions_total", outcome="denied") == 1
     assert metric_sample(text, "milepost_approval_decisions_total", outcome="granted") == 0
-
-

@@ -13,9 +13,17 @@ from milepost.core import events as ev
 from tests.api.support import Api, error, ok, playbook
 
 
-def gated(name: str = "refund", *, approvers: str = "[role:finance, user:bob]", quorum: int = 2,
-          risk: str = "high", self_ok: bool = False) -> str:  # fmt: skip
-    return playbook(f"tests/{name}", f"""
+def gated(
+    name: str = "refund",
+    *,
+    approvers: str = "[role:finance, user:bob]",
+    quorum: int = 2,
+    risk: str = "high",
+    self_ok: bool = False,
+) -> str:
+    return playbook(
+        f"tests/{name}",
+        f"""
 workload: {{amount: 7200}}
 workflow:
   - step: pay
@@ -23,7 +31,8 @@ workflow:
       approval: {{approvers: {approvers}, quorum: {quorum}, expires_in: 1h, risk: {risk},
                   allow_self_approval: {str(self_ok).lower()}}}
     tool: {{kind: python, input: {{amount: "{{{{ workload.amount }}}}"}}, code: "result = amount"}}
-""")
+""",
+    )
 
 
 class People:
@@ -34,22 +43,27 @@ class People:
         self.tokens: dict[str, str] = {}
 
     def add(self, user: str, role: str = "approver", *roles: str) -> None:
-        self.tokens[user] = auth.create_token(self.api.store, role, f"{user}'s", time.time(),
-                                              user=user, approver_roles=roles)  # fmt: skip
+        self.tokens[user] = auth.create_token(
+            self.api.store, role, f"{user}'s", time.time(), user=user, approver_roles=roles
+        )
 
     def headers(self, user: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[user]}"}
 
-    def decide(self, approval_id: str, user: str, decision: str = "approve",
-               reason: str | None = None) -> Any:  # fmt: skip
-        return self.api.client.post(f"/api/approvals/{approval_id}/decision",
-                                    json={"decision": decision, "reason": reason},
-                                    headers=self.headers(user))  # fmt: skip
+    def decide(
+        self, approval_id: str, user: str, decision: str = "approve", reason: str | None = None
+    ) -> Any:
+        return self.api.client.post(
+            f"/api/approvals/{approval_id}/decision",
+            json={"decision": decision, "reason": reason},
+            headers=self.headers(user),
+        )
 
     def execute(self, text: str, user: str) -> str:
         entry = self.api.register(text)
-        reply = self.api.client.post("/api/execute", json={"path": entry["path"]},
-                                     headers=self.headers(user))  # fmt: skip
+        reply = self.api.client.post(
+            "/api/execute", json={"path": entry["path"]}, headers=self.headers(user)
+        )
         return str(ok(reply)["execution_id"])
 
 
@@ -75,14 +89,20 @@ def test_a_run_waits_and_two_approvals_release_it(api: Api, people: People) -> N
     assert started.payload["started_by"] == "user:dora"
     item = pending(api, xid)
     assert (item["status"], item["step"], item["risk"], item["quorum"], item["approved"]) == (
-        "pending", "pay", "high", 2, 0)
+        "pending",
+        "pay",
+        "high",
+        2,
+        0,
+    )
     assert item["approvers"] == ["role:finance", "user:bob"] and item["path"] == "tests/refund"
     assert item["started_by"] == "user:dora" and item["expires_at"] is not None
     assert api.claim_next() == []  # nothing runs before the quorum
     first = ok(people.decide(item["approval_id"], "alice", reason="checked the invoice"))
     assert (first["status"], first["approved"]) == ("pending", 1)
     assert [(v["identity"], v["decision"], v["reason"]) for v in first["votes"]] == [
-        ("user:alice", "approve", "checked the invoice")]
+        ("user:alice", "approve", "checked the invoice")
+    ]
     assert first["calls"][0]["input"] and first["digest"] == item["digest"]
     assert api.claim_next() == []
     done = ok(people.decide(item["approval_id"], "bob"))
@@ -116,11 +136,17 @@ def test_the_refusals_of_a_decision(api: Api, people: People) -> None:
         body = error(people.decide(aid, user), status, code)
         assert aid in body["message"] or user in body["message"], body
     for role in ("operator", "viewer", "worker"):  # roles that may not decide at all
-        error(api.post(f"/api/approvals/{aid}/decision", {"decision": "approve"}, role=role),
-              403, "forbidden")  # fmt: skip
+        error(
+            api.post(f"/api/approvals/{aid}/decision", {"decision": "approve"}, role=role),
+            403,
+            "forbidden",
+        )
     error(people.decide(aid, "olga"), 403, "forbidden")  # finance, but an operator token
-    no_user = error(api.post(f"/api/approvals/{aid}/decision", {"decision": "approve"},
-                             role="approver"), 403, "no_user")  # fmt: skip
+    no_user = error(
+        api.post(f"/api/approvals/{aid}/decision", {"decision": "approve"}, role="approver"),
+        403,
+        "no_user",
+    )
     assert "--user" in no_user["message"]
     error(people.decide("424242", "alice"), 404, "approval_not_found")
     assert api.store.load(int(xid)) == before  # nothing of the refusals was written
@@ -138,18 +164,23 @@ def test_a_decision_on_a_cancelled_run_changes_nothing(api: Api, people: People)
     assert closed["status"] == "cancelled"
 
 
-@pytest.mark.parametrize("body, loc", [
-    ({"decision": "maybe"}, ["body", "decision"]),
-    ({}, ["body", "decision"]),
-    ({"decision": "approve", "reason": 5}, ["body", "reason"]),
-    ({"decision": "approve", "extra": 1}, ["body", "extra"]),
-])  # fmt: skip
-def test_a_bad_decision_body_is_422_naming_the_field(api: Api, people: People,
-                                                     body: dict[str, Any], loc: list[Any]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "body, loc",
+    [
+        ({"decision": "maybe"}, ["body", "decision"]),
+        ({}, ["body", "decision"]),
+        ({"decision": "approve", "reason": 5}, ["body", "reason"]),
+        ({"decision": "approve", "extra": 1}, ["body", "extra"]),
+    ],
+)
+def test_a_bad_decision_body_is_422_naming_the_field(
+    api: Api, people: People, body: dict[str, Any], loc: list[Any]
+) -> None:
     xid = people.execute(gated(), "dora")
     aid = pending(api, xid)["approval_id"]
-    reply = api.client.post(f"/api/approvals/{aid}/decision", json=body,
-                            headers=people.headers("alice"))  # fmt: skip
+    reply = api.client.post(
+        f"/api/approvals/{aid}/decision", json=body, headers=people.headers("alice")
+    )
     assert error(reply, 422, "validation_error")["errors"][0]["loc"] == loc
     assert pending(api, xid)["approved"] == 0
 
@@ -181,17 +212,21 @@ def test_the_list_filters_and_pages(api: Api, people: People) -> None:
     error(api.get("/api/approvals", role="worker"), 403, "forbidden")
 
 
-@pytest.mark.parametrize("query, loc", [
-    ("?status=open", ["query", "status"]),
-    ("?risk=extreme", ["query", "risk"]),
-    ("?execution_id=x1", ["query", "execution_id"]),
-    ("?after=-1", ["query", "after"]),
-    ("?limit=0", ["query", "limit"]),
-    ("?limt=5", ["query", "limt"]),
-])  # fmt: skip
-def test_a_bad_list_query_is_422_naming_the_parameter(api: Api, query: str,
-                                                      loc: list[str]) -> None:  # fmt: skip
-    assert error(api.get(f"/api/approvals{query}"), 422, "validation_error")["errors"][0]["loc"] == loc
+@pytest.mark.parametrize(
+    "query, loc",
+    [
+        ("?status=open", ["query", "status"]),
+        ("?risk=extreme", ["query", "risk"]),
+        ("?execution_id=x1", ["query", "execution_id"]),
+        ("?after=-1", ["query", "after"]),
+        ("?limit=0", ["query", "limit"]),
+        ("?limt=5", ["query", "limt"]),
+    ],
+)
+def test_a_bad_list_query_is_422_naming_the_parameter(api: Api, query: str, loc: list[str]) -> None:
+    assert (
+        error(api.get(f"/api/approvals{query}"), 422, "validation_error")["errors"][0]["loc"] == loc
+    )
 
 
 def test_a_bad_approval_id_is_422_and_an_unknown_one_404(api: Api) -> None:

@@ -14,7 +14,9 @@ from milepost.core import state as st
 from tests.api.support import HELLO, Api, error, ok, playbook, report_wire, start_server
 from tests.api.test_reconciler import FakeClock
 
-GRACE = playbook("tests/graceful", """
+GRACE = playbook(
+    "tests/graceful",
+    """
 executor: {spec: {cancel_grace: 5s}}
 workflow:
   - step: slow
@@ -22,13 +24,17 @@ workflow:
     next: after
   - step: after
     tool: {kind: python, code: "result = 2"}
-""")
+""",
+)
 
-CHILD = playbook("tests/child", """
+CHILD = playbook(
+    "tests/child",
+    """
 workflow:
   - step: start
     tool: {kind: python, code: "result = 1"}
-""")
+""",
+)
 
 
 @pytest.fixture
@@ -54,12 +60,16 @@ def test_the_request_names_the_token_that_asked(fake: Api) -> None:
 
 
 def test_a_cancel_posted_as_an_event_is_logged_with_its_caller_not_the_actor_it_names(
-        fake: Api) -> None:  # fmt: skip
+    fake: Api,
+) -> None:
     """The event routes are no way around the cancel route: a client that names another
     actor, or a parent's cancel as the cause, is logged as itself."""
     xid = fake.execute(HELLO)
-    forged = {"execution_id": xid, "event_type": ev.EXECUTION_CANCEL_REQUESTED,
-              "context": {"actor": "user:ceo", "cause": "parent 1 cancelled"}}  # fmt: skip
+    forged = {
+        "execution_id": xid,
+        "event_type": ev.EXECUTION_CANCEL_REQUESTED,
+        "context": {"actor": "user:ceo", "cause": "parent 1 cancelled"},
+    }
     ok(fake.post("/api/events", forged, role="operator"))
     [request] = events_of(fake, xid, ev.EXECUTION_CANCEL_REQUESTED)
     assert request.payload == {"actor": "token:test-operator"}
@@ -78,7 +88,8 @@ def test_a_completed_run_is_never_moved_to_cancelled(fake: Api) -> None:
 
 
 def test_an_attempt_still_running_when_the_grace_ends_is_abandoned_and_its_report_is_late(
-        fake: Api, clock: FakeClock) -> None:  # fmt: skip
+    fake: Api, clock: FakeClock
+) -> None:
     xid = fake.execute(GRACE)
     command = fake.claim_one(lease_seconds=60)
     asked = clock()
@@ -96,13 +107,21 @@ def test_an_attempt_still_running_when_the_grace_ends_is_abandoned_and_its_repor
     [abandoned] = events_of(fake, xid, ev.COMMAND_FAILED)
     assert abandoned.payload["command_id"] == int(command["command_id"])
     assert abandoned.payload["error"] == {
-        "kind": "cancelled", "retryable": False,
-        "message": "execution cancelled: attempt abandoned after the cancel grace (5s)"}  # fmt: skip
+        "kind": "cancelled",
+        "retryable": False,
+        "message": "execution cancelled: attempt abandoned after the cancel grace (5s)",
+    }
     assert abandoned.meta["epoch"] == command["lease"]["epoch"]
     # the worker that ignored it all: its heartbeat is refused, its report changes nothing
-    error(fake.post(f"/api/commands/{command['command_id']}/heartbeat",
-                    {"worker_id": "w1", "epoch": command["lease"]["epoch"]}, role="worker"),
-          409, "stale_epoch")  # fmt: skip
+    error(
+        fake.post(
+            f"/api/commands/{command['command_id']}/heartbeat",
+            {"worker_id": "w1", "epoch": command["lease"]["epoch"]},
+            role="worker",
+        ),
+        409,
+        "stale_epoch",
+    )
     before = fake.store.event_count(int(xid))
     fake.post("/api/events/batch", {"events": report_wire(command, 1)}, role="worker")
     assert fake.status(xid)["status"] == "CANCELLED"
@@ -117,10 +136,22 @@ def test_an_attempt_still_running_when_the_grace_ends_is_abandoned_and_its_repor
 
 def ingest_one(command: dict[str, Any]) -> ev.Event:
     """The core event of a worker's report of `command` (what the ingest makes of it)."""
-    return ev.new_event(10**15 + 7, int(command["execution_id"]), ev.COMMAND_COMPLETED, 0.0,
-                        step=command["step"], meta={"epoch": command["lease"]["epoch"]},
-                        payload={"command_id": int(command["command_id"]), "run": 1,
-                                 "index": -1, "attempt": 1, "result": 1, "ctx": {}})  # fmt: skip
+    return ev.new_event(
+        10**15 + 7,
+        int(command["execution_id"]),
+        ev.COMMAND_COMPLETED,
+        0.0,
+        step=command["step"],
+        meta={"epoch": command["lease"]["epoch"]},
+        payload={
+            "command_id": int(command["command_id"]),
+            "run": 1,
+            "index": -1,
+            "attempt": 1,
+            "result": 1,
+            "ctx": {},
+        },
+    )
 
 
 def _child_of(api: Api, parent: str) -> str:
@@ -137,15 +168,21 @@ def test_children_are_cancelled_with_their_parent_recursively(fake: Api) -> None
     child_command = fake.claim_one("w2", lease_seconds=60)
     grandchild = _child_of(fake, child)
     ok(fake.post(f"/api/executions/{parent}/cancel", role="operator"))
-    for xid, cause in ((child, f"parent {parent} cancelled"),
-                       (grandchild, f"parent {child} cancelled")):  # fmt: skip
+    for xid, cause in (
+        (child, f"parent {parent} cancelled"),
+        (grandchild, f"parent {child} cancelled"),
+    ):
         [request] = events_of(fake, xid, ev.EXECUTION_CANCEL_REQUESTED)
         assert request.payload == {"actor": "token:test-operator", "cause": cause}
     # the grandchild's command was never claimed: settled, it ends at once
     assert fake.status(grandchild)["status"] == "CANCELLED"
-    beat = ok(fake.post(f"/api/commands/{child_command['command_id']}/heartbeat",
-                        {"worker_id": "w2", "epoch": child_command["lease"]["epoch"]},
-                        role="worker"))  # fmt: skip
+    beat = ok(
+        fake.post(
+            f"/api/commands/{child_command['command_id']}/heartbeat",
+            {"worker_id": "w2", "epoch": child_command["lease"]["epoch"]},
+            role="worker",
+        )
+    )
     assert beat["cancelled"] is True
 
 

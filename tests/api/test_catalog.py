@@ -84,8 +84,9 @@ def test_strict_playbooks_refuses_a_playbook_with_warnings_naming_them(db_url: s
 
     typo = HELLO.replace("code: \"result = {'loud'", "cdoe: 1, code: \"result = {'loud'")
     with start_server(db_url, strict_playbooks=True) as strict:
-        body = error(strict.post("/api/catalog/register", {"content": typo}), 422,
-                     "playbook_invalid")  # fmt: skip
+        body = error(
+            strict.post("/api/catalog/register", {"content": typo}), 422, "playbook_invalid"
+        )
         assert any("tool field 'cdoe' is not a field of python" in p for p in body["problems"])
         assert strict.store.list_playbooks() == []
         assert strict.register(HELLO)["version"] == 1  # no warnings: registered

@@ -25,8 +25,11 @@ def test_a_report_claims_the_next_command_as_the_batch_route_does(api: Api) -> N
     xid = api.execute()
     first = api.claim_one()
     with api.client.websocket_connect(PATH, headers=api.headers("worker")) as ws:
-        reply = ask(ws, 1, {"events": report_wire(first, {"ok": 1}),
-                            "claim": {"worker_id": "w1", "limit": 5}})  # fmt: skip
+        reply = ask(
+            ws,
+            1,
+            {"events": report_wire(first, {"ok": 1}), "claim": {"worker_id": "w1", "limit": 5}},
+        )
         assert reply["id"] == 1 and reply["status"] == 200, reply
         body = reply["body"]
         assert body["accepted"] == body["stored"] == 1 and body["stale"] == []
@@ -54,9 +57,20 @@ def test_bad_messages_get_the_routes_errors_and_the_socket_stays_open(api: Api) 
             "body",
             "events",
         ]
-        unknown = ask(ws, 5, {"events": [{"execution_id": xid, "event_type": "command.completed",
-                                          "meta": {"epoch": 1},
-                                          "context": {"command_id": "12345"}}]})  # fmt: skip
+        unknown = ask(
+            ws,
+            5,
+            {
+                "events": [
+                    {
+                        "execution_id": xid,
+                        "event_type": "command.completed",
+                        "meta": {"epoch": 1},
+                        "context": {"command_id": "12345"},
+                    }
+                ]
+            },
+        )
         assert (unknown["status"], unknown["body"]["code"]) == (404, "command_not_found")
         engine = ask(ws, 6, {"events": [{"execution_id": xid, "event_type": "step.exit"}]})
         assert engine["status"] == 422  # written by the engine only
@@ -68,8 +82,10 @@ def test_bad_messages_get_the_routes_errors_and_the_socket_stays_open(api: Api) 
 
 @pytest.mark.parametrize("role", [None, "viewer", "operator"])
 def test_only_workers_and_admins_may_open_it(api: Api, role: str | None) -> None:
-    with pytest.raises(WebSocketDisconnect), \
-            api.client.websocket_connect(PATH, headers=api.headers(role)) as ws:  # fmt: skip
+    with (
+        pytest.raises(WebSocketDisconnect),
+        api.client.websocket_connect(PATH, headers=api.headers(role)) as ws,
+    ):
         ws.receive_text()
 
 

@@ -12,27 +12,36 @@ import pytest
 from milepost.core import events as ev
 from tests.api.support import HELLO, LOOP, Api, error, ok, playbook, start_server
 
-PARENT = playbook("tests/parent", """
+PARENT = playbook(
+    "tests/parent",
+    """
 workload: {items: [1, 2, 3]}
 workflow:
   - step: each
     loop: {in: "{{ workload['items'] }}", iterator: n, spec: {mode: parallel, max_in_flight: 3}}
     tool: {kind: playbook, path: tests/hello}
-""")
+""",
+)
 """Three commands whose step starts `tests/hello`."""
 
-ONE_CHILD = playbook("tests/one_child", """
+ONE_CHILD = playbook(
+    "tests/one_child",
+    """
 workflow:
   - step: child
     tool: {kind: playbook, path: tests/hello}
-""")
+""",
+)
 
-TEMPLATED = playbook("tests/templated", """
+TEMPLATED = playbook(
+    "tests/templated",
+    """
 workload: {child: tests/hello}
 workflow:
   - step: child
     tool: {kind: playbook, path: "{{ workload.child }}"}
-""")
+""",
+)
 
 
 class FakeClock:
@@ -62,9 +71,11 @@ def claimed_parent(api: Api, parent: str = PARENT) -> dict[str, Any]:
 
 
 def proof(command: dict[str, Any], **over: Any) -> dict[str, Any]:
-    body = {"parent_execution_id": command["execution_id"],
-            "parent_command_id": command["command_id"],
-            "parent_epoch": command["lease"]["epoch"]}  # fmt: skip
+    body = {
+        "parent_execution_id": command["execution_id"],
+        "parent_command_id": command["command_id"],
+        "parent_epoch": command["lease"]["epoch"],
+    }
     body.update(over)
     return body
 
@@ -74,8 +85,7 @@ def start_child(api: Api, command: dict[str, Any], role: str = "worker", **over:
 
 
 def query(command: dict[str, Any]) -> dict[str, Any]:
-    return {"parent_command_id": command["command_id"],
-            "parent_epoch": command["lease"]["epoch"]}  # fmt: skip
+    return {"parent_command_id": command["command_id"], "parent_epoch": command["lease"]["epoch"]}
 
 
 def refused(response: Any, reason: str) -> dict[str, Any]:
@@ -98,11 +108,15 @@ def test_a_worker_starts_watches_and_cancels_a_child_of_the_command_it_holds(ser
     assert started.event_type == ev.EXECUTION_STARTED
     assert started.payload["parent_command_id"] == int(command["command_id"])
 
-    status = ok(server.get(f"/api/executions/{child}/status", role="worker",
-                           params={**query(command), "wait": 0}))  # fmt: skip
+    status = ok(
+        server.get(
+            f"/api/executions/{child}/status", role="worker", params={**query(command), "wait": 0}
+        )
+    )
     assert status["execution_id"] == child and status["status"] == "RUNNING"
-    cancelled = ok(server.post(f"/api/executions/{child}/cancel", {}, role="worker",
-                               params=query(command)))  # fmt: skip
+    cancelled = ok(
+        server.post(f"/api/executions/{child}/cancel", {}, role="worker", params=query(command))
+    )
     assert cancelled["execution_id"] == child
     assert ev.EXECUTION_CANCEL_REQUESTED in server.event_types(child)
 
@@ -112,11 +126,11 @@ def test_a_worker_without_a_live_claim_starts_nothing(server: Api, clock: FakeCl
     other = server.execute(HELLO)
     before = executions(server)
     # no proof at all
-    body = refused(server.post("/api/execute", {"path": "tests/hello"}, role="worker"),
-                   "no_claim_proof")  # fmt: skip
+    body = refused(
+        server.post("/api/execute", {"path": "tests/hello"}, role="worker"), "no_claim_proof"
+    )
     assert "parent_command_id" in body["message"]
-    refused(start_child(server, command, parent_epoch=command["lease"]["epoch"] + 1),
-            "stale_epoch")  # fmt: skip
+    refused(start_child(server, command, parent_epoch=command["lease"]["epoch"] + 1), "stale_epoch")
     refused(start_child(server, command, parent_command_id="999"), "command_not_found")
     refused(start_child(server, command, parent_execution_id=other), "other_execution")
     clock.now += 31  # past the lease, before the reconciler noticed
@@ -126,8 +140,13 @@ def test_a_worker_without_a_live_claim_starts_nothing(server: Api, clock: FakeCl
 
 def test_a_released_or_completed_claim_proves_nothing(server: Api) -> None:
     command = claimed_parent(server, ONE_CHILD)  # one command: the claim after the release is it
-    ok(server.post(f"/api/commands/{command['command_id']}/release",
-                   {"worker_id": "w1", "epoch": command["lease"]["epoch"]}, role="worker"))  # fmt: skip
+    ok(
+        server.post(
+            f"/api/commands/{command['command_id']}/release",
+            {"worker_id": "w1", "epoch": command["lease"]["epoch"]},
+            role="worker",
+        )
+    )
     refused(start_child(server, command), "not_claimed")
     again = server.claim_one("w2")
     assert again["command_id"] == command["command_id"]
@@ -141,16 +160,21 @@ def test_a_worker_may_not_watch_or_cancel_a_run_its_command_did_not_start(server
     child_of_sibling = ok(start_child(server, sibling))["execution_id"]
     unrelated = server.execute(HELLO)
     for xid in (unrelated, child_of_sibling):
-        refused(server.post(f"/api/executions/{xid}/cancel", {}, role="worker",
-                            params=query(command)), "not_a_child")  # fmt: skip
-        refused(server.get(f"/api/executions/{xid}/status", role="worker",
-                           params=query(command)), "not_a_child")  # fmt: skip
+        refused(
+            server.post(f"/api/executions/{xid}/cancel", {}, role="worker", params=query(command)),
+            "not_a_child",
+        )
+        refused(
+            server.get(f"/api/executions/{xid}/status", role="worker", params=query(command)),
+            "not_a_child",
+        )
         assert ev.EXECUTION_CANCEL_REQUESTED not in server.event_types(xid)
-    refused(server.post(f"/api/executions/{unrelated}/cancel", {}, role="worker"),
-            "no_claim_proof")  # fmt: skip
+    refused(server.post(f"/api/executions/{unrelated}/cancel", {}, role="worker"), "no_claim_proof")
     wrong = {**query(command), "parent_epoch": command["lease"]["epoch"] + 1}
-    refused(server.post(f"/api/executions/{unrelated}/cancel", {}, role="worker",
-                        params=wrong), "stale_epoch")  # fmt: skip
+    refused(
+        server.post(f"/api/executions/{unrelated}/cancel", {}, role="worker", params=wrong),
+        "stale_epoch",
+    )
 
 
 def test_other_roles_are_unchanged_and_a_proof_comes_whole(server: Api) -> None:
@@ -158,16 +182,33 @@ def test_other_roles_are_unchanged_and_a_proof_comes_whole(server: Api) -> None:
     # an operator needs no proof; one it gives is checked like a worker's
     ok(server.post("/api/execute", {"path": "tests/hello"}, role="operator"))
     ok(start_child(server, command, role="operator"))
-    body = error(start_child(server, command, role="operator",
-                             parent_epoch=command["lease"]["epoch"] + 1), 403, "forbidden")  # fmt: skip
+    body = error(
+        start_child(server, command, role="operator", parent_epoch=command["lease"]["epoch"] + 1),
+        403,
+        "forbidden",
+    )
     assert body["reason"] == "stale_epoch"
     # a viewer gets no further with a proof
-    error(server.post(f"/api/executions/{command['execution_id']}/cancel", {}, role="viewer",
-                      params=query(command)), 403, "forbidden")  # fmt: skip
+    error(
+        server.post(
+            f"/api/executions/{command['execution_id']}/cancel",
+            {},
+            role="viewer",
+            params=query(command),
+        ),
+        403,
+        "forbidden",
+    )
     before = executions(server)
-    body = error(server.post("/api/execute", {"path": "tests/hello",
-                                              "parent_command_id": command["command_id"]},
-                             role="worker"), 422, "validation_error")  # fmt: skip
+    body = error(
+        server.post(
+            "/api/execute",
+            {"path": "tests/hello", "parent_command_id": command["command_id"]},
+            role="worker",
+        ),
+        422,
+        "validation_error",
+    )
     assert "parent_epoch" in body["message"]
     assert executions(server) == before
 
@@ -186,7 +227,9 @@ def test_a_claim_of_a_step_without_the_playbook_tool_starts_nothing(server: Api)
 
 def test_a_claim_starts_only_the_path_its_playbook_tool_names(server: Api) -> None:
     command = claimed_parent(server)
-    other = playbook("tests/other", "workflow:\n  - step: s\n    tool: {kind: python, code: 'result = 1'}\n")
+    other = playbook(
+        "tests/other", "workflow:\n  - step: s\n    tool: {kind: python, code: 'result = 1'}\n"
+    )
     server.register(other)
     before = executions(server)
     for body in ({"path": "tests/other"}, {"catalog_id": "tests/other@1"}):
@@ -194,16 +237,22 @@ def test_a_claim_starts_only_the_path_its_playbook_tool_names(server: Api) -> No
         refused_body = refused(reply, "other_playbook")
         assert refused_body["path"] == "tests/other" and "tests/hello" in refused_body["message"]
     # a path that is not in the catalog is refused before the catalog is looked at
-    refused(server.post("/api/execute", {"path": "tests/nowhere", **proof(command)},
-                        role="worker"), "other_playbook")  # fmt: skip
+    refused(
+        server.post("/api/execute", {"path": "tests/nowhere", **proof(command)}, role="worker"),
+        "other_playbook",
+    )
     assert executions(server) == before
-    ok(server.post("/api/execute", {"catalog_id": "tests/hello@1", **proof(command)},
-                   role="worker"))  # fmt: skip
+    ok(
+        server.post(
+            "/api/execute", {"catalog_id": "tests/hello@1", **proof(command)}, role="worker"
+        )
+    )
 
 
 def test_a_templated_playbook_path_admits_any_catalog_path(server: Api) -> None:
     command = claimed_parent(server, TEMPLATED)
     server.register(LOOP)
-    child = ok(server.post("/api/execute", {"path": "tests/loop", **proof(command)},
-                           role="worker"))["execution_id"]  # fmt: skip
+    child = ok(
+        server.post("/api/execute", {"path": "tests/loop", **proof(command)}, role="worker")
+    )["execution_id"]
     assert server.store.get_execution(int(child)).path == "tests/loop"

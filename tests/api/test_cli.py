@@ -22,8 +22,9 @@ MILEPOST = str(Path(sys.executable).with_name("milepost"))
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
-    return subprocess.run([MILEPOST, *args], capture_output=True, text=True, timeout=120,
-                          env={**base, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [MILEPOST, *args], capture_output=True, text=True, timeout=120, env={**base, **(env or {})}
+    )
 
 
 def test_secret_key_prints_a_new_fernet_key() -> None:
@@ -47,8 +48,20 @@ def test_token_create_prints_a_token_whose_hash_is_stored(db_url: str) -> None:
 
 
 def test_token_create_names_the_user_and_approver_roles_of_a_token(db_url: str) -> None:
-    made = cli("token", "create", "--role", "approver", "--user", "alice", "--approver-role",
-               "finance", "--approver-role", "ops", "--db", db_url)  # fmt: skip
+    made = cli(
+        "token",
+        "create",
+        "--role",
+        "approver",
+        "--user",
+        "alice",
+        "--approver-role",
+        "finance",
+        "--approver-role",
+        "ops",
+        "--db",
+        db_url,
+    )
     assert made.returncode == 0, made.stderr
     store = factory.open_store(db_url)
     try:
@@ -95,9 +108,12 @@ def test_server_serves_the_api_with_a_token_made_by_the_cli(tmp_path: Path) -> N
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
     env["MILEPOST_SECRET_KEY"] = Fernet.generate_key().decode()
-    proc = subprocess.Popen([MILEPOST, "server", "--port", str(port), "--db", url,
-                             "--log-level", "warning"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [MILEPOST, "server", "--port", str(port), "--db", url, "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
 

@@ -29,8 +29,12 @@ def wide(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def milepost(*args: str, **env: str) -> Any:
-    clean = {"MILEPOST_SERVER_URL": "", "MILEPOST_TOKEN": "", "MILEPOST_USER": "",
-             "MILEPOST_DATABASE_URL": ""}  # fmt: skip
+    clean = {
+        "MILEPOST_SERVER_URL": "",
+        "MILEPOST_TOKEN": "",
+        "MILEPOST_USER": "",
+        "MILEPOST_DATABASE_URL": "",
+    }
     return runner.invoke(app, list(args), env={**clean, **env})
 
 
@@ -60,7 +64,11 @@ def test_approvals_shows_what_waits_for_whom_and_how_long(tmp_path: Path) -> Non
     other = start_gated(db, gated("r2", approvers="[user:alice]", quorum=1, risk="low"))
     [item] = listed(db, "--execution", str(xid))
     assert (item["execution_id"], item["status"], item["risk"], item["quorum"]) == (
-        str(xid), "pending", "high", 2)
+        str(xid),
+        "pending",
+        "high",
+        2,
+    )
     assert [i["execution_id"] for i in listed(db)] == [str(xid), str(other)]
     shown = milepost("approvals", "--db", str(db))
     assert shown.exit_code == 0, shown.output
@@ -75,8 +83,18 @@ def test_approve_and_deny_on_the_local_database(tmp_path: Path) -> None:
     xid = start_gated(db, gated(approvers="[role:finance, user:bob, user:dora]"))
     [item] = listed(db)
     aid = item["approval_id"]
-    first = milepost("approve", aid, "--db", str(db), "--user", "alice", "--role", "finance",
-                     "--reason", "invoice checked")  # fmt: skip
+    first = milepost(
+        "approve",
+        aid,
+        "--db",
+        str(db),
+        "--user",
+        "alice",
+        "--role",
+        "finance",
+        "--reason",
+        "invoice checked",
+    )
     assert first.exit_code == 0, first.output
     assert f"approval {aid}: approve recorded; pending (1/2 approvals)" in first.stdout
     again = milepost("approve", aid, "--db", str(db), "--user", "alice", "--role", "finance")
@@ -87,8 +105,7 @@ def test_approve_and_deny_on_the_local_database(tmp_path: Path) -> None:
     assert starter.exit_code == 2 and "may not approve" in starter.output  # started the run
     no_reason = milepost("deny", aid, "--db", str(db), "--user", "bob")
     assert no_reason.exit_code == 2 and "--reason" in no_reason.output
-    denied = milepost("deny", aid, "--db", str(db), "--reason", "over budget",
-                      MILEPOST_USER="bob")  # fmt: skip
+    denied = milepost("deny", aid, "--db", str(db), "--reason", "over budget", MILEPOST_USER="bob")
     assert denied.exit_code == 0, denied.output
     assert f"milepost resume {xid}" in denied.stdout  # the vote waits for the run's driver
     [row] = listed(db, "--status", "all")
@@ -100,8 +117,9 @@ def test_approve_and_deny_on_the_local_database(tmp_path: Path) -> None:
 def test_approvals_and_approve_through_a_server(tmp_path: Path) -> None:
     with live_server(f"sqlite:///{tmp_path / 's.db'}") as server:
         store = server.services.store
-        alice = auth.create_token(store, "approver", "a", time.time(), user="alice",
-                                  approver_roles=["finance"])  # fmt: skip
+        alice = auth.create_token(
+            store, "approver", "a", time.time(), user="alice", approver_roles=["finance"]
+        )
         bob = auth.create_token(store, "approver", "b", time.time(), user="bob")
         engine = server.services.engine
         pb = load.load_text(gated())
@@ -117,8 +135,7 @@ def test_approvals_and_approve_through_a_server(tmp_path: Path) -> None:
         assert json.loads(voted.stdout)["votes"][0]["identity"] == "user:alice"
         twice = milepost("approve", item["approval_id"], **as_alice)
         assert twice.exit_code == 2 and "already" in twice.output
-        done = milepost("approve", item["approval_id"], "--server", server.url,
-                        MILEPOST_TOKEN=bob)  # fmt: skip
+        done = milepost("approve", item["approval_id"], "--server", server.url, MILEPOST_TOKEN=bob)
         assert done.exit_code == 0, done.output
         assert "granted (2/2 approvals)" in done.stdout
         left = milepost("approvals", "--server", server.url, MILEPOST_TOKEN=bob)

@@ -8,8 +8,9 @@ from tests.api.support import HELLO, LOOP, Api, error, ok
 
 
 def claim(api: Api, command_id: str, worker: str = "w1", **body: object) -> object:
-    return api.post(f"/api/commands/{command_id}/claim", {"worker_id": worker, **body},
-                    role="worker")  # fmt: skip
+    return api.post(
+        f"/api/commands/{command_id}/claim", {"worker_id": worker, **body}, role="worker"
+    )
 
 
 def test_get_a_command_without_a_lease(api: Api) -> None:
@@ -54,8 +55,13 @@ def test_claim_conflicts_each_have_their_code(api: Api) -> None:
     error(claim(api, "424242"), 404, "command_not_found")
     error(claim(api, "x"), 422, "validation_error")
     error(api.post(f"/api/commands/{cid}/claim", {}, role="worker"), 422, "validation_error")
-    error(api.post(f"/api/commands/{cid}/claim", {"worker_id": "w", "lease_seconds": 0},
-                   role="worker"), 422, "validation_error")  # fmt: skip
+    error(
+        api.post(
+            f"/api/commands/{cid}/claim", {"worker_id": "w", "lease_seconds": 0}, role="worker"
+        ),
+        422,
+        "validation_error",
+    )
     error(api.get("/api/commands/424242"), 404, "command_not_found")
     conflicts = api.services.metrics.claim_conflicts
     assert conflicts.labels("active_claim")._value.get() == 1
@@ -90,8 +96,11 @@ def test_claim_next_takes_the_oldest_queued_commands_up_to_the_limit(api: Api) -
     total = api.claim_one("w3")  # `total` reads `each`: its failed count comes along
     assert total["step"] == "total" and total["loop_steps"] == {"each": {"failed": 0}}
     assert total["context"]["each"] == [10, 20, 30]
-    error(api.post("/api/commands/claim", {"worker_id": "w", "limit": 0}, role="worker"), 422,
-          "validation_error")  # fmt: skip
+    error(
+        api.post("/api/commands/claim", {"worker_id": "w", "limit": 0}, role="worker"),
+        422,
+        "validation_error",
+    )
     error(api.post("/api/commands/claim", {}, role="worker"), 422, "validation_error")
 
 
@@ -103,7 +112,11 @@ def test_claim_next_across_runs_hands_each_command_its_own_runs_context(api: Api
     last = api.execute(LOOP, workload={"items": [7]})
     got = api.claim_next("w1", limit=10, lease_seconds=10)
     assert [(c["execution_id"], c["step"], c["index"]) for c in got] == [
-        (first, "each", 0), (first, "each", 1), (other, "start", -1), (last, "each", 0)]
+        (first, "each", 0),
+        (first, "each", 1),
+        (other, "start", -1),
+        (last, "each", 0),
+    ]
     assert [c["context"].get("n") for c in got] == [1, 2, None, 7]
     assert got[2]["context"]["workload"] == {"name": "Ada"}
     assert all(c["context"]["execution_id"] == c["execution_id"] for c in got)
@@ -113,20 +126,41 @@ def test_heartbeat_extends_the_lease_and_refuses_a_stale_epoch(api: Api) -> None
     xid = api.execute(HELLO)
     command = api.claim_one(lease_seconds=5)
     cid, epoch = command["command_id"], command["lease"]["epoch"]
-    beat = ok(api.post(f"/api/commands/{cid}/heartbeat",
-                       {"worker_id": "w1", "epoch": epoch, "lease_seconds": 120}, role="worker"))
+    beat = ok(
+        api.post(
+            f"/api/commands/{cid}/heartbeat",
+            {"worker_id": "w1", "epoch": epoch, "lease_seconds": 120},
+            role="worker",
+        )
+    )
     assert beat["lease"]["epoch"] == epoch and beat["cancelled"] is False
     assert beat["lease"]["expires_at"] > command["lease"]["expires_at"]
     row = api.store.get_command(int(cid))
     assert row.lease_expires_at - api.services.engine.clock() > 100
-    error(api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w1", "epoch": epoch + 1},
-                   role="worker"), 409, "stale_epoch")  # fmt: skip
-    error(api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w2", "epoch": epoch},
-                   role="worker"), 409, "stale_epoch")  # fmt: skip
-    error(api.post("/api/commands/999/heartbeat", {"worker_id": "w1", "epoch": 1},
-                   role="worker"), 404, "command_not_found")  # fmt: skip
-    error(api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w1"}, role="worker"), 422,
-          "validation_error")  # fmt: skip
+    error(
+        api.post(
+            f"/api/commands/{cid}/heartbeat", {"worker_id": "w1", "epoch": epoch + 1}, role="worker"
+        ),
+        409,
+        "stale_epoch",
+    )
+    error(
+        api.post(
+            f"/api/commands/{cid}/heartbeat", {"worker_id": "w2", "epoch": epoch}, role="worker"
+        ),
+        409,
+        "stale_epoch",
+    )
+    error(
+        api.post("/api/commands/999/heartbeat", {"worker_id": "w1", "epoch": 1}, role="worker"),
+        404,
+        "command_not_found",
+    )
+    error(
+        api.post(f"/api/commands/{cid}/heartbeat", {"worker_id": "w1"}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert api.status(xid)["status"] == "RUNNING"
 
 
@@ -134,16 +168,25 @@ def test_release_queues_the_command_again_with_the_same_attempt_and_key(api: Api
     api.execute(HELLO)
     command = api.claim_one("w1")
     cid, epoch = command["command_id"], command["lease"]["epoch"]
-    error(api.post(f"/api/commands/{cid}/release", {"worker_id": "w2", "epoch": epoch},
-                   role="worker"), 409, "stale_epoch")  # fmt: skip
-    assert ok(api.post(f"/api/commands/{cid}/release", {"worker_id": "w1", "epoch": epoch},
-                       role="worker")) == {"released": True}  # fmt: skip
+    error(
+        api.post(
+            f"/api/commands/{cid}/release", {"worker_id": "w2", "epoch": epoch}, role="worker"
+        ),
+        409,
+        "stale_epoch",
+    )
+    assert ok(
+        api.post(f"/api/commands/{cid}/release", {"worker_id": "w1", "epoch": epoch}, role="worker")
+    ) == {"released": True}
     again = api.claim_one("w2")
     assert again["command_id"] == cid and again["attempt"] == command["attempt"]
     assert again["idempotency_key"] == command["idempotency_key"]
     assert again["lease"]["epoch"] == epoch + 1
-    error(api.post("/api/commands/999/release", {"worker_id": "w1", "epoch": 1},
-                   role="worker"), 404, "command_not_found")  # fmt: skip
+    error(
+        api.post("/api/commands/999/release", {"worker_id": "w1", "epoch": 1}, role="worker"),
+        404,
+        "command_not_found",
+    )
 
 
 def test_a_command_released_after_its_run_was_cancelled_is_settled(api: Api) -> None:
@@ -151,16 +194,22 @@ def test_a_command_released_after_its_run_was_cancelled_is_settled(api: Api) -> 
     command = api.claim_one("w1")
     ok(api.post(f"/api/executions/{xid}/cancel"))
     assert api.status(xid)["status"] == "RUNNING"
-    reply = ok(api.post(f"/api/commands/{command['command_id']}/release",
-                        {"worker_id": "w1", "epoch": command["lease"]["epoch"]}, role="worker"))
+    reply = ok(
+        api.post(
+            f"/api/commands/{command['command_id']}/release",
+            {"worker_id": "w1", "epoch": command["lease"]["epoch"]},
+            role="worker",
+        )
+    )
     assert reply == {"released": True}
     assert api.status(xid)["status"] == "CANCELLED"
     assert api.store.open_commands(int(xid)) == []
 
 
 def test_concurrent_claimers_never_get_the_same_command(api: Api) -> None:
-    xid = api.execute(LOOP.replace("max_in_flight: 3", "max_in_flight: 24"),
-                      workload={"items": list(range(24))})
+    xid = api.execute(
+        LOOP.replace("max_in_flight: 3", "max_in_flight: 24"), workload={"items": list(range(24))}
+    )
     got: list[str] = []
     lock = threading.Lock()
 

@@ -17,8 +17,11 @@ def test_credentials_round_trip_and_only_workers_and_admins_see_the_data(api: Ap
     for role in ("viewer", "operator", "approver"):
         plain = ok(api.get("/api/credentials/pg_main", role=role))
         assert plain["data"] is None and SECRET not in str(plain)
-        error(api.get("/api/credentials/pg_main", role=role, params={"include_data": "true"}),
-              403, "forbidden")  # fmt: skip
+        error(
+            api.get("/api/credentials/pg_main", role=role, params={"include_data": "true"}),
+            403,
+            "forbidden",
+        )
     for role in ("worker", "admin"):
         full = ok(api.get("/api/credentials/pg_main", role=role, params={"include_data": "true"}))
         assert full["data"]["password"] == SECRET and full["data"]["user"] == "ada"
@@ -35,12 +38,19 @@ def test_replace_delete_and_unknown_credentials(api: Api) -> None:
     assert ok(api.call("DELETE", "/api/credentials/k", role="operator")) == {"deleted": True}
     error(api.get("/api/credentials/k"), 404, "not_found")
     error(api.call("DELETE", "/api/credentials/k"), 404, "not_found")
-    error(api.get("/api/credentials/nope", role="worker", params={"include_data": True}), 404,
-          "not_found")  # fmt: skip
+    error(
+        api.get("/api/credentials/nope", role="worker", params={"include_data": True}),
+        404,
+        "not_found",
+    )
 
 
 def test_a_malformed_credential_is_422_and_nothing_is_stored(api: Api) -> None:
-    for body in ({"name": "x", "type": "t"}, {"name": "", "type": "t", "data": {}},
-                 {"name": "x", "type": "t", "data": "secret"}, {"name": "x", "data": {}}):
+    for body in (
+        {"name": "x", "type": "t"},
+        {"name": "", "type": "t", "data": {}},
+        {"name": "x", "type": "t", "data": "secret"},
+        {"name": "x", "data": {}},
+    ):
         error(api.post("/api/credentials", body), 422, "validation_error")
     assert api.store.list_credentials() == []

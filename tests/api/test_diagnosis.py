@@ -7,19 +7,25 @@ from typing import Any
 
 from tests.api.support import HELLO, LOOP, RETRY, Api, error, ok, playbook
 
-GATED = playbook("tests/gated", """
+GATED = playbook(
+    "tests/gated",
+    """
 workflow:
   - step: refund
     tool: {kind: noop}
     spec:
       approval: {approvers: [role:finance, user:alice], quorum: 1, expires_in: 1h}
-""")
-GPU = playbook("tests/gpu", """
+""",
+)
+GPU = playbook(
+    "tests/gpu",
+    """
 workflow:
   - step: train
     spec: {pool: gpu}
     tool: {kind: python, code: "result = 1"}
-""")
+""",
+)
 
 
 def diagnosis(api: Api, xid: str, role: str = "viewer") -> dict[str, Any]:
@@ -36,12 +42,18 @@ def test_a_claimed_command_names_its_worker_and_lease_end_then_the_run_completes
     assert kinds(diagnosis(api, xid)) == ["queued"]  # a live default worker will take it
     command = api.claim_one("w1")
     found = diagnosis(api, xid)
-    assert (found["execution_id"], found["status"], found["playbook"]) == (xid, "RUNNING", "tests/hello")
+    assert (found["execution_id"], found["status"], found["playbook"]) == (
+        xid,
+        "RUNNING",
+        "tests/hello",
+    )
     (claimed,) = found["findings"]
     assert claimed["kind"] == "claimed" and claimed["step"] == "start"
     assert claimed["fields"]["worker_id"] == "w1"
     assert claimed["fields"]["lease_expires_at"] == command["lease"]["expires_at"]
-    assert claimed["message"].startswith("step 'start' attempt 1 is claimed by w1; its lease ends in ")
+    assert claimed["message"].startswith(
+        "step 'start' attempt 1 is claimed by w1; its lease ends in "
+    )
     api.complete(command, {"greeting": "hi"})
     api.complete(api.claim_one("w1"), {"loud": "HI"})
     (done,) = diagnosis(api, xid)["findings"]
@@ -52,10 +64,13 @@ def test_a_pool_without_a_live_worker_is_named(api: Api) -> None:
     xid = api.execute(GPU)
     ok(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="worker"))  # default only
     (found,) = diagnosis(api, xid)["findings"]
-    assert found == {"kind": "no_live_worker", "step": "train",
-                     "fields": {"pool": "gpu", "commands": 1, "steps": ["train"]},
-                     "message": "1 command(s) of step train wait in pool gpu, which no live "
-                                "worker serves: start `milepost worker --pool gpu`"}  # fmt: skip
+    assert found == {
+        "kind": "no_live_worker",
+        "step": "train",
+        "fields": {"pool": "gpu", "commands": 1, "steps": ["train"]},
+        "message": "1 command(s) of step train wait in pool gpu, which no live "
+        "worker serves: start `milepost worker --pool gpu`",
+    }
 
 
 def test_an_approval_names_who_may_decide(api: Api) -> None:
@@ -81,19 +96,34 @@ def test_a_retry_timer_and_a_loop_are_named(api: Api) -> None:
     found = diagnosis(api, looped)
     assert kinds(found)[0] == "loop_waiting"
     assert found["findings"][0]["fields"] | {"in_flight": None} == {
-        "total": 3, "done": 1, "in_flight": None, "retrying": 0, "not_started": 0,
-        "max_in_flight": 3, "failed_ok": 0}  # fmt: skip
+        "total": 3,
+        "done": 1,
+        "in_flight": None,
+        "retrying": 0,
+        "not_started": 0,
+        "max_in_flight": 3,
+        "failed_ok": 0,
+    }
 
 
 def test_a_failed_run_names_its_first_error_with_the_line_of_code(api: Api) -> None:
     xid = api.execute(HELLO)
-    api.complete(api.claim_one("w1"), ok_=False, error={
-        "kind": "exception", "message": "KeyError: 'name'", "code": "KeyError", "line": 2,
-        "code_line": "result = input_data['name']"})  # fmt: skip
+    api.complete(
+        api.claim_one("w1"),
+        ok_=False,
+        error={
+            "kind": "exception",
+            "message": "KeyError: 'name'",
+            "code": "KeyError",
+            "line": 2,
+            "code_line": "result = input_data['name']",
+        },
+    )
     (found,) = diagnosis(api, xid)["findings"]
     assert found["kind"] == "failed" and found["step"] == "start"
-    assert found["message"] == ("step 'start' (python) failed: KeyError: 'name' at line 2: "
-                                "result = input_data['name']")  # fmt: skip
+    assert found["message"] == (
+        "step 'start' (python) failed: KeyError: 'name' at line 2: result = input_data['name']"
+    )
     assert (found["fields"]["tool"], found["fields"]["line"]) == ("python", 2)
 
 
@@ -106,16 +136,29 @@ def test_an_unknown_execution_is_404_a_bad_id_422_and_a_token_is_needed(api: Api
 
 def test_a_playbook_step_names_its_running_child(api: Api) -> None:
     api.register(HELLO)
-    parent = api.execute(playbook("tests/parent", """
+    parent = api.execute(
+        playbook(
+            "tests/parent",
+            """
     workflow:
       - step: sub
         tool: {kind: playbook, path: tests/hello}
-    """))
+    """,
+        )
+    )
     command = api.claim_one("w1")
-    child = ok(api.post("/api/execute", {
-        "path": "tests/hello", "parent_execution_id": parent,
-        "parent_command_id": command["command_id"], "parent_epoch": command["lease"]["epoch"]},
-        role="worker"))["execution_id"]  # fmt: skip
+    child = ok(
+        api.post(
+            "/api/execute",
+            {
+                "path": "tests/hello",
+                "parent_execution_id": parent,
+                "parent_command_id": command["command_id"],
+                "parent_epoch": command["lease"]["epoch"],
+            },
+            role="worker",
+        )
+    )["execution_id"]
     found = diagnosis(api, parent)
     assert kinds(found) == ["child_running", "claimed"]
     assert found["findings"][0]["step"] == "sub"

@@ -13,8 +13,12 @@ from milepost.api.routers import docs
 from tests.api.support import Api, error, start_server
 
 PAGES = ("/docs", "/redoc", "/openapi.json")
-CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png",
-                 ".json": "application/json"}  # fmt: skip
+CONTENT_TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".png": "image/png",
+    ".json": "application/json",
+}
 
 
 @pytest.fixture
@@ -58,7 +62,10 @@ def test_the_pages_load_only_same_origin_assets_and_each_answers(api: Api, page:
 def test_the_schema_declares_the_bearer_token(api: Api) -> None:
     spec = api.get("/openapi.json", role="worker").json()
     assert spec["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "description": "A token from `milepost token create`."}
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A token from `milepost token create`.",
+    }
     assert spec["security"] == [{"bearer": []}]
     assert spec["paths"]["/health"]["get"]["security"] == []
     assert not any(p.startswith(("/docs", "/redoc", "/openapi")) for p in spec["paths"])
@@ -80,8 +87,11 @@ def test_a_browser_signs_in_with_a_form_and_reads_the_docs_by_cookie(api: Api) -
     assert docs.COOKIE not in client.cookies
 
     token = api.tokens["viewer"]
-    signed = client.post("/docs/login", data={"token": token, "next": "https://evil.example/"},
-                         follow_redirects=False)  # fmt: skip
+    signed = client.post(
+        "/docs/login",
+        data={"token": token, "next": "https://evil.example/"},
+        follow_redirects=False,
+    )
     assert signed.status_code == 303 and signed.headers["location"] == "/docs"
     cookie = signed.headers["set-cookie"]
     assert cookie.startswith(f"{docs.COOKIE}=") and "HttpOnly" in cookie
@@ -91,8 +101,9 @@ def test_a_browser_signs_in_with_a_form_and_reads_the_docs_by_cookie(api: Api) -
         assert client.get(path).status_code == 200, path
     # the cookie opens the documentation only, never the API
     error(client.get("/api/executions"), 401, "unauthorized")
-    to_redoc = client.post("/docs/login", data={"token": token, "next": "/redoc"},
-                           follow_redirects=False)  # fmt: skip
+    to_redoc = client.post(
+        "/docs/login", data={"token": token, "next": "/redoc"}, follow_redirects=False
+    )
     assert to_redoc.headers["location"] == "/redoc"
 
     client.cookies.clear()
@@ -103,8 +114,11 @@ def test_a_browser_signs_in_with_a_form_and_reads_the_docs_by_cookie(api: Api) -
 
 
 def test_a_login_form_past_its_size_is_refused(api: Api) -> None:
-    response = api.client.post("/docs/login", content=b"token=" + b"x" * docs.MAX_LOGIN_BODY,
-                               headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+    response = api.client.post(
+        "/docs/login",
+        content=b"token=" + b"x" * docs.MAX_LOGIN_BODY,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     error(response, 413, "too_large")
 
 

@@ -15,26 +15,38 @@ from tests.api.support import HELLO, ROLES, Api, error, ok
 
 WORK = {"admin", "worker"}
 OPERATE = {"admin", "operator"}
-APPROVAL_TYPES = (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED, ev.APPROVAL_GRANTED,
-                  ev.APPROVAL_DENIED, ev.APPROVAL_EXPIRED, ev.APPROVAL_INVALIDATED)  # fmt: skip
+APPROVAL_TYPES = (
+    ev.APPROVAL_REQUESTED,
+    ev.APPROVAL_DECIDED,
+    ev.APPROVAL_GRANTED,
+    ev.APPROVAL_DENIED,
+    ev.APPROVAL_EXPIRED,
+    ev.APPROVAL_INVALIDATED,
+)
 
 # every event type -> the roles that may post it (None: nobody, the engine writes it)
 EXPECTED: dict[str, set[str] | None] = {
     **{etype: None for etype in ingest.ENGINE_TYPES},
-    ev.COMMAND_STARTED: WORK, ev.COMMAND_HEARTBEAT: WORK,
-    ev.CALL_DONE: WORK, ev.CALL_ERROR: WORK, ev.COMMAND_COMPLETED: WORK, ev.COMMAND_FAILED: WORK,
+    ev.COMMAND_STARTED: WORK,
+    ev.COMMAND_HEARTBEAT: WORK,
+    ev.CALL_DONE: WORK,
+    ev.CALL_ERROR: WORK,
+    ev.COMMAND_COMPLETED: WORK,
+    ev.COMMAND_FAILED: WORK,
     ev.EXECUTION_CANCEL_REQUESTED: OPERATE,
     # approvals are the engine's: a vote goes through the decision route and its checks
     **{etype: None for etype in APPROVAL_TYPES},
     # the store writes a claim's events in the claim's transaction: no client posts them
-    ev.COMMAND_CLAIMED: None, ev.COMMAND_RELEASED: None,
-}  # fmt: skip
+    ev.COMMAND_CLAIMED: None,
+    ev.COMMAND_RELEASED: None,
+}
 
 
 def test_the_table_covers_every_event_type_and_only_client_ones() -> None:
     assert set(EXPECTED) == ev.EVENT_TYPES
     assert {t: set(r) for t, r in auth.EVENT_ROLES.items()} == {
-        t: r for t, r in EXPECTED.items() if r is not None}  # fmt: skip
+        t: r for t, r in EXPECTED.items() if r is not None
+    }
     assert set(auth.POST_EVENTS) == {"admin", "operator", "worker"}
 
 
@@ -43,8 +55,9 @@ def test_every_event_type_is_a_client_one_or_refused_as_the_engines() -> None:
     assert not ingest.ENGINE_TYPES & auth.EVENT_ROLES.keys()
 
 
-def test_a_new_event_type_no_role_is_listed_for_is_refused(api: Api,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_new_event_type_no_role_is_listed_for_is_refused(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the day a type joins the log without a line in the role table, nobody may post it
     monkeypatch.setattr(ev, "EVENT_TYPES", ev.EVENT_TYPES | {"step.paused"})
     xid = api.execute(HELLO)
@@ -62,16 +75,23 @@ def test_a_worker_cannot_post_a_claim_or_a_release(api: Api) -> None:
     command = api.claim_one("w1")
     before = api.store.load(int(xid))
     for etype in (ev.COMMAND_CLAIMED, ev.COMMAND_RELEASED):
-        event = {"execution_id": xid, "event_type": etype, "step": "start",
-                 "context": {"command_id": command["command_id"]}}  # fmt: skip
+        event = {
+            "execution_id": xid,
+            "event_type": etype,
+            "step": "start",
+            "context": {"command_id": command["command_id"]},
+        }
         body = error(api.post("/api/events", event, role="worker"), 422, "validation_error")
         assert "written by the engine" in body["message"]
     assert api.store.load(int(xid)) == before
 
 
 def first_command(api: Api, xid: str) -> int:
-    return next(int(e.payload["command_id"]) for e in api.store.load(int(xid))
-                if e.event_type == ev.COMMAND_ISSUED)  # fmt: skip
+    return next(
+        int(e.payload["command_id"])
+        for e in api.store.load(int(xid))
+        if e.event_type == ev.COMMAND_ISSUED
+    )
 
 
 def valid_event(api: Api, xid: str, etype: str) -> dict[str, Any]:
@@ -80,8 +100,12 @@ def valid_event(api: Api, xid: str, etype: str) -> dict[str, Any]:
     if etype == ev.EXECUTION_CANCEL_REQUESTED:
         return event
     # a report of the queued command with epoch 0 is valid and stored stale: changes nothing
-    return {**event, "step": "start", "meta": {"epoch": 0},
-            "context": {"command_id": str(first_command(api, xid))}}
+    return {
+        **event,
+        "step": "start",
+        "meta": {"epoch": 0},
+        "context": {"command_id": str(first_command(api, xid))},
+    }
 
 
 def post(api: Api, route: str, event: dict[str, Any], role: str) -> Any:
@@ -117,8 +141,11 @@ def test_every_role_and_event_type_on_both_event_routes(api: Api, route: str) ->
                 body = error(response, 403, "forbidden")
                 assert (body["role"], body["event_type"]) == (role, etype), case
                 assert role in body["message"] and etype in body["message"], case
-                where = ["body", "event_type"] if route == "/api/events" else [
-                    "body", "events", 0, "event_type"]  # fmt: skip
+                where = (
+                    ["body", "event_type"]
+                    if route == "/api/events"
+                    else ["body", "events", 0, "event_type"]
+                )
                 assert body["loc"] == where, case
             assert api.store.load(int(xid)) == before, case
 
@@ -147,8 +174,11 @@ def test_one_refused_event_refuses_the_whole_batch(api: Api) -> None:
     before = api.store.load(int(xid))
     heartbeat = valid_event(api, xid, ev.COMMAND_HEARTBEAT)
     cancel = valid_event(api, xid, ev.EXECUTION_CANCEL_REQUESTED)
-    body = error(api.post("/api/events/batch", {"events": [heartbeat, cancel]}, role="worker"),
-                 403, "forbidden")  # fmt: skip
+    body = error(
+        api.post("/api/events/batch", {"events": [heartbeat, cancel]}, role="worker"),
+        403,
+        "forbidden",
+    )
     assert body["loc"] == ["body", "events", 1, "event_type"]
     assert body["event_type"] == ev.EXECUTION_CANCEL_REQUESTED
     assert api.store.load(int(xid)) == before
@@ -158,15 +188,21 @@ def test_one_refused_event_refuses_the_whole_batch(api: Api) -> None:
 
 @pytest.mark.parametrize("etype", APPROVAL_TYPES)
 def test_an_approval_event_posted_even_by_an_admin_is_refused_and_nothing_stored(
-        api: Api, etype: str) -> None:  # fmt: skip
+    api: Api, etype: str
+) -> None:
     xid = api.execute(HELLO)
     before = api.store.load(int(xid))
-    vote = {"execution_id": xid, "event_type": etype, "step": "start",
-            "context": {"approval_id": "1", "identity": "user:mallory", "decision": "approve"}}
+    vote = {
+        "execution_id": xid,
+        "event_type": etype,
+        "step": "start",
+        "context": {"approval_id": "1", "identity": "user:mallory", "decision": "approve"},
+    }
     heartbeat = valid_event(api, xid, ev.COMMAND_HEARTBEAT)
     for route, body, loc in (
-            ("/api/events", vote, ["body", "event_type"]),
-            ("/api/events/batch", {"events": [heartbeat, vote]}, ["body", "events", 1, "event_type"])):
+        ("/api/events", vote, ["body", "event_type"]),
+        ("/api/events/batch", {"events": [heartbeat, vote]}, ["body", "events", 1, "event_type"]),
+    ):
         refused = error(api.post(route, body, role="admin"), 422, "validation_error")
         assert refused["errors"][0]["loc"] == loc, refused
         assert "written by the engine" in refused["message"]

@@ -20,12 +20,30 @@ def count(api: Api, xid: str) -> int:
 
 def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
     xid = api.execute(HELLO)
-    reply = ok(api.post("/api/events", {
-        "event_id": 42, "execution_id": int(xid), "name": "command.started", "step": "start",
-        "payload": {"note": "hi"}, "worker_id": "w1", "created_at": "2024-05-01T12:00:00Z",
-    }, role="worker"))  # fmt: skip
-    assert reply == {"accepted": 1, "stored": 1, "event_ids": ["42"], "stale": [], "ignored": [],
-                     "stored_ids": ["42"], "duplicates": []}  # fmt: skip
+    reply = ok(
+        api.post(
+            "/api/events",
+            {
+                "event_id": 42,
+                "execution_id": int(xid),
+                "name": "command.started",
+                "step": "start",
+                "payload": {"note": "hi"},
+                "worker_id": "w1",
+                "created_at": "2024-05-01T12:00:00Z",
+            },
+            role="worker",
+        )
+    )
+    assert reply == {
+        "accepted": 1,
+        "stored": 1,
+        "event_ids": ["42"],
+        "stale": [],
+        "ignored": [],
+        "stored_ids": ["42"],
+        "duplicates": [],
+    }
     stored = api.store.load(int(xid))[-1]
     assert (stored.event_id, stored.event_type, stored.status) == (42, "command.started", "RUNNING")
     assert stored.payload == {"note": "hi"} and stored.worker_id == "w1"
@@ -38,11 +56,25 @@ def test_one_event_with_aliases_int_ids_and_a_derived_status(api: Api) -> None:
 
 def test_result_context_explicit_status_epoch_seconds_and_a_server_id(api: Api) -> None:
     xid = api.execute(HELLO)
-    reply = ok(api.post("/api/events/batch", {"events": [{
-        "execution_id": xid, "event_type": "command.heartbeat", "status": "running",
-        "result": {"status": "RUNNING", "context": {"n": 1}}, "created_at": 1700000000.5,
-        "meta": {"k": "v"}, "parent_event_id": "7",
-    }]}, role="worker"))  # fmt: skip
+    reply = ok(
+        api.post(
+            "/api/events/batch",
+            {
+                "events": [
+                    {
+                        "execution_id": xid,
+                        "event_type": "command.heartbeat",
+                        "status": "running",
+                        "result": {"status": "RUNNING", "context": {"n": 1}},
+                        "created_at": 1700000000.5,
+                        "meta": {"k": "v"},
+                        "parent_event_id": "7",
+                    }
+                ]
+            },
+            role="worker",
+        )
+    )
     [eid] = reply["event_ids"]
     stored = api.store.load(int(xid))[-1]
     assert str(stored.event_id) == eid and stored.status == "RUNNING"
@@ -59,24 +91,42 @@ def test_an_event_id_already_stored_is_accepted_and_not_stored_twice(api: Api) -
     first = ok(api.post("/api/events", event, role="worker"))
     n = count(api, xid)
     again = ok(api.post("/api/events", event, role="worker"))
-    assert first["stored"] == 1 and again == {"accepted": 1, "stored": 0, "event_ids": ["9001"],
-                                              "ignored": [],
-                                              "stale": [], "stored_ids": [],
-                                              "duplicates": ["9001"]}  # fmt: skip
+    assert first["stored"] == 1 and again == {
+        "accepted": 1,
+        "stored": 0,
+        "event_ids": ["9001"],
+        "ignored": [],
+        "stale": [],
+        "stored_ids": [],
+        "duplicates": ["9001"],
+    }
     assert count(api, xid) == n
-    both = ok(api.post("/api/events/batch", {"events": [event, {**event, "event_id": 9002}]},
-                       role="worker"))  # fmt: skip
+    both = ok(
+        api.post(
+            "/api/events/batch", {"events": [event, {**event, "event_id": 9002}]}, role="worker"
+        )
+    )
     assert both["accepted"] == 2 and both["stored"] == 1 and count(api, xid) == n + 1
     assert both["stored_ids"] == ["9002"] and both["duplicates"] == ["9001"]
 
 
 def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> None:
     xid = api.execute(HELLO)
-    ok(api.post("/api/events", {
-        "execution_id": xid, "event_type": "command.started",
-        "context": {"db": {"password": "hunter22", "user": "ada"}, "rows": [{"api_key": "k-123"}]},
-        "meta": {"Authorization": "Bearer abc", "attempt": 1},
-    }, role="worker"))  # fmt: skip
+    ok(
+        api.post(
+            "/api/events",
+            {
+                "execution_id": xid,
+                "event_type": "command.started",
+                "context": {
+                    "db": {"password": "hunter22", "user": "ada"},
+                    "rows": [{"api_key": "k-123"}],
+                },
+                "meta": {"Authorization": "Bearer abc", "attempt": 1},
+            },
+            role="worker",
+        )
+    )
     stored = api.store.load(int(xid))[-1]
     assert stored.payload == {
         "db": {"password": "***", "user": "ada"},
@@ -88,30 +138,51 @@ def test_secrets_under_sensitive_keys_are_masked_before_storing(api: Api) -> Non
 def test_what_looks_like_a_secret_in_a_client_event_is_masked_before_storing(api: Api) -> None:
     xid = api.execute(HELLO)
     key = "AKIA" + "ABCDEFGHIJ234567"
-    ok(api.post("/api/events", {
-        "execution_id": xid, "event_type": "command.started",
-        "context": {"log": f"curl -H 'Authorization: Bearer tok-123456789' with {key}",
-                    "lines": ["postgresql://app:hunter22@db/sales", "plain text"]},
-        "meta": {"note": f"key {key}"},
-    }, role="worker"))  # fmt: skip
+    ok(
+        api.post(
+            "/api/events",
+            {
+                "execution_id": xid,
+                "event_type": "command.started",
+                "context": {
+                    "log": f"curl -H 'Authorization: Bearer tok-123456789' with {key}",
+                    "lines": ["postgresql://app:hunter22@db/sales", "plain text"],
+                },
+                "meta": {"note": f"key {key}"},
+            },
+            role="worker",
+        )
+    )
     stored = api.store.load(int(xid))[-1]
-    assert stored.payload == {"log": "curl -H 'Authorization: Bearer ***' with AKIA***",
-                              "lines": ["postgresql://app:***@db/sales", "plain text"]}  # fmt: skip
+    assert stored.payload == {
+        "log": "curl -H 'Authorization: Bearer ***' with AKIA***",
+        "lines": ["postgresql://app:***@db/sales", "plain text"],
+    }
     assert stored.meta == {"note": "key AKIA***"}
 
 
 def test_a_workers_report_keeps_its_keys_and_has_only_secret_looking_strings_masked(
-        api: Api) -> None:  # fmt: skip
+    api: Api,
+) -> None:
     xid = api.execute(HELLO)
     # the worker has redacted its declared secrets: a key that sounds sensitive is data
     # here, as in embedded mode (a pagination token reaches the next step)
-    result = {"greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
-              "auth": "Bearer abcdefgh12345", "lines": ["plain", "Bearer abcdefgh12345"]}  # fmt: skip
+    result = {
+        "greeting": "hi",
+        "next_page_token": "abc123xyz",
+        "access_token": "tok-42",
+        "auth": "Bearer abcdefgh12345",
+        "lines": ["plain", "Bearer abcdefgh12345"],
+    }
     api.complete(api.claim_one(), result)
     [report] = [e for e in api.store.load(int(xid)) if e.event_type == ev.COMMAND_COMPLETED]
     assert report.payload["result"] == {
-        "greeting": "hi", "next_page_token": "abc123xyz", "access_token": "tok-42",
-        "auth": "Bearer ***", "lines": ["plain", "Bearer ***"]}  # fmt: skip
+        "greeting": "hi",
+        "next_page_token": "abc123xyz",
+        "access_token": "tok-42",
+        "auth": "Bearer ***",
+        "lines": ["plain", "Bearer ***"],
+    }
     assert api.status(xid)["steps"]["start"]["result"]["next_page_token"] == "abc123xyz"
 
 
@@ -166,10 +237,12 @@ def test_a_malformed_event_is_422_naming_the_field_and_nothing_is_stored(
     single = error(api.post("/api/events", event, role="worker"), 422, "validation_error")
     assert any(e["loc"][1:] == loc for e in single["errors"]), single["errors"]
     assert ".".join(str(p) for p in single["errors"][0]["loc"]) in single["message"]
-    batch = error(api.post("/api/events/batch", {"events": [event]}, role="worker"), 422,
-                  "validation_error")  # fmt: skip
-    assert any(e["loc"][3:] == loc and e["loc"][:3] == ["body", "events", 0]
-               for e in batch["errors"]), batch["errors"]  # fmt: skip
+    batch = error(
+        api.post("/api/events/batch", {"events": [event]}, role="worker"), 422, "validation_error"
+    )
+    assert any(
+        e["loc"][3:] == loc and e["loc"][:3] == ["body", "events", 0] for e in batch["errors"]
+    ), batch["errors"]
     assert count(api, xid) == before
 
 
@@ -179,32 +252,54 @@ def test_a_batch_is_all_or_nothing(api: Api) -> None:
     good = report_wire(command, {"greeting": "hi"})[0]
     bad = {"execution_id": xid, "event_type": "command.started", "result": {"oops": 1}}
     before = count(api, xid)
-    body = error(api.post("/api/events/batch", {"events": [good, bad]}, role="worker"), 422,
-                 "validation_error")  # fmt: skip
+    body = error(
+        api.post("/api/events/batch", {"events": [good, bad]}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert body["errors"][0]["loc"] == ["body", "events", 1, "result", "oops"]
     assert count(api, xid) == before and api.status(xid)["steps"]["start"]["status"] == "RUNNING"
     other = {"execution_id": "999", "event_type": "command.started"}
-    error(api.post("/api/events/batch", {"events": [good, other]}, role="worker"), 404,
-          "execution_not_found")  # fmt: skip
+    error(
+        api.post("/api/events/batch", {"events": [good, other]}, role="worker"),
+        404,
+        "execution_not_found",
+    )
     assert count(api, xid) == before
     # an empty batch is NoETL's flush of nothing (DSL 12.3): taken, nothing stored
     assert ok(api.post("/api/events/batch", {"events": []}, role="worker"))["stored"] == 0
-    error(api.post("/api/events/batch", {"events": [good, 5]}, role="worker"), 422,
-          "validation_error")  # fmt: skip
+    error(
+        api.post("/api/events/batch", {"events": [good, 5]}, role="worker"), 422, "validation_error"
+    )
     assert count(api, xid) == before
     ok(api.post("/api/events/batch", {"events": [good]}, role="worker"))
     assert api.status(xid)["steps"]["start"]["status"] == "COMPLETED"
 
 
 def test_unknown_execution_and_unknown_command_are_404(api: Api) -> None:
-    body = error(api.post("/api/events", {"execution_id": "12345", "event_type": "command.started"},
-                          role="worker"), 404, "execution_not_found")  # fmt: skip
+    body = error(
+        api.post(
+            "/api/events", {"execution_id": "12345", "event_type": "command.started"}, role="worker"
+        ),
+        404,
+        "execution_not_found",
+    )
     assert body["execution_id"] == "12345"
     xid = api.execute(HELLO)
     before = count(api, xid)
-    body = error(api.post("/api/events", {"execution_id": xid, "event_type": "command.completed",
-                                          "context": {"command_id": 777, "epoch": 1}},
-                          role="worker"), 404, "command_not_found")  # fmt: skip
+    body = error(
+        api.post(
+            "/api/events",
+            {
+                "execution_id": xid,
+                "event_type": "command.completed",
+                "context": {"command_id": 777, "epoch": 1},
+            },
+            role="worker",
+        ),
+        404,
+        "command_not_found",
+    )
     assert body["command_id"] == "777" and count(api, xid) == before
 
 
@@ -222,9 +317,13 @@ def test_a_stale_epoch_report_is_stored_marked_stale_and_changes_nothing(api: Ap
     xid = api.execute(HELLO)
     command = api.claim_one()
     epoch = command["lease"]["epoch"]
-    stale = ok(api.post("/api/events/batch",
-                        {"events": report_wire(command, {"greeting": "old"}, epoch=epoch - 1)},
-                        role="worker"))  # fmt: skip
+    stale = ok(
+        api.post(
+            "/api/events/batch",
+            {"events": report_wire(command, {"greeting": "old"}, epoch=epoch - 1)},
+            role="worker",
+        )
+    )
     assert stale["stored"] == 1 and stale["stale"] == stale["event_ids"]
     stored = api.store.load(int(xid))[-1]
     assert stored.meta["stale"] is True and "epoch" in stored.meta["stale_reason"]
@@ -259,7 +358,8 @@ def test_of_two_reports_for_one_command_in_a_batch_the_second_is_stale(api: Api)
 
 
 def test_a_report_of_a_claim_handed_out_here_needs_no_read_before_its_append(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     xid = api.execute(HELLO)
     command = api.claim_one()
     reads: list[object] = []
@@ -280,8 +380,9 @@ def test_a_claim_that_moved_behind_the_servers_back_makes_the_report_stale(api: 
     cid = int(command["command_id"])
     # another server gives the command back and hands it to w2: this one still remembers
     # w1's claim, so w1's report goes to the append, which finds the claim moved
-    assert api.store.release(cid, "w1", command["lease"]["epoch"], time.time(),
-                             new_id=api.services.engine.new_id)  # fmt: skip
+    assert api.store.release(
+        cid, "w1", command["lease"]["epoch"], time.time(), new_id=api.services.engine.new_id
+    )
     lease = api.store.claim(cid, "w2", time.time(), 60.0, new_id=api.services.engine.new_id)
     late = api.complete(command, {"greeting": "late"})
     assert late["stored"] == 1 and late["stale"] == late["event_ids"]
@@ -318,8 +419,10 @@ def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: s
     xid, command = ended(api, how)
     log = api.store.load(int(xid))
     [late] = report_wire(command, {"greeting": "late"})
-    for reply in (ok(api.post("/api/events", late, role="worker")),
-                  api.complete(command, {"greeting": "later"})):  # fmt: skip
+    for reply in (
+        ok(api.post("/api/events", late, role="worker")),
+        api.complete(command, {"greeting": "later"}),
+    ):
         assert reply["accepted"] == 1 and reply["stored"] == 0 and reply["stale"] == []
         assert reply["ignored"] == reply["event_ids"] and reply["duplicates"] == []
         [why] = reply["ignored_reasons"].values()
@@ -331,9 +434,11 @@ def test_a_late_report_after_the_end_is_accepted_and_not_stored(api: Api, how: s
 
 def client_events(api: Api, xid: str, command: dict[str, Any]) -> list[dict[str, Any]]:
     named = {"execution_id": xid, "step": "start", "context": {"command_id": command["command_id"]}}
-    return [{**named, "event_type": "command.heartbeat"},
-            {**named, "event_type": "command.started"},
-            {"execution_id": xid, "event_type": "execution.cancel_requested"}]  # fmt: skip
+    return [
+        {**named, "event_type": "command.heartbeat"},
+        {**named, "event_type": "command.started"},
+        {"execution_id": xid, "event_type": "execution.cancel_requested"},
+    ]
 
 
 @pytest.mark.parametrize("how", ["COMPLETED", "FAILED", "CANCELLED"])
@@ -355,8 +460,12 @@ def test_any_other_event_after_the_end_is_409_and_nothing_is_stored(api: Api, ho
 def test_an_event_stored_before_the_end_is_a_duplicate_after_it_not_a_conflict(api: Api) -> None:
     xid = api.execute(HELLO)
     command = api.claim_one()
-    beat = {"event_id": "777001", "execution_id": xid, "event_type": "command.heartbeat",
-            "context": {"command_id": command["command_id"]}}  # fmt: skip
+    beat = {
+        "event_id": "777001",
+        "execution_id": xid,
+        "event_type": "command.heartbeat",
+        "context": {"command_id": command["command_id"]},
+    }
     assert ok(api.post("/api/events", beat, role="worker"))["stored"] == 1
     api.complete(command, {"greeting": "hi"})
     api.complete(api.claim_one(), {"loud": "HI"})
@@ -370,11 +479,15 @@ def test_an_event_naming_a_step_the_playbook_lacks_is_422_naming_the_step(api: A
     before = count(api, xid)
     grant = {"execution_id": xid, "event_type": "command.started", "step": "nowhere"}
     single = error(api.post("/api/events", grant, role="worker"), 422, "validation_error")
-    assert single["errors"] == [{"loc": ["body", "step"],
-                                 "msg": f"execution {xid} has no step 'nowhere'"}]  # fmt: skip
+    assert single["errors"] == [
+        {"loc": ["body", "step"], "msg": f"execution {xid} has no step 'nowhere'"}
+    ]
     good = {**grant, "step": "start"}
-    batch = error(api.post("/api/events/batch", {"events": [good, grant]}, role="worker"),
-                  422, "validation_error")  # fmt: skip
+    batch = error(
+        api.post("/api/events/batch", {"events": [good, grant]}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert [e["loc"] for e in batch["errors"]] == [["body", "events", 1, "step"]]
     assert count(api, xid) == before
     assert ok(api.post("/api/events", good, role="worker"))["stored"] == 1
@@ -386,21 +499,29 @@ def test_an_event_naming_an_unknown_or_foreign_command_is_refused(api: Api) -> N
     other = api.execute(HELLO)
     before, before_other = count(api, xid), count(api, other)  # xid's claim is in its log
     beat = {"execution_id": xid, "event_type": "command.heartbeat"}
-    body = error(api.post("/api/events", {**beat, "context": {"command_id": "4242"}},
-                          role="worker"), 404, "command_not_found")  # fmt: skip
+    body = error(
+        api.post("/api/events", {**beat, "context": {"command_id": "4242"}}, role="worker"),
+        404,
+        "command_not_found",
+    )
     assert body["command_id"] == "4242"
     foreign = {**beat, "execution_id": other, "context": {"command_id": mine["command_id"]}}
-    body = error(api.post("/api/events/batch", {"events": [foreign]}, role="worker"), 422,
-                 "validation_error")  # fmt: skip
+    body = error(
+        api.post("/api/events/batch", {"events": [foreign]}, role="worker"), 422, "validation_error"
+    )
     assert body["errors"][0]["loc"] == ["body", "events", 0, "context", "command_id"]
-    body = error(api.post("/api/events", {**beat, "context": {"command_id": "x1"}},
-                          role="worker"), 422, "validation_error")  # fmt: skip
+    body = error(
+        api.post("/api/events", {**beat, "context": {"command_id": "x1"}}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert body["errors"][0]["loc"] == ["body", "context", "command_id"]
     assert count(api, xid) == before and count(api, other) == before_other
 
 
 def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     xid = api.execute(HELLO)
     api.complete(api.claim_one(), {"greeting": "hi"})
     last = api.claim_one()
@@ -411,8 +532,13 @@ def test_an_event_whose_run_ends_while_it_is_checked_is_not_stored_and_said_so(
         if reports and reports[0].event_type == "command.heartbeat":
             # another server (or process) ends the run after the check, before the append
             other = Orchestrator(api.store, machine_id=9)
-            report = report_events(work_item(last), AttemptResult(ok=True, result={"loud": "HI"}),
-                                   other.new_id(), time.time(), "w2")  # fmt: skip
+            report = report_events(
+                work_item(last),
+                AttemptResult(ok=True, result={"loud": "HI"}),
+                other.new_id(),
+                time.time(),
+                "w2",
+            )
             assert other.process(report).finished
         return real(reports, *args, **kw)
 
@@ -434,16 +560,28 @@ OTHER = MACHINE << SEQUENCE_BITS
 
 
 def _beat(xid: str, event_id: int, **context: Any) -> dict[str, Any]:
-    return {"event_id": str(event_id), "execution_id": xid, "event_type": "command.heartbeat",
-            "step": "start", "context": context}  # fmt: skip
+    return {
+        "event_id": str(event_id),
+        "execution_id": xid,
+        "event_type": "command.heartbeat",
+        "step": "start",
+        "context": context,
+    }
 
 
 def test_an_event_id_of_another_execution_is_409_and_nothing_is_stored(api: Api) -> None:
     first, second = api.execute(HELLO), api.execute(HELLO)
     ok(api.post("/api/events", _beat(first, OTHER + 1, n=1), role="worker"))
     before = count(api, first), count(api, second)
-    body = error(api.post("/api/events/batch", {"events": [
-        _beat(second, OTHER + 2), _beat(second, OTHER + 1, n=1)]}, role="worker"), 409, "event_id_conflict")  # fmt: skip
+    body = error(
+        api.post(
+            "/api/events/batch",
+            {"events": [_beat(second, OTHER + 2), _beat(second, OTHER + 1, n=1)]},
+            role="worker",
+        ),
+        409,
+        "event_id_conflict",
+    )
     assert body["event_ids"] == [str(OTHER + 1)] and set(body["execution_ids"]) == {first, second}
     assert (count(api, first), count(api, second)) == before  # OTHER + 2 neither
 
@@ -466,8 +604,7 @@ def test_an_event_id_repeated_with_other_content_is_409(api: Api) -> None:
 def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
     xid = api.execute(HELLO)
     ahead = Snowflake(MACHINE, lambda: time.time() + 60)()
-    body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422,
-                 "validation_error")  # fmt: skip
+    body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422, "validation_error")
     assert body["errors"][0]["loc"] == ["body", "event_id"]
     assert "ahead of the server's clock" in body["errors"][0]["msg"]
     assert "clock of the client" in body["errors"][0]["msg"]
@@ -486,8 +623,14 @@ def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
             """Another writer of the database takes the next `n` ids the engine would mint
             (the API refuses them from clients: test_a_client_id_in_the_servers_own_...)."""
             ids = [mint() for _ in range(n)]
-            api.store.append([ev.new_event(event_id, int(target), ev.COMMAND_HEARTBEAT,
-                                           time.time(), step="start") for event_id in ids])  # fmt: skip
+            api.store.append(
+                [
+                    ev.new_event(
+                        event_id, int(target), ev.COMMAND_HEARTBEAT, time.time(), step="start"
+                    )
+                    for event_id in ids
+                ]
+            )
             replay = iter(ids)
             orchestrator.new_id = lambda: next(replay, None) or mint()
             taken.extend(ids)
@@ -514,7 +657,8 @@ def test_a_squatted_id_never_displaces_the_engines_events(db_url: str) -> None:
 
 @pytest.mark.parametrize("fixed", [None, 7])
 def test_a_client_id_in_the_servers_own_id_space_is_422_and_a_cancel_still_works(
-        db_url: str, fixed: int | None) -> None:  # fmt: skip
+    db_url: str, fixed: int | None
+) -> None:
     with start_server(db_url, machine_id=fixed) as api:
         xid = api.execute(HELLO)
         own = machine_of(api.store.load(int(xid))[0].event_id)
@@ -522,9 +666,13 @@ def test_a_client_id_in_the_servers_own_id_space_is_422_and_a_cancel_still_works
         before = count(api, xid)
         squatted = Snowflake(own, time.time)()  # one the engine may mint for its cancel
         for route, body, loc in (
-                ("/api/events", _beat(xid, squatted), ["body", "event_id"]),
-                ("/api/events/batch", {"events": [_beat(xid, OTHER + 1), _beat(xid, squatted)]},
-                 ["body", "events", 1, "event_id"])):  # fmt: skip
+            ("/api/events", _beat(xid, squatted), ["body", "event_id"]),
+            (
+                "/api/events/batch",
+                {"events": [_beat(xid, OTHER + 1), _beat(xid, squatted)]},
+                ["body", "events", 1, "event_id"],
+            ),
+        ):
             refused = error(api.post(route, body, role="worker"), 422, "validation_error")
             assert refused["errors"][0]["loc"] == loc
             assert f"machine id {own}" in refused["errors"][0]["msg"]

@@ -16,11 +16,14 @@ def test_execute_starts_a_run_with_the_workload_and_issues_its_first_command(api
     assert events[0].payload["workload"] == {"name": "Ada"}
 
 
-SECRET_READER = playbook("tests/secret_reader", """
+SECRET_READER = playbook(
+    "tests/secret_reader",
+    """
 workflow:
   - step: start
     tool: {kind: python, input: {pw: "{{ workload.db.password }}"}, code: "result = len(pw)"}
-""")
+""",
+)
 
 
 def test_a_workload_password_is_masked_for_viewers_and_real_for_the_worker(api: Api) -> None:
@@ -29,7 +32,9 @@ def test_a_workload_password_is_masked_for_viewers_and_real_for_the_worker(api: 
     page = api.get(f"/api/executions/{xid}", role="viewer")
     started = ok(page)["events"][0]
     assert started["result"]["context"]["workload"] == {
-        "db": {"password": "***", "host": "db.internal"}, "name": "Ada"}
+        "db": {"password": "***", "host": "db.internal"},
+        "name": "Ada",
+    }
     assert "hunter2-real" not in page.text
     [row] = api.store.open_commands(int(xid))
     as_viewer = api.get(f"/api/commands/{row.command_id}", role="viewer")
@@ -44,17 +49,28 @@ def test_a_sealed_workload_under_another_key_is_503_not_a_500(db_url: str) -> No
     with start_server(db_url) as first:
         xid = first.execute(SECRET_READER, workload={"db": {"password": "hunter2-real"}})
     with start_server(db_url) as other:  # another MILEPOST_SECRET_KEY: the seal's key is gone
-        body = error(other.get(f"/api/executions/{xid}/status", params={"wait": 0}), 503,
-                     "workload_unreadable")  # fmt: skip
+        body = error(
+            other.get(f"/api/executions/{xid}/status", params={"wait": 0}),
+            503,
+            "workload_unreadable",
+        )
         assert "hunter2-real" not in str(body)
 
 
 def test_execute_by_catalog_id_with_payload_alias_and_a_parent(api: Api) -> None:
     parent = api.execute(HELLO)
     entry = api.register(LOOP)
-    reply = ok(api.post("/api/execute", {"catalog_id": entry["catalog_id"],
-                                          "payload": {"items": [7]}, "parent_execution_id": parent},
-                        role="operator"))  # fmt: skip
+    reply = ok(
+        api.post(
+            "/api/execute",
+            {
+                "catalog_id": entry["catalog_id"],
+                "payload": {"items": [7]},
+                "parent_execution_id": parent,
+            },
+            role="operator",
+        )
+    )
     assert reply["status"] == "RUNNING"
     row = api.store.get_execution(int(reply["execution_id"]))
     assert row.parent_execution_id == int(parent) and row.path == "tests/loop"
@@ -64,15 +80,23 @@ def test_execute_by_catalog_id_with_payload_alias_and_a_parent(api: Api) -> None
 def test_execute_refuses_unknown_playbooks_parents_and_bad_bodies_storing_nothing(api: Api) -> None:
     error(api.post("/api/execute", {"path": "nope"}), 404, "playbook_not_found")
     api.register(HELLO)
-    error(api.post("/api/execute", {"path": "tests/hello", "version": 3}), 404,
-          "playbook_not_found")
-    error(api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": "123"}), 404,
-          "execution_not_found")
-    body = error(api.post("/api/execute", {"path": "tests/hello", "workload": [1]}), 422,
-                 "validation_error")
+    error(
+        api.post("/api/execute", {"path": "tests/hello", "version": 3}), 404, "playbook_not_found"
+    )
+    error(
+        api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": "123"}),
+        404,
+        "execution_not_found",
+    )
+    body = error(
+        api.post("/api/execute", {"path": "tests/hello", "workload": [1]}), 422, "validation_error"
+    )
     assert body["errors"][0]["loc"] == ["body", "workload"]
-    error(api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": "x1"}), 422,
-          "validation_error")
+    error(
+        api.post("/api/execute", {"path": "tests/hello", "parent_execution_id": "x1"}),
+        422,
+        "validation_error",
+    )
     assert api.store.list_executions() == []
 
 
@@ -136,8 +160,13 @@ def test_cancel_waits_for_a_claimed_command_and_heartbeats_say_cancelled(api: Ap
     command = api.claim_one()
     reply = ok(api.post(f"/api/executions/{xid}/cancel"))
     assert reply["status"] == "RUNNING"  # the claimed attempt is still running
-    beat = ok(api.post(f"/api/commands/{command['command_id']}/heartbeat",
-                       {"worker_id": "w1", "epoch": command["lease"]["epoch"]}, role="worker"))
+    beat = ok(
+        api.post(
+            f"/api/commands/{command['command_id']}/heartbeat",
+            {"worker_id": "w1", "epoch": command["lease"]["epoch"]},
+            role="worker",
+        )
+    )
     assert beat["cancelled"] is True
     api.complete(command, {"greeting": "late"})
     assert api.status(xid)["status"] == "CANCELLED"

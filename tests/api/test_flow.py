@@ -43,8 +43,11 @@ def drive(api: Api, xid: str, *, limit: int = 1) -> int:
 
 def test_hello_world_runs_to_completed_through_the_api(api: Api) -> None:
     entry = api.register(HELLO)
-    xid = ok(api.post("/api/execute", {"path": entry["path"], "workload": {"name": "Ada"}},
-                      role="operator"))["execution_id"]  # fmt: skip
+    xid = ok(
+        api.post(
+            "/api/execute", {"path": entry["path"], "workload": {"name": "Ada"}}, role="operator"
+        )
+    )["execution_id"]
     assert drive(api, xid) == 2
     status = ok(api.get(f"/api/executions/{xid}/status", role="viewer"))
     assert status["status"] == "COMPLETED" and status["error"] is None
@@ -77,7 +80,8 @@ def test_a_failed_command_fails_the_run_with_its_error(api: Api) -> None:
 
 
 def test_an_engine_error_ends_the_run_failed_and_keeps_the_report(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     xid = api.execute(HELLO)
     command = api.claim_one()
 

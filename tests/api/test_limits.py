@@ -36,8 +36,7 @@ def _bomb(levels: int) -> str:
 
 
 def test_register_refuses_an_alias_bomb_with_the_limit_named(api: Api) -> None:
-    body = error(api.post("/api/catalog/register", {"content": _bomb(6)}), 422,
-                 "playbook_invalid")  # fmt: skip
+    body = error(api.post("/api/catalog/register", {"content": _bomb(6)}), 422, "playbook_invalid")
     assert len(body["problems"]) == 1
     assert "MILEPOST_MAX_YAML_ALIASES" in body["problems"][0]
     assert api.store.list_playbooks() == []
@@ -48,8 +47,11 @@ def test_register_refuses_an_alias_bomb_with_the_limit_named(api: Api) -> None:
 
 def _raw(api: Api, path: str, text: str, role: str = "admin") -> httpx2.Response:
     """A body sent as written: `NaN` and `Infinity` are no JSON, and json= would refuse them."""
-    return api.client.post(path, content=text.encode(), headers={
-        **api.headers(role), "Content-Type": "application/json"})  # fmt: skip
+    return api.client.post(
+        path,
+        content=text.encode(),
+        headers={**api.headers(role), "Content-Type": "application/json"},
+    )
 
 
 def _event(xid: str, **over: Any) -> dict[str, Any]:
@@ -60,12 +62,20 @@ def _errors(response: httpx2.Response) -> list[dict[str, Any]]:
     return list(error(response, 422, "validation_error")["errors"])
 
 
-@pytest.mark.parametrize(("value", "hint"), [
-    (1e20, ""), (1e308, ""), (1_700_000_000_000, "epoch milliseconds"), (-1, ""),
-    ("1e20", ""), ("1900-01-01T00:00:00Z", ""),
-])  # fmt: skip
-def test_a_time_out_of_range_is_refused_as_not_epoch_seconds(api: Api, value: Any,
-                                                             hint: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (1e20, ""),
+        (1e308, ""),
+        (1_700_000_000_000, "epoch milliseconds"),
+        (-1, ""),
+        ("1e20", ""),
+        ("1900-01-01T00:00:00Z", ""),
+    ],
+)
+def test_a_time_out_of_range_is_refused_as_not_epoch_seconds(
+    api: Api, value: Any, hint: str
+) -> None:
     xid = api.execute()
     before = api.store.event_count(int(xid))
     [err] = _errors(api.post("/api/events", _event(xid, created_at=value), role="worker"))
@@ -79,8 +89,7 @@ def test_a_time_out_of_range_is_refused_as_not_epoch_seconds(api: Api, value: An
 def test_a_time_no_datetime_holds_already_stored_reads_as_null(api: Api) -> None:
     # written before times were checked: the execution answered 500 for good
     xid = api.execute()
-    api.store.append([ev.new_event(next(_ids), int(xid), "command.heartbeat", 1e20,
-                                   step="start")])  # fmt: skip
+    api.store.append([ev.new_event(next(_ids), int(xid), "command.heartbeat", 1e20, step="start")])
     page = ok(api.get(f"/api/executions/{xid}"))
     assert page["events"][-1]["event_type"] == "command.heartbeat"
     assert page["events"][-1]["created_at"] is None
@@ -93,21 +102,46 @@ def test_non_finite_numbers_are_refused_in_every_free_json_field(api: Api, liter
     xid = api.execute()
     before = api.store.event_count(int(xid))
     bodies = [
-        ("/api/events", f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
-                        f'"meta": {{"x": [{literal}]}}}}', ["body", "meta"], ["x", 0]),
-        ("/api/events", f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
-                        f'"result": {{"context": {{"x": {literal}}}}}}}',
-         ["body", "result", "context"], ["x"]),
-        ("/api/events/batch", f'{{"events": [{{"execution_id": "{xid}", '
-                              f'"event_type": "command.heartbeat", "context": {{"x": {literal}}}}}]}}',
-         ["body", "events", 0, "context"], ["x"]),
-        ("/api/execute", f'{{"path": "tests/hello", "workload": {{"n": {literal}}}}}',
-         ["body", "workload"], ["n"]),
-        ("/api/credentials", f'{{"name": "c", "type": "t", "data": {{"n": {literal}}}}}',
-         ["body", "data"], ["n"]),
-        ("/api/commands/claim", f'{{"worker_id": "w1", "lease_seconds": {literal}}}',
-         ["body", "lease_seconds"], []),
-    ]  # fmt: skip
+        (
+            "/api/events",
+            f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
+            f'"meta": {{"x": [{literal}]}}}}',
+            ["body", "meta"],
+            ["x", 0],
+        ),
+        (
+            "/api/events",
+            f'{{"execution_id": "{xid}", "event_type": "command.heartbeat", '
+            f'"result": {{"context": {{"x": {literal}}}}}}}',
+            ["body", "result", "context"],
+            ["x"],
+        ),
+        (
+            "/api/events/batch",
+            f'{{"events": [{{"execution_id": "{xid}", '
+            f'"event_type": "command.heartbeat", "context": {{"x": {literal}}}}}]}}',
+            ["body", "events", 0, "context"],
+            ["x"],
+        ),
+        (
+            "/api/execute",
+            f'{{"path": "tests/hello", "workload": {{"n": {literal}}}}}',
+            ["body", "workload"],
+            ["n"],
+        ),
+        (
+            "/api/credentials",
+            f'{{"name": "c", "type": "t", "data": {{"n": {literal}}}}}',
+            ["body", "data"],
+            ["n"],
+        ),
+        (
+            "/api/commands/claim",
+            f'{{"worker_id": "w1", "lease_seconds": {literal}}}',
+            ["body", "lease_seconds"],
+            [],
+        ),
+    ]
     for path, text, field, inner in bodies:
         [err] = _errors(_raw(api, path, text))
         if literal == "1e999":
@@ -154,8 +188,7 @@ def test_the_nesting_limit_is_a_setting(db_url: str) -> None:
     # the playbook's YAML nests 5 levels (root, workflow, step, tool, input)
     with start_server(db_url, max_json_depth=5) as api:
         api.register()
-        [err] = _errors(api.post("/api/execute", {"path": "tests/hello",
-                                                  "workload": _nested(6)}))  # fmt: skip
+        [err] = _errors(api.post("/api/execute", {"path": "tests/hello", "workload": _nested(6)}))
         assert "nested deeper than 5 levels" in err["msg"]
         ok(api.post("/api/execute", {"path": "tests/hello", "workload": _nested(5)}))
 
@@ -168,21 +201,31 @@ def test_nul_is_refused_in_every_string_that_reaches_the_database(api: Api) -> N
     before = api.store.event_count(int(xid))
     cases = [
         (api.post("/api/events", _event(xid, step="st\x00art"), role="worker"), ["body", "step"]),
-        (api.post("/api/events", _event(xid, worker_id="w\x00"), role="worker"),
-         ["body", "worker_id"]),
-        (api.post("/api/commands/claim", {"worker_id": "w\x001"}, role="worker"),
-         ["body", "worker_id"]),
-        (api.post("/api/commands/claim", {"worker_id": "w1", "pool": "p\x00"}, role="worker"),
-         ["body", "pool"]),
+        (
+            api.post("/api/events", _event(xid, worker_id="w\x00"), role="worker"),
+            ["body", "worker_id"],
+        ),
+        (
+            api.post("/api/commands/claim", {"worker_id": "w\x001"}, role="worker"),
+            ["body", "worker_id"],
+        ),
+        (
+            api.post("/api/commands/claim", {"worker_id": "w1", "pool": "p\x00"}, role="worker"),
+            ["body", "pool"],
+        ),
         (api.get("/api/executions", params={"path": "tests/\x00hello"}), ["query", "path"]),
         (api.get("/api/executions", params={"status": "\x00"}), ["query", "status"]),
         (api.post("/api/catalog/list", {"path": "a\x00"}), ["body", "path"]),
-        (api.post("/api/credentials", {"name": "c", "type": "t\x00", "data": {}}),
-         ["body", "type"]),
+        (
+            api.post("/api/credentials", {"name": "c", "type": "t\x00", "data": {}}),
+            ["body", "type"],
+        ),
         (api.get("/api/credentials/a%00b"), ["path"]),
-        (api.post("/api/workers/machine-id", {"worker_id": "w\x00"}, role="worker"),
-         ["body", "worker_id"]),
-    ]  # fmt: skip
+        (
+            api.post("/api/workers/machine-id", {"worker_id": "w\x00"}, role="worker"),
+            ["body", "worker_id"],
+        ),
+    ]
     for response, loc in cases:
         [err] = _errors(response)
         assert err["loc"] == loc and err["msg"].endswith("must not contain NUL (\\x00)"), err
@@ -197,11 +240,15 @@ def test_every_request_body_is_a_checked_model(api: Api) -> None:
     """The class of the bug schemathesis found in `POST /api/workers/machine-id`: a body
     model that is not a `checks.Checked` takes NUL (a 500 on PostgreSQL) and whatever
     else the edge refuses for every other route."""
-    routes = [context.original_route for context in
-              iter_route_contexts(api.client.app.routes)]  # type: ignore[attr-defined]
-    bodies = {route.path: param.field_info.annotation for route in routes
-              if isinstance(route, APIRoute) for param in route.dependant.body_params}  # fmt: skip
+    routes = [context.original_route for context in iter_route_contexts(api.client.app.routes)]  # type: ignore[attr-defined]
+    bodies = {
+        route.path: param.field_info.annotation
+        for route in routes
+        if isinstance(route, APIRoute)
+        for param in route.dependant.body_params
+    }
     assert "/api/events/batch" in bodies and "/api/workers/machine-id" in bodies
+
     def checked(model: object) -> bool:  # an optional body (`Model | None`) is its model
         models = [m for m in typing.get_args(model) if m is not type(None)] or [model]
         return all(isinstance(m, type) and issubclass(m, checks.Checked) for m in models)
@@ -221,13 +268,19 @@ def test_offsets_past_64_bits_are_refused(api: Api) -> None:
     assert ok(api.get("/api/executions", params={"offset": 2**63 - 1}))["items"] == []
     command = api.claim_one()
     for action in ("heartbeat", "release"):
-        [err] = _errors(api.post(f"/api/commands/{command['command_id']}/{action}",
-                                 {"worker_id": "w1", "epoch": 2**63}, role="worker"))  # fmt: skip
+        [err] = _errors(
+            api.post(
+                f"/api/commands/{command['command_id']}/{action}",
+                {"worker_id": "w1", "epoch": 2**63},
+                role="worker",
+            )
+        )
         assert err["loc"] == ["body", "epoch"]
 
 
 def test_a_500_says_nothing_of_the_exception_but_a_request_id(
-        api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "postgresql://milepost:hunter2@db.internal:5432/milepost"
 
     def broken(*_: Any, **__: Any) -> Any:
@@ -240,8 +293,9 @@ def test_a_500_says_nothing_of_the_exception_but_a_request_id(
     body = error(response, 500, "internal")
     assert "hunter2" not in response.text and "RuntimeError" not in response.text
     assert body["request_id"] in body["message"]
-    assert any(getattr(r, "request_id", None) == body["request_id"] and r.exc_info
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        getattr(r, "request_id", None) == body["request_id"] and r.exc_info for r in caplog.records
+    )
 
     class Odd(MilepostError):
         code = "odd"
@@ -260,21 +314,27 @@ def test_a_body_over_the_limit_is_413_naming_it(db_url: str) -> None:
         xid = api.execute()
         before = api.store.event_count(int(xid))
         big = {"pad": "x" * 30_000}
-        for path, body in [("/api/events", _event(xid, meta=big)),
-                           ("/api/catalog/register", {"content": HELLO + "#" + "x" * 30_000}),
-                           ("/api/credentials", {"name": "c", "type": "t", "data": big})]:  # fmt: skip
+        for path, body in [
+            ("/api/events", _event(xid, meta=big)),
+            ("/api/catalog/register", {"content": HELLO + "#" + "x" * 30_000}),
+            ("/api/credentials", {"name": "c", "type": "t", "data": big}),
+        ]:
             reply = error(api.post(path, body, role="admin"), 413, "too_large")
             assert reply["limit"] == 20_000 and "MILEPOST_MAX_BODY_BYTES" in reply["message"]
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
             yield b'{"execution_id": "%s", "event_type": "command.heartbeat", "meta": {"pad": "' % (
-                xid.encode())
+                xid.encode()
+            )
             for _ in range(30):
                 yield b"x" * 1000
             yield b'"}}'
 
-        response = api.client.post("/api/events", content=chunks(), headers={
-            **api.headers("worker"), "Content-Type": "application/json"})  # fmt: skip
+        response = api.client.post(
+            "/api/events",
+            content=chunks(),
+            headers={**api.headers("worker"), "Content-Type": "application/json"},
+        )
         assert error(response, 413, "too_large")["limit"] == 20_000
         assert api.store.event_count(int(xid)) == before
         assert api.store.list_credentials() == [] and len(api.store.list_playbooks()) == 1
@@ -312,9 +372,24 @@ def test_credential_names_that_follow_the_rule_can_be_read_and_deleted(api: Api)
 
 def test_the_cli_and_the_vault_refuse_a_bad_credential_name(tmp_path: Path) -> None:
     env = {"MILEPOST_SECRET_KEY": new_key()}
-    done = subprocess.run([MILEPOST, "credential", "set", "a/b", "--type", "t", "--data", "{}",
-                           "--db", str(tmp_path / "m.db")], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})  # fmt: skip
+    done = subprocess.run(
+        [
+            MILEPOST,
+            "credential",
+            "set",
+            "a/b",
+            "--type",
+            "t",
+            "--data",
+            "{}",
+            "--db",
+            str(tmp_path / "m.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
     assert done.returncode != 0
     assert "not starting with a dot" in done.stderr
     with pytest.raises(CredentialNameInvalid, match="not starting with a dot"):
@@ -324,8 +399,9 @@ def test_the_cli_and_the_vault_refuse_a_bad_credential_name(tmp_path: Path) -> N
 def test_validate_prints_the_limit_and_exits_1(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(_bomb(6))
-    done = subprocess.run([MILEPOST, "validate", str(bomb)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "validate", str(bomb)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1
     assert "MILEPOST_MAX_YAML_ALIASES" in done.stderr
 
@@ -333,8 +409,9 @@ def test_validate_prints_the_limit_and_exits_1(tmp_path: Path) -> None:
 def test_run_refuses_an_alias_bomb_before_anything_is_written(tmp_path: Path) -> None:
     bomb, db = tmp_path / "bomb.yaml", tmp_path / "m.db"
     bomb.write_text(_bomb(6))
-    done = subprocess.run([MILEPOST, "run", str(bomb), "--db", str(db)], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "run", str(bomb), "--db", str(db)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1, (done.stdout, done.stderr)  # refused: the run failed
     assert "MILEPOST_MAX_YAML_ALIASES" in done.stdout + done.stderr
     assert not db.exists()
@@ -346,18 +423,26 @@ def test_a_nan_split_across_chunks_of_a_streamed_body_is_found(api: Api) -> None
 
     def chunks() -> Iterator[bytes]:
         yield b'{"execution_id": "%s", "event_type": "command.heartbeat", "meta": {"x": Na' % (
-            xid.encode())
+            xid.encode()
+        )
         yield b"N}}"
 
-    response = api.client.post("/api/events", content=chunks(), headers={
-        **api.headers("worker"), "Content-Type": "application/json"})  # fmt: skip
+    response = api.client.post(
+        "/api/events",
+        content=chunks(),
+        headers={**api.headers("worker"), "Content-Type": "application/json"},
+    )
     assert _errors(response)[0]["loc"] == ["body", "meta", "x"]
     assert api.store.event_count(int(xid)) == before
 
 
 def test_the_edge_finds_a_word_split_between_two_messages() -> None:
-    messages = iter([{"type": "http.request", "body": b'{"a": [1, Infin', "more_body": True},
-                     {"type": "http.request", "body": b"ity]}", "more_body": False}])  # fmt: skip
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"a": [1, Infin', "more_body": True},
+            {"type": "http.request", "body": b"ity]}", "more_body": False},
+        ]
+    )
 
     async def receive() -> dict[str, Any]:
         return next(messages)
@@ -371,7 +456,8 @@ def test_the_edge_finds_a_word_split_between_two_messages() -> None:
     with pytest.raises(edge.Refused) as info:
         asyncio.run(read_all())
     assert info.value.error.fields["errors"] == [
-        {"loc": ["body", "a", 1], "msg": "NaN and Infinity are not JSON: numbers must be finite"}]
+        {"loc": ["body", "a", 1], "msg": "NaN and Infinity are not JSON: numbers must be finite"}
+    ]
 
 
 def test_an_unknown_query_parameter_is_422_naming_it(api: Api) -> None:

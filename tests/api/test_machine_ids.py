@@ -12,8 +12,10 @@ from tests.sql import query
 
 
 def _leases(api: Api) -> dict[int, str]:
-    return {int(m): str(h) for m, h in query(api.store,
-        "SELECT machine_id, holder FROM machine_lease", ())}  # fmt: skip
+    return {
+        int(m): str(h)
+        for m, h in query(api.store, "SELECT machine_id, holder FROM machine_lease", ())
+    }
 
 
 def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: str) -> None:
@@ -30,7 +32,8 @@ def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: 
 
 
 def test_a_server_that_fails_to_start_gives_its_machine_id_back(
-        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken() -> None:
         raise RuntimeError("metrics could not start")
 
@@ -58,21 +61,32 @@ def test_workers_lease_renew_and_lose_machine_ids(api: Api) -> None:
     second = ok(api.post("/api/workers/machine-id", {"worker_id": "w2"}, role="worker"))
     assert first["renewed"] is False and first["expires_at"] > 0
     assert len({first["machine_id"], second["machine_id"], server.machine_id}) == 3
-    again = ok(api.post("/api/workers/machine-id",
-                        {"worker_id": "w1", "machine_id": first["machine_id"]}, role="worker"))  # fmt: skip
+    again = ok(
+        api.post(
+            "/api/workers/machine-id",
+            {"worker_id": "w1", "machine_id": first["machine_id"]},
+            role="worker",
+        )
+    )
     assert again["machine_id"] == first["machine_id"] and again["renewed"] is True
     # w1 asks to renew w2's id (as after w1's own lapsed and w2 took it): w1 gets a new one
-    moved = ok(api.post("/api/workers/machine-id",
-                        {"worker_id": "w1", "machine_id": second["machine_id"]}, role="worker"))  # fmt: skip
+    moved = ok(
+        api.post(
+            "/api/workers/machine-id",
+            {"worker_id": "w1", "machine_id": second["machine_id"]},
+            role="worker",
+        )
+    )
     assert moved["renewed"] is False
-    assert moved["machine_id"] not in {first["machine_id"], second["machine_id"],
-                                       server.machine_id}  # fmt: skip
+    assert moved["machine_id"] not in {first["machine_id"], second["machine_id"], server.machine_id}
     assert _leases(api)[second["machine_id"]] == "worker:w2"
 
 
 def test_the_machine_id_route_is_for_workers_and_checks_its_body(api: Api) -> None:
-    error(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="viewer"), 403,
-          "forbidden")  # fmt: skip
-    body = error(api.post("/api/workers/machine-id", {"worker_id": "w1", "machine_id": 5000},
-                          role="worker"), 422, "validation_error")  # fmt: skip
+    error(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="viewer"), 403, "forbidden")
+    body = error(
+        api.post("/api/workers/machine-id", {"worker_id": "w1", "machine_id": 5000}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert body["errors"][0]["loc"] == ["body", "machine_id"]

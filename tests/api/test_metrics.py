@@ -17,10 +17,20 @@ def test_metrics_count_events_commands_claims_and_evaluations(api: Api) -> None:
     ok(api.post("/api/events", stale, role="worker"))
     # a type the engine does not know is stored as informative (DSL 12.3), counted `unknown`
     ok(api.post("/api/events", {"execution_id": xid, "event_type": "nope"}, role="worker"))
-    error(api.post("/api/events", {"execution_id": xid, "event_type": "nope2", "step": "x"},
-                   role="worker"), 422, "validation_error")  # fmt: skip
-    error(api.post(f"/api/commands/{command['command_id']}/claim", {"worker_id": "w9"},
-                   role="worker"), 409, "already_terminal")  # fmt: skip
+    error(
+        api.post(
+            "/api/events", {"execution_id": xid, "event_type": "nope2", "step": "x"}, role="worker"
+        ),
+        422,
+        "validation_error",
+    )
+    error(
+        api.post(
+            f"/api/commands/{command['command_id']}/claim", {"worker_id": "w9"}, role="worker"
+        ),
+        409,
+        "already_terminal",
+    )
     response = api.get("/metrics", role="viewer")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
@@ -36,10 +46,18 @@ def test_metrics_count_events_commands_claims_and_evaluations(api: Api) -> None:
     assert (
         metric_sample(text, "milepost_events_ingested_total", event_type=done, outcome="stale") == 1
     )
-    assert metric_sample(text, "milepost_events_ingested_total", event_type="unknown",
-                  outcome="rejected") == 1  # fmt: skip
-    assert metric_sample(text, "milepost_events_ingested_total", event_type="unknown",
-                  outcome="stored") == 1  # fmt: skip
+    assert (
+        metric_sample(
+            text, "milepost_events_ingested_total", event_type="unknown", outcome="rejected"
+        )
+        == 1
+    )
+    assert (
+        metric_sample(
+            text, "milepost_events_ingested_total", event_type="unknown", outcome="stored"
+        )
+        == 1
+    )
     assert "nope" not in text
     assert metric_sample(text, "milepost_commands_issued_total") == 2
     assert metric_sample(text, "milepost_commands_claimed_total") == 1
@@ -55,18 +73,44 @@ def test_pending_approvals_by_risk_are_read_from_the_store_at_each_scrape(api: A
 
     def gauge() -> dict[str, float]:
         text = ok_text(api)
-        return {risk: metric_sample(text, "milepost_approvals_pending", risk=risk)
-                for risk in ("low", "medium", "high")}  # fmt: skip
+        return {
+            risk: metric_sample(text, "milepost_approvals_pending", risk=risk)
+            for risk in ("low", "medium", "high")
+        }
 
     assert gauge() == {"low": 0, "medium": 0, "high": 0}
-    asked = [ev.new_event(900_000 + i, xid, ev.APPROVAL_REQUESTED, 1.0 + i, step="start",
-                          payload={"approval_id": 900_000 + i, "run": 1, "risk": risk,
-                                   "approvers": ["role:finance"], "quorum": 1, "digest": "d"})
-             for i, risk in enumerate(("high", "high", "low"))]  # fmt: skip
+    asked = [
+        ev.new_event(
+            900_000 + i,
+            xid,
+            ev.APPROVAL_REQUESTED,
+            1.0 + i,
+            step="start",
+            payload={
+                "approval_id": 900_000 + i,
+                "run": 1,
+                "risk": risk,
+                "approvers": ["role:finance"],
+                "quorum": 1,
+                "digest": "d",
+            },
+        )
+        for i, risk in enumerate(("high", "high", "low"))
+    ]
     api.store.append(asked)
     assert gauge() == {"low": 1, "medium": 0, "high": 2}
-    api.store.append([ev.new_event(900_010, xid, ev.APPROVAL_DENIED, 9.0, step="start",
-                                   payload={"approval_id": 900_000, "by": "user:b"})])  # fmt: skip
+    api.store.append(
+        [
+            ev.new_event(
+                900_010,
+                xid,
+                ev.APPROVAL_DENIED,
+                9.0,
+                step="start",
+                payload={"approval_id": 900_000, "by": "user:b"},
+            )
+        ]
+    )
     assert gauge() == {"low": 1, "medium": 0, "high": 1}
 
 

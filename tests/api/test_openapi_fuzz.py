@@ -39,12 +39,16 @@ EXAMPLES = int(os.environ.get("MILEPOST_FUZZ_EXAMPLES", "30"))
 2-vCPU machine (2026-12-03; the longest test file of the suite). Raise it for a deeper
 search (`MILEPOST_FUZZ_EXAMPLES=200`); the requests stay the same for the same value."""
 
-CHECKS = [not_a_server_error, openapi_checks.status_code_conformance,
-          openapi_checks.content_type_conformance, openapi_checks.response_headers_conformance,
-          openapi_checks.response_schema_conformance,
-          # what the document calls invalid is refused (not `positive_data_acceptance`: a
-          # schema-valid body may still name a playbook or execution that does not exist)
-          openapi_checks.negative_data_rejection]  # fmt: skip
+CHECKS = [
+    not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_headers_conformance,
+    openapi_checks.response_schema_conformance,
+    # what the document calls invalid is refused (not `positive_data_acceptance`: a
+    # schema-valid body may still name a playbook or execution that does not exist)
+    openapi_checks.negative_data_rejection,
+]
 
 # the live server runs in this process: psycopg_pool's threads draw from the global
 # `random` (the jitter of a connection's lifetime) while Hypothesis draws a case, and
@@ -52,11 +56,17 @@ CHECKS = [not_a_server_error, openapi_checks.status_code_conformance,
 # an error here). Our strategies use no `random`; only that warning is let through.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Do not use the `random` module inside strategies"
-    ":hypothesis.errors.HypothesisDeprecationWarning")
+    ":hypothesis.errors.HypothesisDeprecationWarning"
+)
 
-SETTINGS = hypothesis.settings(max_examples=EXAMPLES, derandomize=True, database=None,
-                               deadline=None, phases=[Phase.explicit, Phase.generate],
-                               suppress_health_check=list(HealthCheck))  # fmt: skip
+SETTINGS = hypothesis.settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 
 
 @dataclass
@@ -68,9 +78,11 @@ class Tally:
     failures: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"{sum(self.requests.values())} requests on {len(self.requests)} operations, "
-                f"{sum(self.server_errors.values())} 5xx on {len(self.server_errors)} operations, "
-                f"{len(self.failures)} distinct failures")  # fmt: skip
+        return (
+            f"{sum(self.requests.values())} requests on {len(self.requests)} operations, "
+            f"{sum(self.server_errors.values())} 5xx on {len(self.server_errors)} operations, "
+            f"{len(self.failures)} distinct failures"
+        )
 
 
 @dataclass(frozen=True)
@@ -87,8 +99,11 @@ class Known:
         if case.path.endswith("/stream"):  # a live run's stream holds until the run ends
             return
         params = case.path_parameters or {}
-        for name, value in (("execution_id", self.execution_id), ("event_id", self.command_id),
-                            ("name", self.credential)):  # fmt: skip
+        for name, value in (
+            ("execution_id", self.execution_id),
+            ("event_id", self.command_id),
+            ("name", self.credential),
+        ):
             if name in params:
                 params[name] = value
         query = case.query or {}
@@ -129,8 +144,12 @@ def seed(server: LiveServer) -> Known:
     commands = requests.get(f"{server.url}/api/executions/{xid}", headers=headers, timeout=30)
     [issued] = [e for e in ok(commands)["events"] if e["event_type"] == "command.issued"]
     post("/api/credentials", {"name": "fuzz-cred", "type": "http", "data": {"token": "t"}})
-    return Known(execution_id=xid, command_id=issued["event_id"], playbook_path=entry["path"],
-                 credential="fuzz-cred")  # fmt: skip
+    return Known(
+        execution_id=xid,
+        command_id=issued["event_id"],
+        playbook_path=entry["path"],
+        credential="fuzz-cred",
+    )
 
 
 def run_operation(operation: Any, mode: GenerationMode, send: Callable[[Case], None]) -> None:
@@ -160,14 +179,14 @@ def fuzz(server: LiveServer, known: Known) -> Tally:
         def call(case: Case) -> None:
             if aim:
                 known.aim(case)
-            response = case.call(base_url=server.url, session=session, headers=headers,
-                                 timeout=60)  # fmt: skip
+            response = case.call(base_url=server.url, session=session, headers=headers, timeout=60)
             tally.requests[label] += 1
             if response.status_code >= 500:
                 tally.server_errors[label] += 1
             try:
-                case.validate_response(response, checks=CHECKS, headers=headers,
-                                       transport_kwargs=transport)  # fmt: skip
+                case.validate_response(
+                    response, checks=CHECKS, headers=headers, transport_kwargs=transport
+                )
             except FailureGroup as group:
                 for failure in group.exceptions:
                     tally.failures.setdefault((label, failure.title), str(group)[:1500])
@@ -176,16 +195,21 @@ def fuzz(server: LiveServer, known: Known) -> Tally:
 
     # the runs list's change stream never ends by itself (it answers while the client
     # stays): its bad input and its messages are tested in tests/api/test_runs_list.py
-    operations = [op for op in (result.ok() for result in schema.get_all_operations())
-                  if op.path != "/api/executions/stream"]  # fmt: skip
+    operations = [
+        op
+        for op in (result.ok() for result in schema.get_all_operations())
+        if op.path != "/api/executions/stream"
+    ]
     # reads last again: what the writes stored must stay readable (a bad time did not)
     reads = [operation for operation in operations if operation.method.upper() == "GET"]
-    passes = [(operations, GenerationMode.POSITIVE, False, "admin"),
-              (operations, GenerationMode.NEGATIVE, False, "admin"),
-              (operations, GenerationMode.POSITIVE, True, "admin"),
-              # the routes as a worker holds them: its 403s, and what it may do
-              (operations, GenerationMode.POSITIVE, True, "worker"),
-              (reads, GenerationMode.POSITIVE, True, "admin")]  # fmt: skip
+    passes = [
+        (operations, GenerationMode.POSITIVE, False, "admin"),
+        (operations, GenerationMode.NEGATIVE, False, "admin"),
+        (operations, GenerationMode.POSITIVE, True, "admin"),
+        # the routes as a worker holds them: its 403s, and what it may do
+        (operations, GenerationMode.POSITIVE, True, "worker"),
+        (reads, GenerationMode.POSITIVE, True, "admin"),
+    ]
     for chosen, mode, aim, role in passes:
         for operation in chosen:
             run_operation(operation, mode, send(operation.label, aim, role))
@@ -197,8 +221,9 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live: LiveServer) -> 
     tally = fuzz(live, seed(live))
     print(f"\nschemathesis: {tally.summary()}")
     assert len(tally.requests) >= 20, tally.requests  # every route was exercised
-    details = "\n\n".join(f"== {label}: {title}\n{text}"
-                          for (label, title), text in sorted(tally.failures.items()))  # fmt: skip
+    details = "\n\n".join(
+        f"== {label}: {title}\n{text}" for (label, title), text in sorted(tally.failures.items())
+    )
     assert not tally.failures, f"{tally.summary()}\n\n{details}"
 
 
@@ -246,13 +271,27 @@ def test_ids_are_digit_strings_out_and_integer_or_digit_string_in() -> None:
 
 # -- NoETL-shaped batches (DSL 12.3): what a NoETL worker may send, at random -------------
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3)
-                     | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                     max_leaves=8)  # fmt: skip
-_NAMES = st.sampled_from(["command.started", "command.completed", "call.done", "call.error",
-                          "command.claimed", "step.enter", "step.exit", "playbook.completed",
-                          "loop.item", "step.result.preview"]) | st.text(max_size=12)  # fmt: skip
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_NAMES = st.sampled_from(
+    [
+        "command.started",
+        "command.completed",
+        "call.done",
+        "call.error",
+        "command.claimed",
+        "step.enter",
+        "step.exit",
+        "playbook.completed",
+        "loop.item",
+        "step.result.preview",
+    ]
+) | st.text(max_size=12)
 _IDS = st.integers(min_value=-1, max_value=2**64) | st.text("0123456789x", max_size=20)
 
 
@@ -280,11 +319,23 @@ def test_random_noetl_shaped_batches_never_answer_a_5xx(api: Any) -> None:
     xid = api.execute()
     api.claim_one()
 
-    @given(events=st.lists(_noetl_event(xid), max_size=4),
-           top=st.fixed_dictionaries({}, optional={"execution_id": st.sampled_from([xid, "999"]),
-                                                   "worker_id": st.text(max_size=10)}))  # fmt: skip
-    @hypothesis.settings(max_examples=EXAMPLES * 3, derandomize=True, database=None,
-                         deadline=None, suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(
+        events=st.lists(_noetl_event(xid), max_size=4),
+        top=st.fixed_dictionaries(
+            {},
+            optional={
+                "execution_id": st.sampled_from([xid, "999"]),
+                "worker_id": st.text(max_size=10),
+            },
+        ),
+    )
+    @hypothesis.settings(
+        max_examples=EXAMPLES * 3,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def batches(events: list[dict[str, Any]], top: dict[str, Any]) -> None:
         for path, body in [
             ("/api/events/batch", {**top, "events": events}),

@@ -12,12 +12,15 @@ from tests.api.support import Api, error, ok, playbook
 from tests.api.test_cli import cli
 from tests.shared import metric_sample
 
-GPU = playbook("tests/gpu", """
+GPU = playbook(
+    "tests/gpu",
+    """
 workflow:
   - step: train
     spec: {pool: gpu}
     tool: {kind: python, code: "result = 1"}
-""")
+""",
+)
 
 
 def _without_worker(api: Api, pool: str) -> float:
@@ -28,8 +31,9 @@ def _without_worker(api: Api, pool: str) -> float:
 
 def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None:
     xid = api.execute(GPU)
-    missing = [{"pool": "gpu", "commands": 1, "steps": ["train"],
-                "message": "no live worker of pool gpu"}]  # fmt: skip
+    missing = [
+        {"pool": "gpu", "commands": 1, "steps": ["train"], "message": "no live worker of pool gpu"}
+    ]
     status = api.status(xid)
     assert status["no_live_worker"] == missing
     assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
@@ -40,8 +44,7 @@ def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None
     assert api.status(xid)["no_live_worker"] == missing  # a default worker is no gpu worker
     ok(api.post("/api/workers/machine-id", {"worker_id": "g1", "pool": "gpu"}, role="worker"))
     listed = ok(api.get("/api/workers?status=live"))["items"]
-    assert sorted((w["name"], w["pools"]) for w in listed) == [("g1", ["gpu"]),
-                                                               ("w1", ["default"])]  # fmt: skip
+    assert sorted((w["name"], w["pools"]) for w in listed) == [("g1", ["gpu"]), ("w1", ["default"])]
     assert api.status(xid)["no_live_worker"] == []
     assert "waiting" not in api.status(xid)["steps"]["train"]
     assert _without_worker(api, "gpu") == 0.0
@@ -51,7 +54,9 @@ def test_a_gpu_command_is_reported_until_a_gpu_worker_is_alive(api: Api) -> None
     assert api.status(xid)["status"] == "COMPLETED"
 
 
-THEN_GPU = playbook("tests/then-gpu", """
+THEN_GPU = playbook(
+    "tests/then-gpu",
+    """
 workflow:
   - step: start
     tool: {kind: python, code: "result = 1"}
@@ -59,11 +64,13 @@ workflow:
   - step: train
     spec: {pool: gpu}
     tool: {kind: python, code: "result = 2"}
-""")
+""",
+)
 
 
 def test_a_status_read_while_a_report_commits_names_only_steps_it_shows(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the status read the run's state, then the queued commands of pools without a worker:
     # a report committed in between named `train` as waiting in an answer where `start`
     # was still running and `train` not yet a step (a flaky acceptance test found it)
@@ -82,13 +89,16 @@ def test_a_status_read_while_a_report_commits_names_only_steps_it_shows(
     monkeypatch.setattr(engine, "missing_workers", pools_while_a_report_commits)
     status = api.status(xid)
     assert reported == [xid]
-    assert status["no_live_worker"] == [{"pool": "gpu", "commands": 1, "steps": ["train"],
-                                         "message": "no live worker of pool gpu"}]  # fmt: skip
+    assert status["no_live_worker"] == [
+        {"pool": "gpu", "commands": 1, "steps": ["train"], "message": "no live worker of pool gpu"}
+    ]
     assert status["steps"]["start"]["status"] == "COMPLETED"
     assert status["steps"]["train"]["waiting"] == "no live worker of pool gpu"
 
 
-def test_the_status_of_an_ended_run_reads_no_pools(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_status_of_an_ended_run_reads_no_pools(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a status long-poll answers when the run ends: the queued commands of pools without
     # a worker were read on every answer, for a run that waits on none
     xid = api.execute(GPU)
@@ -111,10 +121,12 @@ def test_the_status_of_an_ended_run_reads_no_pools(api: Api, monkeypatch: pytest
 
 
 def test_a_machine_id_request_with_a_bad_pool_is_refused(api: Api) -> None:
-    body = error(api.post("/api/workers/machine-id", {"worker_id": "w", "pool": "gpu a"},
-                          role="worker"), 422, "validation_error")  # fmt: skip
+    body = error(
+        api.post("/api/workers/machine-id", {"worker_id": "w", "pool": "gpu a"}, role="worker"),
+        422,
+        "validation_error",
+    )
     assert body["errors"][0]["loc"] == ["body", "pool"]
-
 
 
 def test_milepost_worker_refuses_a_bad_pool_before_it_starts() -> None:

@@ -17,7 +17,10 @@ def test_a_sealed_run_is_described_with_its_workers_and_masked_input(api: Api) -
     assert step["input"] == {"pw": "***"} and "hunter2-real" not in str(body)
     [attempt] = step["attempts"]
     assert (attempt["worker"], attempt["status"], attempt["error"]["message"]) == (
-        "w-7", "FAILED", "boom")
+        "w-7",
+        "FAILED",
+        "boom",
+    )
     assert attempt["started_at"].endswith("+00:00") and "." in attempt["started_at"]  # ms
     assert body["duration_s"] is not None and body["started_by"]
     error(api.get("/api/executions/424242/describe"), 404, "execution_not_found")
@@ -32,8 +35,11 @@ def test_events_are_chosen_by_step_and_type_paged_and_tailed(api: Api) -> None:
     seqs = [e["seq"] for e in everything["events"]]
     assert everything["last_seq"] == seqs[-1]
     start = ok(api.get(url, params={"step": "start", "type": "command"}))
-    assert [e["event_type"] for e in start["events"]] == ["command.issued", "command.claimed",
-                                                         "command.completed"]  # fmt: skip
+    assert [e["event_type"] for e in start["events"]] == [
+        "command.issued",
+        "command.claimed",
+        "command.completed",
+    ]
     page = ok(api.get(url, params={"limit": 2}))
     assert [e["seq"] for e in page["events"]] == seqs[:2] and page["next"] == seqs[1]
     rest = ok(api.get(url, params={"after": page["next"]}))

@@ -66,8 +66,9 @@ def issued(api: Api, xid: str) -> list[dict[str, Any]]:
     return [e.payload for e in api.store.load(int(xid)) if e.event_type == ev.COMMAND_ISSUED]
 
 
-def test_an_expired_claim_is_reported_lost_and_a_new_attempt_issued(fake: Api,
-                                                                    clock: FakeClock) -> None:
+def test_an_expired_claim_is_reported_lost_and_a_new_attempt_issued(
+    fake: Api, clock: FakeClock
+) -> None:
     xid = fake.execute(HELLO)
     command = fake.claim_one(lease_seconds=5)
     reconciler = fake.services.reconciler
@@ -183,8 +184,13 @@ def test_the_server_runs_the_reconciler_on_its_own(db_url: str) -> None:
         wait_for(lambda: ev.COMMAND_LEASE_EXPIRED in api.event_types(xid), "the lease to expire")
         retry = wait_for(lambda: api.claim_next("w2"), "the re-issued command")
         assert retry[0]["attempt"] == 2
-        ok(api.post("/api/events/batch", {"events": report_wire(retry[0], {"greeting": "x"})},
-                    role="worker"))  # fmt: skip
+        ok(
+            api.post(
+                "/api/events/batch",
+                {"events": report_wire(retry[0], {"greeting": "x"})},
+                role="worker",
+            )
+        )
         assert command["attempt"] == 1
 
 
@@ -197,7 +203,8 @@ def test_a_lost_command_is_no_longer_listed_as_claimed(fake: Api, clock: FakeClo
 
 
 def test_a_loop_failed_for_good_ends_failed_when_a_sibling_then_loses_its_lease(
-        fake: Api, clock: FakeClock) -> None:  # fmt: skip
+    fake: Api, clock: FakeClock
+) -> None:
     # issue 8, item 2: this run used to hang RUNNING with a retry of index 1 never issued
     xid = fake.execute(LOOP, workload={"items": [1, 2]})
     commands = {c["index"]: c for c in fake.claim_next(limit=2, lease_seconds=5)}

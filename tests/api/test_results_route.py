@@ -40,8 +40,7 @@ def test_the_route_needs_a_token_and_refuses_what_the_run_has_not(api: Api) -> N
     url = f"/api/executions/{xid}/results/{result_id}"
     assert api.get(url, role=None).status_code == 401
     other = api.execute(HELLO)  # another run: its id does not open this run's entry
-    body = error(api.get(f"/api/executions/{other}/results/{result_id}"), 404,
-                 "result_not_found")  # fmt: skip
+    body = error(api.get(f"/api/executions/{other}/results/{result_id}"), 404, "result_not_found")
     assert body["result_id"] == result_id and body["execution_id"] == other
     error(api.get(f"/api/executions/{xid}/results/12345"), 404, "result_not_found")
     error(api.get(f"/api/executions/424242/results/{result_id}"), 404, "execution_not_found")
@@ -58,14 +57,17 @@ def test_a_sealed_workload_is_never_served_as_a_result(api: Api) -> None:
     assert response.status_code == 404 and "hunter2-real" not in response.text
 
 
-PARENT = playbook("tests/parent", """
+PARENT = playbook(
+    "tests/parent",
+    """
 workflow:
   - step: child
     tool: {kind: playbook, path: tests/hello}
     next: look_alike
   - step: look_alike
     tool: {kind: python, code: "result = {'execution_id': '7', 'status': 'COMPLETED'}"}
-""")
+""",
+)
 
 
 def test_attempts_name_their_idempotency_key_and_a_playbook_steps_child(api: Api) -> None:

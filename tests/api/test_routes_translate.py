@@ -26,9 +26,14 @@ def test_the_routers_are_found() -> None:
 
 
 def test_no_router_imports_the_store() -> None:
-    offenders = {path.name: sorted(name for name in _imports(ast.parse(path.read_text()))
-                                   if name == "milepost.store" or name.startswith("milepost.store."))
-                 for path in ROUTERS}  # fmt: skip
+    offenders = {
+        path.name: sorted(
+            name
+            for name in _imports(ast.parse(path.read_text()))
+            if name == "milepost.store" or name.startswith("milepost.store.")
+        )
+        for path in ROUTERS
+    }
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
@@ -38,7 +43,8 @@ def test_no_router_reaches_the_store_through_a_dependency() -> None:
     for path in ROUTERS:
         for node in ast.walk(ast.parse(path.read_text())):
             reaches = (isinstance(node, ast.Attribute) and node.attr == "store") or (
-                isinstance(node, ast.Name) and node.id in {"StoreDep", "get_store"})
+                isinstance(node, ast.Name) and node.id in {"StoreDep", "get_store"}
+            )
             if reaches:
                 offenders.setdefault(path.name, []).append(node.lineno)
     assert offenders == {}

@@ -51,7 +51,10 @@ def test_cursor_pages_cover_every_run_once_and_keep_the_filters(api: Api) -> Non
 def test_a_row_shows_who_started_it_and_its_steps_done_of_all(api: Api) -> None:
     xid = api.execute(HELLO)
     [row] = ok(api.get("/api/executions"))["items"]
-    assert row["started_by"] == "token:test-admin" and (row["steps_done"], row["steps_total"]) == (0, 2)
+    assert row["started_by"] == "token:test-admin" and (row["steps_done"], row["steps_total"]) == (
+        0,
+        2,
+    )
     api.complete(api.claim_one(), {"greeting": "hi"})
     [row] = ok(api.get("/api/executions"))["items"]
     assert row["execution_id"] == xid and (row["steps_done"], row["steps_total"]) == (1, 2)
@@ -63,7 +66,9 @@ def test_a_cursor_that_is_none_is_a_422_naming_it(api: Api) -> None:
         assert body["errors"][0]["loc"] == ["query", "cursor"], bad
 
 
-def test_an_events_page_reads_its_page_from_the_store_not_the_log(api: Api, monkeypatch: Any) -> None:
+def test_an_events_page_reads_its_page_from_the_store_not_the_log(
+    api: Api, monkeypatch: Any
+) -> None:
     xid = api.execute(LOOP)
     for command in api.claim_next(limit=3):
         api.complete(command, 1)
@@ -99,9 +104,12 @@ class Follower:
         self.stop = threading.Event()
 
         def read() -> None:
-            with httpx2.stream("GET", f"{server.url}/api/executions/stream",
-                               headers={**server.headers(role), **headers},
-                               timeout=30) as reply:  # fmt: skip
+            with httpx2.stream(
+                "GET",
+                f"{server.url}/api/executions/stream",
+                headers={**server.headers(role), **headers},
+                timeout=30,
+            ) as reply:
                 self.status = reply.status_code
                 for line in reply.iter_lines():
                     self.lines.append(line)
@@ -112,16 +120,20 @@ class Follower:
         self.thread.start()
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{"id": m["id"], **json.loads(m["data"])} for m in messages("\n".join(self.lines))
-                if m.get("event") == "execution"]  # fmt: skip
+        return [
+            {"id": m["id"], **json.loads(m["data"])}
+            for m in messages("\n".join(self.lines))
+            if m.get("event") == "execution"
+        ]
 
     def seen(self, xid: str, status: str) -> bool:
         return any(r["execution_id"] == xid and r["status"] == status for r in self.rows())
 
 
 def post(server: LiveServer, path: str, body: Any = None) -> dict[str, Any]:
-    return ok(httpx2.post(f"{server.url}{path}", json=body, headers=server.headers("admin"),
-                          timeout=10))  # fmt: skip
+    return ok(
+        httpx2.post(f"{server.url}{path}", json=body, headers=server.headers("admin"), timeout=10)
+    )
 
 
 def start(server: LiveServer) -> str:
@@ -130,7 +142,8 @@ def start(server: LiveServer) -> str:
 
 
 def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
-        db_url: str, monkeypatch: Any) -> None:  # fmt: skip
+    db_url: str, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(stream, "KEEPALIVE", 0.0)  # a line every look: a stopped reader leaves
     with live_server(db_url) as server:
         follower = Follower(server)
@@ -145,8 +158,11 @@ def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
         follower.stop.set()
         ids = [r["id"] for r in follower.rows()]
         # resumed after the new run's id: its end again, not its start
-        first = next(r["id"] for r in follower.rows()
-                     if r["execution_id"] == xid and r["status"] == "RUNNING")  # fmt: skip
+        first = next(
+            r["id"]
+            for r in follower.rows()
+            if r["execution_id"] == xid and r["status"] == "RUNNING"
+        )
         again = Follower(server, **{"Last-Event-ID": first})
         wait_for(lambda: again.seen(xid, "CANCELLED"), "the end after the resumed id")
         assert not again.seen(xid, "RUNNING")
@@ -161,21 +177,27 @@ def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
 def test_the_stream_needs_a_read_role_and_a_real_id(api: Api) -> None:
     error(api.get("/api/executions/stream", role=None), 401, "unauthorized")
     error(api.get("/api/executions/stream", role="worker"), 403, "forbidden")
-    bad = api.client.get("/api/executions/stream", headers={**api.headers("viewer"),
-                                                            "Last-Event-ID": "soon"})  # fmt: skip
+    bad = api.client.get(
+        "/api/executions/stream", headers={**api.headers("viewer"), "Last-Event-ID": "soon"}
+    )
     assert error(bad, 422, "validation_error")["errors"][0]["loc"] == ["header", "last-event-id"]
     bad = api.get("/api/executions/stream", params={"after": "x"})
     assert error(bad, 422, "validation_error")["errors"][0]["loc"] == ["query", "after"]
 
 
 def test_a_filtered_page_and_a_tail_read_the_log_in_chunks_with_the_same_answer(
-        api: Api, monkeypatch: Any) -> None:  # fmt: skip
+    api: Api, monkeypatch: Any
+) -> None:
     xid = api.execute(LOOP)
     for command in api.claim_next(limit=3):
         api.complete(command, 1)
     url = f"/api/executions/{xid}/events"
-    cases = [{"type": "command", "limit": 2}, {"type": "command", "after": 4, "limit": 50},
-             {"step": "each", "tail": 3}, {"tail": 4}]
+    cases = [
+        {"type": "command", "limit": 2},
+        {"type": "command", "after": 4, "limit": 50},
+        {"step": "each", "tail": 3},
+        {"tail": 4},
+    ]
     whole = [ok(api.get(url, params=p)) for p in cases]
     read: list[int] = []
     load = api.store.load

@@ -34,7 +34,8 @@ def _counted(api: Api, monkeypatch: Any) -> list[tuple[float, int]]:
 
 
 def test_a_steps_exit_moves_its_run_up_the_stream_with_its_progress(
-        api: Api, monkeypatch: Any) -> None:  # fmt: skip
+    api: Api, monkeypatch: Any
+) -> None:
     asked = _counted(api, monkeypatch)
     engine = api.services.engine
     xid = api.execute(HELLO)
@@ -52,8 +53,7 @@ def test_a_steps_exit_moves_its_run_up_the_stream_with_its_progress(
     assert len(asked) == 4
 
 
-def test_a_full_window_of_rows_sent_is_read_past_not_stuck_on(
-        api: Api, monkeypatch: Any) -> None:  # fmt: skip
+def test_a_full_window_of_rows_sent_is_read_past_not_stuck_on(api: Api, monkeypatch: Any) -> None:
     monkeypatch.setattr(stream, "PAGE", 2)
     asked = _counted(api, monkeypatch)
     engine = api.services.engine
@@ -103,8 +103,11 @@ def _exit(at: float) -> ev.Event:
 def test_a_step_exit_never_moves_an_ended_run_nor_a_row_back() -> None:
     change = projection.changes([_exit(5.0), _exit(6.0)])
     assert change.progressed == [(6.0, 7, 6.0)]  # one move per run per batch: its last exit
-    for before, after in [(_row("RUNNING", 2.0), 6.0), (_row("RUNNING", 9.0), 9.0),
-                          (_row("COMPLETED", 3.0), 3.0)]:  # fmt: skip
+    for before, after in [
+        (_row("RUNNING", 2.0), 6.0),
+        (_row("RUNNING", 9.0), 9.0),
+        (_row("COMPLETED", 3.0), 3.0),
+    ]:
         rows = {7: before}
         projection.apply(change, rows, {})
         assert rows[7] == dataclasses.replace(before, updated_at=after)
@@ -118,15 +121,31 @@ def test_the_runs_page_sees_a_steps_progress_live(db_url: str, monkeypatch: Any)
         xid = start(server)
         wait_for(lambda: follower.seen(xid, "RUNNING"), "the new run on the stream")
         [command] = _claim(server)
-        ok(httpx2.post(f"{server.url}/api/events/batch", headers=server.headers("worker"),
-                       json={"events": report_wire(command, {"greeting": "hi"})}, timeout=10))
-        wait_for(lambda: any(r["execution_id"] == xid and r["status"] == "RUNNING"
-                             and r["steps_done"] == 1 for r in follower.rows()),
-                 "the first step's exit on the stream")  # fmt: skip
+        ok(
+            httpx2.post(
+                f"{server.url}/api/events/batch",
+                headers=server.headers("worker"),
+                json={"events": report_wire(command, {"greeting": "hi"})},
+                timeout=10,
+            )
+        )
+        wait_for(
+            lambda: any(
+                r["execution_id"] == xid and r["status"] == "RUNNING" and r["steps_done"] == 1
+                for r in follower.rows()
+            ),
+            "the first step's exit on the stream",
+        )
         follower.stop.set()
 
 
 def _claim(server: Any) -> list[dict[str, Any]]:
-    reply = ok(httpx2.post(f"{server.url}/api/commands/claim", json={"worker_id": "w1"},
-                           headers=server.headers("worker"), timeout=10))  # fmt: skip
+    reply = ok(
+        httpx2.post(
+            f"{server.url}/api/commands/claim",
+            json={"worker_id": "w1"},
+            headers=server.headers("worker"),
+            timeout=10,
+        )
+    )
     return list(reply["commands"])

@@ -20,7 +20,9 @@ from tests.shared import NATS_URL, require_nats, wait_for
 
 
 @pytest.mark.parametrize("key", [None, "", "   "])
-def test_the_server_refuses_to_start_without_a_secret_key(tmp_path: object, key: str | None) -> None:
+def test_the_server_refuses_to_start_without_a_secret_key(
+    tmp_path: object, key: str | None
+) -> None:
     db = tmp_path / "x.db"  # type: ignore[operator]
     app = create_app(settings_for(f"sqlite:///{db}", secret_key=key))
     with pytest.raises(SecretKeyMissing, match="MILEPOST_SECRET_KEY"), TestClient(app):
@@ -96,9 +98,14 @@ def test_issued_commands_are_announced_on_nats(tmp_path: object) -> None:
 
 
 def test_fastapis_telemetry_is_off_unless_opentelemetry_is_configured(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER",
-                 "OTEL_PYTHON_LOGGER_PROVIDER", "FASTAPI_OTEL_AUTO_CONFIGURE"):  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in (
+        "OTEL_PYTHON_TRACER_PROVIDER",
+        "OTEL_PYTHON_METER_PROVIDER",
+        "OTEL_PYTHON_LOGGER_PROVIDER",
+        "FASTAPI_OTEL_AUTO_CONFIGURE",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert app_module.telemetry() == {"tracing": False, "metrics": False, "logs": False}
     monkeypatch.setenv("FASTAPI_OTEL_AUTO_CONFIGURE", "true")
@@ -111,16 +118,22 @@ def test_fastapis_telemetry_is_off_unless_opentelemetry_is_configured(
 def test_the_server_refuses_an_approval_webhook_without_a_secret(tmp_path: object) -> None:
     db = tmp_path / "w.db"  # type: ignore[operator]
     app = create_app(settings_for(f"sqlite:///{db}", approval_webhook_url="http://127.0.0.1:9/h"))
-    with pytest.raises(WebhookSecretMissing, match="MILEPOST_APPROVAL_WEBHOOK_SECRET"), \
-            TestClient(app):  # fmt: skip
+    with (
+        pytest.raises(WebhookSecretMissing, match="MILEPOST_APPROVAL_WEBHOOK_SECRET"),
+        TestClient(app),
+    ):
         pass
     assert not db.exists()  # refused before the database was touched
 
 
 def test_the_server_s_approval_webhook_listens_to_its_engine_until_it_stops(
-        tmp_path: object) -> None:  # fmt: skip
-    with start_server(f"sqlite:///{tmp_path}/w.db", approval_webhook_url="http://127.0.0.1:9/h",
-                      approval_webhook_secret="k") as api:  # fmt: skip
+    tmp_path: object,
+) -> None:
+    with start_server(
+        f"sqlite:///{tmp_path}/w.db",
+        approval_webhook_url="http://127.0.0.1:9/h",
+        approval_webhook_secret="k",
+    ) as api:
         notifier = api.services.webhook
         assert isinstance(notifier, WebhookNotifier)
         assert notifier in api.services.engine.listeners

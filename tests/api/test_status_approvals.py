@@ -12,28 +12,53 @@ import httpx2
 
 from tests.api.support import live_server, ok, playbook
 
-GATED = playbook("tests/gated", """
+GATED = playbook(
+    "tests/gated",
+    """
 workflow:
   - step: pay
     tool: {kind: python, code: "result = 'paid'"}
     spec: {approval: {approvers: [role:finance], quorum: 2, expires_in: 2h, risk: low}}
-""")
+""",
+)
 
 
 def test_status_through_a_server_shows_the_pending_approval(db_url: str) -> None:
     with live_server(db_url) as server:
         headers = server.headers("admin")
-        path = ok(httpx2.post(f"{server.url}/api/catalog/register", json={"content": GATED},
-                              headers=headers, timeout=10))["path"]  # fmt: skip
-        xid = ok(httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=headers,
-                             timeout=10))["execution_id"]  # fmt: skip
+        path = ok(
+            httpx2.post(
+                f"{server.url}/api/catalog/register",
+                json={"content": GATED},
+                headers=headers,
+                timeout=10,
+            )
+        )["path"]
+        xid = ok(
+            httpx2.post(
+                f"{server.url}/api/execute", json={"path": path}, headers=headers, timeout=10
+            )
+        )["execution_id"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
         env["MILEPOST_TOKEN"] = server.tokens["viewer"]
 
         def status(*extra: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "milepost.cli", "status", xid,
-                                   "--server", server.url, *extra], env=env,
-                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "milepost.cli",
+                    "status",
+                    xid,
+                    "--server",
+                    server.url,
+                    *extra,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
 
         shown = status()
         data = json.loads(status("--json").stdout)
@@ -41,8 +66,14 @@ def test_status_through_a_server_shows_the_pending_approval(db_url: str) -> None
     approval = data["steps"]["pay"]["approval"]
     assert data["steps"]["pay"]["status"] == "AWAITING_APPROVAL"
     assert (approval["status"], approval["risk"], approval["quorum"], approval["approved"]) == (
-        "pending", "low", 2, 0)
+        "pending",
+        "low",
+        2,
+        0,
+    )
     assert approval["approvers"] == ["role:finance"] and approval["outcome"] is None
-    line = (f"approval {approval['approval_id']} (step pay): pending · risk low · votes 0/2 · "
-            "who may decide: role:finance · time left: 1h 59m")
+    line = (
+        f"approval {approval['approval_id']} (step pay): pending · risk low · votes 0/2 · "
+        "who may decide: role:finance · time left: 1h 59m"
+    )
     assert line in shown.stdout

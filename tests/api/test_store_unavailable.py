@@ -15,12 +15,15 @@ from tests.api.support import HELLO, Api
 
 
 def test_a_store_that_is_unavailable_is_a_503_with_retry_after(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     xid = api.execute(HELLO)
 
     def down(*args: Any, **kw: Any) -> Any:
-        raise port.StoreUnavailable("database /secret/path/milepost.db: database is locked",
-                                    url="sqlite:////secret/path/milepost.db")  # fmt: skip
+        raise port.StoreUnavailable(
+            "database /secret/path/milepost.db: database is locked",
+            url="sqlite:////secret/path/milepost.db",
+        )
 
     monkeypatch.setattr(api.store, "get_execution", down)
     reply = api.get(f"/api/executions/{xid}")

@@ -80,10 +80,17 @@ def test_an_unknown_run_is_a_json_404_before_any_stream(api: Api) -> None:
 def test_a_live_run_streams_new_events_as_they_come_then_end(db_url: str) -> None:
     with live_server(db_url) as server:
         admin, worker = server.headers("admin"), server.headers("worker")
-        path = ok(httpx2.post(f"{server.url}/api/catalog/register", json={"content": HELLO},
-                              headers=admin, timeout=10))["path"]  # fmt: skip
-        xid = ok(httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin,
-                             timeout=10))["execution_id"]  # fmt: skip
+        path = ok(
+            httpx2.post(
+                f"{server.url}/api/catalog/register",
+                json={"content": HELLO},
+                headers=admin,
+                timeout=10,
+            )
+        )["path"]
+        xid = ok(
+            httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin, timeout=10)
+        )["execution_id"]
         seen: list[str] = []
 
         def read() -> None:
@@ -100,13 +107,23 @@ def test_a_live_run_streams_new_events_as_they_come_then_end(db_url: str) -> Non
         reader.start()
 
         def step(name: str) -> None:
-            commands = ok(httpx2.post(f"{server.url}/api/commands/claim",
-                                      json={"worker_id": "w1"}, headers=worker,
-                                      timeout=10))["commands"]  # fmt: skip
+            commands = ok(
+                httpx2.post(
+                    f"{server.url}/api/commands/claim",
+                    json={"worker_id": "w1"},
+                    headers=worker,
+                    timeout=10,
+                )
+            )["commands"]
             assert [c["step"] for c in commands] == [name], commands
-            ok(httpx2.post(f"{server.url}/api/events/batch",
-                           json={"events": report_wire(commands[0], {"ok": name})},
-                           headers=worker, timeout=10))  # fmt: skip
+            ok(
+                httpx2.post(
+                    f"{server.url}/api/events/batch",
+                    json={"events": report_wire(commands[0], {"ok": name})},
+                    headers=worker,
+                    timeout=10,
+                )
+            )
 
         wait_for(lambda: "event: command.issued" in seen, "the backlog to arrive")
         assert "event: end" not in seen  # the run is live: the stream waits
@@ -131,17 +148,26 @@ def test_the_backlog_goes_in_pages_with_the_same_events(api: Api, monkeypatch: A
 
 
 def test_a_quiet_stream_keeps_alive_and_a_gone_client_ends_its_loop(
-        db_url: str, monkeypatch: Any) -> None:  # fmt: skip
+    db_url: str, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(stream, "KEEPALIVE", 0.0)  # a comment after every quiet look
     with live_server(db_url) as server:
         admin = server.headers("admin")
-        path = ok(httpx2.post(f"{server.url}/api/catalog/register", json={"content": HELLO},
-                              headers=admin, timeout=10))["path"]  # fmt: skip
-        xid = ok(httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin,
-                             timeout=10))["execution_id"]  # fmt: skip
+        path = ok(
+            httpx2.post(
+                f"{server.url}/api/catalog/register",
+                json={"content": HELLO},
+                headers=admin,
+                timeout=10,
+            )
+        )["path"]
+        xid = ok(
+            httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin, timeout=10)
+        )["execution_id"]
         watchers = server.services.engine.watchers
-        with httpx2.stream("GET", f"{server.url}/api/executions/{xid}/stream", headers=admin,
-                           timeout=30) as reply:  # fmt: skip
+        with httpx2.stream(
+            "GET", f"{server.url}/api/executions/{xid}/stream", headers=admin, timeout=30
+        ) as reply:
             lines = reply.iter_lines()
             assert next(line for line in lines if line.startswith(":")) == ": keepalive"
             assert len(watchers) == 1

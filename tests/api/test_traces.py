@@ -46,11 +46,18 @@ def test_a_claimed_command_carries_its_runs_traceparent(api: Api) -> None:
 
 
 def test_a_worker_over_http_spans_each_attempt_as_a_child_of_the_traceparent_the_server_sent(
-        db_url: str, spans: InMemorySpanExporter) -> None:  # fmt: skip
+    db_url: str, spans: InMemorySpanExporter
+) -> None:
     with live_server(db_url) as server:
-        worker = Settings(server_url=server.url, token=server.tokens["worker"], nats_url=None,
-                          concurrency=2, python_workers=1, worker_id="traced",
-                          grace_seconds=0.0)  # fmt: skip
+        worker = Settings(
+            server_url=server.url,
+            token=server.tokens["worker"],
+            nats_url=None,
+            concurrency=2,
+            python_workers=1,
+            worker_id="traced",
+            grace_seconds=0.0,
+        )
 
         async def main() -> str:
             working = asyncio.create_task(run_worker(worker))
@@ -82,15 +89,23 @@ def _printed_spans(text: str) -> list[dict[str, Any]]:
 
 
 def test_a_worker_process_configured_by_the_standard_variable_exports_spans_under_the_servers_traceparent(
-        tmp_path: Path, spans: InMemorySpanExporter) -> None:  # fmt: skip  # noqa: E501
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:  # noqa: E501
     with live_server(f"sqlite:///{tmp_path / 'traced.db'}") as server:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("MILEPOST_", "OTEL_"))}  # fmt: skip
-        env.update(MILEPOST_TOKEN=server.tokens["worker"], OTEL_TRACES_EXPORTER="console",
-                   MILEPOST_PYTHON_WORKERS="1", MILEPOST_GRACE_SECONDS="5")  # fmt: skip
-        worker = subprocess.Popen([sys.executable, "-m", "milepost.cli", "worker", "--server",
-                                   server.url], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MILEPOST_", "OTEL_"))}
+        env.update(
+            MILEPOST_TOKEN=server.tokens["worker"],
+            OTEL_TRACES_EXPORTER="console",
+            MILEPOST_PYTHON_WORKERS="1",
+            MILEPOST_GRACE_SECONDS="5",
+        )
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "milepost.cli", "worker", "--server", server.url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             with MilepostClient(server.url, server.tokens["admin"]) as client:
                 xid = client.execute(client.register(CHAIN)["path"])

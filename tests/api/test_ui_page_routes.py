@@ -47,11 +47,17 @@ def test_decided_lists_the_history_and_false_what_still_waits(api: Api, people: 
 
 
 def test_validate_answers_each_problem_with_its_line_step_and_field(api: Api) -> None:
-    body = error(api.post("/api/catalog/validate", {"content": BROKEN}, role="viewer"), 422,
-                 "playbook_invalid")  # fmt: skip
+    body = error(
+        api.post("/api/catalog/validate", {"content": BROKEN}, role="viewer"),
+        422,
+        "playbook_invalid",
+    )
     [problem] = body["problems"]
     assert (problem["line"], problem["step"], problem["field"]) == (
-        line_of(BROKEN, "next: shuot"), "start", "next")
+        line_of(BROKEN, "next: shuot"),
+        "start",
+        "next",
+    )
     assert problem["scope"] == "step 'start'"
     with pytest.raises(PlaybookInvalid) as printed:  # what `milepost validate` prints
         load.load_text(BROKEN)
@@ -68,16 +74,26 @@ def test_validate_of_a_good_text_is_200_with_its_warnings(api: Api) -> None:
     assert "bogus" in warning["message"]
     assert (warning["line"], warning["step"]) == (line_of(odd, "bogus"), "shout")
     # --strict: the warning is a problem
-    strict = error(api.post("/api/catalog/validate", {"content": odd, "strict": True}), 422,
-                   "playbook_invalid")  # fmt: skip
+    strict = error(
+        api.post("/api/catalog/validate", {"content": odd, "strict": True}), 422, "playbook_invalid"
+    )
     assert [p["message"] for p in strict["problems"]] == [warning["message"]]
     assert api.store.list_playbooks() == []
 
 
-@pytest.mark.parametrize("text", [
-    "", "a: [", "- just\n- a list\n", "\x00\x01binary", "{" * 5000, "x: &a [*a]",
-    "workflow: 5\n", "a: " + "b" * 3_000_000,
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a: [",
+        "- just\n- a list\n",
+        "\x00\x01binary",
+        "{" * 5000,
+        "x: &a [*a]",
+        "workflow: 5\n",
+        "a: " + "b" * 3_000_000,
+    ],
+)
 def test_validate_of_bad_text_is_4xx_never_5xx(api: Api, text: str) -> None:
     reply = api.post("/api/catalog/validate", {"content": text})
     assert 400 <= reply.status_code < 500, reply.text
@@ -98,8 +114,9 @@ def test_validate_wants_a_string_and_a_reader(api: Api) -> None:
 def test_workers_names_the_pools_with_queued_commands_and_no_live_worker(api: Api) -> None:
     assert ok(api.get("/api/workers"))["without_worker"] == []
     api.execute(GPU)
-    missing = [{"pool": "gpu", "commands": 1, "steps": ["train"],
-                "message": "no live worker of pool gpu"}]  # fmt: skip
+    missing = [
+        {"pool": "gpu", "commands": 1, "steps": ["train"], "message": "no live worker of pool gpu"}
+    ]
     assert ok(api.get("/api/workers", role="viewer"))["without_worker"] == missing
     assert ok(api.get("/api/workers?pool=gpu"))["without_worker"] == missing
     assert ok(api.get("/api/workers?pool=default"))["without_worker"] == []

@@ -52,8 +52,9 @@ def reads_once(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     return read
 
 
-def long_poll(api: Api, pool: ThreadPoolExecutor, xid: str,
-              wait: float) -> Future[tuple[httpx2.Response, float]]:  # fmt: skip
+def long_poll(
+    api: Api, pool: ThreadPoolExecutor, xid: str, wait: float
+) -> Future[tuple[httpx2.Response, float]]:
     def call() -> tuple[httpx2.Response, float]:
         started = time.monotonic()
         response = api.get(f"/api/executions/{xid}/status", role="viewer", params={"wait": wait})
@@ -66,7 +67,8 @@ def long_poll(api: Api, pool: ThreadPoolExecutor, xid: str,
 
 
 def test_a_long_poll_wakes_when_this_server_ends_the_run(
-        api: Api, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(executions, "STATUS_RECHECK", 60.0)  # only the runtime's wake-up counts
     xid, last = one_step_left(api)
     read = reads_once(monkeypatch)
@@ -76,13 +78,16 @@ def test_a_long_poll_wakes_when_this_server_ends_the_run(
     api.complete(last, {"loud": "HELLO, WORLD"})
     response, took = pending.result(timeout=LONG + 10)
     body = ok(response)
-    assert body["status"] == "COMPLETED" and body["steps"]["shout"]["result"] == {"loud": "HELLO, WORLD"}
+    assert body["status"] == "COMPLETED" and body["steps"]["shout"]["result"] == {
+        "loud": "HELLO, WORLD"
+    }
     assert took < LONG / 2, took
     assert len(api.services.engine.watchers) == 0  # nothing left behind
 
 
 def test_a_long_poll_sees_a_run_ended_elsewhere_by_re_checking_the_store(
-        api: Api, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runtime = api.services.engine
     monkeypatch.setattr(runtime, "watch", lambda *args: None)  # as if another server ended it
     xid, last = one_step_left(api)
@@ -108,23 +113,27 @@ def test_a_long_poll_on_an_ended_run_answers_at_once(api: Api) -> None:
     xid = api.execute(HELLO)
     ok(api.post(f"/api/executions/{xid}/cancel"))
     started = time.monotonic()
-    assert ok(api.get(f"/api/executions/{xid}/status", params={"wait": LONG}))["status"] == "CANCELLED"
+    assert (
+        ok(api.get(f"/api/executions/{xid}/status", params={"wait": LONG}))["status"] == "CANCELLED"
+    )
     assert time.monotonic() - started < LONG / 2
 
 
 @pytest.mark.parametrize("wait", ["-1", "1000", "60.5", "soon", "nan"])
 def test_a_bad_wait_is_422(api: Api, wait: str) -> None:
     xid = api.execute(HELLO)
-    body = error(api.get(f"/api/executions/{xid}/status", params={"wait": wait}), 422,
-                 "validation_error")  # fmt: skip
+    body = error(
+        api.get(f"/api/executions/{xid}/status", params={"wait": wait}), 422, "validation_error"
+    )
     assert body["errors"][0]["loc"] == ["query", "wait"]
 
 
 def test_an_unknown_execution_is_404_with_or_without_wait(api: Api) -> None:
     for params in ({}, {"wait": LONG}):
         started = time.monotonic()
-        body = error(api.get("/api/executions/123/status", params=params), 404,
-                     "execution_not_found")  # fmt: skip
+        body = error(
+            api.get("/api/executions/123/status", params=params), 404, "execution_not_found"
+        )
         assert body["execution_id"] == "123" and time.monotonic() - started < LONG / 2
 
 
@@ -141,11 +150,17 @@ class Bridge:
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         reply = self.api.client.request(
-            request.method, request.url.path, params=dict(request.url.params),
+            request.method,
+            request.url.path,
+            params=dict(request.url.params),
             content=request.content or None,
-            headers={"authorization": request.headers.get("authorization", "")})  # fmt: skip
-        return httpx.Response(reply.status_code, content=reply.content,
-                              headers={"content-type": reply.headers.get("content-type", "")})  # fmt: skip
+            headers={"authorization": request.headers.get("authorization", "")},
+        )
+        return httpx.Response(
+            reply.status_code,
+            content=reply.content,
+            headers={"content-type": reply.headers.get("content-type", "")},
+        )
 
     def waits(self) -> list[float]:
         return [float(r.url.params["wait"]) for r in self.requests if "wait" in r.url.params]
@@ -153,13 +168,15 @@ class Bridge:
 
 def sync_client(api: Api) -> tuple[MilepostClient, Bridge]:
     bridge = Bridge(api)
-    client = MilepostClient("http://milepost.test", api.tokens["viewer"],
-                            transport=httpx.MockTransport(bridge))  # fmt: skip
+    client = MilepostClient(
+        "http://milepost.test", api.tokens["viewer"], transport=httpx.MockTransport(bridge)
+    )
     return client, bridge
 
 
 def test_the_client_wait_long_polls_and_returns_the_terminal_status(
-        api: Api, pool: ThreadPoolExecutor) -> None:  # fmt: skip
+    api: Api, pool: ThreadPoolExecutor
+) -> None:
     xid, last = one_step_left(api)
     client, bridge = sync_client(api)
     with client:
@@ -193,8 +210,9 @@ def test_the_async_client_wait_returns_the_terminal_status(api: Api) -> None:
         async def handler(request: httpx.Request) -> httpx.Response:
             return await asyncio.to_thread(bridge, request)  # the bridge blocks: not on this loop
 
-        async with AsyncMilepostClient("http://milepost.test", api.tokens["viewer"],
-                                       transport=httpx.MockTransport(handler)) as client:  # fmt: skip
+        async with AsyncMilepostClient(
+            "http://milepost.test", api.tokens["viewer"], transport=httpx.MockTransport(handler)
+        ) as client:
             waiting = asyncio.ensure_future(client.wait(xid, timeout=LONG))
             await wait_for_async(lambda: bridge.requests, "the client's first long-poll")
             await asyncio.to_thread(api.complete, last, {"loud": "HELLO, WORLD"})
@@ -230,7 +248,8 @@ def test_a_token_used_twice_is_looked_up_once(api: Api, monkeypatch: pytest.Monk
 
 
 def test_a_cached_token_is_looked_up_again_after_the_ttl(
-        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked = count_lookups(monkeypatch, api)
     ok(api.get("/api/executions", role="viewer"))
     cache: auth.TokenCache = api.client.app.state.token_cache  # type: ignore[attr-defined]
@@ -240,7 +259,9 @@ def test_a_cached_token_is_looked_up_again_after_the_ttl(
     assert asked == [auth.token_hash(api.tokens["viewer"])] * 2
 
 
-def test_an_unknown_token_is_still_401_every_time(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_token_is_still_401_every_time(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     asked = count_lookups(monkeypatch, api)
     for _ in range(2):
         response = api.client.get("/api/executions", headers={"Authorization": "Bearer nope"})
@@ -261,10 +282,14 @@ def test_a_token_created_after_a_refusal_works_at_once(api: Api) -> None:
 def test_a_viewer_token_on_a_worker_route_is_still_403_when_cached(api: Api) -> None:
     ok(api.get("/api/executions", role="viewer"))  # now cached
     for _ in range(2):
-        body = error(api.post("/api/commands/claim", {"worker_id": "w"}, role="viewer"), 403,
-                     "forbidden")  # fmt: skip
-        assert body == {"code": "forbidden", "role": "viewer",
-                        "message": "role 'viewer' may not claim commands or report events"}
+        body = error(
+            api.post("/api/commands/claim", {"worker_id": "w"}, role="viewer"), 403, "forbidden"
+        )
+        assert body == {
+            "code": "forbidden",
+            "role": "viewer",
+            "message": "role 'viewer' may not claim commands or report events",
+        }
 
 
 def test_each_app_has_its_own_cache(api: Api, tmp_path: Path) -> None:

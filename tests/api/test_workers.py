@@ -14,12 +14,15 @@ from tests.api.support import HELLO, Api, error, ok, playbook, start_server
 from tests.api.test_reconciler import FakeClock
 from tests.shared import metric_sample
 
-GPU = playbook("tests/gpu", """
+GPU = playbook(
+    "tests/gpu",
+    """
 workflow:
   - step: train
     spec: {pool: gpu}
     tool: {kind: python, code: "result = 1"}
-""")
+""",
+)
 
 
 @pytest.fixture
@@ -33,8 +36,9 @@ def fake(db_url: str, clock: FakeClock) -> Iterator[Api]:
         yield server
 
 
-def check_in(api: Api, key: str, machine_id: int | None = None, *, pool: str = "default",
-             **worker: Any) -> dict[str, Any]:  # fmt: skip
+def check_in(
+    api: Api, key: str, machine_id: int | None = None, *, pool: str = "default", **worker: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {"worker_id": key, "pool": pool, "worker": worker}
     if machine_id is not None:
         body["machine_id"] = machine_id
@@ -53,18 +57,32 @@ def workers_metric(api: Api, pool: str, status: str) -> float:
 
 def test_a_check_in_lists_the_worker_with_what_it_runs(fake: Api, clock: FakeClock) -> None:
     assert listed(fake) == {}
-    leased = check_in(fake, "w1/ab", name="w1", host="box-1", pid=4242, version="0.1.0",
-                      ttl=30.0)  # fmt: skip
+    leased = check_in(fake, "w1/ab", name="w1", host="box-1", pid=4242, version="0.1.0", ttl=30.0)
     fake.execute(HELLO)
     command = fake.claim_one("w1")
     [worker] = listed(fake).values()
     started = worker["started_at"]
     assert worker == {
-        "name": "w1", "worker_key": "w1/ab", "kind": "worker", "pools": ["default"],
-        "host": "box-1", "pid": 4242, "version": "0.1.0", "started_at": started,
-        "last_seen": started, "ttl": 30.0, "status": "live", "lost_at": None,
-        "running": [{"command_id": command["command_id"],
-                     "execution_id": command["execution_id"], "step": "start"}]}  # fmt: skip
+        "name": "w1",
+        "worker_key": "w1/ab",
+        "kind": "worker",
+        "pools": ["default"],
+        "host": "box-1",
+        "pid": 4242,
+        "version": "0.1.0",
+        "started_at": started,
+        "last_seen": started,
+        "ttl": 30.0,
+        "status": "live",
+        "lost_at": None,
+        "running": [
+            {
+                "command_id": command["command_id"],
+                "execution_id": command["execution_id"],
+                "step": "start",
+            }
+        ],
+    }
     clock.advance(10)
     check_in(fake, "w1/ab", leased["machine_id"], name="w1", host="box-1", pid=4242, ttl=30.0)
     again = listed(fake)["w1"]
@@ -79,7 +97,10 @@ def test_the_list_filters_by_pool_and_status(fake: Api, clock: FakeClock) -> Non
     check_in(fake, "cpu/1", name="cpu", ttl=30.0)
     check_in(fake, "gpu/1", name="gpu", pool="gpu", ttl=30.0)
     assert {n: w["status"] for n, w in listed(fake).items()} == {
-        "cpu": "live", "gpu": "live", "old": "lost"}  # fmt: skip
+        "cpu": "live",
+        "gpu": "live",
+        "old": "lost",
+    }
     assert list(listed(fake, "?pool=gpu")) == ["gpu"]
     assert list(listed(fake, "?status=lost")) == ["old"]
     assert list(listed(fake, "?pool=default&status=live")) == ["cpu"]
@@ -99,13 +120,19 @@ def test_the_list_needs_a_reading_role(api: Api) -> None:
 
 
 def test_a_bad_check_in_is_refused(api: Api) -> None:
-    body = error(api.post("/api/workers/machine-id", {"worker_id": "w", "worker": {"ttl": 0}},
-                          role="worker"), 422, "validation_error")  # fmt: skip
+    body = error(
+        api.post(
+            "/api/workers/machine-id", {"worker_id": "w", "worker": {"ttl": 0}}, role="worker"
+        ),
+        422,
+        "validation_error",
+    )
     assert body["errors"][0]["loc"] == ["body", "worker", "ttl"]
 
 
 def test_a_worker_that_stops_checking_in_is_lost_said_once_and_its_command_recovers(
-        fake: Api, clock: FakeClock) -> None:  # fmt: skip
+    fake: Api, clock: FakeClock
+) -> None:
     check_in(fake, "gone/1", name="gone", pool="gpu", ttl=5.0)
     xid = fake.execute(GPU)
     command = fake.claim_one("gone", pool="gpu", lease_seconds=5.0)
@@ -135,8 +162,12 @@ def test_a_worker_that_stops_checking_in_is_lost_said_once_and_its_command_recov
 def test_a_released_check_in_gives_the_id_back_and_leaves_the_registry(api: Api) -> None:
     leased = check_in(api, "w1/ab", name="w1")
     assert list(listed(api)) == ["w1"]
-    body = {"worker_id": "w1/ab", "machine_id": leased["machine_id"], "release": True,
-            "worker": {"name": "w1"}}  # fmt: skip
+    body = {
+        "worker_id": "w1/ab",
+        "machine_id": leased["machine_id"],
+        "release": True,
+        "worker": {"name": "w1"},
+    }
     ok(api.post("/api/workers/machine-id", body, role="worker"))
     assert listed(api) == {}
     # the id is free again: the next worker gets it

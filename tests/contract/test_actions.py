@@ -13,8 +13,9 @@ from tests.contract.test_store import event, new_id
 
 
 def started(xid: int, **payload: Any) -> ev.Event:
-    return ev.new_event(new_id(), xid, ev.EXECUTION_STARTED, 1.0,
-                        payload={"path": "p", "version": 1, **payload})  # fmt: skip
+    return ev.new_event(
+        new_id(), xid, ev.EXECUTION_STARTED, 1.0, payload={"path": "p", "version": 1, **payload}
+    )
 
 
 def test_a_restart_is_listed_by_the_run_it_restarts(store: Any) -> None:

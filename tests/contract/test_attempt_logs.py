@@ -14,14 +14,23 @@ def row(xid: int, event_id: int, stream: str, text: str, step: str = "s") -> Log
 
 
 def test_logs_come_back_in_order_past_a_cursor_and_per_step(store: Any) -> None:
-    assert store.add_attempt_logs([row(7, 100, "stdout", "hello\n"),
-                                   row(7, 100, "traceback", "Traceback ..."),
-                                   row(8, 200, "stdout", "other run")]) == 3  # fmt: skip
+    assert (
+        store.add_attempt_logs(
+            [
+                row(7, 100, "stdout", "hello\n"),
+                row(7, 100, "traceback", "Traceback ..."),
+                row(8, 200, "stdout", "other run"),
+            ]
+        )
+        == 3
+    )
     assert store.add_attempt_logs([row(7, 300, "stderr", "é\u2603 unicode", step="t")]) == 1
     logs = store.attempt_logs(7)
     assert [(r.event_id, r.stream, r.text, r.step) for r in logs] == [
-        (100, "stdout", "hello\n", "s"), (100, "traceback", "Traceback ...", "s"),
-        (300, "stderr", "é\u2603 unicode", "t")]
+        (100, "stdout", "hello\n", "s"),
+        (100, "traceback", "Traceback ...", "s"),
+        (300, "stderr", "é\u2603 unicode", "t"),
+    ]
     assert logs[0] == LogRow(7, "s", 101, 1, 100, "stdout", "hello\n", 0, 5.0, logs[0].log_id)
     assert logs[0].log_id < logs[1].log_id < logs[2].log_id
     assert store.attempt_logs(7, after=logs[0].log_id) == logs[1:]
@@ -33,6 +42,10 @@ def test_logs_come_back_in_order_past_a_cursor_and_per_step(store: Any) -> None:
 
 def test_a_repeated_report_adds_no_entry(store: Any) -> None:
     store.add_attempt_logs([row(7, 100, "stdout", "once")])
-    assert store.add_attempt_logs([row(7, 100, "stdout", "again"), row(7, 100, "stderr", "new")]) == 1
-    assert [(r.stream, r.text) for r in store.attempt_logs(7)] == [("stdout", "once"),
-                                                                   ("stderr", "new")]  # fmt: skip
+    assert (
+        store.add_attempt_logs([row(7, 100, "stdout", "again"), row(7, 100, "stderr", "new")]) == 1
+    )
+    assert [(r.stream, r.text) for r in store.attempt_logs(7)] == [
+        ("stdout", "once"),
+        ("stderr", "new"),
+    ]

@@ -37,8 +37,11 @@ def test_sqlite_finds_them_through_the_partial_index(tmp_path: Any) -> None:
     store = SQLiteStore(tmp_path / "plan.db")
     try:
         with store.txn() as conn:
-            plan = conn.execute("EXPLAIN QUERY PLAN SELECT execution_id FROM execution WHERE"
-                                " parent_execution_id=? AND status='RUNNING'", (1,)).fetchall()  # fmt: skip
+            plan = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT execution_id FROM execution WHERE"
+                " parent_execution_id=? AND status='RUNNING'",
+                (1,),
+            ).fetchall()
     finally:
         store.close()
     assert "execution_running_children" in " ".join(str(row) for row in plan)

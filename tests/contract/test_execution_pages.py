@@ -63,8 +63,12 @@ def test_keyset_pages_cover_every_row_once_in_the_list_order(store: Any, size: i
 
 def test_keyset_pages_keep_the_filters(store: Any) -> None:
     runs(store)
-    for where in ({"status": "COMPLETED"}, {"path": "b"}, {"path": "a", "status": "RUNNING"},
-                  {"since": 1003.0}):  # fmt: skip
+    for where in (
+        {"status": "COMPLETED"},
+        {"path": "b"},
+        {"path": "a", "status": "RUNNING"},
+        {"since": 1003.0},
+    ):
         whole = [r.execution_id for r in store.list_executions(limit=100, **where)]
         assert whole, where
         assert [x for page in pages(store, 2, **where) for x in page] == whole, where
@@ -84,16 +88,18 @@ def test_the_changes_past_a_cursor_in_updated_order(store: Any) -> None:
     assert keys == sorted(keys) and len(keys) == 12
     assert [r.execution_id for r in changed[-4:]] == xids[::3]  # the ended ones last
     after = keys[5]
-    assert [(r.updated_at, r.execution_id)
-            for r in store.changed_executions(after, 100)] == keys[6:]  # fmt: skip
+    assert [(r.updated_at, r.execution_id) for r in store.changed_executions(after, 100)] == keys[
+        6:
+    ]
     assert len(store.changed_executions((0.0, 0), 3)) == 3
 
 
 def test_steps_exited_counts_distinct_steps(store: Any) -> None:
     store.append([started(201, 1.0)])
     for step in ("a", "b", "a"):
-        store.append([ev.new_event(next(_ids), 201, ev.STEP_EXIT, 2.0, step=step,
-                                   status="COMPLETED")])  # fmt: skip
+        store.append(
+            [ev.new_event(next(_ids), 201, ev.STEP_EXIT, 2.0, step=step, status="COMPLETED")]
+        )
     store.append([started(202, 1.0)])
     assert store.steps_exited([201, 202, 999]) == {201: 2}
     assert store.steps_exited([]) == {}
@@ -101,17 +107,23 @@ def test_steps_exited_counts_distinct_steps(store: Any) -> None:
 
 def test_a_page_of_the_log_is_its_limit(store: Any) -> None:
     store.append([started(301, 1.0)])
-    store.append([ev.new_event(next(_ids), 301, ev.STEP_ENTER, 2.0, step=f"s{i}")
-                  for i in range(9)])  # fmt: skip
+    store.append(
+        [ev.new_event(next(_ids), 301, ev.STEP_ENTER, 2.0, step=f"s{i}") for i in range(9)]
+    )
     whole = store.load(301)
     assert [e.seq for e in store.load(301, after_seq=3, limit=4)] == [e.seq for e in whole[3:7]]
     assert store.load(301, after_seq=whole[-1].seq, limit=4) == []
 
 
-_PAGE = (f"SELECT {EXEC_COLS} FROM execution WHERE {{where}}(created_at, execution_id) < (?, ?)"
-         " ORDER BY created_at DESC, execution_id DESC LIMIT 50")
-_WHERE = {"": "execution_created", "status='RUNNING' AND ": "execution_status",
-          "path='a' AND ": "execution_path_created"}  # fmt: skip
+_PAGE = (
+    f"SELECT {EXEC_COLS} FROM execution WHERE {{where}}(created_at, execution_id) < (?, ?)"
+    " ORDER BY created_at DESC, execution_id DESC LIMIT 50"
+)
+_WHERE = {
+    "": "execution_created",
+    "status='RUNNING' AND ": "execution_status",
+    "path='a' AND ": "execution_path_created",
+}
 
 
 @pytest.mark.parametrize("where", list(_WHERE))
@@ -119,8 +131,12 @@ def test_sqlite_reads_a_page_along_its_index_without_a_sort(tmp_path: Any, where
     store = SQLiteStore(tmp_path / "plan.db")
     try:
         with store.txn() as conn:
-            plan = " ".join(str(r) for r in conn.execute(
-                "EXPLAIN QUERY PLAN " + _PAGE.format(where=where), (5.0, 5)).fetchall())  # fmt: skip
+            plan = " ".join(
+                str(r)
+                for r in conn.execute(
+                    "EXPLAIN QUERY PLAN " + _PAGE.format(where=where), (5.0, 5)
+                ).fetchall()
+            )
     finally:
         store.close()
     assert f"INDEX {_WHERE[where]} " in plan and "TEMP B-TREE" not in plan, plan

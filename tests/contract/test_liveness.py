@@ -18,14 +18,23 @@ def new_id() -> int:
     return next(_ids)
 
 
-def event(xid: int, etype: str, at: float = 100.0, step: str | None = "s",
-          **payload: Any) -> ev.Event:  # fmt: skip
+def event(
+    xid: int, etype: str, at: float = 100.0, step: str | None = "s", **payload: Any
+) -> ev.Event:
     return ev.new_event(new_id(), xid, etype, at, step=step, payload=payload)
 
 
 def issued(xid: int, cid: int, **lease: float) -> ev.Event:
-    return event(xid, ev.COMMAND_ISSUED, command_id=cid, run=1, index=-1, attempt=1,
-                 idempotency_key=f"k{cid}", **lease)  # fmt: skip
+    return event(
+        xid,
+        ev.COMMAND_ISSUED,
+        command_id=cid,
+        run=1,
+        index=-1,
+        attempt=1,
+        idempotency_key=f"k{cid}",
+        **lease,
+    )
 
 
 def started(xid: int, at: float = 100.0, **stall: float) -> ev.Event:
@@ -47,7 +56,8 @@ def test_claim_next_and_a_report_s_claim_lease_each_command_for_its_own(store: A
     store.append([started(2), issued(2, 21, lease_s=2.5), issued(2, 22)])
     taken = store.claim_next("w1", 50.0, 30.0, 1, new_id=new_id)
     _, by_report = store.append_and_claim(
-        [event(2, ev.STEP_ENTER, run=1)], port.ClaimRequest("w2", 51.0, 20.0, 5, new_id=new_id))
+        [event(2, ev.STEP_ENTER, run=1)], port.ClaimRequest("w2", 51.0, 20.0, 5, new_id=new_id)
+    )
     leases = {row.command_id: lease for row, lease in [*taken, *by_report]}
     assert (leases[21].expires_at, leases[21].lease_s) == (52.5, 2.5)
     assert (leases[22].expires_at, leases[22].lease_s) == (71.0, 20.0)
@@ -76,13 +86,31 @@ def test_the_command_rows_rebuilt_from_the_log_match_with_own_leases(store: Any)
 
 
 def test_runs_silent_past_their_stall_window_are_listed_with_their_last_event(store: Any) -> None:
-    store.append([started(5, 100.0, stall_after=10.0), event(5, ev.STEP_ENTER, 103.0, run=1),
-                  started(6, 100.0), started(7, 100.0, stall_after=10.0),
-                  event(7, ev.EXECUTION_COMPLETED, 101.0, None)])
+    store.append(
+        [
+            started(5, 100.0, stall_after=10.0),
+            event(5, ev.STEP_ENTER, 103.0, run=1),
+            started(6, 100.0),
+            started(7, 100.0, stall_after=10.0),
+            event(7, ev.EXECUTION_COMPLETED, 101.0, None),
+        ]
+    )
     assert store.stalled_executions(112.0) == []  # 5 spoke at 103: 9 s ago
     assert store.stalled_executions(113.5) == [(5, 103.0)]  # 6 has no window, 7 ended
-    store.append([event(5, ev.COMMAND_ISSUED, 113.0, command_id=51, run=1, index=-1,
-                        attempt=1, idempotency_key="k51")])  # fmt: skip
+    store.append(
+        [
+            event(
+                5,
+                ev.COMMAND_ISSUED,
+                113.0,
+                command_id=51,
+                run=1,
+                index=-1,
+                attempt=1,
+                idempotency_key="k51",
+            )
+        ]
+    )
     assert store.stalled_executions(120.0) == []
 
 

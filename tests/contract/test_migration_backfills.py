@@ -16,12 +16,16 @@ from milepost.store.postgres import PostgresStore
 from milepost.store.sqlite import SQLiteStore
 from tests.contract.test_store import new_id
 
-_BEFORE_14 = ["UPDATE execution SET started_by = NULL", "DELETE FROM schema_version WHERE version >= 14"]
+_BEFORE_14 = [
+    "UPDATE execution SET started_by = NULL",
+    "DELETE FROM schema_version WHERE version >= 14",
+]
 
 
 def _started(xid: int, **payload: Any) -> ev.Event:
-    return ev.new_event(new_id(), xid, ev.EXECUTION_STARTED, 1.0,
-                        payload={"path": "p", "version": 1, **payload})  # fmt: skip
+    return ev.new_event(
+        new_id(), xid, ev.EXECUTION_STARTED, 1.0, payload={"path": "p", "version": 1, **payload}
+    )
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
@@ -49,12 +53,19 @@ def test_version_14_fills_in_who_started_the_runs_of_an_older_database(
             with psycopg.connect(url, autocommit=True) as conn:
                 for text in _BEFORE_14:
                     conn.execute(text.encode())
-    store.append([_started(1, started_by="user:ann"), _started(2), _started(3, started_by="token:ci")])
+
+    store.append(
+        [_started(1, started_by="user:ann"), _started(2), _started(3, started_by="token:ci")]
+    )
     store.close()
     rewind()
     store = reopen()
     try:
         assert store.schema_version() == len(migrations.scripts(dialect)) >= 14
-        assert [store.get_execution(x).started_by for x in (1, 2, 3)] == ["user:ann", None, "token:ci"]
+        assert [store.get_execution(x).started_by for x in (1, 2, 3)] == [
+            "user:ann",
+            None,
+            "token:ci",
+        ]
     finally:
         store.close()

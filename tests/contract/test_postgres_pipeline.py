@@ -60,13 +60,16 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_a_vouched_append_with_its_claim_is_one_round_trip(
-        store: PostgresStore, syncs: list[int], sent: list[bytes]) -> None:  # fmt: skip
+    store: PostgresStore, syncs: list[int], sent: list[bytes]
+) -> None:
     store.append([started(41), issued(41, 411)])
     syncs.clear()
     sent.clear()
     stored, claimed = store.append_and_claim(
         [event(41, ev.STEP_ENTER, "t", run=1), issued(41, 412, "t")],
-        port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={41: 2})  # fmt: skip
+        port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+        expect={41: 2},
+    )
     assert len(stored) == 2 and sorted(row.command_id for row, _ in claimed) == [411, 412]
     # psycopg's transaction() inside a pipeline nests two pipeline blocks around itself,
     # each ending in a Sync: three waits for the server where one does
@@ -77,7 +80,8 @@ def test_a_vouched_append_with_its_claim_is_one_round_trip(
 
 
 def test_an_append_that_must_read_before_committing_waits_twice(
-        store: PostgresStore, syncs: list[int], sent: list[bytes]) -> None:  # fmt: skip
+    store: PostgresStore, syncs: list[int], sent: list[bytes]
+) -> None:
     store.append([started(42)])
     syncs.clear()
     store.append([event(42, ev.STEP_ENTER, "t", run=1)])  # not vouched: counted before COMMIT
@@ -86,16 +90,19 @@ def test_an_append_that_must_read_before_committing_waits_twice(
 
 
 def test_a_failure_in_python_mid_append_writes_nothing_and_frees_the_connection(
-        store: PostgresStore, monkeypatch: pytest.MonkeyPatch, sent: list[bytes]) -> None:  # fmt: skip
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, sent: list[bytes]
+) -> None:
     store.append([started(43), issued(43, 431)])
     sent.clear()
 
     # the events and their projections are queued (sent, not committed) when this raises
     monkeypatch.setattr(PostgresStore, "claim_queued", _claim_fails)
     with pytest.raises(RuntimeError):
-        store.append_and_claim([event(43, ev.STEP_ENTER, "t", run=1), issued(43, 432, "t")],
-                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
-                               expect={43: 2})  # fmt: skip
+        store.append_and_claim(
+            [event(43, ev.STEP_ENTER, "t", run=1), issued(43, 432, "t")],
+            port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+            expect={43: 2},
+        )
     # the implicit transaction's Sync would have committed what was sent: it was made to fail
     # (then an empty transaction is rolled back, for psycopg to forget what it prepared)
     abandoned = next(i for i, text in enumerate(sent) if b"abandoned" in text)
@@ -114,9 +121,11 @@ def test_a_statement_the_server_refuses_rolls_the_whole_append_back(store: Postg
     store.append([started(44), issued(44, 441)])
     taken = issued(44, 441)  # a second command row with the same id: the insert fails
     with pytest.raises(Exception) as refused:
-        store.append_and_claim([event(44, ev.STEP_ENTER, "t", run=1), taken],
-                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
-                               expect={44: 2})  # fmt: skip
+        store.append_and_claim(
+            [event(44, ev.STEP_ENTER, "t", run=1), taken],
+            port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+            expect={44: 2},
+        )
     assert not isinstance(refused.value, sql.RepeatedId)
     assert [e.seq for e in store.load(44)] == [1, 2]
     assert store.get_command(441).status == port.COMMAND_QUEUED  # its claim went with it
@@ -128,17 +137,23 @@ def test_one_statement_takes_the_locks_of_every_log_of_a_batch(store: PostgresSt
     try:
         with store.txn() as conn:
             store.lock_keys(conn, sql.NS_APPEND, [-7, 5, 9])
-            held = [other.execute("SELECT pg_try_advisory_lock(%s::int4, %s::int4)",
-                                  (sql.NS_APPEND, key)).fetchone()[0] for key in (-7, 5, 9, 11)]  # fmt: skip
+            held = [
+                other.execute(
+                    "SELECT pg_try_advisory_lock(%s::int4, %s::int4)", (sql.NS_APPEND, key)
+                ).fetchone()[0]
+                for key in (-7, 5, 9, 11)
+            ]
         assert held == [False, False, False, True]  # the batch's keys are taken, no other
-        assert other.execute("SELECT pg_try_advisory_lock(%s::int4, 5)",
-                             (sql.NS_APPEND,)).fetchone()[0]  # fmt: skip
+        assert other.execute(
+            "SELECT pg_try_advisory_lock(%s::int4, 5)", (sql.NS_APPEND,)
+        ).fetchone()[0]
     finally:
         other.close()
 
 
 def test_a_new_runs_first_append_takes_no_log_lock_and_cannot_take_a_used_seq(
-        store: PostgresStore, sent: list[bytes]) -> None:  # fmt: skip
+    store: PostgresStore, sent: list[bytes]
+) -> None:
     # nobody else can write to the log of a run whose start is not committed: the lock
     # statement is left out; a caller wrong about the log being new still writes nothing
     store.append([started(45), issued(45, 451)], expect={45: 0})
@@ -154,7 +169,8 @@ def test_a_new_runs_first_append_takes_no_log_lock_and_cannot_take_a_used_seq(
 
 
 def test_a_statement_prepared_in_a_pipeline_the_server_aborted_is_not_used_after(
-        store: PostgresStore) -> None:  # fmt: skip
+    store: PostgresStore,
+) -> None:
     # psycopg prepares a statement on its sixth execution and counts it as prepared once its
     # Parse is queued. In a pipeline whose earlier statement fails, the server skips that
     # Parse: the connection would answer "prepared statement _pg3_N does not exist" for the
@@ -171,14 +187,16 @@ def test_a_statement_prepared_in_a_pipeline_the_server_aborted_is_not_used_after
 
 
 def test_a_failure_in_python_after_a_refusal_leaves_no_statement_prepared_in_name_only(
-        store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the same, when Python fails after the refused statement: psycopg reports the server's
     # refusal only in its log then, and the Python error is what the append raises
     seen, _ = _five_inserts_then_a_claim_there(store, 47)
     monkeypatch.setattr(PostgresStore, "claim_queued", _claim_fails)
     with pytest.raises(RuntimeError):
-        store.append_and_claim([issued(47, 476)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
-                               expect={47: seen})  # fmt: skip
+        store.append_and_claim(
+            [issued(47, 476)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={47: seen}
+        )
     monkeypatch.undo()
     seen = store.load(47)[-1].seq
     stored = store.append([issued(47, 477)], expect={47: seen})  # the command row's insert
@@ -210,12 +228,30 @@ _REFUSALS = (port.LogMoved, port.ClaimMoved, ConcurrencyConflict)
 """What the server may answer a call here: a log or a claim that moved, a row already there."""
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(hs.lists(hs.sampled_from(["issue", "issue", "issue_again", "claim_there", "claim_there",
-                                 "decide_there", "report_moved", "report_live"]),
-                min_size=4, max_size=24))  # fmt: skip
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    hs.lists(
+        hs.sampled_from(
+            [
+                "issue",
+                "issue",
+                "issue_again",
+                "claim_there",
+                "claim_there",
+                "decide_there",
+                "report_moved",
+                "report_live",
+            ]
+        ),
+        min_size=4,
+        max_size=24,
+    )
+)
 def test_no_refusal_leaves_a_connection_that_fails_later_calls(
-        store: PostgresStore, ops: list[str]) -> None:  # fmt: skip
+    store: PostgresStore, ops: list[str]
+) -> None:
     # the class of the prepared statement above: whatever the server refused (a seq
     # taken, a claim moved, a row already there), the store's one connection answers every
     # later call, and nothing of a refused call is in the log. A fresh connection each
@@ -247,15 +283,21 @@ def _refusals(store: PostgresStore, other: PostgresStore, ops: list[str]) -> Non
             elif op == "issue_again" and issued_ids:  # its command row is there: refused
                 store.append([issued(xid, issued_ids[-1])], expect={xid: seen})
             elif op == "claim_there":  # another process's claim: this store's seq is stale
-                queued = [r.command_id for r in other.open_commands(xid)
-                          if r.status == port.COMMAND_QUEUED]  # fmt: skip
+                queued = [
+                    r.command_id
+                    for r in other.open_commands(xid)
+                    if r.status == port.COMMAND_QUEUED
+                ]
                 if queued:
                     other.claim(queued[0], "w", 1.0, 30.0, new_id=new_id)
             elif op == "decide_there":  # another process's decision: LogMoved here
                 other.append([event(xid, ev.STEP_ENTER, "t", run=1)])
             elif op in ("report_moved", "report_live") and issued_ids:
-                live = {row.command_id: row.epoch for row in other.open_commands(xid)
-                        if row.status == port.COMMAND_CLAIMED}  # fmt: skip
+                live = {
+                    row.command_id: row.epoch
+                    for row in other.open_commands(xid)
+                    if row.status == port.COMMAND_CLAIMED
+                }
                 cid, epoch = next(iter(live.items()), (issued_ids[0], 0))
                 epoch += 0 if op == "report_live" else 7
                 seen = store.append([report(xid, cid, epoch)], check_claims=True)[-1].seq

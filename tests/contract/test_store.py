@@ -39,8 +39,9 @@ def new_id() -> int:
 
 
 def event(xid: int, etype: str, step: str | None = None, **payload: Any) -> ev.Event:
-    return ev.new_event(next(_ids), xid, etype, 100.0 + next(_ids) / 1000, step=step,
-                        payload=payload)  # fmt: skip
+    return ev.new_event(
+        next(_ids), xid, etype, 100.0 + next(_ids) / 1000, step=step, payload=payload
+    )
 
 
 def started(xid: int, path: str = "p") -> ev.Event:
@@ -48,8 +49,16 @@ def started(xid: int, path: str = "p") -> ev.Event:
 
 
 def issued(xid: int, command_id: int, step: str = "s") -> ev.Event:
-    return event(xid, ev.COMMAND_ISSUED, step, command_id=command_id, run=1, index=-1, attempt=1,
-                 idempotency_key="k" * 64)  # fmt: skip
+    return event(
+        xid,
+        ev.COMMAND_ISSUED,
+        step,
+        command_id=command_id,
+        run=1,
+        index=-1,
+        attempt=1,
+        idempotency_key="k" * 64,
+    )
 
 
 def test_migrate_is_idempotent_and_reports_the_version(make_store: StoreFactory) -> None:
@@ -130,7 +139,9 @@ def test_claim_gives_one_live_lease_per_command(store: Any) -> None:
     store.append([started(10), issued(10, 101)])
     lease = store.claim(101, "w1", now=50.0, lease_s=10.0, new_id=new_id)
     assert (lease.epoch, lease.expires_at) == (1, 60.0)
-    assert store.claim(101, "w1", now=51.0, lease_s=10.0, new_id=new_id).epoch == 1  # repeat by the holder
+    assert (
+        store.claim(101, "w1", now=51.0, lease_s=10.0, new_id=new_id).epoch == 1
+    )  # repeat by the holder
     with pytest.raises(ClaimRefused) as refused:
         store.claim(101, "w2", now=52.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "active_claim"
@@ -180,7 +191,9 @@ def test_two_writers_on_one_execution_lose_nothing(make_store: StoreFactory) -> 
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
-    threads = [threading.Thread(target=write, args=(s, t)) for s, t in ((first, "a"), (second, "b"))]
+    threads = [
+        threading.Thread(target=write, args=(s, t)) for s, t in ((first, "a"), (second, "b"))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -209,10 +222,13 @@ def test_credentials_are_upserted_listed_without_their_data_and_deleted(
     again = store.put_credential("db", "postgres_v2", b"cipher-2\xff", 12.0)
     assert (again.created_at, again.updated_at) == (10.0, 12.0)  # created_at survives
     other = make_store()  # another process sees it
-    assert other.get_credential("db") == port.CredentialRow("db", "postgres_v2",
-                                                            b"cipher-2\xff", 10.0, 12.0)  # fmt: skip
+    assert other.get_credential("db") == port.CredentialRow(
+        "db", "postgres_v2", b"cipher-2\xff", 10.0, 12.0
+    )
     assert [(c.name, c.type, c.ciphertext) for c in other.list_credentials()] == [
-        ("api", "http", None), ("db", "postgres_v2", None)]  # fmt: skip
+        ("api", "http", None),
+        ("db", "postgres_v2", None),
+    ]
     assert other.delete_credential("db") is True
     assert store.delete_credential("db") is False
     assert store.get_credential("db") is None
@@ -240,9 +256,13 @@ def test_claim_next_takes_the_oldest_queued_commands_of_running_executions(store
     store.append([issued(22, 221)])  # queued, and no execution row at all
     first = store.claim_next("w1", now=50.0, lease_s=10.0, limit=2, new_id=new_id)
     assert [(c.command_id, c.status, c.worker_id, c.epoch) for c, _ in first] == [
-        (203, port.COMMAND_CLAIMED, "w1", 1), (202, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
+        (203, port.COMMAND_CLAIMED, "w1", 1),
+        (202, port.COMMAND_CLAIMED, "w1", 1),
+    ]
     assert [(le.command_id, le.worker_id, le.epoch, le.expires_at) for _, le in first] == [
-        (203, "w1", 1, 60.0), (202, "w1", 1, 60.0)]  # fmt: skip
+        (203, "w1", 1, 60.0),
+        (202, "w1", 1, 60.0),
+    ]
     rest = store.claim_next("w2", now=51.0, lease_s=10.0, limit=5, new_id=new_id)
     assert [c.command_id for c, _ in rest] == [201]
     assert store.claim_next("w3", now=52.0, lease_s=10.0, limit=5, new_id=new_id) == []
@@ -264,7 +284,9 @@ def test_a_batch_larger_than_one_statement_is_stored_whole(store: Any) -> None:
     # repeated ids among new ones: only the new are stored, numbered on from the last
     again = [first[5], issued(28, 290_000), first[700], issued(28, 290_001)]
     assert [(e.event_id, e.seq) for e in store.append(again)] == [
-        (again[1].event_id, 1202), (again[3].event_id, 1203)]  # fmt: skip
+        (again[1].event_id, 1202),
+        (again[3].event_id, 1203),
+    ]
 
 
 def test_get_commands_reads_a_batch_by_id(store: Any) -> None:
@@ -282,8 +304,10 @@ def test_append_and_claim_hands_out_the_commands_it_just_issued(store: Any) -> N
     assert [e.seq for e in stored] == [3, 4]
     # oldest first: the command queued before the append, then the two it issued
     assert [(c.command_id, c.status, c.worker_id, c.epoch) for c, _ in claimed] == [
-        (241, port.COMMAND_CLAIMED, "w1", 1), (242, port.COMMAND_CLAIMED, "w1", 1),
-        (243, port.COMMAND_CLAIMED, "w1", 1)]  # fmt: skip
+        (241, port.COMMAND_CLAIMED, "w1", 1),
+        (242, port.COMMAND_CLAIMED, "w1", 1),
+        (243, port.COMMAND_CLAIMED, "w1", 1),
+    ]
     assert all(lease.expires_at == 15.0 for _, lease in claimed)
     assert store.claim_next("w2", now=11.0, lease_s=5.0, limit=5, new_id=new_id) == []
     # nothing to append: a plain claim; nothing queued: nothing claimed
@@ -301,31 +325,47 @@ def test_append_with_an_expected_seq_refuses_when_the_log_moved(store: Any) -> N
     assert [e.seq for e in stored] == [3]
     # a new execution is expected at 0; a claim in a refused append is rolled back too
     with pytest.raises(port.LogMoved):
-        store.append_and_claim([issued(25, 253)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
-                               expect={25: 2})  # fmt: skip
+        store.append_and_claim(
+            [issued(25, 253)], port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={25: 2}
+        )
     assert store.get_command(251).status == port.COMMAND_QUEUED
     assert [e.seq for e in store.append([started(26)], expect={26: 0})] == [1]
 
 
 def report(xid: int, command_id: int, epoch: int, **meta: Any) -> ev.Event:
     return dataclasses.replace(
-        event(xid, ev.COMMAND_COMPLETED, "s", command_id=command_id, run=1, index=-1, attempt=1,
-              epoch=epoch, result=1, ctx={}),
-        meta={"epoch": epoch, **meta})  # fmt: skip
+        event(
+            xid,
+            ev.COMMAND_COMPLETED,
+            "s",
+            command_id=command_id,
+            run=1,
+            index=-1,
+            attempt=1,
+            epoch=epoch,
+            result=1,
+            ctx={},
+        ),
+        meta={"epoch": epoch, **meta},
+    )
 
 
-def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(
-        store: Any) -> None:  # fmt: skip
+def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(store: Any) -> None:
     store.append([started(28), issued(28, 281), issued(28, 282)])
     [(_, lease)] = store.claim_next("w1", 10.0, 60.0, 1, new_id=new_id)  # 281, epoch 1
     assert store.release(281, "w1", lease.epoch, 11.0, new_id=new_id)
     [(_, again)] = store.claim_next("w2", 12.0, 60.0, 1, new_id=new_id)  # 281 again: epoch 2
     assert again.epoch == 2
-    for moved in (report(28, 281, 1),  # the released claim's epoch
-                  report(28, 282, 0)):  # a queued command: nobody holds it
+    for moved in (
+        report(28, 281, 1),  # the released claim's epoch
+        report(28, 282, 0),
+    ):  # a queued command: nobody holds it
         with pytest.raises(port.ClaimMoved):
-            store.append_and_claim([moved, issued(28, 283)], port.ClaimRequest("w", 13.0, 5.0, 5, new_id=new_id),
-                                   check_claims=True)  # fmt: skip
+            store.append_and_claim(
+                [moved, issued(28, 283)],
+                port.ClaimRequest("w", 13.0, 5.0, 5, new_id=new_id),
+                check_claims=True,
+            )
         # nothing written, nothing claimed: the three events, then claim, release, claim
         assert [e.seq for e in store.load(28)] == [1, 2, 3, 4, 5, 6]
         assert store.get_command(283) is None
@@ -344,19 +384,30 @@ def test_a_sharded_store_checks_each_shards_claims_in_that_shards_transaction(pg
     try:
         xids = [next(x for x in range(1, 200) if shard_of(x, 2) == i) for i in (0, 1)]
         shards.append([started(x) for x in xids] + [issued(x, x * 10) for x in xids])
-        claimed = {row.execution_id: lease for row, lease in shards.claim_next("w", 1.0, 60.0, 2, new_id=new_id)}
+        claimed = {
+            row.execution_id: lease
+            for row, lease in shards.claim_next("w", 1.0, 60.0, 2, new_id=new_id)
+        }
         assert sorted(claimed) == sorted(xids)
         first, second = xids
         # the second shard's claim moves: its append refuses, writing nothing there
         assert shards.release(second * 10, "w", claimed[second].epoch, 2.0, new_id=new_id)
         with pytest.raises(port.ClaimMoved):
-            shards.append([report(first, first * 10, claimed[first].epoch),
-                           report(second, second * 10, claimed[second].epoch)],
-                          check_claims=True)  # fmt: skip
+            shards.append(
+                [
+                    report(first, first * 10, claimed[first].epoch),
+                    report(second, second * 10, claimed[second].epoch),
+                ],
+                check_claims=True,
+            )
         assert shards.get_command(second * 10).status == port.COMMAND_QUEUED
         # the report was not written there: the log holds the claim and its release only
         assert [e.event_type for e in shards.load(second)] == [
-            ev.EXECUTION_STARTED, ev.COMMAND_ISSUED, ev.COMMAND_CLAIMED, ev.COMMAND_RELEASED]
+            ev.EXECUTION_STARTED,
+            ev.COMMAND_ISSUED,
+            ev.COMMAND_CLAIMED,
+            ev.COMMAND_RELEASED,
+        ]
         # each shard's live claim goes in, checked there
         [(_, again)] = shards.claim_next("w", 3.0, 60.0, 1, new_id=new_id)
         stored = shards.append([report(second, second * 10, again.epoch)], check_claims=True)
@@ -365,16 +416,18 @@ def test_a_sharded_store_checks_each_shards_claims_in_that_shards_transaction(pg
         shards.close()
 
 
-def test_an_append_that_fails_late_writes_nothing_even_when_the_caller_vouches(
-        store: Any) -> None:  # fmt: skip
+def test_an_append_that_fails_late_writes_nothing_even_when_the_caller_vouches(store: Any) -> None:
     # `expect` covering the execution is the path that sends everything in one go (on
     # PostgreSQL: no BEGIN/COMMIT, one pipeline Sync): a failure in its last statements
     # must still undo the first ones
     store.append([started(29), issued(29, 291)])
     reused = issued(29, 291)  # a new event issuing a command id that exists: refused
     with pytest.raises((MilepostError, sqlite3.IntegrityError)):
-        store.append_and_claim([event(29, ev.STEP_ENTER, "t", run=1), reused],
-                               port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id), expect={29: 2})  # fmt: skip
+        store.append_and_claim(
+            [event(29, ev.STEP_ENTER, "t", run=1), reused],
+            port.ClaimRequest("w", 1.0, 5.0, 5, new_id=new_id),
+            expect={29: 2},
+        )
     assert [e.seq for e in store.load(29)] == [1, 2]
     assert store.get_command(291).status == port.COMMAND_QUEUED  # nor was anything claimed
 
@@ -386,7 +439,8 @@ def test_claims_log_their_events_with_ids_of_a_generator_that_makes_blocks(store
     store.append([started(31), issued(31, 311), issued(31, 312), issued(31, 313)])
     alone = store.claim_next("w", 1.0, 5.0, 2, new_id=gen)
     _, after = store.append_and_claim(
-        [event(31, ev.STEP_ENTER, "t", run=1)], port.ClaimRequest("w", 1.0, 5.0, 4, new_id=gen))
+        [event(31, ev.STEP_ENTER, "t", run=1)], port.ClaimRequest("w", 1.0, 5.0, 4, new_id=gen)
+    )
     leases = [lease for _, lease in alone + after]
     assert [row.command_id for row, _ in alone + after] == [311, 312, 313]
     logged = [e for e in store.load(31) if e.event_type == ev.COMMAND_CLAIMED]
@@ -397,12 +451,29 @@ def test_claims_log_their_events_with_ids_of_a_generator_that_makes_blocks(store
 
 
 def test_claim_next_can_be_limited_to_a_pool(store: Any) -> None:
-    store.append([started(23), issued(23, 231),
-                  event(23, ev.COMMAND_ISSUED, "g", command_id=232, run=1, attempt=1,
-                        idempotency_key="g" * 64, pool="gpu")])  # fmt: skip
-    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="gpu", new_id=new_id)] == [232]
+    store.append(
+        [
+            started(23),
+            issued(23, 231),
+            event(
+                23,
+                ev.COMMAND_ISSUED,
+                "g",
+                command_id=232,
+                run=1,
+                attempt=1,
+                idempotency_key="g" * 64,
+                pool="gpu",
+            ),
+        ]
+    )
+    assert [
+        c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="gpu", new_id=new_id)
+    ] == [232]
     assert store.claim_next("w", 1.0, 5.0, 5, pool="gpu", new_id=new_id) == []
-    assert [c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="default", new_id=new_id)] == [231]
+    assert [
+        c.command_id for c, _ in store.claim_next("w", 1.0, 5.0, 5, pool="default", new_id=new_id)
+    ] == [231]
 
 
 def test_racing_workers_claim_every_command_exactly_once(
@@ -425,7 +496,9 @@ def test_racing_workers_claim_every_command_exactly_once(
         try:
             gate.wait()
             while True:
-                got = stores[w].claim_next(f"w{w}", now=1000.0, lease_s=60.0, limit=w % 3 + 1, new_id=new_id)
+                got = stores[w].claim_next(
+                    f"w{w}", now=1000.0, lease_s=60.0, limit=w % 3 + 1, new_id=new_id
+                )
                 if not got:
                     return
                 claimed[w].extend((c.command_id, lease.epoch) for c, lease in got)
@@ -444,11 +517,16 @@ def test_racing_workers_claim_every_command_exactly_once(
     assert len(every) == len(expected) == 200 and set(every) == expected  # each exactly once
     assert {epoch for got in claimed.values() for _, epoch in got} == {1}
     rows = {c.command_id: c for c in setup.open_commands()}
-    assert all(rows[cid].worker_id == f"w{w}" and rows[cid].status == port.COMMAND_CLAIMED
-               for w, got in claimed.items() for cid, _ in got)  # fmt: skip
+    assert all(
+        rows[cid].worker_id == f"w{w}" and rows[cid].status == port.COMMAND_CLAIMED
+        for w, got in claimed.items()
+        for cid, _ in got
+    )
     with capsys.disabled():
-        print(f"\nclaim race [{getattr(make_store, 'kind', '?')}]: 200 commands, {workers} workers,"
-              f" {elapsed:.3f}s, per worker {[len(claimed[w]) for w in range(workers)]}")
+        print(
+            f"\nclaim race [{getattr(make_store, 'kind', '?')}]: 200 commands, {workers} workers,"
+            f" {elapsed:.3f}s, per worker {[len(claimed[w]) for w in range(workers)]}"
+        )
 
 
 def test_claims_are_refused_for_a_cancelled_execution(store: Any) -> None:
@@ -477,14 +555,18 @@ def test_claims_are_refused_for_a_cancelled_execution(store: Any) -> None:
     assert refused.value.fields["reason"] == "execution_cancelled"
     # other executions are unaffected
     store.append([started(41), issued(41, 411)])
-    assert [c.command_id for c, _ in store.claim_next("w3", 54.0, 10.0, limit=10, new_id=new_id)] == [411]
+    assert [
+        c.command_id for c, _ in store.claim_next("w3", 54.0, 10.0, limit=10, new_id=new_id)
+    ] == [411]
 
 
 def test_executions_to_redrive_are_running_idle_and_without_live_commands(store: Any) -> None:
     store.append([at(started(50), 200.0)])  # running, nothing to do: re-drive once idle
     store.append([at(started(51), 200.0), at(issued(51, 511), 200.0)])  # queued work
     store.append([at(started(52), 200.0), at(issued(52, 521), 200.0)])
-    store.claim(521, "w", now=200.0, lease_s=1.0, new_id=new_id)  # claimed (even lapsed): the reconciler's
+    store.claim(
+        521, "w", now=200.0, lease_s=1.0, new_id=new_id
+    )  # claimed (even lapsed): the reconciler's
     store.append([at(started(53), 200.0), at(issued(53, 531), 200.0)])
     store.append([at(event(53, ev.COMMAND_COMPLETED, "s", command_id=531, result=1), 300.0)])
     store.append([at(started(54), 200.0), at(event(54, ev.EXECUTION_COMPLETED), 200.0)])
@@ -514,9 +596,11 @@ def test_lock_execution_excludes_a_second_holder(make_store: StoreFactory) -> No
         with store.lock_execution(60):
             order.append(name)
 
-    threads = [threading.Thread(target=hold),
-               threading.Thread(target=contend, args=(second, "other store in", trying[0])),
-               threading.Thread(target=contend, args=(first, "other thread in", trying[1]))]  # fmt: skip
+    threads = [
+        threading.Thread(target=hold),
+        threading.Thread(target=contend, args=(second, "other store in", trying[0])),
+        threading.Thread(target=contend, args=(first, "other thread in", trying[1])),
+    ]
     for t in threads:
         t.start()
     assert holding.wait(30) and trying[0].wait(30) and trying[1].wait(30)
@@ -540,8 +624,10 @@ def test_a_commit_the_database_refuses_leaves_the_store_usable(make_store: Store
     store = make_store()
     with store.txn() as conn:
         conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-        conn.execute("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id)"
-                     " DEFERRABLE INITIALLY DEFERRED)")  # fmt: skip
+        conn.execute(
+            "CREATE TABLE child (parent_id INTEGER REFERENCES parent (id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
     with pytest.raises(port.StoreError) as refused, store.txn() as conn:
         conn.execute("INSERT INTO child (parent_id) VALUES (42)")  # checked at the commit
     # the database failing, on both dialects: not a conflict (a row already there)
@@ -577,15 +663,25 @@ def test_the_same_events_from_two_writers_are_stored_once(make_store: StoreFacto
 
 
 def _sqlite_columns(store: SQLiteStore) -> set[tuple[str, str, bool]]:
-    tables = [r[0] for r in query(store, "SELECT name FROM sqlite_master WHERE type='table'"
-                                         " AND name NOT LIKE 'sqlite_%'")]  # fmt: skip
-    return {(t, r[1], bool(r[3] or r[5]))
-            for t in tables for r in query(store, f"PRAGMA table_info({t})")}  # fmt: skip
+    tables = [
+        r[0]
+        for r in query(
+            store, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    return {
+        (t, r[1], bool(r[3] or r[5]))
+        for t in tables
+        for r in query(store, f"PRAGMA table_info({t})")
+    }
 
 
 def _pg_columns(store: PostgresStore) -> set[tuple[str, str, bool]]:
-    rows = query(store, "SELECT table_name, column_name, is_nullable FROM"
-                        " information_schema.columns WHERE table_schema='public'")  # fmt: skip
+    rows = query(
+        store,
+        "SELECT table_name, column_name, is_nullable FROM"
+        " information_schema.columns WHERE table_schema='public'",
+    )
     return {(t, c, nullable == "NO") for t, c, nullable in rows}
 
 
@@ -598,13 +694,27 @@ def test_both_dialects_describe_the_same_tables_and_columns(pg: Any, tmp_path: P
         assert len(migrations.scripts("sqlite")) == len(migrations.scripts("postgres"))
         columns = _sqlite_columns(lite)
         assert columns == _pg_columns(pgs)  # names and NOT NULL alike
-        assert {("execution", "cancel_requested", True), ("credential", "ciphertext", True),
-                ("token", "token_hash", True), ("command", "pool", True)} <= columns  # fmt: skip
-        lite_idx = {r[0] for r in query(lite, "SELECT name FROM sqlite_master WHERE type='index'"
-                                              " AND sql IS NOT NULL")}  # fmt: skip
-        pg_idx = {r[0] for r in query(pgs, "SELECT indexname FROM pg_indexes WHERE"
-                                           " schemaname='public' AND indexname NOT LIKE"
-                                           " '%%_pkey' AND indexname NOT LIKE '%%_key'")}  # fmt: skip
+        assert {
+            ("execution", "cancel_requested", True),
+            ("credential", "ciphertext", True),
+            ("token", "token_hash", True),
+            ("command", "pool", True),
+        } <= columns
+        lite_idx = {
+            r[0]
+            for r in query(
+                lite, "SELECT name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL"
+            )
+        }
+        pg_idx = {
+            r[0]
+            for r in query(
+                pgs,
+                "SELECT indexname FROM pg_indexes WHERE"
+                " schemaname='public' AND indexname NOT LIKE"
+                " '%%_pkey' AND indexname NOT LIKE '%%_key'",
+            )
+        }
         assert lite_idx == pg_idx and "command_queue" in lite_idx
     finally:
         lite.close()
@@ -613,14 +723,20 @@ def test_both_dialects_describe_the_same_tables_and_columns(pg: Any, tmp_path: P
 
 
 _V1_ROWS = [
-    ("INSERT INTO execution (execution_id, path, version, status, created_at, updated_at)"
-     " VALUES (80, 'p', 1, 'RUNNING', 1.0, 1.0)"),
-    ("INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
-     " idempotency_key, status, created_at, updated_at)"
-     " VALUES (801, 80, 's', 1, -1, 1, 'k', 'queued', 1.0, 1.0)"),
-    ("INSERT INTO event (event_id, execution_id, seq, event_type, status, created_at)"
-     " VALUES (1, 80, 1, 'execution.cancel_requested', 'RUNNING', 2.0)"),
-]  # fmt: skip
+    (
+        "INSERT INTO execution (execution_id, path, version, status, created_at, updated_at)"
+        " VALUES (80, 'p', 1, 'RUNNING', 1.0, 1.0)"
+    ),
+    (
+        "INSERT INTO command (command_id, execution_id, step, run, idx, attempt,"
+        " idempotency_key, status, created_at, updated_at)"
+        " VALUES (801, 80, 's', 1, -1, 1, 'k', 'queued', 1.0, 1.0)"
+    ),
+    (
+        "INSERT INTO event (event_id, execution_id, seq, event_type, status, created_at)"
+        " VALUES (1, 80, 1, 'execution.cancel_requested', 'RUNNING', 2.0)"
+    ),
+]
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
@@ -631,9 +747,10 @@ def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
     if dialect == "sqlite":
         path = tmp_path / "v1.db"
         conn = sqlite3.connect(path)
-        conn.executescript(v1 + "\nCREATE TABLE schema_version (version INTEGER NOT NULL);"
-                           "\nINSERT INTO schema_version VALUES (1);\n"
-                           + ";\n".join(_V1_ROWS) + ";")  # fmt: skip
+        conn.executescript(
+            v1 + "\nCREATE TABLE schema_version (version INTEGER NOT NULL);"
+            "\nINSERT INTO schema_version VALUES (1);\n" + ";\n".join(_V1_ROWS) + ";"
+        )
         conn.close()
         store: Any = SQLiteStore(path)
     else:
@@ -642,8 +759,10 @@ def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
         request.addfinalizer(lambda: pg.drop(url))
         with psycopg.connect(url, autocommit=True) as conn_pg:
             conn_pg.execute(v1.encode())
-            conn_pg.execute("CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                            " INSERT INTO schema_version VALUES (1)")  # fmt: skip
+            conn_pg.execute(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                " INSERT INTO schema_version VALUES (1)"
+            )
             for sql in _V1_ROWS:
                 conn_pg.execute(sql.encode())
         store = PostgresStore(url, min_size=1, max_size=1)
@@ -667,8 +786,9 @@ def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
 # -- factory, upgrade, sharding --------------------------------------------------------------
 
 
-def test_open_store_picks_the_adapter_by_url(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_open_store_picks_the_adapter_by_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(factory.URLS_ENV, raising=False)
     for url in (str(tmp_path / "a.db"), f"sqlite:///{tmp_path / 'b.db'}"):
         opened = factory.open_store(url)
@@ -688,7 +808,8 @@ def test_open_store_picks_the_adapter_by_url(tmp_path: Path,
     assert isinstance(single, SQLiteStore) and single.path == str(tmp_path / "e.db")
     single.close()
     assert factory.upgrade(str(tmp_path / "e.db")) == (
-        f"database sqlite:///{tmp_path / 'e.db'} at schema version {len(migrations.scripts('sqlite'))}")
+        f"database sqlite:///{tmp_path / 'e.db'} at schema version {len(migrations.scripts('sqlite'))}"
+    )
 
 
 def test_open_store_and_upgrade_on_postgresql(pg: Any) -> None:
@@ -696,7 +817,7 @@ def test_open_store_and_upgrade_on_postgresql(pg: Any) -> None:
     names = [urlsplit(u).path.lstrip("/") for u in urls]
     try:
         for scheme in ("postgresql", "postgres"):
-            opened = factory.open_store(scheme + urls[0][urls[0].index("://"):])
+            opened = factory.open_store(scheme + urls[0][urls[0].index("://") :])
             assert isinstance(opened, PostgresStore)
             opened.close()
         secret = [pg.url(name, password="s3cret") for name in names]
@@ -771,7 +892,9 @@ def _check_sharding(store: ShardedStore) -> None:
     store.put_credential("c", "t", b"x", 1.0)
     store.create_token("h" * 64, "admin", None, 1.0)
     assert store.stores[0].get_playbook("a/b") is not None
-    assert store.stores[1].get_playbook("a/b") is None and store.stores[1].get_credential("c") is None
+    assert (
+        store.stores[1].get_playbook("a/b") is None and store.stores[1].get_credential("c") is None
+    )
     assert store.stores[1].get_token("h" * 64) is None and store.get_token("h" * 64) is not None
 
 
@@ -785,7 +908,11 @@ def test_release_gives_a_live_claim_back_to_the_queue(store: Any) -> None:
     assert store.release(241, "w1", lease.epoch, now=11.0, new_id=new_id) is True
     row = store.get_command(241)
     assert (row.status, row.worker_id, row.lease_expires_at, row.attempt) == (
-        port.COMMAND_QUEUED, None, None, 1)  # fmt: skip
+        port.COMMAND_QUEUED,
+        None,
+        None,
+        1,
+    )
     with pytest.raises(ClaimRefused):
         store.heartbeat(241, "w1", lease.epoch, now=12.0, lease_s=5.0)  # the claim is gone
     [(again, second)] = store.claim_next("w2", now=12.0, lease_s=5.0, new_id=new_id)
@@ -819,15 +946,20 @@ def stale(event_: ev.Event) -> ev.Event:
 def test_a_stale_report_changes_no_projection(store: Any) -> None:
     store.append([started(25), issued(25, 251), issued(25, 252)])
     store.claim(251, "w1", now=10.0, lease_s=5.0, new_id=new_id)
-    stored = store.append([
-        stale(event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=1)),
-        stale(event(25, ev.COMMAND_FAILED, "s", command_id=252, error={"message": "x"})),
-        stale(event(25, ev.EXECUTION_FAILED, error={"message": "late"})),
-    ])  # fmt: skip
+    stored = store.append(
+        [
+            stale(event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=1)),
+            stale(event(25, ev.COMMAND_FAILED, "s", command_id=252, error={"message": "x"})),
+            stale(event(25, ev.EXECUTION_FAILED, error={"message": "late"})),
+        ]
+    )
     assert len(stored) == 3 and all(e.meta["stale"] for e in store.load(25)[-3:])  # in the log
     one, two = store.get_command(251), store.get_command(252)
-    assert (one.status, one.worker_id, two.status) == (port.COMMAND_CLAIMED, "w1",
-                                                       port.COMMAND_QUEUED)  # fmt: skip
+    assert (one.status, one.worker_id, two.status) == (
+        port.COMMAND_CLAIMED,
+        "w1",
+        port.COMMAND_QUEUED,
+    )
     assert store.get_execution(25).status == "RUNNING" and store.get_execution(25).error is None
     store.append([event(25, ev.COMMAND_COMPLETED, "s", command_id=251, result=2)])  # the live one
     assert store.get_command(251).status == port.COMMAND_COMPLETED
@@ -840,13 +972,17 @@ def test_a_lease_expiry_settles_the_lapsed_claim_only(store: Any) -> None:
     store.release(262, "w1", first.epoch, now=11.0, new_id=new_id)
     store.claim(262, "w2", now=12.0, lease_s=50.0, new_id=new_id)  # epoch 2, live
     assert [c.command_id for c in store.expired_claims(now=20.0)] == [261]
-    store.append([
-        event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=261, epoch=1),
-        event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=262, epoch=1),  # late, old epoch
-    ])  # fmt: skip
+    store.append(
+        [
+            event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=261, epoch=1),
+            event(26, ev.COMMAND_LEASE_EXPIRED, "s", command_id=262, epoch=1),  # late, old epoch
+        ]
+    )
     assert store.get_command(261).status == port.COMMAND_FAILED
     assert (store.get_command(262).status, store.get_command(262).epoch) == (
-        port.COMMAND_CLAIMED, 2)  # fmt: skip
+        port.COMMAND_CLAIMED,
+        2,
+    )
     assert store.expired_claims(now=20.0) == []  # no longer listed
     assert [c.command_id for c in store.open_commands(26)] == [262]
     store.append([event(26, ev.COMMAND_COMPLETED, "s", command_id=262, result=None)])
@@ -871,7 +1007,10 @@ def test_a_driver_lease_has_one_holder_until_it_expires(make_store: StoreFactory
         b.acquire_driver(80, "host:2:b", 110.0, 15.0)
     assert refused.value.lease == port.DriverLease(80, "host:1:a", 115.0)
     assert refused.value.code == "driver_busy"
-    assert refused.value.message == "execution 80 is driven by host:1:a until 1970-01-01T00:01:55+00:00"
+    assert (
+        refused.value.message
+        == "execution 80 is driven by host:1:a until 1970-01-01T00:01:55+00:00"
+    )
     assert refused.value.fields["holder"] == "host:1:a"
     assert a.acquire_driver(80, "host:1:a", 110.0, 15.0).expires_at == 125.0  # renewed
     assert a.renew_driver(80, "host:1:a", 120.0, 15.0) and b.get_driver(80).expires_at == 135.0
@@ -883,7 +1022,8 @@ def test_a_driver_lease_has_one_holder_until_it_expires(make_store: StoreFactory
 
 
 def test_a_released_driver_lease_is_free_at_once_and_remembers_its_holder(
-        make_store: StoreFactory) -> None:  # fmt: skip
+    make_store: StoreFactory,
+) -> None:
     a, b = make_store(), make_store()
     a.acquire_driver(82, "host:1:a", 100.0, 15.0)
     assert not b.release_driver(82, "host:2:b", 101.0)  # not b's to release
@@ -894,7 +1034,8 @@ def test_a_released_driver_lease_is_free_at_once_and_remembers_its_holder(
 
 
 def test_a_live_driver_lease_is_taken_only_from_the_holder_named_as_dead(
-        make_store: StoreFactory) -> None:  # fmt: skip
+    make_store: StoreFactory,
+) -> None:
     a, b = make_store(), make_store()
     a.acquire_driver(84, "host:1:a", 100.0, 15.0)
     with pytest.raises(port.DriverBusy):
@@ -932,16 +1073,20 @@ def test_racing_drivers_get_one_lease(make_store: StoreFactory) -> None:
 def _same_shard_pair() -> tuple[int, int]:
     """Two executions on one shard of a two-shard store: ids are unique per database."""
     first = 90
-    return first, next(x for x in itertools.count(first + 1) if shard_of(x, 2) == shard_of(first, 2))
+    return first, next(
+        x for x in itertools.count(first + 1) if shard_of(x, 2) == shard_of(first, 2)
+    )
 
 
 def test_a_repeat_of_the_same_event_is_a_no_op_even_with_server_marks_or_another_time(
-        store: Any) -> None:  # fmt: skip
+    store: Any,
+) -> None:
     report = event(80, ev.COMMAND_HEARTBEAT, "s", command_id=1)
     store.append([started(80), report])
     # the server's clock and its `meta.stale` mark are not what the client sent
-    again = dataclasses.replace(report, created_at=report.created_at + 5,
-                                meta={"stale": True, "stale_reason": "x"})  # fmt: skip
+    again = dataclasses.replace(
+        report, created_at=report.created_at + 5, meta={"stale": True, "stale_reason": "x"}
+    )
     assert store.append([again]) == []
     assert store.append([again], expect={80: 2}) == []  # vouched, and still no error
     assert [e.event_id for e in store.load(80)].count(report.event_id) == 1
@@ -949,14 +1094,17 @@ def test_a_repeat_of_the_same_event_is_a_no_op_even_with_server_marks_or_another
 
 @pytest.mark.parametrize("change", ["execution", "type", "step", "content"])
 def test_a_repeated_id_of_another_event_is_refused_and_nothing_is_written(
-        store: Any, change: str) -> None:  # fmt: skip
+    store: Any, change: str
+) -> None:
     xid, other = _same_shard_pair()
     original = event(xid, ev.COMMAND_HEARTBEAT, "s", n=1)
     store.append([started(xid), started(other), original])
-    clash = {"execution": dataclasses.replace(original, execution_id=other),
-             "type": dataclasses.replace(original, event_type=ev.CALL_DONE),
-             "step": dataclasses.replace(original, step="t"),
-             "content": dataclasses.replace(original, payload={"n": 2})}[change]  # fmt: skip
+    clash = {
+        "execution": dataclasses.replace(original, execution_id=other),
+        "type": dataclasses.replace(original, event_type=ev.CALL_DONE),
+        "step": dataclasses.replace(original, step="t"),
+        "content": dataclasses.replace(original, payload={"n": 2}),
+    }[change]
     fresh = issued(clash.execution_id, 811)
     # unchecked, and vouched (the caller folded the log: the store does not read the ids)
     for expect in (None, {clash.execution_id: store.event_count(clash.execution_id)}):

@@ -13,8 +13,15 @@ from tests.contract.test_pools import issued_in
 from tests.contract.test_store import StoreFactory, new_id, started
 
 
-def row(key: str, name: str, now: float, pool: str = "default", ttl: float = 30.0,
-        kind: str = workers.WORKER, pid: int | None = 7) -> port.WorkerRow:  # fmt: skip
+def row(
+    key: str,
+    name: str,
+    now: float,
+    pool: str = "default",
+    ttl: float = 30.0,
+    kind: str = workers.WORKER,
+    pid: int | None = 7,
+) -> port.WorkerRow:
     return port.WorkerRow(key, name, pool, kind, "host-a", pid, "0.1.0", now, now, ttl)
 
 
@@ -26,7 +33,9 @@ def test_a_check_in_registers_a_process_once_and_moves_its_last_sight(store: Any
     assert (again.started_at, again.last_seen, again.pid) == (100.0, 110.0, None)
     store.record_worker(row("a/2", "a", 105.0, pool="gpu", kind=workers.EMBEDDED))
     assert [(r.name, r.pool, r.kind) for r in store.list_workers()] == [
-        ("a", "gpu", "embedded"), ("w", "default", "worker")]  # fmt: skip
+        ("a", "gpu", "embedded"),
+        ("w", "default", "worker"),
+    ]
     assert store.list_workers()[1] == again
 
 
@@ -57,8 +66,14 @@ def test_rows_are_forgotten_by_key_or_when_seen_long_ago(make_store: StoreFactor
 
 
 def test_the_engine_reads_status_pools_and_the_commands_each_name_holds(store: Any) -> None:
-    store.append([started(51), issued_in(51, 51_001, "default"), issued_in(51, 51_002, "gpu"),
-                  issued_in(51, 51_003, "default")])  # fmt: skip
+    store.append(
+        [
+            started(51),
+            issued_in(51, 51_001, "default"),
+            issued_in(51, 51_002, "gpu"),
+            issued_in(51, 51_003, "default"),
+        ]
+    )
     workers.check_in(store, 100.0, workers.CheckIn("w/1", "w", ttl=30.0))
     workers.check_in(store, 100.0, workers.CheckIn("g/1", "g", "gpu", ttl=5.0))
     store.claim_next("w", 101.0, 30.0, 1, pool="default", new_id=new_id)

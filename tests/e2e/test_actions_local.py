@@ -70,8 +70,13 @@ def write(tmp: Path, spec: str) -> Path:
 
 
 def milepost(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "milepost.cli", *args], env=env(),
-                          capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "milepost.cli", *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
 
 
 def log(db: Path, xid: int) -> list[ev.Event]:
@@ -95,16 +100,23 @@ def count(tmp: Path, name: str) -> int:
 
 def waiting(tmp: Path, db: Path, cli: Cli) -> int:
     """The run's id once `flaky` failed and its retry waits an hour."""
-    wait_for(lambda: cli.running() and db.exists() and count(tmp, "flaky") == 1,
-             "flaky's first attempt", timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: cli.running() and db.exists() and count(tmp, "flaky") == 1,
+        "flaky's first attempt",
+        timeout=WAIT,
+    )
     xid = wait_for(lambda: only_run(db) if db.exists() else None, "the run", timeout=WAIT)
-    wait_for(lambda: any(e.event_type == ev.COMMAND_RETRY_SCHEDULED for e in log(db, xid)),
-             "the retry timer", timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: any(e.event_type == ev.COMMAND_RETRY_SCHEDULED for e in log(db, xid)),
+        "the retry timer",
+        timeout=WAIT,
+    )
     return xid
 
 
-def test_retry_from_another_terminal_runs_the_waiting_attempt_now(tmp_path: Path,
-                                                                  run_in: Start) -> None:  # fmt: skip
+def test_retry_from_another_terminal_runs_the_waiting_attempt_now(
+    tmp_path: Path, run_in: Start
+) -> None:
     db = tmp_path / "m.db"
     cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db))
     xid = waiting(tmp_path, db, cli)
@@ -119,8 +131,9 @@ def test_retry_from_another_terminal_runs_the_waiting_attempt_now(tmp_path: Path
     assert request.payload["actor"] == "user:oper"
 
 
-def test_skip_from_another_terminal_completes_the_step_and_the_run_goes_on(tmp_path: Path,
-                                                                           run_in: Start) -> None:  # fmt: skip
+def test_skip_from_another_terminal_completes_the_step_and_the_run_goes_on(
+    tmp_path: Path, run_in: Start
+) -> None:
     db = tmp_path / "m.db"
     cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db), "--json")
     xid = waiting(tmp_path, db, cli)
@@ -133,8 +146,7 @@ def test_skip_from_another_terminal_completes_the_step_and_the_run_goes_on(tmp_p
     assert count(tmp_path, "flaky") == 1
 
 
-def test_a_retry_of_a_run_nothing_drives_goes_on_with_resume(tmp_path: Path,
-                                                             run_in: Start) -> None:  # fmt: skip
+def test_a_retry_of_a_run_nothing_drives_goes_on_with_resume(tmp_path: Path, run_in: Start) -> None:
     db = tmp_path / "m.db"
     cli = run_in(str(write(tmp_path, WAITS)), "--db", str(db))
     xid = waiting(tmp_path, db, cli)
@@ -162,18 +174,23 @@ def test_restart_and_rerun_drive_a_new_linked_run_and_refusals_say_why(tmp_path:
     assert restarted.returncode == 0, restarted.stderr
     assert f"restarts {xid} from step flaky (reused: start)" in restarted.stdout
     assert count(tmp_path, "start") == 1 and count(tmp_path, "flaky") == 2  # start not again
-    new = next(int(r["execution_id"]) for r in json.loads(milepost(
-        "list", "--json", "--db", str(db)).stdout) if int(r["execution_id"]) != xid)
+    new = next(
+        int(r["execution_id"])
+        for r in json.loads(milepost("list", "--json", "--db", str(db)).stdout)
+        if int(r["execution_id"]) != xid
+    )
     status = json.loads(milepost("status", str(new), "--json", "--db", str(db)).stdout)
     assert status["restarted_from"] == str(xid) and status["status"] == "COMPLETED"
     assert status["steps"]["end"]["result"] == {"got": 7}  # the reused result flowed on
     rerun = milepost("rerun", str(xid), "--db", str(db), "--json")
     assert rerun.returncode == 0 and json.loads(rerun.stdout)["status"] == "COMPLETED"
     assert count(tmp_path, "start") == 2  # a re-run runs everything
-    for args, says in ((["restart", str(new)], "only a FAILED or CANCELLED run"),
-                       (["restart", str(xid), "--from", "nope"], "has no step 'nope'"),
-                       (["skip", str(xid), "flaky", "--result", "{oops"], "not JSON"),
-                       (["retry", "12345", "flaky"], "no execution 12345")):  # fmt: skip
+    for args, says in (
+        (["restart", str(new)], "only a FAILED or CANCELLED run"),
+        (["restart", str(xid), "--from", "nope"], "has no step 'nope'"),
+        (["skip", str(xid), "flaky", "--result", "{oops"], "not JSON"),
+        (["retry", "12345", "flaky"], "no execution 12345"),
+    ):
         refused = milepost(*args, "--db", str(db))
         assert refused.returncode == 2 and says in refused.stderr, (args, refused.stderr)
         assert "Traceback" not in refused.stderr

@@ -74,8 +74,13 @@ class Cli:
     def __init__(self, tmp_path: Path, name: str, *args: str) -> None:
         self.out, self.err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "milepost.cli", *args],
-                                         env=env(), stdout=out, stderr=err, text=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "milepost.cli", *args],
+                env=env(),
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
 
     def running(self) -> bool:
         assert self.proc.poll() is None, (self.stdout(), self.stderr())
@@ -119,8 +124,11 @@ def requested(tmp_path: Path, db: Path, cli: Cli) -> tuple[int, int]:
     """(execution id, approval id) once the run's approval is requested; the run ending
     first fails at once."""
     # the database is migrated once the first step ran
-    wait_for(lambda: cli.running() and (tmp_path / "started").exists(), "the run's first step",
-             timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: cli.running() and (tmp_path / "started").exists(),
+        "the run's first step",
+        timeout=WAIT,
+    )
     with opened(db) as store:
 
         def asked() -> tuple[int, int] | None:
@@ -134,21 +142,39 @@ def requested(tmp_path: Path, db: Path, cli: Cli) -> tuple[int, int]:
         return wait_for(asked, "the approval request", timeout=WAIT)
 
 
-def decide(db: Path, approval_id: int, voter: Voter, decision: str = "approve",
-           reason: str | None = None) -> None:  # fmt: skip
+def decide(
+    db: Path, approval_id: int, voter: Voter, decision: str = "approve", reason: str | None = None
+) -> None:
     """`milepost approve` (or `deny`) from another terminal on the same database: the vote
     is appended behind the log, the process driving the run acts on it."""
-    args = [decision, str(approval_id), "--db", str(db), "--user", voter.identity.removeprefix("user:")]
+    args = [
+        decision,
+        str(approval_id),
+        "--db",
+        str(db),
+        "--user",
+        voter.identity.removeprefix("user:"),
+    ]
     args += [arg for role in sorted(voter.roles) for arg in ("--role", role)]
     args += ["--reason", reason] if reason is not None else []
-    done = subprocess.run([sys.executable, "-m", "milepost.cli", *args], env=env(),
-                          capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "milepost.cli", *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert done.returncode == 0, (done.stdout, done.stderr)
 
 
 def status(db: Path, xid: int) -> str:
-    shown = subprocess.run([sys.executable, "-m", "milepost.cli", "status", str(xid), "--db",
-                            str(db)], env=env(), capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "milepost.cli", "status", str(xid), "--db", str(db)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert shown.returncode == 0, shown.stderr
     return shown.stdout
 
@@ -165,18 +191,22 @@ def folded(db: Path, xid: int) -> st.ExecutionState:
 
 def issued(db: Path, xid: int, step: str) -> int:
     with opened(db) as store:
-        return sum(1 for e in store.load(xid) if e.event_type == ev.COMMAND_ISSUED and e.step == step)
+        return sum(
+            1 for e in store.load(xid) if e.event_type == ev.COMMAND_ISSUED and e.step == step
+        )
 
 
 def test_run_shows_the_approval_and_votes_from_another_process_release_it(
-        tmp_path: Path, gated: Path, clis: Any) -> None:  # fmt: skip
+    tmp_path: Path, gated: Path, clis: Any
+) -> None:
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(gated), "--db", str(db))
     xid, aid = requested(tmp_path, db, cli)
     decide(db, aid, ALICE, reason="checked the invoice")
     # one vote of two: the run goes on waiting, and its display shows the vote
-    wait_for(lambda: cli.running() and "(1/2 approvals)" in cli.stdout(), "the vote shown",
-             timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: cli.running() and "(1/2 approvals)" in cli.stdout(), "the vote shown", timeout=WAIT
+    )
     assert refunds(tmp_path) == []
     decide(db, aid, CAROL)
     assert cli.ended() == 0, (cli.stdout(), cli.stderr())
@@ -191,14 +221,17 @@ def test_run_shows_the_approval_and_votes_from_another_process_release_it(
     assert f"milepost approve {aid} --db {db}" in stdout
     assert f'milepost deny {aid} --reason "..." --db {db}' in stdout
     # then each vote (another process's, seen by the display) and the grant, in order
-    first = stdout.index(f"approval {aid}: user:alice approved: checked the invoice (1/2 approvals)")
+    first = stdout.index(
+        f"approval {aid}: user:alice approved: checked the invoice (1/2 approvals)"
+    )
     second = stdout.index(f"approval {aid}: user:carol approved (2/2 approvals)")
     granted = stdout.index(f"approval {aid} (refund): granted by user:alice, user:carol")
     assert first < second < granted < stdout.index(f"execution {xid} COMPLETED")
 
 
 def test_a_deny_from_another_process_fails_the_run_with_the_reason(
-        tmp_path: Path, gated: Path, clis: Any) -> None:  # fmt: skip
+    tmp_path: Path, gated: Path, clis: Any
+) -> None:
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(gated), "--db", str(db))
     xid, aid = requested(tmp_path, db, cli)
@@ -207,14 +240,19 @@ def test_a_deny_from_another_process_fails_the_run_with_the_reason(
     stdout = cli.stdout()
     assert f"approval {aid} (refund): denied by user:carol: duplicate refund" in stdout
     assert f"execution {xid} FAILED" in stdout
-    assert "reason: step 'refund' failed: approval rejected by user:carol: duplicate refund" in stdout
+    assert (
+        "reason: step 'refund' failed: approval rejected by user:carol: duplicate refund" in stdout
+    )
     assert refunds(tmp_path) == []
     assert issued(db, xid, "refund") == 0
-    assert f"approval {aid} (step refund): denied by user:carol: duplicate refund" in status(db, xid)
+    assert f"approval {aid} (step refund): denied by user:carol: duplicate refund" in status(
+        db, xid
+    )
 
 
 def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decision(
-        tmp_path: Path, gated: Path, clis: Any) -> None:  # fmt: skip
+    tmp_path: Path, gated: Path, clis: Any
+) -> None:
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(gated), "--db", str(db), "--json")
     xid, aid = requested(tmp_path, db, cli)
@@ -223,8 +261,10 @@ def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decisio
     stderr = cli.stderr()
     assert cli.stdout() == ""  # --json: no final state to print; the messages go to stderr
     assert f"interrupted: execution {xid} is left RUNNING" in stderr
-    assert (f"approval {aid} (step refund) waits for a decision: milepost approve {aid} --db {db}"
-            in stderr)  # fmt: skip
+    assert (
+        f"approval {aid} (step refund) waits for a decision: milepost approve {aid} --db {db}"
+        in stderr
+    )
     assert f"to go on: milepost resume {xid} --db {db}" in stderr
     # the run is left as it was: RUNNING, its approval pending, its driver lease released
     state = folded(db, xid)
@@ -234,15 +274,22 @@ def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decisio
         lease = store.get_driver(xid)
     assert lease is not None and lease.expires_at <= time.time()
     shown = status(db, xid)
-    assert re.search(rf"approval {aid} \(step refund\): pending · risk high · votes 0/2 · who may "
-                     r"decide: user:alice, role:finance · time left: 59m \d\ds", shown), shown
+    assert re.search(
+        rf"approval {aid} \(step refund\): pending · risk high · votes 0/2 · who may "
+        r"decide: user:alice, role:finance · time left: 59m \d\ds",
+        shown,
+    ), shown
 
     # decided while nobody drives it: `resume` grants it and issues the command once
     decide(db, aid, ALICE)
     decide(db, aid, CAROL)
-    resumed = subprocess.run([sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db",
-                              str(db), "--json"], env=env(), capture_output=True, text=True,
-                             timeout=WAIT)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db", str(db), "--json"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert resumed.returncode == 0, resumed.stderr
     data = json.loads(resumed.stdout)
     assert data["status"] == "COMPLETED"
@@ -255,7 +302,8 @@ def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decisio
 
 
 def test_ctrl_c_of_resume_while_waiting_says_the_same_and_keeps_the_run(
-        tmp_path: Path, gated: Path, clis: Any) -> None:  # fmt: skip
+    tmp_path: Path, gated: Path, clis: Any
+) -> None:
     db = tmp_path / "m.db"
     first = clis("run", "run", str(gated), "--db", str(db), "--json")
     xid, aid = requested(tmp_path, db, first)
@@ -263,8 +311,11 @@ def test_ctrl_c_of_resume_while_waiting_says_the_same_and_keeps_the_run(
     assert first.ended() == 130
     again = clis("resume", "resume", str(xid), "--db", str(db))
     # the resumed driver shows the pending approval, read from the log, and waits
-    wait_for(lambda: again.running() and f"milepost approve {aid} --db {db}" in again.stdout(),
-             "the resumed run's pending approval", timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: again.running() and f"milepost approve {aid} --db {db}" in again.stdout(),
+        "the resumed run's pending approval",
+        timeout=WAIT,
+    )
     again.proc.send_signal(signal.SIGINT)
     assert again.ended() == 130, (again.stdout(), again.stderr())
     assert f"to go on: milepost resume {xid} --db {db}" in again.stderr()
@@ -273,9 +324,12 @@ def test_ctrl_c_of_resume_while_waiting_says_the_same_and_keeps_the_run(
 
 
 def test_ctrl_c_while_a_step_runs_leaves_the_run_for_resume_to_finish(
-        tmp_path: Path, clis: Any) -> None:  # fmt: skip
+    tmp_path: Path, clis: Any
+) -> None:
     pb = tmp_path / "slow.yaml"
-    pb.write_text(HEADER + textwrap.dedent(f"""
+    pb.write_text(
+        HEADER
+        + textwrap.dedent(f"""
     workflow:
       - step: start
         tool:
@@ -287,11 +341,13 @@ def test_ctrl_c_while_a_step_runs_leaves_the_run_for_resume_to_finish(
             while not os.path.exists("{tmp_path}/gate") and time.monotonic() < deadline:
                 time.sleep(0.01)
             result = {{"ok": True}}
-    """))
+    """)
+    )
     db = tmp_path / "m.db"
     cli = clis("run", "run", str(pb), "--db", str(db))
-    wait_for(lambda: cli.running() and (tmp_path / "started").exists(), "the step to start",
-             timeout=WAIT)  # fmt: skip
+    wait_for(
+        lambda: cli.running() and (tmp_path / "started").exists(), "the step to start", timeout=WAIT
+    )
     cli.proc.send_signal(signal.SIGINT)
     assert cli.ended() == 130, (cli.stdout(), cli.stderr())
     with opened(db) as store:
@@ -305,8 +361,12 @@ def test_ctrl_c_while_a_step_runs_leaves_the_run_for_resume_to_finish(
     assert "waits for a decision" not in stderr  # no approval pending: only how to go on
     assert f"to go on: milepost resume {xid} --db {db}" in stderr
     (tmp_path / "gate").write_text("open")
-    resumed = subprocess.run([sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db",
-                              str(db), "--json"], env=env(), capture_output=True, text=True,
-                             timeout=WAIT)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db", str(db), "--json"],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["steps"]["start"]["result"] == {"ok": True}

@@ -27,8 +27,9 @@ HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tes
 
 
 def cli(*args: str, db: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([MILEPOST, *args, "--db", str(db)], capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [MILEPOST, *args, "--db", str(db)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def write(tmp: Path, body: str, name: str = "pb.yaml") -> Path:
@@ -45,59 +46,87 @@ def run_json(tmp: Path, body: str, *extra: str) -> tuple[int, dict[str, Any]]:
 
 @needs_shared
 def test_run_hello_world_prints_results_and_exits_zero(tmp_path: Path) -> None:
-    proc = cli("run", str(PLAYBOOKS / "hello_world" / "hello_world.yaml"), "--json",
-               db=tmp_path / "m.db")  # fmt: skip
+    proc = cli(
+        "run", str(PLAYBOOKS / "hello_world" / "hello_world.yaml"), "--json", db=tmp_path / "m.db"
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["status"] == "COMPLETED" and data["error"] is None
-    assert data["steps"]["test_step"]["result"] == {"status": "ok",
-                                                    "data": {"message": "Hello World"}}
+    assert data["steps"]["test_step"]["result"] == {
+        "status": "ok",
+        "data": {"message": "Hello World"},
+    }
     listed = json.loads(cli("list", "--json", db=tmp_path / "m.db").stdout)
     assert [x["execution_id"] for x in listed] == [data["execution_id"]]
     assert listed[0]["status"] == "COMPLETED"
 
 
 def test_set_and_payload_reach_the_workload(tmp_path: Path) -> None:
-    code, data = run_json(tmp_path, """
+    code, data = run_json(
+        tmp_path,
+        """
     workload: {a: 1, nested: {x: 1, y: 2}}
     workflow:
       - step: start
         tool: {kind: python, input: {w: "{{ workload }}"}, code: "result = w"}
-    """, "--payload", '{"nested": {"y": 20}, "b": "p"}', "--set", "a=5", "--set", "nested.z=true")
+    """,
+        "--payload",
+        '{"nested": {"y": 20}, "b": "p"}',
+        "--set",
+        "a=5",
+        "--set",
+        "nested.z=true",
+    )
     assert code == 0
-    assert data["steps"]["start"]["result"] == {"a": 5, "b": "p",
-                                                "nested": {"x": 1, "y": 20, "z": True}}
+    assert data["steps"]["start"]["result"] == {
+        "a": 5,
+        "b": "p",
+        "nested": {"x": 1, "y": 20, "z": True},
+    }
 
 
 FAILURES = {
-    "bad template": ("""
+    "bad template": (
+        """
         workflow:
           - step: start
             tool: {kind: python, input: {v: "{{ nope.deeper }}"}, code: "result = 1"}
-        """, r"step 'start': input 'v': undefined"),
-    "python raises": ("""
+        """,
+        r"step 'start': input 'v': undefined",
+    ),
+    "python raises": (
+        """
         workflow:
           - step: start
             tool: {kind: python, code: "result = 1 / 0"}
-        """, r"step 'start' failed: ZeroDivisionError: division by zero"),
-    "timeout": ("""
+        """,
+        r"step 'start' failed: ZeroDivisionError: division by zero",
+    ),
+    "timeout": (
+        """
         workflow:
           - step: start
             spec: {timeout: 1s}
             tool: {kind: python, code: "import time; time.sleep(60)"}
-        """, r"step 'start' failed: .*timeout"),
-    "loop over a string": ("""
+        """,
+        r"step 'start' failed: .*timeout",
+    ),
+    "loop over a string": (
+        """
         workflow:
           - step: start
             loop: {in: "{{ 'abc' }}"}
             tool: {kind: noop}
-        """, r"'in' rendered str, not a list"),
+        """,
+        r"'in' rendered str, not a list",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(FAILURES))
-def test_failing_runs_end_failed_with_the_reason_in_run_and_status(tmp_path: Path,
-                                                                   case: str) -> None:  # fmt: skip
+def test_failing_runs_end_failed_with_the_reason_in_run_and_status(
+    tmp_path: Path, case: str
+) -> None:
     body, pattern = FAILURES[case]
     code, data = run_json(tmp_path, body)
     assert code == 1
@@ -110,13 +139,16 @@ def test_failing_runs_end_failed_with_the_reason_in_run_and_status(tmp_path: Pat
 
 
 def test_invalid_playbook_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    code, data = run_json(tmp_path, """
+    code, data = run_json(
+        tmp_path,
+        """
     workflow:
       - step: start
         tool: {kind: noop}
         next: {arcs: [{step: nowhere}]}
       - step: other
-    """)
+    """,
+    )
     assert code == 1 and data["status"] == "FAILED" and data["execution_id"] is None
     problems = data["error"]["problems"]
     assert any("unknown step 'nowhere'" in p for p in problems)
@@ -128,8 +160,9 @@ def test_invalid_playbook_is_refused_before_anything_is_written(tmp_path: Path) 
 def test_validate_lists_every_problem(tmp_path: Path) -> None:
     broken = PLAYBOOKS / "broken_playbooks" / "should_error_tool_is_required.yaml"
     good = PLAYBOOKS / "hello_world" / "hello_world.yaml"
-    proc = subprocess.run([MILEPOST, "validate", str(good), str(broken)], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [MILEPOST, "validate", str(good), str(broken)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1
     assert "hello_world.yaml" in proc.stdout
     assert "step 'end': field 'tool' is required" in proc.stderr
@@ -138,41 +171,63 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
 
 def test_validate_prints_each_file_with_its_problems_as_json_or_yaml(tmp_path: Path) -> None:
     good = write(tmp_path, "workflow:\n  - step: start\n    tool: {kind: noop}\n", "good.yaml")
-    typo = write(tmp_path, "workflow:\n  - step: start\n    tool: {kind: http, url: "
-                 "'http://x', methd: POST}\n", "typo.yaml")  # fmt: skip
+    typo = write(
+        tmp_path,
+        "workflow:\n  - step: start\n    tool: {kind: http, url: 'http://x', methd: POST}\n",
+        "typo.yaml",
+    )
     broken = write(tmp_path, "workflow:\n  - step: start\n", "broken.yaml")
     files = [str(good), str(typo), str(broken)]
-    proc = subprocess.run([MILEPOST, "validate", *files, "--output", "json"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [MILEPOST, "validate", *files, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     checked = json.loads(proc.stdout)  # one document, nothing else on stdout
     assert [c["file"] for c in checked] == files
     assert [c["valid"] for c in checked] == [True, True, False]
-    assert checked[0] == {"file": str(good), "valid": True, "steps": 1, "problems": [],
-                          "warnings": []}  # fmt: skip
+    assert checked[0] == {
+        "file": str(good),
+        "valid": True,
+        "steps": 1,
+        "problems": [],
+        "warnings": [],
+    }
     assert any("did you mean 'method'" in w for w in checked[1]["warnings"])
     assert checked[2]["steps"] is None
     assert any("field 'tool' is required" in p for p in checked[2]["problems"])
-    strict = subprocess.run([MILEPOST, "validate", str(typo), "--strict", "-o", "yaml"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    strict = subprocess.run(
+        [MILEPOST, "validate", str(typo), "--strict", "-o", "yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert strict.returncode == 1
     [refused] = yaml.safe_load(strict.stdout)
     assert refused["valid"] is False and refused["warnings"] == []
     assert any("did you mean 'method'" in p for p in refused["problems"])
-    alone = subprocess.run([MILEPOST, "validate", str(good), "--json"], capture_output=True,
-                           text=True, timeout=60)  # fmt: skip
+    alone = subprocess.run(
+        [MILEPOST, "validate", str(good), "--json"], capture_output=True, text=True, timeout=60
+    )
     assert alone.returncode == 0 and json.loads(alone.stdout)[0]["valid"] is True
     # the table as before: a line per file
-    table = subprocess.run([MILEPOST, "validate", str(good)], capture_output=True, text=True,
-                           timeout=60)  # fmt: skip
+    table = subprocess.run(
+        [MILEPOST, "validate", str(good)], capture_output=True, text=True, timeout=60
+    )
     assert table.stdout.startswith(f"✓ {good} (1 steps)"), table.stdout
 
 
 def test_register_of_an_invalid_file_as_json_names_its_problems(tmp_path: Path) -> None:
     broken = write(tmp_path, "workflow:\n  - step: start\n", "broken.yaml")
     # checked before the server is asked: none listens on port 9
-    proc = subprocess.run([MILEPOST, "register", str(broken), "--server", "http://127.0.0.1:9",
-                           "-o", "json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [MILEPOST, "register", str(broken), "--server", "http://127.0.0.1:9", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "field 'tool' is required" in proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["file"] == str(broken) and shown["registered"] is False
@@ -180,16 +235,26 @@ def test_register_of_an_invalid_file_as_json_names_its_problems(tmp_path: Path) 
 
 
 def test_events_lists_the_log(tmp_path: Path) -> None:
-    code, data = run_json(tmp_path, """
+    code, data = run_json(
+        tmp_path,
+        """
     workflow:
       - step: start
         tool: {kind: noop}
-    """)
+    """,
+    )
     proc = cli("events", data["execution_id"], "--json", db=tmp_path / "m.db")
     types = [json.loads(line)["event_type"] for line in proc.stdout.splitlines()]
     # the in-process worker claims the command like a remote one: the claim is in the log
-    assert types == ["execution.started", "step.enter", "command.issued", "command.claimed",
-                     "command.completed", "step.exit", "execution.completed"]  # fmt: skip
+    assert types == [
+        "execution.started",
+        "step.enter",
+        "command.issued",
+        "command.claimed",
+        "command.completed",
+        "step.exit",
+        "execution.completed",
+    ]
 
 
 KILLABLE = """
@@ -237,8 +302,12 @@ def test_sigkill_then_resume_continues_without_repeating_completed_steps(tmp_pat
     out = tmp_path / "effects.txt"
     pb = write(tmp_path, KILLABLE.replace("OUT", str(out)))
     db = tmp_path / "m.db"
-    proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_lines(out, 10, proc)
     finally:
@@ -271,8 +340,12 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: 
     pb = write(tmp_path, KILLABLE.replace("OUT", str(out)))
     db = tmp_path / "m.db"
     # 400 iterations of 50 ms: far longer than a cancel takes to arrive, even on a busy machine
-    proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=400"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=400"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_lines(out, 5, proc)
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
@@ -292,37 +365,71 @@ def test_cancel_from_another_process_stops_the_run_at_a_step_boundary(tmp_path: 
 
 
 def test_a_registered_credential_reaches_the_step_and_never_the_log(tmp_path: Path) -> None:
-    key = subprocess.run([MILEPOST, "secret-key"], capture_output=True, text=True,
-                         timeout=60).stdout.strip()  # fmt: skip
+    key = subprocess.run(
+        [MILEPOST, "secret-key"], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
     env = dict(os.environ, MILEPOST_SECRET_KEY=key)
     db = tmp_path / "m.db"
     secret = "cli-Secret-0042"
-    made = subprocess.run([MILEPOST, "credential", "set", "api", "--type", "generic", "--data",
-                           json.dumps({"user": "ada", "password": secret}), "--db", str(db)],
-                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    made = subprocess.run(
+        [
+            MILEPOST,
+            "credential",
+            "set",
+            "api",
+            "--type",
+            "generic",
+            "--data",
+            json.dumps({"user": "ada", "password": secret}),
+            "--db",
+            str(db),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
-    pb = write(tmp_path, """
+    pb = write(
+        tmp_path,
+        """
     keychain: [{name: api, kind: credential, credential: api}]
     workflow:
       - step: start
         tool: {kind: python, input: {pw: "{{ keychain.api.password }}"},
                code: "result = {'said': 'pw=' + pw, 'n': len(pw)}"}
-    """)
-    proc = subprocess.run([MILEPOST, "run", str(pb), "--json", "--db", str(db)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    """,
+    )
+    proc = subprocess.run(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["steps"]["start"]["result"] == {"said": "pw=***", "n": len(secret)}
     files = sorted(tmp_path.glob("m.db*"))  # the database and its WAL
     assert db in files and all(secret.encode() not in f.read_bytes() for f in files)
-    assert any(b"keychain" in f.read_bytes() or b"execution.started" in f.read_bytes()
-               for f in files)  # the files read do hold the run
-    listed = subprocess.run([MILEPOST, "credential", "list", "--json", "--db", str(db)], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert any(
+        b"keychain" in f.read_bytes() or b"execution.started" in f.read_bytes() for f in files
+    )  # the files read do hold the run
+    listed = subprocess.run(
+        [MILEPOST, "credential", "list", "--json", "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert [(c["name"], c["type"]) for c in json.loads(listed.stdout)] == [("api", "generic")]
-    without = subprocess.run([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
-                             env={k: v for k, v in env.items() if k != "MILEPOST_SECRET_KEY"},
-                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    without = subprocess.run(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+        env={k: v for k, v in env.items() if k != "MILEPOST_SECRET_KEY"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert without.returncode == 1
     assert "not registered" in json.loads(without.stdout)["error"]["reason"]
 
@@ -354,8 +461,12 @@ def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) 
     out, gate = tmp_path / "effects.txt", tmp_path / "gate"
     pb = write(tmp_path, GATED.replace("OUT", str(out)).replace("GATE", str(gate)))
     db = tmp_path / "m.db"
-    driver = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    driver = subprocess.Popen(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_lines(out, 3, driver)  # iteration 2 waits at the gate
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
@@ -363,8 +474,11 @@ def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) 
         for args in ((), ("--json",)):
             refused = cli("resume", xid, *args, db=db)
             assert refused.returncode == 2, refused.stdout
-            assert re.search(rf"execution {xid} is driven by {re.escape(socket.gethostname())}"
-                             rf":{driver.pid}:\w+ until \d{{4}}-\d\d-\d\dT", refused.stderr)
+            assert re.search(
+                rf"execution {xid} is driven by {re.escape(socket.gethostname())}"
+                rf":{driver.pid}:\w+ until \d{{4}}-\d\d-\d\dT",
+                refused.stderr,
+            )
             assert "started" not in refused.stdout and not refused.stdout.strip()
         assert _event_count(db, xid) == before  # the refused resumes wrote nothing
         gate.touch()
@@ -380,19 +494,25 @@ def test_resume_of_a_run_another_live_process_drives_is_refused(tmp_path: Path) 
 
 def test_resume_of_an_ended_run_says_so_and_exits_with_its_outcome(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    _, done = run_json(tmp_path, """
+    _, done = run_json(
+        tmp_path,
+        """
     workflow:
       - step: start
         tool: {kind: noop}
-    """)
+    """,
+    )
     _, failed = run_json(tmp_path, FAILURES["python raises"][0])
     for data, code in ((done, 0), (failed, 1)):
         xid = data["execution_id"]
         before = _event_count(db, xid)
         human = cli("resume", xid, db=db)
         assert human.returncode == code, human.stderr
-        assert re.match(rf"execution {xid} is {data['status']} \(ended \d{{4}}-\d\d-\d\dT[\d:]+"
-                        r"\.\d{3}\+00:00\); nothing to resume\n", human.stdout)
+        assert re.match(
+            rf"execution {xid} is {data['status']} \(ended \d{{4}}-\d\d-\d\dT[\d:]+"
+            r"\.\d{3}\+00:00\); nothing to resume\n",
+            human.stdout,
+        )
         assert "started" not in human.stdout
         if code:
             assert "reason: step 'start' failed: ZeroDivisionError" in human.stdout
@@ -420,21 +540,35 @@ def test_resume_of_a_run_a_server_started_is_refused(tmp_path: Path) -> None:
 def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_path: Path) -> None:
     out = tmp_path / "effects.txt"
     # each iteration idles for most of its time, so the stop lands between transactions
-    pb = write(tmp_path, KILLABLE.replace("OUT", str(out)).replace("time.sleep(0.05)",
-                                                                   "time.sleep(0.3)"))  # fmt: skip
+    pb = write(
+        tmp_path, KILLABLE.replace("OUT", str(out)).replace("time.sleep(0.05)", "time.sleep(0.3)")
+    )
     db = tmp_path / "m.db"
     env = dict(os.environ, MILEPOST_DRIVER_TTL="1")
-    first = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=12"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        [MILEPOST, "run", str(pb), "--json", "--db", str(db), "--set", "n=12"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     second: subprocess.Popen[str] | None = None
     try:
         _wait_for_lines(out, 4, first)
         os.kill(first.pid, signal.SIGSTOP)  # alive, but renewing nothing
         xid = json.loads(cli("list", "--json", db=db).stdout)[0]["execution_id"]
-        wait_for(lambda: _driver_expires_at(db, xid) <= time.time(),
-                 "the stopped driver's lease to expire", timeout=30)  # fmt: skip
-        second = subprocess.Popen([MILEPOST, "resume", xid, "--json", "--db", str(db)], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        wait_for(
+            lambda: _driver_expires_at(db, xid) <= time.time(),
+            "the stopped driver's lease to expire",
+            timeout=30,
+        )
+        second = subprocess.Popen(
+            [MILEPOST, "resume", xid, "--json", "--db", str(db)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # the second process drives now
         _wait_for_lines(out, len(out.read_text().splitlines()) + 2, second)
         os.kill(first.pid, signal.SIGCONT)
@@ -446,8 +580,11 @@ def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_p
                 os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
     assert first.returncode == 2
-    assert re.search(rf"execution {xid} was taken over by {re.escape(socket.gethostname())}"
-                     rf":{second.pid}:\w+; this process stopped driving it", first_err)
+    assert re.search(
+        rf"execution {xid} was taken over by {re.escape(socket.gethostname())}"
+        rf":{second.pid}:\w+; this process stopped driving it",
+        first_err,
+    )
     assert second.returncode == 0, second_err
     assert json.loads(second_out)["steps"]["done"]["result"] == {"sum": sum(range(12))}
     names = [line.split()[0] for line in out.read_text().splitlines()]
@@ -460,8 +597,9 @@ def test_a_stopped_driver_that_wakes_after_a_take_over_writes_nothing_more(tmp_p
 
 def _driver_expires_at(db: Path, xid: str) -> float:
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        row = conn.execute("SELECT expires_at FROM execution_driver WHERE execution_id=?",
-                           (int(xid),)).fetchone()  # fmt: skip
+        row = conn.execute(
+            "SELECT expires_at FROM execution_driver WHERE execution_id=?", (int(xid),)
+        ).fetchone()
     return float(row[0])
 
 
@@ -472,7 +610,9 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
 
     n = 600
     # a gate step holds each run until both are up, so their loops run at the same time
-    pb = write(tmp_path, f"""
+    pb = write(
+        tmp_path,
+        f"""
     workflow:
       - step: gate
         tool:
@@ -492,13 +632,21 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
           iterator: i
           spec: {{mode: parallel, max_in_flight: 50}}
         tool: {{kind: noop}}
-    """)
+    """,
+    )
     db = tmp_path / "m.db"
-    procs = [subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = []
     try:
+
         def ready() -> bool:
             assert all(p.poll() is None for p in procs), "a run ended before the start signal"
             return len(list(tmp_path.glob("ready-*"))) >= 2

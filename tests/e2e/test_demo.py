@@ -35,8 +35,15 @@ def test_at_a_terminal_the_demo_keeps_the_ui_open_until_ctrl_c(tmp_path: Path) -
     env = clean_env(MILEPOST_DEMO_UI_PORT=str(port))
     env.pop("MILEPOST_DEMO_UI", None)
     main, child = pty.openpty()
-    proc = subprocess.Popen([sys.executable, str(DEMO)], cwd=tmp_path, env=env, stdin=child,
-                            stdout=child, stderr=child, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        env=env,
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        start_new_session=True,
+    )
     os.close(child)
     out = bytearray()
 
@@ -48,8 +55,7 @@ def test_at_a_terminal_the_demo_keeps_the_ui_open_until_ctrl_c(tmp_path: Path) -
         return text in out.decode(errors="replace")
 
     try:
-        wait_for(lambda: printed(f"http://127.0.0.1:{port}/ui/"), "the UI's address",
-                 timeout=120)  # fmt: skip
+        wait_for(lambda: printed(f"http://127.0.0.1:{port}/ui/"), "the UI's address", timeout=120)
         assert "COMPLETED" in out.decode(errors="replace")
         wait_for(lambda: _up(f"http://127.0.0.1:{port}/health"), "the UI to answer", timeout=30)
         assert proc.poll() is None  # still open for a look
@@ -62,8 +68,14 @@ def test_at_a_terminal_the_demo_keeps_the_ui_open_until_ctrl_c(tmp_path: Path) -
 
 
 def test_piped_the_demo_prints_how_to_open_the_ui_and_exits(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(DEMO)], cwd=tmp_path, env=clean_env(),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "COMPLETED" in done.stdout
     assert "milepost ui --db .milepost/demo.db --port 8082" in done.stdout

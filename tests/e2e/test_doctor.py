@@ -57,7 +57,8 @@ workflow:
     tool: {kind: noop}
 """
 FAILING = {
-    "python": ("""
+    "python": (
+        """
         workflow:
           - step: divide
             tool:
@@ -66,14 +67,19 @@ FAILING = {
                 a = 1
                 b = 0
                 result = a / b
-        """, "failed: step 'divide' (python) failed: ZeroDivisionError: division by zero at "
-             "line 3: result = a / b"),
-    "template": ("""
+        """,
+        "failed: step 'divide' (python) failed: ZeroDivisionError: division by zero at "
+        "line 3: result = a / b",
+    ),
+    "template": (
+        """
         workflow:
           - step: greet
             tool: {kind: python, input: {v: "{{ nope.deeper }}"}, code: "result = v"}
-        """, "failed: step 'greet' (python) failed: template error in input 'v': undefined "
-             "name 'nope' in '{{ nope.deeper }}'"),
+        """,
+        "failed: step 'greet' (python) failed: template error in input 'v': undefined "
+        "name 'nope' in '{{ nope.deeper }}'",
+    ),
 }
 
 
@@ -83,15 +89,23 @@ def env(**extra: str) -> dict[str, str]:
 
 def write(tmp: Path, body: str, name: str) -> Path:
     path = tmp / name
-    path.write_text(HEADER.replace("stuck", name.removesuffix(".yaml"))
-                    + textwrap.dedent(body).replace("DIR", str(tmp)))  # fmt: skip
+    path.write_text(
+        HEADER.replace("stuck", name.removesuffix(".yaml"))
+        + textwrap.dedent(body).replace("DIR", str(tmp))
+    )
     return path
 
 
-def doctor(xid: str, *where: str, environ: dict[str, str] | None = None,
-           json_out: bool = True) -> Any:  # fmt: skip
-    done = subprocess.run([MILEPOST, "doctor", xid, *where, *(["-o", "json"] if json_out else [])],
-                          env=environ or env(), capture_output=True, text=True, timeout=WAIT)  # fmt: skip
+def doctor(
+    xid: str, *where: str, environ: dict[str, str] | None = None, json_out: bool = True
+) -> Any:
+    done = subprocess.run(
+        [MILEPOST, "doctor", xid, *where, *(["-o", "json"] if json_out else [])],
+        env=environ or env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert done.returncode == 0, (done.stdout, done.stderr)
     return json.loads(done.stdout) if json_out else done.stdout
 
@@ -121,10 +135,13 @@ def check_the_branches(found: dict[str, Any]) -> None:
     assert retry["message"].endswith("after attempt 1 failed: ValueError: flaky")
     (loop,) = seen["loop_waiting"]
     assert loop["step"] == "each" and loop["message"].startswith(
-        "loop step 'each' waits for 3 of 3 iteration(s): 0 done, 1 in flight")  # fmt: skip
+        "loop step 'each' waits for 3 of 3 iteration(s): 0 done, 1 in flight"
+    )
     for claimed in seen["claimed"]:
         assert claimed["fields"]["worker_id"] and claimed["fields"]["lease_expires_at"]
-        assert " is claimed by " in claimed["message"] and "its lease ends in " in claimed["message"]
+        assert (
+            " is claimed by " in claimed["message"] and "its lease ends in " in claimed["message"]
+        )
     assert {f["step"] for f in seen["claimed"]} == {"slow", "each"}
 
 
@@ -136,9 +153,20 @@ def running(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """`milepost run` of the stuck playbook, in its own process group (its python workers
     go down with it)."""
     with (tmp_path / "run.out").open("w") as out:
-        proc = subprocess.Popen([MILEPOST, "run", str(write(tmp_path, STUCK, "stuck.yaml")),
-                                 "--db", str(tmp_path / "m.db")], env=env(), stdout=out,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                MILEPOST,
+                "run",
+                str(write(tmp_path, STUCK, "stuck.yaml")),
+                "--db",
+                str(tmp_path / "m.db"),
+            ],
+            env=env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
     try:
         yield proc
     finally:
@@ -162,20 +190,28 @@ def _only_run(db: Path) -> str:
 
 
 def test_doctor_on_the_local_database_names_each_reason_and_a_stopped_driver(
-        tmp_path: Path, running: subprocess.Popen[str]) -> None:  # fmt: skip
+    tmp_path: Path, running: subprocess.Popen[str]
+) -> None:
     db = tmp_path / "m.db"
-    xid = wait_for(lambda: running.poll() is None and _only_run(db), "the run to start",
-                   timeout=WAIT)  # fmt: skip
-    found = wait_for(lambda: (lambda f: f if stuck(f, "awaiting_approval", "retry_pending",
-                                                   "loop_waiting") else None)(
-        doctor(xid, "--db", str(db))), "every branch to be stuck", timeout=WAIT)  # fmt: skip
+    xid = wait_for(
+        lambda: running.poll() is None and _only_run(db), "the run to start", timeout=WAIT
+    )
+    found = wait_for(
+        lambda: (
+            lambda f: f if stuck(f, "awaiting_approval", "retry_pending", "loop_waiting") else None
+        )(doctor(xid, "--db", str(db))),
+        "every branch to be stuck",
+        timeout=WAIT,
+    )
     check_the_branches(found)
     # `milepost run`'s in-process workers serve every pool: the gpu step ran
     assert "no_live_worker" not in by_kind(found) and "no_driver" not in by_kind(found)
     text = doctor(xid, "--db", str(db), json_out=False).splitlines()
     assert text[0] == f"execution {xid} e2e/stuck: RUNNING"
     assert len(text) == 1 + len(found["findings"])  # one finding per line
-    assert any(line.startswith("awaiting_approval: step 'gate' waits for approval") for line in text)
+    assert any(
+        line.startswith("awaiting_approval: step 'gate' waits for approval") for line in text
+    )
 
     os.killpg(running.pid, signal.SIGKILL)  # the machine dies: nothing drives the run
     running.wait(timeout=WAIT)
@@ -187,9 +223,20 @@ def test_doctor_on_the_local_database_names_each_reason_and_a_stopped_driver(
 @pytest.mark.parametrize("case", sorted(FAILING))
 def test_doctor_names_the_first_error_of_a_failed_local_run(tmp_path: Path, case: str) -> None:
     body, line = FAILING[case]
-    done = subprocess.run([MILEPOST, "run", str(write(tmp_path, body, f"{case}.yaml")), "--json",
-                           "--db", str(tmp_path / "m.db")], env=env(), capture_output=True,
-                          text=True, timeout=WAIT)  # fmt: skip
+    done = subprocess.run(
+        [
+            MILEPOST,
+            "run",
+            str(write(tmp_path, body, f"{case}.yaml")),
+            "--json",
+            "--db",
+            str(tmp_path / "m.db"),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
     assert done.returncode == 1, done.stderr
     xid = json.loads(done.stdout)["execution_id"]
     text = doctor(xid, "--db", str(tmp_path / "m.db"), json_out=False)
@@ -213,19 +260,30 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def test_doctor_with_a_server_names_each_reason_and_the_pool_without_a_worker(
-        cluster: Cluster, tmp_path: Path) -> None:  # fmt: skip
+    cluster: Cluster, tmp_path: Path
+) -> None:
     admin = env(MILEPOST_TOKEN=cluster.admin_token)
     xid = cluster.run(textwrap.dedent(HEADER + STUCK).replace("DIR", str(tmp_path)))
     server = ("--server", cluster.url)
-    found = wait_for(lambda: (lambda f: f if stuck(f, "awaiting_approval", "retry_pending",
-                                                   "loop_waiting", "no_live_worker") else None)(
-        doctor(xid, *server, environ=admin)), "every branch to be stuck", timeout=WAIT)  # fmt: skip
+    found = wait_for(
+        lambda: (
+            lambda f: (
+                f
+                if stuck(f, "awaiting_approval", "retry_pending", "loop_waiting", "no_live_worker")
+                else None
+            )
+        )(doctor(xid, *server, environ=admin)),
+        "every branch to be stuck",
+        timeout=WAIT,
+    )
     check_the_branches(found)
     assert found["findings"][0] == {
-        "kind": "no_live_worker", "step": "train",
+        "kind": "no_live_worker",
+        "step": "train",
         "fields": {"pool": "gpu", "commands": 1, "steps": ["train"]},
         "message": "1 command(s) of step train wait in pool gpu, which no live worker serves: "
-                   "start `milepost worker --pool gpu`"}  # fmt: skip
+        "start `milepost worker --pool gpu`",
+    }
     assert {f["fields"]["worker_id"] for f in by_kind(found)["claimed"]} == {"worker-1"}
     # the same database read without the server: the same reasons
     local = doctor(xid, "--db", cluster.db_url)

@@ -70,8 +70,13 @@ class Place:
     """(playbook text, tmp dir) -> the id of a run started there, not waited for."""
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([MILEPOST, *args, *self.args], capture_output=True, text=True,
-                              env=self.env, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [MILEPOST, *args, *self.args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
 
     def json(self, *args: str) -> Any:
         done = self.cli(*args, "--output", "json")
@@ -80,8 +85,11 @@ class Place:
 
     def finished(self, text: str, tmp: Path) -> str:
         xid = self.start(text, tmp)
-        wait_for(lambda: self.json("status", xid)["status"] in ("COMPLETED", "FAILED"),
-                 f"run {xid} to end", timeout=90)  # fmt: skip
+        wait_for(
+            lambda: self.json("status", xid)["status"] in ("COMPLETED", "FAILED"),
+            f"run {xid} to end",
+            timeout=90,
+        )
         return xid
 
 
@@ -105,12 +113,17 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
             pb = tmp / f"pb-{time.monotonic_ns()}.yaml"
             pb.write_text(text)
             known = set(_ids(db))
-            proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(db)],
-                                    env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)  # fmt: skip
+            proc = subprocess.Popen(
+                [MILEPOST, "run", str(pb), "--json", "--db", str(db)],
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             request.addfinalizer(lambda: (proc.kill(), proc.communicate()))
-            return str(wait_for(lambda: _new(db, proc, known), "the local run to start",
-                                timeout=60))  # fmt: skip
+            return str(
+                wait_for(lambda: _new(db, proc, known), "the local run to start", timeout=60)
+            )
 
         return Place("local", ["--db", str(db)], _env(), run_local)
     made: Cluster = request.getfixturevalue("cluster")
@@ -121,8 +134,13 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
 def _ids(db: Path) -> list[str]:
     if not db.exists():
         return []
-    done = subprocess.run([MILEPOST, "list", "-q", "--db", str(db)], env=_env(),
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "list", "-q", "--db", str(db)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return done.stdout.split()
 
 
@@ -132,8 +150,9 @@ def _new(db: Path, proc: subprocess.Popen[str], known: set[str]) -> str | None:
     return next((xid for xid in _ids(db) if xid not in known), None)
 
 
-def test_list_filters_and_shows_end_and_duration_in_full_when_piped(place: Place,
-                                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_list_filters_and_shows_end_and_duration_in_full_when_piped(
+    place: Place, tmp_path: Path
+) -> None:
     xid = place.finished(FAILING, tmp_path)
     [item] = [i for i in place.json("list", "--since", "1h") if i["execution_id"] == xid]
     assert item["status"] == "FAILED" and item["ended_at"] and item["duration_s"] >= 0
@@ -153,7 +172,8 @@ def test_list_filters_and_shows_end_and_duration_in_full_when_piped(place: Place
 
 
 def test_describe_shows_attempts_workers_times_input_and_the_failure_output(
-        place: Place, tmp_path: Path) -> None:  # fmt: skip
+    place: Place, tmp_path: Path
+) -> None:
     xid = place.finished(FAILING, tmp_path)
     done = place.cli("describe", xid, "--output", "json")
     assert done.returncode == 0, done.stderr
@@ -198,7 +218,8 @@ def mock_api() -> Iterator[MockServer]:
 
 
 def test_describe_of_a_failed_http_step_shows_its_response_status_and_body(
-        place: Place, tmp_path: Path, mock_api: MockServer) -> None:  # fmt: skip
+    place: Place, tmp_path: Path, mock_api: MockServer
+) -> None:
     xid = place.finished(HTTP_FAILS.replace("API", mock_api.url), tmp_path)
     data = place.json("describe", xid)
     start = data["steps"]["start"]
@@ -223,8 +244,11 @@ def test_events_by_step_and_type_and_the_last_few(place: Place, tmp_path: Path) 
     assert every[0]["event_type"] == "execution.started"
     assert every[-1]["event_type"] == "execution.failed"
     commands = place.json("events", xid, "--step", "sh", "--type", "command")
-    assert [e["event_type"] for e in commands] == ["command.issued", "command.claimed",
-                                                   "command.failed"]  # fmt: skip
+    assert [e["event_type"] for e in commands] == [
+        "command.issued",
+        "command.claimed",
+        "command.failed",
+    ]
     both = place.json("events", xid, "--type", "step.enter,execution.failed")
     assert [e["event_type"] for e in both] == ["step.enter", "step.enter", "execution.failed"]
     assert place.json("events", xid, "--tail", "2") == every[-2:]
@@ -233,21 +257,34 @@ def test_events_by_step_and_type_and_the_last_few(place: Place, tmp_path: Path) 
     assert [json.loads(line, parse_constant=_no_constant) for line in as_lines] == every
     lines = place.cli("events", xid, "--type", "command.failed").stdout.splitlines()
     assert len(lines) == 1 and "command.failed" in lines[0] and "sh" in lines[0]
-    assert yaml.safe_load(place.cli("events", xid, "-o", "yaml", "--tail", "1").stdout) == every[-1:]
+    assert (
+        yaml.safe_load(place.cli("events", xid, "-o", "yaml", "--tail", "1").stdout) == every[-1:]
+    )
 
 
 def test_status_wait_and_events_follow_a_run_to_its_end(place: Place, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     xid = place.start(SLOW.replace("GATE", str(gate)), tmp_path)
-    waiting = subprocess.Popen([MILEPOST, "status", xid, "--wait", "--json", *place.args],
-                               env=place.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
-    following = subprocess.Popen([MILEPOST, "events", xid, "--follow", "--json", *place.args],
-                                 env=place.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)  # fmt: skip
+    waiting = subprocess.Popen(
+        [MILEPOST, "status", xid, "--wait", "--json", *place.args],
+        env=place.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    following = subprocess.Popen(
+        [MILEPOST, "events", xid, "--follow", "--json", *place.args],
+        env=place.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: place.json("status", xid)["steps"].get("hold", {}).get("status")
-                 == "RUNNING", "the step to run", timeout=60)  # fmt: skip
+        wait_for(
+            lambda: place.json("status", xid)["steps"].get("hold", {}).get("status") == "RUNNING",
+            "the step to run",
+            timeout=60,
+        )
         assert waiting.poll() is None and following.poll() is None  # both still at it
         gate.touch()
         out, err = waiting.communicate(timeout=90)
@@ -274,23 +311,44 @@ def test_version_help_and_usage_errors() -> None:
     # the installed script, as a user runs it (tests/unit/test_cli_help.py: every command's
     # every help text, in process)
     for command in ("list", "events", "status", "run", "describe", "retry", "restart", "logs"):
-        shown = subprocess.run([MILEPOST, command, "--help"], capture_output=True, text=True,
-                               timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
+        shown = subprocess.run(
+            [MILEPOST, command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**_env(), "COLUMNS": "200"},
+        )
         assert shown.returncode == 0 and "<bool>" not in shown.stdout, command
         assert "[env: MILEPOST_DATABASE_URL" in shown.stdout or command == "run", command
-    listed = subprocess.run([MILEPOST, "list", "--help"], capture_output=True, text=True,
-                            timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
+    listed = subprocess.run(
+        [MILEPOST, "list", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), "COLUMNS": "200"},
+    )
     assert "[default: 50]" in listed.stdout
-    restart = subprocess.run([MILEPOST, "restart", "--help"], capture_output=True, text=True,
-                             timeout=60, env={**_env(), "COLUMNS": "200"})  # fmt: skip
+    restart = subprocess.run(
+        [MILEPOST, "restart", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), "COLUMNS": "200"},
+    )
     assert "[default: the failed step" in restart.stdout  # rich markup would eat it
-    bad = subprocess.run([MILEPOST, "list", "--output", "xml"], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [MILEPOST, "list", "--output", "xml"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2
 
 
 def test_a_server_that_cannot_be_reached_exits_3() -> None:
-    proc = subprocess.run([MILEPOST, "list", "--server", "http://127.0.0.1:9"],
-                          capture_output=True, text=True, timeout=60, env=_env())  # fmt: skip
+    proc = subprocess.run(
+        [MILEPOST, "list", "--server", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+    )
     assert proc.returncode == 3 and "Connection refused" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -64,16 +64,24 @@ def user_env() -> dict[str, str]:
 def test_the_readme_server_section_runs_as_written(tmp_path: Path, pg_name: str) -> None:
     require_nats()  # the README's worker uses NATS
     port = free_port()
-    script = (server_block().replace("5432/milepost", f"5432/{pg_name}")
-              .replace("-U postgres milepost", f"-U postgres {pg_name}")
-              .replace("8082", str(port)))  # fmt: skip
+    script = (
+        server_block()
+        .replace("5432/milepost", f"5432/{pg_name}")
+        .replace("-U postgres milepost", f"-U postgres {pg_name}")
+        .replace("8082", str(port))
+    )
     assert "milepost execute examples/hello_world --wait" in script
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
     with out.open("w") as stdout, err.open("w") as stderr:
         # its own session: the server and the worker it starts with `&` are stopped with it
-        shell = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT,
-                                 env=user_env(), stdout=stdout, stderr=stderr,
-                                 start_new_session=True)  # fmt: skip
+        shell = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=ROOT,
+            env=user_env(),
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
         try:
             code = shell.wait(timeout=240)
         finally:
@@ -96,10 +104,17 @@ def with_group(pid: int, sig: int) -> None:
         return
 
 
-def milepost(*args: str, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([MILEPOST, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**user_env(), **(env or {})}, cwd=ROOT)  # fmt: skip
+def milepost(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [MILEPOST, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**user_env(), **(env or {})},
+        cwd=ROOT,
+    )
 
 
 def test_db_upgrade_of_a_database_that_does_not_exist_says_so_at_once(pg_name: str) -> None:
@@ -124,11 +139,17 @@ def test_local_commands_run_the_embedded_engine_on_postgresql(pg_name: str) -> N
 
 
 def test_register_names_the_file_and_the_problem(tmp_path: Path) -> None:
-    files = {"latin1.yaml": b"apiVersion: noetl.io/v2\nname: caf\xe9\n", "empty.yaml": b"",
-             "invalid.yaml": b"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, "
-                             b"path: x}\nworkflow:\n  - step: a\n"}  # fmt: skip
-    said = {"latin1.yaml": "not UTF-8 text (byte 33 is 0xe9)", "empty.yaml": "the file is empty",
-            "invalid.yaml": "step 'a': field 'tool' is required (line 5)"}  # fmt: skip
+    files = {
+        "latin1.yaml": b"apiVersion: noetl.io/v2\nname: caf\xe9\n",
+        "empty.yaml": b"",
+        "invalid.yaml": b"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, "
+        b"path: x}\nworkflow:\n  - step: a\n",
+    }
+    said = {
+        "latin1.yaml": "not UTF-8 text (byte 33 is 0xe9)",
+        "empty.yaml": "the file is empty",
+        "invalid.yaml": "step 'a': field 'tool' is required (line 5)",
+    }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         # checked before the server is asked: none listens on port 9
@@ -139,9 +160,11 @@ def test_register_names_the_file_and_the_problem(tmp_path: Path) -> None:
 
 
 def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going(
-        tmp_path: Path) -> None:  # fmt: skip
-    with Cluster.running(f"sqlite:///{tmp_path / 'server.db'}", tmp_path,
-                         use_nats=False) as cluster:  # fmt: skip
+    tmp_path: Path,
+) -> None:
+    with Cluster.running(
+        f"sqlite:///{tmp_path / 'server.db'}", tmp_path, use_nats=False
+    ) as cluster:
         gate = tmp_path / "gate"
         pb = tmp_path / "slow.yaml"
         pb.write_text(SLOW.replace("GATE", str(gate)))
@@ -150,16 +173,30 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         assert registered.returncode == 0, registered.stderr
         entry = json.loads(registered.stdout)  # the file with the server's catalog entry
         assert (entry["file"], entry["registered"], entry["path"], entry["version"]) == (
-            str(pb), True, "tests/slow", 1)  # fmt: skip
-        proc = subprocess.Popen([MILEPOST, "execute", "tests/slow", "--wait"],
-                                env={**user_env(), **env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+            str(pb),
+            True,
+            "tests/slow",
+            1,
+        )
+        proc = subprocess.Popen(
+            [MILEPOST, "execute", "tests/slow", "--wait"],
+            env={**user_env(), **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         first = proc.stdout.readline()  # at once, while the run goes
         xid = re.match(r"execution (\d+) started", first)
         assert xid, first
-        wait_for(lambda: cluster.client.status(xid.group(1))["steps"].get("hold", {})
-                 .get("status") == "RUNNING", "the step to run", timeout=60)  # fmt: skip
+        wait_for(
+            lambda: (
+                cluster.client.status(xid.group(1))["steps"].get("hold", {}).get("status")
+                == "RUNNING"
+            ),
+            "the step to run",
+            timeout=60,
+        )
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
@@ -167,9 +204,13 @@ def test_execute_wait_prints_the_id_follows_the_run_and_a_ctrl_c_leaves_it_going
         assert f"milepost events {xid.group(1)} --follow --server {cluster.url}" in err
         assert "Traceback" not in err
         assert cluster.client.status(xid.group(1))["status"] == "RUNNING"  # not cancelled
-        again = subprocess.Popen([MILEPOST, "execute", "tests/slow", "--wait", "--json"],
-                                 env={**user_env(), **env}, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        again = subprocess.Popen(
+            [MILEPOST, "execute", "tests/slow", "--wait", "--json"],
+            env={**user_env(), **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         gate.touch()
         out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err

@@ -73,8 +73,11 @@ def tour_lines() -> list[str]:
     """The commands of the tour's bash block, as written (comment-only lines left out)."""
     section = (ROOT / "README.md").read_text().split("## A short tour of the CLI", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line.strip() for line in block.splitlines()
-            if line.strip() and not line.strip().startswith("#")]  # fmt: skip
+    return [
+        line.strip()
+        for line in block.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
 def command_of(line: str) -> str:
@@ -105,8 +108,14 @@ class Tour:
 
     def bash(self, line: str, timeout: float = 120) -> Done:
         started = time.monotonic()
-        done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", line],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         return Done(line, done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
 
@@ -114,8 +123,9 @@ class Tour:
 def tour(tmp_path_factory: pytest.TempPathFactory) -> Tour:
     tmp = tmp_path_factory.mktemp("tour")
     env = {**user_env(), "MILEPOST_DATABASE_URL": f"sqlite:///{tmp / 'tour.db'}"}
-    key = subprocess.run(["milepost", "secret-key"], env=env, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    key = subprocess.run(
+        ["milepost", "secret-key"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert key.returncode == 0, key.stderr
     env["MILEPOST_SECRET_KEY"] = key.stdout.strip().splitlines()[-1]
     (tmp / "fails.yaml").write_text(FAILS)
@@ -157,9 +167,9 @@ def test_the_tour_is_the_one_this_file_runs() -> None:
     assert "| 0 | done; for `run`, `resume`, `status --wait`" in table
 
 
-@pytest.mark.parametrize("line", [line for line in tour_lines()
-                                  if not line.startswith(tuple(NOT_RUN))],
-                         ids=command_of)  # fmt: skip
+@pytest.mark.parametrize(
+    "line", [line for line in tour_lines() if not line.startswith(tuple(NOT_RUN))], ids=command_of
+)
 def test_each_tour_command_runs_as_written(tour: Tour, line: str) -> None:
     done = check_line(tour, line)
     out, xid = done.out, tour.xid
@@ -203,8 +213,9 @@ def test_each_tour_command_runs_as_written(tour: Tour, line: str) -> None:
     elif command == "workers":  # the run has ended: its in-process workers left
         assert "no workers" in out
     elif command == "resume":  # an ended run: nothing to resume, exit as run did (0)
-        assert re.search(rf"execution {xid} is COMPLETED \(ended [^)]+\); nothing to resume",
-                         out + done.err)  # fmt: skip
+        assert re.search(
+            rf"execution {xid} is COMPLETED \(ended [^)]+\); nothing to resume", out + done.err
+        )
     elif command == "doctor":
         assert f"execution {xid} examples/hello_world: COMPLETED" in out
         assert "completed: the run completed" in out
@@ -231,8 +242,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.mark.parametrize("command", ["events", "logs"])
-def test_the_tours_combined_reads_run_against_a_server(cluster: Cluster, tour: Tour,
-                                                        command: str) -> None:  # fmt: skip
+def test_the_tours_combined_reads_run_against_a_server(
+    cluster: Cluster, tour: Tour, command: str
+) -> None:
     """`events --step --type --tail --follow` and `logs --step --follow` in one command, as
     the tour writes them, on a server's ended run: at once, the same as locally."""
     xid = cluster.run((ROOT / "examples" / "hello_world.yaml").read_text(), {"name": "Ada"})
@@ -243,8 +255,9 @@ def test_the_tours_combined_reads_run_against_a_server(cluster: Cluster, tour: T
     # the line without its comment: `--server` after it would be commented out
     words = shlex.split(line.replace(README_ID, xid), comments=True)
     typed = shlex.join([*words, "--server", cluster.url])
-    done = subprocess.run(["bash", "-c", typed],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", typed], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert time.monotonic() - started < AT_ONCE_S
     assert "Traceback" not in done.stdout + done.stderr

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_milepost_ui_serves_a_local_database_and_drops_its_token_when_it_stops(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     db = str(tmp_path / "local.db")
     env = clean_env()
     env.pop("MILEPOST_SECRET_KEY", None)  # it needs none: a key of its own for the session
@@ -26,8 +27,11 @@ def test_milepost_ui_serves_a_local_database_and_drops_its_token_when_it_stops(
     proc = Proc("ui", [MILEPOST, "ui", "--db", db, "--port", str(port)], env, log)
     base = f"http://127.0.0.1:{port}"
     try:
-        token = wait_for(lambda: (m := re.search(r"mp_[\w-]+", log.read_text())) and m[0],
-                         f"the token to be printed ({log})", timeout=30)  # fmt: skip
+        token = wait_for(
+            lambda: (m := re.search(r"mp_[\w-]+", log.read_text())) and m[0],
+            f"the token to be printed ({log})",
+            timeout=30,
+        )
 
         def up() -> bool:
             try:
@@ -43,6 +47,11 @@ def test_milepost_ui_serves_a_local_database_and_drops_its_token_when_it_stops(
         assert page.status_code == (200 if (ui.DIST / "index.html").is_file() else 404)
     finally:
         assert proc.stop() == 0, log.read_text()
-    listed = subprocess.run([MILEPOST, "token", "list", "--db", db, "--json"], env=env,
-                            capture_output=True, text=True, check=True)  # fmt: skip
+    listed = subprocess.run(
+        [MILEPOST, "token", "list", "--db", db, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert listed.stdout.strip() in ("[]", ""), listed.stdout

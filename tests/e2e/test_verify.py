@@ -21,9 +21,13 @@ SHORT = ("--runs", "4", "--seed", "1", "--duration", "12", "--deadline", "40")
 
 def verify(db_url: str, tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
     # wide enough for the tables not to wrap the invariants' names
-    return subprocess.run([MILEPOST, "verify", "--db", db_url, *SHORT, "--keep", str(tmp / "run")],
-                          capture_output=True, text=True, timeout=120,
-                          env=clean_env(**{"COLUMNS": "160", **env}))  # fmt: skip
+    return subprocess.run(
+        [MILEPOST, "verify", "--db", db_url, *SHORT, "--keep", str(tmp / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(**{"COLUMNS": "160", **env}),
+    )
 
 
 def rows(output: str) -> dict[str, str]:
@@ -42,8 +46,9 @@ def test_the_short_suite_passes(kind: str, tmp_path: Path) -> None:
         proc = verify(db_url, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     table = rows(proc.stdout)
-    assert {name: table.get(name) for name, _ in checks.CHECKS} == \
-        {name: "held" for name, _ in checks.CHECKS}  # fmt: skip
+    assert {name: table.get(name) for name, _ in checks.CHECKS} == {
+        name: "held" for name, _ in checks.CHECKS
+    }
     assert table["orders"] == "4" and int(table["completed"]) + int(table["failed"]) >= 4
     assert sum(int(v) for k, v in table.items() if k.startswith("faults: ")) >= 2
     assert table["zombie reports fenced"] == table.get("faults: zombie", "0")

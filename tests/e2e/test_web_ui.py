@@ -32,12 +32,14 @@ except ImportError:  # pragma: no cover - the dev extra has it
     sync_playwright = None  # type: ignore[assignment]
 
 _missing = (
-    "playwright is not installed (pip install -e '.[dev]')" if sync_playwright is None
+    "playwright is not installed (pip install -e '.[dev]')"
+    if sync_playwright is None
     else f"no chromium at {CHROMIUM} (make browser, or apt-get install chromium)"
     if not os.path.exists(CHROMIUM)
-    else "the web UI is not built (make install)" if not (ui.DIST / "index.html").is_file()
+    else "the web UI is not built (make install)"
+    if not (ui.DIST / "index.html").is_file()
     else None
-)  # fmt: skip
+)
 if _missing and IN_CI:
     raise RuntimeError(f"CI runs the browser tests: {_missing}")
 needs_browser = pytest.mark.skipif(_missing is not None, reason=_missing or "")
@@ -92,8 +94,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 def browser() -> Iterator[Any]:
     assert sync_playwright is not None
     with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                      args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        launched = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         try:
             yield launched
         finally:
@@ -109,7 +112,8 @@ def sign_in(page: Page, url: str, token: str) -> None:
 
 @needs_browser
 def test_a_run_seen_live_from_the_list_to_its_graph_and_a_viewer_cannot_cancel(
-        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path
+) -> None:
     xid = cluster.run(LOOP.replace("DIR", str(tmp_path)))
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(cluster.url + "/ui/")
@@ -135,8 +139,9 @@ def test_a_run_seen_live_from_the_list_to_its_graph_and_a_viewer_cannot_cancel(
     (tmp_path / "go").write_text("")  # the loop's tools finish; the page sees it live
     expect(each).to_have_attribute("data-status", "COMPLETED", timeout=WAIT_MS)
     expect(page.get_by_test_id("iterations-each")).to_contain_text("4 done")
-    expect(page.get_by_test_id("step-end")).to_have_attribute("data-status", "COMPLETED",
-                                                               timeout=WAIT_MS)  # fmt: skip
+    expect(page.get_by_test_id("step-end")).to_have_attribute(
+        "data-status", "COMPLETED", timeout=WAIT_MS
+    )
     expect(page.get_by_test_id("run-status")).to_have_text("COMPLETED", timeout=WAIT_MS)
     expect(page.get_by_test_id("cancel")).to_have_count(0)  # an ended run is not cancelled
     page.screenshot(path=str(artifacts / "run-completed.png"))
@@ -222,7 +227,8 @@ QUICK = textwrap.dedent("""\
 
 @needs_browser
 def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
-        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path
+) -> None:
     xid = cluster.run(FAILS_ONCE.replace("DIR", str(tmp_path)))
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     sign_in(page, cluster.url, cluster.admin_token)
@@ -236,7 +242,8 @@ def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
     panel = page.get_by_test_id("step-panel")
     expect(panel.get_by_test_id("step-error")).to_contain_text("the input file is missing")
     expect(panel.get_by_test_id("step-error-line")).to_contain_text(
-        'line 3: raise ValueError("the input file is missing")')
+        'line 3: raise ValueError("the input file is missing")'
+    )
     expect(panel.get_by_test_id("attempt-row")).to_have_count(1)
     expect(panel.get_by_test_id("attempt-row")).to_have_attribute("data-status", "FAILED")
     expect(panel.get_by_test_id("step-logs")).to_contain_text("ValueError")  # the traceback
@@ -259,7 +266,8 @@ def test_a_failed_step_is_opened_read_and_retried_until_the_run_completes(
 
 @needs_browser
 def test_an_approval_decided_in_the_browser_and_the_playbooks_and_workers_pages(
-        cluster: Cluster, browser: Any, artifacts: Path) -> None:  # fmt: skip
+    cluster: Cluster, browser: Any, artifacts: Path
+) -> None:
     xid = cluster.run(GATED)  # started by the admin; alice (an approver) may decide
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     sign_in(page, cluster.url, cluster.token("approver", user="alice"))
@@ -287,7 +295,10 @@ def test_an_approval_decided_in_the_browser_and_the_playbooks_and_workers_pages(
     [item] = cluster.client.approvals(execution_id=xid)["items"]
     [vote] = cluster.client.approval(item["approval_id"])["votes"]
     assert (item["status"], vote["identity"], vote["reason"]) == (
-        "granted", "user:alice", "checked the order")  # the click cast alice's vote, with why
+        "granted",
+        "user:alice",
+        "checked the order",
+    )  # the click cast alice's vote, with why
 
     page.get_by_role("link", name="Playbooks").click()
     entry = page.locator("[data-testid=catalog-entry][data-path='e2e/ui_gated']")
@@ -316,7 +327,8 @@ def test_an_approval_decided_in_the_browser_and_the_playbooks_and_workers_pages(
 
 @needs_browser
 def test_a_waiting_run_selected_in_the_list_and_cancelled_turns_cancelled_live(
-        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path
+) -> None:
     done = cluster.run(QUICK)
     waiting = cluster.run(LOOP.replace("DIR", str(tmp_path)))  # held by the file gate
     page = browser.new_page(viewport={"width": 1280, "height": 900})

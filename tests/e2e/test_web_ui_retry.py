@@ -37,7 +37,8 @@ WAITS_AN_HOUR = textwrap.dedent("""\
 
 @needs_browser
 def test_a_failed_attempt_waiting_for_its_retry_is_retried_now_from_the_step_panel(
-        cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path) -> None:  # fmt: skip
+    cluster: Cluster, browser: Any, tmp_path: Path, artifacts: Path
+) -> None:
     xid = cluster.run(WAITS_AN_HOUR.replace("DIR", str(tmp_path)))
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     sign_in(page, cluster.url, cluster.admin_token)
@@ -46,8 +47,9 @@ def test_a_failed_attempt_waiting_for_its_retry_is_retried_now_from_the_step_pan
     panel = page.get_by_test_id("step-panel")
     # the first attempt's failure arrives live; the next one is an hour away
     expect(panel.get_by_test_id("attempt-row")).to_have_count(1, timeout=WAIT_MS)
-    expect(panel.get_by_test_id("attempt-row")).to_have_attribute("data-status", "FAILED",
-                                                                   timeout=WAIT_MS)  # fmt: skip
+    expect(panel.get_by_test_id("attempt-row")).to_have_attribute(
+        "data-status", "FAILED", timeout=WAIT_MS
+    )
     expect(page.get_by_test_id("run-status")).to_have_text("RUNNING")
     expect(panel.get_by_test_id("restart")).to_have_count(0)  # the run goes on: no new run
     page.screenshot(path=str(artifacts / "step-panel-retry-waiting.png"))

@@ -44,13 +44,29 @@ def held(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, Path]]:
     block.touch()
     pb = write(tmp_path, HOLD)
     env = {**os.environ, "MILEPOST_LEASE_SECONDS": "2", "MILEPOST_DRIVER_TTL": "2"}
-    proc = subprocess.Popen([MILEPOST, "run", str(pb), "--json", "--db", str(tmp_path / "m.db"),
-                             "--set", f"marker={marker}", "--set", f"block={block}"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            MILEPOST,
+            "run",
+            str(pb),
+            "--json",
+            "--db",
+            str(tmp_path / "m.db"),
+            "--set",
+            f"marker={marker}",
+            "--set",
+            f"block={block}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: marker.exists() or proc.poll() is not None, "the step to start",
-                 timeout=60)  # fmt: skip
+        wait_for(
+            lambda: marker.exists() or proc.poll() is not None, "the step to start", timeout=60
+        )
         assert proc.poll() is None, proc.communicate()
         yield proc, block, tmp_path / "m.db"
     finally:
@@ -69,14 +85,20 @@ def workers(db: Path, *args: str) -> list[dict[str, Any]]:
 
 def table(db: Path, *args: str) -> str:
     """The table as a wide terminal shows it, on one line."""
-    done = subprocess.run([MILEPOST, "workers", *args, "--db", str(db)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "workers", *args, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     assert done.returncode == 0, done.stderr
     return " ".join(done.stdout.split())
 
 
 def test_the_in_process_workers_of_a_run_are_listed_while_it_runs(
-        held: tuple[subprocess.Popen[str], Path, Path]) -> None:  # fmt: skip
+    held: tuple[subprocess.Popen[str], Path, Path],
+) -> None:
     proc, block, db = held
     [worker] = workers(db)
     assert worker["kind"] == "embedded" and worker["pools"] == ["default"]
@@ -98,20 +120,24 @@ def test_the_in_process_workers_of_a_run_are_listed_while_it_runs(
 
 
 def test_a_killed_run_leaves_its_workers_lost(
-        held: tuple[subprocess.Popen[str], Path, Path]) -> None:  # fmt: skip
+    held: tuple[subprocess.Popen[str], Path, Path],
+) -> None:
     proc, _, db = held
     os.killpg(proc.pid, signal.SIGKILL)  # the machine dies: its python processes too
     proc.wait(30)
-    [lost] = wait_for(lambda: workers(db, "--status", "lost"), "the killed run's workers to "
-                      "be lost", timeout=30)  # fmt: skip
+    [lost] = wait_for(
+        lambda: workers(db, "--status", "lost"), "the killed run's workers to be lost", timeout=30
+    )
     assert lost["pid"] == proc.pid and [r["step"] for r in lost["running"]] == ["hold"]
     assert workers(db, "--status", "live") == []
     assert table(db, "--status", "live") == "no live workers"
 
 
 def test_a_bad_filter_is_refused_without_a_traceback(tmp_path: Path) -> None:
-    for args, message in ((["--status", "dead"], "--status 'dead': use live or lost"),
-                          (["--pool", "a b"], "--pool 'a b': a pool is a name")):  # fmt: skip
+    for args, message in (
+        (["--status", "dead"], "--status 'dead': use live or lost"),
+        (["--pool", "a b"], "--pool 'a b': a pool is a name"),
+    ):
         done = cli("workers", *args, db=tmp_path / "m.db")
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert "Traceback" not in done.stderr

@@ -19,29 +19,61 @@ from milepost.playbook.loop_result import LoopResult
 
 def meaning(state: st.ExecutionState) -> dict[str, Any]:
     """The run's meaning as plain JSON data."""
-    running = {step: {
-        "run": sr.run, "items": sr.items, "max_in_flight": sr.max_in_flight,
-        "next_index": sr.next_index, "in_flight": sr.in_flight, "attempts": sr.attempts,
-        "results": sr.results, "retry_at": sr.retry_at, "failed_ok": sr.failed_ok,
-        "failures": {i: {"attempt": f.attempt, "error": f.error} for i, f in sr.failures.items()},
-        "error": sr.error,
-    } for step, sr in state.running.items()}  # fmt: skip
-    commands = [{"command_id": c.command_id, "step": c.step, "run": c.run, "index": c.index,
-                 "attempt": c.attempt, "idempotency_key": c.idempotency_key}
-                for c in sorted(state.commands.values(), key=lambda c: c.command_id)]  # fmt: skip
-    return _plain({
-        "status": state.status, "path": state.path, "version": state.version,
-        "workload": state.workload, "sealed_workload": state.sealed_workload,
-        "parent_execution_id": state.parent_execution_id,
-        "parent_command_id": state.parent_command_id,
-        "started_at": state.started_at, "ended_at": state.ended_at,
-        "step_status": state.step_status, "results": state.results, "ctx": state.ctx,
-        "run_counts": state.run_counts, "pending": state.pending, "running": running,
-        "commands": commands, "completed_runs": state.completed_runs,
-        "failure": state.failure, "dead_end": state.dead_end,
-        "cancel_requested": state.cancel_requested, "error": state.error,
-        "event_count": state.event_count,
-    })  # fmt: skip
+    running = {
+        step: {
+            "run": sr.run,
+            "items": sr.items,
+            "max_in_flight": sr.max_in_flight,
+            "next_index": sr.next_index,
+            "in_flight": sr.in_flight,
+            "attempts": sr.attempts,
+            "results": sr.results,
+            "retry_at": sr.retry_at,
+            "failed_ok": sr.failed_ok,
+            "failures": {
+                i: {"attempt": f.attempt, "error": f.error} for i, f in sr.failures.items()
+            },
+            "error": sr.error,
+        }
+        for step, sr in state.running.items()
+    }
+    commands = [
+        {
+            "command_id": c.command_id,
+            "step": c.step,
+            "run": c.run,
+            "index": c.index,
+            "attempt": c.attempt,
+            "idempotency_key": c.idempotency_key,
+        }
+        for c in sorted(state.commands.values(), key=lambda c: c.command_id)
+    ]
+    return _plain(
+        {
+            "status": state.status,
+            "path": state.path,
+            "version": state.version,
+            "workload": state.workload,
+            "sealed_workload": state.sealed_workload,
+            "parent_execution_id": state.parent_execution_id,
+            "parent_command_id": state.parent_command_id,
+            "started_at": state.started_at,
+            "ended_at": state.ended_at,
+            "step_status": state.step_status,
+            "results": state.results,
+            "ctx": state.ctx,
+            "run_counts": state.run_counts,
+            "pending": state.pending,
+            "running": running,
+            "commands": commands,
+            "completed_runs": state.completed_runs,
+            "failure": state.failure,
+            "dead_end": state.dead_end,
+            "cancel_requested": state.cancel_requested,
+            "error": state.error,
+            "event_count": state.event_count,
+        }
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -55,8 +87,19 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-EVENT_FIELDS = ("event_id", "execution_id", "event_type", "created_at", "step", "status",
-                "payload", "meta", "parent_event_id", "worker_id", "seq")  # fmt: skip
+EVENT_FIELDS = (
+    "event_id",
+    "execution_id",
+    "event_type",
+    "created_at",
+    "step",
+    "status",
+    "payload",
+    "meta",
+    "parent_event_id",
+    "worker_id",
+    "seq",
+)
 
 
 def event_to_json(event: ev.Event) -> dict[str, Any]:

@@ -38,7 +38,9 @@ temporary path is written into the histories)."""
 
 
 def _pb(path: str, body: str) -> str:
-    return f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: {path}, path: {path}}}\n{body}"
+    return (
+        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: {path}, path: {path}}}\n{body}"
+    )
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,10 @@ class Scenario:
 
 
 SCENARIOS = {
-    "sequential": Scenario(_pb("history/sequential", """
+    "sequential": Scenario(
+        _pb(
+            "history/sequential",
+            """
 workload: {n: 3}
 workflow:
   - step: start
@@ -61,8 +66,13 @@ workflow:
     next: double
   - step: double
     tool: {kind: python, input: {n: "{{ start.n }}"}, code: "result = {'n': n * 2}"}
-""")),
-    "loop_retry": Scenario(_pb("history/loop_retry", """
+""",
+        )
+    ),
+    "loop_retry": Scenario(
+        _pb(
+            "history/loop_retry",
+            """
 workflow:
   - step: start
     loop: {in: "{{ [1, 2, 3] }}", iterator: i, spec: {mode: parallel, max_in_flight: 2}}
@@ -80,8 +90,13 @@ workflow:
     next: total
   - step: total
     tool: {kind: python, input: {rows: "{{ start }}"}, code: "result = sum(r['sq'] for r in rows)"}
-""")),
-    "failure": Scenario(_pb("history/failure", """
+""",
+        )
+    ),
+    "failure": Scenario(
+        _pb(
+            "history/failure",
+            """
 workflow:
   - step: start
     tool: {kind: python, code: "result = {'ok': True}"}
@@ -91,33 +106,60 @@ workflow:
     next: never
   - step: never
     tool: {kind: noop}
-"""), status=st.FAILED),
-    "cancel": Scenario(_pb("history/cancel", """
+""",
+        ),
+        status=st.FAILED,
+    ),
+    "cancel": Scenario(
+        _pb(
+            "history/cancel",
+            """
 workflow:
   - step: start
     tool: {kind: python, code: "result = {'ok': True}"}
     next: never
   - step: never
     tool: {kind: noop}
-"""), cancel=True, status=st.CANCELLED),
-    "child": Scenario(_pb("history/parent", """
+""",
+        ),
+        cancel=True,
+        status=st.CANCELLED,
+    ),
+    "child": Scenario(
+        _pb(
+            "history/parent",
+            """
 workflow:
   - step: start
     tool: {kind: playbook, path: history/child, input: {x: 4}, return_step: start}
-"""), children=(_pb("history/child", """
+""",
+        ),
+        children=(
+            _pb(
+                "history/child",
+                """
 workload: {x: 1}
 workflow:
   - step: start
     tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
-"""),)),
-    "sealed": Scenario(_pb("history/sealed", """
+""",
+            ),
+        ),
+    ),
+    "sealed": Scenario(
+        _pb(
+            "history/sealed",
+            """
 workflow:
   - step: start
     tool:
       kind: python
       input: {password: "{{ workload.password }}", user: "{{ workload.user }}"}
       code: "result = {'ok': password == 'hunter2', 'user': user}"
-"""), workload={"password": "hunter2", "user": "ada"}),
+""",
+        ),
+        workload={"password": "hunter2", "user": "ada"},
+    ),
 }
 
 
@@ -130,13 +172,20 @@ async def _run(store: SQLiteStore, scenario: Scenario) -> int:
             engine.cancel(xid)
         state = await engine.wait(xid, timeout=60)
     if state.status != scenario.status:
-        raise SystemExit(f"execution {xid} ended {state.status}, not {scenario.status}: "
-                         f"{state.error}")  # fmt: skip
+        raise SystemExit(
+            f"execution {xid} ended {state.status}, not {scenario.status}: {state.error}"
+        )
     return xid
 
 
-CUT_AFTER = (ev.COMMAND_ISSUED, ev.COMMAND_COMPLETED, ev.COMMAND_FAILED,
-             ev.COMMAND_RETRY_SCHEDULED, ev.EXECUTION_CANCEL_REQUESTED, ev.LOOP_DONE)
+CUT_AFTER = (
+    ev.COMMAND_ISSUED,
+    ev.COMMAND_COMPLETED,
+    ev.COMMAND_FAILED,
+    ev.COMMAND_RETRY_SCHEDULED,
+    ev.EXECUTION_CANCEL_REQUESTED,
+    ev.LOOP_DONE,
+)
 """A log is cut after the first event of each of these types (a live command, a
 result, a failure awaiting its retry, a cancel in flight, a loop's end) and at its end;
 the meaning of each prefix is pinned."""
@@ -152,8 +201,9 @@ def record(name: str, scenario: Scenario, folder: Path) -> dict[str, Any]:
     store = SQLiteStore(folder / f"{name}.db")
     try:
         xid = asyncio.run(_run(store, scenario))
-        xids = [xid] + [r.execution_id for r in store.list_executions()
-                        if r.parent_execution_id == xid]  # fmt: skip
+        xids = [xid] + [
+            r.execution_id for r in store.list_executions() if r.parent_execution_id == xid
+        ]
         executions = []
         for x in xids:
             events = store.load(x)
@@ -162,18 +212,24 @@ def record(name: str, scenario: Scenario, folder: Path) -> dict[str, Any]:
             opened = {**meaning(engine_state), "workload": folded.workload}
             if meaning(folded) != opened:
                 raise SystemExit(f"{name}: the fold of the log differs from the engine's state")
-            executions.append({
-                "events": [event_to_json(e) for e in events],
-                "meanings": {str(k): meaning(st.fold(None, events[:k])) for k in cuts(events)},
-            })  # fmt: skip
-        return {"scenario": name, "playbooks": [scenario.text, *scenario.children],
-                "executions": executions}
+            executions.append(
+                {
+                    "events": [event_to_json(e) for e in events],
+                    "meanings": {str(k): meaning(st.fold(None, events[:k])) for k in cuts(events)},
+                }
+            )
+        return {
+            "scenario": name,
+            "playbooks": [scenario.text, *scenario.children],
+            "executions": executions,
+        }
     finally:
         store.close()
 
 
 def dumps(history: dict[str, Any]) -> str:
     """JSON with one event or meaning a line: small, and a diff shows what changed."""
+
     def one(value: Any) -> str:
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -183,8 +239,10 @@ def dumps(history: dict[str, Any]) -> str:
         return f' {{"events":[\n{events}],\n  "meanings":{{\n{meanings}}}}}'
 
     executions = ",\n".join(execution(x) for x in history["executions"])
-    return (f'{{"scenario":{one(history["scenario"])},\n"playbooks":{one(history["playbooks"])},\n'
-            f'"executions":[\n{executions}]}}\n')
+    return (
+        f'{{"scenario":{one(history["scenario"])},\n"playbooks":{one(history["playbooks"])},\n'
+        f'"executions":[\n{executions}]}}\n'
+    )
 
 
 def main(args: list[str]) -> None:

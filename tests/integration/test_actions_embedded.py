@@ -60,8 +60,9 @@ def test_retry_runs_the_waiting_attempt_now(store: Any, tmp_path: Path) -> None:
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=2) as engine:
             xid = engine.start(load.load_text(FLAKY), FLAKY, {"out": str(out)})
-            await wait_for_async(lambda: engine.state(xid).running["flaky"].retry_at,
-                                 "the retry timer")  # fmt: skip
+            await wait_for_async(
+                lambda: engine.state(xid).running["flaky"].retry_at, "the retry timer"
+            )
             actions.retry(engine.service, xid, "flaky", "user:alice")
             return await engine.wait(xid, timeout=10)
 

@@ -75,19 +75,27 @@ class Gate:
         self.engine = engine
         self.store = engine.store
 
-    def start(self, text: str, workload: dict[str, Any] | None = None,
-              by: str = DORA.identity) -> int:  # fmt: skip
+    def start(
+        self, text: str, workload: dict[str, Any] | None = None, by: str = DORA.identity
+    ) -> int:
         return self.engine.start(load.load_text(text), text, workload, started_by=by)
 
     async def pending(self, xid: int) -> port.ApprovalRow:
-        rows = await wait_for_async(lambda: self.store.list_approvals(execution_id=xid),
-                                    f"the approval request of execution {xid}")  # fmt: skip
+        rows = await wait_for_async(
+            lambda: self.store.list_approvals(execution_id=xid),
+            f"the approval request of execution {xid}",
+        )
         [row] = rows
         assert row.status == ap.PENDING
         return row
 
-    def vote(self, row: port.ApprovalRow, voter: Voter, decision: str = "approve",
-             reason: str | None = None) -> port.ApprovalRow:  # fmt: skip
+    def vote(
+        self,
+        row: port.ApprovalRow,
+        voter: Voter,
+        decision: str = "approve",
+        reason: str | None = None,
+    ) -> port.ApprovalRow:
         return self.engine.service.decide_approval(row.approval_id, voter, decision, reason)
 
     async def ended(self, xid: int) -> st.ExecutionState:
@@ -119,7 +127,9 @@ def test_an_approved_step_runs_once(store: port.Store, api: Upstream) -> None:
             xid = gate.start(world.gated("tests/approve", api.url + path))
             row = await gate.pending(xid)
             assert row.started_by == DORA.identity and row.quorum == 1
-            assert row.request["calls"][0]["input"]["tasks"][0]["config"]["json"] == {"amount": 7200}
+            assert row.request["calls"][0]["input"]["tasks"][0]["config"]["json"] == {
+                "amount": 7200
+            }
             assert api.count(path) == 0 and issued(store, xid) == 0
             assert gate.vote(row, ALICE, reason="invoice checked").status == ap.GRANTED
             return xid, await gate.ended(xid)
@@ -135,11 +145,13 @@ def test_an_approved_step_runs_once(store: port.Store, api: Upstream) -> None:
     assert first.seq == granted.seq + 1
     row = store.get_approval(int(granted.payload["approval_id"]))
     assert row is not None and [(v["identity"], v["reason"]) for v in row.votes] == [
-        ("user:alice", "invoice checked")]
+        ("user:alice", "invoice checked")
+    ]
 
 
-def test_a_denied_step_fails_naming_the_denier_and_never_runs(store: port.Store,
-                                                              api: Upstream) -> None:  # fmt: skip
+def test_a_denied_step_fails_naming_the_denier_and_never_runs(
+    store: port.Store, api: Upstream
+) -> None:
     path = unique("deny")
 
     async def go() -> st.ExecutionState:
@@ -164,8 +176,14 @@ def test_a_quorum_of_two_waits_for_the_second_vote(store: port.Store, api: Upstr
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=2) as engine:
             gate = Gate(engine)
-            xid = gate.start(world.gated("tests/quorum", api.url + path, quorum=2,
-                                         approvers="[user:alice, user:bob, user:carol]"))
+            xid = gate.start(
+                world.gated(
+                    "tests/quorum",
+                    api.url + path,
+                    quorum=2,
+                    approvers="[user:alice, user:bob, user:carol]",
+                )
+            )
             row = gate.vote(await gate.pending(xid), ALICE)
             assert row.status == ap.PENDING and len(row.votes) == 1
             state = engine.state(xid)
@@ -185,24 +203,29 @@ def test_a_quorum_of_two_waits_for_the_second_vote(store: port.Store, api: Upstr
 # -- who may vote ----------------------------------------------------------------------------
 
 
-def test_the_starter_may_not_approve_unless_the_playbook_allows_it(store: port.Store,
-                                                                   api: Upstream) -> None:  # fmt: skip
+def test_the_starter_may_not_approve_unless_the_playbook_allows_it(
+    store: port.Store, api: Upstream
+) -> None:
     refused_path, allowed_path = unique("self"), unique("self-ok")
     approvers = "[user:dora, user:alice]"
 
     async def go() -> tuple[int, st.ExecutionState]:
         async with EmbeddedEngine(store, concurrency=2) as engine:
             gate = Gate(engine)
-            refused = gate.start(world.gated("tests/self", api.url + refused_path,
-                                             approvers=approvers))  # fmt: skip
+            refused = gate.start(
+                world.gated("tests/self", api.url + refused_path, approvers=approvers)
+            )
             row = await gate.pending(refused)
             before = types(store, refused)
             with pytest.raises(SelfApproval) as exc:
                 gate.vote(row, DORA)
             assert exc.value.code == "self_approval" and "user:dora" in exc.value.message
             assert types(store, refused) == before, "a refused vote appends nothing"
-            allowed = gate.start(world.gated("tests/self-ok", api.url + allowed_path,
-                                             approvers=approvers, self_ok=True))  # fmt: skip
+            allowed = gate.start(
+                world.gated(
+                    "tests/self-ok", api.url + allowed_path, approvers=approvers, self_ok=True
+                )
+            )
             assert gate.vote(await gate.pending(allowed), DORA).status == ap.GRANTED
             return refused, await gate.ended(allowed)
 
@@ -212,8 +235,9 @@ def test_the_starter_may_not_approve_unless_the_playbook_allows_it(store: port.S
     assert issued(store, refused) == 0
 
 
-def test_a_second_vote_an_outsider_and_an_unknown_approval_are_refused(store: port.Store,
-                                                                      api: Upstream) -> None:  # fmt: skip
+def test_a_second_vote_an_outsider_and_an_unknown_approval_are_refused(
+    store: port.Store, api: Upstream
+) -> None:
     path = unique("refusals")
 
     async def go() -> None:
@@ -258,18 +282,23 @@ def test_an_approval_expires_before_the_decision(store: port.Store, api: Upstrea
 
     state = run(go)
     assert state.status == st.FAILED and state.error is not None
-    assert (state.error["kind"], state.error["message"]) == ("approval", "approval expired after 1s")
+    assert (state.error["kind"], state.error["message"]) == (
+        "approval",
+        "approval expired after 1s",
+    )
     assert api.count(path) == 0 and issued(store, state.execution_id) == 0
 
 
-def test_a_vote_after_expires_at_is_refused_and_records_the_expiry(store: port.Store,
-                                                                  api: Upstream) -> None:  # fmt: skip
+def test_a_vote_after_expires_at_is_refused_and_records_the_expiry(
+    store: port.Store, api: Upstream
+) -> None:
     path = unique("expiry-vote")
     skew = [0.0]  # the engine's clock runs ahead of the wall clock by this much
 
     async def go() -> tuple[int, st.ExecutionState]:
-        async with EmbeddedEngine(store, concurrency=2,
-                                  clock=lambda: time.time() + skew[0]) as engine:  # fmt: skip
+        async with EmbeddedEngine(
+            store, concurrency=2, clock=lambda: time.time() + skew[0]
+        ) as engine:
             gate = Gate(engine)
             xid = gate.start(world.gated("tests/expiry-vote", api.url + path))  # expires in 1h
             row = await gate.pending(xid)
@@ -309,8 +338,9 @@ def test_an_approval_expires_while_no_process_runs(store: port.Store, api: Upstr
     state = run(resume)
     assert state.status == st.FAILED and state.error is not None
     assert state.error["message"] == "approval expired after 1s"
-    row = store.get_approval(next(e.event_id for e in store.load(xid)
-                                  if e.event_type == ev.APPROVAL_REQUESTED))  # fmt: skip
+    row = store.get_approval(
+        next(e.event_id for e in store.load(xid) if e.event_type == ev.APPROVAL_REQUESTED)
+    )
     assert row is not None and row.status == ap.EXPIRED
     assert api.count(path) == 0 and issued(store, xid) == 0
 
@@ -320,7 +350,9 @@ def test_an_approval_expires_while_no_process_runs(store: port.Store, api: Upstr
 
 @pytest.mark.parametrize("what", ["policy", "input"])
 def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
-    store: port.Store, api: Upstream, what: str,
+    store: port.Store,
+    api: Upstream,
+    what: str,
 ) -> None:
     path = unique(f"raced-{what}")
 
@@ -330,8 +362,10 @@ def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
             xid = gate.start(world.raced(f"tests/raced-{what}", api.url + path, what=what))
             row = await gate.pending(xid)
             # the parallel branch sets ctx.amount after the request was made
-            await wait_for_async(lambda: engine.state(xid).ctx.get("amount") == 9000,
-                                 "raise_amount to set ctx.amount")  # fmt: skip
+            await wait_for_async(
+                lambda: engine.state(xid).ctx.get("amount") == 9000,
+                "raise_amount to set ctx.amount",
+            )
             assert engine.state(xid).step_status["pay"] == ap.AWAITING_APPROVAL
             voted = gate.vote(row, ALICE)
             return voted, await gate.ended(xid)
@@ -345,13 +379,15 @@ def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
         assert state.error["message"] == "approval invalidated: amount 9000 exceeds the 5,000 limit"
     else:
         assert (row.outcome["cause"], row.outcome["changed"]) == ("changed", "config.json.amount")
-        assert state.error["message"] == ("approval invalidated: the call changed since it was "
-                                          "approved (config.json.amount)")  # fmt: skip
+        assert state.error["message"] == (
+            "approval invalidated: the call changed since it was approved (config.json.amount)"
+        )
     assert api.count(path) == 0 and issued(store, state.execution_id) == 0
 
 
-def test_the_attempt_refuses_a_call_that_changed_after_the_grant(store: port.Store,
-                                                                 api: Upstream) -> None:  # fmt: skip
+def test_the_attempt_refuses_a_call_that_changed_after_the_grant(
+    store: port.Store, api: Upstream
+) -> None:
     path = unique("loop")
 
     async def go() -> st.ExecutionState:
@@ -367,7 +403,9 @@ def test_the_attempt_refuses_a_call_that_changed_after_the_grant(store: port.Sto
     assert "the call changed since it was approved" in state.error["message"]
     # iteration 0 ran as approved; iteration 1 (it reads ctx.seen, written by 0) never did
     assert [r.body for r in api.requests(path)] == [{"i": 0, "seen": "none"}]
-    failed = [e.payload for e in store.load(state.execution_id) if e.event_type == ev.COMMAND_FAILED]
+    failed = [
+        e.payload for e in store.load(state.execution_id) if e.event_type == ev.COMMAND_FAILED
+    ]
     assert [(p["index"], p["error"]["kind"]) for p in failed] == [(1, "approval")]
 
 
@@ -396,8 +434,9 @@ def test_a_decision_on_a_cancelled_run_is_refused(store: port.Store, api: Upstre
     assert api.count(path) == 0 and issued(store, state.execution_id) == 0
 
 
-def test_a_vote_appended_while_nobody_drives_the_run_is_acted_on_once(store: port.Store,
-                                                                      api: Upstream) -> None:  # fmt: skip
+def test_a_vote_appended_while_nobody_drives_the_run_is_acted_on_once(
+    store: port.Store, api: Upstream
+) -> None:
     path = unique("crash")
 
     async def request() -> tuple[int, port.ApprovalRow]:
@@ -412,8 +451,9 @@ def test_a_vote_appended_while_nobody_drives_the_run_is_acted_on_once(store: por
     # the last vote, from a process that does not drive the run: the vote alone
     leased = LeasedIds(store, time.time, holder=holder_name("approve"), ttl=30.0)
     try:
-        approval = append_decision(store, Orchestrator(store, new_id=leased), row.approval_id,
-                                   BOB, "approve", None)  # fmt: skip
+        approval = append_decision(
+            store, Orchestrator(store, new_id=leased), row.approval_id, BOB, "approve", None
+        )
     finally:
         leased.release()
     assert len(approval.approvals) == 2 and approval.status == ap.PENDING

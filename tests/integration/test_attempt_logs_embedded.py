@@ -55,8 +55,12 @@ def test_a_python_step_that_prints_and_raises_keeps_its_streams_and_traceback(st
     logs = store.attempt_logs(state.execution_id)
     by = {(r.step, r.stream): r for r in logs}
     assert [(r.step, r.stream) for r in logs] == [
-        ("start", "stdout"), ("start", "stderr"),
-        ("compute", "stdout"), ("compute", "stderr"), ("compute", "traceback")]
+        ("start", "stdout"),
+        ("start", "stderr"),
+        ("compute", "stdout"),
+        ("compute", "stderr"),
+        ("compute", "traceback"),
+    ]
     assert by["start", "stdout"].text == "to-out\n" and by["start", "stderr"].text == "to-err\n"
     # the workload's secret the step printed is masked, as in its events
     assert by["compute", "stdout"].text == "the key is ***\n"
@@ -71,7 +75,9 @@ def test_a_python_step_that_prints_and_raises_keeps_its_streams_and_traceback(st
     assert all("the key is" not in json.dumps([e.payload, e.meta]) for e in events)
     [failed] = [e for e in events if e.event_type == "command.failed"]
     assert (failed.payload["error"]["line"], failed.payload["error"]["code_line"]) == (
-        5, "return 10 / n")
+        5,
+        "return 10 / n",
+    )
     assert state.error is not None and state.error.get("line") == 5, state.error
     # ordered by cursor, readable from one
     cursors = [r.log_id for r in logs]
@@ -95,4 +101,6 @@ def test_each_stream_is_capped_keeping_head_and_tail(store: Any) -> None:
     [row] = store.attempt_logs(state.execution_id)
     seam = 128  # dropped on each side of the cut (`core.logs.SEAM`, a quarter of a half)
     assert row.cut == 14000 - 1024 + 2 * seam
-    assert row.text == "A" * (512 - seam) + f"\n[... {row.cut} bytes cut ...]\n" + "C" * (512 - seam)
+    assert row.text == "A" * (512 - seam) + f"\n[... {row.cut} bytes cut ...]\n" + "C" * (
+        512 - seam
+    )

@@ -38,28 +38,40 @@ NEVER_RAN = "execution cancelled before the command ran"
 
 
 def text(path: str, steps: str, grace: str = "20s") -> str:
-    return (f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: t, path: {path}}}\n"
-            f"executor: {{spec: {{cancel_grace: {grace}}}}}\nworkflow:\n"
-            + textwrap.dedent(steps))  # fmt: skip
+    return (
+        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: t, path: {path}}}\n"
+        f"executor: {{spec: {{cancel_grace: {grace}}}}}\nworkflow:\n" + textwrap.dedent(steps)
+    )
 
 
 def hold(extra: str = "") -> str:
     code = textwrap.indent(HOLD, " " * 8)
-    return ("    tool:\n      kind: python\n"
-            f"      input: {{out: \"{{{{ workload.out }}}}\"{extra}}}\n      code: |\n{code}")
+    return (
+        "    tool:\n      kind: python\n"
+        f'      input: {{out: "{{{{ workload.out }}}}"{extra}}}\n      code: |\n{code}'
+    )
 
 
-ONE = text("tests/cancel_one", "  - step: hold\n" + hold() + "    next: after\n"
-           "  - step: after\n    tool: {kind: noop}\n")  # fmt: skip
-LOOP = text("tests/cancel_loop", """\
+ONE = text(
+    "tests/cancel_one",
+    "  - step: hold\n" + hold() + "    next: after\n  - step: after\n    tool: {kind: noop}\n",
+)
+LOOP = text(
+    "tests/cancel_loop",
+    """\
   - step: hold
     loop: {in: "{{ [1, 2, 3, 4] }}", iterator: n, spec: {mode: parallel, max_in_flight: 4}}
-""" + hold(', n: "{{ n }}"'))
+"""
+    + hold(', n: "{{ n }}"'),
+)
 CHILD = text("tests/cancel_child", "  - step: hold\n" + hold())
-PARENT = text("tests/cancel_parent", """\
+PARENT = text(
+    "tests/cancel_parent",
+    """\
   - step: call
     tool: {kind: playbook, path: tests/cancel_child, input: {out: "{{ workload.out }}"}}
-""")
+""",
+)
 
 
 def pids(out: Path, count: int = 1) -> list[int]:
@@ -68,16 +80,18 @@ def pids(out: Path, count: int = 1) -> list[int]:
 
 
 def failures(store: Any, xid: int) -> list[str]:
-    return sorted(e.payload["error"]["message"] for e in store.load(xid)
-                  if e.event_type == ev.COMMAND_FAILED and not e.meta.get("stale"))  # fmt: skip
+    return sorted(
+        e.payload["error"]["message"]
+        for e in store.load(xid)
+        if e.event_type == ev.COMMAND_FAILED and not e.meta.get("stale")
+    )
 
 
 def requests(store: Any, xid: int) -> list[dict[str, Any]]:
     return [e.payload for e in store.load(xid) if e.event_type == ev.EXECUTION_CANCEL_REQUESTED]
 
 
-def test_cancel_during_a_running_python_step_kills_its_process(store: Any,
-                                                               tmp_path: Path) -> None:  # fmt: skip
+def test_cancel_during_a_running_python_step_kills_its_process(store: Any, tmp_path: Path) -> None:
     out = tmp_path / "pids"
 
     async def go() -> tuple[st.ExecutionState, int]:
@@ -106,9 +120,17 @@ def test_a_cancel_from_another_process_stops_a_parallel_loop(store: Any, tmp_pat
             # engine's poller notices it
             other = SQLiteStore(store.path)
             try:
-                other.append([ev.new_event(10**15 + 1, xid, ev.EXECUTION_CANCEL_REQUESTED,
-                                           engine.orchestrator.clock(),
-                                           payload={"actor": "user:bob"})])  # fmt: skip
+                other.append(
+                    [
+                        ev.new_event(
+                            10**15 + 1,
+                            xid,
+                            ev.EXECUTION_CANCEL_REQUESTED,
+                            engine.orchestrator.clock(),
+                            payload={"actor": "user:bob"},
+                        )
+                    ]
+                )
             finally:
                 other.close()
             return await engine.wait(xid, timeout=10), running
@@ -128,8 +150,9 @@ def test_cancel_of_a_parent_cancels_its_running_child(store: Any, tmp_path: Path
             engine.service.register(CHILD, load.load_text(CHILD))
             xid = engine.start(load.load_text(PARENT), PARENT, {"out": str(out)})
             [pid] = await wait_for_async(lambda: pids(out), "the child's step to start")
-            [child] = [r.execution_id for r in store.list_executions()
-                       if r.parent_execution_id == xid]  # fmt: skip
+            [child] = [
+                r.execution_id for r in store.list_executions() if r.parent_execution_id == xid
+            ]
             engine.cancel(xid, "user:alice")
             parent = await engine.wait(xid, timeout=10)
             return parent, await engine.wait(child, timeout=10), pid
@@ -138,7 +161,8 @@ def test_cancel_of_a_parent_cancels_its_running_child(store: Any, tmp_path: Path
     assert parent.status == st.CANCELLED and child.status == st.CANCELLED
     assert process_gone(pid)
     assert requests(store, child.execution_id) == [
-        {"actor": "user:alice", "cause": f"parent {parent.execution_id} cancelled"}]
+        {"actor": "user:alice", "cause": f"parent {parent.execution_id} cancelled"}
+    ]
     assert failures(store, child.execution_id) == [STOPPED]
 
 
@@ -181,14 +205,16 @@ def test_a_tool_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(store: 
             logged = len(store.load(xid))
             # it reports at last, too late. The reporter takes a report off its queue and
             # hands it over in one step: an empty queue and no attempt running mean it did
-            await wait_for_async(lambda: engine.workers.busy == 0 and engine._reports.empty(),
-                                 "the late report")  # fmt: skip
+            await wait_for_async(
+                lambda: engine.workers.busy == 0 and engine._reports.empty(), "the late report"
+            )
             return state, logged
 
     state, logged = asyncio.run(go())
     assert state.status == st.CANCELLED and tool.ignored >= 1
     assert failures(store, state.execution_id) == [
-        "execution cancelled: attempt abandoned after the cancel grace (1s)"]
+        "execution cancelled: attempt abandoned after the cancel grace (1s)"
+    ]
     assert len(store.load(state.execution_id)) == logged  # the late report changed nothing
     assert store.get_execution(state.execution_id).status == st.CANCELLED
 
@@ -216,8 +242,12 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
     db, out = tmp_path / "m.db", tmp_path / "pids"
     playbook = tmp_path / "one.yaml"
     playbook.write_text(ONE)
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(db), str(playbook), str(out)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(db), str(playbook), str(out)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert driver.stdout is not None
         xid = driver.stdout.readline().strip()
@@ -227,8 +257,13 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
         _kill_group(driver)
     milepost = str(Path(sys.executable).with_name("milepost"))
     env = {**os.environ, "MILEPOST_USER": "carol"}
-    done = subprocess.run([milepost, "cancel", xid, "--db", str(db)], capture_output=True,
-                          text=True, env=env, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [milepost, "cancel", xid, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "CANCELLED" in done.stdout
     store = SQLiteStore(db)
@@ -242,12 +277,19 @@ def test_milepost_cancel_of_a_run_whose_driver_died_finishes_it(tmp_path: Path) 
         assert store.get_driver(int(xid)).expires_at <= time.time()  # given back
     finally:
         store.close()
-    again = subprocess.run([milepost, "cancel", xid, "--db", str(db)], capture_output=True,
-                           text=True, env=env, timeout=60)  # fmt: skip
+    again = subprocess.run(
+        [milepost, "cancel", xid, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert again.returncode == 2 and "already CANCELLED" in again.stderr
 
 
-SAGA = text("tests/cancel_saga", """\
+SAGA = text(
+    "tests/cancel_saga",
+    """\
   - step: start
     tool: {kind: noop}
     spec: {compensation: undo}
@@ -273,7 +315,8 @@ SAGA = text("tests/cancel_saga", """\
         while not os.path.exists(os.path.join(dir, "undo_gate")):
             time.sleep(0.05)
         result = "undone"
-""")
+""",
+)
 """`start` is undone by `undo` (which writes `undone`, then waits for `undo_gate`); `hold`
 waits for `gate`, which no test opens: the run is killed while it waits."""
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
@@ -285,9 +328,13 @@ def orphaned_saga(tmp_path: Path) -> tuple[Path, str]:
     database and the run's id, which nothing drives any more."""
     db, playbook = tmp_path / "saga.db", tmp_path / "saga.yaml"
     playbook.write_text(SAGA)
-    run = subprocess.Popen([MILEPOST, "run", str(playbook), "--db", str(db),
-                            "--set", f"dir={tmp_path}"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    run = subprocess.Popen(
+        [MILEPOST, "run", str(playbook), "--db", str(db), "--set", f"dir={tmp_path}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert run.stdout is not None
         started = run.stdout.readline()  # off a terminal: `execution N started`
@@ -317,17 +364,24 @@ def types(db: Path, xid: str) -> list[str]:
 
 
 def test_milepost_cancel_of_a_run_whose_driver_died_runs_its_compensation_to_cancelled(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     db, xid = orphaned_saga(tmp_path)
     (tmp_path / "undo_gate").touch()  # the compensation may end at once
-    status = subprocess.run([MILEPOST, "status", xid, "--db", str(db)], capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    status = subprocess.run(
+        [MILEPOST, "status", xid, "--db", str(db)], capture_output=True, text=True, timeout=60
+    )
     assert status.returncode == 0, status.stderr
     # nothing drives it: a resume moves it, a worker would not
     assert f"milepost resume {xid} --db {db}" in status.stdout
     assert "milepost worker" not in status.stdout
-    done = subprocess.run([MILEPOST, "cancel", xid, "--db", str(db)], capture_output=True,
-                          text=True, env=CAROL, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [MILEPOST, "cancel", xid, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=CAROL,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"execution {xid} CANCELLED" in done.stdout
     assert (tmp_path / "undone").read_text() == "undo\n"  # once
@@ -341,19 +395,36 @@ def test_milepost_cancel_of_a_run_whose_driver_died_runs_its_compensation_to_can
         assert holder_alive(store.get_driver(int(xid)).holder) is False
     finally:
         store.close()
-    ends = [e.event_type for e in log if e.event_type in (
-        ev.EXECUTION_CANCEL_REQUESTED, ev.COMPENSATION_STARTED, ev.COMPENSATION_COMPLETED,
-        ev.EXECUTION_CANCELLED)]  # fmt: skip
-    assert ends == [ev.EXECUTION_CANCEL_REQUESTED, ev.COMPENSATION_STARTED,
-                    ev.COMPENSATION_COMPLETED, ev.EXECUTION_CANCELLED]  # fmt: skip
+    ends = [
+        e.event_type
+        for e in log
+        if e.event_type
+        in (
+            ev.EXECUTION_CANCEL_REQUESTED,
+            ev.COMPENSATION_STARTED,
+            ev.COMPENSATION_COMPLETED,
+            ev.EXECUTION_CANCELLED,
+        )
+    ]
+    assert ends == [
+        ev.EXECUTION_CANCEL_REQUESTED,
+        ev.COMPENSATION_STARTED,
+        ev.COMPENSATION_COMPLETED,
+        ev.EXECUTION_CANCELLED,
+    ]
     assert log[-1].event_type == ev.EXECUTION_CANCELLED
 
 
 def test_a_ctrl_c_of_that_cancel_leaves_the_run_to_resume(tmp_path: Path) -> None:
     db, xid = orphaned_saga(tmp_path)
-    cancel = subprocess.Popen([MILEPOST, "cancel", xid, "--db", str(db)], env=CAROL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)  # fmt: skip
+    cancel = subprocess.Popen(
+        [MILEPOST, "cancel", xid, "--db", str(db)],
+        env=CAROL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: (tmp_path / "undone").exists(), "the compensation to run", timeout=60)
         cancel.send_signal(signal.SIGINT)
@@ -367,18 +438,22 @@ def test_a_ctrl_c_of_that_cancel_leaves_the_run_to_resume(tmp_path: Path) -> Non
     assert f"milepost resume {xid} --db {db}" in stderr
     assert ev.EXECUTION_CANCELLED not in types(db, xid)
     (tmp_path / "undo_gate").touch()
-    resumed = subprocess.run([MILEPOST, "resume", xid, "--db", str(db)], capture_output=True,
-                             text=True, timeout=120)  # fmt: skip
+    resumed = subprocess.run(
+        [MILEPOST, "resume", xid, "--db", str(db)], capture_output=True, text=True, timeout=120
+    )
     assert "CANCELLED" in resumed.stdout, resumed.stdout + resumed.stderr
     logged = types(db, xid)
     assert logged.count(ev.COMPENSATION_COMPLETED) == 1
     assert logged[-1] == ev.EXECUTION_CANCELLED
 
 
-SHELL = text("tests/cancel_shell", """\
+SHELL = text(
+    "tests/cancel_shell",
+    """\
   - step: hold
     tool: {kind: shell, command: "echo $$ >> {{ workload.out }}; sleep 60; echo done"}
-""")
+""",
+)
 
 
 def test_cancel_during_a_shell_step_kills_its_process_group(store: Any, tmp_path: Path) -> None:
@@ -396,18 +471,20 @@ def test_cancel_during_a_shell_step_kills_its_process_group(store: Any, tmp_path
     assert failures(store, state.execution_id) == [STOPPED]
 
 
-HTTP = text("tests/cancel_http", """\
+HTTP = text(
+    "tests/cancel_http",
+    """\
   - step: hold
     tool: {kind: http, method: GET, url: "{{ workload.url }}", timeout: 60}
-""")
+""",
+)
 
 
 def test_cancel_during_an_http_step_aborts_the_request(store: Any) -> None:
     async def go() -> tuple[st.ExecutionState, list[str]]:
         seen: list[str] = []
 
-        async def never_answers(reader: asyncio.StreamReader,
-                                writer: asyncio.StreamWriter) -> None:  # fmt: skip
+        async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             seen.append("request")
             await reader.read()  # until the client closes its side: the abort
             seen.append("closed")

@@ -37,19 +37,24 @@ def test_a_failed_run_compensates_in_reverse_order_exactly_once(store: Any, tmp_
     summary = summaries.execution_summary(state)
     assert summary["compensating"] is False
     assert [(i["compensation"], i["status"]) for i in summary["compensation"]["items"]] == [
-        ("release", "COMPLETED"), ("refund", "COMPLETED")]
+        ("release", "COMPLETED"),
+        ("refund", "COMPLETED"),
+    ]
     assert store.load(state.execution_id)[-1].event_type == ev.EXECUTION_FAILED
 
 
-def test_a_failing_compensation_is_recorded_and_the_others_still_run(store: Any,
-                                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_a_failing_compensation_is_recorded_and_the_others_still_run(
+    store: Any, tmp_path: Path
+) -> None:
     state = run(store, tmp_path, {"fail": ["ship", "release"], "gate": []})
     assert state.status == st.FAILED
     assert state.error is not None and state.error["step"] == "ship"  # the original error
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", REFUND]
     items = summaries.execution_summary(state)["compensation"]["items"]
     assert [(i["compensation"], i["status"]) for i in items] == [
-        ("release", "FAILED"), ("refund", "COMPLETED")]
+        ("release", "FAILED"),
+        ("refund", "COMPLETED"),
+    ]
     assert "release refused" in items[0]["error"]["message"]
 
 
@@ -61,7 +66,8 @@ def test_a_completed_run_never_compensates(store: Any, tmp_path: Path) -> None:
 
 
 def test_a_cancelled_run_compensates_after_its_running_attempt_was_stopped(
-        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    store: Any, tmp_path: Path
+) -> None:
     pb, text = saga(tmp_path)
 
     async def go() -> st.ExecutionState:
@@ -95,8 +101,9 @@ def test_a_cancel_asked_while_compensating_does_not_stop_it(store: Any, tmp_path
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
 
 
-def test_a_crash_while_compensating_resumes_without_running_any_twice(store: Any,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
+def test_a_crash_while_compensating_resumes_without_running_any_twice(
+    store: Any, tmp_path: Path
+) -> None:
     pb, text = saga(tmp_path)
     # release done, refund waiting at its gate when the driver goes away
     workload = {"fail": ["ship"], "gate": ["refund"]}
@@ -120,6 +127,9 @@ def test_a_crash_while_compensating_resumes_without_running_any_twice(store: Any
     assert state.status == st.FAILED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
     log = store.load(xid)
-    issued = [json.dumps(e.payload["compensation"]) for e in log
-              if e.event_type == ev.COMMAND_ISSUED and "compensation" in e.payload]  # fmt: skip
+    issued = [
+        json.dumps(e.payload["compensation"])
+        for e in log
+        if e.event_type == ev.COMMAND_ISSUED and "compensation" in e.payload
+    ]
     assert issued == ["0", "1"]  # the refund in flight was handed out again, not issued again

@@ -222,8 +222,9 @@ def test_main_prints_lines_and_closing_line(
     assert len(lines) == 4
 
 
-def test_main_json(suite: Path, capsys: pytest.CaptureFixture[str],
-                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_main_json(
+    suite: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("CI", raising=False)  # outside CI a skipped entry fails nothing
     code = main(suite, pg_url=PG_URL, json_out=True, only=["greet.yaml", "needs_pg"])
     out = capsys.readouterr()
@@ -237,8 +238,8 @@ def test_main_json(suite: Path, capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.parametrize("ci", ["true", "1"])
 def test_under_ci_a_skipped_entry_fails_the_suite(
-        suite: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        ci: str) -> None:  # fmt: skip
+    suite: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, ci: str
+) -> None:
     monkeypatch.setenv("CI", ci)  # CI has every service: a skip there is one that is down
     assert main(suite, pg_url=PG_URL, json_out=False, only=["greet.yaml", "needs_pg"]) == 1
     said = capsys.readouterr()
@@ -255,10 +256,16 @@ def test_main_reports_a_missing_suite(tmp_path: Path, capsys: pytest.CaptureFixt
     ("result", "line"),
     [
         (EntryResult("a/b.yaml", "passed", [], 0.31), "PASS  a/b.yaml  (0.3s)"),
-        (EntryResult("x.yaml", "failed", ["r1", "r2\n  - more"], 1.0), "FAIL  x.yaml: r1; r2 - more  (1.0s)"),
-        (EntryResult("x.yaml", "skipped", ["needs postgres (why)"]), "SKIP  x.yaml: needs postgres (why)"),
+        (
+            EntryResult("x.yaml", "failed", ["r1", "r2\n  - more"], 1.0),
+            "FAIL  x.yaml: r1; r2 - more  (1.0s)",
+        ),
+        (
+            EntryResult("x.yaml", "skipped", ["needs postgres (why)"]),
+            "SKIP  x.yaml: needs postgres (why)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_format_line(result: EntryResult, line: str) -> None:
     assert format_line(result) == line
 
@@ -284,16 +291,26 @@ def test_substitute_walks_keys_and_values() -> None:
     [
         (
             "postgresql://postgres@127.0.0.1:5432/test",
-            {"PG_HOST": "127.0.0.1", "PG_PORT": "5432", "PG_USER": "postgres",
-             "PG_PASSWORD": "", "PG_DATABASE": "test"},
+            {
+                "PG_HOST": "127.0.0.1",
+                "PG_PORT": "5432",
+                "PG_USER": "postgres",
+                "PG_PASSWORD": "",
+                "PG_DATABASE": "test",
+            },
         ),
         (
             "postgresql://al%40ice:p%2Fw@db.example/warehouse",
-            {"PG_HOST": "db.example", "PG_PORT": "5432", "PG_USER": "al@ice",
-             "PG_PASSWORD": "p/w", "PG_DATABASE": "warehouse"},
+            {
+                "PG_HOST": "db.example",
+                "PG_PORT": "5432",
+                "PG_USER": "al@ice",
+                "PG_PASSWORD": "p/w",
+                "PG_DATABASE": "warehouse",
+            },
         ),
     ],
-)  # fmt: skip
+)
 def test_pg_placeholders(url: str, expected: dict[str, str]) -> None:
     assert services.pg_placeholders(url) == expected
 

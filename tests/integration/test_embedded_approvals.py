@@ -22,8 +22,9 @@ from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for_async
 
-TEXT = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: g, path: tests/gated}\n" + \
-    textwrap.dedent("""
+TEXT = (
+    "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: g, path: tests/gated}\n"
+    + textwrap.dedent("""
     workflow:
       - step: start
         loop: {in: "{{ [1, 2, 3] }}", iterator: n, spec: {mode: parallel}}
@@ -32,7 +33,8 @@ TEXT = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: g, path: tests
       - step: pay
         tool: {kind: python, code: "result = 'paid'"}
         spec: {approval: {approvers: [user:alice, user:bob], quorum: 2}}
-    """)  # fmt: skip
+    """)
+)
 
 
 @pytest.fixture
@@ -51,8 +53,9 @@ def other(db: Path) -> Iterator[SQLiteStore]:
 def vote_from_elsewhere(store: SQLiteStore, xid: int, voter: Voter) -> None:
     """What `milepost approve` does in another process: the vote appended behind the log."""
     (row,) = store.list_approvals(execution_id=xid)
-    append_decision(store, Orchestrator(store, machine_id=901), row.approval_id, voter,
-                    "approve", None)  # fmt: skip
+    append_decision(
+        store, Orchestrator(store, machine_id=901), row.approval_id, voter, "approve", None
+    )
 
 
 def seqs(events: list[ev.Event], xid: int) -> list[int]:
@@ -60,7 +63,8 @@ def seqs(events: list[ev.Event], xid: int) -> list[int]:
 
 
 def test_listeners_see_every_event_of_the_log_in_order_with_other_processes_votes(
-        db: Path, other: SQLiteStore) -> None:  # fmt: skip
+    db: Path, other: SQLiteStore
+) -> None:
     seen, state = asyncio.run(_voted_from_elsewhere(db, other))
     assert state.status == st.COMPLETED
     xid = state.execution_id
@@ -72,20 +76,27 @@ def test_listeners_see_every_event_of_the_log_in_order_with_other_processes_vote
     assert votes == ["user:alice", "user:bob"]
 
 
-async def _voted_from_elsewhere(db: Path, other: SQLiteStore) -> tuple[list[ev.Event],
-                                                                      st.ExecutionState]:  # fmt: skip
+async def _voted_from_elsewhere(
+    db: Path, other: SQLiteStore
+) -> tuple[list[ev.Event], st.ExecutionState]:
     seen: list[ev.Event] = []
     store = SQLiteStore(db)
     try:
         async with EmbeddedEngine(store, machine_id=1, concurrency=4) as engine:
             engine.subscribe(seen.append)
             xid = engine.start(load.load_text(TEXT), TEXT)
-            await wait_for_async(lambda: any(e.event_type == ev.APPROVAL_REQUESTED for e in seen),
-                                 "the approval request", timeout=30)  # fmt: skip
+            await wait_for_async(
+                lambda: any(e.event_type == ev.APPROVAL_REQUESTED for e in seen),
+                "the approval request",
+                timeout=30,
+            )
             vote_from_elsewhere(other, xid, Voter("user:alice"))
             # a vote that decides nothing yet reaches the listeners all the same
-            await wait_for_async(lambda: any(e.event_type == ev.APPROVAL_DECIDED for e in seen),
-                                 "the first vote", timeout=30)  # fmt: skip
+            await wait_for_async(
+                lambda: any(e.event_type == ev.APPROVAL_DECIDED for e in seen),
+                "the first vote",
+                timeout=30,
+            )
             vote_from_elsewhere(other, xid, Voter("user:bob"))
             return seen, await engine.wait(xid, timeout=30)
     finally:
@@ -101,8 +112,9 @@ async def _resumed(db: Path, other: SQLiteStore) -> None:
     try:
         async with EmbeddedEngine(store, machine_id=1) as first:
             xid = first.start(load.load_text(TEXT), TEXT)
-            await wait_for_async(lambda: first.state(xid).approvals, "the approval request",
-                                 timeout=30)  # fmt: skip
+            await wait_for_async(
+                lambda: first.state(xid).approvals, "the approval request", timeout=30
+            )
         # a clean exit released the lease; the run waits with nobody driving it
         seen: list[ev.Event] = []
         async with EmbeddedEngine(store, machine_id=2) as second:
@@ -113,7 +125,8 @@ async def _resumed(db: Path, other: SQLiteStore) -> None:
             # everything so far, though this engine appended nothing (still waiting)
             assert seqs(seen, xid) == [e.seq for e in other.load(xid)]
             vote_from_elsewhere(other, xid, Voter("user:alice"))
-            await wait_for_async(lambda: seen[-1].event_type == ev.APPROVAL_DECIDED,
-                                 "the vote told", timeout=30)  # fmt: skip
+            await wait_for_async(
+                lambda: seen[-1].event_type == ev.APPROVAL_DECIDED, "the vote told", timeout=30
+            )
     finally:
         store.close()

@@ -34,8 +34,9 @@ workflow:
 
 
 def gated(tmp_path: Path, count: int) -> tuple[Any, str]:
-    text = HEADER + textwrap.dedent(GATED_LOOP.replace("DIR", str(tmp_path))
-                                    .replace("COUNT", str(count)))  # fmt: skip
+    text = HEADER + textwrap.dedent(
+        GATED_LOOP.replace("DIR", str(tmp_path)).replace("COUNT", str(count))
+    )
     return load.load_text(text), text
 
 
@@ -52,14 +53,16 @@ def attempts(tmp_path: Path) -> list[str]:
 
 
 def commands(store: Any, xid: int) -> list[port.CommandRow]:
-    ids = [int(e.payload["command_id"]) for e in store.load(xid)
-           if e.event_type == ev.COMMAND_ISSUED]  # fmt: skip
+    ids = [
+        int(e.payload["command_id"]) for e in store.load(xid) if e.event_type == ev.COMMAND_ISSUED
+    ]
     rows = store.get_commands(ids)
     return [rows[i] for i in ids]
 
 
-def test_the_work_of_a_run_whose_cancel_was_requested_is_never_run(store: Any,
-                                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_the_work_of_a_run_whose_cancel_was_requested_is_never_run(
+    store: Any, tmp_path: Path
+) -> None:
     pb, text = gated(tmp_path, 3)
 
     async def go() -> st.ExecutionState:
@@ -73,22 +76,28 @@ def test_the_work_of_a_run_whose_cancel_was_requested_is_never_run(store: Any,
     state = asyncio.run(go())
     assert state.status == st.CANCELLED
     assert attempts(tmp_path) == ["0"]  # the two queued iterations never ran
-    failed = [e.payload["error"] for e in store.load(state.execution_id)
-              if e.event_type == ev.COMMAND_FAILED]  # fmt: skip
+    failed = [
+        e.payload["error"]
+        for e in store.load(state.execution_id)
+        if e.event_type == ev.COMMAND_FAILED
+    ]
     # the two queued iterations settled, the running one stopped (its process killed)
     assert [f["kind"] for f in failed] == ["cancelled"] * 3
     assert sorted(f["message"] for f in failed) == [
-        "execution cancelled before the command ran"] * 2 + [
-        "execution cancelled: the attempt was stopped"]  # fmt: skip
+        "execution cancelled before the command ran"
+    ] * 2 + ["execution cancelled: the attempt was stopped"]
 
 
-def test_claims_are_made_for_free_slots_under_a_worker_id_of_the_engine(store: Any,
-                                                                       tmp_path: Path) -> None:  # fmt: skip
+def test_claims_are_made_for_free_slots_under_a_worker_id_of_the_engine(
+    store: Any, tmp_path: Path
+) -> None:
     pb, text = gated(tmp_path, 7)
 
     async def go() -> tuple[int, str, str]:
-        async with EmbeddedEngine(store, concurrency=2) as one, \
-                EmbeddedEngine(store, concurrency=2) as other:  # fmt: skip
+        async with (
+            EmbeddedEngine(store, concurrency=2) as one,
+            EmbeddedEngine(store, concurrency=2) as other,
+        ):
             xid = one.start(pb, text)
             await eventually(lambda: len(attempts(tmp_path)) == 2)
             rows = commands(store, xid)
@@ -138,8 +147,9 @@ def test_a_long_attempt_heartbeats_its_claim(store: Any, tmp_path: Path) -> None
     asyncio.run(go())
 
 
-def test_resume_releases_the_dead_drivers_claim_and_claims_it_again(store: Any,
-                                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_resume_releases_the_dead_drivers_claim_and_claims_it_again(
+    store: Any, tmp_path: Path
+) -> None:
     pb, text = gated(tmp_path, 1)
 
     async def first_life() -> tuple[int, port.CommandRow]:

@@ -40,8 +40,9 @@ def text_of(body: str) -> str:
     return HEADER + textwrap.dedent(body)
 
 
-async def run(store: SQLiteStore, body: str, workload: dict[str, Any] | None = None,
-              **engine_kw: Any) -> st.ExecutionState:  # fmt: skip
+async def run(
+    store: SQLiteStore, body: str, workload: dict[str, Any] | None = None, **engine_kw: Any
+) -> st.ExecutionState:
     text = text_of(body)
     async with EmbeddedEngine(store, **engine_kw) as engine:
         return await engine.run(load.load_text(text), text, workload, timeout=60)
@@ -92,8 +93,9 @@ workflow:
 """
 
 
-def test_spec_retry_reruns_a_timed_out_attempt_with_a_new_idempotency_key(store: Any,
-                                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_spec_retry_reruns_a_timed_out_attempt_with_a_new_idempotency_key(
+    store: Any, tmp_path: Path
+) -> None:
     marker = tmp_path / "marker"
     state = asyncio.run(run(store, FLAKY.replace("MARKER", str(marker))))
     assert state.status == st.COMPLETED, state.error
@@ -152,14 +154,19 @@ def test_a_run_resumed_by_a_new_engine_reuses_the_live_command(store: Any, tmp_p
 
 
 def test_a_large_result_is_stored_by_reference_and_read_back_whole(store: Any) -> None:
-    state = asyncio.run(run(store, """
+    state = asyncio.run(
+        run(
+            store,
+            """
     workflow:
       - step: start
         tool: {kind: python, code: "result = {'blob': 'x' * 600000}"}
         next: size
       - step: size
         tool: {kind: python, input: {b: "{{ start.blob }}"}, code: "result = len(b)"}
-    """))
+    """,
+        )
+    )
     assert state.status == st.COMPLETED and state.results["size"] == 600000
     assert query(store, "SELECT count(*) FROM result_blob", ())[0][0] >= 1
     biggest = query(store, "SELECT max(length(result)) FROM event", ())[0][0]
@@ -210,8 +217,9 @@ def test_playbook_tool_runs_children_and_returns_their_results(store: Any) -> No
     children = [r for r in store.list_executions() if r.parent_execution_id == state.execution_id]
     assert len(children) == 5
     # each child names the command (one per loop iteration and step) that started it
-    issued = {e.event_id for e in store.load(state.execution_id)
-              if e.event_type == ev.COMMAND_ISSUED}  # fmt: skip
+    issued = {
+        e.event_id for e in store.load(state.execution_id) if e.event_type == ev.COMMAND_ISSUED
+    }
     started_by = {store.load(c.execution_id)[0].payload["parent_command_id"] for c in children}
     assert len(started_by) == 5 and started_by <= issued
 
@@ -241,7 +249,8 @@ class BrokenSnapshots(SQLiteStore):
 
 
 def test_snapshots_are_spaced_by_the_size_of_the_run_so_they_cost_a_few_times_the_last(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     # each snapshot pickles the whole fold: every 10 events, a 600-event loop's would have
     # been 60 snapshots of a growing state (their bytes the square of the run's length)
     store = SnapshotsSeen(tmp_path / "counted.db")
@@ -269,7 +278,8 @@ def test_snapshots_are_spaced_by_the_size_of_the_run_so_they_cost_a_few_times_th
 
 
 def test_a_failed_snapshot_write_is_logged_and_the_run_goes_on(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     broken = BrokenSnapshots(tmp_path / "broken.db")
     text = text_of(LOOP)
 
@@ -312,7 +322,8 @@ def _raise_once_start_is_done(monkeypatch: pytest.MonkeyPatch, exc: Exception) -
 
 
 def test_an_engine_error_in_the_embedded_mode_ends_the_run_failed(
-        store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     _raise_once_start_is_done(monkeypatch, KeyError("missing"))
     with caplog.at_level(logging.ERROR, logger="milepost.engine.orchestrator"):
         state = asyncio.run(run(store, TWO_STEPS))
@@ -334,13 +345,20 @@ def _started_with_a_report(store: Any) -> tuple[Orchestrator, int, ev.Event]:
     _, version = orchestrator.register(text, pb)
     xid, outcome = orchestrator.start(pb, version, {})
     [(_, cmd)] = outcome.issued
-    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
-                          step="start", payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    report = ev.new_event(
+        orchestrator.new_id(),
+        xid,
+        ev.COMMAND_COMPLETED,
+        orchestrator.clock(),
+        step="start",
+        payload={"command_id": cmd.command_id, "result": 1},
+    )
     return orchestrator, xid, report
 
 
 def test_a_store_error_while_deciding_is_not_an_engine_error(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     orchestrator, xid, report = _started_with_a_report(store)
     _raise_once_start_is_done(monkeypatch, StoreUnavailable("database down"))
     before = len(store.load(xid))
@@ -359,10 +377,17 @@ workflow:
 
 def _late_report(store: Any, xid: int, new_id: Any, now: float) -> ev.Event:
     [issued] = [e for e in store.load(xid) if e.event_type == ev.COMMAND_ISSUED]
-    payload = {"command_id": issued.payload["command_id"], "run": 1, "index": -1, "attempt": 1,
-               "epoch": 1, "result": 2}  # fmt: skip
-    return ev.new_event(new_id(), xid, ev.COMMAND_COMPLETED, now, step="start", payload=payload,
-                        meta={"epoch": 1})  # fmt: skip
+    payload = {
+        "command_id": issued.payload["command_id"],
+        "run": 1,
+        "index": -1,
+        "attempt": 1,
+        "epoch": 1,
+        "result": 2,
+    }
+    return ev.new_event(
+        new_id(), xid, ev.COMMAND_COMPLETED, now, step="start", payload=payload, meta={"epoch": 1}
+    )
 
 
 def test_nothing_is_appended_after_a_runs_terminal_event(store: Any) -> None:
@@ -374,7 +399,8 @@ def test_nothing_is_appended_after_a_runs_terminal_event(store: Any) -> None:
     cancel = orchestrator.request_cancel(xid)
     late = orchestrator.process([_late_report(store, xid, orchestrator.new_id, 1.0)])
     assert cancel.events == [] and [e.event_type for e in cancel.ignored] == [
-        ev.EXECUTION_CANCEL_REQUESTED]  # fmt: skip
+        ev.EXECUTION_CANCEL_REQUESTED
+    ]
     assert late.events == [] and [e.event_type for e in late.ignored] == [ev.COMMAND_COMPLETED]
     assert store.load(xid) == before
 
@@ -395,7 +421,8 @@ def test_a_server_that_did_not_see_the_end_appends_nothing_after_it(store: Any) 
 
 
 def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import typer
 
     from milepost.cli import runs
@@ -405,8 +432,7 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
     real = Orchestrator.state
     reads: list[int] = []
 
-    def read_before_the_end(self: Orchestrator, execution_id: int,
-                            **kw: Any) -> st.ExecutionState:  # fmt: skip
+    def read_before_the_end(self: Orchestrator, execution_id: int, **kw: Any) -> st.ExecutionState:
         # the first read happens just before the engine (another process) appends the end
         reads.append(execution_id)
         if len(reads) > 1:
@@ -460,13 +486,15 @@ async def first_life(store: Any, tmp_path: Path) -> int:
 
 
 def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
-        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    store: Any, tmp_path: Path
+) -> None:
     text, pb = gated(tmp_path)
 
     async def go() -> tuple[int, BaseException]:
         async with EmbeddedEngine(store, driver_ttl=0.6) as engine:
-            assert re.fullmatch(rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]+",
-                                engine.holder)
+            assert re.fullmatch(
+                rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]+", engine.holder
+            )
             xid = engine.start(pb, text)
             await wait_for_async((tmp_path / "attempts").exists, "the first attempt to start")
             # another process takes the run over (as resume does from a holder it knows is dead)
@@ -474,13 +502,21 @@ def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
             with pytest.raises(DriverLost) as lost:
                 await engine.wait(xid, timeout=20)
             (tmp_path / "gate").touch()
-            await wait_for_async(lambda: (tmp_path / "finished").exists() and engine.workers.busy == 0
-                                 and engine._reports.empty(), "the gated step to end")  # fmt: skip
+            await wait_for_async(
+                lambda: (
+                    (tmp_path / "finished").exists()
+                    and engine.workers.busy == 0
+                    and engine._reports.empty()
+                ),
+                "the gated step to end",
+            )
             return xid, lost.value
 
     xid, lost = asyncio.run(go())
-    assert lost.message == f"execution {xid} was taken over by elsewhere:1:thief; this process" \
-                           " stopped driving it"
+    assert (
+        lost.message == f"execution {xid} was taken over by elsewhere:1:thief; this process"
+        " stopped driving it"
+    )
     types = [e.event_type for e in store.load(xid)]
     # no report kept, no claim given back: the log ends with the lost engine's claim
     assert types == [ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.COMMAND_CLAIMED]
@@ -488,7 +524,8 @@ def test_an_engine_that_lost_its_run_to_another_process_stops_driving_it(
 
 
 def test_resume_waits_for_a_lease_of_another_host_to_expire_then_takes_over(
-        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    store: Any, tmp_path: Path
+) -> None:
     xid = asyncio.run(first_life(store, tmp_path))
     store.acquire_driver(xid, "elsewhere:1:dead", time.time(), 1.0)  # then it died
     (tmp_path / "gate").touch()
@@ -505,8 +542,7 @@ def test_resume_waits_for_a_lease_of_another_host_to_expire_then_takes_over(
     assert state.status == st.COMPLETED and state.run_counts == {"start": 1, "after": 1}
 
 
-def test_resume_refuses_a_lease_of_another_host_that_is_renewed(store: Any,
-                                                                tmp_path: Path) -> None:  # fmt: skip
+def test_resume_refuses_a_lease_of_another_host_that_is_renewed(store: Any, tmp_path: Path) -> None:
     xid = asyncio.run(first_life(store, tmp_path))
     store.acquire_driver(xid, "elsewhere:1:alive", time.time(), 1.0)
     before = store.event_count(xid)
@@ -541,7 +577,8 @@ def test_a_driver_ttl_that_is_not_positive_is_refused(store: Any, ttl: float) ->
 
 
 def test_resume_takes_over_at_once_from_a_holder_of_this_host_that_is_gone(
-        store: Any, tmp_path: Path) -> None:  # fmt: skip
+    store: Any, tmp_path: Path
+) -> None:
     xid = asyncio.run(first_life(store, tmp_path))
     child = subprocess.Popen(["true"])
     child.wait()  # reaped: its pid names no process now, as after a kill -9
@@ -561,8 +598,13 @@ def test_resume_takes_over_at_once_from_a_holder_of_this_host_that_is_gone(
 
 # --------------------------------------------------------------------------- secrets
 
-DB_CREDENTIAL = {"type": "postgres", "host": "db.internal", "user": "etl",
-                 "password": "pa55-w0rd-xyz", "database": "warehouse"}  # fmt: skip
+DB_CREDENTIAL = {
+    "type": "postgres",
+    "host": "db.internal",
+    "user": "etl",
+    "password": "pa55-w0rd-xyz",
+    "database": "warehouse",
+}
 PRINTS_CREDENTIAL = """
 keychain:
   - {name: db, kind: credential, credential: warehouse}
@@ -673,19 +715,22 @@ workflow:
 
 def _stored_text(store: SQLiteStore) -> str:
     return str(query(store, "SELECT * FROM event", ())) + str(
-        query(store, "SELECT * FROM snapshot", ()))
+        query(store, "SELECT * FROM snapshot", ())
+    )
 
 
 def test_a_value_derived_from_a_sealed_workload_stays_out_of_the_log_and_snapshots(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MILEPOST_SECRET_KEY", new_key())
 
     async def with_snapshots() -> st.ExecutionState:
         async with EmbeddedEngine(store) as engine:
             engine.orchestrator.snapshot_every = 1  # a snapshot after every event, were any kept
             text = text_of(DERIVES_PASSWORD)
-            return await engine.run(load.load_text(text), text, {"password": "hunter2real"},
-                                    timeout=60)  # fmt: skip
+            return await engine.run(
+                load.load_text(text), text, {"password": "hunter2real"}, timeout=60
+            )
 
     state = asyncio.run(with_snapshots())
     assert state.status == st.COMPLETED, state.error
@@ -695,8 +740,9 @@ def test_a_value_derived_from_a_sealed_workload_stays_out_of_the_log_and_snapsho
     assert store.load_snapshot(state.execution_id) is None
 
 
-def _sealed_run(store: SQLiteStore, body: str,
-                orchestrator: Orchestrator | None = None) -> tuple[int, Any]:  # fmt: skip
+def _sealed_run(
+    store: SQLiteStore, body: str, orchestrator: Orchestrator | None = None
+) -> tuple[int, Any]:
     """A sealed run started, and the report of its first command (not processed yet)."""
     orchestrator = orchestrator or Orchestrator(store, secret_key=new_key())
     text = text_of(body)
@@ -704,8 +750,14 @@ def _sealed_run(store: SQLiteStore, body: str,
     _, version = orchestrator.register(text, pb)
     xid, outcome = orchestrator.start(pb, version, {"password": "hunter2real"})
     [(_, cmd)] = outcome.issued
-    report = ev.new_event(orchestrator.new_id(), xid, ev.COMMAND_COMPLETED, orchestrator.clock(),
-                          step=cmd.step, payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    report = ev.new_event(
+        orchestrator.new_id(),
+        xid,
+        ev.COMMAND_COMPLETED,
+        orchestrator.clock(),
+        step=cmd.step,
+        payload={"command_id": cmd.command_id, "result": 1},
+    )
     return xid, report
 
 
@@ -721,7 +773,8 @@ def test_a_report_to_a_run_whose_workload_cannot_be_opened_ends_it_failed(store:
 
 
 def test_milepost_cancel_of_a_run_whose_workload_cannot_be_opened(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from milepost.cli import runs
 
     xid, _ = _sealed_run(store, DERIVES_PASSWORD)
@@ -731,7 +784,8 @@ def test_milepost_cancel_of_a_run_whose_workload_cannot_be_opened(
 
 
 def test_a_catalog_entry_that_no_longer_loads_ends_the_run_failed(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first, xid, report = _started_with_a_report(store)
 
     def stricter(*args: Any, **kw: Any) -> Any:
@@ -743,12 +797,15 @@ def test_a_catalog_entry_that_no_longer_loads_ends_the_run_failed(
     state = restarted.state(xid)
     assert state.status == st.FAILED and state.error is not None
     assert "stricter loader" in state.error["message"]
-    assert [e.event_type for e in store.load(xid)][-2:] == [ev.COMMAND_COMPLETED,
-                                                            ev.EXECUTION_FAILED]
+    assert [e.event_type for e in store.load(xid)][-2:] == [
+        ev.COMMAND_COMPLETED,
+        ev.EXECUTION_FAILED,
+    ]
 
 
 def test_a_start_retried_after_an_id_conflict_seals_its_workload_once(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = text_of(ONE_STEP)
     pb = load.load_text(text)
     orchestrator = Orchestrator(store, secret_key=new_key())
@@ -778,7 +835,8 @@ def test_a_sealed_entry_that_is_not_json_is_unreadable(store: Any) -> None:
 
 
 def test_an_ended_sealed_run_evicted_from_the_cache_is_opened_again(
-        store: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(orchestrator_module, "ENDED_KEPT", 0)
     orchestrator = Orchestrator(store, secret_key=new_key())
     xid, report = _sealed_run(store, ONE_STEP, orchestrator)

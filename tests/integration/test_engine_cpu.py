@@ -13,7 +13,8 @@ from tests import engine_cpu
 
 
 def test_a_measurement_prints_its_figures_and_removes_its_database(
-        tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:  # fmt: skip
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     asyncio.run(engine_cpu.measure("W1", 2, 1, None))
     assert capsys.readouterr().out.startswith("W1 2 x1: engine CPU ")

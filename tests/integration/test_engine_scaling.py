@@ -16,10 +16,12 @@ from tests.shared import MILEPOST_CODE, LinesRun
 
 
 def _wide(n: int) -> str:
-    return (f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: wide, path: t/wide}}\n"
-            f"workflow:\n  - step: fan\n    loop: {{in: \"{{{{ range({n}) | list }}}}\", iterator: i,"
-            f" spec: {{mode: parallel, max_in_flight: {n}}}}}\n    tool: {{kind: noop}}\n"
-            f"    next: end\n  - step: end\n    tool: {{kind: noop}}\n")  # fmt: skip
+    return (
+        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: wide, path: t/wide}}\n"
+        f'workflow:\n  - step: fan\n    loop: {{in: "{{{{ range({n}) | list }}}}", iterator: i,'
+        f" spec: {{mode: parallel, max_in_flight: {n}}}}}\n    tool: {{kind: noop}}\n"
+        f"    next: end\n  - step: end\n    tool: {{kind: noop}}\n"
+    )
 
 
 def _run(path: Path, n: int) -> tuple[int, int, int]:
@@ -50,4 +52,6 @@ def test_a_run_four_times_as_long_costs_about_four_times_the_work(tmp_path: Path
     # linear work keeps what an event costs (batches differ from run to run: some slack);
     # work over the whole run once an event or a batch makes it about four times as much
     assert lines_large < 2 * lines_small, f"{lines_small:.0f} -> {lines_large:.0f} lines an event"
-    assert bytes_large < 2 * bytes_small, f"{bytes_small:.0f} -> {bytes_large:.0f} snapshot bytes an event"
+    assert bytes_large < 2 * bytes_small, (
+        f"{bytes_small:.0f} -> {bytes_large:.0f} snapshot bytes an event"
+    )

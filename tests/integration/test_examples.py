@@ -47,8 +47,13 @@ def test_an_example_validates_without_a_warning(path: Path) -> None:
     assert playbook.path == f"examples/{path.stem}"
 
 
-RUNS = {"hello_world": False, "parallel_loop": False, "branches": False, "flaky_retry": True,
-        "demo": True}  # fmt: skip
+RUNS = {
+    "hello_world": False,
+    "parallel_loop": False,
+    "branches": False,
+    "flaky_retry": True,
+    "demo": True,
+}
 """The examples that run on their own, and whether they need the bundled mock API."""
 
 
@@ -63,7 +68,8 @@ def test_an_example_runs_to_completion(tmp_path: Path, name: str) -> None:
 
 
 def test_the_refund_example_under_the_limit_is_sent_at_once_without_approval(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     with serve() as refunds:
         refunds.reply = {"refund_id": "R-1", "status": "sent"}
         state = run(tmp_path, "approval", {"refund_api": refunds.url, "amount": 800})
@@ -72,18 +78,22 @@ def test_the_refund_example_under_the_limit_is_sent_at_once_without_approval(
     assert sent.path == "/refunds"
     assert sent.json == {"order": "A-1042", "amount": 800, "reason": "arrived damaged"}
     assert len(sent.headers["idempotency-key"]) == 64  # operation_key: one refund per step run
-    assert state.results["done"] == {"order": "A-1042",
-                                     "refund": {"refund_id": "R-1", "status": "sent"}}
+    assert state.results["done"] == {
+        "order": "A-1042",
+        "refund": {"refund_id": "R-1", "status": "sent"},
+    }
 
 
-async def refund(store: SQLiteStore, workload: dict[str, Any],
-                 voters: list[Voter]) -> st.ExecutionState:  # fmt: skip
+async def refund(
+    store: SQLiteStore, workload: dict[str, Any], voters: list[Voter]
+) -> st.ExecutionState:
     """The example over the limit: wait for its request, then each of `voters` approves."""
     path = EXAMPLES / "approval.yaml"
     async with EmbeddedEngine(store) as engine:
         xid = engine.start(load.load_file(path), path.read_text(), workload)
         [pending] = await wait_for_async(
-            lambda: engine.service.approvals(execution_id=xid, status="pending"), "the request")
+            lambda: engine.service.approvals(execution_id=xid, status="pending"), "the request"
+        )
         assert pending.quorum == 2 and pending.risk == "high"
         assert pending.expires_at == pytest.approx(pending.requested_at + 86_400)
         for voter in voters:
@@ -92,12 +102,14 @@ async def refund(store: SQLiteStore, workload: dict[str, Any],
 
 
 def test_the_refund_example_over_the_limit_goes_out_once_after_two_approvals(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     store = SQLiteStore(tmp_path / "refund.db")
     try:
         with serve() as refunds:
-            state = asyncio.run(refund(store, {"refund_api": refunds.url, "amount": 1800},
-                                       [ALICE, FINANCE]))  # fmt: skip
+            state = asyncio.run(
+                refund(store, {"refund_api": refunds.url, "amount": 1800}, [ALICE, FINANCE])
+            )
     finally:
         store.close()
     assert state.status == st.COMPLETED, state.error
@@ -106,12 +118,14 @@ def test_the_refund_example_over_the_limit_goes_out_once_after_two_approvals(
 
 
 def test_the_refund_example_over_5000_is_refused_at_dispatch_however_many_approve(
-        tmp_path: Path) -> None:  # fmt: skip
+    tmp_path: Path,
+) -> None:
     store = SQLiteStore(tmp_path / "refund.db")
     try:
         with serve() as refunds:
-            state = asyncio.run(refund(store, {"refund_api": refunds.url, "amount": 7200},
-                                       [ALICE, FINANCE]))  # fmt: skip
+            state = asyncio.run(
+                refund(store, {"refund_api": refunds.url, "amount": 7200}, [ALICE, FINANCE])
+            )
     finally:
         store.close()
     assert state.status == st.FAILED

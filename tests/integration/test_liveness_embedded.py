@@ -44,7 +44,8 @@ workflow:
 
 
 def test_a_silent_in_process_attempt_is_lost_after_its_liveness_and_issued_again(
-    store: Any, tmp_path: Path,
+    store: Any,
+    tmp_path: Path,
 ) -> None:
     text = HEADER + textwrap.dedent(FIRST_WAITS.replace("DIR", str(tmp_path)))
     pb = load.load_text(text)
@@ -64,7 +65,9 @@ def test_a_silent_in_process_attempt_is_lost_after_its_liveness_and_issued_again
 
     state = asyncio.run(go())
     assert state.status == st.COMPLETED, state.error
-    (key1, op1), (key2, op2) = [line.split() for line in (tmp_path / "keys").read_text().splitlines()]
+    (key1, op1), (key2, op2) = [
+        line.split() for line in (tmp_path / "keys").read_text().splitlines()
+    ]
     assert key1 != key2 and op1 == op2, "a new attempt of the same operation"
     assert state.results["start"] == key2
     xid = state.execution_id
@@ -124,8 +127,11 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for_
     async def go() -> tuple[st.ExecutionState, st.ExecutionState]:
         async with EmbeddedEngine(store, concurrency=1) as engine:
             waiting = engine.start(load.load_text(gated), gated)
-            await wait_for_async(lambda: of_type(store, waiting, ev.APPROVAL_REQUESTED),
-                                 "the approval request", timeout=10)  # fmt: skip
+            await wait_for_async(
+                lambda: of_type(store, waiting, ev.APPROVAL_REQUESTED),
+                "the approval request",
+                timeout=10,
+            )
             stalled = await engine.run(load.load_text(busy), busy, timeout=20)
             return stalled, engine.state(waiting)
 
@@ -138,7 +144,9 @@ def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for_
     assert failed.event_type == ev.EXECUTION_FAILED
     [issued] = of_type(store, state.execution_id, ev.COMMAND_ISSUED)
     [stall] = of_type(store, state.execution_id, ev.EXECUTION_STALLED)
-    assert stall.parent_event_id == issued.event_id, "caused by the last word before (a claim is none)"
+    assert stall.parent_event_id == issued.event_id, (
+        "caused by the last word before (a claim is none)"
+    )
     # its open command settled by the engine (nobody will report it): the step failed, then the run
     [settled] = of_type(store, state.execution_id, ev.COMMAND_FAILED)
     assert settled.payload["error"]["kind"] == "stalled" and settled.seq > stall.seq
@@ -157,7 +165,7 @@ def _sleeper(seconds: float, spec: str = "") -> str:
           - step: start
             {spec}
             tool: {{kind: python, code: "import time\\ntime.sleep({seconds})\\nresult = 'slept'"}}
-        """)  # fmt: skip
+        """)
 
 
 def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_without_one(
@@ -174,8 +182,9 @@ def test_the_engine_s_default_timeout_fails_a_heartbeating_attempt_of_a_step_wit
     failed, completed = asyncio.run(go())
     assert failed.status == st.FAILED
     assert failed.error is not None and failed.error["kind"] == "timeout"
-    assert failed.error["message"] == ("step ran longer than the engine's default_timeout of"
-                                       " 1.5s (it sets no spec.timeout)")  # fmt: skip
+    assert failed.error["message"] == (
+        "step ran longer than the engine's default_timeout of 1.5s (it sets no spec.timeout)"
+    )
     assert of_type(store, failed.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
     [timed_out] = of_type(store, failed.execution_id, ev.COMMAND_FAILED)
     assert timed_out.parent_event_id == timed_out.payload["command_id"], "caused by its issue"
@@ -213,14 +222,20 @@ result = "slept"
 """
 
 
-@pytest.mark.parametrize(("spec", "default_timeout"), [("", 1.0), ("    spec: {timeout: 1s}\n", None)],
-                         ids=["default_timeout", "spec.timeout"])  # fmt: skip
-def test_a_timeout_stops_the_in_process_tool(store: Any, tmp_path: Path, spec: str,
-                                             default_timeout: float | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "default_timeout"),
+    [("", 1.0), ("    spec: {timeout: 1s}\n", None)],
+    ids=["default_timeout", "spec.timeout"],
+)
+def test_a_timeout_stops_the_in_process_tool(
+    store: Any, tmp_path: Path, spec: str, default_timeout: float | None
+) -> None:
     out = tmp_path / "pid"
     code = textwrap.indent(HOLDS, " " * 8)
-    text = HEADER + ("workflow:\n  - step: start\n" + spec + "    tool:\n      kind: python\n"
-                     f"      input: {{out: \"{out}\"}}\n      code: |\n{code}")  # fmt: skip
+    text = HEADER + (
+        "workflow:\n  - step: start\n" + spec + "    tool:\n      kind: python\n"
+        f'      input: {{out: "{out}"}}\n      code: |\n{code}'
+    )
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=1, default_timeout=default_timeout) as engine:
@@ -253,14 +268,16 @@ workflow:
 
 
 def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled(
-    store: Any, tmp_path: Path,
+    store: Any,
+    tmp_path: Path,
 ) -> None:
     text = HEADER + textwrap.dedent(RETRIES_LATER)
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=1) as engine:
-            return await engine.run(load.load_text(text), text,
-                                    {"marker": str(tmp_path / "marker")}, timeout=30)  # fmt: skip
+            return await engine.run(
+                load.load_text(text), text, {"marker": str(tmp_path / "marker")}, timeout=30
+            )
 
     state = asyncio.run(go())
     assert state.status == st.COMPLETED, state.error

@@ -28,7 +28,6 @@ workflow:
 """
 
 
-
 def test_a_lost_lease_is_replaced_before_another_id_is_made(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     now = [1000.0]
@@ -54,8 +53,10 @@ def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: 
         async with engines[0] as one, engines[1] as two:
             states = [await one.run(playbook, HELLO), await two.run(playbook, HELLO)]
             assert [s.status for s in states] == ["COMPLETED", "COMPLETED"]
-            machines = [{machine_of(e.event_id) for e in s.load(x.execution_id)}
-                        for s, x in zip(stores, states, strict=True)]  # fmt: skip
+            machines = [
+                {machine_of(e.event_id) for e in s.load(x.execution_id)}
+                for s, x in zip(stores, states, strict=True)
+            ]
             assert [len(m) for m in machines] == [1, 1] and machines[0] != machines[1]
             assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 2
         assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 0
@@ -96,14 +97,17 @@ class FlakyLeases(SQLiteStore):
 
 
 def test_the_embedded_engine_keeps_renewing_after_a_locked_database(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(machine, "RENEW_EVERY_S", 0.01)
     store = FlakyLeases(tmp_path / "m.db")
     store.fail_renewals = 2
 
     async def scenario() -> None:
         async with EmbeddedEngine(store, concurrency=1):
-            await wait_for_async(lambda: store.renewals >= 4, "four renewals", timeout=20)  # past the failures: the task lives on
+            await wait_for_async(
+                lambda: store.renewals >= 4, "four renewals", timeout=20
+            )  # past the failures: the task lives on
 
     asyncio.run(scenario())
     store.close()

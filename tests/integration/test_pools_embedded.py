@@ -43,6 +43,10 @@ def test_the_embedded_engine_runs_a_pooled_step(tmp_path: Path) -> None:
         issued = [e for e in store.load(state.execution_id) if e.event_type == ev.COMMAND_ISSUED]
         rows = store.get_commands([int(e.payload["command_id"]) for e in issued])
         assert sorted((r.step, r.pool) for r in rows.values()) == [
-            ("start", "cpu"), ("train", "gpu"), ("train", "gpu"), ("train", "gpu")]  # fmt: skip
+            ("start", "cpu"),
+            ("train", "gpu"),
+            ("train", "gpu"),
+            ("train", "gpu"),
+        ]
     finally:
         store.close()

@@ -96,18 +96,25 @@ BASIC = base64.b64encode(b"ann:pw-12345").decode()
     ("credential", "sent"),
     [
         ({"type": "bearer", "token": TOKEN}, {"authorization": f"Bearer {TOKEN}"}),
-        ({"type": "basic", "username": "ann", "password": "pw-12345"},
-         {"authorization": f"Basic {BASIC}"}),
-        ({"type": "basic", "user": "ann", "password": "pw-12345"},
-         {"authorization": f"Basic {BASIC}"}),
+        (
+            {"type": "basic", "username": "ann", "password": "pw-12345"},
+            {"authorization": f"Basic {BASIC}"},
+        ),
+        (
+            {"type": "basic", "user": "ann", "password": "pw-12345"},
+            {"authorization": f"Basic {BASIC}"},
+        ),
         ({"type": "api_key", "key": "X-Api-Key", "value": "key-5678"}, {"x-api-key": "key-5678"}),
-        ({"type": "header", "X-Team-Token": "team-abcd", "X-Org": "org-efgh"},
-         {"x-team-token": "team-abcd", "x-org": "org-efgh"}),
+        (
+            {"type": "header", "X-Team-Token": "team-abcd", "X-Org": "org-efgh"},
+            {"x-team-token": "team-abcd", "x-org": "org-efgh"},
+        ),
     ],
     ids=["bearer", "basic-username", "basic-user", "api_key", "header"],
-)  # fmt: skip
+)
 def test_auth_adds_the_credentials_headers_and_masks_them_in_the_result(
-        server: _Server, credential: dict[str, Any], sent: dict[str, str]) -> None:  # fmt: skip
+    server: _Server, credential: dict[str, Any], sent: dict[str, str]
+) -> None:
     result = _run(_call(url=_url(server), auth="api"), {"api": credential})
     assert result.ok, result.error
     (received,) = server.seen
@@ -119,8 +126,10 @@ def test_auth_adds_the_credentials_headers_and_masks_them_in_the_result(
 
 
 def test_auth_as_a_mapping_names_the_credential_too(server: _Server) -> None:
-    result = _run(_call(url=_url(server), auth={"credential": "api"}),
-                  {"api": {"type": "bearer", "token": TOKEN}})  # fmt: skip
+    result = _run(
+        _call(url=_url(server), auth={"credential": "api"}),
+        {"api": {"type": "bearer", "token": TOKEN}},
+    )
     assert result.ok, result.error
     assert server.seen[0]["authorization"] == f"Bearer {TOKEN}"
     assert result.data["headers"]["x-echo-auth"] == "Bearer ***"
@@ -136,18 +145,23 @@ def test_the_tools_own_header_wins_over_auth(server: _Server) -> None:
 @pytest.mark.parametrize(
     ("credentials", "message"),
     [
-        ({"api": {"type": "postgres", "host": "h", "password": "p"}},
-         r"credential 'api' has type 'postgres'; http accepts the types bearer, basic, "
-         r"api_key, header"),
+        (
+            {"api": {"type": "postgres", "host": "h", "password": "p"}},
+            r"credential 'api' has type 'postgres'; http accepts the types bearer, basic, "
+            r"api_key, header",
+        ),
         ({}, r"credential 'api' is not registered"),
         ({"api": {"type": "bearer"}}, r"credential 'api' of type 'bearer' needs the field 'token'"),
-        ({"api": {"type": "api_key", "value": "v"}},
-         r"credential 'api' of type 'api_key' needs the field 'key' or 'header'"),
+        (
+            {"api": {"type": "api_key", "value": "v"}},
+            r"credential 'api' of type 'api_key' needs the field 'key' or 'header'",
+        ),
     ],
     ids=["unknown-type", "not-registered", "no-token", "no-key"],
-)  # fmt: skip
+)
 def test_an_unusable_credential_is_an_invalid_call_naming_it(
-        server: _Server, credentials: dict[str, Any], message: str) -> None:  # fmt: skip
+    server: _Server, credentials: dict[str, Any], message: str
+) -> None:
     result = _run(_call(url=_url(server), auth="api"), credentials)
     assert result.error is not None
     assert result.error.kind == "invalid"
@@ -171,15 +185,21 @@ def _self_signed(directory: Path) -> ssl.SSLContext:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(
-            "127.0.0.1"))]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
-    )  # fmt: skip
+    )
     cert_file, key_file = directory / "cert.pem", directory / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     return context
@@ -193,15 +213,15 @@ def tls_server(tmp_path: Path) -> Iterator[_Server]:
 
 
 @pytest.mark.parametrize("flag", [False, "false"])
-def test_verify_ssl_false_accepts_a_self_signed_certificate(tls_server: _Server,
-                                                             flag: Any) -> None:  # fmt: skip
+def test_verify_ssl_false_accepts_a_self_signed_certificate(tls_server: _Server, flag: Any) -> None:
     result = _run(_call(url=_url(tls_server, "https"), verify_ssl=flag))
     assert result.ok, result.error
     assert result.data["status_code"] == 200
 
 
 def test_by_default_an_untrusted_certificate_fails_the_call_and_says_why(
-        tls_server: _Server) -> None:  # fmt: skip
+    tls_server: _Server,
+) -> None:
     url = _url(tls_server, "https")
     result = _run(_call(url=url))
     assert result.error is not None

@@ -52,8 +52,7 @@ def bucket(nats_url: str) -> Iterator[str]:
 async def _drop(nats_url: str, name: str) -> None:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
-    for drop in (js.delete_key_value, js.delete_object_store,
-                 lambda n: js.delete_stream(f"S_{n}")):  # fmt: skip
+    for drop in (js.delete_key_value, js.delete_object_store, lambda n: js.delete_stream(f"S_{n}")):
         with contextlib.suppress(NotFoundError):
             await drop(name)
     await nc.close()
@@ -63,40 +62,54 @@ def _call(config: dict[str, Any], **fields: Any) -> base.ToolCall:
     return base.ToolCall("nats", config, {}, {}, "idem", **{"timeout": 10.0, **fields})
 
 
-async def _run(url: str | None, credentials: Lookup | None = None, /,
-               **config: Any) -> base.ToolResult:  # fmt: skip
+async def _run(
+    url: str | None, credentials: Lookup | None = None, /, **config: Any
+) -> base.ToolResult:
     async with ToolRuntime(1, nats_url=url, credentials=credentials) as runtime:
         return await runtime.run(_call(config))
 
 
 @_sync
-async def test_kv_put_creates_the_bucket_and_json_values_round_trip(nats_url: str,
-                                                                     bucket: str) -> None:  # fmt: skip
+async def test_kv_put_creates_the_bucket_and_json_values_round_trip(
+    nats_url: str, bucket: str
+) -> None:
     value = {"name": "Ada", "roles": ["admin"], "n": 1.5, "ok": True, "none": None}
     put = await _run(nats_url, operation="kv_put", bucket=bucket, key="user-1", value=value)
     assert put.ok, put.error
     assert put.data == {"bucket": bucket, "key": "user-1", "revision": 1, "created_bucket": True}
     got = await _run(nats_url, operation="kv_get", bucket=bucket, key="user-1")
-    assert got.data == {"found": True, "bucket": bucket, "key": "user-1", "value": value,
-                        "revision": 1}  # fmt: skip
+    assert got.data == {
+        "found": True,
+        "bucket": bucket,
+        "key": "user-1",
+        "value": value,
+        "revision": 1,
+    }
     listed = [1, {"a": [2]}]
     await _run(nats_url, operation="kv_put", bucket=bucket, key="list", value=listed)
     again = await _run(nats_url, operation="kv_put", bucket=bucket, key="s", value="plain text")
     assert again.data["created_bucket"] is False
     assert (await _run(nats_url, operation="kv_get", bucket=bucket, key="list")).data[
-        "value"] == listed  # fmt: skip
+        "value"
+    ] == listed
     assert (await _run(nats_url, operation="kv_get", bucket=bucket, key="s")).data[
-        "value"] == "plain text"  # fmt: skip
+        "value"
+    ] == "plain text"
 
 
 @_sync
 async def test_a_missing_key_or_bucket_is_found_false(nats_url: str, bucket: str) -> None:
     absent = await _run(nats_url, operation="kv_get", bucket=bucket, key="k")
-    assert absent.ok and absent.data == {"found": False, "bucket": bucket, "key": "k",
-                                         "value": None}  # fmt: skip
+    assert absent.ok and absent.data == {
+        "found": False,
+        "bucket": bucket,
+        "key": "k",
+        "value": None,
+    }
     for operation in ("kv_delete", "kv_purge"):
         assert (await _run(nats_url, operation=operation, bucket=bucket, key="k")).data[
-            "found"] is False  # fmt: skip
+            "found"
+        ] is False
     keys = await _run(nats_url, operation="kv_keys", bucket=bucket)
     assert keys.data == {"found": False, "bucket": bucket, "keys": [], "count": 0}
     await _run(nats_url, operation="kv_put", bucket=bucket, key="other", value=1)
@@ -138,8 +151,14 @@ async def test_kv_put_ttl_needs_a_server_with_per_key_ttls(nats_url: str, bucket
 @_sync
 async def test_object_operations(nats_url: str, bucket: str) -> None:
     data = {"rows": [1, 2, 3]}
-    put = await _run(nats_url, operation="object_put", bucket=bucket, name="r.json", data=data,
-                     description="a report")  # fmt: skip
+    put = await _run(
+        nats_url,
+        operation="object_put",
+        bucket=bucket,
+        name="r.json",
+        data=data,
+        description="a report",
+    )
     assert put.ok, put.error
     assert put.data["created_bucket"] is True and put.data["size"] > 0
     await _run(nats_url, operation="object_put", bucket=bucket, name="t.txt", data="[not json")
@@ -149,8 +168,9 @@ async def test_object_operations(nats_url: str, bucket: str) -> None:
     await _run(nats_url, operation="object_put", bucket=bucket, name="s", data='{"a": 1}')
     text = await _run(nats_url, operation="object_get", bucket=bucket, name="s")
     assert text.data["data"] == '{"a": 1}'
-    raw = await _run(nats_url, operation="object_put", bucket=bucket, name="b", data="AAH/",
-                     encoding="base64")  # fmt: skip
+    raw = await _run(
+        nats_url, operation="object_put", bucket=bucket, name="b", data="AAH/", encoding="base64"
+    )
     assert raw.data["size"] == 3
     binary = await _run(nats_url, operation="object_get", bucket=bucket, name="b")
     assert binary.data["data"] == "AAH/" and binary.data["encoding"] == "base64"
@@ -167,8 +187,7 @@ async def test_object_operations(nats_url: str, bucket: str) -> None:
 
 
 @_sync
-async def test_object_reads_of_a_missing_store_are_found_false(nats_url: str,
-                                                               bucket: str) -> None:  # fmt: skip
+async def test_object_reads_of_a_missing_store_are_found_false(nats_url: str, bucket: str) -> None:
     listed = await _run(nats_url, operation="object_list", bucket=bucket)
     assert listed.data == {"found": False, "bucket": bucket, "objects": [], "count": 0}
     got = await _run(nats_url, operation="object_get", bucket=bucket, name="x")
@@ -182,11 +201,19 @@ async def test_stream_publish_get_and_info(nats_url: str, bucket: str) -> None:
     await nc.close()
     stream = f"S_{bucket}"
     async with ToolRuntime(1, nats_url=nats_url) as runtime:
-        config = {"operation": "js_publish", "subject": f"{bucket}.evt",
-                  "data": {"kind": "test"}, "headers": {"X-Source": "milepost"}}  # fmt: skip
+        config = {
+            "operation": "js_publish",
+            "subject": f"{bucket}.evt",
+            "data": {"kind": "test"},
+            "headers": {"X-Source": "milepost"},
+        }
         first = await runtime.run(_call(config, operation_key="op-1"))
-        assert first.data == {"stream": stream, "seq": 1, "subject": f"{bucket}.evt",
-                              "duplicate": False}  # fmt: skip
+        assert first.data == {
+            "stream": stream,
+            "seq": 1,
+            "subject": f"{bucket}.evt",
+            "duplicate": False,
+        }
         # a retried attempt (same operation key) is stored once
         retry = await runtime.run(_call(config, operation_key="op-1"))
         assert retry.data["seq"] == 1 and retry.data["duplicate"] is True
@@ -220,16 +247,26 @@ async def test_a_closed_port_is_a_retryable_connection_error() -> None:
 
 @_sync
 async def test_auth_names_a_credential_with_the_url(nats_url: str, bucket: str) -> None:
-    creds = {"natsy": {"type": "nats", "url": nats_url},
-             "pg": {"type": "postgres", "host": "h"},
-             "secret": {"type": "nats", "url": "nats://127.0.0.1:1", "user": "u",
-                        "password": "hunter2-nats"}}  # fmt: skip
+    creds = {
+        "natsy": {"type": "nats", "url": nats_url},
+        "pg": {"type": "postgres", "host": "h"},
+        "secret": {
+            "type": "nats",
+            "url": "nats://127.0.0.1:1",
+            "user": "u",
+            "password": "hunter2-nats",
+        },
+    }
     # no default URL: only the credential can say where to connect
-    put = await _run(None, creds.get, auth="natsy", operation="kv_put", bucket=bucket, key="k",
-                     value="v")  # fmt: skip
+    put = await _run(
+        None, creds.get, auth="natsy", operation="kv_put", bucket=bucket, key="k", value="v"
+    )
     assert put.ok, put.error
-    for auth, kind, text in [("pg", "invalid", "not nats"), ("nope", "invalid", "not registered"),
-                             ("secret", "connection", "127.0.0.1:1")]:  # fmt: skip
+    for auth, kind, text in [
+        ("pg", "invalid", "not nats"),
+        ("nope", "invalid", "not registered"),
+        ("secret", "connection", "127.0.0.1:1"),
+    ]:
         failed = await _run(None, creds.get, auth=auth, operation="kv_get", bucket=bucket, key="k")
         assert failed.error is not None and failed.error.kind == kind, auth
         assert text in failed.error.message and "hunter2" not in failed.error.message
@@ -245,10 +282,12 @@ async def test_without_auth_or_a_url_the_call_is_invalid(monkeypatch: pytest.Mon
 
 @_sync
 async def test_run_time_checks_of_rendered_fields(nats_url: str) -> None:
-    cases = [({"operation": "kv_fetch", "bucket": "b"}, "unknown nats operation 'kv_fetch'"),
-             ({"operation": "kv_get", "bucket": "b"}, "field 'key' is required"),
-             ({"operation": "kv_get", "bucket": "b c", "key": "k"}, "bucket"),
-             ({"operation": "kv_get", "bucket": "b", "key": "a b"}, "not a valid key")]  # fmt: skip
+    cases = [
+        ({"operation": "kv_fetch", "bucket": "b"}, "unknown nats operation 'kv_fetch'"),
+        ({"operation": "kv_get", "bucket": "b"}, "field 'key' is required"),
+        ({"operation": "kv_get", "bucket": "b c", "key": "k"}, "bucket"),
+        ({"operation": "kv_get", "bucket": "b", "key": "a b"}, "not a valid key"),
+    ]
     for config, text in cases:
         result = await _run(nats_url, **config)
         assert result.error is not None and result.error.kind == "invalid", config

@@ -121,11 +121,28 @@ def test_duckdb_result_has_a_command_key_per_statement() -> None:
     assert result.ok, result.error
     assert result.data == {
         "affected_rows": 2,
-        "command_0": {"status": "success", "row_count": 0, "message": "Command executed. 0 rows affected."},
-        "command_1": {"status": "success", "row_count": 2, "message": "Command executed. 2 rows affected."},
-        "command_2": {"status": "success", "columns": ["a"], "rows": [{"a": 1}, {"a": 2}], "row_count": 2},
-        "command_3": {"status": "success", "row_count": 2, "message": "Command executed. 2 rows affected."},
-    }  # fmt: skip
+        "command_0": {
+            "status": "success",
+            "row_count": 0,
+            "message": "Command executed. 0 rows affected.",
+        },
+        "command_1": {
+            "status": "success",
+            "row_count": 2,
+            "message": "Command executed. 2 rows affected.",
+        },
+        "command_2": {
+            "status": "success",
+            "columns": ["a"],
+            "rows": [{"a": 1}, {"a": 2}],
+            "row_count": 2,
+        },
+        "command_3": {
+            "status": "success",
+            "row_count": 2,
+            "message": "Command executed. 2 rows affected.",
+        },
+    }
 
 
 def test_duckdb_command_may_be_a_list() -> None:
@@ -151,16 +168,28 @@ def test_postgres_result_has_a_command_key_per_statement(pg: dict[str, str], sch
     data = ok(run_pg(creds(pg=pg), auth="pg", command=script))
     assert data == {
         "affected_rows": 1,
-        "command_0": {"status": "success", "row_count": 0, "message": "Command executed. 0 rows affected."},
-        "command_1": {"status": "success", "row_count": 2, "message": "Command executed. 2 rows affected."},
+        "command_0": {
+            "status": "success",
+            "row_count": 0,
+            "message": "Command executed. 0 rows affected.",
+        },
+        "command_1": {
+            "status": "success",
+            "row_count": 2,
+            "message": "Command executed. 2 rows affected.",
+        },
         "command_2": {
             "status": "success",
             "columns": ["id", "name"],
             "rows": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}],
             "row_count": 2,
         },
-        "command_3": {"status": "success", "row_count": 1, "message": "Command executed. 1 rows affected."},
-    }  # fmt: skip
+        "command_3": {
+            "status": "success",
+            "row_count": 1,
+            "message": "Command executed. 1 rows affected.",
+        },
+    }
 
 
 def test_postgres_command_list_and_a_last_select(pg: dict[str, str], schema: str) -> None:  # noqa: F811
@@ -202,8 +231,9 @@ def test_a_cancel_while_the_shell_is_being_started_still_kills_its_group(
     command = f"sleep 30 & echo $! > {pid_file}; wait"
 
     async def go() -> int:
-        task = asyncio.create_task(shell.run(base.ToolCall("shell", {"command": command},
-                                                           {}, {}, "k")))  # fmt: skip
+        task = asyncio.create_task(
+            shell.run(base.ToolCall("shell", {"command": command}, {}, {}, "k"))
+        )
         await wait_for_async(lambda: pid_file.exists() and pid_file.read_text().strip(), "pid")
         task.cancel()
         await asyncio.sleep(0)  # let the cancel reach the start before it is handed back

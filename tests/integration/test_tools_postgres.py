@@ -463,8 +463,9 @@ def test_cached_connection_is_reused_reset_and_replaced_when_dropped(
             dropped = ok(second)["rows"][0]["pid"]
             admin.execute("SELECT pg_terminate_backend(%s)", [dropped])
             gone = f"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = {int(dropped)}"
-            await wait_for_async(lambda: one(admin, gone),
-                                 "the server to let the terminated backend go", timeout=5)  # fmt: skip
+            await wait_for_async(
+                lambda: one(admin, gone), "the server to let the terminated backend go", timeout=5
+            )
             third = await runtime.run(call({"auth": "pg", "command": pid_query}))
             lost = await runtime.run(
                 call({"auth": "pg", "command": "SELECT pg_terminate_backend(pg_backend_pid())"})
@@ -488,10 +489,13 @@ def test_timeout_cancels_the_statement(
     assert time.monotonic() - started < 10
     assert result.error is not None
     assert (result.error.kind, result.error.retryable) == ("timeout", True)
-    still = (f"SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%{marker}' "
-             "AND pid <> pg_backend_pid()")  # fmt: skip
-    wait_for(lambda: one(admin, still), "the sleeping statement to be cancelled", timeout=5,
-             interval=0.1)  # fmt: skip
+    still = (
+        f"SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%{marker}' "
+        "AND pid <> pg_backend_pid()"
+    )
+    wait_for(
+        lambda: one(admin, still), "the sleeping statement to be cancelled", timeout=5, interval=0.1
+    )
 
 
 def test_concurrent_calls(pg: dict[str, str]) -> None:
@@ -572,5 +576,8 @@ def test_iterator_save_fixture_insert(
         "WHERE execution_id = %s ORDER BY item_name",
         [xid],
     ).fetchall()
-    assert rows == [(f"{xid}:item1", "item1", 100), (f"{xid}:item2", "item2", 250),
-                    (f"{xid}:item3", "item3", 300)]  # fmt: skip
+    assert rows == [
+        (f"{xid}:item1", "item1", 100),
+        (f"{xid}:item2", "item2", 250),
+        (f"{xid}:item3", "item3", 300),
+    ]

@@ -93,7 +93,9 @@ def test_list_subclass_inputs(pool: PythonPool) -> None:
 
 
 def test_loop_result_inputs(pool: PythonPool) -> None:
-    loop_result = pytest.importorskip("milepost.playbook.loop_result").LoopResult([{"v": 1}, {"v": 2}])
+    loop_result = pytest.importorskip("milepost.playbook.loop_result").LoopResult(
+        [{"v": 1}, {"v": 2}]
+    )
     code = "result = {'n': len(r), 'stats': r.stats, 'first': r['results'][0]}"
     assert ok(pool, code, {"r": loop_result}) == {
         "n": 2,
@@ -105,7 +107,11 @@ def test_loop_result_inputs(pool: PythonPool) -> None:
 def test_exception(pool: PythonPool) -> None:
     (result,) = run(pool, call("raise KeyError('missing')"))
     assert result.error == base.ToolFailure(
-        "exception", "KeyError: 'missing'", code="KeyError", retryable=False, line=1,
+        "exception",
+        "KeyError: 'missing'",
+        code="KeyError",
+        retryable=False,
+        line=1,
         code_line="raise KeyError('missing')",
     )
     assert result.data is None
@@ -243,8 +249,9 @@ def test_large_payloads_both_ways_on_uvloop() -> None:
     pool = PythonPool(1)
 
     async def go() -> list[base.ToolResult]:
-        return [await pool.run(call("result = {'n': len(s), 's': s}", {"s": big}))
-                for _ in range(3)]  # fmt: skip
+        return [
+            await pool.run(call("result = {'n': len(s), 's': s}", {"s": big})) for _ in range(3)
+        ]
 
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -192,9 +192,17 @@ def test_a_crashing_tool_is_logged_redacted_naming_its_execution_and_step(
     async def go() -> base.ToolResult:
         async with ToolRuntime(1) as runtime:
             runtime._executors["noop"] = crashes
-            call = base.ToolCall("noop", {"password": "s3cr3t-xyz"}, {}, {}, "k",
-                                 execution_id="42", step="login", command_id="7",
-                                 redact=Redactor(["s3cr3t-xyz"]).text)  # fmt: skip
+            call = base.ToolCall(
+                "noop",
+                {"password": "s3cr3t-xyz"},
+                {},
+                {},
+                "k",
+                execution_id="42",
+                step="login",
+                command_id="7",
+                redact=Redactor(["s3cr3t-xyz"]).text,
+            )
             return await runtime.run(call)
 
     caplog.set_level(logging.ERROR, logger="milepost.tools.runtime")

@@ -49,7 +49,8 @@ def _run(store: Any) -> int:
 
 
 def test_an_embedded_run_logs_each_events_cause_and_spans_the_run_and_each_attempt(
-        store: Any, spans: InMemorySpanExporter) -> None:  # fmt: skip
+    store: Any, spans: InMemorySpanExporter
+) -> None:
     xid = _run(store)
     events = store.load(xid)
     traces.assert_chain(events)
@@ -62,17 +63,23 @@ def test_without_an_exporter_a_run_still_logs_its_causes_and_makes_no_span(store
     traces.assert_chain(store.load(xid))
 
 
-CHILD = ("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: child, path: tests/traced_child}\n"
-         "workflow:\n  - step: work\n    tool: {kind: noop}\n")
-PARENT = HEADER + """\
+CHILD = (
+    "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: child, path: tests/traced_child}\n"
+    "workflow:\n  - step: work\n    tool: {kind: noop}\n"
+)
+PARENT = (
+    HEADER
+    + """\
 workflow:
   - step: call
     tool: {kind: playbook, path: tests/traced_child}
 """
+)
 
 
 def test_a_child_run_s_spans_are_part_of_its_parent_s_trace(
-        store: Any, spans: InMemorySpanExporter) -> None:  # fmt: skip
+    store: Any, spans: InMemorySpanExporter
+) -> None:
     """The child's run span is a child of the parent's attempt that started it; its
     attempts are in the same trace: one tree from the parent's run down."""
 
@@ -94,7 +101,9 @@ def test_a_child_run_s_spans_are_part_of_its_parent_s_trace(
     assert {s.context.trace_id for s in finished if s.context} == {trace}, "one trace"
     by_name = {s.name: s for s in finished}
     child_run = by_name["run tests/traced_child"]
-    assert child_run.parent is not None and child_run.parent.span_id == tc.attempt_span_id(call.event_id)
+    assert child_run.parent is not None and child_run.parent.span_id == tc.attempt_span_id(
+        call.event_id
+    )
     assert child_run.context is not None and child_run.context.span_id == tc.run_span_id(child)
     work = by_name["step work"]
     assert work.parent is not None and work.parent.span_id == tc.run_span_id(child)

@@ -36,18 +36,40 @@ def notifier_for(receiver: Receiver, **options: Any) -> WebhookNotifier:
 
 
 def requested(event_id: int = 7001, execution_id: int = 42) -> ev.Event:
-    return ev.new_event(event_id, execution_id, ev.APPROVAL_REQUESTED, 1_764_600_000.25,
-                        step="refund",
-                        payload={"approval_id": event_id, "run": 1, "quorum": 2,
-                                 "approvers": ["role:finance", "user:alice", "user:bob"],
-                                 "risk": "high", "digest": "ab" * 32, "expires_at": None})  # fmt: skip
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.APPROVAL_REQUESTED,
+        1_764_600_000.25,
+        step="refund",
+        payload={
+            "approval_id": event_id,
+            "run": 1,
+            "quorum": 2,
+            "approvers": ["role:finance", "user:alice", "user:bob"],
+            "risk": "high",
+            "digest": "ab" * 32,
+            "expires_at": None,
+        },
+    )
 
 
 def decided(event_id: int, approval_id: int = 7001, identity: str = "user:alice") -> ev.Event:
-    return ev.new_event(event_id, 42, ev.APPROVAL_DECIDED, 1_764_600_100.0, step="refund",
-                        status="INFO",
-                        payload={"approval_id": approval_id, "identity": identity,
-                                 "roles": ["finance"], "decision": "approve", "reason": None})  # fmt: skip
+    return ev.new_event(
+        event_id,
+        42,
+        ev.APPROVAL_DECIDED,
+        1_764_600_100.0,
+        step="refund",
+        status="INFO",
+        payload={
+            "approval_id": approval_id,
+            "identity": identity,
+            "roles": ["finance"],
+            "decision": "approve",
+            "reason": None,
+        },
+    )
 
 
 def test_an_approval_event_arrives_as_signed_json_with_its_id(receiver: Receiver) -> None:
@@ -58,12 +80,21 @@ def test_an_approval_event_arrives_as_signed_json_with_its_id(receiver: Receiver
     finally:
         notifier.close()
     assert got.json == {
-        "type": "approval.requested", "event_id": "7001", "execution_id": "42",
-        "step": "refund", "created_at": "2025-12-01T14:40:00.250+00:00",
-        "payload": {"approval_id": "7001", "run": 1, "quorum": 2,
-                    "approvers": ["role:finance", "user:alice", "user:bob"], "risk": "high",
-                    "digest": "ab" * 32, "expires_at": None},
-    }  # fmt: skip
+        "type": "approval.requested",
+        "event_id": "7001",
+        "execution_id": "42",
+        "step": "refund",
+        "created_at": "2025-12-01T14:40:00.250+00:00",
+        "payload": {
+            "approval_id": "7001",
+            "run": 1,
+            "quorum": 2,
+            "approvers": ["role:finance", "user:alice", "user:bob"],
+            "risk": "high",
+            "digest": "ab" * 32,
+            "expires_at": None,
+        },
+    }
     # what a receiver computes: the HMAC of the raw bytes it got, with the shared secret
     expected = "sha256=" + hmac.new(SECRET.encode(), got.body, hashlib.sha256).hexdigest()
     assert got.headers["x-milepost-signature"] == expected
@@ -78,11 +109,11 @@ def test_an_approval_event_arrives_as_signed_json_with_its_id(receiver: Receiver
 
 def test_only_approval_events_are_sent_and_in_the_order_committed(receiver: Receiver) -> None:
     other = ev.new_event(7000, 42, ev.STEP_ENTER, 1_764_600_000.0, step="refund")
-    types = [ev.APPROVAL_GRANTED, ev.APPROVAL_DENIED, ev.APPROVAL_EXPIRED,
-             ev.APPROVAL_INVALIDATED]  # fmt: skip
-    closing = [ev.new_event(7010 + i, 42, t, 1_764_600_200.0, step="refund",
-                            payload={"approval_id": 7001})
-               for i, t in enumerate(types)]  # fmt: skip
+    types = [ev.APPROVAL_GRANTED, ev.APPROVAL_DENIED, ev.APPROVAL_EXPIRED, ev.APPROVAL_INVALIDATED]
+    closing = [
+        ev.new_event(7010 + i, 42, t, 1_764_600_200.0, step="refund", payload={"approval_id": 7001})
+        for i, t in enumerate(types)
+    ]
     notifier = notifier_for(receiver)
     try:
         # the listener's way in: one engine call's outcome
@@ -91,9 +122,18 @@ def test_only_approval_events_are_sent_and_in_the_order_committed(receiver: Rece
     finally:
         notifier.close()
     assert [r.json["type"] for r in receiver.received] == [
-        "approval.requested", "approval.decided", *types]
+        "approval.requested",
+        "approval.decided",
+        *types,
+    ]
     assert [r.headers["x-milepost-event-id"] for r in receiver.received] == [
-        "7001", "7002", "7010", "7011", "7012", "7013"]
+        "7001",
+        "7002",
+        "7010",
+        "7011",
+        "7012",
+        "7013",
+    ]
 
 
 def test_a_refused_delivery_is_retried_with_back_off_until_it_is_taken(receiver: Receiver) -> None:
@@ -114,7 +154,8 @@ def test_a_refused_delivery_is_retried_with_back_off_until_it_is_taken(receiver:
 
 
 def test_a_delivery_refused_every_time_is_dropped_after_its_tries_and_logged(
-        receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
     receiver.statuses = [500] * 3  # every try of the first event
     notifier = notifier_for(receiver, tries=3)
     try:
@@ -132,7 +173,8 @@ def test_a_delivery_refused_every_time_is_dropped_after_its_tries_and_logged(
 
 
 def test_a_receiver_that_hangs_times_out_and_gets_the_event_on_a_later_try(
-        receiver: Receiver) -> None:  # fmt: skip
+    receiver: Receiver,
+) -> None:
     receiver.statuses = ["hang"]
     notifier = notifier_for(receiver, timeout=0.3)
     try:
@@ -157,16 +199,14 @@ def test_notify_never_waits_for_the_receiver_a_full_queue_drops(receiver: Receiv
         wait_for(lambda: notifier.delivered == 3, "the hanging one and the two queued")
     finally:
         notifier.close()
-    assert [r.headers["x-milepost-event-id"] for r in receiver.received] == [
-        "7001", "7100", "7101"]
+    assert [r.headers["x-milepost-event-id"] for r in receiver.received] == ["7001", "7100", "7101"]
 
 
 def test_close_delivers_what_is_queued_within_its_grace(receiver: Receiver) -> None:
     notifier = notifier_for(receiver)
     notifier.notify([requested(), decided(7002), decided(7003, identity="user:bob")])
     notifier.close(grace=5.0)
-    assert [r.headers["x-milepost-event-id"] for r in receiver.received] == [
-        "7001", "7002", "7003"]
+    assert [r.headers["x-milepost-event-id"] for r in receiver.received] == ["7001", "7002", "7003"]
     notifier.notify([decided(7004)])  # closed: dropped, not queued for nobody
     assert notifier.dropped == 1
 
@@ -183,7 +223,8 @@ def test_close_gives_up_on_a_receiver_that_is_down_after_its_grace(receiver: Rec
 
 
 def test_settings_name_the_webhook_and_a_url_needs_its_secret(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert Webhook.from_settings(Settings()) is None
     monkeypatch.setenv("MILEPOST_APPROVAL_WEBHOOK_URL", "https://hooks.example/milepost")
     with pytest.raises(webhooks.WebhookSecretMissing) as missing:

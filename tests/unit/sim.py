@@ -23,16 +23,30 @@ class Sim:
     """Settles decisions with the orchestrator's loop (`decide.settle`) and completes
     commands on request."""
 
-    def __init__(self, pb: model.Playbook, workload: dict[str, Any] | None = None,
-                 now: float = 1000.0, started_by: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        pb: model.Playbook,
+        workload: dict[str, Any] | None = None,
+        now: float = 1000.0,
+        started_by: str | None = None,
+    ) -> None:
         self.pb = pb
         self.now = now
         self._ids = itertools.count(1)
         self.log: list[ev.Event] = []
-        started = ev.new_event(self.new_id(), 77, ev.EXECUTION_STARTED, now, payload={
-            "path": pb.path, "version": 1, "workload": {**pb.workload, **(workload or {})},
-            "entry_step": pb.entry_step,
-            **({"started_by": started_by} if started_by else {})})  # fmt: skip
+        started = ev.new_event(
+            self.new_id(),
+            77,
+            ev.EXECUTION_STARTED,
+            now,
+            payload={
+                "path": pb.path,
+                "version": 1,
+                "workload": {**pb.workload, **(workload or {})},
+                "entry_step": pb.entry_step,
+                **({"started_by": started_by} if started_by else {}),
+            },
+        )
         self.state = st.fold(None, [started])
         self.log.append(started)
         self.settle()
@@ -51,10 +65,20 @@ class Sim:
         cmds = sorted(self.state.commands.values(), key=lambda c: c.command_id)
         return [c for c in cmds if step is None or c.step == step]
 
-    def report(self, cmd: st.Command, result: Any = None, *, error: dict[str, Any] | None = None,
-               ctx: dict[str, Any] | None = None) -> list[ev.Event]:  # fmt: skip
-        payload: dict[str, Any] = {"command_id": cmd.command_id, "run": cmd.run,
-                                   "index": cmd.index, "attempt": cmd.attempt}  # fmt: skip
+    def report(
+        self,
+        cmd: st.Command,
+        result: Any = None,
+        *,
+        error: dict[str, Any] | None = None,
+        ctx: dict[str, Any] | None = None,
+    ) -> list[ev.Event]:
+        payload: dict[str, Any] = {
+            "command_id": cmd.command_id,
+            "run": cmd.run,
+            "index": cmd.index,
+            "attempt": cmd.attempt,
+        }
         if error is None:
             payload.update(result=result, ctx=ctx or {})
             etype = ev.COMMAND_COMPLETED
@@ -68,8 +92,7 @@ class Sim:
 
     def lose(self, cmd: st.Command) -> list[ev.Event]:
         """The command's lease expired without a report (the reconciler's event)."""
-        return self.fold_and_settle(ev.COMMAND_LEASE_EXPIRED, cmd.step,
-                                    command_id=cmd.command_id)  # fmt: skip
+        return self.fold_and_settle(ev.COMMAND_LEASE_EXPIRED, cmd.step, command_id=cmd.command_id)
 
     def cancel(self) -> list[ev.Event]:
         return self.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None)

@@ -44,8 +44,9 @@ class World:
     def __init__(self, text: str = FLOW) -> None:
         self.now = 1000.0
         self.store = MemoryStore()
-        self.service = Lifecycle(self.store, Orchestrator(self.store, clock=lambda: self.now,
-                                                          machine_id=1))  # fmt: skip
+        self.service = Lifecycle(
+            self.store, Orchestrator(self.store, clock=lambda: self.now, machine_id=1)
+        )
         pb = load.load_text(text)
         _, version = self.service.register(text, pb)
         self.xid, _ = self.service.start(pb, version, {"n": 7}, started_by="user:ann")
@@ -56,15 +57,34 @@ class World:
     def live(self, step: str, xid: int | None = None) -> list[st.Command]:
         return [c for c in self.state(xid).commands.values() if c.step == step]
 
-    def report(self, step: str, result: Any = None, error: dict[str, Any] | None = None,
-               xid: int | None = None) -> None:  # fmt: skip
+    def report(
+        self,
+        step: str,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        xid: int | None = None,
+    ) -> None:
         (cmd,) = self.live(step, xid)
-        payload: dict[str, Any] = {"command_id": cmd.command_id, "run": cmd.run,
-                                   "index": cmd.index, "attempt": cmd.attempt}  # fmt: skip
+        payload: dict[str, Any] = {
+            "command_id": cmd.command_id,
+            "run": cmd.run,
+            "index": cmd.index,
+            "attempt": cmd.attempt,
+        }
         payload.update({"error": error} if error else {"result": result})
         etype = ev.COMMAND_FAILED if error else ev.COMMAND_COMPLETED
-        self.service.process([ev.new_event(self.service.new_id(), xid or self.xid, etype,
-                                           self.now, step=step, payload=payload)])  # fmt: skip
+        self.service.process(
+            [
+                ev.new_event(
+                    self.service.new_id(),
+                    xid or self.xid,
+                    etype,
+                    self.now,
+                    step=step,
+                    payload=payload,
+                )
+            ]
+        )
 
     def events(self, etype: str, xid: int | None = None) -> list[ev.Event]:
         return [e for e in self.service.events(xid or self.xid) if e.event_type == etype]
@@ -103,9 +123,14 @@ def test_retry_stops_a_live_attempt_and_its_late_report_is_stale() -> None:
     assert world.store.get_command(old.command_id).status == "failed"  # its claim is gone
     (new,) = world.live("flaky")
     assert new.attempt == 2
-    late = ev.new_event(world.service.new_id(), world.xid, ev.COMMAND_COMPLETED, world.now,
-                        step="flaky", payload={"command_id": old.command_id, "run": 1,
-                                               "index": -1, "attempt": 1, "result": 9})  # fmt: skip
+    late = ev.new_event(
+        world.service.new_id(),
+        world.xid,
+        ev.COMMAND_COMPLETED,
+        world.now,
+        step="flaky",
+        payload={"command_id": old.command_id, "run": 1, "index": -1, "attempt": 1, "result": 9},
+    )
     world.service.process([late])
     assert world.live("flaky") == [new] and world.state().step_status["flaky"] == "RUNNING"
 
@@ -124,9 +149,10 @@ def test_skip_completes_the_step_with_the_result_and_the_run_goes_on_from_it() -
 
 
 def test_skip_of_a_step_not_yet_started_and_of_a_loop() -> None:
-    loop = FLOW.replace('tool: {kind: python, code: "result = 2"}',
-                        'loop: {in: "{{ [1, 2] }}", iterator: i}\n'
-                        '    tool: {kind: python, code: "result = 2"}')
+    loop = FLOW.replace(
+        'tool: {kind: python, code: "result = 2"}',
+        'loop: {in: "{{ [1, 2] }}", iterator: i}\n    tool: {kind: python, code: "result = 2"}',
+    )
     world = World(loop)
     world.report("start", 1)
     with pytest.raises(acts.InvalidResult):
@@ -205,6 +231,7 @@ def test_a_step_run_the_old_run_compensated_is_not_reused() -> None:
     pb = world.service.playbook(state.path, state.version or 0)
     log = world.service.events(world.xid)
     assert [s for s, _ in acts.restart(state, log, pb, None, "user:bob").reused] == ["start"]
-    state.compensation = cs.Compensation(st.FAILED, [cs.Item("start", 1, "undo", 1,
-                                                             status=cs.COMPLETED)])  # fmt: skip
+    state.compensation = cs.Compensation(
+        st.FAILED, [cs.Item("start", 1, "undo", 1, status=cs.COMPLETED)]
+    )
     assert acts.restart(state, log, pb, None, "user:bob").reused == []

@@ -23,37 +23,78 @@ class Recorded(Meters):
 
 
 def requested(approval_id: int, at: float) -> ev.Event:
-    return ev.new_event(approval_id, XID, ev.APPROVAL_REQUESTED, at, step="refund",
-                        payload={"approval_id": approval_id, "run": 1, "quorum": 1,
-                                 "approvers": ["user:alice"], "risk": "high"})  # fmt: skip
+    return ev.new_event(
+        approval_id,
+        XID,
+        ev.APPROVAL_REQUESTED,
+        at,
+        step="refund",
+        payload={
+            "approval_id": approval_id,
+            "run": 1,
+            "quorum": 1,
+            "approvers": ["user:alice"],
+            "risk": "high",
+        },
+    )
 
 
 def closing(event_id: int, event_type: str, approval_id: int | str, at: float) -> ev.Event:
-    return ev.new_event(event_id, XID, event_type, at, step="refund",
-                        payload={"approval_id": approval_id, "run": 1})
+    return ev.new_event(
+        event_id, XID, event_type, at, step="refund", payload={"approval_id": approval_id, "run": 1}
+    )
 
 
 def test_each_outcome_is_counted_with_the_time_since_its_request() -> None:
     meters = Recorded()
     clock = ApprovalClock(meters, MemoryStore())
-    clock(Outcome(events=[requested(1, T0), requested(2, T0 + 10), requested(3, T0 + 20),
-                          requested(4, T0 + 30)]))  # fmt: skip
-    vote = ev.new_event(5, XID, ev.APPROVAL_DECIDED, T0 + 40, step="refund", status="INFO",
-                        payload={"approval_id": 1, "identity": "user:alice",
-                                 "decision": "approve"})  # fmt: skip
+    clock(
+        Outcome(
+            events=[
+                requested(1, T0),
+                requested(2, T0 + 10),
+                requested(3, T0 + 20),
+                requested(4, T0 + 30),
+            ]
+        )
+    )
+    vote = ev.new_event(
+        5,
+        XID,
+        ev.APPROVAL_DECIDED,
+        T0 + 40,
+        step="refund",
+        status="INFO",
+        payload={"approval_id": 1, "identity": "user:alice", "decision": "approve"},
+    )
     clock(Outcome(events=[vote, closing(6, ev.APPROVAL_GRANTED, 1, T0 + 40)]))
-    clock(Outcome(events=[closing(7, ev.APPROVAL_DENIED, 2, T0 + 70),
-                          closing(8, ev.APPROVAL_EXPIRED, 3, T0 + 20 + 86_400),
-                          closing(9, ev.APPROVAL_INVALIDATED, "4", T0 + 35)]))  # fmt: skip
+    clock(
+        Outcome(
+            events=[
+                closing(7, ev.APPROVAL_DENIED, 2, T0 + 70),
+                closing(8, ev.APPROVAL_EXPIRED, 3, T0 + 20 + 86_400),
+                closing(9, ev.APPROVAL_INVALIDATED, "4", T0 + 35),
+            ]
+        )
+    )
     # a vote is not an outcome; the wire's string id counts as the id it spells
-    assert meters.closed == [("granted", 40.0), ("denied", 60.0), ("expired", 86_400.0),
-                             ("invalidated", 5.0)]  # fmt: skip
+    assert meters.closed == [
+        ("granted", 40.0),
+        ("denied", 60.0),
+        ("expired", 86_400.0),
+        ("invalidated", 5.0),
+    ]
 
 
 def test_a_request_this_process_never_saw_is_read_from_the_store() -> None:
     store = MemoryStore()
-    started = ev.new_event(100, XID, ev.EXECUTION_STARTED, T0 - 5,
-                           payload={"path": "examples/approval", "version": 1, "workload": {}})  # fmt: skip
+    started = ev.new_event(
+        100,
+        XID,
+        ev.EXECUTION_STARTED,
+        T0 - 5,
+        payload={"path": "examples/approval", "version": 1, "workload": {}},
+    )
     store.append([started, requested(101, T0)])
     meters = Recorded()
     # a fresh clock: another server wrote the request, or this one restarted since
@@ -65,8 +106,14 @@ def test_a_request_this_process_never_saw_is_read_from_the_store() -> None:
 def test_an_outcome_whose_request_is_nowhere_is_counted_without_a_time() -> None:
     meters = Recorded()
     clock = ApprovalClock(meters, MemoryStore())
-    clock(Outcome(events=[closing(9, ev.APPROVAL_DENIED, 555, T0),
-                          closing(10, ev.APPROVAL_DENIED, "not an id", T0)]))  # fmt: skip
+    clock(
+        Outcome(
+            events=[
+                closing(9, ev.APPROVAL_DENIED, 555, T0),
+                closing(10, ev.APPROVAL_DENIED, "not an id", T0),
+            ]
+        )
+    )
     assert meters.closed == [("denied", None), ("denied", None)]
 
 
@@ -74,8 +121,14 @@ def test_the_clock_forgets_the_oldest_requests_past_its_bound() -> None:
     meters = Recorded()
     clock = ApprovalClock(meters, MemoryStore(), keep=2)
     clock(Outcome(events=[requested(1, T0), requested(2, T0 + 1), requested(3, T0 + 2)]))
-    clock(Outcome(events=[closing(4, ev.APPROVAL_GRANTED, 1, T0 + 9),
-                          closing(5, ev.APPROVAL_GRANTED, 3, T0 + 9)]))  # fmt: skip
+    clock(
+        Outcome(
+            events=[
+                closing(4, ev.APPROVAL_GRANTED, 1, T0 + 9),
+                closing(5, ev.APPROVAL_GRANTED, 3, T0 + 9),
+            ]
+        )
+    )
     # the first was forgotten and is not in this (empty) log: counted, with no time
     assert meters.closed == [("granted", None), ("granted", 7.0)]
 
@@ -83,9 +136,16 @@ def test_the_clock_forgets_the_oldest_requests_past_its_bound() -> None:
 def test_the_server_exposes_the_decisions_by_outcome_and_the_time_histogram() -> None:
     metrics = Metrics()
     clock = ApprovalClock(EngineMeters(metrics), MemoryStore())
-    clock(Outcome(events=[requested(1, T0), requested(2, T0),
-                          closing(3, ev.APPROVAL_GRANTED, 1, T0 + 120),
-                          closing(4, ev.APPROVAL_DENIED, 2, T0 + 7200)]))  # fmt: skip
+    clock(
+        Outcome(
+            events=[
+                requested(1, T0),
+                requested(2, T0),
+                closing(3, ev.APPROVAL_GRANTED, 1, T0 + 120),
+                closing(4, ev.APPROVAL_DENIED, 2, T0 + 7200),
+            ]
+        )
+    )
     text = metrics.exposition().decode()
     name = "milepost_approval_decisions_total"
     assert metric_sample(text, name, outcome="granted") == 1

@@ -51,9 +51,12 @@ def pending(sim: Sim) -> ap.Approval:
     return approval
 
 
-def vote(sim: Sim, voter: Voter, decision: str = "approve", reason: str | None = None) -> list[ev.Event]:
-    event = approvals.vote_event(sim.state, pending(sim).approval_id, voter, decision, reason,
-                                 sim.now, sim.new_id())
+def vote(
+    sim: Sim, voter: Voter, decision: str = "approve", reason: str | None = None
+) -> list[ev.Event]:
+    event = approvals.vote_event(
+        sim.state, pending(sim).approval_id, voter, decision, reason, sim.now, sim.new_id()
+    )
     st.fold(sim.state, [event])
     sim.log.append(event)
     return sim.settle()
@@ -100,7 +103,9 @@ def test_quorum_two_one_vote_waits_two_grant_and_issue_once() -> None:
 
 
 def test_deny_fails_the_step_with_the_denier_and_reason_never_retried() -> None:
-    body = REFUND.replace("risk: high", "risk: high\n      retry: {max_attempts: 5, retry_on: [approval, error]}")
+    body = REFUND.replace(
+        "risk: high", "risk: high\n      retry: {max_attempts: 5, retry_on: [approval, error]}"
+    )
     sim = gated(body=body)
     produced = vote(sim, BOB, "deny", "duplicate refund")
     assert types(produced)[:2] == [ev.APPROVAL_DENIED, ev.STEP_EXIT]
@@ -114,8 +119,10 @@ def test_self_approval_refused_unless_allowed() -> None:
     sim = gated(started_by="user:alice")
     with pytest.raises(approvals.SelfApproval):
         vote(sim, ALICE)
-    allowed = gated(body=REFUND.replace("risk: high", "risk: high\n        allow_self_approval: true"),
-                    started_by="user:alice")
+    allowed = gated(
+        body=REFUND.replace("risk: high", "risk: high\n        allow_self_approval: true"),
+        started_by="user:alice",
+    )
     vote(allowed, ALICE)
     assert [v.identity for v in pending(allowed).votes] == ["user:alice"]
 
@@ -126,8 +133,18 @@ def test_a_second_vote_by_the_same_identity_is_refused_and_would_change_nothing(
     with pytest.raises(approvals.AlreadyVoted):
         vote(sim, ALICE)
     # the same vote slipped into the log some other way: the fold ignores it
-    again = ev.new_event(sim.new_id(), 77, ev.APPROVAL_DECIDED, sim.now, step="refund", payload={
-        "approval_id": pending(sim).approval_id, "identity": "user:alice", "decision": "approve"})
+    again = ev.new_event(
+        sim.new_id(),
+        77,
+        ev.APPROVAL_DECIDED,
+        sim.now,
+        step="refund",
+        payload={
+            "approval_id": pending(sim).approval_id,
+            "identity": "user:alice",
+            "decision": "approve",
+        },
+    )
     st.fold(sim.state, [again])
     assert sim.settle() == []
     assert len(pending(sim).votes) == 1 and sim.live() == []
@@ -143,8 +160,18 @@ def test_who_may_decide() -> None:
     with pytest.raises(approvals.ApprovalNotFound):
         approvals.check_vote(sim.state, 12345, ALICE, "approve", sim.now)
     # a forged vote from someone who may not decide changes nothing either
-    forged = ev.new_event(sim.new_id(), 77, ev.APPROVAL_DECIDED, sim.now, step="refund", payload={
-        "approval_id": pending(sim).approval_id, "identity": "user:mallory", "decision": "deny"})
+    forged = ev.new_event(
+        sim.new_id(),
+        77,
+        ev.APPROVAL_DECIDED,
+        sim.now,
+        step="refund",
+        payload={
+            "approval_id": pending(sim).approval_id,
+            "identity": "user:mallory",
+            "decision": "deny",
+        },
+    )
     st.fold(sim.state, [forged])
     assert sim.settle() == [] and pending(sim).status == ap.PENDING
 
@@ -167,10 +194,19 @@ def test_a_quorum_reached_after_expiry_never_grants() -> None:
     was down): expiry is checked first."""
     sim = gated()
     for voter in (ALICE, CAROL):
-        event = ev.new_event(sim.new_id(), 77, ev.APPROVAL_DECIDED, sim.now, step="refund",
-                             payload={"approval_id": pending(sim).approval_id,
-                                      "identity": voter.identity, "roles": sorted(voter.roles),
-                                      "decision": "approve"})
+        event = ev.new_event(
+            sim.new_id(),
+            77,
+            ev.APPROVAL_DECIDED,
+            sim.now,
+            step="refund",
+            payload={
+                "approval_id": pending(sim).approval_id,
+                "identity": voter.identity,
+                "roles": sorted(voter.roles),
+                "decision": "approve",
+            },
+        )
         st.fold(sim.state, [event])
     sim.now = 1000.0 + 7200
     produced = sim.settle()
@@ -191,9 +227,11 @@ def test_policy_false_at_dispatch_invalidates() -> None:
 
 
 def test_an_undefined_policy_refuses() -> None:
-    body = REFUND.replace('policy: {check: "{{ workload.amount <= workload.limit }}", reason: '
-                          '"amount {{ workload.amount }} exceeds the {{ workload.limit }} limit"}',
-                          'policy: "{{ workload.missing.flag }}"')
+    body = REFUND.replace(
+        'policy: {check: "{{ workload.amount <= workload.limit }}", reason: '
+        '"amount {{ workload.amount }} exceeds the {{ workload.limit }} limit"}',
+        'policy: "{{ workload.missing.flag }}"',
+    )
     sim = gated(body=body)
     vote(sim, ALICE)
     produced = vote(sim, CAROL)
@@ -208,8 +246,9 @@ def test_the_call_changed_since_it_was_approved_invalidates() -> None:
     produced = vote(sim, CAROL)
     assert produced[0].event_type == ev.APPROVAL_INVALIDATED
     assert produced[0].payload["changed"] == "config.json.amount"
-    assert sim.state.error["message"] == ("approval invalidated: the call changed since it was "
-                                          "approved (config.json.amount)")
+    assert sim.state.error["message"] == (
+        "approval invalidated: the call changed since it was approved (config.json.amount)"
+    )
 
 
 def test_cancel_while_waiting_closes_the_approval() -> None:
@@ -222,8 +261,11 @@ def test_cancel_while_waiting_closes_the_approval() -> None:
 
 
 def test_a_template_error_in_required_fails_the_step_closed() -> None:
-    sim = gated(body=REFUND.replace('required: "{{ workload.amount > 1000 }}"',
-                                    'required: "{{ workload.nope.deeper > 1 }}"'))
+    sim = gated(
+        body=REFUND.replace(
+            'required: "{{ workload.amount > 1000 }}"', 'required: "{{ workload.nope.deeper > 1 }}"'
+        )
+    )
     assert sim.state.status == st.FAILED
     assert sim.state.error["kind"] == "template"
     assert "spec.approval.required" in sim.state.error["message"]
@@ -252,7 +294,10 @@ def test_a_loop_is_approved_once_with_every_call_and_retries_do_not_ask_again() 
     approval = pending(sim)
     assert [c["index"] for c in approval.calls] == [0, 1, 2]
     assert [c["input"]["tasks"][0]["config"]["url"] for c in approval.calls] == [
-        "https://pay.example/p/1", "https://pay.example/p/2", "https://pay.example/p/3"]
+        "https://pay.example/p/1",
+        "https://pay.example/p/2",
+        "https://pay.example/p/3",
+    ]
     vote(sim, ALICE)
     assert [c.index for c in sim.live("pay")] == [0, 1]
     first = sim.live("pay")[0]
@@ -275,16 +320,40 @@ def test_the_work_item_carries_the_approved_digest_and_verify_checks_it() -> Non
     (cmd,) = sim.live("refund")
     item = work_item(sim.state, sim.pb, cmd)
     assert item.approved_digest == pending(sim).calls[0]["digest"]
-    assert approvals.verify(sim.pb, item.step, item.context, item.args, item.run, item.index,
-                            item.execution_id, item.approved_digest) is None
+    assert (
+        approvals.verify(
+            sim.pb,
+            item.step,
+            item.context,
+            item.args,
+            item.run,
+            item.index,
+            item.execution_id,
+            item.approved_digest,
+        )
+        is None
+    )
     changed = {**item.context, "amount": 9999}
-    assert approvals.verify(sim.pb, item.step, changed, item.args, item.run, item.index,
-                            item.execution_id, item.approved_digest) is not None
+    assert (
+        approvals.verify(
+            sim.pb,
+            item.step,
+            changed,
+            item.args,
+            item.run,
+            item.index,
+            item.execution_id,
+            item.approved_digest,
+        )
+        is not None
+    )
 
 
 def test_secrets_are_redacted_from_the_shown_call() -> None:
-    body = REFUND.replace('json: {amount: "{{ amount }}"}',
-                          'json: {amount: "{{ amount }}"}, headers: {Authorization: "Bearer {{ api_key }}", X-Memo: "{{ keychain.pay }}"}')
+    body = REFUND.replace(
+        'json: {amount: "{{ amount }}"}',
+        'json: {amount: "{{ amount }}"}, headers: {Authorization: "Bearer {{ api_key }}", X-Memo: "{{ keychain.pay }}"}',
+    )
     sim = gated({"api_key": "sk-live-0123456789abcdef"}, body=body)
     shown = pending(sim).calls[0]["input"]["tasks"][0]["config"]["headers"]
     assert "sk-live-0123456789abcdef" not in str(pending(sim).calls)

@@ -80,18 +80,41 @@ def playbook(body: str) -> model.Playbook:
     return load.load_text(HEADER + textwrap.dedent(body))
 
 
-def work_item(step: str = "x", workload: dict[str, Any] | None = None,
-              ctx: dict[str, Any] | None = None, args: dict[str, Any] | None = None,
-              key: str = "idem-key-1") -> WorkItem:  # fmt: skip
+def work_item(
+    step: str = "x",
+    workload: dict[str, Any] | None = None,
+    ctx: dict[str, Any] | None = None,
+    args: dict[str, Any] | None = None,
+    key: str = "idem-key-1",
+) -> WorkItem:
     workload = dict(workload or {})
-    context = {"workload": workload, "ctx": dict(ctx or {}), "iter": {}, "execution_id": "1",
-               **workload}  # fmt: skip
-    return WorkItem(command_id=7, execution_id=1, step=step, run=1, index=-1, attempt=1,
-                    idempotency_key=key, context=context, args=dict(args or {}))  # fmt: skip
+    context = {
+        "workload": workload,
+        "ctx": dict(ctx or {}),
+        "iter": {},
+        "execution_id": "1",
+        **workload,
+    }
+    return WorkItem(
+        command_id=7,
+        execution_id=1,
+        step=step,
+        run=1,
+        index=-1,
+        attempt=1,
+        idempotency_key=key,
+        context=context,
+        args=dict(args or {}),
+    )
 
 
-def run(pb: model.Playbook, item: WorkItem, tools: FakeTools, sleep: FakeSleep | None = None,
-        **kwargs: Any) -> AttemptResult:  # fmt: skip
+def run(
+    pb: model.Playbook,
+    item: WorkItem,
+    tools: FakeTools,
+    sleep: FakeSleep | None = None,
+    **kwargs: Any,
+) -> AttemptResult:
     sleep = sleep if sleep is not None else FakeSleep()
     return asyncio.run(run_attempt(pb, item, tools, sleep=sleep, **kwargs))
 
@@ -100,12 +123,17 @@ def ok(data: Any = None, **kw: Any) -> ToolResult:
     return ToolResult(data=data, **kw)
 
 
-def err(kind: str = "server_error", message: str = "HTTP 500 from GET http://h/x",
-        data: Any = None, **kw: Any) -> ToolResult:  # fmt: skip
+def err(
+    kind: str = "server_error",
+    message: str = "HTTP 500 from GET http://h/x",
+    data: Any = None,
+    **kw: Any,
+) -> ToolResult:
     code = kw.pop("code", "HTTP_500")
     retryable = kw.pop("retryable", True)
-    return ToolResult(data=data, error=ToolFailure(kind, message, code=code, retryable=retryable),
-                      **kw)  # fmt: skip
+    return ToolResult(
+        data=data, error=ToolFailure(kind, message, code=code, retryable=retryable), **kw
+    )
 
 
 def echo_input(call: ToolCall) -> ToolResult:
@@ -255,7 +283,10 @@ def test_undefined_name_in_a_pipeline_task_names_the_task() -> None:
     assert "step 'x' task 'b': input 'k': undefined" in out.error["message"]
     assert out.error["task"] == "b"
     # where and which template, for `milepost doctor` to name without parsing the message
-    assert (out.error["where"], out.error["template"]) == ("step 'x' task 'b': input 'k'", "{{ nope }}")
+    assert (out.error["where"], out.error["template"]) == (
+        "step 'x' task 'b': input 'k'",
+        "{{ nope }}",
+    )
     assert tools.labels == ["a"]
 
 
@@ -282,9 +313,12 @@ def test_later_tasks_see_earlier_results_by_task_name() -> None:
     item.context["earlier"] = {"v": "from-earlier-step"}
     out = run(pb, item, tools)
     assert out.ok, out.error
-    assert tools.calls[1].input == {"n": 3, "via_alias": 3,
-                                    "whole": {"count": 3, "items": [1, 2, 3]},
-                                    "prev_step": "from-earlier-step"}  # fmt: skip
+    assert tools.calls[1].input == {
+        "n": 3,
+        "via_alias": 3,
+        "whole": {"count": 3, "items": [1, 2, 3]},
+        "prev_step": "from-earlier-step",
+    }
     # python's `context` global also sees the earlier task result
     assert tools.calls[1].context["fetch"] == {"count": 3, "items": [1, 2, 3]}
 
@@ -497,8 +531,9 @@ def test_retry_waits_follow_the_backoff_formula(then: str, expected_sleeps: list
 def test_retry_never_waits_less_than_retry_after(
     then: str, retry_after: float, expected_sleeps: list[float]
 ) -> None:
-    tools = FakeTools(t1=err("rate_limit", "HTTP 429 from GET http://h", code="HTTP_429",
-                             retry_after=retry_after))  # fmt: skip
+    tools = FakeTools(
+        t1=err("rate_limit", "HTTP 429 from GET http://h", code="HTTP_429", retry_after=retry_after)
+    )
     sleep = FakeSleep()
     out = run(_retry_playbook(then), work_item(), tools, sleep)
     assert not out.ok
@@ -508,8 +543,12 @@ def test_retry_never_waits_less_than_retry_after(
 def test_retry_until_success_returns_the_successful_result() -> None:
     tools = FakeTools(t1=[err(), err(), ok({"done": True})])
     sleep = FakeSleep()
-    out = run(_retry_playbook("{do: retry, attempts: 5, backoff: linear, delay: 1}"),
-              work_item(), tools, sleep)  # fmt: skip
+    out = run(
+        _retry_playbook("{do: retry, attempts: 5, backoff: linear, delay: 1}"),
+        work_item(),
+        tools,
+        sleep,
+    )
     assert out.ok, out.error
     assert out.result == {"done": True}
     assert out.failed_ok is False
@@ -519,8 +558,9 @@ def test_retry_until_success_returns_the_successful_result() -> None:
 
 def test_retry_exhausted_fails_with_the_tools_error() -> None:
     response = {"status_code": 503, "data": "busy"}
-    tools = FakeTools(t1=err("server_error", "HTTP 503 from GET http://h/x", code="HTTP_503",
-                             data=response))  # fmt: skip
+    tools = FakeTools(
+        t1=err("server_error", "HTTP 503 from GET http://h/x", code="HTTP_503", data=response)
+    )
     out = run(_retry_playbook("{do: retry, attempts: 3}"), work_item(), tools)
     assert not out.ok and out.error is not None
     assert out.error["kind"] == "server_error"
@@ -636,14 +676,20 @@ def test_continue_on_error_is_ok_with_failed_ok_and_set_sees_null_output() -> No
                                 ctx.env_msg: "{{ output.error.message }}"}
               - {name: t2, kind: python, code: t2, input: {seen: "{{ ctx.env_kind }}"}}
     """)
-    tools = FakeTools(t1=err("exception", "ValueError: boom", code="ValueError",
-                             retryable=False), t2=echo_input)  # fmt: skip
+    tools = FakeTools(
+        t1=err("exception", "ValueError: boom", code="ValueError", retryable=False), t2=echo_input
+    )
     out = run(pb, work_item(), tools)
     assert out.ok, out.error
     assert out.failed_ok is True
     assert out.error is None
-    assert out.ctx == {"out": None, "out_given": True, "env_status": "error",
-                       "env_kind": "exception", "env_msg": "ValueError: boom"}  # fmt: skip
+    assert out.ctx == {
+        "out": None,
+        "out_given": True,
+        "env_status": "error",
+        "env_kind": "exception",
+        "env_msg": "ValueError: boom",
+    }
     assert tools.labels == ["t1", "t2"]
     assert tools.calls[1].input == {"seen": "exception"}
 
@@ -743,15 +789,25 @@ def test_then_set_sees_the_envelope() -> None:
                             ctx.duration: "{{ output.meta.duration_ms }}"
     """)
     response = {"status_code": 201, "data": {"id": 9}, "body": {"id": 9}, "headers": {}}
-    result = ok(response, http={"status": 201, "headers": {"content-type": "application/json"}},
-                duration_ms=12.5)  # fmt: skip
+    result = ok(
+        response,
+        http={"status": 201, "headers": {"content-type": "application/json"}},
+        duration_ms=12.5,
+    )
     tools = FakeTools(http=result)
     out = run(pb, work_item(), tools)
     assert out.ok, out.error
     # output.data is the task's result (the response); output.data.data its own `data` key
-    assert out.ctx == {"status": "ok", "data_id": 9, "data_code": 201, "error": None,
-                       "attempt": 1, "http_status": 201, "ctype": "application/json",
-                       "duration": 12.5}  # fmt: skip
+    assert out.ctx == {
+        "status": "ok",
+        "data_id": 9,
+        "data_code": 201,
+        "error": None,
+        "attempt": 1,
+        "http_status": 201,
+        "ctype": "application/json",
+        "duration": 12.5,
+    }
     assert out.result == response
 
 
@@ -776,15 +832,26 @@ def test_then_set_sees_the_error_envelope() -> None:
                           ctx.http_status: "{{ output.http.status }}"
                           ctx.body: "{{ output.data.body }}"
     """)
-    tools = FakeTools(http=ToolResult(
-        data={"status_code": 404, "body": "nope"},
-        error=ToolFailure("not_found", "HTTP 404 from GET http://h/x", code="HTTP_404", status=404),
-        http={"status": 404, "headers": {}}))  # fmt: skip
+    tools = FakeTools(
+        http=ToolResult(
+            data={"status_code": 404, "body": "nope"},
+            error=ToolFailure(
+                "not_found", "HTTP 404 from GET http://h/x", code="HTTP_404", status=404
+            ),
+            http={"status": 404, "headers": {}},
+        )
+    )
     out = run(pb, work_item(), tools)
     assert out.ok, out.error
     assert out.failed_ok is True
-    assert out.ctx == {"kind": "not_found", "code": "HTTP_404", "estatus": 404,
-                       "retryable": False, "http_status": 404, "body": "nope"}  # fmt: skip
+    assert out.ctx == {
+        "kind": "not_found",
+        "code": "HTTP_404",
+        "estatus": 404,
+        "retryable": False,
+        "http_status": 404,
+        "body": "nope",
+    }
 
 
 def test_envelope_has_no_http_key_for_non_http_results() -> None:
@@ -817,8 +884,13 @@ def test_envelope_has_no_http_key_for_non_http_results() -> None:
     ],
     ids=["continue-error", "continue-ok", "fail-ok", "fail-error", "default-ok", "default-error"],
 )
-def test_on_unmatched(on_unmatched: str | None, result: ToolResult, ok_expected: bool,
-                      failed_ok: bool, message: str | None) -> None:  # fmt: skip
+def test_on_unmatched(
+    on_unmatched: str | None,
+    result: ToolResult,
+    ok_expected: bool,
+    failed_ok: bool,
+    message: str | None,
+) -> None:
     unmatched = f", on_unmatched: {on_unmatched}" if on_unmatched else ""
     pb = playbook(f"""
         workflow:
@@ -1099,9 +1171,12 @@ def test_keychain_numeric_looking_secret_is_masked_too() -> None:
           - step: x
             tool: {kind: python, code: t1, input: {pin: "{{ keychain.bank.pin }}"}}
     """)
-    tools = FakeTools(t1=lambda c: ToolResult(
-        data={"msg": f"pin {c.input['pin']} rejected"},
-        error=ToolFailure("exception", f"ValueError: bad pin {c.input['pin']}")))  # fmt: skip
+    tools = FakeTools(
+        t1=lambda c: ToolResult(
+            data={"msg": f"pin {c.input['pin']} rejected"},
+            error=ToolFailure("exception", f"ValueError: bad pin {c.input['pin']}"),
+        )
+    )
     out = run(pb, work_item(workload={"pin": "98765432"}), tools)
     assert not out.ok and out.error is not None
     assert "98765432" not in repr(out.error) and "98765432" not in repr(out.result)
@@ -1146,23 +1221,37 @@ def test_a_credentials_host_and_user_are_not_secrets_its_password_is() -> None:
               input: {h: "{{ keychain.db.host }}", u: "{{ keychain.db.user }}",
                       p: "{{ keychain.db.password }}"}
     """)
-    data = {"type": "postgres", "host": "db.internal", "port": 5432, "user": "etl",
-            "password": "pa55word!", "database": "sales", "schema": "public",
-            "dsn": "postgresql://etl:dsn-pa55@db.internal/sales"}  # fmt: skip
-    tools = FakeTools(t1=lambda c: ok(f"connected to {c.input['h']} as {c.input['u']} "
-                                      f"({c.input['p']}, dsn-pa55) on sales.public postgres"))
+    data = {
+        "type": "postgres",
+        "host": "db.internal",
+        "port": 5432,
+        "user": "etl",
+        "password": "pa55word!",
+        "database": "sales",
+        "schema": "public",
+        "dsn": "postgresql://etl:dsn-pa55@db.internal/sales",
+    }
+    tools = FakeTools(
+        t1=lambda c: ok(
+            f"connected to {c.input['h']} as {c.input['u']} "
+            f"({c.input['p']}, dsn-pa55) on sales.public postgres"
+        )
+    )
     out = run(pb, work_item(), tools, credentials={"my_db": data}.get)
     assert out.ok, out.error
     assert out.result == "connected to db.internal as etl (***, ***) on sales.public postgres"
 
 
-@pytest.mark.parametrize("data", [
-    {"type": "header", "X-Api-Key": "k3y-v4lue-1"},
-    {"type": "aws", "aws_access_key_id": "id-v4lue-1", "aws_secret_access_key": "k3y-v4lue-1"},
-    {"type": "oauth", "clientSecret": "k3y-v4lue-1", "accessToken": "k3y-v4lue-2"},
-    {"type": "api_key", "value": "k3y-v4lue-1", "in": "header", "name": "X-Key"},
-    {"type": "multi", "keys": [{"name": "a", "signing_key": "k3y-v4lue-1"}]},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"type": "header", "X-Api-Key": "k3y-v4lue-1"},
+        {"type": "aws", "aws_access_key_id": "id-v4lue-1", "aws_secret_access_key": "k3y-v4lue-1"},
+        {"type": "oauth", "clientSecret": "k3y-v4lue-1", "accessToken": "k3y-v4lue-2"},
+        {"type": "api_key", "value": "k3y-v4lue-1", "in": "header", "name": "X-Key"},
+        {"type": "multi", "keys": [{"name": "a", "signing_key": "k3y-v4lue-1"}]},
+    ],
+)
 def test_every_credential_field_but_the_public_ones_is_a_secret(data: dict[str, Any]) -> None:
     """A field named nowhere (`X-Api-Key`, `clientSecret`...) is masked: only the fields
     that say where and as whom are shown, never the reverse."""
@@ -1187,8 +1276,12 @@ def test_what_looks_like_a_secret_is_masked_without_a_keychain() -> None:
             tool: {kind: python, code: t1}
     """)
     token = "ghp_" + "a1B2c3D4e5" * 4
-    tools = FakeTools(t1=ToolResult(data={"h": f"Bearer tok-{token}", "t": token},
-                                    error=ToolFailure("exception", f"bad {token}")))  # fmt: skip
+    tools = FakeTools(
+        t1=ToolResult(
+            data={"h": f"Bearer tok-{token}", "t": token},
+            error=ToolFailure("exception", f"bad {token}"),
+        )
+    )
     out = run(pb, work_item(), tools)
     assert out.result == {"h": "Bearer ***", "t": "ghp_***"}
     assert out.error is not None and out.error["message"] == "bad ghp_***"
@@ -1260,8 +1353,10 @@ def test_a_crash_is_an_internal_outcome_logged_without_the_secrets(
 
     with caplog.at_level("ERROR", logger="milepost.attempt.runner"):
         out = run(_keychain_playbook(), work_item(step="x"), FakeTools(http=crashes))
-    assert not out.ok and out.error == {"kind": "internal",
-                                        "message": "RuntimeError: bug near Bearer ***"}
+    assert not out.ok and out.error == {
+        "kind": "internal",
+        "message": "RuntimeError: bug near Bearer ***",
+    }
     [record] = [r for r in caplog.records if getattr(r, "action", "") == "attempt_crashed"]
     assert (record.execution_id, record.step) == ("1", "x")  # type: ignore[attr-defined]
     assert record.exc_info is None  # the traceback is in the message, redacted

@@ -55,8 +55,10 @@ def test_a_secret_split_by_the_cut_leaves_nothing_of_itself() -> None:
     secret = "sk-" + "q7" * 14  # 31 characters
     pieces = {secret[i:j] for i in range(len(secret)) for j in range(i + 4, len(secret) + 1)}
     for k in range(1, len(secret)):  # every split: the head ends, or the tail starts, in it
-        for text in ("h" * (128 - k) + secret + "m" * 2000,
-                     "h" * 200 + "m" * 1000 + secret + "t" * (128 + k - len(secret))):
+        for text in (
+            "h" * (128 - k) + secret + "m" * 2000,
+            "h" * 200 + "m" * 1000 + secret + "t" * (128 + k - len(secret)),
+        ):
             sink = logs.Capped(256)
             sink.write(text)
             found = sink.value()

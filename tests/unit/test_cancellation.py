@@ -62,7 +62,17 @@ def test_a_step_stopped_by_the_cancel_is_cancelled_and_an_older_log_still_reads_
     # what an older engine wrote for the same end folds as it always did
     old = [e for e in sim.log if e.event_type != ev.STEP_EXIT]
     at = old.index(next(e for e in old if e.event_type == ev.EXECUTION_CANCELLED))
-    old.insert(at, ev.new_event(999, 77, ev.STEP_EXIT, 1010.0, step="start", status=st.FAILED,
-                                payload={"run": 1, "error": exit_.payload["error"]}))  # fmt: skip
+    old.insert(
+        at,
+        ev.new_event(
+            999,
+            77,
+            ev.STEP_EXIT,
+            1010.0,
+            step="start",
+            status=st.FAILED,
+            payload={"run": 1, "error": exit_.payload["error"]},
+        ),
+    )
     folded = st.fold(None, old)
     assert folded.step_status["start"] == st.FAILED and folded.status == st.CANCELLED

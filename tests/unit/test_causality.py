@@ -33,7 +33,9 @@ workflow:
 """
 
 
-def test_a_chain_of_steps_names_the_report_that_finished_each_step_and_the_exit_that_chose_the_next() -> None:  # noqa: E501
+def test_a_chain_of_steps_names_the_report_that_finished_each_step_and_the_exit_that_chose_the_next() -> (
+    None
+):  # noqa: E501
     sim = Sim(playbook(CHAIN))
     sim.complete("start", {"a": 1})
     sim.complete("end", {"b": 2})
@@ -45,8 +47,9 @@ def test_a_chain_of_steps_names_the_report_that_finished_each_step_and_the_exit_
     assert _names(sim, _by(sim, ev.COMMAND_ISSUED, "end")) == (ev.STEP_ENTER, "end")
     assert _parent(sim, _by(sim, ev.STEP_EXIT, "end")) == _by(sim, ev.COMMAND_COMPLETED, "end")
     assert _parent(sim, _by(sim, ev.EXECUTION_COMPLETED)) == _by(sim, ev.STEP_EXIT, "end")
-    decided = [e for e in sim.log if e.event_type not in (ev.EXECUTION_STARTED,
-                                                           ev.COMMAND_COMPLETED)]  # fmt: skip
+    decided = [
+        e for e in sim.log if e.event_type not in (ev.EXECUTION_STARTED, ev.COMMAND_COMPLETED)
+    ]
     assert all(e.parent_event_id is not None for e in decided)
 
 
@@ -78,7 +81,9 @@ workflow:
 """
 
 
-def test_a_loops_first_issues_share_its_enter_and_a_later_one_names_the_report_that_freed_its_slot() -> None:  # noqa: E501
+def test_a_loops_first_issues_share_its_enter_and_a_later_one_names_the_report_that_freed_its_slot() -> (
+    None
+):  # noqa: E501
     sim = Sim(playbook(LOOP))
     enter = _by(sim, ev.STEP_ENTER, "each")
     first = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED]

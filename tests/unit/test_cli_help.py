@@ -43,13 +43,23 @@ def _source_texts(command: Any) -> list[str]:
 
 def test_every_command_is_checked() -> None:
     names = {" ".join(path) for path, _ in COMMANDS}
-    assert {"restart", "retry", "skip", "rerun", "logs", "validate", "register",
-            "token list", "db upgrade"} <= names  # fmt: skip
+    assert {
+        "restart",
+        "retry",
+        "skip",
+        "rerun",
+        "logs",
+        "validate",
+        "register",
+        "token list",
+        "db upgrade",
+    } <= names
     assert len(names) > 35
 
 
-@pytest.mark.parametrize(("path", "command"), COMMANDS,
-                         ids=[" ".join(path) or "milepost" for path, _ in COMMANDS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=[" ".join(path) or "milepost" for path, _ in COMMANDS]
+)
 def test_help_shows_every_text_of_the_source(path: tuple[str, ...], command: Any) -> None:
     shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0, shown.output

@@ -63,7 +63,10 @@ def test_a_failed_run_compensates_newest_first_one_at_a_time_then_fails() -> Non
     assert len(started) == 1
     assert started[0].payload["outcome"] == st.FAILED
     assert [(i["step"], i["compensation"]) for i in started[0].payload["plan"]] == [
-        ("reserve", "release"), ("charge", "refund"), ("start", "undo_start")]
+        ("reserve", "release"),
+        ("charge", "refund"),
+        ("start", "undo_start"),
+    ]
     order = []
     while sim.live():
         (cmd,) = sim.live()  # one at a time
@@ -74,9 +77,11 @@ def test_a_failed_run_compensates_newest_first_one_at_a_time_then_fails() -> Non
     assert sim.state.status == st.FAILED
     assert sim.state.error is not None and sim.state.error["step"] == "ship"
     outcomes = [(e.event_type, e.step) for e in sim.log if e.event_type.startswith("compensation.")]
-    assert outcomes[1:] == [(ev.COMPENSATION_COMPLETED, "release"),
-                            (ev.COMPENSATION_COMPLETED, "refund"),
-                            (ev.COMPENSATION_COMPLETED, "undo_start")]  # fmt: skip
+    assert outcomes[1:] == [
+        (ev.COMPENSATION_COMPLETED, "release"),
+        (ev.COMPENSATION_COMPLETED, "refund"),
+        (ev.COMPENSATION_COMPLETED, "undo_start"),
+    ]
     assert sim.log[-1].event_type == ev.EXECUTION_FAILED
     # the compensation's `next` is ignored: refund's arc to ship never ran it again
     assert sim.state.run_counts["ship"] == 1
@@ -107,13 +112,17 @@ def test_a_failing_compensation_is_recorded_and_the_others_still_run() -> None:
     failed = [e for e in sim.log if e.event_type == ev.COMPENSATION_FAILED]
     assert len(failed) == 1 and failed[0].step == "release"
     assert failed[0].payload["error"]["reason"] == (
-        "compensation 'release' of step 'reserve' failed: no stock api")
+        "compensation 'release' of step 'reserve' failed: no stock api"
+    )
     assert sim.state.status == st.FAILED
     assert sim.state.error is not None and sim.state.error["message"] == "boom"
     summary = summaries.execution_summary(sim.state)
     assert summary["compensating"] is False
     assert [(i["compensation"], i["status"]) for i in summary["compensation"]["items"]] == [
-        ("release", cs.FAILED), ("refund", cs.COMPLETED), ("undo_start", cs.COMPLETED)]
+        ("release", cs.FAILED),
+        ("refund", cs.COMPLETED),
+        ("undo_start", cs.COMPLETED),
+    ]
 
 
 def test_a_compensation_is_retried_under_its_own_spec_retry() -> None:
@@ -189,7 +198,7 @@ def test_a_compensation_step_that_undoes_two_runs_gets_a_run_and_key_each() -> N
             tool: {kind: noop}
           - step: undo
             tool: {kind: noop}
-        """)  # fmt: skip
+        """)
     sim = Sim(pb)
     sim.complete("start", {"n": 1})
     sim.complete("start", {"n": 2})
@@ -197,8 +206,13 @@ def test_a_compensation_step_that_undoes_two_runs_gets_a_run_and_key_each() -> N
     seen = []
     while sim.live():
         (cmd,) = sim.live()
-        seen.append((cmd.run, cmd.idempotency_key,
-                     work.work_item(sim.state, pb, cmd).context["compensation"]))  # fmt: skip
+        seen.append(
+            (
+                cmd.run,
+                cmd.idempotency_key,
+                work.work_item(sim.state, pb, cmd).context["compensation"],
+            )
+        )
         sim.report(cmd, {})
     assert [(r, c) for r, _, c in seen] == [
         (1, {"step": "start", "run": 2, "result": {"n": 2}}),
@@ -223,9 +237,13 @@ def test_a_fold_resumed_from_any_point_of_compensating_runs_no_compensation_twic
         resumed.state = st.fold(None, resumed.log)
         resumed.settle()
         resumed.run_all()
-        first_attempts = [int(e.payload["compensation"]) for e in resumed.log
-                          if e.event_type == ev.COMMAND_ISSUED and "compensation" in e.payload
-                          and e.payload["attempt"] == 1]  # fmt: skip
+        first_attempts = [
+            int(e.payload["compensation"])
+            for e in resumed.log
+            if e.event_type == ev.COMMAND_ISSUED
+            and "compensation" in e.payload
+            and e.payload["attempt"] == 1
+        ]
         assert first_attempts == [0, 1, 2], (cut, first_attempts)
         ends = [e.event_type for e in resumed.log if e.event_type.startswith("compensation.")]
         assert len(ends) == 4, (cut, ends)
@@ -253,24 +271,38 @@ def _payloads(sim: Sim, event_type: str) -> list[dict[str, Any]]:
 
 
 def test_runs_without_compensations_write_the_same_events_as_before() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
         workflow:
           - step: start
             tool: {kind: noop}
-        """), workload={})  # fmt: skip
+        """),
+        workload={},
+    )
     sim.complete("start", error=BOOM)
     assert [t for t, _ in sim.types(sim.log)] == [
-        ev.EXECUTION_STARTED, ev.STEP_ENTER, ev.COMMAND_ISSUED, ev.COMMAND_FAILED, ev.STEP_EXIT,
-        ev.EXECUTION_FAILED]
+        ev.EXECUTION_STARTED,
+        ev.STEP_ENTER,
+        ev.COMMAND_ISSUED,
+        ev.COMMAND_FAILED,
+        ev.STEP_EXIT,
+        ev.EXECUTION_FAILED,
+    ]
     assert "compensation" not in _payloads(sim, ev.COMMAND_ISSUED)[0]
 
 
 def test_a_compensation_goes_to_its_own_steps_pool() -> None:
     """Its `spec` applies (DSL 10.5), `spec.pool` included (DSL 10.6): the compensation's
     command was issued to the default pool when both branches met."""
-    sim = Sim(playbook(SAGA.replace("  - step: refund\n    tool: {kind: noop}",
-                                    "  - step: refund\n    tool: {kind: noop}\n    spec: {pool: payments}")),
-              workload={"skus": ["x", "y"]})
+    sim = Sim(
+        playbook(
+            SAGA.replace(
+                "  - step: refund\n    tool: {kind: noop}",
+                "  - step: refund\n    tool: {kind: noop}\n    spec: {pool: payments}",
+            )
+        ),
+        workload={"skus": ["x", "y"]},
+    )
     _to_ship(sim)
     sim.complete("ship", error=BOOM)
     sim.complete("release")  # the loop step counts once
@@ -304,10 +336,23 @@ def test_only_the_runs_of_steps_naming_a_compensation_keep_their_result() -> Non
     assert list(sim.state.run_results) == [("pay", 1)]
     exits = [e for e in sim.log if e.event_type == ev.STEP_EXIT]
     assert {e.step: e.payload["compensable"] for e in exits} == {
-        "start": False, "tick": False, "pay": True}
+        "start": False,
+        "tick": False,
+        "pay": True,
+    }
     # an older log's exits do not say: every run's result is kept, as it was
-    older = [ev.new_event(e.event_id, e.execution_id, e.event_type, e.created_at, step=e.step,
-                          status=e.status,
-                          payload={k: v for k, v in e.payload.items() if k != "compensable"})
-             if e.event_type == ev.STEP_EXIT else e for e in sim.log]  # fmt: skip
+    older = [
+        ev.new_event(
+            e.event_id,
+            e.execution_id,
+            e.event_type,
+            e.created_at,
+            step=e.step,
+            status=e.status,
+            payload={k: v for k, v in e.payload.items() if k != "compensable"},
+        )
+        if e.event_type == ev.STEP_EXIT
+        else e
+        for e in sim.log
+    ]
     assert len(st.fold(None, older).run_results) == 7

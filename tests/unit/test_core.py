@@ -21,9 +21,26 @@ from milepost.store import projection
 from tests.unit.sim import Sim, playbook
 
 CORE = pathlib.Path(__file__).resolve().parents[2] / "milepost" / "core"
-FORBIDDEN = {"asyncio", "time", "datetime", "random", "uuid", "os", "sqlite3", "socket",
-             "threading", "subprocess", "httpx", "psycopg", "milepost.store", "milepost.engine",
-             "milepost.api", "milepost.worker", "milepost.tools", "milepost.playbook.load"}  # fmt: skip
+FORBIDDEN = {
+    "asyncio",
+    "time",
+    "datetime",
+    "random",
+    "uuid",
+    "os",
+    "sqlite3",
+    "socket",
+    "threading",
+    "subprocess",
+    "httpx",
+    "psycopg",
+    "milepost.store",
+    "milepost.engine",
+    "milepost.api",
+    "milepost.worker",
+    "milepost.tools",
+    "milepost.playbook.load",
+}
 
 
 def test_core_imports_nothing_impure() -> None:
@@ -125,8 +142,9 @@ workflow:
 
 
 @pytest.mark.parametrize(
-    ("mode", "first_wave"), [("parallel", 2), ("sequential", 1)],
-)  # fmt: skip
+    ("mode", "first_wave"),
+    [("parallel", 2), ("sequential", 1)],
+)
 def test_loop_keeps_at_most_max_in_flight_iterations_running(mode: str, first_wave: int) -> None:
     sim = Sim(playbook(LOOP.replace("mode: parallel", f"mode: {mode}")))
     assert [c.index for c in sim.live()] == list(range(first_wave))
@@ -185,8 +203,9 @@ def test_retryable_failure_is_retried_after_its_delay_with_a_new_key() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "reports"), [("timeout", 3), ("exception", 1)],
-)  # fmt: skip
+    ("kind", "reports"),
+    [("timeout", 3), ("exception", 1)],
+)
 def test_failure_that_no_policy_absorbs_fails_the_run(kind: str, reports: int) -> None:
     sim = Sim(playbook(FAILING))
     for _ in range(reports):
@@ -285,8 +304,10 @@ def _log_of_fanout_run(order: list[int]) -> list[ev.Event]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(order=hs.lists(hs.integers(0, 5), min_size=1, max_size=8),
-       cuts=hs.lists(hs.integers(0, 60), max_size=6))  # fmt: skip
+@given(
+    order=hs.lists(hs.integers(0, 5), min_size=1, max_size=8),
+    cuts=hs.lists(hs.integers(0, 60), max_size=6),
+)
 def test_folding_in_any_split_equals_folding_at_once(order: list[int], cuts: list[int]) -> None:
     log = _log_of_fanout_run(order)
     whole = st.fold(None, log)
@@ -311,8 +332,9 @@ def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None
     a log the fold refuses."""
     sim = Sim(playbook(LINEAR))
     before = st.clone(sim.state)
-    note = ev.new_event(998, sim.state.execution_id, "step.result.preview", 0.0,
-                        meta={ev.INFORMATIVE: True})  # fmt: skip
+    note = ev.new_event(
+        998, sim.state.execution_id, "step.result.preview", 0.0, meta={ev.INFORMATIVE: True}
+    )
     st.fold(sim.state, [note])
     assert note.event_id in sim.state.seen
     assert (
@@ -320,8 +342,9 @@ def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None
         and sim.state.ctx == before.ctx
         and sim.state.event_count == before.event_count
     )
-    cancel = ev.new_event(997, sim.state.execution_id, ev.EXECUTION_CANCEL_REQUESTED, 0.0,
-                          meta={ev.INFORMATIVE: True})  # fmt: skip
+    cancel = ev.new_event(
+        997, sim.state.execution_id, ev.EXECUTION_CANCEL_REQUESTED, 0.0, meta={ev.INFORMATIVE: True}
+    )
     assert not ev.informative(cancel)
     st.fold(sim.state, [cancel])
     assert sim.state.cancel_requested
@@ -337,10 +360,16 @@ def test_snowflake_ids_are_monotonic_even_when_the_clock_steps_back() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(hs.lists(hs.tuples(hs.integers(0, 3), hs.one_of(hs.none(), hs.integers(1, 4096))),
-                min_size=1, max_size=60))  # fmt: skip
+@given(
+    hs.lists(
+        hs.tuples(hs.integers(0, 3), hs.one_of(hs.none(), hs.integers(1, 4096))),
+        min_size=1,
+        max_size=60,
+    )
+)
 def test_snowflake_blocks_are_consecutive_ids_nobody_else_gets(
-        calls: list[tuple[int, int | None]]) -> None:  # fmt: skip
+    calls: list[tuple[int, int | None]],
+) -> None:
     # (clock steps in ms, None: one id, n: a block of n): every id handed out, single or
     # in a block, is distinct and they rise in the order they were handed out
     now = [1_800_000_000_000]
@@ -374,17 +403,30 @@ def test_block_of_takes_blocks_where_a_generator_makes_them() -> None:
 
 @pytest.mark.parametrize(
     ("backoff", "attempt", "expected"),
-    [("fixed", 3, 2.0), ("linear", 3, 6.0), ("exponential", 3, 8.0), ("none", 3, 0.0),
-     ("exponential", 10, 60.0)],
-)  # fmt: skip
+    [
+        ("fixed", 3, 2.0),
+        ("linear", 3, 6.0),
+        ("exponential", 3, 8.0),
+        ("none", 3, 0.0),
+        ("exponential", 10, 60.0),
+    ],
+)
 def test_retry_delay(backoff: str, attempt: int, expected: float) -> None:
     assert retry_delay(backoff, 2.0, attempt, max_delay=60) == expected
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("30s", 30), ("5m", 300), ("2h", 7200), ("1d", 86400), (12, 12),
-                          ("250ms", 0.25), ("1.5", 1.5)],
-)  # fmt: skip
+    ("text", "seconds"),
+    [
+        ("30s", 30),
+        ("5m", 300),
+        ("2h", 7200),
+        ("1d", 86400),
+        (12, 12),
+        ("250ms", 0.25),
+        ("1.5", 1.5),
+    ],
+)
 def test_parse_duration(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
@@ -392,8 +434,17 @@ def test_parse_duration(text: object, seconds: float) -> None:
 def test_idempotency_key_is_stable_per_run_and_index_and_distinct_per_attempt() -> None:
     a = ids.idempotency_key(1, "s", 1, None, 1)
     assert a == ids.idempotency_key(1, "s", 1, None, 1)
-    assert len({a, ids.idempotency_key(1, "s", 1, None, 2), ids.idempotency_key(1, "s", 2, None, 1),
-                ids.idempotency_key(1, "s", 1, 0, 1)}) == 4  # fmt: skip
+    assert (
+        len(
+            {
+                a,
+                ids.idempotency_key(1, "s", 1, None, 2),
+                ids.idempotency_key(1, "s", 2, None, 1),
+                ids.idempotency_key(1, "s", 1, 0, 1),
+            }
+        )
+        == 4
+    )
 
 
 TWO_BRANCHES = """
@@ -442,8 +493,14 @@ def test_a_lost_command_gets_new_attempts_even_without_spec_retry() -> None:
         assert cmd.command_id == next(
             e.event_id for e in sim.log if e.payload.get("command_id") == cmd.command_id
         )
-        lost = ev.new_event(sim.new_id(), 77, ev.COMMAND_LEASE_EXPIRED, sim.now, step="start",
-                            payload={"command_id": cmd.command_id})  # fmt: skip
+        lost = ev.new_event(
+            sim.new_id(),
+            77,
+            ev.COMMAND_LEASE_EXPIRED,
+            sim.now,
+            step="start",
+            payload={"command_id": cmd.command_id},
+        )
         st.fold(sim.state, [lost])
         sim.settle()
         # a report from the vanished worker arriving late changes nothing
@@ -476,13 +533,31 @@ def test_a_stuck_log_of_a_failed_loop_with_a_sibling_retry_scheduled_ends_failed
     sim = _pair()
     first, second = sim.live()
     history = [
-        ev.new_event(sim.new_id(), 77, ev.COMMAND_FAILED, sim.now, step="start",
-                     payload={"command_id": first.command_id, "error": BOOM}),
-        ev.new_event(sim.new_id(), 77, ev.COMMAND_LEASE_EXPIRED, sim.now, step="start",
-                     payload={"command_id": second.command_id}),
-        ev.new_event(sim.new_id(), 77, ev.COMMAND_RETRY_SCHEDULED, sim.now, step="start",
-                     payload={"run": 1, "index": 1, "attempt": 2, "not_before": sim.now}),
-    ]  # fmt: skip
+        ev.new_event(
+            sim.new_id(),
+            77,
+            ev.COMMAND_FAILED,
+            sim.now,
+            step="start",
+            payload={"command_id": first.command_id, "error": BOOM},
+        ),
+        ev.new_event(
+            sim.new_id(),
+            77,
+            ev.COMMAND_LEASE_EXPIRED,
+            sim.now,
+            step="start",
+            payload={"command_id": second.command_id},
+        ),
+        ev.new_event(
+            sim.new_id(),
+            77,
+            ev.COMMAND_RETRY_SCHEDULED,
+            sim.now,
+            step="start",
+            payload={"run": 1, "index": 1, "attempt": 2, "not_before": sim.now},
+        ),
+    ]
     st.fold(sim.state, history)
     sim.settle()
     assert sim.state.status == st.FAILED
@@ -509,7 +584,7 @@ DELAYED = "spec: {retry: {max_attempts: 3, backoff: fixed, delay: 5, retry_on: [
         # the sibling in flight finishes: its result is kept, the step still fails
         (DELAYED, [(0, BOOM), (1, None)]),
     ],
-)  # fmt: skip
+)
 def test_a_final_iteration_failure_ends_the_loop_failed_whatever_its_siblings_do(
     retry: str, outcomes: list[tuple[int, dict[str, str] | None]]
 ) -> None:
@@ -552,8 +627,12 @@ OUTCOMES = ({}, BOOM, TIMEOUT, LOST)
 
 @functools.cache
 def _liveness_playbook(items: int, loop: str, retry: str, side: bool) -> Any:
-    text = (LIVENESS.replace("ITEMS", str(items)).replace("LOOP", loop)
-            .replace("RETRY", retry).replace("SIDE", str(side).lower()))  # fmt: skip
+    text = (
+        LIVENESS.replace("ITEMS", str(items))
+        .replace("LOOP", loop)
+        .replace("RETRY", retry)
+        .replace("SIDE", str(side).lower())
+    )
     return playbook(text)
 
 
@@ -594,11 +673,20 @@ thousand)."""
 
 
 @settings(max_examples=LIVENESS_EXAMPLES, deadline=None)
-@given(items=hs.integers(0, 3),
-       loop=hs.sampled_from(["{mode: sequential}", "{mode: parallel, max_in_flight: 1}",
-                             "{mode: parallel, max_in_flight: 2}",
-                             "{mode: parallel, max_in_flight: 3}"]),
-       retry=hs.sampled_from(RETRIES), side=hs.booleans(), data=hs.data())  # fmt: skip
+@given(
+    items=hs.integers(0, 3),
+    loop=hs.sampled_from(
+        [
+            "{mode: sequential}",
+            "{mode: parallel, max_in_flight: 1}",
+            "{mode: parallel, max_in_flight: 2}",
+            "{mode: parallel, max_in_flight: 3}",
+        ]
+    ),
+    retry=hs.sampled_from(RETRIES),
+    side=hs.booleans(),
+    data=hs.data(),
+)
 def test_no_reachable_state_is_running_with_nothing_to_move_it(
     items: int, loop: str, retry: str, side: bool, data: hs.DataObject
 ) -> None:
@@ -622,24 +710,55 @@ def test_a_report_of_a_command_still_live_when_the_run_ended_is_stale() -> None:
     # an engine error ends a run with commands out; the store cancels them, so must the fold
     sim = _pair()
     cmd = sim.live()[0]
-    st.fold(sim.state, [ev.new_event(sim.new_id(), 77, ev.EXECUTION_FAILED, sim.now,
-                                     payload={"error": {"kind": "engine"}})])  # fmt: skip
-    late = ev.new_event(sim.new_id(), 77, ev.COMMAND_COMPLETED, sim.now, step="start",
-                        payload={"command_id": cmd.command_id, "result": 1})  # fmt: skip
+    st.fold(
+        sim.state,
+        [
+            ev.new_event(
+                sim.new_id(),
+                77,
+                ev.EXECUTION_FAILED,
+                sim.now,
+                payload={"error": {"kind": "engine"}},
+            )
+        ],
+    )
+    late = ev.new_event(
+        sim.new_id(),
+        77,
+        ev.COMMAND_COMPLETED,
+        sim.now,
+        step="start",
+        payload={"command_id": cmd.command_id, "result": 1},
+    )
     [stored] = st.fold_reports(sim.state, [late])
     assert stored.meta["stale"] is True
     assert sim.state.commands == {} and sim.state.status == st.FAILED
 
 
-_json_leaves = hs.one_of(hs.none(), hs.booleans(), hs.integers(), hs.floats(), hs.text(),
-                         hs.builds(object), hs.binary(max_size=4))  # fmt: skip
+_json_leaves = hs.one_of(
+    hs.none(),
+    hs.booleans(),
+    hs.integers(),
+    hs.floats(),
+    hs.text(),
+    hs.builds(object),
+    hs.binary(max_size=4),
+)
 _json_keys = hs.one_of(hs.text(max_size=8), hs.integers(), hs.floats(), hs.booleans(), hs.none())
 
 
 @settings(max_examples=300, deadline=None)
-@given(hs.recursive(_json_leaves, lambda inner: hs.one_of(
-    hs.lists(inner, max_size=4), hs.tuples(inner, inner),
-    hs.dictionaries(_json_keys, inner, max_size=4)), max_leaves=20))  # fmt: skip
+@given(
+    hs.recursive(
+        _json_leaves,
+        lambda inner: hs.one_of(
+            hs.lists(inner, max_size=4),
+            hs.tuples(inner, inner),
+            hs.dictionaries(_json_keys, inner, max_size=4),
+        ),
+        max_leaves=20,
+    )
+)
 def test_to_json_writes_what_json_dumps_writes(value: Any) -> None:
     # the log's text of a result or a meta must not change with the encoder behind it:
     # NaN, non-string keys, what only `default=str` can write, non-ASCII text
@@ -657,12 +776,19 @@ def test_to_json_writes_what_json_dumps_writes(value: Any) -> None:
 
 
 def test_the_event_types_the_projection_passes_over_change_no_row(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # `changes` skips these types before its cases: walked through every case, each
     # must change no row, or the skip would drop a change
     skipped = sorted(projection._NO_ROWS)
     monkeypatch.setattr(projection, "_NO_ROWS", frozenset())
     for etype in skipped:
-        event = ev.new_event(1, 2, etype, 1.0, step="s", payload={
-            "command_id": 3, "run": 1, "index": -1, "attempt": 1, "epoch": 1})  # fmt: skip
+        event = ev.new_event(
+            1,
+            2,
+            etype,
+            1.0,
+            step="s",
+            payload={"command_id": 3, "run": 1, "index": -1, "attempt": 1, "epoch": 1},
+        )
         assert projection.changes([event]).empty, etype

@@ -23,18 +23,21 @@ def _lines(work: Callable[[], Sim]) -> tuple[int, Sim]:
 
 def _wide(n: int) -> Sim:
     """One decision issues every iteration of an n-wide loop."""
-    return Sim(playbook(f"""
+    return Sim(
+        playbook(f"""
         workflow:
           - step: fan
             loop: {{in: "{{{{ range({n}) | list }}}}", iterator: i,
                    spec: {{mode: parallel, max_in_flight: {n}}}}}
             tool: {{kind: noop}}
-        """))
+        """)
+    )
 
 
 def _loop(n: int) -> Sim:
     """An n-iteration loop, 20 in flight, each reported in turn, then the step after it."""
-    sim = Sim(playbook(f"""
+    sim = Sim(
+        playbook(f"""
         workflow:
           - step: fan
             loop: {{in: "{{{{ range({n}) | list }}}}", iterator: i,
@@ -43,7 +46,8 @@ def _loop(n: int) -> Sim:
             next: end
           - step: end
             tool: {{kind: noop}}
-        """))
+        """)
+    )
     live = [e for e in sim.log if e.event_type == ev.COMMAND_ISSUED]
     while live:
         issued = live.pop(0)
@@ -54,18 +58,25 @@ def _loop(n: int) -> Sim:
 
 def _chain(n: int) -> Sim:
     """n steps one after the other, each reported in turn."""
-    steps = "".join(f"  - step: s{i}\n    tool: {{kind: noop}}\n" + (f"    next: s{i + 1}\n" if i + 1 < n else "")
-                    for i in range(n))  # fmt: skip
+    steps = "".join(
+        f"  - step: s{i}\n    tool: {{kind: noop}}\n"
+        + (f"    next: s{i + 1}\n" if i + 1 < n else "")
+        for i in range(n)
+    )
     sim = Sim(playbook("workflow:\n" + steps))
     for i in range(n):
         sim.complete(f"s{i}", i)
     return sim
 
 
-@pytest.mark.parametrize(("shape", "n"), [(_wide, 500), (_loop, 200), (_chain, 100)],
-                         ids=["one decision issuing a wide loop", "a loop run to its end",
-                              "a chain run to its end"])  # fmt: skip
-def test_the_work_an_event_costs_does_not_grow_with_the_run(shape: Callable[[int], Sim], n: int) -> None:
+@pytest.mark.parametrize(
+    ("shape", "n"),
+    [(_wide, 500), (_loop, 200), (_chain, 100)],
+    ids=["one decision issuing a wide loop", "a loop run to its end", "a chain run to its end"],
+)
+def test_the_work_an_event_costs_does_not_grow_with_the_run(
+    shape: Callable[[int], Sim], n: int
+) -> None:
     small_lines, small = _lines(lambda: shape(n))
     large_lines, large = _lines(lambda: shape(4 * n))
     assert large.state.status == small.state.status

@@ -21,8 +21,14 @@ from milepost.credentials import (
 from milepost.errors import MilepostError
 
 PASSWORD = "s3cr3t-Pa55word!"
-DATA = {"host": "db.internal", "port": 5432, "user": "etl", "password": PASSWORD,
-        "database": "warehouse", "options": {"sslmode": "require"}}  # fmt: skip
+DATA = {
+    "host": "db.internal",
+    "port": 5432,
+    "user": "etl",
+    "password": PASSWORD,
+    "database": "warehouse",
+    "options": {"sslmode": "require"},
+}
 
 
 @dataclass(frozen=True)

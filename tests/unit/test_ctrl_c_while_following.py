@@ -36,8 +36,9 @@ class _Where:
     wait = logs = events = _interrupted
 
 
-def _said_the_run_goes_on(ended: pytest.ExceptionInfo[typer.Exit],
-                          capsys: pytest.CaptureFixture[str]) -> str:  # fmt: skip
+def _said_the_run_goes_on(
+    ended: pytest.ExceptionInfo[typer.Exit], capsys: pytest.CaptureFixture[str]
+) -> str:
     assert ended.value.exit_code == exit_codes.INTERRUPTED
     said = capsys.readouterr().err
     assert "execution 42 goes on (nothing was cancelled)" in said
@@ -47,7 +48,8 @@ def _said_the_run_goes_on(ended: pytest.ExceptionInfo[typer.Exit],
 
 
 def test_a_ctrl_c_during_the_first_line_still_names_the_run(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(out, "print", _interrupted)
     with pytest.raises(typer.Exit) as ended:
         catalog._followed(_Where(), 42, Format.table)  # type: ignore[arg-type]
@@ -66,7 +68,8 @@ def test_a_ctrl_c_of_status_wait_says_the_run_goes_on(capsys: pytest.CaptureFixt
 
 
 def test_a_ctrl_c_of_events_follow_says_the_run_goes_on(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(event_log, "follow", _interrupted)
     with pytest.raises(typer.Exit) as ended:
         event_log._follow(_Where(), 42, EventQuery(), None, Format.table)  # type: ignore[arg-type]
@@ -75,15 +78,23 @@ def test_a_ctrl_c_of_events_follow_says_the_run_goes_on(
 
 
 def test_a_ctrl_c_of_logs_follow_says_how_to_follow_its_logs_again(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     @contextlib.contextmanager
     def on_the_server(server: str | None, db: str | None) -> Iterator[_Where]:
         yield _Where()
 
     monkeypatch.setattr(logs_cli, "runs", on_the_server)
     with pytest.raises(typer.Exit) as ended:
-        logs_cli.logs(42, db=None, server="http://s", step="load data", follow=True,
-                      output=None, json_out=False)  # fmt: skip
+        logs_cli.logs(
+            42,
+            db=None,
+            server="http://s",
+            step="load data",
+            follow=True,
+            output=None,
+            json_out=False,
+        )
     said = _said_the_run_goes_on(ended, capsys)
     assert "stopped following its logs; execution 42 goes on" in said
     assert "Follow it: milepost logs 42 --step 'load data' --follow --server http://s" in said

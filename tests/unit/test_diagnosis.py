@@ -29,15 +29,24 @@ def kinds(found: list[dg.Finding]) -> list[str]:
     return [f.kind for f in found]
 
 
-def claimed(sim: Sim, step: str, worker: str = "worker-1", lease_end: float = NOW + 25,
-            pool: str = "default") -> dict[int, dg.OpenCommand]:  # fmt: skip
-    return {c.command_id: dg.OpenCommand(c.command_id, dg.CLAIMED_STATUS, worker, lease_end, pool)
-            for c in sim.live(step)}  # fmt: skip
+def claimed(
+    sim: Sim,
+    step: str,
+    worker: str = "worker-1",
+    lease_end: float = NOW + 25,
+    pool: str = "default",
+) -> dict[int, dg.OpenCommand]:
+    return {
+        c.command_id: dg.OpenCommand(c.command_id, dg.CLAIMED_STATUS, worker, lease_end, pool)
+        for c in sim.live(step)
+    }
 
 
 def queued(sim: Sim, step: str, pool: str = "default") -> dict[int, dg.OpenCommand]:
-    return {c.command_id: dg.OpenCommand(c.command_id, dg.QUEUED_STATUS, pool=pool)
-            for c in sim.live(step)}  # fmt: skip
+    return {
+        c.command_id: dg.OpenCommand(c.command_id, dg.QUEUED_STATUS, pool=pool)
+        for c in sim.live(step)
+    }
 
 
 # -- ended runs ------------------------------------------------------------------------------
@@ -54,36 +63,60 @@ def test_a_completed_run_says_so() -> None:
 
 def test_a_failed_python_step_names_the_step_the_tool_and_the_line_of_code() -> None:
     sim = Sim(playbook(ONE))
-    sim.complete("start", error={"kind": "exception", "message": "ZeroDivisionError: division by "
-                                 "zero", "code": "ZeroDivisionError", "line": 3,
-                                 "code_line": "result = a / b"})  # fmt: skip
+    sim.complete(
+        "start",
+        error={
+            "kind": "exception",
+            "message": "ZeroDivisionError: division by zero",
+            "code": "ZeroDivisionError",
+            "line": 3,
+            "code_line": "result = a / b",
+        },
+    )
     assert sim.state.status == st.FAILED
     (found,) = diagnose(sim)
     assert found.kind == dg.FAILED and found.step == "start"
-    assert found.message == ("step 'start' (python) failed: ZeroDivisionError: division by zero "
-                             "at line 3: result = a / b")  # fmt: skip
-    assert {"error_kind": "exception", "tool": "python", "line": 3,
-            "code_line": "result = a / b", "code": "ZeroDivisionError"}.items() <= found.fields.items()
+    assert found.message == (
+        "step 'start' (python) failed: ZeroDivisionError: division by zero "
+        "at line 3: result = a / b"
+    )
+    assert {
+        "error_kind": "exception",
+        "tool": "python",
+        "line": 3,
+        "code_line": "result = a / b",
+        "code": "ZeroDivisionError",
+    }.items() <= found.fields.items()
 
 
 def test_a_template_error_of_an_attempt_names_the_field_and_the_template() -> None:
     sim = Sim(playbook(ONE))
-    sim.complete("start", error={"kind": "template", "where": "step 'start': input 'v'",
-                                 "template": "{{ nope }}", "message": "step 'start': input 'v': "
-                                 "undefined name 'nope' in '{{ nope }}'"})  # fmt: skip
+    sim.complete(
+        "start",
+        error={
+            "kind": "template",
+            "where": "step 'start': input 'v'",
+            "template": "{{ nope }}",
+            "message": "step 'start': input 'v': undefined name 'nope' in '{{ nope }}'",
+        },
+    )
     (found,) = diagnose(sim)
-    assert found.message == ("step 'start' (python) failed: template error in input 'v': "
-                             "undefined name 'nope' in '{{ nope }}'")  # fmt: skip
+    assert found.message == (
+        "step 'start' (python) failed: template error in input 'v': "
+        "undefined name 'nope' in '{{ nope }}'"
+    )
     assert found.fields["template"] == "{{ nope }}"
 
 
 def test_a_template_error_decide_met_carries_where_and_the_template() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: start
         loop: {in: "{{ nope.deeper }}", iterator: n}
         tool: {kind: noop}
-    """))
+    """)
+    )
     assert sim.state.status == st.FAILED
     (found,) = diagnose(sim)
     assert found.kind == dg.FAILED and found.fields["error_kind"] == "template"
@@ -93,24 +126,33 @@ def test_a_template_error_decide_met_carries_where_and_the_template() -> None:
 
 
 def test_a_failed_pipeline_task_names_the_task_and_its_tool() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: start
         tool:
           - {name: fetch, kind: http, url: "http://x"}
           - {name: parse, kind: python, code: "result = 1"}
-    """))
+    """)
+    )
     sim.complete("start", error={"kind": "exception", "message": "KeyError: 'a'", "task": "parse"})
     (found,) = diagnose(sim)
     assert found.message == "step 'start' task 'parse' (python) failed: KeyError: 'a'"
     assert (found.fields["task"], found.fields["tool"]) == ("parse", "python")
-    error = {"kind": "template", "task": "fetch", "where": "step 'start' task 'fetch': field 'url'",
-             "template": "{{ nope }}", "step": "start",
-             "message": "step 'start' task 'fetch': field 'url': undefined name 'nope' in '{{ nope }}'"}
-    assert dg.diagnose(st.ExecutionState(1, status=st.FAILED, error=error), sim.pb,
-                       dg.Facts(NOW))[0].message == (
+    error = {
+        "kind": "template",
+        "task": "fetch",
+        "where": "step 'start' task 'fetch': field 'url'",
+        "template": "{{ nope }}",
+        "step": "start",
+        "message": "step 'start' task 'fetch': field 'url': undefined name 'nope' in '{{ nope }}'",
+    }
+    assert dg.diagnose(st.ExecutionState(1, status=st.FAILED, error=error), sim.pb, dg.Facts(NOW))[
+        0
+    ].message == (
         "step 'start' task 'fetch' (http) failed: template error in field 'url': undefined name "
-        "'nope' in '{{ nope }}'")  # fmt: skip
+        "'nope' in '{{ nope }}'"
+    )
 
 
 def test_a_cancelled_run_names_who_cancelled_it() -> None:
@@ -118,8 +160,10 @@ def test_a_cancelled_run_names_who_cancelled_it() -> None:
     sim.fold_and_settle(ev.EXECUTION_CANCEL_REQUESTED, None, actor="user:bob")
     pending, running = diagnose(sim, commands=claimed(sim, "start"))
     assert (pending.kind, running.kind) == (dg.CANCEL_PENDING, dg.CLAIMED)
-    assert pending.message == ("cancel requested by user:bob 0s ago; 1 attempt(s) still out are "
-                               "abandoned as cancelled in 30s")  # fmt: skip
+    assert pending.message == (
+        "cancel requested by user:bob 0s ago; 1 attempt(s) still out are "
+        "abandoned as cancelled in 30s"
+    )
     sim.fire()  # the grace ends: the attempt is abandoned
     assert sim.state.status == st.CANCELLED
     found = diagnose(sim)
@@ -152,7 +196,10 @@ def test_a_failed_step_with_work_still_out_is_failing() -> None:
     sim.complete("a", error={"kind": "exception", "message": "boom"})
     found = diagnose(sim, commands=claimed(sim, "b"))
     assert kinds(found) == [dg.FAILING, dg.CLAIMED]
-    assert found[0].message == "step 'a' failed: boom; the run fails once the 1 command(s) still out finish"
+    assert (
+        found[0].message
+        == "step 'a' failed: boom; the run fails once the 1 command(s) still out finish"
+    )
 
 
 def test_a_join_waits_for_the_branches_still_running() -> None:
@@ -177,24 +224,32 @@ def test_a_lease_that_ended_without_a_report_is_named() -> None:
     sim = Sim(playbook(ONE))
     (found,) = diagnose(sim, commands=claimed(sim, "start", lease_end=NOW - 12))
     assert found.kind == dg.LEASE_EXPIRED
-    assert found.message == ("step 'start' attempt 1: the lease of worker-1 ended 12s ago without "
-                             "a report; the reconciler takes the command back on its next tick")  # fmt: skip
+    assert found.message == (
+        "step 'start' attempt 1: the lease of worker-1 ended 12s ago without "
+        "a report; the reconciler takes the command back on its next tick"
+    )
 
 
 def test_a_queued_command_of_a_served_pool_waits_for_a_claim() -> None:
     sim = Sim(playbook(ONE))
     (found,) = diagnose(sim, commands=queued(sim, "start"), live_pools=frozenset({"default"}))
     assert found.kind == dg.QUEUED
-    assert found.message == "step 'start' attempt 1 is queued: a live worker of pool default should claim it"
+    assert (
+        found.message
+        == "step 'start' attempt 1 is queued: a live worker of pool default should claim it"
+    )
 
 
 def test_a_pool_no_live_worker_serves_is_named_with_its_steps() -> None:
     sim = Sim(playbook(ONE))
-    found = diagnose(sim, commands=queued(sim, "start", pool="gpu"),
-                     live_pools=frozenset({"default"}))  # fmt: skip
+    found = diagnose(
+        sim, commands=queued(sim, "start", pool="gpu"), live_pools=frozenset({"default"})
+    )
     assert kinds(found) == [dg.NO_LIVE_WORKER]
-    assert found[0].message == ("1 command(s) of step start wait in pool gpu, which no live "
-                                "worker serves: start `milepost worker --pool gpu`")  # fmt: skip
+    assert found[0].message == (
+        "1 command(s) of step start wait in pool gpu, which no live "
+        "worker serves: start `milepost worker --pool gpu`"
+    )
     assert found[0].fields == {"pool": "gpu", "commands": 1, "steps": ["start"]}
 
 
@@ -207,37 +262,50 @@ def test_a_live_embedded_driver_serves_every_pool() -> None:
 
 def test_a_run_whose_driver_stopped_says_to_resume_it() -> None:
     sim = Sim(playbook(ONE))
-    for driver, why in ((dg.Driver("host:1:ab", NOW - 5, alive=None), "its lease ended 5s ago"),
-                        (dg.Driver("host:1:ab", NOW + 20, alive=False), "its process is gone")):  # fmt: skip
+    for driver, why in (
+        (dg.Driver("host:1:ab", NOW - 5, alive=None), "its lease ended 5s ago"),
+        (dg.Driver("host:1:ab", NOW + 20, alive=False), "its process is gone"),
+    ):
         found = diagnose(sim, commands=queued(sim, "start"), driver=driver)
         # no worker of any pool would take it: the run's own driver runs it, once resumed
         assert kinds(found) == [dg.NO_DRIVER, dg.QUEUED]
-        assert found[1].message == ("step 'start' attempt 1 is queued: it runs once `milepost "
-                                    "resume` drives the run again")  # fmt: skip
-        held = diagnose(sim, commands=claimed(sim, "start", worker="embedded:host:1:ab"),
-                        driver=driver)  # fmt: skip
-        assert held[1].message == ("step 'start' attempt 1 was claimed by embedded:host:1:ab of "
-                                   "the `milepost run` that stopped: `milepost resume` gives it "
-                                   "back and runs it again")  # fmt: skip
-        assert found[0].message == ("no process drives this run: the `milepost run` that drove "
-                                    f"it (host:1:ab) stopped, {why}; continue it with "
-                                    "`milepost resume 77`")  # fmt: skip
+        assert found[1].message == (
+            "step 'start' attempt 1 is queued: it runs once `milepost resume` drives the run again"
+        )
+        held = diagnose(
+            sim, commands=claimed(sim, "start", worker="embedded:host:1:ab"), driver=driver
+        )
+        assert held[1].message == (
+            "step 'start' attempt 1 was claimed by embedded:host:1:ab of "
+            "the `milepost run` that stopped: `milepost resume` gives it "
+            "back and runs it again"
+        )
+        assert found[0].message == (
+            "no process drives this run: the `milepost run` that drove "
+            f"it (host:1:ab) stopped, {why}; continue it with "
+            "`milepost resume 77`"
+        )
 
 
 def test_an_approval_names_who_may_decide_the_votes_and_the_time_left() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: refund
         tool: {kind: noop}
         spec:
           approval: {approvers: [user:alice, role:finance], quorum: 2, expires_in: 1h, risk: high}
-    """), started_by="user:runner")  # fmt: skip
+    """),
+        started_by="user:runner",
+    )
     (approval,) = sim.state.approvals.values()
     (found,) = diagnose(sim)
     assert found.kind == dg.AWAITING_APPROVAL and found.step == "refund"
-    assert found.message == (f"step 'refund' waits for approval {approval.approval_id} (0/2 "
-                             "approvals, risk high); who may decide: user:alice, role:finance "
-                             "(not user:runner, who started the run); it expires in 1h 00m")  # fmt: skip
+    assert found.message == (
+        f"step 'refund' waits for approval {approval.approval_id} (0/2 "
+        "approvals, risk high); who may decide: user:alice, role:finance "
+        "(not user:runner, who started the run); it expires in 1h 00m"
+    )
     assert found.fields["approvers"] == ["user:alice", "role:finance"]
     assert found.fields["expires_at"] == NOW + 3600 and found.fields["quorum"] == 2
     (late,) = diagnose(sim, now=NOW + 3610)  # past its expiry, before a tick recorded it
@@ -257,33 +325,41 @@ def test_a_pending_retry_timer_names_the_attempt_when_it_is_due_and_the_error() 
     sim.complete("flaky", error={"kind": "exception", "message": "ValueError: flaky"})
     (found,) = diagnose(sim, now=NOW + 10)
     assert found.kind == dg.RETRY_PENDING
-    assert found.message == ("step 'flaky' attempt 2 waits for its retry timer (due in 20s), "
-                             "after attempt 1 failed: ValueError: flaky")  # fmt: skip
+    assert found.message == (
+        "step 'flaky' attempt 2 waits for its retry timer (due in 20s), "
+        "after attempt 1 failed: ValueError: flaky"
+    )
     assert found.fields["not_before_at"] == NOW + 30 and found.fields["attempt"] == 2
     sim.now = NOW + 30
     sim.fire()  # the retry is issued: its timer and its error are gone from the fold
-    assert kinds(diagnose(sim, commands=queued(sim, "flaky"),
-                          live_pools=frozenset({"default"}))) == [dg.QUEUED]  # fmt: skip
+    assert kinds(
+        diagnose(sim, commands=queued(sim, "flaky"), live_pools=frozenset({"default"}))
+    ) == [dg.QUEUED]
     assert sim.state.running["flaky"].retry_errors == {}
 
 
 def test_a_loop_says_how_many_iterations_it_waits_for() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: each
         loop: {in: [1, 2, 3], iterator: n, mode: sequential}
         tool: {kind: noop}
-    """))
+    """)
+    )
     sim.complete("each", 10)
     found = diagnose(sim, commands=claimed(sim, "each"), live_pools=frozenset({"default"}))
     assert kinds(found) == [dg.LOOP_WAITING, dg.CLAIMED]
-    assert found[0].message == ("loop step 'each' waits for 2 of 3 iteration(s): 1 done, 1 in "
-                                "flight, 0 retrying, 1 not started (max_in_flight 1)")  # fmt: skip
+    assert found[0].message == (
+        "loop step 'each' waits for 2 of 3 iteration(s): 1 done, 1 in "
+        "flight, 0 retrying, 1 not started (max_in_flight 1)"
+    )
     assert found[1].message.startswith("step 'each[1]' attempt 1 is claimed by worker-1")
 
 
 def test_a_compensating_run_says_how_far_it_got() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: charge
         tool: {kind: noop}
@@ -294,18 +370,21 @@ def test_a_compensating_run_says_how_far_it_got() -> None:
       - step: refund
         tool: {kind: noop}
         spec: {retry: {max_attempts: 2, delay: 5, retry_on: [server_error]}}
-    """))  # fmt: skip
+    """)
+    )
     sim.complete("charge")
     sim.complete("ship", error={"kind": "exception", "message": "boom"})
     found = diagnose(sim, commands=claimed(sim, "refund"))
     assert kinds(found)[0] == dg.COMPENSATING
-    assert found[0].message == ("the run is compensating before it ends FAILED: 0 of 1 "
-                                "compensation(s) done")  # fmt: skip
+    assert found[0].message == (
+        "the run is compensating before it ends FAILED: 0 of 1 compensation(s) done"
+    )
     sim.complete("refund", error={"kind": "server_error", "message": "HTTP 503"})
     found = diagnose(sim)
     assert kinds(found) == [dg.COMPENSATING, dg.RETRY_PENDING]
-    assert found[1].message == ("compensation 'refund' of step 'charge' attempt 2 waits for its "
-                                "retry timer (due in 5s)")  # fmt: skip
+    assert found[1].message == (
+        "compensation 'refund' of step 'charge' attempt 2 waits for its retry timer (due in 5s)"
+    )
 
 
 def test_a_stall_window_nearly_used_is_named() -> None:
@@ -314,8 +393,10 @@ def test_a_stall_window_nearly_used_is_named() -> None:
     assert kinds(diagnose(sim, commands=commands, last_event_at=NOW - 10)) == [dg.CLAIMED]
     found = diagnose(sim, commands=commands, last_event_at=NOW - 50)
     assert kinds(found) == [dg.CLAIMED, dg.STALL_NEAR]
-    assert found[1].message == ("no event for 50s of executor.spec.stall_after 60s: the run "
-                                "fails as stalled in 10s unless something reports")  # fmt: skip
+    assert found[1].message == (
+        "no event for 50s of executor.spec.stall_after 60s: the run "
+        "fails as stalled in 10s unless something reports"
+    )
 
 
 def test_a_budget_nearly_spent_is_named() -> None:
@@ -324,7 +405,8 @@ def test_a_budget_nearly_spent_is_named() -> None:
     found = [f for f in diagnose(sim) if f.kind == dg.BUDGET_NEAR]
     assert [f.message for f in found] == [
         "tokens 850 of executor.spec.budget 1000 used (85%): past it the run fails at the next "
-        "step boundary"]  # fmt: skip
+        "step boundary"
+    ]
     assert found[0].fields == {"measure": "tokens", "used": 850, "budget": 1000}
 
 
@@ -333,12 +415,14 @@ def test_a_run_with_nothing_in_the_way_is_idle() -> None:
     state = st.ExecutionState(execution_id=5, pending={"start": {}})
     (found,) = dg.diagnose(state, pb, dg.Facts(NOW))
     assert found.kind == dg.IDLE and found.fields == {"pending": ["start"]}
-    assert found.message == ("nothing blocks it that the engine can see: its next decision is "
-                             "due (pending: start)")  # fmt: skip
+    assert found.message == (
+        "nothing blocks it that the engine can see: its next decision is due (pending: start)"
+    )
 
 
 def test_findings_come_most_likely_cause_first() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: start
         tool: {kind: noop}
@@ -349,7 +433,8 @@ def test_findings_come_most_likely_cause_first() -> None:
       - step: train
         spec: {pool: gpu}
         tool: {kind: noop}
-    """))
+    """)
+    )
     sim.complete("start")
     commands = {**claimed(sim, "each"), **queued(sim, "train", pool="gpu")}
     found = diagnose(sim, commands=commands, live_pools=frozenset({"default"}))
@@ -358,19 +443,26 @@ def test_findings_come_most_likely_cause_first() -> None:
 
 
 def test_a_playbook_step_names_the_child_run_it_waits_for() -> None:
-    sim = Sim(playbook("""
+    sim = Sim(
+        playbook("""
     workflow:
       - step: sub
         tool: {kind: playbook, path: tests/child}
-    """))
+    """)
+    )
     (cmd,) = sim.live("sub")
-    found = diagnose(sim, commands=claimed(sim, "sub"),
-                     children=(dg.Child(900, "tests/child", cmd.command_id),))  # fmt: skip
+    found = diagnose(
+        sim, commands=claimed(sim, "sub"), children=(dg.Child(900, "tests/child", cmd.command_id),)
+    )
     assert kinds(found) == [dg.CHILD_RUNNING, dg.CLAIMED]
-    assert found[0].step == "sub" and found[0].fields == {"child_execution_id": "900",
-                                                          "path": "tests/child"}
-    assert found[0].message == ("step 'sub' waits for its child execution 900 (tests/child), "
-                                "still running: `milepost doctor 900` says why")  # fmt: skip
+    assert found[0].step == "sub" and found[0].fields == {
+        "child_execution_id": "900",
+        "path": "tests/child",
+    }
+    assert found[0].message == (
+        "step 'sub' waits for its child execution 900 (tests/child), "
+        "still running: `milepost doctor 900` says why"
+    )
 
 
 def test_the_command_statuses_are_the_command_tables() -> None:

@@ -58,13 +58,27 @@ def drive(answer: Answer) -> tuple[MemoryStore, st.ExecutionState]:
     while pending:
         row, lease = pending.pop(0)
         ok, result = answer(row)
-        base = {"command_id": row.command_id, "run": row.run, "index": row.index,
-                "attempt": row.attempt, "epoch": lease.epoch}  # fmt: skip
-        payload = {**base, "result": result} if ok else {
-            **base, "error": {"kind": "exception", "retryable": True, "message": "boom"}}
-        report = ev.new_event(orchestrator.new_id(), xid,
-                              ev.COMMAND_COMPLETED if ok else ev.COMMAND_FAILED, now[0],
-                              step=row.step, payload=payload, meta={"epoch": lease.epoch})  # fmt: skip
+        base = {
+            "command_id": row.command_id,
+            "run": row.run,
+            "index": row.index,
+            "attempt": row.attempt,
+            "epoch": lease.epoch,
+        }
+        payload = (
+            {**base, "result": result}
+            if ok
+            else {**base, "error": {"kind": "exception", "retryable": True, "message": "boom"}}
+        )
+        report = ev.new_event(
+            orchestrator.new_id(),
+            xid,
+            ev.COMMAND_COMPLETED if ok else ev.COMMAND_FAILED,
+            now[0],
+            step=row.step,
+            payload=payload,
+            meta={"epoch": lease.epoch},
+        )
         now[0] = next(clock)
         outcome = orchestrator.process([report], claim=claim())
         pending += outcome.claimed
@@ -95,15 +109,18 @@ def test_a_failed_iteration_is_retried_under_a_new_attempt_and_key() -> None:
     store, state = drive(answer)
     assert state.status == st.COMPLETED and list(state.results["each"]) == [0, 1, 2]
     assert store.open_commands(state.execution_id) == []  # nothing left queued or claimed
-    tries = [e.payload for e in store.load(state.execution_id)
-             if e.event_type == ev.COMMAND_ISSUED and e.step == "each"
-             and e.payload.get("index") == 1]  # fmt: skip
+    tries = [
+        e.payload
+        for e in store.load(state.execution_id)
+        if e.event_type == ev.COMMAND_ISSUED and e.step == "each" and e.payload.get("index") == 1
+    ]
     assert [t["attempt"] for t in tries] == [1, 2]
     assert tries[0]["idempotency_key"] != tries[1]["idempotency_key"]
 
 
 def test_listeners_see_each_call_s_committed_events_and_one_that_raises_fails_nothing(
-        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = MemoryStore()
     service = Lifecycle(store, Orchestrator(store, clock=lambda: 1000.0, machine_id=1))
     seen: list[list[ev.Event]] = []
@@ -124,7 +141,10 @@ def test_listeners_see_each_call_s_committed_events_and_one_that_raises_fails_no
     with caplog.at_level(logging.ERROR, logger="milepost.engine.lifecycle"):
         xid, outcome = service.start(pb, version, {})
     assert seen == [outcome.events] and in_the_log == [True]
-    assert [e.event_type for e in seen[0]][:3] == [ev.EXECUTION_STARTED, ev.STEP_ENTER,
-                                                  ev.COMMAND_ISSUED]  # fmt: skip
+    assert [e.event_type for e in seen[0]][:3] == [
+        ev.EXECUTION_STARTED,
+        ev.STEP_ENTER,
+        ev.COMMAND_ISSUED,
+    ]
     assert service.execution(xid).status == st.RUNNING  # the start stands
     assert [r.getMessage() for r in caplog.records] == ["an outcome listener raised"]

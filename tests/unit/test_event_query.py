@@ -7,11 +7,27 @@ from milepost.engine.event_query import EventQuery, select, types_of
 
 
 def _log() -> list[ev.Event]:
-    kinds = [(ev.EXECUTION_STARTED, None), (ev.STEP_ENTER, "a"), (ev.COMMAND_ISSUED, "a"),
-             (ev.COMMAND_CLAIMED, "a"), (ev.COMMAND_COMPLETED, "a"), (ev.STEP_EXIT, "a"),
-             (ev.STEP_ENTER, "b"), (ev.COMMAND_ISSUED, "b")]  # fmt: skip
-    return [ev.Event(event_id=100 + i, execution_id=1, event_type=kind, created_at=float(i),
-                     step=step, seq=i + 1) for i, (kind, step) in enumerate(kinds)]  # fmt: skip
+    kinds = [
+        (ev.EXECUTION_STARTED, None),
+        (ev.STEP_ENTER, "a"),
+        (ev.COMMAND_ISSUED, "a"),
+        (ev.COMMAND_CLAIMED, "a"),
+        (ev.COMMAND_COMPLETED, "a"),
+        (ev.STEP_EXIT, "a"),
+        (ev.STEP_ENTER, "b"),
+        (ev.COMMAND_ISSUED, "b"),
+    ]
+    return [
+        ev.Event(
+            event_id=100 + i,
+            execution_id=1,
+            event_type=kind,
+            created_at=float(i),
+            step=step,
+            seq=i + 1,
+        )
+        for i, (kind, step) in enumerate(kinds)
+    ]
 
 
 def _types(events: list[ev.Event]) -> list[str]:

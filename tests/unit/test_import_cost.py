@@ -9,8 +9,11 @@ import sys
 
 
 def test_importing_the_cli_loads_neither_duckdb_nor_nats() -> None:
-    code = ("import sys, milepost.cli, milepost.engine.embedded, milepost.tools.runtime\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('duckdb', 'nats')))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True)  # fmt: skip
+    code = (
+        "import sys, milepost.cli, milepost.engine.embedded, milepost.tools.runtime\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('duckdb', 'nats')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "[]"

@@ -44,13 +44,18 @@ def test_a_secrets_entry_loads_with_its_provider_and_map() -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("{name: s, kind: secrets, map: {value: X}}", "field 'provider' is required for kind 'secrets'"),
+        (
+            "{name: s, kind: secrets, map: {value: X}}",
+            "field 'provider' is required for kind 'secrets'",
+        ),
         ("{name: s, kind: secrets, provider: env}", "field 'map' is required for kind 'secrets'"),
-        ("{name: s, kind: secrets, provider: vault, map: {value: X}}",
-         "expected one of env, milepost, gcp, aws, azure, got 'vault'"),
+        (
+            "{name: s, kind: secrets, provider: vault, map: {value: X}}",
+            "expected one of env, milepost, gcp, aws, azure, got 'vault'",
+        ),
     ],
     ids=["no-provider", "no-map", "unknown-provider"],
-)  # fmt: skip
+)
 def test_a_secrets_entry_needs_a_known_provider_and_a_map(entry: str, message: str) -> None:
     assert any(message in p for p in problems(f"- {entry}")), problems(f"- {entry}")
 
@@ -62,21 +67,29 @@ def test_token_minting_kinds_are_rejected_at_load_pointing_at_an_http_step(kind:
     assert "fetch the token in an http step" in found
 
 
-def _resolve(entries: str, credentials: Any = None, environ: Any = None,
-             context: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def _resolve(
+    entries: str,
+    credentials: Any = None,
+    environ: Any = None,
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return keychain.resolve(playbook(entries), context or {}, credentials, environ)
 
 
 def test_provider_env_reads_the_workers_environment_variable() -> None:
-    resolved = _resolve("- {name: s, kind: secrets, provider: env, map: {value: API_TOKEN}}",
-                        environ={"API_TOKEN": SECRET})  # fmt: skip
+    resolved = _resolve(
+        "- {name: s, kind: secrets, provider: env, map: {value: API_TOKEN}}",
+        environ={"API_TOKEN": SECRET},
+    )
     assert resolved == {"s": {"value": SECRET}}
 
 
 def test_provider_env_paths_are_templates() -> None:
     resolved = _resolve(
         "- {name: s, kind: secrets, provider: env, map: {value: '{{ workload.var }}'}}",
-        environ={"OTHER": SECRET}, context={"workload": {"var": "OTHER"}})  # fmt: skip
+        environ={"OTHER": SECRET},
+        context={"workload": {"var": "OTHER"}},
+    )
     assert resolved == {"s": {"value": SECRET}}
 
 
@@ -110,8 +123,10 @@ def test_provider_milepost_reads_a_field_of_a_registered_credential() -> None:
 def test_provider_milepost_names_what_is_missing(path: str, message: str) -> None:
     vault = {"pg": {"type": "postgres", "password": SECRET}}
     with pytest.raises(MilepostError) as info:
-        _resolve(f"- {{name: s, kind: secrets, provider: milepost, map: {{value: {path}}}}}",
-                 credentials=vault.get)  # fmt: skip
+        _resolve(
+            f"- {{name: s, kind: secrets, provider: milepost, map: {{value: {path}}}}}",
+            credentials=vault.get,
+        )
     assert info.value.message == f"keychain 's': map.value: {message}"
 
 
@@ -134,9 +149,17 @@ class _Echo:
 
 
 def _item() -> WorkItem:
-    return WorkItem(command_id=7, execution_id=1, step="x", run=1, index=-1, attempt=1,
-                    idempotency_key="k", context={"workload": {}, "ctx": {}, "iter": {},
-                                                  "execution_id": "1"}, args={})  # fmt: skip
+    return WorkItem(
+        command_id=7,
+        execution_id=1,
+        step="x",
+        run=1,
+        index=-1,
+        attempt=1,
+        idempotency_key="k",
+        context={"workload": {}, "ctx": {}, "iter": {}, "execution_id": "1"},
+        args={},
+    )
 
 
 async def _sleep(delay: float) -> None:
@@ -144,7 +167,8 @@ async def _sleep(delay: float) -> None:
 
 
 def test_fetched_values_reach_the_tool_and_are_masked_in_the_outcome(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("MILEPOST_TEST_SECRET", SECRET)
     pb = playbook("- {name: s, kind: secrets, provider: env, map: {value: MILEPOST_TEST_SECRET}}")
     tools = _Echo()

@@ -37,15 +37,21 @@ def test_a_step_s_liveness_or_the_executor_s_is_its_command_s_lease() -> None:
 
 def test_a_step_with_a_timeout_and_no_liveness_gets_a_lease_past_its_timeout() -> None:
     """DSL 10.2: the default liveness is never below the timeout."""
-    sim = Sim(playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n"
-                       "    spec: {timeout: 2m}\n"))  # fmt: skip
+    sim = Sim(
+        playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n    spec: {timeout: 2m}\n")
+    )
     assert _issued(sim.log, "start").payload["lease_s"] == 120.0 + liveness.REPORT_MARGIN_S
 
 
 def test_a_step_without_liveness_issues_the_command_as_before() -> None:
     sim = Sim(playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n"))
-    assert set(_issued(sim.log, "start").payload) == {"command_id", "run", "index", "attempt",
-                                                      "idempotency_key"}  # fmt: skip
+    assert set(_issued(sim.log, "start").payload) == {
+        "command_id",
+        "run",
+        "index",
+        "attempt",
+        "idempotency_key",
+    }
 
 
 def test_a_lost_attempt_is_issued_again_with_its_lease_a_new_key_and_the_same_operation() -> None:
@@ -58,7 +64,8 @@ def test_a_lost_attempt_is_issued_again_with_its_lease_a_new_key_and_the_same_op
     assert reissued[1].payload["lease_s"] == 5.0
     assert again.idempotency_key != first.idempotency_key
     assert ids.operation_key(77, "start", again.run, None) == ids.operation_key(
-        77, "start", first.run, None)
+        77, "start", first.run, None
+    )
 
 
 def _problems(text: str) -> list[str]:
@@ -79,25 +86,37 @@ workflow:
 """
     assert _problems(text) == [
         "executor.spec.stall_after (1m) must be greater than step 'start' spec.timeout (120s)"
-        " (line 4)"]
+        " (line 4)"
+    ]
 
 
 def test_stall_after_must_exceed_an_inherited_timeout_too() -> None:
-    text = ("executor: {spec: {stall_after: 30s, timeout: 30s}}\n"
-            "workflow:\n  - step: start\n    tool: {kind: noop}\n")  # fmt: skip
+    text = (
+        "executor: {spec: {stall_after: 30s, timeout: 30s}}\n"
+        "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+    )
     assert _problems(text) == [
         "executor.spec.stall_after (30s) must be greater than step 'start' spec.timeout (30s)"
-        " (line 4)"]
+        " (line 4)"
+    ]
 
 
-@pytest.mark.parametrize("value, message", [
-    ("soon", "executor.spec.stall_after: invalid duration 'soon' (expected e.g. 30s, 5m, 2h,"
-             " 1d or a number of seconds) (line 4)"),
-    ("0", "executor.spec.stall_after: must be greater than 0, got '0' (line 4)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            "soon",
+            "executor.spec.stall_after: invalid duration 'soon' (expected e.g. 30s, 5m, 2h,"
+            " 1d or a number of seconds) (line 4)",
+        ),
+        ("0", "executor.spec.stall_after: must be greater than 0, got '0' (line 4)"),
+    ],
+)
 def test_a_bad_stall_after_is_a_load_error_naming_it(value: str, message: str) -> None:
-    text = (f"executor: {{spec: {{stall_after: '{value}'}}}}\n"
-            "workflow:\n  - step: start\n    tool: {kind: noop}\n")  # fmt: skip
+    text = (
+        f"executor: {{spec: {{stall_after: '{value}'}}}}\n"
+        "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+    )
     assert _problems(text) == [message]
 
 
@@ -125,19 +144,26 @@ def test_stall_verdict_fails_a_silent_run_naming_what_it_waited_for() -> None:
     assert error["message"] == (
         "no progress for 3601s (executor.spec.stall_after 3600s): waiting for step 'work[0]'"
         " attempt 1 (claimed by host-a:12), step 'work[1]' attempt 1 (queued, no worker took"
-        " it)")
+        " it)"
+    )
     assert error["reason"] == "run stalled: " + error["message"]
     waiting = error["waiting"]
     assert waiting["steps"] == ["work"]
     assert [(c["status"], c["worker_id"]) for c in waiting["commands"]] == [
-        ("claimed", "host-a:12"), ("queued", None)]
+        ("claimed", "host-a:12"),
+        ("queued", None),
+    ]
     assert waiting["approvals"] == []
 
 
 def test_a_run_waiting_for_people_is_not_stalled() -> None:
     """An approval has its own `expires_in`: waiting for it is what the run was built to do."""
-    sim = Sim(playbook("executor: {spec: {stall_after: 1s}}\nworkflow:\n  - step: gate\n"
-                       "    tool: {kind: noop}\n    spec: {approval: {approvers: [\"role:ops\"]}}\n"))
+    sim = Sim(
+        playbook(
+            "executor: {spec: {stall_after: 1s}}\nworkflow:\n  - step: gate\n"
+            '    tool: {kind: noop}\n    spec: {approval: {approvers: ["role:ops"]}}\n'
+        )
+    )
     assert [a.step for a in sim.state.approvals.values()] == ["gate"]
     assert liveness.stall_verdict(sim.state, sim.pb, 1e9, 0.0, {}) is None
 
@@ -166,8 +192,12 @@ def test_a_run_waiting_for_its_own_retry_timer_is_not_stalled_until_the_timer_is
 def test_stall_verdict_has_nothing_to_say_without_a_window_or_after_the_end() -> None:
     quiet = Sim(playbook("workflow:\n  - step: start\n    tool: {kind: noop}\n"))
     assert liveness.stall_verdict(quiet.state, quiet.pb, 1e9, 0.0, {}) is None
-    done = Sim(playbook("executor: {spec: {stall_after: 1s}}\n"
-                        "workflow:\n  - step: start\n    tool: {kind: noop}\n"))  # fmt: skip
+    done = Sim(
+        playbook(
+            "executor: {spec: {stall_after: 1s}}\n"
+            "workflow:\n  - step: start\n    tool: {kind: noop}\n"
+        )
+    )
     done.run_all()
     assert done.state.terminal
     assert liveness.stall_verdict(done.state, done.pb, 1e9, 0.0, {}) is None

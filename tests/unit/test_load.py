@@ -72,8 +72,14 @@ def test_control_flow_workbook__join_and_reaches() -> None:
     pb = conformance("control_flow_workbook/control_flow_workbook.yaml")
     assert pb.joins == {"end"}
     assert pb.reaches["end"] == {
-        "start", "eval_flag", "hot_path", "cold_path", "hot_task_a", "hot_task_b", "cold_task",
-    }  # fmt: skip
+        "start",
+        "eval_flag",
+        "hot_path",
+        "cold_path",
+        "hot_task_a",
+        "hot_task_b",
+        "cold_task",
+    }
     assert pb.steps["hot_path"].next.mode == "inclusive"
     assert [a.step for a in pb.steps["hot_path"].next.arcs] == ["hot_task_a", "hot_task_b"]
     entry = pb.workbook["compute_flag"]
@@ -732,9 +738,19 @@ def test_legacy_else_without_then() -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("30s", 30.0), ("5m", 300.0), ("2h", 7200.0), ("1d", 86400.0), (12, 12.0), (1.5, 1.5),
-     ("45", 45.0), ("500ms", 0.5), ("1h30m", 5400.0), ("0", 0.0)],
-)  # fmt: skip
+    [
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("2h", 7200.0),
+        ("1d", 86400.0),
+        (12, 12.0),
+        (1.5, 1.5),
+        ("45", 45.0),
+        ("500ms", 0.5),
+        ("1h30m", 5400.0),
+        ("0", 0.0),
+    ],
+)
 def test_parse_duration(value: object, seconds: float) -> None:
     assert load.parse_duration(value, "spec.timeout") == seconds
 
@@ -745,8 +761,9 @@ def test_parse_duration_rejects(value: object) -> None:
         load.parse_duration(value, "spec.timeout")
 
 
-@pytest.mark.parametrize("value", ["1e3", "inf", "nan", "-5s", "5s-", "1.5.2s", "m",
-                                   float("inf"), float("nan"), -0.5])  # fmt: skip
+@pytest.mark.parametrize(
+    "value", ["1e3", "inf", "nan", "-5s", "5s-", "1.5.2s", "m", float("inf"), float("nan"), -0.5]
+)
 def test_parse_duration_is_strict_where_a_float_parser_is_not(value: object) -> None:
     # the one parser of durations: what `float()` would read (or a unit after a sign) is
     # still not a duration a playbook means
@@ -775,8 +792,10 @@ def test_alias_bomb_is_refused_before_it_expands() -> None:
 
 
 def test_aliases_within_the_limit_still_load() -> None:
-    text = doc("- step: start\n  tool: {kind: noop, spec: *spec}\n",
-               "workload:\n  base: &spec {timeout: 5s}\n  again: *spec\n")  # fmt: skip
+    text = doc(
+        "- step: start\n  tool: {kind: noop, spec: *spec}\n",
+        "workload:\n  base: &spec {timeout: 5s}\n  again: *spec\n",
+    )
     playbook = load.load_text(text)
     assert playbook.workload["again"] == {"timeout": "5s"}
 
@@ -789,7 +808,8 @@ def test_alias_limit_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_without_limits_a_document_over_this_processs_settings_loads(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # a catalog entry accepted by a server with larger limits, read by a worker with
     # smaller ones: it was checked at register, and loads
     monkeypatch.setenv("MILEPOST_MAX_YAML_ALIASES", "50")
@@ -806,11 +826,13 @@ def test_recursive_alias_is_refused() -> None:
 
 
 def test_document_over_the_size_limit_is_refused_unparsed(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("MILEPOST_MAX_PLAYBOOK_BYTES", "1000")
     text = doc("- step: start\n  tool: {kind: noop}\n", f"workload: {{pad: {'x' * 1000}}}\n")
-    expected = (f"the document is {len(text)} bytes, over the limit of 1000 "
-                "(MILEPOST_MAX_PLAYBOOK_BYTES)")  # fmt: skip
+    expected = (
+        f"the document is {len(text)} bytes, over the limit of 1000 (MILEPOST_MAX_PLAYBOOK_BYTES)"
+    )
     assert problems(text, Limits.of()) == [expected]
     file = tmp_path / "big.yaml"
     file.write_text(text)

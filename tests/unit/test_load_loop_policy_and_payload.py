@@ -12,8 +12,10 @@ HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: l, path: tests
 
 
 def _loop(policy: str) -> str:
-    return HEAD + (f"  - step: start\n    loop: {{in: [1, 2], iterator: i, spec: {{mode: parallel,"
-                   f" policy: {policy}}}}}\n    tool: {{kind: noop}}\n")  # fmt: skip
+    return HEAD + (
+        f"  - step: start\n    loop: {{in: [1, 2], iterator: i, spec: {{mode: parallel,"
+        f" policy: {policy}}}}}\n    tool: {{kind: noop}}\n"
+    )
 
 
 @pytest.mark.parametrize("policy", ["{exec: distributed}", "{exec: local}", "{}"])
@@ -21,11 +23,14 @@ def test_a_loop_placement_policy_loads(policy: str) -> None:
     assert load_text(_loop(policy)).steps["start"].loop is not None
 
 
-@pytest.mark.parametrize(("policy", "said"), [
-    ("{exec: gpu}", "loop.spec.policy.exec: expected one of distributed, local, got 'gpu'"),
-    ("{exec: local, where: x}", "unknown field 'where'"),
-    ("local", "loop.spec.policy: expected a mapping"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("policy", "said"),
+    [
+        ("{exec: gpu}", "loop.spec.policy.exec: expected one of distributed, local, got 'gpu'"),
+        ("{exec: local, where: x}", "unknown field 'where'"),
+        ("local", "loop.spec.policy: expected a mapping"),
+    ],
+)
 def test_a_bad_placement_is_named(policy: str, said: str) -> None:
     with pytest.raises(PlaybookInvalid) as refused:
         load_text(_loop(policy))

@@ -15,23 +15,29 @@ def _libs(libs: str) -> str:
     return HEAD + f"  - step: start\n    tool: {{kind: python, code: 'result = 1', libs: {libs}}}\n"
 
 
-@pytest.mark.parametrize("libs", [
-    "{m: math, p: os.path}",
-    "{dt: {from: datetime, import: datetime}}",
-    "[json, re, os.path]",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "libs",
+    [
+        "{m: math, p: os.path}",
+        "{dt: {from: datetime, import: datetime}}",
+        "[json, re, os.path]",
+    ],
+)
 def test_each_form_loads(libs: str) -> None:
     assert load_text(_libs(libs)).steps["start"].tasks[0].config["libs"]
 
 
-@pytest.mark.parametrize(("libs", "said"), [
-    ("{dt: {from: datetime}}", "libs.dt: expected {from: module, import: name}"),
-    ("{dt: {from: datetime, import: 'a.b'}}", "libs.dt: expected {from: module, import: name}"),
-    ("{2x: math}", "is not a python name"),
-    ("{m: 'not a module'}", "libs.m: expected 'alias: module.name'"),
-    ("[json, 3]", "libs[1]: expected a module name"),
-    ("json", "expected a mapping of aliases to modules or a list of modules, got a string"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("libs", "said"),
+    [
+        ("{dt: {from: datetime}}", "libs.dt: expected {from: module, import: name}"),
+        ("{dt: {from: datetime, import: 'a.b'}}", "libs.dt: expected {from: module, import: name}"),
+        ("{2x: math}", "is not a python name"),
+        ("{m: 'not a module'}", "libs.m: expected 'alias: module.name'"),
+        ("[json, 3]", "libs[1]: expected a module name"),
+        ("json", "expected a mapping of aliases to modules or a list of modules, got a string"),
+    ],
+)
 def test_a_malformed_entry_is_named(libs: str, said: str) -> None:
     with pytest.raises(PlaybookInvalid) as refused:
         load_text(_libs(libs))

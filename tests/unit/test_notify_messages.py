@@ -20,10 +20,16 @@ def test_a_lone_notice_keeps_its_shape() -> None:
 
 def test_notices_of_one_call_go_in_one_message_per_pool() -> None:
     out = messages([Notice(1, 10), Notice(2, 10, "gpu"), Notice(3, 11)])
-    assert [(s, n) for s, _, n in out] == [("milepost.commands.default", 2),
-                                           ("milepost.commands.gpu", 1)]  # fmt: skip
-    assert json.loads(out[0][1]) == {"commands": [
-        {"command_id": "1", "execution_id": "10"}, {"command_id": "3", "execution_id": "11"}]}
+    assert [(s, n) for s, _, n in out] == [
+        ("milepost.commands.default", 2),
+        ("milepost.commands.gpu", 1),
+    ]
+    assert json.loads(out[0][1]) == {
+        "commands": [
+            {"command_id": "1", "execution_id": "10"},
+            {"command_id": "3", "execution_id": "11"},
+        ]
+    }
     assert json.loads(out[1][1]) == {"command_id": "2", "execution_id": "10"}
     assert messages([]) == []
 
@@ -38,8 +44,17 @@ def test_a_committed_cancel_request_is_announced_on_the_cancels_subject() -> Non
     listener = notify.CancelNotices(Recorder())
     listener(Outcome(events=[ev.new_event(1, 5, ev.STEP_ENTER, 1.0, step="s", payload={"run": 1})]))
     assert announced == []
-    listener(Outcome(events=[ev.new_event(2, 5, ev.EXECUTION_CANCEL_REQUESTED, 1.0),
-                             ev.new_event(3, 6, ev.EXECUTION_CANCEL_REQUESTED, 1.0)]))  # fmt: skip
+    listener(
+        Outcome(
+            events=[
+                ev.new_event(2, 5, ev.EXECUTION_CANCEL_REQUESTED, 1.0),
+                ev.new_event(3, 6, ev.EXECUTION_CANCEL_REQUESTED, 1.0),
+            ]
+        )
+    )
     assert announced == [[5, 6]]
     assert notify.cancel_message([5, 6]) == (
-        "milepost.cancels", b'{"execution_ids": ["5", "6"]}', 0)
+        "milepost.cancels",
+        b'{"execution_ids": ["5", "6"]}',
+        0,
+    )

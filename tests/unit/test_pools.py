@@ -46,17 +46,28 @@ def test_a_step_s_pool_is_its_own_else_the_executor_s_else_none() -> None:
     pb = load.load_text(PLAYBOOK)
     assert pb.executor.pool == "cpu-small"
     assert [pb.steps[s].spec.pool for s in ("start", "train", "report")] == [
-        "default", "gpu.a100_x", "cpu-small"]  # fmt: skip
+        "default",
+        "gpu.a100_x",
+        "cpu-small",
+    ]
     # a tool's own `pool:` is a connection-pool setting, not routing: dropped, not a pool
     assert "pool" not in pb.steps["report"].tasks[0].config
     plain = load.load_text(PLAYBOOK.replace("executor: {spec: {pool: cpu-small}}\n", ""))
     assert plain.executor.pool is None and plain.steps["report"].spec.pool is None
 
 
-@pytest.mark.parametrize(("where", "value"), [
-    ("step", "''"), ("step", "'gpu a100'"), ("step", "gpu/x"), ("step", "[gpu]"),
-    ("step", "'" + "g" * 101 + "'"), ("executor", "'gpu:1'"), ("executor", "5"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("step", "''"),
+        ("step", "'gpu a100'"),
+        ("step", "gpu/x"),
+        ("step", "[gpu]"),
+        ("step", "'" + "g" * 101 + "'"),
+        ("executor", "'gpu:1'"),
+        ("executor", "5"),
+    ],
+)
 def test_a_bad_pool_name_is_refused_naming_the_field(where: str, value: str) -> None:
     text = PLAYBOOK.replace("spec: {pool: gpu.a100_x}", f"spec: {{pool: {value}}}")
     if where == "executor":
@@ -80,18 +91,28 @@ def _service() -> tuple[MemoryStore, Lifecycle, Recorder]:
     store = MemoryStore()
     publisher = Recorder()
     now = [1000.0]
-    service = Lifecycle(store, Orchestrator(store, clock=lambda: now[0], machine_id=1),
-                        publisher=publisher)  # fmt: skip
+    service = Lifecycle(
+        store, Orchestrator(store, clock=lambda: now[0], machine_id=1), publisher=publisher
+    )
     return store, service, publisher
 
 
 def _answer(service: Lifecycle, row: port.CommandRow, lease: port.Lease) -> None:
-    done = ev.new_event(service.new_id(), row.execution_id, ev.COMMAND_COMPLETED,
-                        service.clock(), step=row.step,
-                        payload={"command_id": row.command_id, "run": row.run,
-                                 "index": row.index, "attempt": row.attempt,
-                                 "result": {"status": "ok"}},
-                        meta={"epoch": lease.epoch})  # fmt: skip
+    done = ev.new_event(
+        service.new_id(),
+        row.execution_id,
+        ev.COMMAND_COMPLETED,
+        service.clock(),
+        step=row.step,
+        payload={
+            "command_id": row.command_id,
+            "run": row.run,
+            "index": row.index,
+            "attempt": row.attempt,
+            "result": {"status": "ok"},
+        },
+        meta={"epoch": lease.epoch},
+    )
     service.report([done])
 
 
@@ -117,7 +138,8 @@ def test_commands_are_issued_claimed_and_published_in_their_step_s_pool() -> Non
     assert [(n.pool, notify.subject(n.pool)) for n in publisher.notices] == [
         ("default", "milepost.commands.default"),
         ("gpu.a100_x", "milepost.commands.gpu.a100_x"),
-        ("cpu-small", "milepost.commands.cpu-small")]  # fmt: skip
+        ("cpu-small", "milepost.commands.cpu-small"),
+    ]
 
 
 def test_a_worker_s_lease_holder_names_its_pool() -> None:
@@ -132,8 +154,12 @@ def test_queued_commands_of_a_pool_with_no_live_worker_are_missing_a_worker() ->
     _, version = service.register(text, pb)
     xid, _ = service.start(pb, version, {})
     [missing] = service.missing_workers(xid)
-    assert missing.as_dict() == {"pool": "gpu.a100_x", "commands": 1, "steps": ["start"],
-                                 "message": "no live worker of pool gpu.a100_x"}  # fmt: skip
+    assert missing.as_dict() == {
+        "pool": "gpu.a100_x",
+        "commands": 1,
+        "steps": ["start"],
+        "message": "no live worker of pool gpu.a100_x",
+    }
     assert worker_pools.counts(service.missing_workers()) == {"gpu.a100_x": 1}
     workers.check_in(store, 1000.0, workers.CheckIn("w/1", "w"))
     assert service.missing_workers(xid) != []  # a default worker does not serve gpu
@@ -154,17 +180,25 @@ def test_queued_commands_of_a_pool_with_no_live_worker_are_missing_a_worker() ->
     store.release_driver(xid, "run:h:1:ab", 1000.0)
     assert service.missing_workers(xid) == []
     assert unattended.undriven(service, xid) == {
-        "holder": "run:h:1:ab", "commands": 1, "steps": ["start"],
-        "message": "no process drives this run"}  # fmt: skip
+        "holder": "run:h:1:ab",
+        "commands": 1,
+        "steps": ["start"],
+        "message": "no process drives this run",
+    }
 
 
 def test_the_summary_names_the_pool_each_waiting_step_has_no_worker_for() -> None:
-    summary = {"execution_id": "1", "status": "RUNNING", "error": None,
-               "steps": {"a": {"status": "COMPLETED"}, "train": {"status": "RUNNING"}}}  # fmt: skip
+    summary = {
+        "execution_id": "1",
+        "status": "RUNNING",
+        "error": None,
+        "steps": {"a": {"status": "COMPLETED"}, "train": {"status": "RUNNING"}},
+    }
     assert summaries.with_missing_workers(summary, []) is summary
     missing = worker_pools.Missing("gpu", 2, {"train"})
     out = summaries.with_missing_workers(summary, [missing])
     assert out["steps"]["train"]["waiting"] == "no live worker of pool gpu"
     assert "waiting" not in out["steps"]["a"] and "waiting" not in summary["steps"]["train"]
-    assert out["no_live_worker"] == [{"pool": "gpu", "commands": 2, "steps": ["train"],
-                                      "message": "no live worker of pool gpu"}]  # fmt: skip
+    assert out["no_live_worker"] == [
+        {"pool": "gpu", "commands": 2, "steps": ["train"], "message": "no live worker of pool gpu"}
+    ]

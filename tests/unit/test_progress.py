@@ -47,10 +47,12 @@ def waiting() -> tuple[Sim, int]:
     return sim, approval_id
 
 
-def vote(sim: Sim, approval_id: int, voter: Voter, decision: str = "approve",
-         reason: str | None = None) -> None:  # fmt: skip
-    event = approvals.vote_event(sim.state, approval_id, voter, decision, reason, sim.now,
-                                 sim.new_id())  # fmt: skip
+def vote(
+    sim: Sim, approval_id: int, voter: Voter, decision: str = "approve", reason: str | None = None
+) -> None:
+    event = approvals.vote_event(
+        sim.state, approval_id, voter, decision, reason, sim.now, sim.new_id()
+    )
     st.fold(sim.state, [event])
     sim.log.append(event)
     sim.settle()
@@ -69,7 +71,7 @@ def test_a_pending_approval_shows_the_call_risk_deciders_votes_time_left_and_com
     sim, aid = waiting()
     text = shown(sim, now=1000.0 + 61)
     assert f"approval {aid} · step refund · execution 77 · risk high" in text
-    assert '[0] http POST https://pay.example/refunds' in text
+    assert "[0] http POST https://pay.example/refunds" in text
     assert 'json: {"amount": 1200, "part": 1}' in text
     assert "… and 1 more calls of this loop" in text  # three of four shown
     assert "who may decide: role:finance, user:alice · quorum 2 · votes 0/2" in text
@@ -80,8 +82,10 @@ def test_a_pending_approval_shows_the_call_risk_deciders_votes_time_left_and_com
 
 
 def test_without_a_db_option_the_commands_name_none_and_a_path_is_quoted() -> None:
-    assert progress.decide_commands(5, None) == ["milepost approve 5",
-                                                 'milepost deny 5 --reason "..."']  # fmt: skip
+    assert progress.decide_commands(5, None) == [
+        "milepost approve 5",
+        'milepost deny 5 --reason "..."',
+    ]
     assert progress.resume_command(7, "my runs/m.db") == "milepost resume 7 --db 'my runs/m.db'"
 
 
@@ -89,19 +93,34 @@ def test_votes_count_as_the_fold_counts_them() -> None:
     sim, aid = waiting()
     # the one who started the run, and someone who is no approver: neither counts
     for identity, roles in (("user:alice", []), ("user:mallory", [])):
-        sim.log.append(ev.new_event(sim.new_id(), 77, ev.APPROVAL_DECIDED, sim.now, step="refund",
-                                    payload={"approval_id": aid, "identity": identity,
-                                             "roles": roles, "decision": "approve"}))  # fmt: skip
+        sim.log.append(
+            ev.new_event(
+                sim.new_id(),
+                77,
+                ev.APPROVAL_DECIDED,
+                sim.now,
+                step="refund",
+                payload={
+                    "approval_id": aid,
+                    "identity": identity,
+                    "roles": roles,
+                    "decision": "approve",
+                },
+            )
+        )
     vote(sim, aid, CAROL, reason="ok")
     text = shown(sim, now=sim.now)
     assert "votes 1/2 (user:carol approved)" in text
     assert sim.state.approvals[aid].status == ap.PENDING
 
 
-@pytest.mark.parametrize(("decision", "expected"), [
-    ("deny", "denied by user:carol: too much"),
-    ("expire", "expired before the quorum was reached"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("decision", "expected"),
+    [
+        ("deny", "denied by user:carol: too much"),
+        ("expire", "expired before the quorum was reached"),
+    ],
+)
 def test_a_closed_approval_says_how_it_closed(decision: str, expected: str) -> None:
     sim, aid = waiting()
     if decision == "deny":
@@ -110,8 +129,9 @@ def test_a_closed_approval_says_how_it_closed(decision: str, expected: str) -> N
         sim.now += 3601
         sim.settle()
     requested_at = sim.state.approvals[aid].requested_at
-    lines = progress.ApprovalLines(Console(record=True, width=200, color_system=None), None,
-                                   clock=lambda: requested_at)  # fmt: skip
+    lines = progress.ApprovalLines(
+        Console(record=True, width=200, color_system=None), None, clock=lambda: requested_at
+    )
     for event in sim.log:
         lines(event)
     text = lines.console.export_text()
@@ -128,16 +148,33 @@ def test_a_pending_approval_of_a_step_that_stops_waiting_is_cancelled() -> None:
 
 
 def test_code_is_shown_by_its_first_lines() -> None:
-    task = {"kind": "python", "config": {"code": "a = 1\nb = 2\nc = 3\nresult = a"},
-            "input": {"x": 1}}  # fmt: skip
-    assert progress.task_lines(task) == ["python", "  a = 1", "  b = 2", "  c = 3",
-                                         "  … 1 more lines", '  input: {"x": 1}']  # fmt: skip
+    task = {
+        "kind": "python",
+        "config": {"code": "a = 1\nb = 2\nc = 3\nresult = a"},
+        "input": {"x": 1},
+    }
+    assert progress.task_lines(task) == [
+        "python",
+        "  a = 1",
+        "  b = 2",
+        "  c = 3",
+        "  … 1 more lines",
+        '  input: {"x": 1}',
+    ]
 
 
-@pytest.mark.parametrize(("left", "text"), [
-    (None, "no expiry"), (-1, "expired"), (0, "expired"), (12, "12s"), (250, "4m 10s"),
-    (3600 + 300, "1h 05m"), (2 * 86400 + 7200 + 5, "2d 2h"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("left", "text"),
+    [
+        (None, "no expiry"),
+        (-1, "expired"),
+        (0, "expired"),
+        (12, "12s"),
+        (250, "4m 10s"),
+        (3600 + 300, "1h 05m"),
+        (2 * 86400 + 7200 + 5, "2d 2h"),
+    ],
+)
 def test_time_left(left: float | None, text: str) -> None:
     now = 1_000_000.0
     assert output.time_left(None if left is None else now + left, now) == text
@@ -145,17 +182,23 @@ def test_time_left(left: float | None, text: str) -> None:
         assert output.time_left(output.iso(now + left), now) == text  # the wire's ISO form
 
 
-@pytest.mark.parametrize(("how", "status", "outcome"), [
-    ("pending", "pending", None),
-    ("deny", "denied", "denied by user:carol: too much"),
-    ("expire", "expired", "approval expired after 1h"),
-    ("policy", "invalidated", "approval invalidated: over 1000"),
-    ("grant", "granted", "granted by user:carol, user:bob"),
-])  # fmt: skip
-def test_the_summary_of_a_gated_step_carries_its_approval(how: str, status: str,
-                                                          outcome: str | None) -> None:  # fmt: skip
-    body = REFUND.replace("risk: high}", "risk: high, policy: {check: \"{{ workload.amount < 1000 }}\","
-                                         " reason: over 1000}}")  # fmt: skip
+@pytest.mark.parametrize(
+    ("how", "status", "outcome"),
+    [
+        ("pending", "pending", None),
+        ("deny", "denied", "denied by user:carol: too much"),
+        ("expire", "expired", "approval expired after 1h"),
+        ("policy", "invalidated", "approval invalidated: over 1000"),
+        ("grant", "granted", "granted by user:carol, user:bob"),
+    ],
+)
+def test_the_summary_of_a_gated_step_carries_its_approval(
+    how: str, status: str, outcome: str | None
+) -> None:
+    body = REFUND.replace(
+        "risk: high}",
+        'risk: high, policy: {check: "{{ workload.amount < 1000 }}", reason: over 1000}}',
+    )
     sim = Sim(playbook(body if how == "policy" else REFUND), started_by="user:alice")
     (aid,) = sim.state.approvals
     if how == "deny":
@@ -167,12 +210,18 @@ def test_the_summary_of_a_gated_step_carries_its_approval(how: str, status: str,
         vote(sim, aid, CAROL)
         vote(sim, aid, Voter("user:bob", frozenset({"finance"})))
     summary = summaries.execution_summary(sim.state)["steps"]["refund"]["approval"]
-    assert (summary["approval_id"], summary["status"], summary["outcome"]) == (str(aid), status, outcome)
+    assert (summary["approval_id"], summary["status"], summary["outcome"]) == (
+        str(aid),
+        status,
+        outcome,
+    )
     assert (summary["risk"], summary["quorum"]) == ("high", 2)
     assert summary["expires_at"] == output.iso(1000.0 + 3600)
     line = output.approval_line("refund", summary, now=1000.0 + 600)
     if outcome is None:
-        assert line == (f"approval {aid} (step refund): pending · risk high · votes 0/2 · who may "
-                        "decide: role:finance, user:alice · time left: 50m 00s")
+        assert line == (
+            f"approval {aid} (step refund): pending · risk high · votes 0/2 · who may "
+            "decide: role:finance, user:alice · time left: 50m 00s"
+        )
     else:
         assert line == f"approval {aid} (step refund): {outcome}"

@@ -10,9 +10,15 @@ from tests.unit.sim import Sim, playbook
 
 
 def test_names_read_walks_values_and_skips_keys_and_locals() -> None:
-    value = {"{{ key_is_not_read }}": "{{ s41 }}",
-             "b": ["x {{ y.z | default(w) }}", "{% for i in items %}{{ i }}{{ loop.index }}{% endfor %}"],
-             "c": 3, "d": "plain text"}  # fmt: skip
+    value = {
+        "{{ key_is_not_read }}": "{{ s41 }}",
+        "b": [
+            "x {{ y.z | default(w) }}",
+            "{% for i in items %}{{ i }}{{ loop.index }}{% endfor %}",
+        ],
+        "c": 3,
+        "d": "plain text",
+    }
     assert render.names_read(value) == {"s41", "y", "w", "items"}
     assert render.names_read("{{ range(3) | list }}") == frozenset()  # a global, not a name
     assert render.names_read("no template") == frozenset()
@@ -91,8 +97,7 @@ def test_attempt_reads_count_policies_sets_workbook_entries_and_the_keychain() -
             set: {ctx.last: "{{ one }}"}
     """)
     assert pb.reads_of("a").attempt == {"token_source", "base_url", "query"}
-    assert pb.reads_of("b").attempt == {"token_source", "output", "retry_ok", "tries_seed",
-                                        "one"}  # fmt: skip
+    assert pb.reads_of("b").attempt == {"token_source", "output", "retry_ok", "tries_seed", "one"}
 
 
 def test_start_and_exit_read_admission_loop_set_and_arcs() -> None:

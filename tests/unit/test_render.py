@@ -182,8 +182,16 @@ def test_coerce_round_trips_floats(number: float) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("{{ x }}", True), ("{% if x %}{% endif %}", True), ("{ x }", False), ("{# c #}", False),
-     ("", False), (3, False), (None, False), (["{{ x }}"], False)],
+    [
+        ("{{ x }}", True),
+        ("{% if x %}{% endif %}", True),
+        ("{ x }", False),
+        ("{# c #}", False),
+        ("", False),
+        (3, False),
+        (None, False),
+        (["{{ x }}"], False),
+    ],
 )
 def test_is_template(value: object, expected: bool) -> None:
     assert is_template(value) is expected
@@ -289,7 +297,9 @@ def test_rendering_keeps_a_loop_result() -> None:
 def test_strict_undefined_message_shape() -> None:
     with pytest.raises(UndefinedValue) as info:
         render_value("{{ result }}", {}, where=WHERE)
-    assert str(info.value) == "step 'end': input 'result': undefined name 'result' in '{{ result }}'"
+    assert (
+        str(info.value) == "step 'end': input 'result': undefined name 'result' in '{{ result }}'"
+    )
     assert info.value.code == "undefined"
 
 
@@ -332,7 +342,9 @@ def test_strict_undefined_raises_with_name(template: str, name: str) -> None:
         ("{{ missing == none }}", False),
     ],
 )
-def test_undefined_is_falsy_chains_and_defaults_in_strict_mode(template: str, expected: Any) -> None:
+def test_undefined_is_falsy_chains_and_defaults_in_strict_mode(
+    template: str, expected: Any
+) -> None:
     result = render(template)
     assert result == expected
     assert type(result) is type(expected)
@@ -504,8 +516,10 @@ def test_compiled_templates_are_cached() -> None:
     assert 0 < after["size"] <= after["max_size"]
 
 
-@pytest.mark.parametrize("value", [7, "42", "text", None, [1, {"a": 2}], {"k": [3]}, 1.5, True,
-                                   LoopResult([1, 2], failed=1)])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [7, "42", "text", None, [1, {"a": 2}], {"k": [3]}, 1.5, True, LoopResult([1, 2], failed=1)],
+)
 def test_a_plain_name_renders_as_jinja_would(value: Any) -> None:
     # `{{ name }}` is looked up without Jinja when the context has it: same result as the
     # compiled path, which `{{ (name) }}` takes

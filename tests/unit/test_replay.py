@@ -27,12 +27,17 @@ FILES = sorted(HISTORIES.glob("*.json"))
 
 def _executions(path: Path) -> list[tuple[list[ev.Event], dict[int, Any]]]:
     history = json.loads(path.read_text())
-    return [([event_from_json(e) for e in x["events"]],
-             {int(k): m for k, m in x["meanings"].items()}) for x in history["executions"]]  # fmt: skip
+    return [
+        ([event_from_json(e) for e in x["events"]], {int(k): m for k, m in x["meanings"].items()})
+        for x in history["executions"]
+    ]
 
 
-CASES = [pytest.param(events, meanings, id=f"{path.stem}-{i}")
-         for path in FILES for i, (events, meanings) in enumerate(_executions(path))]  # fmt: skip
+CASES = [
+    pytest.param(events, meanings, id=f"{path.stem}-{i}")
+    for path in FILES
+    for i, (events, meanings) in enumerate(_executions(path))
+]
 
 
 def test_every_scenario_of_the_recorder_is_stored() -> None:
@@ -41,15 +46,17 @@ def test_every_scenario_of_the_recorder_is_stored() -> None:
 
 
 @pytest.mark.parametrize(("events", "meanings"), CASES)
-def test_a_stored_history_folds_to_its_recorded_meaning(events: list[ev.Event],
-                                                        meanings: dict[int, Any]) -> None:  # fmt: skip
+def test_a_stored_history_folds_to_its_recorded_meaning(
+    events: list[ev.Event], meanings: dict[int, Any]
+) -> None:
     for cut, recorded in sorted(meanings.items()):
         assert meaning(st.fold(None, events[:cut])) == recorded, f"after {cut} events"
 
 
 @pytest.mark.parametrize(("events", "meanings"), CASES)
-def test_a_stored_history_folded_in_increments_means_the_same(events: list[ev.Event],
-                                                              meanings: dict[int, Any]) -> None:  # fmt: skip
+def test_a_stored_history_folded_in_increments_means_the_same(
+    events: list[ev.Event], meanings: dict[int, Any]
+) -> None:
     """As the orchestrator folds: one state, each batch of new events into it."""
     state, done = None, 0
     for cut, recorded in sorted(meanings.items()):
@@ -69,7 +76,7 @@ def test_a_history_whose_result_changed_no_longer_matches() -> None:
     at = next(i for i, e in enumerate(events) if e.event_type == ev.COMMAND_COMPLETED)
     changed = dataclasses.replace(events[at], payload={**events[at].payload, "result": {"sq": -1}})
     assert meaning(st.fold(None, [*events[:at], changed])) != meanings[at + 1]
-    assert meaning(st.fold(None, events[:at + 1])) == meanings[at + 1]
+    assert meaning(st.fold(None, events[: at + 1])) == meanings[at + 1]
 
 
 def test_a_history_cut_before_its_end_is_still_running_with_its_commands_live() -> None:

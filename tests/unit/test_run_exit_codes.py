@@ -13,13 +13,16 @@ from milepost.engine.errors import AlreadyTerminal
 from milepost.store.port import StoreUnavailable
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (StoreUnavailable("database is locked"), exit_codes.UNAVAILABLE),
-    (AlreadyTerminal("execution 7 is COMPLETED"), exit_codes.REFUSED),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (StoreUnavailable("database is locked"), exit_codes.UNAVAILABLE),
+        (AlreadyTerminal("execution 7 is COMPLETED"), exit_codes.REFUSED),
+    ],
+)
 def test_a_run_ended_by_an_error_exits_with_its_code(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        error: Exception, code: int) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: Exception, code: int
+) -> None:
     async def drive(*_: Any) -> None:
         raise error
 

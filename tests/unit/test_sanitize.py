@@ -16,11 +16,15 @@ from hypothesis import strategies as hs
 from milepost import sanitize
 from milepost.sanitize import MASK, Redactor, mask_keys, mask_patterns
 
-JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkFkYSJ9."
-       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")  # fmt: skip
-PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLez"
-       "V6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxKLxoS2tFczGkPLPgiz"
-       "\n-----END RSA PRIVATE KEY-----")  # fmt: skip
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkFkYSJ9."
+    "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLez"
+    "V6ffAt0gunVTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxKLxoS2tFczGkPLPgiz"
+    "\n-----END RSA PRIVATE KEY-----"
+)
 
 MASKED = [
     ("Authorization: Bearer abc.def-1234567890", "Authorization: Bearer ***"),
@@ -34,8 +38,10 @@ MASKED = [
     ("github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz", "github_pat_***"),
     ("slack xoxb-123456789012-abcdefABCDEF", "slack xoxb-***"),
     ("aws AKIAIOSFODNN7EXAMPLE in use", "aws AKIA*** in use"),
-    (f"key:\n{PEM}\nend",
-     "key:\n-----BEGIN RSA PRIVATE KEY-----***-----END RSA PRIVATE KEY-----\nend"),
+    (
+        f"key:\n{PEM}\nend",
+        "key:\n-----BEGIN RSA PRIVATE KEY-----***-----END RSA PRIVATE KEY-----\nend",
+    ),
     ("dsn postgresql://app:hunter22@db:5432/sales", "dsn postgresql://app:***@db:5432/sales"),
     ("GET /cb?access_token=abcdef123&state=1", "GET /cb?access_token=***&state=1"),
     ('{"client_secret": "s3cr3t!"}', '{"client_secret": "***"}'),
@@ -88,11 +94,36 @@ def test_ordinary_text_ids_hashes_and_base64_pass_unchanged(text: str) -> None:
     assert mask_patterns(text) == text
 
 
-_SECRETISH = hs.sampled_from(["Bearer ", "bearer ", "eyJ", ".eyJ", "sk-", "sk_live_", "ghp_",
-                              "github_pat_", "xoxb-", "AKIA", "AIza", "://", ":", "@",
-                              "password=", '"token": "', "PGPASSWORD=", "x-api-key: ",
-                              "password: ", "-----BEGIN PRIVATE KEY-----",
-                              "-----END PRIVATE KEY-----", MASK, "*", "\n", " ", "."])  # fmt: skip
+_SECRETISH = hs.sampled_from(
+    [
+        "Bearer ",
+        "bearer ",
+        "eyJ",
+        ".eyJ",
+        "sk-",
+        "sk_live_",
+        "ghp_",
+        "github_pat_",
+        "xoxb-",
+        "AKIA",
+        "AIza",
+        "://",
+        ":",
+        "@",
+        "password=",
+        '"token": "',
+        "PGPASSWORD=",
+        "x-api-key: ",
+        "password: ",
+        "-----BEGIN PRIVATE KEY-----",
+        "-----END PRIVATE KEY-----",
+        MASK,
+        "*",
+        "\n",
+        " ",
+        ".",
+    ]
+)
 _TEXT = hs.lists(hs.one_of(_SECRETISH, hs.text(max_size=40)), max_size=12).map("".join)
 
 
@@ -112,8 +143,18 @@ def test_the_quick_check_skips_only_texts_no_pattern_matches(text: str) -> None:
         assert mask_patterns(text + example) == sanitize._mask_all(text + example)
 
 
-@pytest.mark.parametrize("text", ["a." * 32000, "a-" * 32000, "sk-" * 20000, "a_" * 32000,
-                                  "Bearer " * 9000, "a://b" * 12000, "x:" * 32000])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a." * 32000,
+        "a-" * 32000,
+        "sk-" * 20000,
+        "a_" * 32000,
+        "Bearer " * 9000,
+        "a://b" * 12000,
+        "x:" * 32000,
+    ],
+)
 def test_masking_a_large_output_stays_linear(text: str) -> None:
     started = time.perf_counter()
     mask_patterns(text)
@@ -136,7 +177,8 @@ def test_only_the_patterns_whose_trigger_is_in_the_text_run(
     rules = [(t, Spy(t, p), r) for t, p, r in sanitize._RULES]
     monkeypatch.setattr(sanitize, "_RULES", rules)
     assert mask_patterns("a long log line: token=abc123 expired") == (
-        "a long log line: token=*** expired")
+        "a long log line: token=*** expired"
+    )
     assert ran and set(ran) == {"password="}  # the rules of `name=` only
     ran.clear()
     assert mask_patterns("see https://example.com/docs") == "see https://example.com/docs"
@@ -155,8 +197,17 @@ def test_redactor_masks_declared_values_and_patterns_in_nested_values() -> None:
 
 
 def test_mask_keys_masks_values_under_sensitive_keys_at_any_depth() -> None:
-    value = {"user": "ada", "password": "pw", "db": {"api_key": "k", "host": "h"},
-             "items": [{"token": "t"}], "secret": ""}  # fmt: skip
-    assert mask_keys(value) == {"user": "ada", "password": MASK,
-                                "db": {"api_key": MASK, "host": "h"},
-                                "items": [{"token": MASK}], "secret": ""}  # fmt: skip
+    value = {
+        "user": "ada",
+        "password": "pw",
+        "db": {"api_key": "k", "host": "h"},
+        "items": [{"token": "t"}],
+        "secret": "",
+    }
+    assert mask_keys(value) == {
+        "user": "ada",
+        "password": MASK,
+        "db": {"api_key": MASK, "host": "h"},
+        "items": [{"token": MASK}],
+        "secret": "",
+    }

@@ -17,7 +17,8 @@ from tests.worker.fakes import FakeClient, FakeTools
 
 @pytest.mark.parametrize("value", ["-1", str(MAX_MACHINE + 1), "70000"])
 def test_a_machine_id_outside_the_snowflake_range_is_refused(
-        value: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MILEPOST_MACHINE_ID", value)
     with pytest.raises(ValidationError, match="machine_id"):
         Settings()
@@ -38,12 +39,19 @@ def test_a_local_cluster_leases_its_machine_ids(monkeypatch: pytest.MonkeyPatch)
     assert "MILEPOST_MACHINE_ID" not in cluster.env
 
 
-_WORKER_ENV = ("MILEPOST_CONCURRENCY", "MILEPOST_POOL", "MILEPOST_NATS_POOL", "MILEPOST_WORKER_ID",
-               "MILEPOST_LEASE_SECONDS", "MILEPOST_GRACE_SECONDS")  # fmt: skip
+_WORKER_ENV = (
+    "MILEPOST_CONCURRENCY",
+    "MILEPOST_POOL",
+    "MILEPOST_NATS_POOL",
+    "MILEPOST_WORKER_ID",
+    "MILEPOST_LEASE_SECONDS",
+    "MILEPOST_GRACE_SECONDS",
+)
 
 
 def test_one_concurrency_default_for_the_embedded_engine_and_the_worker(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for name in _WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
     worker = Worker(FakeClient(), FakeTools())
@@ -52,10 +60,15 @@ def test_one_concurrency_default_for_the_embedded_engine_and_the_worker(
 
 
 def test_the_worker_reads_its_settings_from_the_environment(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    for name, value in [("MILEPOST_CONCURRENCY", "3"), ("MILEPOST_NATS_POOL", "etl"),
-                        ("MILEPOST_WORKER_ID", "w-env"), ("MILEPOST_LEASE_SECONDS", "12"),
-                        ("MILEPOST_GRACE_SECONDS", "0")]:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in [
+        ("MILEPOST_CONCURRENCY", "3"),
+        ("MILEPOST_NATS_POOL", "etl"),
+        ("MILEPOST_WORKER_ID", "w-env"),
+        ("MILEPOST_LEASE_SECONDS", "12"),
+        ("MILEPOST_GRACE_SECONDS", "0"),
+    ]:
         monkeypatch.setenv(name, value)
     worker = Worker(FakeClient(), FakeTools())
     assert (worker.concurrency, worker.pool, worker.worker_id) == (3, "etl", "w-env")
@@ -64,12 +77,17 @@ def test_the_worker_reads_its_settings_from_the_environment(
     assert Worker(FakeClient(), FakeTools()).pool == "fast"
     # the command line's options beat the environment, the ones not given leave it be
     settings = worker_settings(concurrency=5, pool=None, grace_seconds=None)
-    assert (settings.concurrency, settings.worker_pool(), settings.grace_seconds) == (5, "fast", 0.0)
+    assert (settings.concurrency, settings.worker_pool(), settings.grace_seconds) == (
+        5,
+        "fast",
+        0.0,
+    )
     assert Worker(FakeClient(), FakeTools(), settings=settings).concurrency == 5
 
 
 def test_the_engine_bounds_an_attempt_without_spec_timeout_to_a_day_unless_told_not_to(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from milepost.engine.embedded import DEFAULT_TIMEOUT
 
     monkeypatch.delenv("MILEPOST_DEFAULT_TIMEOUT", raising=False)

@@ -21,8 +21,13 @@ workflow:
 
 def _started(now: float = 1000.0) -> tuple[st.ExecutionState, itertools.count[int]]:
     ids = itertools.count(1)
-    started = ev.new_event(next(ids), 7, ev.EXECUTION_STARTED, now, payload={
-        "path": "t", "version": 1, "workload": {}, "entry_step": "start"})  # fmt: skip
+    started = ev.new_event(
+        next(ids),
+        7,
+        ev.EXECUTION_STARTED,
+        now,
+        payload={"path": "t", "version": 1, "workload": {}, "entry_step": "start"},
+    )
     return st.fold(None, [started]), ids
 
 
@@ -30,7 +35,9 @@ def test_settle_folds_every_decision_until_decide_has_nothing_more_to_say() -> N
     state, ids = _started()
     settled = dc.settle(state, playbook(TWO_STEPS), 1000.0, lambda: next(ids), limit=100)
     assert [(e.event_type, e.step) for e in settled.events] == [
-        (ev.STEP_ENTER, "start"), (ev.COMMAND_ISSUED, "start")]  # fmt: skip
+        (ev.STEP_ENTER, "start"),
+        (ev.COMMAND_ISSUED, "start"),
+    ]
     assert settled.wake_at is None
     assert [c.step for c in state.commands.values()] == ["start"]  # folded into the state
     again = dc.settle(state, playbook(TWO_STEPS), 1000.0, lambda: next(ids), limit=100)
@@ -42,14 +49,32 @@ def test_settle_that_runs_out_of_decisions_asks_to_be_woken_at_once() -> None:
     pb = playbook(TWO_STEPS)
     dc.settle(state, pb, 1000.0, lambda: next(ids), limit=100)
     cmd = next(iter(state.commands.values()))
-    st.fold(state, [ev.new_event(next(ids), 7, ev.COMMAND_COMPLETED, 1001.0, step="start",
-                                 payload={"command_id": cmd.command_id, "run": cmd.run,
-                                          "index": cmd.index, "attempt": cmd.attempt,
-                                          "result": {}, "ctx": {}})])  # fmt: skip
+    st.fold(
+        state,
+        [
+            ev.new_event(
+                next(ids),
+                7,
+                ev.COMMAND_COMPLETED,
+                1001.0,
+                step="start",
+                payload={
+                    "command_id": cmd.command_id,
+                    "run": cmd.run,
+                    "index": cmd.index,
+                    "attempt": cmd.attempt,
+                    "result": {},
+                    "ctx": {},
+                },
+            )
+        ],
+    )
     cut = dc.settle(state, pb, 1001.0, lambda: next(ids), limit=1)
     assert cut.wake_at == 1001.0, "a settle cut short must ask to be asked again at once"
     rest = dc.settle(state, pb, 1001.0, lambda: next(ids), limit=100)
     assert rest.events and rest.wake_at is None, "the cut settle had more to decide"
     assert [e.event_type for e in cut.events + rest.events][-2:] == [
-        ev.STEP_ENTER, ev.COMMAND_ISSUED]  # fmt: skip
+        ev.STEP_ENTER,
+        ev.COMMAND_ISSUED,
+    ]
     assert [c.step for c in state.commands.values()] == ["end"]

@@ -37,8 +37,9 @@ PLACEMENT = [
 
 
 @pytest.mark.parametrize(("execution_id", "of2", "of3", "of4"), PLACEMENT)
-def test_an_execution_id_lands_on_its_pinned_shard(execution_id: int, of2: int, of3: int,
-                                                   of4: int) -> None:  # fmt: skip
+def test_an_execution_id_lands_on_its_pinned_shard(
+    execution_id: int, of2: int, of3: int, of4: int
+) -> None:
     assert [shard_of(execution_id, n) for n in (2, 3, 4)] == [of2, of3, of4]
 
 

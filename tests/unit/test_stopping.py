@@ -11,8 +11,11 @@ import pytest
 from milepost.attempt.stopping import Stoppable
 from milepost.core.work import AttemptResult
 
-CANCELLED = {"kind": "cancelled", "retryable": False,
-             "message": "execution cancelled: the attempt was stopped"}  # fmt: skip
+CANCELLED = {
+    "kind": "cancelled",
+    "retryable": False,
+    "message": "execution cancelled: the attempt was stopped",
+}
 
 
 async def _forever(started: asyncio.Event, cleaned: list[str]) -> AttemptResult:

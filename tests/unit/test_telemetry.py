@@ -35,11 +35,19 @@ def test_a_commands_traceparent_is_w3c_shaped_and_names_the_run_span() -> None:
     assert tc.parse(tc.attempt_traceparent(42, 99)) == (tc.trace_id(42), 99)
 
 
-@pytest.mark.parametrize("value", [
-    None, 7, "", "00-abc-def-01", "ff-" + "1" * 32 + "-" + "1" * 16 + "-01",
-    "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-" + "1" * 32 + "-" + "0" * 16 + "-01",
-    "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        7,
+        "",
+        "00-abc-def-01",
+        "ff-" + "1" * 32 + "-" + "1" * 16 + "-01",
+        "00-" + "0" * 32 + "-" + "1" * 16 + "-01",
+        "00-" + "1" * 32 + "-" + "0" * 16 + "-01",
+        "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
+    ],
+)
 def test_an_invalid_traceparent_is_ignored_not_an_error(value: object) -> None:
     assert tc.parse(value) is None
     # an attempt of a command carrying it is in its run's own trace
@@ -78,23 +86,30 @@ def test_a_configured_exporter_puts_the_run_listener_on_the_engine(no_exporter: 
 
 
 def test_the_standard_variable_configures_the_console_exporter(
-        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    no_exporter: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     configured = telemetry.from_settings(Settings())
     assert configured is not None and telemetry.active() is configured
 
 
-def test_an_unknown_exporter_is_refused_naming_the_setting_and_the_choices(no_exporter: None) -> None:
+def test_an_unknown_exporter_is_refused_naming_the_setting_and_the_choices(
+    no_exporter: None,
+) -> None:
     with pytest.raises(telemetry.TelemetryMisconfigured) as caught:
         telemetry.from_settings(Settings(otel_exporter="zipkin"))
     assert caught.value.code == "telemetry_misconfigured"
-    assert caught.value.fields == {"setting": "otel_exporter", "value": "zipkin",
-                                   "allowed": ["none", "console", "otlp"]}  # fmt: skip
+    assert caught.value.fields == {
+        "setting": "otel_exporter",
+        "value": "zipkin",
+        "allowed": ["none", "console", "otlp"],
+    }
     assert "'zipkin'" in caught.value.message and telemetry.active() is None
 
 
 def test_otlp_without_its_exporter_installed_says_what_to_install(
-        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    no_exporter: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the OTLP exporter is an extra (`milepost[otlp]`): as if it were not installed
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
     with pytest.raises(telemetry.TelemetryMisconfigured, match=r"milepost\[otlp\]"):
@@ -102,7 +117,8 @@ def test_otlp_without_its_exporter_installed_says_what_to_install(
 
 
 def test_otlp_exports_the_run_and_attempt_spans_to_the_collector_s_http_endpoint(
-        no_exporter: None, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    no_exporter: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     with serve() as collector:
@@ -121,8 +137,11 @@ def test_otlp_exports_the_run_and_attempt_spans_to_the_collector_s_http_endpoint
         item = work_item(state, pb, command, lease.epoch)
         with spans.attempt(item) as span:
             spans.attempt_outcome(span, AttemptResult(ok=True))
-        engine.report(report_events(item, AttemptResult(ok=True, result=1), engine.new_id(),
-                                    engine.clock(), "w1"))  # fmt: skip
+        engine.report(
+            report_events(
+                item, AttemptResult(ok=True, result=1), engine.new_id(), engine.clock(), "w1"
+            )
+        )
         assert engine.orchestrator.state(xid).status == "COMPLETED"
         telemetry.reset()  # flushes the batch
         assert collector.received, "nothing exported"

@@ -51,8 +51,9 @@ def test_a_known_field_does_not_warn() -> None:
 
 def test_a_field_like_no_other_has_no_suggestion() -> None:
     playbook = load.load_text(_doc("http", "url: http://x, zzzqqq: 1"))
-    assert any(w.endswith("tool field 'zzzqqq' is not a field of http (line 6)")
-               for w in playbook.warnings), playbook.warnings  # fmt: skip
+    assert any(
+        w.endswith("tool field 'zzzqqq' is not a field of http (line 6)") for w in playbook.warnings
+    ), playbook.warnings
 
 
 def test_a_script_without_uri_does_not_satisfy_the_required_field() -> None:

@@ -15,11 +15,14 @@ from milepost.tools.http import _timeout as http_timeout
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: tests/t}\nworkflow:\n"
 
 
-@pytest.mark.parametrize("tool", [
-    "{kind: http, url: 'http://h/', timeout: 30x}",
-    "{kind: playbook, path: tests/child, timeout: soon}",
-    "{kind: http, url: 'http://h/', timeout: -5}",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "{kind: http, url: 'http://h/', timeout: 30x}",
+        "{kind: playbook, path: tests/child, timeout: soon}",
+        "{kind: http, url: 'http://h/', timeout: -5}",
+    ],
+)
 def test_a_malformed_literal_timeout_is_a_load_error(tool: str) -> None:
     with pytest.raises(PlaybookInvalid) as refused:
         load_text(HEAD + f"  - step: start\n    tool: {tool}\n")

@@ -56,11 +56,14 @@ def test_encode_params__query_string() -> None:
     assert request.url.query == b"n=2&ok=false&l=%5B1%5D"
 
 
-@pytest.mark.parametrize(("config", "query"), [
-    ({"url": "http://x/p?error_type=404"}, b"error_type=404"),  # httpx dropped it
-    ({"url": "http://x/p?a=1&a=2", "params": {"b": 3}}, b"a=1&a=2&b=3"),
-    ({"url": "http://x/p", "params": {"b": 3}}, b"b=3"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "query"),
+    [
+        ({"url": "http://x/p?error_type=404"}, b"error_type=404"),  # httpx dropped it
+        ({"url": "http://x/p?a=1&a=2", "params": {"b": 3}}, b"a=1&a=2&b=3"),
+        ({"url": "http://x/p", "params": {"b": 3}}, b"b=3"),
+    ],
+)
 def test_build_request__keeps_the_urls_own_query(config: dict[str, object], query: bytes) -> None:
     request = http_tool.build_request(call(**config))
     built = httpx.Request(request["method"], request["url"], params=request.get("params"))

@@ -125,9 +125,11 @@ def test_libs_mapping_and_list() -> None:
 
 def test_libs_from_import_binds_the_name_or_the_submodule() -> None:
     # DSL 12: {from: m, import: n} is `from m import n as alias`, a class or a submodule
-    libs = {"dt": {"from": "datetime", "import": "datetime"},
-            "pth": {"from": "os", "import": "path"},
-            "ET": {"from": "xml.etree", "import": "ElementTree"}}  # fmt: skip
+    libs = {
+        "dt": {"from": "datetime", "import": "datetime"},
+        "pth": {"from": "os", "import": "path"},
+        "ET": {"from": "xml.etree", "import": "ElementTree"},
+    }
     code = "result = [dt(2025, 12, 11).date().isoformat(), pth.basename('/a/b'), ET.__name__]"
     assert value(code, libs=libs) == ["2025-12-11", "b", "xml.etree.ElementTree"]
 
@@ -147,8 +149,9 @@ def test_exception_shape() -> None:
         python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None))),
         base.ToolCall("python", {"code": code}, {}, {}, "k"),
     )
-    assert result.error == base.ToolFailure("exception", "ValueError: bad value", code="ValueError",
-                                            line=1, code_line=code)  # fmt: skip
+    assert result.error == base.ToolFailure(
+        "exception", "ValueError: bad value", code="ValueError", line=1, code_line=code
+    )
     assert result.data is None
 
 
@@ -157,14 +160,17 @@ def _failure(code: str) -> base.ToolFailure | None:
     return _decode(reply, base.ToolCall("python", {"code": code}, {}, {}, "k")).error
 
 
-@pytest.mark.parametrize(("code", "line", "text"), [
-    ("a = 1\nb = 0\nresult = a / b\n", 3, "result = a / b"),
-    # the innermost line of the tool's code: in the function it called, not the call
-    ("def f(x):\n    return x['nope']\n\nresult = f({})\n", 2, "return x['nope']"),
-    # code with a top-level `return` runs as a function body: its lines stay the same
-    ("x = 1\nif x:\n    return 1 / 0\n", 3, "return 1 / 0"),
-    ("result = (1,\n", 1, "result = (1,"),  # a syntax error names its line too
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "line", "text"),
+    [
+        ("a = 1\nb = 0\nresult = a / b\n", 3, "result = a / b"),
+        # the innermost line of the tool's code: in the function it called, not the call
+        ("def f(x):\n    return x['nope']\n\nresult = f({})\n", 2, "return x['nope']"),
+        # code with a top-level `return` runs as a function body: its lines stay the same
+        ("x = 1\nif x:\n    return 1 / 0\n", 3, "return 1 / 0"),
+        ("result = (1,\n", 1, "result = (1,"),  # a syntax error names its line too
+    ],
+)
 def test_a_failure_names_the_line_of_code_that_raised(code: str, line: int, text: str) -> None:
     failure = _failure(code)
     assert failure is not None and (failure.line, failure.code_line) == (line, text), failure
@@ -192,8 +198,9 @@ def test_print_is_captured_not_written() -> None:
 
 
 def test_output_is_capped_keeping_head_and_tail() -> None:
-    payload = pickle.dumps(("print('a' * 1000 + 'b' * 5000 + 'c' * 1000, end='')", {}, {}, "k",
-                            None, 1024), protocol=5)  # fmt: skip
+    payload = pickle.dumps(
+        ("print('a' * 1000 + 'b' * 5000 + 'c' * 1000, end='')", {}, {}, "k", None, 1024), protocol=5
+    )
     [(stream, text, cut)] = pickle.loads(python_worker.Runner().handle(payload))[2]
     seam = 128  # dropped on each side of the cut (`core.logs.SEAM`)
     assert stream == "stdout" and cut == 7000 - 1024 + 2 * seam
@@ -209,8 +216,10 @@ def test_traceback_quotes_the_code_from_its_first_frame() -> None:
     assert 'File "<python tool>", line 5, in <module>\n    result = f(0)' in trace
     assert 'File "<python tool>", line 2, in f\n    return 1 / x' in trace
     assert at == (2, "return 1 / x")
-    result = _decode(python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None))),
-                     base.ToolCall("python", {}, {}, {}, "k", step="divide"))  # fmt: skip
+    result = _decode(
+        python_worker.Runner().handle(pickle.dumps((code, {}, {}, "k", None))),
+        base.ToolCall("python", {}, {}, {}, "k", step="divide"),
+    )
     assert result.error is not None and result.error.to_dict()["line"] == 2
     assert [c.stream for c in result.logs] == ["stdout", "traceback"]
     assert 'File "<step divide>", line 2, in f' in result.logs[1].text

@@ -28,8 +28,13 @@ from milepost.tools.python import _decode
 from tests.unit import sim
 from tests.unit.test_attempt import FakeSleep, FakeTools, playbook, work_item
 
-GPT = {"input_tokens": 812, "output_tokens": 164, "cost": 0.0041, "provider": "openai",
-       "model": "gpt-x"}  # fmt: skip
+GPT = {
+    "input_tokens": 812,
+    "output_tokens": 164,
+    "cost": 0.0041,
+    "provider": "openai",
+    "model": "gpt-x",
+}
 
 
 def attempt(pb: Any, tools: FakeTools, step: str = "x") -> Any:
@@ -55,8 +60,15 @@ def test_the_python_usage_global_goes_on_the_report_and_not_in_the_result() -> N
     tools = FakeTools(draft=ToolResult(data={"text": "hi"}, usage=GPT))
     outcome = attempt(pb, tools)
     assert outcome.ok and outcome.result == {"text": "hi"}
-    assert outcome.usage == [{"provider": "openai", "model": "gpt-x", "input_tokens": 812,
-                              "output_tokens": 164, "cost": 0.0041}]  # fmt: skip
+    assert outcome.usage == [
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 812,
+            "output_tokens": 164,
+            "cost": 0.0041,
+        }
+    ]
     [event] = report_events(work_item(), outcome, 99, 1.0)
     assert event.event_type == ev.COMMAND_COMPLETED
     assert event.payload["usage"] == outcome.usage
@@ -69,12 +81,14 @@ def test_an_http_body_usage_leaves_the_result_data() -> None:
           - step: x
             tool: {kind: http, url: "http://h/chat"}
     """)
-    tools = FakeTools(http=http_result({"answer": 42, "usage": {"prompt_tokens": 10,
-                                                                 "completion_tokens": 5}}))  # fmt: skip
+    tools = FakeTools(
+        http=http_result({"answer": 42, "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+    )
     outcome = attempt(pb, tools)
     assert outcome.result["data"] == {"answer": 42} == outcome.result["body"]
-    assert outcome.usage == [{"provider": "", "model": "", "input_tokens": 10,
-                              "output_tokens": 5, "cost": 0.0}]  # fmt: skip
+    assert outcome.usage == [
+        {"provider": "", "model": "", "input_tokens": 10, "output_tokens": 5, "cost": 0.0}
+    ]
 
 
 def test_an_http_usage_of_another_shape_stays_in_the_data() -> None:
@@ -109,19 +123,36 @@ def test_a_pipeline_sums_its_tasks_per_provider_and_model_retries_included() -> 
                 kind: python
                 code: b
     """)
-    one = {"input_tokens": 100, "output_tokens": 10, "cost": 0.5, "provider": "openai",
-           "model": "gpt-x"}  # fmt: skip
+    one = {
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cost": 0.5,
+        "provider": "openai",
+        "model": "gpt-x",
+    }
     other = {"input_tokens": 7, "cost": 1.25, "provider": "anthropic", "model": "claude"}
-    tools = FakeTools(a=ToolResult(data={"a": 1}, usage=one), b=ToolResult(data={"b": 2}, usage=other))
+    tools = FakeTools(
+        a=ToolResult(data={"a": 1}, usage=one), b=ToolResult(data={"b": 2}, usage=other)
+    )
     outcome = attempt(pb, tools)
     assert tools.labels == ["a", "a", "b"]
     assert outcome.result == {"a": 1, "b": 2}
     assert outcome.usage == [
-        {"provider": "anthropic", "model": "claude", "input_tokens": 7, "output_tokens": 0,
-         "cost": 1.25},
-        {"provider": "openai", "model": "gpt-x", "input_tokens": 200, "output_tokens": 20,
-         "cost": 1.0},
-    ]  # fmt: skip
+        {
+            "provider": "anthropic",
+            "model": "claude",
+            "input_tokens": 7,
+            "output_tokens": 0,
+            "cost": 1.25,
+        },
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 200,
+            "output_tokens": 20,
+            "cost": 1.0,
+        },
+    ]
 
 
 def test_a_failed_attempt_reports_what_it_spent() -> None:
@@ -132,25 +163,37 @@ def test_a_failed_attempt_reports_what_it_spent() -> None:
               - {name: a, kind: python, code: a}
               - {name: b, kind: http, url: "http://h/x"}
     """)
-    tools = FakeTools(a=ToolResult(data={}, usage={"output_tokens": 3, "cost": 0.01}),
-                      http=http_result({"usage": {"input_tokens": 4}}, status=500))  # fmt: skip
+    tools = FakeTools(
+        a=ToolResult(data={}, usage={"output_tokens": 3, "cost": 0.01}),
+        http=http_result({"usage": {"input_tokens": 4}}, status=500),
+    )
     outcome = attempt(pb, tools)
     assert not outcome.ok and outcome.error["kind"] == "server_error"
     [event] = report_events(work_item(), outcome, 99, 1.0)
     assert event.event_type == ev.COMMAND_FAILED
-    assert event.payload["usage"] == [{"provider": "", "model": "", "input_tokens": 4,
-                                       "output_tokens": 3, "cost": 0.01}]  # fmt: skip
+    assert event.payload["usage"] == [
+        {"provider": "", "model": "", "input_tokens": 4, "output_tokens": 3, "cost": 0.01}
+    ]
 
 
-@pytest.mark.parametrize(("reported", "message"), [
-    ("lots", "step 'x': usage must be a mapping, got str"),
-    ({"input_tokens": -1}, "step 'x': usage.input_tokens must be a non-negative integer, got -1"),
-    ({"output_tokens": 1.5}, "step 'x': usage.output_tokens must be a non-negative integer, got 1.5"),
-    ({"cost": "5"}, "step 'x': usage.cost must be a non-negative number, got '5'"),
-    ({"cost": float("nan")}, "step 'x': usage.cost must be a non-negative number, got nan"),
-    ({"cost": True}, "step 'x': usage.cost must be a non-negative number, got True"),
-    ({"model": 4}, "step 'x': usage.model must be a string, got 4"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("reported", "message"),
+    [
+        ("lots", "step 'x': usage must be a mapping, got str"),
+        (
+            {"input_tokens": -1},
+            "step 'x': usage.input_tokens must be a non-negative integer, got -1",
+        ),
+        (
+            {"output_tokens": 1.5},
+            "step 'x': usage.output_tokens must be a non-negative integer, got 1.5",
+        ),
+        ({"cost": "5"}, "step 'x': usage.cost must be a non-negative number, got '5'"),
+        ({"cost": float("nan")}, "step 'x': usage.cost must be a non-negative number, got nan"),
+        ({"cost": True}, "step 'x': usage.cost must be a non-negative number, got True"),
+        ({"model": 4}, "step 'x': usage.model must be a string, got 4"),
+    ],
+)
 def test_usage_that_cannot_be_counted_fails_the_step_naming_it(reported: Any, message: str) -> None:
     pb = playbook("""
         workflow:
@@ -197,33 +240,81 @@ def test_python_usage_starts_unset_whatever_the_inputs_hold() -> None:
 # -- the fold and the store's projection ---------------------------------------------------
 
 
-def report(xid: int, eid: int, step: str, reported: Any, *, failed: bool = False,
-           stale: bool = False) -> ev.Event:  # fmt: skip
-    payload: dict[str, Any] = {"command_id": 1000 + eid, "run": 1, "index": -1, "attempt": 1,
-                               "usage": reported}  # fmt: skip
+def report(
+    xid: int, eid: int, step: str, reported: Any, *, failed: bool = False, stale: bool = False
+) -> ev.Event:
+    payload: dict[str, Any] = {
+        "command_id": 1000 + eid,
+        "run": 1,
+        "index": -1,
+        "attempt": 1,
+        "usage": reported,
+    }
     payload.update({"error": {"kind": "x"}} if failed else {"result": None})
-    return ev.new_event(eid, xid, ev.COMMAND_FAILED if failed else ev.COMMAND_COMPLETED,
-                        float(eid), step=step, payload=payload,
-                        meta={"stale": True} if stale else {})  # fmt: skip
+    return ev.new_event(
+        eid,
+        xid,
+        ev.COMMAND_FAILED if failed else ev.COMMAND_COMPLETED,
+        float(eid),
+        step=step,
+        payload=payload,
+        meta={"stale": True} if stale else {},
+    )
 
 
 def test_the_fold_sums_usage_per_execution_and_step_and_skips_stale_reports() -> None:
     started = ev.new_event(1, 5, ev.EXECUTION_STARTED, 0.0, payload={"path": "p"})
-    a = [{"provider": "openai", "model": "gpt-x", "input_tokens": 10, "output_tokens": 2,
-          "cost": 0.1}]  # fmt: skip
-    b = [{"provider": "openai", "model": "gpt-x", "input_tokens": 1, "output_tokens": 1,
-          "cost": 0.2}, {"provider": "", "model": "", "input_tokens": 0, "output_tokens": 4,
-                         "cost": 0.0}]  # fmt: skip
-    log = [started, report(5, 2, "draft", a), report(5, 3, "review", b, failed=True),
-           report(5, 4, "draft", a, stale=True)]  # fmt: skip
+    a = [
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 10,
+            "output_tokens": 2,
+            "cost": 0.1,
+        }
+    ]
+    b = [
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": 1,
+            "output_tokens": 1,
+            "cost": 0.2,
+        },
+        {"provider": "", "model": "", "input_tokens": 0, "output_tokens": 4, "cost": 0.0},
+    ]
+    log = [
+        started,
+        report(5, 2, "draft", a),
+        report(5, 3, "review", b, failed=True),
+        report(5, 4, "draft", a, stale=True),
+    ]
     state = st.fold(None, log)
     assert (state.usage.tokens, state.usage.cost) == (18, 0.3)
     assert state.usage.summary() == {
-        "tokens": 18, "input_tokens": 11, "output_tokens": 7, "cost": 0.3,
-        "by": [{"provider": "", "model": "", "input_tokens": 0, "output_tokens": 4,
-                "cost": 0.0, "tokens": 4},
-               {"provider": "openai", "model": "gpt-x", "input_tokens": 11,
-                "output_tokens": 3, "cost": 0.3, "tokens": 14}]}  # fmt: skip
+        "tokens": 18,
+        "input_tokens": 11,
+        "output_tokens": 7,
+        "cost": 0.3,
+        "by": [
+            {
+                "provider": "",
+                "model": "",
+                "input_tokens": 0,
+                "output_tokens": 4,
+                "cost": 0.0,
+                "tokens": 4,
+            },
+            {
+                "provider": "openai",
+                "model": "gpt-x",
+                "input_tokens": 11,
+                "output_tokens": 3,
+                "cost": 0.3,
+                "tokens": 14,
+            },
+        ],
+    }
     assert state.step_usage["draft"].tokens == 12 and state.step_usage["review"].tokens == 6
     # the store's projection counts the same reports as the fold
     rows: dict[stored.Key, list[float]] = {}
@@ -232,11 +323,13 @@ def test_the_fold_sums_usage_per_execution_and_step_and_skips_stale_reports() ->
 
 
 def test_a_run_without_usage_folds_no_totals() -> None:
-    s = sim.Sim(sim.playbook("""
+    s = sim.Sim(
+        sim.playbook("""
         workflow:
           - step: start
             tool: {kind: noop}
-    """))
+    """)
+    )
     s.run_all()
     assert s.state.status == st.COMPLETED and s.state.usage.summary() is None
     assert not s.state.step_usage
@@ -244,11 +337,18 @@ def test_a_run_without_usage_folds_no_totals() -> None:
 
 def test_memory_store_reads_usage_per_execution_and_per_playbook() -> None:
     store = memory.MemoryStore()
-    gpt = [{"provider": "openai", "model": "gpt-x", "input_tokens": 5, "output_tokens": 5,
-            "cost": 1.5}]  # fmt: skip
-    store.append([ev.new_event(1, 5, ev.EXECUTION_STARTED, 0.0, payload={"path": "agent"}),
-                  ev.new_event(2, 6, ev.EXECUTION_STARTED, 0.0, payload={"path": "agent"}),
-                  report(5, 3, "s", gpt), report(6, 4, "s", gpt), report(5, 7, "s", gpt)])  # fmt: skip
+    gpt = [
+        {"provider": "openai", "model": "gpt-x", "input_tokens": 5, "output_tokens": 5, "cost": 1.5}
+    ]
+    store.append(
+        [
+            ev.new_event(1, 5, ev.EXECUTION_STARTED, 0.0, payload={"path": "agent"}),
+            ev.new_event(2, 6, ev.EXECUTION_STARTED, 0.0, payload={"path": "agent"}),
+            report(5, 3, "s", gpt),
+            report(6, 4, "s", gpt),
+            report(5, 7, "s", gpt),
+        ]
+    )
     assert store.execution_usage(5) == [stored.UsageRow("agent", "openai", "gpt-x", 10, 10, 3.0, 5)]
     assert store.playbook_usage() == [stored.UsageRow("agent", "openai", "gpt-x", 15, 15, 4.5)]
     assert store.playbook_usage("other") == []
@@ -272,16 +372,19 @@ def test_a_budget_is_read_at_load() -> None:
     assert (pb.executor.budget.tokens, pb.executor.budget.cost) == (200000, 5.0)
 
 
-@pytest.mark.parametrize(("budget", "problem"), [
-    ("{tokens: 0}", "executor.spec.budget.tokens: expected a positive integer, got 0"),
-    ("{tokens: 1.5}", "executor.spec.budget.tokens: expected a positive integer, got 1.5"),
-    ("{cost: -1}", "executor.spec.budget.cost: expected a positive number, got -1"),
-    ("{cost: true}", "executor.spec.budget.cost: expected a positive number, got True"),
-    ("{cost: 'x'}", "executor.spec.budget.cost: expected a positive number, got 'x'"),
-    ("{dollars: 3}", "unknown field 'dollars' (expected one of: cost, tokens)"),
-    ("{}", "executor.spec.budget: expected at least one of: cost, tokens"),
-    ("5", "executor.spec.budget: expected a mapping, got"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("budget", "problem"),
+    [
+        ("{tokens: 0}", "executor.spec.budget.tokens: expected a positive integer, got 0"),
+        ("{tokens: 1.5}", "executor.spec.budget.tokens: expected a positive integer, got 1.5"),
+        ("{cost: -1}", "executor.spec.budget.cost: expected a positive number, got -1"),
+        ("{cost: true}", "executor.spec.budget.cost: expected a positive number, got True"),
+        ("{cost: 'x'}", "executor.spec.budget.cost: expected a positive number, got 'x'"),
+        ("{dollars: 3}", "unknown field 'dollars' (expected one of: cost, tokens)"),
+        ("{}", "executor.spec.budget: expected at least one of: cost, tokens"),
+        ("5", "executor.spec.budget: expected a mapping, got"),
+    ],
+)
 def test_a_wrong_budget_is_refused_at_load_naming_the_field(budget: str, problem: str) -> None:
     with pytest.raises(PlaybookInvalid) as caught:
         sim.playbook(BUDGETED.format(budget=budget))
@@ -294,11 +397,31 @@ def test_a_wrong_budget_is_refused_at_load_naming_the_field(budget: str, problem
 def spend(s: sim.Sim, step: str, cost: float = 0.0, tokens: int = 0) -> list[ev.Event]:
     """Complete the step's oldest live command with a report of that usage."""
     cmd = s.live(step)[0]
-    reported = [{"provider": "openai", "model": "gpt-x", "input_tokens": tokens,
-                 "output_tokens": 0, "cost": cost}]  # fmt: skip
-    event = ev.new_event(s.new_id(), 77, ev.COMMAND_COMPLETED, s.now, step=step, payload={
-        "command_id": cmd.command_id, "run": cmd.run, "index": cmd.index,
-        "attempt": cmd.attempt, "result": {"ok": True}, "ctx": {}, "usage": reported})  # fmt: skip
+    reported = [
+        {
+            "provider": "openai",
+            "model": "gpt-x",
+            "input_tokens": tokens,
+            "output_tokens": 0,
+            "cost": cost,
+        }
+    ]
+    event = ev.new_event(
+        s.new_id(),
+        77,
+        ev.COMMAND_COMPLETED,
+        s.now,
+        step=step,
+        payload={
+            "command_id": cmd.command_id,
+            "run": cmd.run,
+            "index": cmd.index,
+            "attempt": cmd.attempt,
+            "result": {"ok": True},
+            "ctx": {},
+            "usage": reported,
+        },
+    )
     st.fold(s.state, [event])
     s.log.append(event)
     return s.settle()
@@ -325,8 +448,11 @@ def test_a_budget_passed_fails_the_run_at_the_step_boundary() -> None:
     spend(s, "start", cost=2.0)
     assert s.live("draft")  # 2.0 is within the budget: the run goes on
     events = spend(s, "draft", cost=3.12)
-    assert s.types(events) == [(ev.STEP_EXIT, "draft"), (ev.BUDGET_EXCEEDED, "draft"),
-                               (ev.EXECUTION_FAILED, None)]  # fmt: skip
+    assert s.types(events) == [
+        (ev.STEP_EXIT, "draft"),
+        (ev.BUDGET_EXCEEDED, "draft"),
+        (ev.EXECUTION_FAILED, None),
+    ]
     assert s.state.status == st.FAILED
     assert s.state.error is not None
     assert s.state.error["kind"] == "budget"
@@ -342,7 +468,8 @@ def test_a_token_budget_names_the_tokens() -> None:
 
 
 def test_running_steps_finish_before_the_run_fails_and_nothing_new_starts() -> None:
-    s = sim.Sim(sim.playbook("""
+    s = sim.Sim(
+        sim.playbook("""
         executor:
           spec:
             budget: {cost: 1.0}
@@ -360,7 +487,8 @@ def test_running_steps_finish_before_the_run_fails_and_nothing_new_starts() -> N
             tool: {kind: noop}
           - step: after_slow
             tool: {kind: noop}
-    """))
+    """)
+    )
     spend(s, "start")
     events = spend(s, "a", cost=1.5)
     assert s.types(events) == [(ev.STEP_EXIT, "a"), (ev.BUDGET_EXCEEDED, "a")]
@@ -375,7 +503,8 @@ def test_running_steps_finish_before_the_run_fails_and_nothing_new_starts() -> N
 
 def test_a_loop_stops_issuing_iterations_once_an_iteration_passed_the_budget() -> None:
     """Each iteration's end is a step boundary (DSL 10.6): the third never starts."""
-    s = sim.Sim(sim.playbook("""
+    s = sim.Sim(
+        sim.playbook("""
         executor:
           spec:
             budget: {cost: 1.0}
@@ -386,7 +515,8 @@ def test_a_loop_stops_issuing_iterations_once_an_iteration_passed_the_budget() -
             next: {arcs: [{step: end}]}
           - step: end
             tool: {kind: noop}
-    """))
+    """)
+    )
     spend(s, "start", cost=0.6)
     assert [c.index for c in s.live("start")] == [1]  # within the budget: the next one
     events = spend(s, "start", cost=0.6)
@@ -402,7 +532,8 @@ def test_a_loop_stops_issuing_iterations_once_an_iteration_passed_the_budget() -
 
 
 def test_a_parallel_loop_lets_its_iterations_in_flight_finish_and_counts_them() -> None:
-    s = sim.Sim(sim.playbook("""
+    s = sim.Sim(
+        sim.playbook("""
         executor:
           spec:
             budget: {cost: 1.0}
@@ -410,7 +541,8 @@ def test_a_parallel_loop_lets_its_iterations_in_flight_finish_and_counts_them() 
           - step: start
             tool: {kind: noop}
             loop: {in: "{{ [1, 2, 3, 4, 5] }}", iterator: i, spec: {mode: parallel, max_in_flight: 2}}
-    """))
+    """)
+    )
     spend(s, "start", cost=1.5)
     assert s.state.status == st.RUNNING and [c.index for c in s.live("start")] == [1]
     spend(s, "start", cost=0.5)
@@ -428,13 +560,14 @@ def test_no_budget_no_check() -> None:
 
 
 def test_usage_parse_reads_provider_keys_and_ignores_extras() -> None:
-    assert usage.parse({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
-                        "provider": None}, "here") == [{"provider": "", "model": "",
-                        "input_tokens": 3, "output_tokens": 4, "cost": 0.0}]  # fmt: skip
+    assert usage.parse(
+        {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "provider": None}, "here"
+    ) == [{"provider": "", "model": "", "input_tokens": 3, "output_tokens": 4, "cost": 0.0}]
 
 
 def test_adding_reports_sums_the_ones_that_hold_entries_among_empty_ones() -> None:
     entry = {"provider": "p", "model": "m", "input_tokens": 3, "output_tokens": 1, "cost": 0.5}
     assert usage.add() == [] and usage.add([], None) == []
-    assert usage.add([], [entry], None, [entry]) == [{**entry, "input_tokens": 6,
-                                                      "output_tokens": 2, "cost": 1.0}]
+    assert usage.add([], [entry], None, [entry]) == [
+        {**entry, "input_tokens": 6, "output_tokens": 2, "cost": 1.0}
+    ]

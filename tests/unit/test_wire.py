@@ -26,13 +26,20 @@ PB = playbook("""\
 
 def _encoded(state: st.ExecutionState, command: st.Command, epoch: int) -> dict[str, Any]:
     item = work_item(state, PB, command, epoch)
-    return {"command_id": str(command.command_id), "execution_id": str(state.execution_id),
-            "step": command.step, "run": command.run, "index": command.index,
-            "attempt": command.attempt, "idempotency_key": command.idempotency_key,
-            "context": wire.plain(item.context),
-            "loop_steps": wire.loop_steps(state, PB, item.context),
-            "args": wire.plain(item.args), "lease": {"epoch": epoch},
-            "traceparent": item.traceparent}  # fmt: skip
+    return {
+        "command_id": str(command.command_id),
+        "execution_id": str(state.execution_id),
+        "step": command.step,
+        "run": command.run,
+        "index": command.index,
+        "attempt": command.attempt,
+        "idempotency_key": command.idempotency_key,
+        "context": wire.plain(item.context),
+        "loop_steps": wire.loop_steps(state, PB, item.context),
+        "args": wire.plain(item.args),
+        "lease": {"epoch": epoch},
+        "traceparent": item.traceparent,
+    }
 
 
 def test_a_command_survives_the_wire_loop_results_and_their_failures_included() -> None:
@@ -53,9 +60,16 @@ def test_a_command_survives_the_wire_loop_results_and_their_failures_included() 
 
 
 def test_a_report_event_carries_its_epoch_and_parent_as_strings() -> None:
-    event = ev.new_event(901, 77, ev.COMMAND_COMPLETED, 1000.5, step="start", worker_id="w",
-                         payload={"command_id": 5, "result": {"at": 1.5}, "ctx": {}},
-                         meta={"duration_ms": 2.0})  # fmt: skip
+    event = ev.new_event(
+        901,
+        77,
+        ev.COMMAND_COMPLETED,
+        1000.5,
+        step="start",
+        worker_id="w",
+        payload={"command_id": 5, "result": {"at": 1.5}, "ctx": {}},
+        meta={"duration_ms": 2.0},
+    )
     sent = wire.event_to_wire(event, 7, 5)
     assert sent["meta"] == {"duration_ms": 2.0, "epoch": 7}
     assert (sent["event_id"], sent["execution_id"], sent["parent_event_id"]) == ("901", "77", "5")
@@ -65,7 +79,10 @@ def test_a_report_event_carries_its_epoch_and_parent_as_strings() -> None:
 
 def test_jsonable_turns_what_json_cannot_carry_into_text() -> None:
     assert wire.jsonable({"a": (1, 2), "b": {1, 2} and "x", "c": object}) == {
-        "a": [1, 2], "b": "x", "c": str(object)}
+        "a": [1, 2],
+        "b": "x",
+        "c": str(object),
+    }
 
 
 COMPENSATED = playbook("""\
@@ -90,10 +107,17 @@ def test_a_compensation_s_loop_result_keeps_its_stats_across_the_wire() -> None:
     [undo] = sim.live("undo")
     item = work_item(sim.state, COMPENSATED, undo, 1)
     assert isinstance(item.context["compensation"]["result"], LoopResult)
-    sent = json.loads(json.dumps({
-        "command_id": str(undo.command_id), "execution_id": str(sim.state.execution_id),
-        "step": undo.step, "context": wire.plain(item.context),
-        "loop_steps": wire.loop_steps(sim.state, COMPENSATED, item.context)}))  # fmt: skip
+    sent = json.loads(
+        json.dumps(
+            {
+                "command_id": str(undo.command_id),
+                "execution_id": str(sim.state.execution_id),
+                "step": undo.step,
+                "context": wire.plain(item.context),
+                "loop_steps": wire.loop_steps(sim.state, COMPENSATED, item.context),
+            }
+        )
+    )
     received = wire.work_item_from_wire(sent).context["compensation"]
     assert isinstance(received["result"], LoopResult)
     assert received["result"].stats == {"total": 2, "success": 2, "failed": 0}
@@ -103,6 +127,10 @@ def test_a_compensation_s_loop_result_keeps_its_stats_across_the_wire() -> None:
 def test_jsonable_turns_a_nan_or_an_infinity_into_null() -> None:
     """A python step returning NaN on a server hung its run: the worker sent `NaN`, which
     the server refuses (no JSON has it), and the report was never taken."""
-    value = {"x": float("nan"), "y": [float("inf"), -float("inf"), 1.5], "z": {"k": (float("nan"),)}}
+    value = {
+        "x": float("nan"),
+        "y": [float("inf"), -float("inf"), 1.5],
+        "z": {"k": (float("nan"),)},
+    }
     assert wire.jsonable(value) == {"x": None, "y": [None, None, 1.5], "z": {"k": [None]}}
     assert json.dumps(wire.jsonable(value), allow_nan=False)

@@ -106,35 +106,58 @@ class FakeClock:
         return live[0]
 
 
-def command(command_id: int, *, execution_id: int = 500, step: str = "start", epoch: int = 1,
-            index: int = -1, attempt: int = 1, path: str = "tests/w", version: int = 1,
-            context: dict[str, Any] | None = None,
-            loop_steps: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def command(
+    command_id: int,
+    *,
+    execution_id: int = 500,
+    step: str = "start",
+    epoch: int = 1,
+    index: int = -1,
+    attempt: int = 1,
+    path: str = "tests/w",
+    version: int = 1,
+    context: dict[str, Any] | None = None,
+    loop_steps: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A command in the wire shape of a claim."""
     return {
-        "command_id": str(command_id), "event_id": str(command_id),
-        "execution_id": str(execution_id), "step": step, "run": 1, "index": index,
-        "attempt": attempt, "idempotency_key": f"key-{command_id}-{attempt}",
-        "status": "claimed", "playbook": {"path": path, "version": version},
-        "context": context if context is not None else {
-            "workload": {}, "ctx": {}, "iter": {}, "execution_id": str(execution_id)},
-        "loop_steps": loop_steps or {}, "args": {},
+        "command_id": str(command_id),
+        "event_id": str(command_id),
+        "execution_id": str(execution_id),
+        "step": step,
+        "run": 1,
+        "index": index,
+        "attempt": attempt,
+        "idempotency_key": f"key-{command_id}-{attempt}",
+        "status": "claimed",
+        "playbook": {"path": path, "version": version},
+        "context": context
+        if context is not None
+        else {"workload": {}, "ctx": {}, "iter": {}, "execution_id": str(execution_id)},
+        "loop_steps": loop_steps or {},
+        "args": {},
         "lease": {"epoch": epoch, "expires_at": "2030-01-01T00:00:00Z"},
-    }  # fmt: skip
+    }
 
 
 LEASE = 30.0
 HEARTBEAT = LEASE / 3
 
 
-def make(client: FakeClient | None = None, tools: FakeTools | None = None,
-         **kwargs: Any) -> tuple[Worker, FakeClient, FakeTools, FakeClock]:  # fmt: skip
+def make(
+    client: FakeClient | None = None, tools: FakeTools | None = None, **kwargs: Any
+) -> tuple[Worker, FakeClient, FakeTools, FakeClock]:
     client = client or FakeClient()
     tools = tools or FakeTools()
     clock = FakeClock()
     ids = iter(range(9_000_000, 10_000_000))
-    options: dict[str, Any] = {"concurrency": 4, "worker_id": "w-1", "lease_seconds": LEASE,
-                               "grace_seconds": 5.0, **kwargs}  # fmt: skip
+    options: dict[str, Any] = {
+        "concurrency": 4,
+        "worker_id": "w-1",
+        "lease_seconds": LEASE,
+        "grace_seconds": 5.0,
+        **kwargs,
+    }
     worker = Worker(client, tools, clock=clock, new_id=lambda: next(ids), **options)
     return worker, client, tools, clock
 
@@ -194,17 +217,22 @@ class FakeClient:
         self.server_clock: Callable[[], float] | None = None
         """The server's time for `expires_at` (None: it is left out, as by an older server)."""
 
-    async def claim_next(self, worker_id: str, limit: int = 1,
-                         lease_seconds: float | None = None,
-                         pool: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    async def claim_next(
+        self,
+        worker_id: str,
+        limit: int = 1,
+        lease_seconds: float | None = None,
+        pool: str | None = None,
+    ) -> list[dict[str, Any]]:
         self.claim_limits.append(limit)
         if self.claim_failures:
             raise self.claim_failures.pop(0)
         out, self.queue = self.queue[:limit], self.queue[limit:]
         return out
 
-    async def heartbeat(self, event_id: int | str, worker_id: str, epoch: int,
-                        lease_seconds: float | None = None) -> dict[str, Any]:  # fmt: skip
+    async def heartbeat(
+        self, event_id: int | str, worker_id: str, epoch: int, lease_seconds: float | None = None
+    ) -> dict[str, Any]:
         self.heartbeats.append((int(event_id), epoch, worker_id))
         if self.on_heartbeat is not None:
             return self.on_heartbeat(int(event_id), epoch)
@@ -214,10 +242,15 @@ class FakeClient:
         self.releases.append((int(event_id), epoch))
         return {"released": True}
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None,
-                         worker: dict[str, Any] | None = None,
-                         release: bool = False) -> dict[str, Any]:  # fmt: skip
+    async def machine_id(
+        self,
+        worker_id: str,
+        machine_id: int | None = None,
+        *,
+        pool: str | None = None,
+        worker: dict[str, Any] | None = None,
+        release: bool = False,
+    ) -> dict[str, Any]:
         if release:
             self.machine_id_releases.append(machine_id)
             return {"machine_id": machine_id, "expires_at": None, "renewed": False}
@@ -234,8 +267,9 @@ class FakeClient:
         expires_at = None if self.server_clock is None else self.server_clock() + LEASE_TTL_S
         return {"machine_id": leased, "expires_at": expires_at, "renewed": renewed}
 
-    async def post_events(self, events: list[dict[str, Any]],
-                          claim: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    async def post_events(
+        self, events: list[dict[str, Any]], claim: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         self.report_claims.append(None if claim is None else int(claim["limit"]))
         if self.report_gate is not None:
             await self.report_gate.wait()
@@ -244,8 +278,11 @@ class FakeClient:
             raise failure
         self.reports.append(events)
         self.reported.set()
-        reply: dict[str, Any] = {"accepted": len(events), "stored": len(events),
-                                 "event_ids": [e["event_id"] for e in events]}  # fmt: skip
+        reply: dict[str, Any] = {
+            "accepted": len(events),
+            "stored": len(events),
+            "event_ids": [e["event_id"] for e in events],
+        }
         if self.ignore_reports:
             reply["stored"], reply["ignored"] = 0, reply["event_ids"]
         if claim is not None:  # as the server: the next commands, claimed with the report
@@ -260,8 +297,12 @@ class FakeClient:
         key = (path, version or 1)
         if key not in self.playbooks:
             raise ServerRefused(404, "playbook_not_found", f"no playbook {path}@{version}")
-        return {"path": path, "version": key[1], "catalog_id": f"{path}@{key[1]}",
-                "content": self.playbooks[key]}  # fmt: skip
+        return {
+            "path": path,
+            "version": key[1],
+            "catalog_id": f"{path}@{key[1]}",
+            "content": self.playbooks[key],
+        }
 
     async def credential(self, name: str) -> dict[str, Any] | None:
         self.credential_calls.append(name)

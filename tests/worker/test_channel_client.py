@@ -32,8 +32,9 @@ def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_for(lambda: server.started or not thread.is_alive(), "the server to start",
-             timeout=DEADLINE)  # fmt: skip
+    wait_for(
+        lambda: server.started or not thread.is_alive(), "the server to start", timeout=DEADLINE
+    )
     assert server.started, "server did not start"
     store = app.state.services.store
     token = auth.create_token(store, "admin", "channel-test", time.time())
@@ -63,17 +64,20 @@ def test_a_report_goes_over_the_socket_and_claims_the_next_command(live: tuple[s
         async with AsyncMilepostClient(url, token) as http:
             reports = ChannelClient(http)
             command = await _first_command(http)
-            reply = await reports.post_events(report_wire(command, "hi"),
-                                              {"worker_id": "w1", "limit": 4})  # fmt: skip
+            reply = await reports.post_events(
+                report_wire(command, "hi"), {"worker_id": "w1", "limit": 4}
+            )
             assert reply["stored"] == 1 and reports.refused is None
             assert isinstance(reply["commands"], list)
             with pytest.raises(ServerRefused) as refused:  # the route's errors, as ServerRefused
-                await reports.post_events([{"execution_id": command["execution_id"],
-                                            "event_type": "step.exit"}])  # fmt: skip
+                await reports.post_events(
+                    [{"execution_id": command["execution_id"], "event_type": "step.exit"}]
+                )
             assert refused.value.status == 422 and refused.value.code == "validation_error"
             # the socket survived the error
-            again = await reports.post_events([{"execution_id": command["execution_id"],
-                                                "event_type": "command.heartbeat"}])  # fmt: skip
+            again = await reports.post_events(
+                [{"execution_id": command["execution_id"], "event_type": "command.heartbeat"}]
+            )
             assert again["stored"] == 1
             await reports.aclose()
 
@@ -88,8 +92,9 @@ def test_a_refused_socket_falls_back_to_http_for_good(live: tuple[str, str]) -> 
             reports = ChannelClient(http)
             reports.url = reports.url.replace("/channel", "/no-such-channel")
             command = await _first_command(http)
-            reply = await reports.post_events(report_wire(command, "hi"),
-                                              {"worker_id": "w1", "limit": 4})  # fmt: skip
+            reply = await reports.post_events(
+                report_wire(command, "hi"), {"worker_id": "w1", "limit": 4}
+            )
             assert reply["stored"] == 1 and "commands" in reply  # answered over HTTP
             assert reports.refused is not None and "403" in reports.refused
 

@@ -22,32 +22,45 @@ PROOF = {"parent_command_id": "200", "parent_epoch": "3"}
 def run(rec: Recorder, timeout: float) -> None:
     async def scenario() -> None:
         async with AsyncMilepostClient(URL, "t", transport=httpx.MockTransport(rec)) as api:
-            await ServerChildren(api).run_child("tests/child", {"x": 1}, parent=PARENT,
-                                                timeout=timeout)  # fmt: skip
+            await ServerChildren(api).run_child(
+                "tests/child", {"x": 1}, parent=PARENT, timeout=timeout
+            )
 
     asyncio.run(scenario())
 
 
 def test_the_child_is_started_and_awaited_with_the_parent_claim() -> None:
-    rec = Recorder({
-        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
-        ("GET", "/api/executions/7/status"): {"execution_id": "7", "status": "COMPLETED",
-                                              "steps": {}},
-    })  # fmt: skip
+    rec = Recorder(
+        {
+            ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+            ("GET", "/api/executions/7/status"): {
+                "execution_id": "7",
+                "status": "COMPLETED",
+                "steps": {},
+            },
+        }
+    )
     run(rec, timeout=5)
     started = json.loads(rec.requests[0].content)
-    assert started == {"path": "tests/child", "workload": {"x": 1}, "parent_execution_id": "100",
-                       "parent_command_id": "200", "parent_epoch": 3}  # fmt: skip
+    assert started == {
+        "path": "tests/child",
+        "workload": {"x": 1},
+        "parent_execution_id": "100",
+        "parent_command_id": "200",
+        "parent_epoch": 3,
+    }
     status = rec.requests[1].url.params
     assert {key: status[key] for key in PROOF} == PROOF
 
 
 def test_a_child_past_its_timeout_is_cancelled_with_the_parent_claim() -> None:
-    rec = Recorder({
-        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
-        ("GET", "/api/executions/7/status"): {"execution_id": "7", "status": "RUNNING"},
-        ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
-    })  # fmt: skip
+    rec = Recorder(
+        {
+            ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+            ("GET", "/api/executions/7/status"): {"execution_id": "7", "status": "RUNNING"},
+            ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
+        }
+    )
     with pytest.raises(TimeoutError):
         run(rec, timeout=0.2)
     cancel = rec.requests[-1]
@@ -57,11 +70,13 @@ def test_a_child_past_its_timeout_is_cancelled_with_the_parent_claim() -> None:
 
 def test_a_child_whose_wait_is_refused_is_cancelled_and_the_error_raised() -> None:
     refused = httpx.Response(409, json={"code": "claim_refused", "message": "lease lost"})
-    rec = Recorder({
-        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
-        ("GET", "/api/executions/7/status"): refused,
-        ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
-    })  # fmt: skip
+    rec = Recorder(
+        {
+            ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+            ("GET", "/api/executions/7/status"): refused,
+            ("POST", "/api/executions/7/cancel"): {"execution_id": "7", "status": "RUNNING"},
+        }
+    )
     with pytest.raises(ServerRefused) as raised:
         run(rec, timeout=5)
     assert raised.value.code == "claim_refused"
@@ -79,10 +94,12 @@ def test_a_server_that_drops_the_wait_for_a_while_is_waited_out() -> None:
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         return {"execution_id": "7", "status": "COMPLETED", "steps": {}}
 
-    rec = Recorder({
-        ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
-        ("GET", "/api/executions/7/status"): status,
-    })  # fmt: skip
+    rec = Recorder(
+        {
+            ("POST", "/api/execute"): {"execution_id": "7", "status": "RUNNING"},
+            ("GET", "/api/executions/7/status"): status,
+        }
+    )
     run(rec, timeout=30)  # the parent's step was failed for a lost connection
     assert calls["n"] == 3
     assert all(r.url.path != "/api/executions/7/cancel" for r in rec.requests)
@@ -98,8 +115,9 @@ def test_a_child_the_server_could_not_be_reached_to_start_is_a_connection_error(
 
 def test_the_playbook_tool_fails_a_start_that_could_not_reach_the_server_retryably() -> None:
     class Unreachable:
-        async def run_child(self, path: str, workload: dict[str, object], *, parent: Parent,
-                            timeout: float) -> ChildRun:  # fmt: skip
+        async def run_child(
+            self, path: str, workload: dict[str, object], *, parent: Parent, timeout: float
+        ) -> ChildRun:
             raise ConnectionError("the server could not be reached")
 
     call = ToolCall("playbook", {"path": "tests/child"}, {}, {}, "key")

@@ -46,14 +46,17 @@ class Recorder:
         return json.loads(self.requests[index].content)
 
 
-def client(routes: dict[tuple[str, str], Any], token: str | None = "tok") -> tuple[MilepostClient, Recorder]:
+def client(
+    routes: dict[tuple[str, str], Any], token: str | None = "tok"
+) -> tuple[MilepostClient, Recorder]:
     recorder = Recorder(routes)
     return MilepostClient(URL, token, transport=httpx.MockTransport(recorder)), recorder
 
 
 def test_register_sends_the_content_with_the_bearer_token() -> None:
-    api, rec = client({("POST", "/api/catalog/register"):
-                       {"path": "p", "version": 2, "catalog_id": "p@2"}})  # fmt: skip
+    api, rec = client(
+        {("POST", "/api/catalog/register"): {"path": "p", "version": 2, "catalog_id": "p@2"}}
+    )
     assert api.register("yaml: 1") == {"path": "p", "version": 2, "catalog_id": "p@2"}
     assert rec.body() == {"content": "yaml: 1"}
     assert rec.requests[0].headers["authorization"] == "Bearer tok"
@@ -81,26 +84,34 @@ def test_execute_returns_the_execution_id_as_a_string() -> None:
     assert rec.body() == {"path": "p", "workload": {"a": 1}, "version": 3}
 
 
-@pytest.mark.parametrize(("status", "body", "code"), [
-    (409, {"code": "stale_epoch", "message": "epoch 1 is not live"}, "stale_epoch"),
-    (401, {"code": "unauthorized", "message": "no token"}, "unauthorized"),
-    (404, {"code": "execution_not_found", "message": "no execution 9"}, "execution_not_found"),
-    (500, {"code": "internal", "message": "boom"}, "internal"),
-])  # fmt: skip
-def test_error_replies_become_api_errors_with_their_code(status: int, body: dict[str, Any],
-                                                         code: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        (409, {"code": "stale_epoch", "message": "epoch 1 is not live"}, "stale_epoch"),
+        (401, {"code": "unauthorized", "message": "no token"}, "unauthorized"),
+        (404, {"code": "execution_not_found", "message": "no execution 9"}, "execution_not_found"),
+        (500, {"code": "internal", "message": "boom"}, "internal"),
+    ],
+)
+def test_error_replies_become_api_errors_with_their_code(
+    status: int, body: dict[str, Any], code: str
+) -> None:
     api, _ = client({("POST", "/api/commands/5/heartbeat"): httpx.Response(status, json=body)})
     with pytest.raises(ServerRefused) as info:
         api.heartbeat(5, "w", 1)
-    assert (info.value.status, info.value.code, info.value.message) == \
-        (status, code, body["message"])  # fmt: skip
+    assert (info.value.status, info.value.code, info.value.message) == (
+        status,
+        code,
+        body["message"],
+    )
     assert isinstance(info.value, MilepostError)
     assert info.value.transient == (status >= 500)
 
 
 def test_extra_error_fields_are_kept() -> None:
-    reply = httpx.Response(422, json={"code": "playbook_invalid", "message": "2 problems",
-                                      "problems": ["a", "b"]})  # fmt: skip
+    reply = httpx.Response(
+        422, json={"code": "playbook_invalid", "message": "2 problems", "problems": ["a", "b"]}
+    )
     api, _ = client({("POST", "/api/catalog/register"): reply})
     with pytest.raises(ServerRefused) as info:
         api.register("x")
@@ -110,8 +121,14 @@ def test_extra_error_fields_are_kept() -> None:
 
 
 def test_cancelling_an_ended_run_is_already_terminal_with_its_status() -> None:
-    reply = httpx.Response(409, json={"code": "already_terminal", "status": "COMPLETED",
-                                      "message": "execution 9 is already COMPLETED"})  # fmt: skip
+    reply = httpx.Response(
+        409,
+        json={
+            "code": "already_terminal",
+            "status": "COMPLETED",
+            "message": "execution 9 is already COMPLETED",
+        },
+    )
     api, _ = client({("POST", "/api/executions/9/cancel"): reply})
     with pytest.raises(ServerRefused) as info:
         api.cancel(9)
@@ -139,12 +156,14 @@ def test_an_unreachable_server_raises_server_unavailable() -> None:
 
 def test_claims_heartbeats_and_releases_use_the_command_routes() -> None:
     cmd = {"command_id": "7", "lease": {"epoch": 2, "expires_at": "x"}}
-    api, rec = client({
-        ("POST", "/api/commands/claim"): {"commands": [cmd]},
-        ("POST", "/api/commands/7/claim"): cmd,
-        ("POST", "/api/commands/7/heartbeat"): {"lease": {"epoch": 2}, "cancelled": False},
-        ("POST", "/api/commands/7/release"): {"released": True},
-    })  # fmt: skip
+    api, rec = client(
+        {
+            ("POST", "/api/commands/claim"): {"commands": [cmd]},
+            ("POST", "/api/commands/7/claim"): cmd,
+            ("POST", "/api/commands/7/heartbeat"): {"lease": {"epoch": 2}, "cancelled": False},
+            ("POST", "/api/commands/7/release"): {"released": True},
+        }
+    )
     assert api.claim_next("w", limit=3, lease_seconds=10, pool="gpu") == [cmd]
     assert rec.body() == {"worker_id": "w", "limit": 3, "lease_seconds": 10, "pool": "gpu"}
     assert api.claim("7", "w") == cmd and rec.body() == {"worker_id": "w"}
@@ -155,8 +174,15 @@ def test_claims_heartbeats_and_releases_use_the_command_routes() -> None:
 
 
 def test_credential_asks_for_the_data_and_answers_none_when_missing() -> None:
-    api, rec = client({("GET", "/api/credentials/pg main"):
-                       {"name": "pg main", "type": "postgres", "data": {"password": "x"}}})  # fmt: skip
+    api, rec = client(
+        {
+            ("GET", "/api/credentials/pg main"): {
+                "name": "pg main",
+                "type": "postgres",
+                "data": {"password": "x"},
+            }
+        }
+    )
     assert api.credential("pg main") == {"password": "x", "type": "postgres"}
     assert rec.requests[-1].url.params["include_data"] == "true"
     assert rec.requests[-1].url.raw_path == b"/api/credentials/pg%20main?include_data=true"
@@ -167,7 +193,10 @@ def test_events_follow_the_pages() -> None:
     def page(request: httpx.Request) -> dict[str, Any]:
         after = int(request.url.params.get("events_after", 0))
         events = [{"seq": s} for s in range(after + 1, min(after + 3, 5) + 1)]
-        return {"events": events, "events_next": events[-1]["seq"] if events[-1]["seq"] < 5 else None}
+        return {
+            "events": events,
+            "events_next": events[-1]["seq"] if events[-1]["seq"] < 5 else None,
+        }
 
     api, rec = client({("GET", "/api/executions/9"): page})
     assert [e["seq"] for e in api.events(9)] == [1, 2, 3, 4, 5]
@@ -176,8 +205,14 @@ def test_events_follow_the_pages() -> None:
 
 def test_wait_polls_until_the_run_ends() -> None:
     statuses = iter(["RUNNING", "RUNNING", "COMPLETED"])
-    api, rec = client({("GET", "/api/executions/9/status"):
-                       lambda r: {"execution_id": "9", "status": next(statuses)}})  # fmt: skip
+    api, rec = client(
+        {
+            ("GET", "/api/executions/9/status"): lambda r: {
+                "execution_id": "9",
+                "status": next(statuses),
+            }
+        }
+    )
     assert api.wait(9, timeout=10)["status"] == "COMPLETED"
     assert len(rec.requests) == 3
 
@@ -190,13 +225,16 @@ def test_wait_times_out() -> None:
 
 def test_the_async_client_speaks_the_same_routes() -> None:
     async def scenario() -> None:
-        rec = Recorder({
-            ("POST", "/api/events/batch"): {"accepted": 1, "stored": 1, "event_ids": ["1"]},
-            ("POST", "/api/catalog/resource"): {"path": "p", "version": 1, "content": "c"},
-            ("POST", "/api/commands/3/heartbeat"):
-                httpx.Response(409, json={"code": "stale_epoch", "message": "stale"}),
-            ("GET", "/api/executions/4/status"): {"status": "FAILED"},
-        })  # fmt: skip
+        rec = Recorder(
+            {
+                ("POST", "/api/events/batch"): {"accepted": 1, "stored": 1, "event_ids": ["1"]},
+                ("POST", "/api/catalog/resource"): {"path": "p", "version": 1, "content": "c"},
+                ("POST", "/api/commands/3/heartbeat"): httpx.Response(
+                    409, json={"code": "stale_epoch", "message": "stale"}
+                ),
+                ("GET", "/api/executions/4/status"): {"status": "FAILED"},
+            }
+        )
         async with AsyncMilepostClient(URL, "t", transport=httpx.MockTransport(rec)) as api:
             assert (await api.post_events([{"event_id": "1"}]))["stored"] == 1
             assert rec.body() == {"events": [{"event_id": "1"}]}

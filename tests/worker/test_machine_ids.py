@@ -21,16 +21,23 @@ class PausedServer:
         self.clock = clock
         self.pause = pause
 
-    async def machine_id(self, worker_id: str, machine_id: int | None = None, *,
-                         pool: str | None = None, **_: Any) -> dict[str, Any]:  # fmt: skip
+    async def machine_id(
+        self, worker_id: str, machine_id: int | None = None, *, pool: str | None = None, **_: Any
+    ) -> dict[str, Any]:
         self.clock.now += self.pause
         return {"machine_id": 7, "expires_at": self.clock.now + LEASE_TTL_S, "renewed": False}
 
 
 def test_a_lease_reply_delayed_by_a_paused_server_does_not_move_the_ids_ahead() -> None:
     clock = FakeClock()
-    ids = MachineIds(PausedServer(clock, pause=20.0), "w/1", clock, settings=Settings(),
-                     min_poll=0.05, max_poll=1.0)  # fmt: skip
+    ids = MachineIds(
+        PausedServer(clock, pause=20.0),
+        "w/1",
+        clock,
+        settings=Settings(),
+        min_poll=0.05,
+        max_poll=1.0,
+    )
     asyncio.run(ids.lease(lambda: False))
     ahead = timestamp_of(ids.mint()) - clock.time()
     # the midpoint of the 20 s trip put them 10 s ahead: every report was refused

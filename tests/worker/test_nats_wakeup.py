@@ -33,8 +33,9 @@ def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats
         client, tools, clock = FakeClient(), FakeTools(), FakeClock()
         # polls are 60 s apart on a clock that only the test moves: only a notice can
         # cause a second poll
-        worker = Worker(client, tools, worker_id="w-nats", min_poll=60.0, max_poll=60.0,
-                        clock=clock)  # fmt: skip
+        worker = Worker(
+            client, tools, worker_id="w-nats", min_poll=60.0, max_poll=60.0, clock=clock
+        )
         wakeup = NatsWakeup(nats_url, pool, worker.notify)
         wakeup.start()
         await asyncio.wait_for(wakeup.connected.wait(), 10)
@@ -48,8 +49,10 @@ def test_a_jetstream_notice_wakes_a_waiting_worker_before_its_poll_interval(nats
             except NotFoundError:
                 await js.add_stream(name=stream, subjects=[subject(pool)])
                 created = True
-            await wait_for_async(lambda: worker.polls == 1 and 60.0 in clock.pending(),
-                                 "the worker to wait out its poll interval")  # fmt: skip
+            await wait_for_async(
+                lambda: worker.polls == 1 and 60.0 in clock.pending(),
+                "the worker to wait out its poll interval",
+            )
             client.queue.append(command(801))
             notice = {"command_id": "801", "execution_id": "500"}
             await js.publish(subject(pool), json.dumps(notice).encode())

@@ -38,7 +38,8 @@ def _leasing(client: FakeClient) -> tuple[Worker, FakeClock]:
 
 @pytest.mark.parametrize("refusal", [UNAUTHORIZED, FORBIDDEN])
 def test_a_token_refused_at_the_lease_ends_the_worker_before_any_claim(
-        refusal: ServerRefused, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    refusal: ServerRefused, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
@@ -86,8 +87,7 @@ def test_a_token_revoked_while_full_is_seen_by_a_heartbeat_and_ends_the_worker()
     run(scenario)
 
 
-def test_a_token_revoked_before_a_renewal_ends_the_worker(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_token_revoked_before_a_renewal_ends_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
@@ -107,8 +107,10 @@ def test_a_token_revoked_before_a_renewal_ends_the_worker(
 def test_a_refusal_of_one_request_is_not_a_refused_token() -> None:
     async def scenario() -> None:
         worker, client, _, clock = make()
-        client.claim_failures = [ServerRefused(403, "not_your_command", "no"),
-                                 ServerRefused(400, "bad_request", "no")]  # fmt: skip
+        client.claim_failures = [
+            ServerRefused(403, "not_your_command", "no"),
+            ServerRefused(400, "bad_request", "no"),
+        ]
         task = asyncio.create_task(worker.run())
         await wait_for_async(lambda: len(client.claim_limits) >= 1)
         await clock.advance(5.0)
@@ -132,16 +134,25 @@ def test_each_lease_and_renewal_checks_the_worker_in(monkeypatch: pytest.MonkeyP
         await wait_for_async(lambda: len(client.check_ins) == 2)
         worker.stop()
         await asyncio.wait_for(task, 5)
-        assert client.check_ins[0] == client.check_ins[1] == {
-            "name": "w-tok", "host": socket.gethostname(), "pid": os.getpid(),
-            "version": __version__, "ttl": LEASE}  # fmt: skip
+        assert (
+            client.check_ins[0]
+            == client.check_ins[1]
+            == {
+                "name": "w-tok",
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "version": __version__,
+                "ttl": LEASE,
+            }
+        )
         assert worker.ids.every == LEASE / 3  # lost after its lease: checked in thrice in one
 
     run(scenario)
 
 
 def test_a_clean_stop_gives_the_machine_id_back_and_leaves_the_registry(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:

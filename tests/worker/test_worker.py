@@ -61,7 +61,8 @@ def test_the_report_carries_the_lease_epoch_and_the_attempt() -> None:
 
 
 def test_a_report_the_server_did_not_store_because_the_run_ended_is_logged_so(
-        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
         client.ignore_reports = True
@@ -92,8 +93,9 @@ def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
     async def scenario() -> None:
         worker, client, tools, _ = make()
         context = {"workload": {}, "ctx": {}, "iter": {}, "fetch_all": [10, 20, 30]}
-        client.queue.append(command(103, step="total", context=context,
-                                    loop_steps={"fetch_all": {"failed": 1}}))  # fmt: skip
+        client.queue.append(
+            command(103, step="total", context=context, loop_steps={"fetch_all": {"failed": 1}})
+        )
         async with running(worker):
             await wait_for_async(lambda: bool(client.reports))
         assert tools.calls[0].input == {"n": 3, "failed": 1}
@@ -103,11 +105,22 @@ def test_loop_results_are_wrapped_in_LoopResult_again() -> None:
 
 
 def test_work_item_rebuilds_the_command_with_its_epoch() -> None:
-    cmd = command(104, epoch=9, index=2, attempt=3,
-                  context={"a": [1], "b": [2]}, loop_steps={"a": {"failed": 2}})  # fmt: skip
+    cmd = command(
+        104,
+        epoch=9,
+        index=2,
+        attempt=3,
+        context={"a": [1], "b": [2]},
+        loop_steps={"a": {"failed": 2}},
+    )
     item = work_item_from_wire(cmd)
-    assert (item.command_id, item.execution_id, item.index, item.attempt, item.epoch) == \
-        (104, 500, 2, 3, 9)  # fmt: skip
+    assert (item.command_id, item.execution_id, item.index, item.attempt, item.epoch) == (
+        104,
+        500,
+        2,
+        3,
+        9,
+    )
     assert isinstance(item.context["a"], LoopResult) and item.context["a"].failed == 2
     assert not isinstance(item.context["b"], LoopResult)
     assert item.context["ctx"] == {} and item.context["execution_id"] == "500"
@@ -168,8 +181,9 @@ def test_a_report_claims_the_next_command_in_the_same_request() -> None:
 
 
 @contextlib.asynccontextmanager
-async def one_report_held_two_finished(worker: Worker, client: FakeClient, tools: FakeTools,
-                                       base: int) -> AsyncIterator[None]:  # fmt: skip
+async def one_report_held_two_finished(
+    worker: Worker, client: FakeClient, tools: FakeTools, base: int
+) -> AsyncIterator[None]:
     """Three commands from `base` running on `worker`: the first finishes and its report is
     held at the server (`client.report_gate`) while the other two finish."""
     client.report_gate = asyncio.Event()
@@ -284,6 +298,7 @@ def test_heartbeats_every_third_of_the_lease_while_the_attempt_runs() -> None:
 def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() -> None:
     """The step's `spec.liveness` (3 s) came back as the claim's `lease_seconds`: the worker
     that asked for 30 s heartbeats every second, and by what each heartbeat gave next."""
+
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
@@ -291,7 +306,9 @@ def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() 
         own["lease"]["lease_seconds"] = 3.0
         client.queue.append(own)
         client.on_heartbeat = lambda cid, epoch: {
-            "lease": {"epoch": epoch, "lease_seconds": 6.0}, "cancelled": False}
+            "lease": {"epoch": epoch, "lease_seconds": 6.0},
+            "cancelled": False,
+        }
         async with running(worker):
             await wait_for_async(lambda: bool(tools.calls))
             await clock.advance(0.9)
@@ -311,6 +328,7 @@ def test_heartbeats_every_third_of_the_lease_the_claim_gave_not_the_one_asked() 
 def test_a_lease_longer_than_the_worker_s_own_still_heartbeats_every_third_of_its_own() -> None:
     """A step's timeout gave its command a 90 s lease; the worker asked for 30 s: it still
     heartbeats every 10 s, so it learns a cancel as soon as for any other step."""
+
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
@@ -318,7 +336,9 @@ def test_a_lease_longer_than_the_worker_s_own_still_heartbeats_every_third_of_it
         long["lease"]["lease_seconds"] = 90.0
         client.queue.append(long)
         client.on_heartbeat = lambda cid, epoch: {
-            "lease": {"epoch": epoch, "lease_seconds": 90.0}, "cancelled": False}
+            "lease": {"epoch": epoch, "lease_seconds": 90.0},
+            "cancelled": False,
+        }
         async with running(worker):
             await wait_for_async(lambda: bool(tools.calls))
             await clock.advance(HEARTBEAT + 0.1)
@@ -362,8 +382,10 @@ def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims()
             client.queue += [command(204, execution_id=600), command(205, execution_id=700)]
             worker.notify()
             await wait_for_async(lambda: len(client.reports) == 2)
-        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
-            [203, 205]  # fmt: skip
+        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == [
+            203,
+            205,
+        ]
         stopped = client.reported_events()[0]
         assert stopped["event_type"] == "command.failed"
         assert stopped["result"]["context"]["error"]["kind"] == "cancelled"
@@ -375,11 +397,14 @@ def test_a_cancelled_execution_has_its_attempt_stopped_and_gets_no_more_claims()
 def test_a_cancel_announced_for_its_run_makes_an_attempt_heartbeat_now_and_stop() -> None:
     """The announcement (NATS) is only a hint: the heartbeat it brings forward, not the
     announcement, says the run is cancelled; another run's attempt goes on."""
+
     async def scenario() -> None:
         worker, client, tools, clock = make()
         tools.gate("start")  # never opened: only the stop ends it
-        client.on_heartbeat = lambda cid, epoch: {"lease": {"epoch": epoch},
-                                                  "cancelled": cid == 207}  # fmt: skip
+        client.on_heartbeat = lambda cid, epoch: {
+            "lease": {"epoch": epoch},
+            "cancelled": cid == 207,
+        }
         client.queue.append(command(207, execution_id=602))
         async with running(worker):
             await wait_for_async(lambda: bool(tools.calls))
@@ -397,6 +422,7 @@ def test_a_cancel_announced_for_its_run_makes_an_attempt_heartbeat_now_and_stop(
 def test_a_cancel_announced_while_a_heartbeat_is_on_its_way_brings_the_next_one_forward() -> None:
     """The announcement may come while a heartbeat (of the interval) is in flight: that one
     predates the cancel, so the next goes at once, not an interval later."""
+
     async def scenario() -> None:
         worker, client, tools, clock = make()
         tools.gate("start")  # never opened: only the stop ends it
@@ -424,6 +450,7 @@ def test_a_cancel_announced_while_a_heartbeat_is_on_its_way_brings_the_next_one_
 
 def test_a_compensation_of_a_cancelled_execution_is_run_not_given_back() -> None:
     """After the cancel the server hands out only that run's compensations (DSL 10.5)."""
+
     async def scenario() -> None:
         worker, client, tools, clock = make()
         gate = tools.gate("start")
@@ -434,13 +461,20 @@ def test_a_compensation_of_a_cancelled_execution_is_run_not_given_back() -> None
             await clock.advance(HEARTBEAT)  # cancelled: 206 is stopped
             await wait_for_async(lambda: bool(client.reports))
             gate.set()
-            undo = {"workload": {}, "ctx": {}, "iter": {}, "execution_id": "601",
-                    "compensation": {"step": "start", "run": 1, "result": None}}  # fmt: skip
+            undo = {
+                "workload": {},
+                "ctx": {},
+                "iter": {},
+                "execution_id": "601",
+                "compensation": {"step": "start", "run": 1, "result": None},
+            }
             client.queue.append(command(207, execution_id=601, context=undo))
             worker.notify()
             await wait_for_async(lambda: len(client.reports) == 2)
-        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == \
-            [206, 207]  # fmt: skip
+        assert [e["result"]["context"]["command_id"] for e in client.reported_events()] == [
+            206,
+            207,
+        ]
         assert client.releases == []
 
     run(scenario)
@@ -495,8 +529,9 @@ def test_notify_wakes_a_waiting_worker_before_its_poll_interval() -> None:
         worker, client, tools, clock = make(min_poll=60.0, max_poll=60.0)
         gate = tools.gate("start")
         async with running(worker):
-            await wait_for_async(lambda: 60.0 in clock.pending(),
-                                 "the worker to wait out its poll interval")  # fmt: skip
+            await wait_for_async(
+                lambda: 60.0 in clock.pending(), "the worker to wait out its poll interval"
+            )
             assert worker.polls == 1
             client.queue.append(command(320))
             worker.notify({"command_id": "320", "execution_id": "500"})
@@ -642,7 +677,9 @@ def test_commands_claimed_while_stopping_are_given_back() -> None:
     run(scenario)
 
 
-def test_machine_id_comes_from_the_environment_or_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_machine_id_comes_from_the_environment_or_the_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
     assert machine_ids.machine_id() == 17
     monkeypatch.delenv("MILEPOST_MACHINE_ID")
@@ -654,7 +691,8 @@ def _machine_of(event_id: str) -> int:
 
 
 def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
@@ -678,7 +716,8 @@ def test_a_worker_mints_with_a_machine_id_leased_from_its_server_and_renews_it(
 
 
 def test_a_worker_on_a_fixed_machine_id_still_holds_a_lease_to_be_seen_alive(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Its pool is live while its lease is (`engine.worker_pools`); its ids stay on 17,
     and a refused presence is only logged."""
     monkeypatch.setenv("MILEPOST_MACHINE_ID", "17")
@@ -686,8 +725,9 @@ def test_a_worker_on_a_fixed_machine_id_still_holds_a_lease_to_be_seen_alive(
     async def scenario() -> None:
         client, tools, clock = FakeClient(), FakeTools(), FakeClock()
         client.machine_id_failures = [ServerRefused(503, "unavailable", "busy")]
-        worker = Worker(client, tools, clock=clock, worker_id="w-fixed", lease_seconds=LEASE,
-                        pool="gpu")  # fmt: skip
+        worker = Worker(
+            client, tools, clock=clock, worker_id="w-fixed", lease_seconds=LEASE, pool="gpu"
+        )
         client.queue.append(command(140))
         async with running(worker):
             await clock.run_until(lambda: len(client.reports) == 1)
@@ -712,7 +752,8 @@ def _leasing(client: FakeClient) -> tuple[Worker, FakeClock]:
 
 @pytest.mark.parametrize(("status", "code"), [(404, "not_found"), (422, "validation_error")])
 def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
-        status: int, code: str, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    status: int, code: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
@@ -729,13 +770,17 @@ def test_a_machine_id_refused_for_good_fails_the_worker_at_once(
 
 
 def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
         client = FakeClient()
-        client.machine_id_failures = [ServerUnavailable("down"), ServerRefused(503, "busy", "later"),
-                                      {"unexpected": "reply"}]  # fmt: skip
+        client.machine_id_failures = [
+            ServerUnavailable("down"),
+            ServerRefused(503, "busy", "later"),
+            {"unexpected": "reply"},
+        ]
         worker, clock = _leasing(client)
         client.queue.append(command(133))
         async with running(worker):
@@ -744,13 +789,15 @@ def test_a_machine_id_lease_retries_what_may_pass_and_warns_once(
 
     with caplog.at_level(logging.DEBUG, logger="milepost.worker"):
         run(scenario)
-    warnings = [r for r in caplog.records if getattr(r, "action", "") == "machine_id_failed"
-                and r.levelno >= logging.WARNING]  # fmt: skip
+    warnings = [
+        r
+        for r in caplog.records
+        if getattr(r, "action", "") == "machine_id_failed" and r.levelno >= logging.WARNING
+    ]
     assert len(warnings) == 1
 
 
-def test_the_machine_id_renewer_outlives_a_malformed_reply(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_the_machine_id_renewer_outlives_a_malformed_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:
@@ -767,7 +814,8 @@ def test_the_machine_id_renewer_outlives_a_malformed_reply(
 
 
 def test_ids_are_minted_on_the_servers_clock_measured_from_the_lease(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("MILEPOST_MACHINE_ID", raising=False)
 
     async def scenario() -> None:

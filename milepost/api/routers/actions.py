@@ -25,8 +25,12 @@ from milepost.engine.actions import Acted, Started
 
 router = APIRouter(prefix="/api/executions", tags=["actions"])
 
-StepName = Annotated[str, Path(min_length=1, max_length=200, pattern=checks.NO_NUL_PATTERN,
-                               description="The step's name.")]  # fmt: skip
+StepName = Annotated[
+    str,
+    Path(
+        min_length=1, max_length=200, pattern=checks.NO_NUL_PATTERN, description="The step's name."
+    ),
+]
 ACTED = errors.responses(*AUTH, *BODY, 404, 409)
 
 
@@ -39,32 +43,56 @@ def _started(started: Started) -> schemas.StartedOut:
 
 
 @router.post("/{execution_id}/steps/{step}/retry", responses=ACTED)
-def retry(execution_id: ExecutionId, step: StepName, engine: EngineDep, principal: ActAuth,
-          body: schemas.RetryIn | None = None) -> schemas.ActedOut:  # fmt: skip
+def retry(
+    execution_id: ExecutionId,
+    step: StepName,
+    engine: EngineDep,
+    principal: ActAuth,
+    body: schemas.RetryIn | None = None,
+) -> schemas.ActedOut:
     """A new attempt now of a step that failed and waits for its retry, or whose attempt
     is lost or stuck (stopped first); new idempotency key, same operation key."""
     reason = body.reason if body is not None else None
-    return _acted(actions.retry(engine, parse_execution_id(execution_id), step,
-                                principal.starter, reason))  # fmt: skip
+    return _acted(
+        actions.retry(engine, parse_execution_id(execution_id), step, principal.starter, reason)
+    )
 
 
 @router.post("/{execution_id}/steps/{step}/skip", responses=ACTED)
-def skip(execution_id: ExecutionId, step: StepName, body: schemas.SkipIn, engine: EngineDep,
-         principal: ActAuth) -> schemas.ActedOut:  # fmt: skip
+def skip(
+    execution_id: ExecutionId,
+    step: StepName,
+    body: schemas.SkipIn,
+    engine: EngineDep,
+    principal: ActAuth,
+) -> schemas.ActedOut:
     """The step completes with the result given (its live attempts stopped); the run goes
     on from it as if the step had produced it."""
-    return _acted(actions.skip(engine, parse_execution_id(execution_id), step, body.result,
-                               principal.starter, body.reason))  # fmt: skip
+    return _acted(
+        actions.skip(
+            engine,
+            parse_execution_id(execution_id),
+            step,
+            body.result,
+            principal.starter,
+            body.reason,
+        )
+    )
 
 
 @router.post("/{execution_id}/restart", responses=ACTED)
-def restart(execution_id: ExecutionId, engine: EngineDep, principal: ActAuth,
-            body: schemas.RestartIn | None = None) -> schemas.StartedOut:  # fmt: skip
+def restart(
+    execution_id: ExecutionId,
+    engine: EngineDep,
+    principal: ActAuth,
+    body: schemas.RestartIn | None = None,
+) -> schemas.StartedOut:
     """A new execution of a FAILED or CANCELLED run, from a step: the results of the steps
     it completed before that step are reused, not run again."""
     from_step = body.from_step if body is not None else None
-    return _started(actions.restart(engine, parse_execution_id(execution_id), from_step,
-                                    principal.starter))  # fmt: skip
+    return _started(
+        actions.restart(engine, parse_execution_id(execution_id), from_step, principal.starter)
+    )
 
 
 @router.post("/{execution_id}/rerun", responses=errors.responses(*AUTH, 404, 422))

@@ -17,8 +17,9 @@ router = APIRouter(prefix="/api/catalog", tags=["catalog"])
 
 
 @router.post("/register", responses=errors.responses(*AUTH, *BODY))
-def register(body: schemas.RegisterIn, engine: EngineDep, services: ServicesDep,
-             _: OperateAuth) -> schemas.CatalogEntryOut:  # fmt: skip
+def register(
+    body: schemas.RegisterIn, engine: EngineDep, services: ServicesDep, _: OperateAuth
+) -> schemas.CatalogEntryOut:
     """Validate and store a playbook; a new version only if its text changed."""
     limits = yamllines.Limits.of(services.settings)
     # PlaybookInvalid -> 422 + problems
@@ -31,12 +32,20 @@ def register(body: schemas.RegisterIn, engine: EngineDep, services: ServicesDep,
     return views.catalog_entry(entry)
 
 
-@router.post("/validate", responses={
-    **errors.responses(*AUTH, *BODY),
-    422: {"model": schemas_catalog.InvalidOut, "description": "The body is invalid "
-          "(`validation_error`), or the text (`playbook_invalid`, with `problems`)."}})
-def validate(body: schemas_catalog.ValidateIn, services: ServicesDep,
-             _: ReadWorkAuth) -> schemas_catalog.ValidateOut:  # fmt: skip
+@router.post(
+    "/validate",
+    responses={
+        **errors.responses(*AUTH, *BODY),
+        422: {
+            "model": schemas_catalog.InvalidOut,
+            "description": "The body is invalid "
+            "(`validation_error`), or the text (`playbook_invalid`, with `problems`).",
+        },
+    },
+)
+def validate(
+    body: schemas_catalog.ValidateIn, services: ServicesDep, _: ReadWorkAuth
+) -> schemas_catalog.ValidateOut:
     """Check a playbook text as `register` (and `milepost validate`) would, storing nothing:
     200 with its warnings, or 422 `playbook_invalid` whose `problems` carry the line, step
     and field of each, for marking them on the text."""
@@ -48,36 +57,48 @@ def validate(body: schemas_catalog.ValidateIn, services: ServicesDep,
     warnings = list(playbook.warnings)
     if warnings and (body.strict or services.settings.strict_playbooks):  # DSL 12.2
         raise _invalid(warnings)
-    return schemas_catalog.ValidateOut(valid=True, steps=len(playbook.steps),
-                               warnings=[_problem(w) for w in warnings])  # fmt: skip
+    return schemas_catalog.ValidateOut(
+        valid=True, steps=len(playbook.steps), warnings=[_problem(w) for w in warnings]
+    )
 
 
 def _problem(message: str) -> schemas_catalog.ProblemOut:
     p = problems.parts(message)
-    return schemas_catalog.ProblemOut(message=p.message, line=p.line, step=p.step, scope=p.scope,
-                              field=p.field)  # fmt: skip
+    return schemas_catalog.ProblemOut(
+        message=p.message, line=p.line, step=p.step, scope=p.scope, field=p.field
+    )
 
 
 def _invalid(found: list[str]) -> ApiError:
     """`register`'s refusal, with each problem's parts instead of its text alone."""
-    return ApiError(422, "playbook_invalid", f"{len(found)} problem(s): {found[0]}",
-                    problems=[_problem(m).model_dump() for m in found])  # fmt: skip
+    return ApiError(
+        422,
+        "playbook_invalid",
+        f"{len(found)} problem(s): {found[0]}",
+        problems=[_problem(m).model_dump() for m in found],
+    )
 
 
 @router.post("/list", responses=errors.responses(*AUTH, *BODY))
-def list_entries(body: schemas.ListIn, engine: EngineDep,
-                 _: ReadWorkAuth) -> schemas.CatalogListOut:  # fmt: skip
-    entries = [views.catalog_entry(e) for e in engine.catalog_entries()
-               if body.path is None or e.path == body.path]  # fmt: skip
+def list_entries(
+    body: schemas.ListIn, engine: EngineDep, _: ReadWorkAuth
+) -> schemas.CatalogListOut:
+    entries = [
+        views.catalog_entry(e)
+        for e in engine.catalog_entries()
+        if body.path is None or e.path == body.path
+    ]
     return schemas.CatalogListOut(entries=entries)
 
 
 @router.post("/resource", responses=errors.responses(*AUTH, *BODY, 404))
-def resource(body: schemas.CatalogRef, engine: EngineDep,
-             _: ReadWorkAuth) -> schemas.CatalogResourceOut:  # fmt: skip
+def resource(
+    body: schemas.CatalogRef, engine: EngineDep, _: ReadWorkAuth
+) -> schemas.CatalogResourceOut:
     entry = find(engine, body)
-    return schemas.CatalogResourceOut(**views.catalog_entry(entry).model_dump(),
-                                      content=entry.content)  # fmt: skip
+    return schemas.CatalogResourceOut(
+        **views.catalog_entry(entry).model_dump(), content=entry.content
+    )
 
 
 def find(engine: Lifecycle, ref: schemas.CatalogRef) -> CatalogEntry:
@@ -89,6 +110,7 @@ def find(engine: Lifecycle, ref: schemas.CatalogRef) -> CatalogEntry:
     entry = engine.catalog_entry(path, version)
     if entry is None:
         which = f"{path!r}" + (f" version {version}" if version is not None else "")
-        raise errors.not_found("playbook_not_found", f"no playbook {which} in the catalog",
-                               path=path, version=version)  # fmt: skip
+        raise errors.not_found(
+            "playbook_not_found", f"no playbook {which} in the catalog", path=path, version=version
+        )
     return entry

@@ -59,8 +59,9 @@ async def channel(websocket: WebSocket) -> None:
                 checked = loop.time()
             # the default executor, not starlette's thread pool: a plain hand-off costs less
             # per message than anyio's, and a worker's messages come one at a time
-            await websocket.send_text(await loop.run_in_executor(None, answer, services, text,
-                                                                 principal))  # fmt: skip
+            await websocket.send_text(
+                await loop.run_in_executor(None, answer, services, text, principal)
+            )
     except WebSocketDisconnect:
         return
 
@@ -88,8 +89,9 @@ def answer(services: Services, text: str, principal: auth.Principal) -> str:
         try:
             body = schemas.EventBatchIn.model_validate(raw["body"])
         except ValidationError as exc:
-            raise invalid([{"loc": ["body", *e["loc"]], "msg": e["msg"]}
-                           for e in exc.errors()]) from None  # fmt: skip
+            raise invalid(
+                [{"loc": ["body", *e["loc"]], "msg": e["msg"]} for e in exc.errors()]
+            ) from None
         out = events.report(body, services, principal)
         # pydantic writes the body's JSON itself, as the batch route has it do
         return _framed(msg_id, 200, out.model_dump_json(exclude_none=True))

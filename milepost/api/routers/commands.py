@@ -24,8 +24,13 @@ from milepost.settings import Settings
 
 router = APIRouter(prefix="/api/commands", tags=["commands"])
 
-CommandId = Annotated[str, Path(description="The command id = the event id of its command.issued.",
-                                 json_schema_extra={"pattern": checks.ID_PATTERN})]
+CommandId = Annotated[
+    str,
+    Path(
+        description="The command id = the event id of its command.issued.",
+        json_schema_extra={"pattern": checks.ID_PATTERN},
+    ),
+]
 
 
 def command_id(value: str) -> int:
@@ -43,17 +48,24 @@ def _out(engine: Lifecycle, row: CommandRow, lease: Lease | None) -> schemas.Com
     return _outs(engine, row.execution_id, [(row, lease)], refresh=True)[0]
 
 
-def _outs(engine: Lifecycle, execution_id: int, rows: Sequence[tuple[CommandRow, Lease | None]],
-          *, refresh: bool) -> list[schemas.CommandOut]:  # fmt: skip
+def _outs(
+    engine: Lifecycle,
+    execution_id: int,
+    rows: Sequence[tuple[CommandRow, Lease | None]],
+    *,
+    refresh: bool,
+) -> list[schemas.CommandOut]:
     def view(state: st.ExecutionState, playbook: model.Playbook) -> list[schemas.CommandOut]:
         return [views.command_out(state, playbook, row, lease) for row, lease in rows]
 
-    return engine.read(execution_id, view, refresh=refresh,
-                       knows=[row.command_id for row, _ in rows])  # fmt: skip
+    return engine.read(
+        execution_id, view, refresh=refresh, knows=[row.command_id for row, _ in rows]
+    )
 
 
-def hand_out(engine: Lifecycle, claimed: Claimed,
-             fresh: Collection[int] = ()) -> list[schemas.CommandOut]:  # fmt: skip
+def hand_out(
+    engine: Lifecycle, claimed: Claimed, fresh: Collection[int] = ()
+) -> list[schemas.CommandOut]:
     """The claimed commands as a worker gets them, each with the render context of the
     state it was issued from. `fresh`: executions the engine has just appended to.
     The claim itself skipped executions with a cancel requested; a cancel that lands
@@ -65,56 +77,68 @@ def hand_out(engine: Lifecycle, claimed: Claimed,
     by_run: dict[int, list[tuple[CommandRow, Lease | None]]] = {}
     for row, lease in claimed:
         by_run.setdefault(row.execution_id, []).append((row, lease))
-    rendered = {xid: iter(_outs(engine, xid, rows, refresh=xid not in fresh))
-                for xid, rows in by_run.items()}  # fmt: skip
+    rendered = {
+        xid: iter(_outs(engine, xid, rows, refresh=xid not in fresh))
+        for xid, rows in by_run.items()
+    }
     return [next(rendered[row.execution_id]) for row, _ in claimed]  # in the claim's order
 
 
-@router.post("/claim", response_model=schemas.ClaimNextOut,
-             responses=errors.responses(*AUTH, *BODY))
-def claim_next(body: schemas.ClaimNextIn, services: ServicesDep,
-               _: WorkAuth) -> Response:  # fmt: skip
+@router.post(
+    "/claim", response_model=schemas.ClaimNextOut, responses=errors.responses(*AUTH, *BODY)
+)
+def claim_next(body: schemas.ClaimNextIn, services: ServicesDep, _: WorkAuth) -> Response:
     """[milepost extension] Claim up to `limit` queued commands (the polling path)."""
     engine = services.engine
-    claimed = engine.claim_next(body.worker_id, lease_s(services.settings, body.lease_seconds),
-                                body.limit, body.pool)  # fmt: skip
+    claimed = engine.claim_next(
+        body.worker_id, lease_s(services.settings, body.lease_seconds), body.limit, body.pool
+    )
     return views.as_json(schemas.ClaimNextOut(commands=hand_out(engine, claimed)))
 
 
 @router.get("/{event_id}", responses=errors.responses(*AUTH, 404, 422))
-def get_command(event_id: CommandId, engine: EngineDep,
-                principal: ReadWorkAuth) -> schemas.CommandOut:  # fmt: skip
+def get_command(
+    event_id: CommandId, engine: EngineDep, principal: ReadWorkAuth
+) -> schemas.CommandOut:
     command = _out(engine, engine.command(command_id(event_id)), None)
     if principal.role in WORK:
         return command
     # the context holds the real workload (opened from its sealed entry, `engine.seal`):
     # who cannot claim the command sees it as the log shows it
-    return command.model_copy(update={"context": sanitize.mask(command.context),
-                                      "args": sanitize.mask(command.args)})  # fmt: skip
+    return command.model_copy(
+        update={"context": sanitize.mask(command.context), "args": sanitize.mask(command.args)}
+    )
 
 
 @router.post("/{event_id}/claim", responses=errors.responses(*AUTH, *BODY, 404, 409))
-def claim(event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep,
-          _: WorkAuth) -> schemas.CommandOut:  # fmt: skip
+def claim(
+    event_id: CommandId, body: schemas.ClaimIn, services: ServicesDep, _: WorkAuth
+) -> schemas.CommandOut:
     # the engine refuses a cancelled execution's command (`execution_cancelled`) itself
     engine = services.engine
-    row, lease = engine.claim(command_id(event_id), body.worker_id,
-                              lease_s(services.settings, body.lease_seconds))  # fmt: skip
+    row, lease = engine.claim(
+        command_id(event_id), body.worker_id, lease_s(services.settings, body.lease_seconds)
+    )
     return _out(engine, row, lease)
 
 
 @router.post("/{event_id}/heartbeat", responses=errors.responses(*AUTH, *BODY, 404, 409))
-def heartbeat(event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep,
-              _: WorkAuth) -> schemas.HeartbeatOut:  # fmt: skip
+def heartbeat(
+    event_id: CommandId, body: schemas.HeartbeatIn, services: ServicesDep, _: WorkAuth
+) -> schemas.HeartbeatOut:
     lease, cancelled = services.engine.heartbeat(
-        command_id(event_id), body.worker_id, body.epoch,
-        lease_s(services.settings, body.lease_seconds))  # fmt: skip
+        command_id(event_id),
+        body.worker_id,
+        body.epoch,
+        lease_s(services.settings, body.lease_seconds),
+    )
     return schemas.HeartbeatOut(lease=views.lease_out(lease), cancelled=cancelled)
 
 
 @router.post("/{event_id}/release", responses=errors.responses(*AUTH, *BODY, 404, 409))
-def release(event_id: CommandId, body: schemas.ReleaseIn, engine: EngineDep,
-            _: WorkAuth) -> schemas.ReleaseOut:  # fmt: skip
+def release(
+    event_id: CommandId, body: schemas.ReleaseIn, engine: EngineDep, _: WorkAuth
+) -> schemas.ReleaseOut:
     """[milepost extension] Give back a claimed command that was not started: it is queued
     again for another worker, same attempt and key."""
     released = engine.release(command_id(event_id), body.worker_id, body.epoch)

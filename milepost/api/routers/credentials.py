@@ -18,9 +18,12 @@ Name = Annotated[str, Path(min_length=1, max_length=200, pattern=checks.NO_NUL_P
 
 def _meta(info: dict[str, Any]) -> schemas.CredentialOut:
     """A credential's metadata (`Vault.info`, `Vault.list`) as the API shows it."""
-    return schemas.CredentialOut(name=info["name"], type=info["type"],
-                                 created_at=checks.iso(info["created_at"]),
-                                 updated_at=checks.iso(info["updated_at"]))  # fmt: skip
+    return schemas.CredentialOut(
+        name=info["name"],
+        type=info["type"],
+        created_at=checks.iso(info["created_at"]),
+        updated_at=checks.iso(info["updated_at"]),
+    )
 
 
 def _missing(name: str) -> errors.ApiError:
@@ -28,8 +31,9 @@ def _missing(name: str) -> errors.ApiError:
 
 
 @router.post("", responses=errors.responses(*AUTH, *BODY))
-def put_credential(body: schemas.CredentialIn, vault: VaultDep,
-                   _: CredentialWriteAuth) -> schemas.CredentialOut:  # fmt: skip
+def put_credential(
+    body: schemas.CredentialIn, vault: VaultDep, _: CredentialWriteAuth
+) -> schemas.CredentialOut:
     """Create or replace a credential; answers its metadata, never the data."""
     vault.put(body.name, body.type, body.data)
     info = vault.info(body.name)
@@ -43,12 +47,20 @@ def list_credentials(vault: VaultDep, _: CredentialReadAuth) -> schemas.Credenti
 
 
 @router.get("/{name}", responses=errors.responses(*AUTH, 404, 422))
-def get_credential(name: Name, vault: VaultDep, principal: CredentialReadAuth,
-                   include_data: Annotated[bool, Query()] = False) -> schemas.CredentialOut:  # fmt: skip
+def get_credential(
+    name: Name,
+    vault: VaultDep,
+    principal: CredentialReadAuth,
+    include_data: Annotated[bool, Query()] = False,
+) -> schemas.CredentialOut:
     if include_data and principal.role not in RESOLVE:
-        raise errors.ApiError(403, "forbidden", f"role {principal.role!r} may not read "
-                              "credential data (include_data is for worker and admin)",
-                              role=principal.role)  # fmt: skip
+        raise errors.ApiError(
+            403,
+            "forbidden",
+            f"role {principal.role!r} may not read "
+            "credential data (include_data is for worker and admin)",
+            role=principal.role,
+        )
     info = vault.info(name)
     if info is None:
         raise _missing(name)

@@ -14,8 +14,11 @@ from milepost.api.schemas_diagnosis import DiagnosisOut
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
 
-@router.get("/{execution_id}/diagnosis", response_model=DiagnosisOut,
-            responses=errors.responses(*AUTH, 404, 422))
+@router.get(
+    "/{execution_id}/diagnosis",
+    response_model=DiagnosisOut,
+    responses=errors.responses(*AUTH, 404, 422),
+)
 def get_diagnosis(execution_id: ExecutionId, engine: EngineDep, _: ReadAuth) -> Response:
     """Findings about the run, the most likely cause first: which step waits for which
     approval and who may decide, which command is claimed by which worker and when its

@@ -55,12 +55,20 @@ async def authenticate_docs(request: Request) -> Principal:
         try:
             return await authenticate(request)
         except ApiError as exc:  # say where a person signs in
-            raise ApiError(exc.status, exc.code, f"{exc.message}; in a browser, sign in at "
-                           f"{_root(request)}{LOGIN}", login=_root(request) + LOGIN) from None  # fmt: skip
+            raise ApiError(
+                exc.status,
+                exc.code,
+                f"{exc.message}; in a browser, sign in at {_root(request)}{LOGIN}",
+                login=_root(request) + LOGIN,
+            ) from None
     principal = await token_cache(request).lookup(token_hash(token))
     if principal is None:
-        raise ApiError(401, "unauthorized", "unknown or revoked token; sign in again at "
-                       f"{_root(request)}{LOGIN}", login=_root(request) + LOGIN)  # fmt: skip
+        raise ApiError(
+            401,
+            "unauthorized",
+            f"unknown or revoked token; sign in again at {_root(request)}{LOGIN}",
+            login=_root(request) + LOGIN,
+        )
     return principal
 
 
@@ -72,8 +80,11 @@ def openapi_schema(request: Request) -> dict[str, Any]:
     schema: dict[str, Any] = request.app.openapi()  # cached by FastAPI: changed once
     schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
     if "bearer" not in schemes:
-        schemes["bearer"] = {"type": "http", "scheme": "bearer",
-                             "description": "A token from `milepost token create`."}  # fmt: skip
+        schemes["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token from `milepost token create`.",
+        }
         schema["security"] = [{"bearer": []}]
         for operation in schema.get("paths", {}).get("/health", {}).values():
             operation["security"] = []
@@ -89,22 +100,26 @@ async def openapi(request: Request, _: DocsAuth) -> JSONResponse:
 async def swagger_ui(request: Request, _: DocsAuth) -> HTMLResponse:
     root = _root(request)
     return get_swagger_ui_html(
-        openapi_url=f"{root}/openapi.json", title=f"{request.app.title} - Swagger UI",
+        openapi_url=f"{root}/openapi.json",
+        title=f"{request.app.title} - Swagger UI",
         swagger_js_url=f"{root}{ASSETS}/swagger-ui-bundle.js",
         swagger_css_url=f"{root}{ASSETS}/swagger-ui.css",
         swagger_favicon_url=f"{root}{ASSETS}/favicon.png",
         # no badge that sends the schema to the public validator
         swagger_ui_parameters={"validatorUrl": None},
-    )  # fmt: skip
+    )
 
 
 @router.get("/redoc")
 async def redoc(request: Request, _: DocsAuth) -> HTMLResponse:
     root = _root(request)
-    return get_redoc_html(openapi_url=f"{root}/openapi.json", title=f"{request.app.title} - ReDoc",
-                          redoc_js_url=f"{root}{ASSETS}/redoc.standalone.js",
-                          redoc_favicon_url=f"{root}{ASSETS}/favicon.png",
-                          with_google_fonts=False)  # fmt: skip
+    return get_redoc_html(
+        openapi_url=f"{root}/openapi.json",
+        title=f"{request.app.title} - ReDoc",
+        redoc_js_url=f"{root}{ASSETS}/redoc.standalone.js",
+        redoc_favicon_url=f"{root}{ASSETS}/favicon.png",
+        with_google_fonts=False,
+    )
 
 
 @router.get(ASSETS + "/{name}")
@@ -112,8 +127,9 @@ async def asset(name: str, _: DocsAuth) -> FileResponse:
     media_type = _ASSETS.get(name)
     if media_type is None:
         raise ApiError(404, "not_found", f"no documentation asset {name!r}", name=name)
-    return FileResponse(_STATIC / name, media_type=media_type,
-                        headers={"Cache-Control": "private, max-age=3600"})  # fmt: skip
+    return FileResponse(
+        _STATIC / name, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"}
+    )
 
 
 @router.get(LOGIN)
@@ -131,9 +147,15 @@ async def login(request: Request) -> Response:
     if not token or await token_cache(request).lookup(token_hash(token)) is None:
         return _login_page(request, target, "Unknown or revoked token.", status=401)
     response = RedirectResponse(_root(request) + target, status_code=303)
-    response.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE, path=_root(request) + "/",
-                        httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")  # fmt: skip
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=COOKIE_MAX_AGE,
+        path=_root(request) + "/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -147,13 +169,18 @@ async def _small_body(request: Request) -> bytes:
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_LOGIN_BODY:
-            raise ApiError(413, "too_large", f"the login form takes at most {MAX_LOGIN_BODY} "
-                           "bytes", limit=MAX_LOGIN_BODY)  # fmt: skip
+            raise ApiError(
+                413,
+                "too_large",
+                f"the login form takes at most {MAX_LOGIN_BODY} bytes",
+                limit=MAX_LOGIN_BODY,
+            )
     return body
 
 
-def _login_page(request: Request, target: str, problem: str = "", *,
-                status: int = 200) -> HTMLResponse:  # fmt: skip
+def _login_page(
+    request: Request, target: str, problem: str = "", *, status: int = 200
+) -> HTMLResponse:
     note = f'<p role="alert">{escape(problem)}</p>' if problem else ""
     html = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(request.app.title)} - sign in</title></head>

@@ -21,25 +21,27 @@ router = APIRouter(prefix="/api/events", tags=["events"])
 @router.post(
     "", response_model=schemas.IngestOut, responses=errors.responses(*AUTH, *BODY, 404, 409)
 )
-def post_event(body: schemas.EventIn, engine: EngineDep, metrics: MetricsDep,
-               principal: EventAuth) -> Response:  # fmt: skip
-    return views.as_json(ingest_batch([body], engine, metrics, batch=False,
-                                      principal=principal), exclude_none=True)  # fmt: skip
+def post_event(
+    body: schemas.EventIn, engine: EngineDep, metrics: MetricsDep, principal: EventAuth
+) -> Response:
+    return views.as_json(
+        ingest_batch([body], engine, metrics, batch=False, principal=principal), exclude_none=True
+    )
 
 
 @router.post(
     "/batch", response_model=schemas.IngestOut, responses=errors.responses(*AUTH, *BODY, 404, 409)
 )
-def post_batch(body: schemas.EventBatchIn, services: ServicesDep,
-               principal: EventAuth) -> Response:  # fmt: skip
+def post_batch(body: schemas.EventBatchIn, services: ServicesDep, principal: EventAuth) -> Response:
     """The events in one transaction. With `claim` (a worker reporting its attempts), the
     worker's next commands are claimed in that transaction and come back in `commands`:
     one round trip per step instead of a report and a claim."""
     return views.as_json(report(body, services, principal), exclude_none=True)
 
 
-def report(body: schemas.EventBatchIn, services: Services,
-           principal: Principal) -> schemas.IngestOut:  # fmt: skip
+def report(
+    body: schemas.EventBatchIn, services: Services, principal: Principal
+) -> schemas.IngestOut:
     """A batch and its `claim`: the body of this route and of the worker channel's messages
     (`principal`: who sent it, for `auth.EVENT_ROLES`). NoETL's batch form names its
     execution and worker once, at the top (`noetl_events.batch_items`)."""
@@ -50,15 +52,23 @@ def report(body: schemas.EventBatchIn, services: Services,
     claim = None
     if body.claim is not None:
         lease_s = commands.lease_s(services.settings, body.claim.lease_seconds)
-        claim = services.engine.claim_request(body.claim.worker_id, lease_s, body.claim.limit,
-                                              body.claim.pool)  # fmt: skip
-    return ingest_batch(items, services.engine, services.metrics, batch=True,
-                        principal=principal, claim=claim)  # fmt: skip
+        claim = services.engine.claim_request(
+            body.claim.worker_id, lease_s, body.claim.limit, body.claim.pool
+        )
+    return ingest_batch(
+        items, services.engine, services.metrics, batch=True, principal=principal, claim=claim
+    )
 
 
-def ingest_batch(items: list[schemas.EventIn], engine: Lifecycle, metrics: Metrics, *,
-                 batch: bool, principal: Principal,
-                 claim: ClaimRequest | None = None) -> schemas.IngestOut:  # fmt: skip
+def ingest_batch(
+    items: list[schemas.EventIn],
+    engine: Lifecycle,
+    metrics: Metrics,
+    *,
+    batch: bool,
+    principal: Principal,
+    claim: ClaimRequest | None = None,
+) -> schemas.IngestOut:
     if not items and claim is None:  # an empty batch (NoETL's flush of nothing): no-op
         return schemas.IngestOut(accepted=0, stored=0, event_ids=[])
     started = time.perf_counter()
@@ -83,16 +93,18 @@ def ingest_batch(items: list[schemas.EventIn], engine: Lifecycle, metrics: Metri
         # a type the engine does not know is stored now (DSL 12.3): labels must stay few
         metrics.events_ingested.labels(_type_label(event.event_type), outcome).inc()
     return schemas.IngestOut(
-        accepted=len(done.events), stored=len(done.stored_ids),
+        accepted=len(done.events),
+        stored=len(done.stored_ids),
         event_ids=[str(e.event_id) for e in done.events],
         stale=[str(e.event_id) for e in done.events if e.event_id in done.stale_ids],
         ignored=[str(e.event_id) for e in done.events if e.event_id in done.ignored],
         ignored_reasons={str(k): why for k, why in done.ignored.items()} or None,
         stored_ids=[str(e.event_id) for e in done.events if e.event_id in done.stored_ids],
         duplicates=[str(e.event_id) for e in done.events if e.event_id in done.duplicate_ids],
-        commands=None if claim is None else commands.hand_out(engine, done.claimed,
-                                                              fresh=done.written),
-    )  # fmt: skip
+        commands=None
+        if claim is None
+        else commands.hand_out(engine, done.claimed, fresh=done.written),
+    )
 
 
 def _type_label(name: str) -> str:

@@ -21,8 +21,10 @@ from milepost.playbook import model
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
-ExecutionId = Annotated[str, Path(description="Execution id (digits).",
-                                   json_schema_extra={"pattern": checks.ID_PATTERN})]
+ExecutionId = Annotated[
+    str,
+    Path(description="Execution id (digits).", json_schema_extra={"pattern": checks.ID_PATTERN}),
+]
 
 
 def parse_execution_id(value: str) -> int:
@@ -38,22 +40,46 @@ def existing(engine: Lifecycle, value: str) -> ExecutionRow:
 
 @router.get("", responses=errors.responses(*AUTH, 422))
 def list_executions(
-    engine: EngineDep, _: ReadAuth,
+    engine: EngineDep,
+    _: ReadAuth,
     # an enum: a status no run can have is a 422 naming the choices, not an empty 200
     status: Annotated[schemas.ExecutionStatus | None, Query()] = None,
     path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET)] = 0,
-    since: Annotated[str | None, Query(max_length=40, description=(
-        "Only executions started at or after it: ISO-8601 or epoch seconds."))] = None,
-    cursor: Annotated[str | None, Query(max_length=60, pattern=list_page.CURSOR_PATTERN, description=(
-        "The `next` of the previous page: the rows after it (a keyset page, as fast at "
-        "the 1000th page as at the first)."))] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=40,
+            description=("Only executions started at or after it: ISO-8601 or epoch seconds."),
+        ),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=60,
+            pattern=list_page.CURSOR_PATTERN,
+            description=(
+                "The `next` of the previous page: the rows after it (a keyset page, as fast at "
+                "the 1000th page as at the first)."
+            ),
+        ),
+    ] = None,
 ) -> schemas.ExecutionList:
-    rows = engine.executions(status=status, path=path, limit=limit, offset=offset,
-                             since=_since(since), before=list_page.parse_cursor(cursor))  # fmt: skip
-    return schemas.ExecutionList(items=list_page.items(engine, rows), limit=limit,
-                                 offset=offset, next=list_page.next_cursor(rows, limit))  # fmt: skip
+    rows = engine.executions(
+        status=status,
+        path=path,
+        limit=limit,
+        offset=offset,
+        since=_since(since),
+        before=list_page.parse_cursor(cursor),
+    )
+    return schemas.ExecutionList(
+        items=list_page.items(engine, rows),
+        limit=limit,
+        offset=offset,
+        next=list_page.next_cursor(rows, limit),
+    )
 
 
 def _since(value: str | None) -> float | None:
@@ -85,10 +111,13 @@ def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
 
 @router.get("/{execution_id}", responses=errors.responses(*AUTH, 404, 422))
 def get_execution(
-    execution_id: ExecutionId, engine: EngineDep, _: ReadAuth,
+    execution_id: ExecutionId,
+    engine: EngineDep,
+    _: ReadAuth,
     events_limit: Annotated[int, Query(ge=0, le=10_000)] = 100,
-    events_after: Annotated[int, Query(ge=0, le=checks.MAX_OFFSET,
-                                       description="Return events with seq > this.")] = 0,
+    events_after: Annotated[
+        int, Query(ge=0, le=checks.MAX_OFFSET, description="Return events with seq > this.")
+    ] = 0,
 ) -> schemas.ExecutionOut:
     row = existing(engine, execution_id)
     summary = _summary_now(engine, row.execution_id)
@@ -96,10 +125,12 @@ def get_execution(
     more = len(page) > events_limit
     page = page[:events_limit]
     return schemas.ExecutionOut(
-        **views.execution_item(row).model_dump(), **_progress(summary),
+        **views.execution_item(row).model_dump(),
+        **_progress(summary),
         events=[views.event_out(e) for e in page],
-        events_next=page[-1].seq if more and page else None, last_seq=summary["last_seq"],
-    )  # fmt: skip
+        events_next=page[-1].seq if more and page else None,
+        last_seq=summary["last_seq"],
+    )
 
 
 MAX_STATUS_WAIT = 60.0
@@ -111,26 +142,45 @@ wakes it at once when it ends the run, but another server or the CLI may end it 
 
 def _status_out(engine: Lifecycle, execution_id: int) -> schemas.StatusOut:
     summary = _summary_now(engine, execution_id)
-    return schemas.StatusOut(execution_id=str(execution_id), status=summary["status"],
-                             **_progress(summary))  # fmt: skip
+    return schemas.StatusOut(
+        execution_id=str(execution_id), status=summary["status"], **_progress(summary)
+    )
 
 
 def _progress(summary: dict[str, Any]) -> dict[str, Any]:
     """What the execution and status replies both show of a run's summary (`RunProgress`):
     the usage is the fold's, the same sums the store's `execution_usage` keeps."""
-    return {"error": summary["error"], "steps": summary["steps"],
-            "compensating": summary["compensating"], "compensation": summary.get("compensation"),
-            "no_live_worker": summary.get("no_live_worker", []), "usage": summary.get("usage")}
+    return {
+        "error": summary["error"],
+        "steps": summary["steps"],
+        "compensating": summary["compensating"],
+        "compensation": summary.get("compensation"),
+        "no_live_worker": summary.get("no_live_worker", []),
+        "usage": summary.get("usage"),
+    }
 
 
-@router.get("/{execution_id}/status", response_model=schemas.StatusOut,
-            responses=errors.responses(*AUTH, 404, 422))
+@router.get(
+    "/{execution_id}/status",
+    response_model=schemas.StatusOut,
+    responses=errors.responses(*AUTH, 404, 422),
+)
 async def get_status(
-    execution_id: ExecutionId, engine: EngineDep, _: ChildStatusAuth,
-    wait: Annotated[float, Query(ge=0, le=MAX_STATUS_WAIT, description=(
-        "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
-        "CANCELLED); after that the current status. 0: answer at once."))] = 0,
-) -> Response:  # fmt: skip
+    execution_id: ExecutionId,
+    engine: EngineDep,
+    _: ChildStatusAuth,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_STATUS_WAIT,
+            description=(
+                "Seconds to hold the reply until the execution is terminal (COMPLETED, FAILED, "
+                "CANCELLED); after that the current status. 0: answer at once."
+            ),
+        ),
+    ] = 0,
+) -> Response:
     """The status, at once or long-polled with `wait`.
 
     Async so a waiting request holds no thread: the engine is synchronous, so every read
@@ -170,8 +220,9 @@ async def _status(engine: Lifecycle, xid: int, wait: float) -> schemas.StatusOut
 
 
 @router.post("/{execution_id}/cancel", responses=errors.responses(*AUTH, 404, 409, 422))
-def cancel(execution_id: ExecutionId, engine: EngineDep,
-           principal: ChildCancelAuth) -> schemas.CancelOut:  # fmt: skip
+def cancel(
+    execution_id: ExecutionId, engine: EngineDep, principal: ChildCancelAuth
+) -> schemas.CancelOut:
     row = existing(engine, execution_id)
     state = engine.cancel(row.execution_id, principal.starter)  # AlreadyTerminal: 409
     return schemas.CancelOut(execution_id=str(row.execution_id), status=state.status)

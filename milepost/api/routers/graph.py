@@ -26,6 +26,14 @@ def execution_graph(execution_id: ExecutionId, engine: EngineDep, _: ReadAuth) -
 @router.get("/whoami", responses=errors.responses(*AUTH))
 def whoami(principal: ReadAuth) -> WhoamiOut:
     role = principal.role
-    return WhoamiOut(role=role, name=principal.name, user=principal.user, may={
-        "cancel": role in auth.OPERATE, "execute": role in auth.OPERATE,
-        "act": role in auth.OPERATE, "approve": role in auth.APPROVE})  # fmt: skip
+    return WhoamiOut(
+        role=role,
+        name=principal.name,
+        user=principal.user,
+        may={
+            "cancel": role in auth.OPERATE,
+            "execute": role in auth.OPERATE,
+            "act": role in auth.OPERATE,
+            "approve": role in auth.APPROVE,
+        },
+    )

@@ -18,14 +18,20 @@ from milepost.sanitize import mask
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 
-ResultId = Annotated[str, Path(description="The entry's id: the last part of its "
-                                           "`milepost://results/<execution_id>/<id>` uri.",
-                               json_schema_extra={"pattern": checks.ID_PATTERN})]  # fmt: skip
+ResultId = Annotated[
+    str,
+    Path(
+        description="The entry's id: the last part of its "
+        "`milepost://results/<execution_id>/<id>` uri.",
+        json_schema_extra={"pattern": checks.ID_PATTERN},
+    ),
+]
 
 
 @router.get("/{execution_id}/results/{result_id}", responses=errors.responses(*AUTH, 404, 422))
-def execution_result(execution_id: ExecutionId, result_id: ResultId, engine: EngineDep,
-                     _: ReadAuth) -> Any:  # fmt: skip
+def execution_result(
+    execution_id: ExecutionId, result_id: ResultId, engine: EngineDep, _: ReadAuth
+) -> Any:
     """The entry as JSON; 404 `result_not_found` for an id this run has no entry under
     (another run's entry included)."""
     row = existing(engine, execution_id)
@@ -35,9 +41,12 @@ def execution_result(execution_id: ExecutionId, result_id: ResultId, engine: Eng
         raise errors.invalid([{"loc": ["path", "result_id"], "msg": str(exc)}]) from None
     value = engine.run_result(row.execution_id, rid)
     if value is None:
-        raise errors.not_found("result_not_found", f"run {row.execution_id} has no result "
-                               f"{result_id}", execution_id=str(row.execution_id),
-                               result_id=result_id)  # fmt: skip
+        raise errors.not_found(
+            "result_not_found",
+            f"run {row.execution_id} has no result {result_id}",
+            execution_id=str(row.execution_id),
+            result_id=result_id,
+        )
     # a value from outside the worker's redaction (a client's reference) is masked as the
     # engine masks what such clients send
     return mask(value)

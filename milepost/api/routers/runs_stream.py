@@ -34,7 +34,8 @@ router = APIRouter(prefix="/api/executions", tags=["executions"])
 SLACK = 5.0
 """Seconds looked back at every look: a change committed that late is still sent."""
 _SSE: dict[int | str, dict[str, Any]] = {
-    200: {**stream._SSE[200], "description": "The executions that change, as SSE."}}
+    200: {**stream._SSE[200], "description": "The executions that change, as SSE."}
+}
 
 
 def _start(after: str | None, last_event_id: str | None, now: float) -> list_page.Keyset:
@@ -42,29 +43,44 @@ def _start(after: str | None, last_event_id: str | None, now: float) -> list_pag
     if after is not None:
         found = list_page.parse_cursor(after, ("query", "after"), "an id of this stream")
     else:
-        found = list_page.parse_cursor(last_event_id, ("header", "last-event-id"),
-                                       "an id of this stream")  # fmt: skip
+        found = list_page.parse_cursor(
+            last_event_id, ("header", "last-event-id"), "an id of this stream"
+        )
     return found if found is not None else (now - SLACK, 0)
 
 
-@router.get("/stream", response_class=StreamingResponse,
-            responses={**_SSE, **errors.responses(*AUTH, 422)})  # fmt: skip
+@router.get(
+    "/stream", response_class=StreamingResponse, responses={**_SSE, **errors.responses(*AUTH, 422)}
+)
 async def stream_executions(
-    request: Request, engine: EngineDep, _: ReadAuth,
-    after: Annotated[str | None, Query(max_length=60, pattern=list_page.CURSOR_PATTERN, description=(
-        "An id of this stream: only the changes after it."))] = None,
+    request: Request,
+    engine: EngineDep,
+    _: ReadAuth,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=60,
+            pattern=list_page.CURSOR_PATTERN,
+            description=("An id of this stream: only the changes after it."),
+        ),
+    ] = None,
     last_event_id: Annotated[str | None, Header(max_length=60)] = None,
-) -> StreamingResponse:  # fmt: skip
+) -> StreamingResponse:
     """New, progressing and ended executions as text/event-stream, as they are stored."""
     start = _start(after, last_event_id, engine.clock())
-    return StreamingResponse(_follow(request, engine, start), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache",
-                                      "X-Accel-Buffering": "no"})  # fmt: skip
+    return StreamingResponse(
+        _follow(request, engine, start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
-def _look(engine: Lifecycle, floor: list_page.Keyset, cursor: list_page.Keyset,
-          sent: dict[list_page.Keyset, None]
-          ) -> list[tuple[list_page.Keyset, schemas.ExecutionItem]]:  # fmt: skip
+def _look(
+    engine: Lifecycle,
+    floor: list_page.Keyset,
+    cursor: list_page.Keyset,
+    sent: dict[list_page.Keyset, None],
+) -> list[tuple[list_page.Keyset, schemas.ExecutionItem]]:
     """The rows changed past `cursor`, and those within `SLACK` behind it not sent yet
     (never behind `floor`, where the client resumed: it has seen those), with their keys.
 
@@ -83,8 +99,9 @@ def _look(engine: Lifecycle, floor: list_page.Keyset, cursor: list_page.Keyset,
     return list(zip(keys, list_page.items(engine, rows), strict=True))
 
 
-async def _follow(request: Request, engine: Lifecycle,
-                  cursor: list_page.Keyset) -> AsyncIterator[str]:  # fmt: skip
+async def _follow(
+    request: Request, engine: Lifecycle, cursor: list_page.Keyset
+) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     floor = cursor
     sent: dict[list_page.Keyset, None] = {}  # the keys sent within SLACK of the cursor
@@ -105,4 +122,3 @@ async def _follow(request: Request, engine: Lifecycle,
             quiet_since = loop.time()
             yield ": keepalive\n\n"
         await asyncio.sleep(stream.RECHECK)
-

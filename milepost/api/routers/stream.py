@@ -59,33 +59,44 @@ def _resume_from(after: int | None, last_event_id: str | None) -> int:
 
 
 _SSE: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The run's events as server-sent events.",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}}}  # fmt: skip
+    200: {
+        "description": "The run's events as server-sent events.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
 
 
-@router.get("/{execution_id}/stream", response_class=StreamingResponse,
-            responses={**_SSE, **errors.responses(*AUTH, 404, 422)})  # fmt: skip
+@router.get(
+    "/{execution_id}/stream",
+    response_class=StreamingResponse,
+    responses={**_SSE, **errors.responses(*AUTH, 404, 422)},
+)
 async def stream_events(
-    execution_id: ExecutionId, request: Request, engine: EngineDep, _: ReadAuth,
-    after: Annotated[int | None, Query(ge=0, le=checks.MAX_OFFSET,
-                                       description="Only events with seq > this.")] = None,
+    execution_id: ExecutionId,
+    request: Request,
+    engine: EngineDep,
+    _: ReadAuth,
+    after: Annotated[
+        int | None, Query(ge=0, le=checks.MAX_OFFSET, description="Only events with seq > this.")
+    ] = None,
     last_event_id: Annotated[str | None, Header(max_length=40)] = None,
-) -> StreamingResponse:  # fmt: skip
+) -> StreamingResponse:
     """The run's events past `after` (or `Last-Event-ID`) as text/event-stream, then its
     new events as they are stored, then `event: end` when it is terminal."""
     xid = parse_execution_id(execution_id)
     start = _resume_from(after, last_event_id)
     # the first page before the reply starts: an unknown run is a JSON 404, not a stream
-    first = await run_in_threadpool(event_query.page, engine, xid, _ALL, after=start,
-                                    limit=PAGE)  # fmt: skip
-    return StreamingResponse(_follow(request, engine, xid, first),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache",
-                                      "X-Accel-Buffering": "no"})  # fmt: skip
+    first = await run_in_threadpool(event_query.page, engine, xid, _ALL, after=start, limit=PAGE)
+    return StreamingResponse(
+        _follow(request, engine, xid, first),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
-async def _follow(request: Request, engine: Lifecycle, xid: int,
-                  page: event_query.EventPage) -> AsyncIterator[str]:  # fmt: skip
+async def _follow(
+    request: Request, engine: Lifecycle, xid: int, page: event_query.EventPage
+) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     ended = asyncio.Event()
     engine.watch(xid, loop, ended)
@@ -93,8 +104,7 @@ async def _follow(request: Request, engine: Lifecycle, xid: int,
         quiet_since = loop.time()
         while True:
             for event in page.events:
-                yield message(views.event_out(event).model_dump_json(), event.seq,
-                              event.event_type)  # fmt: skip
+                yield message(views.event_out(event).model_dump_json(), event.seq, event.event_type)
             if page.events:
                 quiet_since = loop.time()
             if page.next_after is None and page.status in st.TERMINAL:
@@ -116,7 +126,8 @@ async def _follow(request: Request, engine: Lifecycle, xid: int,
                     yield ": keepalive\n\n"
             elif await request.is_disconnected():
                 return
-            page = await run_in_threadpool(event_query.page, engine, xid, _ALL,
-                                           after=page.last_seq, limit=PAGE)  # fmt: skip
+            page = await run_in_threadpool(
+                event_query.page, engine, xid, _ALL, after=page.last_seq, limit=PAGE
+            )
     finally:
         engine.unwatch(xid, ended)

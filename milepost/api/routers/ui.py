@@ -19,8 +19,10 @@ router = APIRouter(include_in_schema=False)
 
 DIST = Path(__file__).resolve().parent.parent.parent / "web" / "dist"
 ASSETS = "assets/"
-NOT_BUILT = ("the web UI is not built: run `make install` (npm ci && npm run build in ui/), "
-             "or install a wheel that carries it")  # fmt: skip
+NOT_BUILT = (
+    "the web UI is not built: run `make install` (npm ci && npm run build in ui/), "
+    "or install a wheel that carries it"
+)
 
 
 @router.get("/")
@@ -48,9 +50,16 @@ def serve(dist: Path, path: str) -> FileResponse:
         inside = wanted.is_relative_to(dist.resolve())
         if inside and wanted.is_file():
             immutable = path.startswith(ASSETS)
-            return FileResponse(wanted, headers={"Cache-Control": (
-                "public, max-age=31536000, immutable" if immutable else "no-cache")})  # fmt: skip
+            return FileResponse(
+                wanted,
+                headers={
+                    "Cache-Control": (
+                        "public, max-age=31536000, immutable" if immutable else "no-cache"
+                    )
+                },
+            )
         if path.startswith(ASSETS) or not inside:
-            raise errors.not_found("ui_file_not_found", f"no file {path!r} in the web UI",
-                                   path=path)  # fmt: skip
+            raise errors.not_found(
+                "ui_file_not_found", f"no file {path!r} in the web UI", path=path
+            )
     return FileResponse(index, headers={"Cache-Control": "no-cache"})

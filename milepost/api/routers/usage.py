@@ -17,8 +17,13 @@ router = APIRouter(prefix="/api/usage", tags=["usage"])
 
 @router.get("", responses=errors.responses(*AUTH, 422))
 def playbook_usage(
-    engine: EngineDep, _: ReadAuth,
-    path: Annotated[str | None, Query(max_length=500, pattern=checks.NO_NUL_PATTERN,
-                                      description="Only this playbook path.")] = None,
-) -> schemas.UsageList:  # fmt: skip
+    engine: EngineDep,
+    _: ReadAuth,
+    path: Annotated[
+        str | None,
+        Query(
+            max_length=500, pattern=checks.NO_NUL_PATTERN, description="Only this playbook path."
+        ),
+    ] = None,
+) -> schemas.UsageList:
     return schemas.UsageList(items=[views.playbook_usage(r) for r in engine.playbook_usage(path)])

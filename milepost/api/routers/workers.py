@@ -26,37 +26,44 @@ from milepost.engine.machine import LEASE_TTL_S
 router = APIRouter(prefix="/api/workers", tags=["workers"])
 
 
-@router.get("", response_model=schemas_workers.WorkerList,
-            responses=errors.responses(*AUTH, 422))
+@router.get("", response_model=schemas_workers.WorkerList, responses=errors.responses(*AUTH, 422))
 def list_workers(
-    engine: EngineDep, _: ReadAuth,
-    pool: Annotated[str | None, Query(pattern=schemas_workers.POOL_PATTERN,
-                                      description="Only the workers of this pool.")] = None,
-    status: Annotated[schemas_workers.WorkerStatus | None, Query(
-        description="`live`, or `lost`: not seen for its ttl.")] = None,
-) -> Response:  # fmt: skip
+    engine: EngineDep,
+    _: ReadAuth,
+    pool: Annotated[
+        str | None,
+        Query(pattern=schemas_workers.POOL_PATTERN, description="Only the workers of this pool."),
+    ] = None,
+    status: Annotated[
+        schemas_workers.WorkerStatus | None,
+        Query(description="`live`, or `lost`: not seen for its ttl."),
+    ] = None,
+) -> Response:
     """The workers registry by name: pools, host, pid, version, started, last seen, status
     and the commands each holds now; beside it, the pools with queued commands and no live
     worker."""
     found = engine.workers(pool=pool, status=status)
     missing = [m for m in engine.missing_workers() if pool is None or m.pool == pool]
-    return views.as_json(schemas_workers.WorkerList(
-        items=[schemas_workers.worker_out(w) for w in found],
-        without_worker=[schemas_workers.NoLiveWorkerOut(**m.as_dict()) for m in missing]))  # fmt: skip
+    return views.as_json(
+        schemas_workers.WorkerList(
+            items=[schemas_workers.worker_out(w) for w in found],
+            without_worker=[schemas_workers.NoLiveWorkerOut(**m.as_dict()) for m in missing],
+        )
+    )
 
 
-@router.post("/machine-id", response_model=schemas.MachineIdOut,
-             responses=errors.responses(*AUTH, *BODY, 503))
-def machine_id(body: schemas.MachineIdIn, engine: EngineDep,
-               _: WorkAuth) -> schemas.MachineIdOut:  # fmt: skip
+@router.post(
+    "/machine-id",
+    response_model=schemas.MachineIdOut,
+    responses=errors.responses(*AUTH, *BODY, 503),
+)
+def machine_id(body: schemas.MachineIdIn, engine: EngineDep, _: WorkAuth) -> schemas.MachineIdOut:
     now = engine.clock()
     who = (body.worker or schemas_workers.WorkerIn()).check_in(body.worker_id, body.pool)
     # the holder names the worker's pool, for people reading `machine_lease`
     holder = worker_pools.holder(body.worker_id, body.pool)
     if body.release:
         engine.check_out(who, holder, body.machine_id)
-        return schemas.MachineIdOut(machine_id=body.machine_id or 0, expires_at=now,
-                                    renewed=False)  # fmt: skip
+        return schemas.MachineIdOut(machine_id=body.machine_id or 0, expires_at=now, renewed=False)
     leased, renewed = engine.check_in(who, holder, body.machine_id)
-    return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S,
-                                renewed=renewed)  # fmt: skip
+    return schemas.MachineIdOut(machine_id=leased, expires_at=now + LEASE_TTL_S, renewed=renewed)

@@ -46,6 +46,7 @@ QueryInt = Annotated[int, Query(), BeforeValidator(_parse_query_int)]
 
 ProbeDelay = Annotated[float, Query(ge=0, le=MAX_PROBE_DELAY_SECONDS)]
 
+
 def _internal_server_error() -> PlainTextResponse:
     """What an unexpected server fault looks like (Starlette's default 500)."""
     return PlainTextResponse("Internal Server Error", status_code=500)

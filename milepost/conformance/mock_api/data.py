@@ -13,6 +13,7 @@ DEFAULT_MAX_EVENTS = 200
 ERROR_TIMEOUT_SECONDS = 30.0
 MAX_PROBE_DELAY_SECONDS = 300.0
 
+
 def _ids() -> range:
     return range(1, TOTAL_ITEMS + 1)
 

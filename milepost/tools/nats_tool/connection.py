@@ -39,14 +39,17 @@ class Target:
         return Redactor(secrets)
 
 
-def target(config: Mapping[str, Any], credentials: base.CredentialLookup | None,
-           default_url: str | None) -> Target:  # fmt: skip
+def target(
+    config: Mapping[str, Any], credentials: base.CredentialLookup | None, default_url: str | None
+) -> Target:
     """The server of a call: its `auth` credential, else `default_url`."""
     auth = config.get("auth")
     if auth is None or auth == "":
         if not default_url:
-            raise ToolInvalid("nats tool needs `auth` (a credential of type nats) or a NATS "
-                              "URL for the process (MILEPOST_NATS_URL)")  # fmt: skip
+            raise ToolInvalid(
+                "nats tool needs `auth` (a credential of type nats) or a NATS "
+                "URL for the process (MILEPOST_NATS_URL)"
+            )
         return Target(default_url)
     name = base.auth_credential(auth)
     if name is None:
@@ -82,10 +85,15 @@ async def connect(where: Target) -> Client:
         # one try per server (nats-py's initial connect loops until attempts run out),
         # no reconnects: a call that loses its connection fails and is retried
         return await nats.connect(
-            servers, connect_timeout=CONNECT_TIMEOUT, allow_reconnect=False,
-            max_reconnect_attempts=1, reconnect_time_wait=0, error_cb=note,
-            name="milepost-nats-tool", **where.options,
-        )  # fmt: skip
+            servers,
+            connect_timeout=CONNECT_TIMEOUT,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0,
+            error_cb=note,
+            name="milepost-nats-tool",
+            **where.options,
+        )
     except nats.errors.NoServersError as exc:
         raise Unreachable(errors[-1] if errors else exc) from exc
 

@@ -58,16 +58,19 @@ def _text(config: Config, name: str) -> str:
 def _key(config: Config) -> str:
     key = _text(config, "key")
     if not _KEY_RE.fullmatch(key) or key.startswith(".") or key.endswith("."):
-        raise ValueError(f"nats `key` {key!r} is not a valid key (letters, digits and "
-                         "- / _ = . only, not starting or ending with a dot)")  # fmt: skip
+        raise ValueError(
+            f"nats `key` {key!r} is not a valid key (letters, digits and "
+            "- / _ = . only, not starting or ending with a dot)"
+        )
     return key
 
 
 def _bucket(config: Config) -> str:
     bucket = _text(config, "bucket")
     if not _BUCKET_RE.fullmatch(bucket):
-        raise ValueError(f"nats `bucket` {bucket!r} is not a valid bucket name (letters, "
-                         "digits, - and _ only)")  # fmt: skip
+        raise ValueError(
+            f"nats `bucket` {bucket!r} is not a valid bucket name (letters, digits, - and _ only)"
+        )
     return bucket
 
 
@@ -102,8 +105,7 @@ async def kv_get(js: JetStreamContext, config: Config, ctx: Context) -> dict[str
     except KeyNotFoundError:
         return _missing(bucket=bucket, key=key, value=None)
     value, encoding = decode(entry.value)
-    out = {"found": True, "bucket": bucket, "key": key, "value": value,
-           "revision": entry.revision}  # fmt: skip
+    out = {"found": True, "bucket": bucket, "key": key, "value": value, "revision": entry.revision}
     if encoding:
         out["encoding"] = encoding
     return out
@@ -129,8 +131,9 @@ def _ttl(raw: Any, ctx: Context) -> float | None:
         raise ValueError(f"nats `ttl` must be at least 1s, got {raw!r}")
     if ctx.server_version < MSG_TTL_VERSION:
         found = ".".join(map(str, ctx.server_version))
-        raise Unsupported(f"nats `ttl` needs a NATS server 2.11 or later (per-key TTL); "
-                          f"this server is {found}")  # fmt: skip
+        raise Unsupported(
+            f"nats `ttl` needs a NATS server 2.11 or later (per-key TTL); this server is {found}"
+        )
     return seconds
 
 
@@ -204,8 +207,7 @@ async def live_keys(js: JetStreamContext, kv: KeyValue, bucket: str) -> list[str
 # --------------------------------------------------------------------------- objects
 
 
-async def _store(js: JetStreamContext, bucket: str, *, create: bool = False
-                 ) -> ObjectStore | None:  # fmt: skip
+async def _store(js: JetStreamContext, bucket: str, *, create: bool = False) -> ObjectStore | None:
     try:
         return await js.object_store(bucket)
     except BucketNotFoundError:
@@ -220,9 +222,15 @@ async def _store(js: JetStreamContext, bucket: str, *, create: bool = False
 
 
 def _info(info: api.ObjectInfo) -> dict[str, Any]:
-    return {"name": info.name, "size": info.size, "mtime": info.mtime or None,
-            "digest": info.digest or None, "chunks": info.chunks,
-            "description": info.description, "headers": dict(info.headers or {})}  # fmt: skip
+    return {
+        "name": info.name,
+        "size": info.size,
+        "mtime": info.mtime or None,
+        "digest": info.digest or None,
+        "chunks": info.chunks,
+        "description": info.description,
+        "headers": dict(info.headers or {}),
+    }
 
 
 async def object_put(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
@@ -233,11 +241,19 @@ async def object_put(js: JetStreamContext, config: Config, ctx: Context) -> dict
     assert store is not None
     description = config.get("description")
     # the header tells a read to parse the object back (a stored string stays a string)
-    meta = api.ObjectMeta(name=name, description=str(description) if description else None,
-                          headers={"Content-Type": JSON_TYPE if is_json else "text/plain"})  # fmt: skip
+    meta = api.ObjectMeta(
+        name=name,
+        description=str(description) if description else None,
+        headers={"Content-Type": JSON_TYPE if is_json else "text/plain"},
+    )
     info = await store.put(name, data, meta=meta)
-    return {"bucket": bucket, "name": name, "size": info.size, "digest": info.digest,
-            "created_bucket": not existed}  # fmt: skip
+    return {
+        "bucket": bucket,
+        "name": name,
+        "size": info.size,
+        "digest": info.digest,
+        "created_bucket": not existed,
+    }
 
 
 async def object_get(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
@@ -251,10 +267,19 @@ async def object_get(js: JetStreamContext, config: Config, ctx: Context) -> dict
         return _missing(bucket=bucket, name=name, data=None)
     headers = result.info.headers or {}
     kind = next((str(v) for k, v in headers.items() if k.lower() == "content-type"), None)
-    data, encoding = decode(result.data, is_json=None if kind is None else kind == JSON_TYPE,
-                            encoding=config.get("encoding"))  # fmt: skip
-    out = {"found": True, "bucket": bucket, "name": name, "data": data,
-           "size": result.info.size, "digest": result.info.digest}  # fmt: skip
+    data, encoding = decode(
+        result.data,
+        is_json=None if kind is None else kind == JSON_TYPE,
+        encoding=config.get("encoding"),
+    )
+    out = {
+        "found": True,
+        "bucket": bucket,
+        "name": name,
+        "data": data,
+        "size": result.info.size,
+        "digest": result.info.digest,
+    }
     if encoding:
         out["encoding"] = encoding
     return out
@@ -310,10 +335,15 @@ async def js_publish(js: JetStreamContext, config: Config, ctx: Context) -> dict
     if ctx.operation_key and not any(k.lower() == "nats-msg-id" for k in headers):
         headers["Nats-Msg-Id"] = ctx.operation_key
     stream = config.get("stream")
-    ack = await js.publish(subject, payload, headers=headers or None,
-                           stream=str(stream) if stream else None)  # fmt: skip
-    return {"stream": ack.stream, "seq": ack.seq, "subject": subject,
-            "duplicate": bool(ack.duplicate)}  # fmt: skip
+    ack = await js.publish(
+        subject, payload, headers=headers or None, stream=str(stream) if stream else None
+    )
+    return {
+        "stream": ack.stream,
+        "seq": ack.seq,
+        "subject": subject,
+        "duplicate": bool(ack.duplicate),
+    }
 
 
 async def js_get_msg(js: JetStreamContext, config: Config, ctx: Context) -> dict[str, Any]:
@@ -329,9 +359,15 @@ async def js_get_msg(js: JetStreamContext, config: Config, ctx: Context) -> dict
     except NotFoundError:  # no such stream, or no message at that sequence
         return _missing(stream=stream, seq=seq, data=None)
     data, encoding = decode(msg.data)
-    out = {"found": True, "stream": stream, "seq": msg.seq, "subject": msg.subject,
-           "data": data, "headers": dict(msg.headers or {}),
-           "time": msg.time.isoformat() if msg.time else None}  # fmt: skip
+    out = {
+        "found": True,
+        "stream": stream,
+        "seq": msg.seq,
+        "subject": msg.subject,
+        "data": data,
+        "headers": dict(msg.headers or {}),
+        "time": msg.time.isoformat() if msg.time else None,
+    }
     if encoding:
         out["encoding"] = encoding
     return out
@@ -355,14 +391,14 @@ async def js_stream_info(js: JetStreamContext, config: Config, ctx: Context) -> 
             "max_msgs": cfg.max_msgs,
             "max_bytes": cfg.max_bytes,
             "max_age": cfg.max_age,
-        },  # fmt: skip
+        },
         "state": {
             "messages": state.messages,
             "bytes": state.bytes,
             "first_seq": state.first_seq,
             "last_seq": state.last_seq,
             "consumer_count": state.consumer_count,
-        },  # fmt: skip
+        },
     }
 
 

@@ -29,8 +29,9 @@ class NatsTool:
         default_url: the NATS URL of calls without `auth` (the process's `nats_url`).
     """
 
-    def __init__(self, credentials: base.CredentialLookup | None = None,
-                 default_url: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, credentials: base.CredentialLookup | None = None, default_url: str | None = None
+    ) -> None:
         self.credentials = credentials
         self.default_url = default_url
 
@@ -47,8 +48,12 @@ class NatsTool:
                 data = await _run(where, operation, call)
         except TimeoutError:  # nats-py's own timeouts are TimeoutErrors too
             limit = f" of {call.timeout:g}s" if call.timeout else ""
-            return base.failure("timeout", f"nats {operation} exceeded its timeout{limit}",
-                                code="Timeout", retryable=True)  # fmt: skip
+            return base.failure(
+                "timeout",
+                f"nats {operation} exceeded its timeout{limit}",
+                code="Timeout",
+                retryable=True,
+            )
         except Unsupported as exc:
             return base.failure("invalid", redactor.text(str(exc)), code="unsupported")
         except ValueError as exc:
@@ -58,8 +63,12 @@ class NatsTool:
         except nats.errors.Error as exc:
             return _error(exc, operation, call.config, redactor)
         except OSError as exc:
-            return base.failure("connection", redactor.text(f"nats {operation}: {exc}"),
-                                code=type(exc).__name__, retryable=True)  # fmt: skip
+            return base.failure(
+                "connection",
+                redactor.text(f"nats {operation}: {exc}"),
+                code=type(exc).__name__,
+                retryable=True,
+            )
         return base.ToolResult(data=data)
 
 
@@ -67,8 +76,9 @@ def _operation(config: dict[str, Any]) -> str:
     """The call's operation, checked again: a templated one is known only now."""
     operation = config.get("operation")
     if not isinstance(operation, str) or operation not in nats_ops.REQUIRED:
-        raise ToolInvalid(f"unknown nats operation {operation!r} "
-                          f"(known: {', '.join(nats_ops.OPERATIONS)})")  # fmt: skip
+        raise ToolInvalid(
+            f"unknown nats operation {operation!r} (known: {', '.join(nats_ops.OPERATIONS)})"
+        )
     lacking = nats_ops.missing(operation, config)
     if lacking:
         raise ToolInvalid(f"field {lacking[0]!r} is required for nats operation {operation!r}")
@@ -95,31 +105,54 @@ def _unreachable(exc: Unreachable, where: Target, redactor: Redactor) -> base.To
     cause = exc.cause
     url = redactor.text(where.url)
     if isinstance(cause, nats.errors.AuthorizationError) or "authorization" in str(cause).lower():
-        return base.failure("auth", f"NATS at {url} refused the credentials: {cause}",
-                            code=type(cause).__name__)  # fmt: skip
-    return base.failure("connection",
-                        redactor.text(f"cannot connect to NATS at {url}: {exc}"),
-                        code=type(cause).__name__, retryable=True)  # fmt: skip
+        return base.failure(
+            "auth", f"NATS at {url} refused the credentials: {cause}", code=type(cause).__name__
+        )
+    return base.failure(
+        "connection",
+        redactor.text(f"cannot connect to NATS at {url}: {exc}"),
+        code=type(cause).__name__,
+        retryable=True,
+    )
 
 
-def _error(exc: nats.errors.Error, operation: str, config: dict[str, Any],
-           redactor: Redactor) -> base.ToolResult:  # fmt: skip
+def _error(
+    exc: nats.errors.Error, operation: str, config: dict[str, Any], redactor: Redactor
+) -> base.ToolResult:
     message = redactor.text(f"nats {operation}: {str(exc) or type(exc).__name__}")
     code = type(exc).__name__
     if isinstance(exc, js_errors.NoStreamResponseError):
-        return base.failure("not_found", f"nats {operation}: no JetStream stream captures "
-                            f"subject {config.get('subject')!r}", code=code)  # fmt: skip
+        return base.failure(
+            "not_found",
+            f"nats {operation}: no JetStream stream captures subject {config.get('subject')!r}",
+            code=code,
+        )
     if isinstance(exc, nats.errors.NoRespondersError | js_errors.ServiceUnavailableError):
-        return base.failure("server_error", f"{message} (is JetStream enabled on the server?)",
-                            code=code, retryable=True)  # fmt: skip
-    if isinstance(exc, js_errors.InvalidBucketNameError | js_errors.InvalidKeyError
-                  | js_errors.InvalidObjectNameError):  # fmt: skip
+        return base.failure(
+            "server_error",
+            f"{message} (is JetStream enabled on the server?)",
+            code=code,
+            retryable=True,
+        )
+    if isinstance(
+        exc,
+        js_errors.InvalidBucketNameError
+        | js_errors.InvalidKeyError
+        | js_errors.InvalidObjectNameError,
+    ):
         return base.failure("invalid", message, code=code)
-    if isinstance(exc, nats.errors.ConnectionClosedError | nats.errors.StaleConnectionError
-                  | nats.errors.OutboundBufferLimitError):  # fmt: skip
+    if isinstance(
+        exc,
+        nats.errors.ConnectionClosedError
+        | nats.errors.StaleConnectionError
+        | nats.errors.OutboundBufferLimitError,
+    ):
         return base.failure("connection", message, code=code, retryable=True)
     if isinstance(exc, js_errors.APIError):
-        return base.failure("server_error", message,
-                            code=str(exc.err_code) if exc.err_code else code,
-                            retryable=exc.code in RETRYABLE_STATUS)  # fmt: skip
+        return base.failure(
+            "server_error",
+            message,
+            code=str(exc.err_code) if exc.err_code else code,
+            retryable=exc.code in RETRYABLE_STATUS,
+        )
     return base.failure("server_error", message, code=code)

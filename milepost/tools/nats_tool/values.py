@@ -30,8 +30,9 @@ def encode(value: Any, encoding: str | None = None) -> tuple[bytes, bool]:
     return json.dumps(value).encode(), False
 
 
-def decode(data: bytes | None, *, is_json: bool | None = None,
-           encoding: str | None = None) -> tuple[Any, str | None]:  # fmt: skip
+def decode(
+    data: bytes | None, *, is_json: bool | None = None, encoding: str | None = None
+) -> tuple[Any, str | None]:
     """A stored value and, when it is not text, the encoding it is given in (`base64`).
 
     `is_json` (known from a header): parse the text as JSON; None: parse only text that is

@@ -74,8 +74,10 @@ def connection_params(
 def _credential_name(auth: Any) -> str:
     name = base.auth_credential(auth)
     if name is None:
-        raise ToolInvalid("postgres `auth` must name a registered credential"
-                          + ("" if isinstance(auth, Mapping) else " (a string)"))  # fmt: skip
+        raise ToolInvalid(
+            "postgres `auth` must name a registered credential"
+            + ("" if isinstance(auth, Mapping) else " (a string)")
+        )
     return name
 
 
