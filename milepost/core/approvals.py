@@ -7,10 +7,11 @@ engine service asks `vote_event` to turn a decision into the event it appends.
 The approved call is bound by digest. A request renders every command the step will
 issue (the tool's fields and input, as the attempt will render them, secrets redacted)
 and keeps the SHA-256 of each; right before the first command is issued the calls are
-rendered again, and again by the attempt before its tool runs (`verify`). A call that
-differs from the approved one invalidates the approval instead of running. What cannot
-be known before the attempt runs (a keychain secret, an earlier task's output in a
-pipeline) is shown and digested as its template text.
+rendered again, and again by the attempt before its tool runs (`verify`, with the
+expiry).
+A call that differs from the approved one invalidates the approval instead of running.
+What cannot be known before the attempt runs (a keychain secret, an earlier task's output
+in a pipeline) is shown and digested as its template text.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from milepost.core import events as ev
 from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.approval_state import Approval, Voter
-from milepost.core.work import attempt_context
+from milepost.core.work import WorkItem, attempt_context
 from milepost.errors import MilepostError, TemplateError
-from milepost.playbook import model, render
+from milepost.playbook import durations, model, render
 
 SHOWN_IDEMPOTENCY_KEY = "<idempotency_key>"
 """What a request shows for `{{ idempotency_key }}`: it differs per attempt, and a retry
@@ -410,19 +411,30 @@ def _duration(seconds: float) -> str:
 # -- at the attempt --------------------------------------------------------------------------
 
 
-def verify(
-    playbook: model.Playbook,
-    step_name: str,
-    context: Mapping[str, Any],
-    args: Mapping[str, Any],
-    run: int,
-    index: int,
-    execution_id: int,
-    approved: str,
-) -> str | None:
-    """None when the attempt's call is the approved one, else why it may not run (the
-    approved input itself is not in the work item, so the message cannot say where)."""
-    shown = shown_call(playbook, step_name, context, args, run, index, execution_id)
-    if digest(shown) == approved:
+def expired_reason(late: float) -> str:
+    return f"the approval expired {durations.span(late)} earlier"
+
+
+def verify(playbook: model.Playbook, item: WorkItem, now: float) -> dict[str, Any] | None:
+    """Right before the tool runs, on the attempt's side: None when the approval still
+    covers this attempt, else the error that refuses it (`approval_state.refused_attempt`):
+    the approval expired since the command was issued (it waited in a queue, a slow worker
+    claimed it), or the call rendered from the command's context is not the approved one
+    (the approved input itself is not in the work item, so it cannot say where)."""
+    if item.approval_expires_at is not None and now >= item.approval_expires_at:
+        reason = expired_reason(now - item.approval_expires_at)
+        return ap.refused_attempt(item.attempt, "expired", reason)
+    if item.approved_digest is None:
         return None
-    return "approval invalidated: the call changed since it was approved"
+    shown = shown_call(
+        playbook,
+        item.step,
+        item.context,
+        item.args,
+        item.run,
+        item.index,
+        item.execution_id,
+    )
+    if digest(shown) == item.approved_digest:
+        return None
+    return ap.refused_attempt(item.attempt, "changed", "the call changed since it was approved")

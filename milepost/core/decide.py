@@ -5,7 +5,8 @@ is empty (the orchestrator's loop, and the unit tests' simulator), and the
 orchestrator appends what `settle` produced. Each call does the first phase that has work, in
 this order, so every decision sees the consequences of the one before:
 
-1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
+1. failures -> retries (`spec.retry`) when the error kind and attempts allow; an attempt
+   that refused to run on an approval that no longer covered it -> `approval.invalidated`;
 2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`),
    then `budget.exceeded` when the usage passed `executor.spec.budget` (`core.budget`);
 3. cancellation and failure -> once idle, the compensations (`core.compensation`, one at
@@ -181,6 +182,7 @@ def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Fai
 
 def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in out.state.running.values():
+        _invalidate_on_refusal(out, sr)
         spec = _retry_spec(playbook, sr.step)
         if _final_failure(out.state, spec, sr) is not None:
             # the step is failing (DSL 6): siblings in flight may finish, none is retried
@@ -198,6 +200,30 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
                 not_before=out.now + wait,
                 error=failure.error,
             )
+
+
+def _invalidate_on_refusal(out: _Emitter, sr: st.StepRun) -> None:
+    """An attempt refused to run its tool because the approval no longer covered it
+    (`approvals.verify`, on the attempt's side): the approval reads invalidated, as when
+    decide refuses an attempt before issuing it."""
+    approval = out.state.approvals.get(sr.approval_id) if sr.approval_id is not None else None
+    if approval is None or approval.status != ap.GRANTED:
+        return
+    for index, failure in sr.failures.items():
+        refusal = failure.error.get("invalidated")
+        if failure.error.get("kind") == "approval" and isinstance(refusal, dict):
+            out.emit(
+                ev.APPROVAL_INVALIDATED,
+                sr.step,
+                approval_id=approval.approval_id,
+                run=sr.run,
+                index=index,
+                attempt=failure.attempt,
+                cause=refusal.get("cause"),
+                changed=refusal.get("changed"),
+                reason=refusal.get("reason"),
+            )
+            return
 
 
 # -- 2. finished step runs ---------------------------------------------------------------

@@ -339,6 +339,54 @@ def test_the_worker_refuses_a_call_that_changed_after_the_grant(s: Site) -> None
     assert (failed[0].worker_id or "").startswith("worker-"), "refused by the worker itself"
 
 
+# -- every attempt is checked again, not only the first (issue 33) -------------------------
+
+
+def invalidated(s: Site, approval_id: str) -> dict[str, Any]:
+    """The approval as the API shows it: invalidated, its outcome the invalidation."""
+    item = s.admin.approval(approval_id)
+    assert item["status"] == "invalidated", item
+    outcome: dict[str, Any] = item["outcome"]
+    return outcome
+
+
+def expiry_of(s: Site, xid: str) -> float:
+    requested = next(e for e in load(s, int(xid)) if e.event_type == ev.APPROVAL_REQUESTED)
+    return float(requested.payload["expires_at"])
+
+
+def step_done(s: Site, xid: str, step: str) -> bool:
+    return bool(s.admin.status(xid)["steps"].get(step, {}).get("status") == "COMPLETED")
+
+
+def test_an_attempt_claimed_after_the_expiry_refuses_to_run_its_tool(s: Site) -> None:
+    """Granted and issued in time, claimed too late (no worker until after `expires_at`):
+    the worker refuses before the tool runs (fail closed)."""
+    path, base = s.name("claimed-late")
+    pay = base + "/pay"
+    xid = s.execute(world.retried(path, s.api.url + base, what="expiry", expires_in="5s"))
+    aid = s.pending(xid)["approval_id"]
+    wait_for(lambda: step_done(s, xid, "change"), "the other branch", timeout=20)
+    for worker in s.cluster.workers:
+        if worker.alive():
+            worker.stop()
+    assert ok(s.decide(aid, "alice"))["status"] == "granted"
+    assert s.issued(xid) == 1
+    expires_at = expiry_of(s, xid)
+    wait_for(lambda: time.time() > expires_at, "the expiry", timeout=10)
+    s.up()
+    status = s.wait(xid)
+    assert status["status"] == "FAILED", status
+    assert status["error"]["message"].startswith(
+        "approval invalidated before attempt 1: the approval expired "
+    )
+    assert s.api.count(pay) == 0 and s.issued(xid) == 1
+    [failed] = [e for e in load(s, int(xid)) if e.event_type == ev.COMMAND_FAILED]
+    assert failed.payload["error"]["invalidated"]["cause"] == "expired"
+    assert (failed.worker_id or "").startswith("worker-"), "refused by the worker itself"
+    assert (invalidated(s, aid)["cause"], invalidated(s, aid)["attempt"]) == ("expired", 1)
+
+
 # -- a cancelled run, a crash after the vote, a lost worker ----------------------------------
 
 

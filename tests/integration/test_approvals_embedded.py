@@ -474,3 +474,68 @@ def test_a_vote_appended_while_nobody_drives_the_run_is_acted_on_once(
     assert state.status == st.COMPLETED, state.error
     assert issued(store, xid) == 1 and api.count(path) == 1
     assert types(store, xid).count(ev.APPROVAL_GRANTED) == 1
+
+
+# -- every attempt is checked again, not only the first (issue 33) -------------------------
+
+
+def invalidation(store: port.Store, xid: int) -> dict[str, Any]:
+    """The `approval.invalidated` of the run, and the approval row reading invalidated."""
+    [event] = [e for e in store.load(xid) if e.event_type == ev.APPROVAL_INVALIDATED]
+    row = store.get_approval(int(event.payload["approval_id"]))
+    assert row is not None and row.status == ap.INVALIDATED, row
+    assert row.outcome is not None and row.outcome["reason"] == event.payload["reason"]
+    return dict(event.payload)
+
+
+def test_an_attempt_claimed_after_the_expiry_refuses_to_run_its_tool(
+    store: port.Store, api: Upstream
+) -> None:
+    """Granted and issued in time, claimed too late (no worker until after `expires_at`):
+    the attempt itself refuses, before its tool runs (fail closed)."""
+    base = unique("claimed-late")
+    pay = base + "/pay"
+    text = world.retried("tests/claimed-late", api.url + base, what="expiry", expires_in="5s")
+
+    async def request() -> tuple[int, port.ApprovalRow]:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            xid = Gate(engine).start(text)
+            return xid, await Gate(engine).pending(xid)
+
+    xid, row = run(request)
+    assert row.expires_at is not None
+    expires_at = row.expires_at
+    # the vote alone, then a driver with no worker grants and issues: the command waits
+    leased = LeasedIds(store, time.time, holder=holder_name("approve"), ttl=30.0)
+    try:
+        append_decision(
+            store, Orchestrator(store, new_id=leased), row.approval_id, ALICE, "approve", None
+        )
+    finally:
+        leased.release()
+
+    async def grant() -> None:
+        async with EmbeddedEngine(store, concurrency=0) as engine:
+            engine.resume(xid)
+
+    run(grant)
+    granted = store.get_approval(row.approval_id)
+    assert granted is not None and granted.status == ap.GRANTED
+    assert issued(store, xid) == 1
+    wait_for(lambda: time.time() > expires_at, "the expiry", timeout=10)
+
+    async def resume() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            engine.resume(xid)
+            return await Gate(engine).ended(xid)
+
+    state = run(resume)
+    assert state.status == st.FAILED and state.error is not None
+    assert state.error["message"].startswith(
+        "approval invalidated before attempt 1: the approval expired "
+    )
+    assert api.count(pay) == 0 and issued(store, xid) == 1
+    [failed] = [e for e in store.load(xid) if e.event_type == ev.COMMAND_FAILED]
+    assert failed.payload["error"]["invalidated"]["cause"] == "expired"
+    refusal = invalidation(store, xid)
+    assert (refusal["cause"], refusal["attempt"]) == ("expired", 1)
