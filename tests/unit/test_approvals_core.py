@@ -415,6 +415,83 @@ def failed_with(sim: Sim, message: str) -> None:
     assert pending(sim).status == ap.INVALIDATED
 
 
+def test_a_retry_after_the_approval_expired_is_never_issued() -> None:
+    """The issue's case: attempt 1 failed, its retry came due 14 s after `expires_at`."""
+    sim = granted()
+    sim.complete("writer")
+    sim.now = 1000.0 + 56  # attempt 1 fails 4 s before the expiry; its retry waits 10 s
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    assert sim.live("pay") == [] and sim.wake_at == 1000.0 + 66
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    refusal = invalidated(sim)
+    assert (refusal["cause"], refusal["index"], refusal["attempt"]) == ("expired", -1, 2)
+    assert refusal["reason"] == "the approval expired 6s earlier"
+    failed_with(sim, "approval invalidated before attempt 2: the approval expired 6s earlier")
+    assert not any(e.event_type == ev.COMMAND_RETRY_SCHEDULED for e in sim.log[-3:])
+
+
+def test_a_policy_turned_false_before_a_retry_refuses_it() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"frozen": True})
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    assert (invalidated(sim)["cause"], invalidated(sim)["reason"]) == (
+        "policy",
+        "payments are frozen",
+    )
+    failed_with(sim, "approval invalidated before attempt 2: payments are frozen")
+
+
+def test_a_changed_call_is_not_reissued_after_a_lost_lease() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"amount": 9000})
+    sim.lose(sim.live("pay")[0])
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    refusal = invalidated(sim)
+    assert (refusal["cause"], refusal["changed"]) == ("changed", "config.json.amount")
+    failed_with(
+        sim,
+        "approval invalidated before attempt 2: the call changed since it was approved "
+        "(config.json.amount)",
+    )
+
+
+def test_a_retry_the_approval_still_covers_is_issued_without_asking_again() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"other": 1})  # a ctx write neither the call nor policy reads
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    sim.fire()
+    sim.lose(sim.live("pay")[0])
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1), (-1, 2), (-1, 3)]
+    sim.run_all()
+    assert sim.state.status == st.COMPLETED and pending(sim).status == ap.GRANTED
+    assert sum(e.event_type == ev.APPROVAL_REQUESTED for e in sim.log) == 1
+
+
+def test_a_later_loop_iteration_after_the_expiry_is_never_issued_and_siblings_finish() -> None:
+    body = RETRIED.replace(
+        "  - step: pay\n",
+        "  - step: pay\n    loop: {in: [1, 2, 3], iterator: n, spec: {mode: parallel, "
+        "max_in_flight: 2}}\n",
+    )
+    sim = granted(body)
+    sim.complete("writer")
+    first, second = sim.live("pay")
+    sim.now = 1000.0 + 61
+    sim.report(first, {"ok": 1})  # its slot frees after the expiry: iteration 2 is refused
+    assert pay_issued(sim) == [(0, 1), (1, 1)]
+    assert (invalidated(sim)["index"], invalidated(sim)["cause"]) == (2, "expired")
+    assert sim.state.status == st.RUNNING, "iteration 1 is still out"
+    sim.report(second, {"ok": 2})
+    failed_with(
+        sim, "iteration 2: approval invalidated before attempt 1: the approval expired 1s earlier"
+    )
+
+
 def test_an_attempt_refused_on_its_side_invalidates_the_approval() -> None:
     """The worker refused to run the tool (claimed after the expiry): the approval reads
     invalidated and the step fails, never retried."""
