@@ -80,11 +80,18 @@ class Approval:
     def denial(self) -> Vote | None:
         return next((v for v in self.votes if v.decision == DENY), None)
 
+    def call(self, index: int) -> dict[str, Any] | None:
+        """The approved call of loop index `index` (-1: the step's one call), or None."""
+        # the calls are in index order: a loop's i-th is at i, found at once (its every
+        # iteration asks, so a scan would make a long loop quadratic)
+        at = max(index, 0)
+        if at < len(self.calls) and int(self.calls[at].get("index", -1)) == index:
+            return self.calls[at]
+        return next((c for c in self.calls if int(c.get("index", -1)) == index), None)
+
     def digest_of(self, index: int) -> str | None:
-        for call in self.calls:
-            if int(call.get("index", -1)) == index:
-                return str(call.get("digest"))
-        return None
+        call = self.call(index)
+        return None if call is None else str(call.get("digest"))
 
 
 def may_decide(approval: Approval, voter: Voter) -> bool:

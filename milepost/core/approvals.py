@@ -453,7 +453,7 @@ def _changed_call(
     index: int,
 ) -> str | None:
     """Where the call of `index` rendered now differs from the approved one, or None."""
-    then = next((c for c in approval.calls if int(c.get("index", -1)) == index), None)
+    then = approval.call(index)
     if then is None:  # fail closed: nothing approved this call
         return f"no approved call for index {index}"
     shown = render_call(state, playbook, sr, index)
