@@ -11,6 +11,7 @@ carry as they are: they travel as plain lists, with their failed counts beside t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from milepost.core import events as ev
@@ -91,8 +92,17 @@ def work_item_from_wire(command: Mapping[str, Any]) -> WorkItem:
         args=dict(command.get("args") or {}),
         epoch=int(lease.get("epoch", 0)),
         approved_digest=command.get("approved_digest"),
+        approval_expires_at=_time(command.get("approval_expires_at")),
         traceparent=command.get("traceparent"),
     )
+
+
+def _time(value: Any) -> float | None:
+    """A time the server sent (ISO-8601 UTC, as every time on the wire) as epoch seconds."""
+    if value is None:
+        return None
+    moment = datetime.fromisoformat(str(value))
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def event_to_wire(

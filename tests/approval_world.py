@@ -4,7 +4,8 @@ gated steps do to it, and the gated playbooks.
 `Upstream` is the outside world an approval protects: every request is recorded with its
 headers (`Idempotency-Key`, the playbooks' `X-Operation-Key`), so "the tool never ran" and
 "it ran once per key" are checked outside the engine. A path can be held: its request is
-recorded, then blocks until released (a worker killed mid-request).
+recorded, then blocks until released (a worker killed mid-request); and it can be told
+what to answer next (a 503 the gated step retries).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Upstream:
         self._lock = threading.Lock()
         self._requests: list[Request] = []
         self._held: dict[str, threading.Event] = {}
+        self._answers: dict[str, list[int]] = {}
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,9 +76,12 @@ class Upstream:
             held = self._held.get(request.path)
         if held is not None:
             held.wait(HOLD_SECONDS)
+        with self._lock:  # what to answer is read once released: a test may set it meanwhile
+            answers = self._answers.get(request.path)
+            status = answers.pop(0) if answers else 200
         reply = json.dumps({"n": count}).encode()
         with contextlib.suppress(OSError):  # the caller was killed while held
-            handler.send_response(200)
+            handler.send_response(status)
             handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(len(reply)))
             handler.end_headers()
@@ -93,6 +98,11 @@ class Upstream:
         """Requests to `path` block (after being recorded) until `release(path)`."""
         with self._lock:
             self._held[path] = threading.Event()
+
+    def answer(self, path: str, *statuses: int) -> None:
+        """The next requests to `path` are answered with `statuses`, in order; then 200."""
+        with self._lock:
+            self._answers[path] = list(statuses)
 
     def release(self, path: str) -> None:
         with self._lock:
@@ -192,6 +202,42 @@ workflow:
     spec:
       approval: {approval}
 {tool}""",
+    )
+
+
+CHANGES = {
+    "expiry": "{ctx.noted: true}",
+    "policy": "{ctx.frozen: true}",
+    "input": "{ctx.amount: 9000}",
+}
+"""What the `change` branch of `retried` sets, by what it invalidates."""
+
+
+def retried(path: str, url: str, *, what: str, expires_in: str = "1h", liveness: str = "") -> str:
+    """A gated `pay` (POST `{url}/pay`, the amount `ctx.amount`, default 100) retried on a
+    503 or a lost worker, its policy `ctx.frozen` not set, beside a branch `change` that
+    calls `{url}/change` (hold it to choose when) and then sets what `what` names
+    (`CHANGES`): `policy` makes the policy false, `input` changes the call, `expiry` sets
+    something neither reads. `liveness`: pay's `spec.liveness` (its lease), if any."""
+    lease = f"\n      liveness: {liveness}" if liveness else ""
+    return playbook(
+        path,
+        f"""\
+workflow:
+  - step: start
+    tool: {{kind: noop}}
+    next: {{spec: {{mode: inclusive}}, arcs: [{{step: change}}, {{step: pay}}]}}
+  - step: change
+    tool: {{kind: http, method: POST, url: "{url}/change"}}
+    set: {CHANGES[what]}
+  - step: pay
+    spec:
+      retry: {{max_attempts: 3, retry_on: [server_error, lost], delay: 0.5}}{lease}
+      approval:
+        approvers: [user:alice]
+        expires_in: {expires_in}
+        policy: {{check: "{{{{ not (ctx.frozen | default(false)) }}}}", reason: "payments are frozen"}}
+{pay_tool(url + "/pay", amount="{{ ctx.amount | default(100) }}")}""",
     )
 
 

@@ -351,6 +351,8 @@ class CommandOut(BaseModel):
     lease: LeaseOut | None = None
     approved_digest: str | None = None
     """The digest of the approved call (`spec.approval`): the worker refuses another call."""
+    approval_expires_at: str | None = None
+    """When that approval expires (ISO-8601): the worker refuses to start the tool then."""
     traceparent: str | None = Field(
         default=None,
         description="[milepost extension] W3C trace context of the run: the "

@@ -113,6 +113,7 @@ def command_out(
         args=wire.plain(item.args),
         lease=lease_out(lease) if lease else None,
         approved_digest=item.approved_digest,
+        approval_expires_at=checks.iso(item.approval_expires_at),
         traceparent=item.traceparent,
     )
 

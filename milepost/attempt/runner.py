@@ -98,18 +98,32 @@ async def run_attempt(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     credentials: CredentialLookup | None = None,
     log_cap: int = logs.DEFAULT_CAP,
+    clock: Callable[[], float] = time.time,
 ) -> AttemptResult:
     """Run one attempt in its span when this process exports spans (`milepost.telemetry`):
     the one place both transports run attempts. `log_cap`: bytes kept of each stream it
-    prints (`MILEPOST_LOG_CAP_BYTES`)."""
+    prints (`MILEPOST_LOG_CAP_BYTES`); `clock`: the engine's time (a worker's estimate of
+    its server's), against which an approval's expiry is checked."""
     spans = telemetry.active()
     if spans is None:
         return await _run_attempt(
-            playbook, item, tools, sleep=sleep, credentials=credentials, log_cap=log_cap
+            playbook,
+            item,
+            tools,
+            sleep=sleep,
+            credentials=credentials,
+            log_cap=log_cap,
+            clock=clock,
         )
     with spans.attempt(item) as span:
         outcome = await _run_attempt(
-            playbook, item, tools, sleep=sleep, credentials=credentials, log_cap=log_cap
+            playbook,
+            item,
+            tools,
+            sleep=sleep,
+            credentials=credentials,
+            log_cap=log_cap,
+            clock=clock,
         )
         spans.attempt_outcome(span, outcome)
         return outcome
@@ -123,6 +137,7 @@ async def _run_attempt(
     sleep: Callable[[float], Awaitable[None]],
     credentials: CredentialLookup | None,
     log_cap: int,
+    clock: Callable[[], float],
 ) -> AttemptResult:
     """Run one attempt; never raises for a task failure (it becomes `AttemptResult.error`).
 
@@ -134,23 +149,12 @@ async def _run_attempt(
     # the workload's sensitive values are real here (opened from its sealed entry,
     # `engine.seal`) and masked in the log: a step echoing one must not store it
     secrets = sensitive_values(item.context.get("workload"))
-    if item.approved_digest is not None:
-        # the call people approved, rendered again from this command's context before any
-        # secret is resolved: a different call does not run (DSL 10.3)
-        refused = approvals.verify(
-            playbook,
-            item.step,
-            item.context,
-            item.args,
-            item.run,
-            item.index,
-            item.execution_id,
-            item.approved_digest,
-        )
-        if refused is not None:
-            return AttemptResult(
-                ok=False, error={"kind": "approval", "message": refused, "retryable": False}
-            )
+    # the approval must still cover this attempt when its tool is about to run, checked
+    # before any secret is resolved: not expired since the command was issued (it waited
+    # in a queue, a slow worker claimed it), the call the approved one (DSL 10.3)
+    refused = approvals.verify(playbook, item, clock())
+    if refused is not None:
+        return AttemptResult(ok=False, error=refused)
     if playbook.keychain:
         try:
             resolved = keychain.resolve(playbook, item.context, credentials)

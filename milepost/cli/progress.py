@@ -62,7 +62,8 @@ class Approvals:
             approval = requested(event)
             opened = self.items[approval.approval_id] = Tracked(event.execution_id, approval)
             return [opened]
-        tracked = self._pending(p.get("approval_id"))
+        # a granted approval reads invalidated when an attempt after the grant was refused
+        tracked = self._open(p.get("approval_id"), invalidating=kind == ev.APPROVAL_INVALIDATED)
         if kind == ev.APPROVAL_DECIDED:
             if tracked is None or not _counts(tracked.approval, p):
                 return []
@@ -91,12 +92,13 @@ class Approvals:
             tracked.outcome = "cancelled: the step stopped waiting"
         return closed
 
-    def _pending(self, approval_id: Any) -> Tracked | None:
+    def _open(self, approval_id: Any, *, invalidating: bool) -> Tracked | None:
         try:
             tracked = self.items.get(int(approval_id))
         except (TypeError, ValueError):
             return None
-        return tracked if tracked is not None and tracked.approval.status == ap.PENDING else None
+        open_ = (ap.PENDING, ap.GRANTED) if invalidating else (ap.PENDING,)
+        return tracked if tracked is not None and tracked.approval.status in open_ else None
 
 
 def requested(event: ev.Event) -> ap.Approval:
@@ -141,7 +143,10 @@ def outcome(kind: str, payload: dict[str, Any]) -> str:
         return f"denied by {payload.get('by')}" + (f": {reason}" if reason else "")
     if kind == ev.APPROVAL_EXPIRED:
         return "expired before the quorum was reached"
-    return f"invalidated: {payload.get('reason') or 'the call or the policy changed'}"
+    reason = payload.get("reason") or "the call or the policy changed"
+    if payload.get("attempt") is not None:  # after the grant, before a later attempt
+        return f"invalidated before attempt {payload['attempt']}: {reason}"
+    return f"invalidated: {reason}"
 
 
 # -- what a pending approval shows ---------------------------------------------------------

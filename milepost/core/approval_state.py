@@ -80,11 +80,18 @@ class Approval:
     def denial(self) -> Vote | None:
         return next((v for v in self.votes if v.decision == DENY), None)
 
+    def call(self, index: int) -> dict[str, Any] | None:
+        """The approved call of loop index `index` (-1: the step's one call), or None."""
+        # the calls are in index order: a loop's i-th is at i, found at once (its every
+        # iteration asks, so a scan would make a long loop quadratic)
+        at = max(index, 0)
+        if at < len(self.calls) and int(self.calls[at].get("index", -1)) == index:
+            return self.calls[at]
+        return next((c for c in self.calls if int(c.get("index", -1)) == index), None)
+
     def digest_of(self, index: int) -> str | None:
-        for call in self.calls:
-            if int(call.get("index", -1)) == index:
-                return str(call.get("digest"))
-        return None
+        call = self.call(index)
+        return None if call is None else str(call.get("digest"))
 
 
 def may_decide(approval: Approval, voter: Voter) -> bool:
@@ -171,6 +178,50 @@ def apply_outcome(status: str) -> Any:
             state.step_status[event.step or ""] = "RUNNING"
 
     return apply
+
+
+_close_invalidated = apply_outcome(INVALIDATED)
+
+
+def apply_invalidated(state: ExecutionState, event: ev.Event) -> None:
+    """Before the grant it closes a pending approval (decide fails the step in the same
+    decision). After it, an attempt of the step run was refused (`core.approvals.recheck`
+    before issuing it, or the attempt itself before its tool ran): the approval reads
+    invalidated, and that index fails as a failed attempt does, so the step run fails once
+    its attempts in flight have finished and nothing more is issued or retried."""
+    from milepost.core import state as st  # the module that folds with this one
+
+    approval = state.approvals.get(_int(event.payload.get("approval_id")))
+    if approval is None or approval.status != GRANTED:
+        _close_invalidated(state, event)
+        return
+    approval.status = INVALIDATED
+    p = event.payload
+    sr = state.running.get(approval.step)
+    if sr is None or sr.run != approval.run or "index" not in p:
+        return
+    index, attempt = _int(p["index"]), _int(p.get("attempt", 1))
+    sr.retry_at.pop(index, None)
+    sr.retry_errors.pop(index, None)
+    if index not in sr.failures:  # the attempt's own refusal is there already
+        error = refused_attempt(
+            attempt, str(p.get("cause")), str(p.get("reason")), p.get("changed")
+        )
+        sr.failures[index] = st.Failure(attempt=attempt, error=error)
+
+
+def refused_attempt(
+    attempt: int, cause: str, reason: str, changed: str | None = None
+) -> dict[str, Any]:
+    """The error of an attempt its step run's approval no longer covers (`cause`: `expired`,
+    `policy` or `changed`): kind `approval`, never retried. `invalidated` holds what the
+    `approval.invalidated` event records."""
+    return {
+        "kind": "approval",
+        "message": f"approval invalidated before attempt {attempt}: {reason}",
+        "retryable": False,
+        "invalidated": {"cause": cause, "reason": reason, "changed": changed},
+    }
 
 
 def close_pending(state: ExecutionState, step: str | None = None, run: int | None = None) -> None:

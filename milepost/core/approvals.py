@@ -1,16 +1,18 @@
 """Approval gates (DSL 10.3): what a request shows, who may vote, and what a gate decides.
 
 Pure: the state, the playbook, the time and ids come in. `core.decide` asks `request`
-when a gated step starts and `resolve` each time it looks at a pending approval; the
-engine service asks `vote_event` to turn a decision into the event it appends.
+when a gated step starts, `resolve` each time it looks at a pending approval and
+`recheck` before each later attempt of a granted step run; the engine service asks
+`vote_event` to turn a decision into the event it appends.
 
 The approved call is bound by digest. A request renders every command the step will
 issue (the tool's fields and input, as the attempt will render them, secrets redacted)
 and keeps the SHA-256 of each; right before the first command is issued the calls are
-rendered again, and again by the attempt before its tool runs (`verify`). A call that
-differs from the approved one invalidates the approval instead of running. What cannot
-be known before the attempt runs (a keychain secret, an earlier task's output in a
-pipeline) is shown and digested as its template text.
+rendered again, before every later attempt its own call (`recheck`, with the expiry and
+the policy), and again by the attempt before its tool runs (`verify`, with the expiry).
+A call that differs from the approved one invalidates the approval instead of running.
+What cannot be known before the attempt runs (a keychain secret, an earlier task's output
+in a pipeline) is shown and digested as its template text.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from milepost.core import events as ev
 from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.approval_state import Approval, Voter
-from milepost.core.work import attempt_context
+from milepost.core.work import WorkItem, attempt_context
 from milepost.errors import MilepostError, TemplateError
-from milepost.playbook import model, render
+from milepost.playbook import durations, model, render
 
 SHOWN_IDEMPOTENCY_KEY = "<idempotency_key>"
 """What a request shows for `{{ idempotency_key }}`: it differs per attempt, and a retry
@@ -407,22 +409,82 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+# -- every attempt after the grant ----------------------------------------------------------
+
+
+def recheck(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    sr: st.StepRun,
+    approval: Approval,
+    index: int,
+    attempt: int,
+    now: float,
+) -> dict[str, Any] | None:
+    """Before decide issues an attempt of a granted step run beyond those the grant issued
+    (a `spec.retry` retry, a re-issue after a lost lease, a later loop iteration): the
+    payload of the `approval.invalidated` that refuses it, or None when the approval still
+    covers it. The same checks as the grant's, for this exact call: expiry, the call's
+    digest, the policy against the context of now. People are not asked again (DSL 10.3),
+    but nothing runs on an approval that no longer holds."""
+    base = {"approval_id": approval.approval_id, "run": sr.run, "index": index, "attempt": attempt}
+    if approval.expires_at is not None and now >= approval.expires_at:
+        reason = expired_reason(now - approval.expires_at)
+        return {**base, "cause": "expired", "changed": None, "reason": reason}
+    changed = _changed_call(state, playbook, sr, approval, index)
+    if changed is not None:
+        reason = f"the call changed since it was approved ({changed})"
+        return {**base, "cause": "changed", "changed": changed, "reason": reason}
+    refusal = _policy_refusal(state, playbook, sr)
+    if refusal is not None:
+        return {**base, "cause": "policy", "changed": None, "reason": refusal}
+    return None
+
+
+def expired_reason(late: float) -> str:
+    return f"the approval expired {durations.span(late)} earlier"
+
+
+def _changed_call(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    sr: st.StepRun,
+    approval: Approval,
+    index: int,
+) -> str | None:
+    """Where the call of `index` rendered now differs from the approved one, or None."""
+    then = approval.call(index)
+    if then is None:  # fail closed: nothing approved this call
+        return f"no approved call for index {index}"
+    shown = render_call(state, playbook, sr, index)
+    if then.get("digest") == digest(shown):
+        return None
+    return _difference(then.get("input"), shown) or "input"
+
+
 # -- at the attempt --------------------------------------------------------------------------
 
 
-def verify(
-    playbook: model.Playbook,
-    step_name: str,
-    context: Mapping[str, Any],
-    args: Mapping[str, Any],
-    run: int,
-    index: int,
-    execution_id: int,
-    approved: str,
-) -> str | None:
-    """None when the attempt's call is the approved one, else why it may not run (the
-    approved input itself is not in the work item, so the message cannot say where)."""
-    shown = shown_call(playbook, step_name, context, args, run, index, execution_id)
-    if digest(shown) == approved:
+def verify(playbook: model.Playbook, item: WorkItem, now: float) -> dict[str, Any] | None:
+    """Right before the tool runs, on the attempt's side: None when the approval still
+    covers this attempt, else the error that refuses it (`approval_state.refused_attempt`):
+    the approval expired since the command was issued (it waited in a queue, a slow worker
+    claimed it), or the call rendered from the command's context is not the approved one
+    (the approved input itself is not in the work item, so it cannot say where)."""
+    if item.approval_expires_at is not None and now >= item.approval_expires_at:
+        reason = expired_reason(now - item.approval_expires_at)
+        return ap.refused_attempt(item.attempt, "expired", reason)
+    if item.approved_digest is None:
         return None
-    return "approval invalidated: the call changed since it was approved"
+    shown = shown_call(
+        playbook,
+        item.step,
+        item.context,
+        item.args,
+        item.run,
+        item.index,
+        item.execution_id,
+    )
+    if digest(shown) == item.approved_digest:
+        return None
+    return ap.refused_attempt(item.attempt, "changed", "the call changed since it was approved")

@@ -5,7 +5,8 @@ is empty (the orchestrator's loop, and the unit tests' simulator), and the
 orchestrator appends what `settle` produced. Each call does the first phase that has work, in
 this order, so every decision sees the consequences of the one before:
 
-1. failures -> retries (`spec.retry`) when the error kind and attempts allow;
+1. failures -> retries (`spec.retry`) when the error kind and attempts allow; an attempt
+   that refused to run on an approval that no longer covered it -> `approval.invalidated`;
 2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`),
    then `budget.exceeded` when the usage passed `executor.spec.budget` (`core.budget`);
 3. cancellation and failure -> once idle, the compensations (`core.compensation`, one at
@@ -14,7 +15,8 @@ this order, so every decision sees the consequences of the one before:
    a step gated by `spec.approval` enters without commands;
 5. approval gates -> `approval.requested`, then on quorum `approval.granted` + the first
    `command.issued` in one decision, or the outcome that fails the step (`core.approvals`);
-6. loop iterations and due retries -> `command.issued`;
+6. loop iterations and due retries -> `command.issued`; a gated step run's only while its
+   approval still covers that attempt (`approvals.recheck`), else `approval.invalidated`;
 7. nothing active -> `execution.completed`.
 
 Time (`now`) and ids (`new_id`) come in as arguments.
@@ -181,6 +183,7 @@ def _retryable(state: st.ExecutionState, spec: model.RetrySpec | None, f: st.Fai
 
 def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
     for sr in out.state.running.values():
+        _invalidate_on_refusal(out, sr)
         spec = _retry_spec(playbook, sr.step)
         if _final_failure(out.state, spec, sr) is not None:
             # the step is failing (DSL 6): siblings in flight may finish, none is retried
@@ -198,6 +201,30 @@ def _resolve_failures(out: _Emitter, playbook: model.Playbook) -> None:
                 not_before=out.now + wait,
                 error=failure.error,
             )
+
+
+def _invalidate_on_refusal(out: _Emitter, sr: st.StepRun) -> None:
+    """An attempt refused to run its tool because the approval no longer covered it
+    (`approvals.verify`, on the attempt's side): the approval reads invalidated, as when
+    decide refuses an attempt before issuing it."""
+    approval = out.state.approvals.get(sr.approval_id) if sr.approval_id is not None else None
+    if approval is None or approval.status != ap.GRANTED:
+        return
+    for index, failure in sr.failures.items():
+        refusal = failure.error.get("invalidated")
+        if failure.error.get("kind") == "approval" and isinstance(refusal, dict):
+            out.emit(
+                ev.APPROVAL_INVALIDATED,
+                sr.step,
+                approval_id=approval.approval_id,
+                run=sr.run,
+                index=index,
+                attempt=failure.attempt,
+                cause=refusal.get("cause"),
+                changed=refusal.get("changed"),
+                reason=refusal.get("reason"),
+            )
+            return
 
 
 # -- 2. finished step runs ---------------------------------------------------------------
@@ -546,18 +573,45 @@ def _issue_work(out: _Emitter, playbook: model.Playbook) -> None:
         if error is not None:  # the loop issues no more iterations
             out.emit(ev.BUDGET_EXCEEDED, sr.step, error=error)
             return
-        for index, at in sorted(sr.retry_at.items()):
-            if at <= out.now:
-                out.issue(sr.step, sr.run, index, sr.attempts.get(index, 1) + 1)
-            else:
-                out.wake(at)
-        if sr.is_loop:
-            busy = len(sr.in_flight) + len(sr.retry_at)
-            nxt = sr.next_index
-            while busy < sr.max_in_flight and nxt < sr.total:
-                out.issue(sr.step, sr.run, nxt, 1)
-                busy += 1
-                nxt += 1
+        _issue_more(out, playbook, sr)
+
+
+def _issue_more(out: _Emitter, playbook: model.Playbook, sr: st.StepRun) -> None:
+    """The due retries of `sr` and, for a loop, its next iterations; a gated run's attempt
+    only while its approval still covers it (`_refused`), and nothing after a refusal."""
+    for index, at in sorted(sr.retry_at.items()):
+        if at > out.now:
+            out.wake(at)
+            continue
+        attempt = sr.attempts.get(index, 1) + 1
+        if _refused(out, playbook, sr, index, attempt):
+            return
+        out.issue(sr.step, sr.run, index, attempt)
+    if sr.is_loop:
+        busy = len(sr.in_flight) + len(sr.retry_at)
+        nxt = sr.next_index
+        while busy < sr.max_in_flight and nxt < sr.total:
+            if _refused(out, playbook, sr, nxt, 1):
+                return
+            out.issue(sr.step, sr.run, nxt, 1)
+            busy += 1
+            nxt += 1
+
+
+def _refused(
+    out: _Emitter, playbook: model.Playbook, sr: st.StepRun, index: int, attempt: int
+) -> bool:
+    """Whether a gated run's approval no longer covers this attempt (expired, the call
+    changed, the policy false now): then `approval.invalidated` says why, the fold fails
+    that index (error kind `approval`, never retried) and the attempt is never issued."""
+    if not sr.gated or sr.approval_id is None:
+        return False
+    approval = out.state.approvals[sr.approval_id]
+    refusal = approvals.recheck(out.state, playbook, sr, approval, index, attempt, out.now)
+    if refusal is None:
+        return False
+    out.emit(ev.APPROVAL_INVALIDATED, sr.step, **refusal)
+    return True
 
 
 def _granted(state: st.ExecutionState, sr: st.StepRun) -> bool:

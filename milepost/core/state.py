@@ -493,7 +493,7 @@ _HANDLERS: dict[str, Any] = {
     ev.APPROVAL_GRANTED: ap.apply_outcome(ap.GRANTED),
     ev.APPROVAL_DENIED: ap.apply_outcome(ap.DENIED),
     ev.APPROVAL_EXPIRED: ap.apply_outcome(ap.EXPIRED),
-    ev.APPROVAL_INVALIDATED: ap.apply_outcome(ap.INVALIDATED),
+    ev.APPROVAL_INVALIDATED: ap.apply_invalidated,
     ev.COMPENSATION_STARTED: cs.apply_started,
     ev.COMPENSATION_COMPLETED: cs.apply_completed,
     ev.COMPENSATION_FAILED: cs.apply_failed,

@@ -34,6 +34,9 @@ class WorkItem:
     approved_digest: str | None = None
     """The digest of the call people approved for this command (`spec.approval`): the
     attempt renders its call again and refuses to run a different one."""
+    approval_expires_at: float | None = None
+    """When that approval expires (None: never): an attempt that starts at or after it
+    refuses to run its tool, however long the command waited to be claimed."""
     traceparent: str | None = None
     """W3C trace context of the run (`core.tracecontext`): the attempt's span is its child."""
 
@@ -79,10 +82,9 @@ def work_item(
     undoing = cs.context_of(state, command.command_id)
     if undoing is not None:  # DSL 10.5: the step run this compensation undoes
         context["compensation"] = undoing
-    approved = None
+    approval = None
     if sr is not None and sr.approval_id is not None:
         approval = state.approvals.get(sr.approval_id)
-        approved = approval.digest_of(command.index) if approval is not None else None
     return WorkItem(
         command_id=command.command_id,
         execution_id=state.execution_id,
@@ -94,7 +96,8 @@ def work_item(
         context=context,
         args=args,
         epoch=epoch,
-        approved_digest=approved,
+        approved_digest=approval.digest_of(command.index) if approval is not None else None,
+        approval_expires_at=approval.expires_at if approval is not None else None,
         traceparent=tracecontext.command_traceparent(state.execution_id, state.traceparent),
     )
 

@@ -162,7 +162,12 @@ class InProcessWorkers:
             # cancel of the run stops it (`stop_cancelled`): a `cancelled` outcome
             outcome = await stopper.run(
                 run_attempt(
-                    playbook, item, self.tools, credentials=self.credentials, log_cap=self.log_cap
+                    playbook,
+                    item,
+                    self.tools,
+                    credentials=self.credentials,
+                    log_cap=self.log_cap,
+                    clock=self.engine.clock,
                 )
             )
         finally:

@@ -87,7 +87,9 @@ class ApprovalClock:
                     self._requested.popitem(last=False)
                 continue
             label = APPROVAL_OUTCOMES.get(event.event_type)
-            if label is None:
+            if label is None or "attempt" in event.payload:
+                # an invalidation naming an attempt refused one after the grant: the
+                # approval was decided (and counted) when it was granted
                 continue
             approval_id = _approval_id(event)
             requested = None if approval_id is None else self._requested.pop(approval_id, None)

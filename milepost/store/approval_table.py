@@ -73,14 +73,14 @@ class ApprovalTable(Tables):
                 conn.execute(
                     self.sql(
                         "UPDATE approval SET status=?, decided_at=?, outcome=?"
-                        " WHERE approval_id=? AND status=?"
+                        " WHERE approval_id=? AND status IN (?, ?)"
                     ),
                     (
                         op.status,
                         op.at,
                         json.dumps(op.outcome, default=str),
                         op.approval_id,
-                        ap.PENDING,
+                        *ap.closes_from(op.status),
                     ),
                 )
             else:

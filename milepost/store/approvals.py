@@ -196,6 +196,13 @@ def with_vote(row: ApprovalRow, vote: Mapping[str, Any]) -> ApprovalRow | None:
     return dataclasses.replace(row, votes=[*row.votes, dict(vote)])
 
 
+def closes_from(status: str) -> tuple[str, str]:
+    """The statuses a closing event with `status` changes (two, for the SQL's `IN`): a
+    pending approval, and a granted one that an attempt after the grant found no longer
+    covering it (`approval.invalidated` with the refused `index` and `attempt`)."""
+    return (PENDING, GRANTED if status == INVALIDATED else PENDING)
+
+
 def cancels(op: Cancelled, row: ApprovalRow) -> bool:
     return (
         row.status == PENDING
@@ -222,7 +229,7 @@ def apply(
                 approvals[op.approval_id] = voted
         elif isinstance(op, Closed):
             held = approvals.get(op.approval_id)
-            if held is not None and held.status == PENDING:
+            if held is not None and held.status in closes_from(op.status):
                 approvals[op.approval_id] = dataclasses.replace(
                     held, status=op.status, decided_at=op.at, outcome=op.outcome
                 )

@@ -463,6 +463,9 @@ class Worker:
                 sleep=self.clock.sleep,
                 credentials=self.credentials,
                 log_cap=self.log_cap,
+                # an approval's expiry is the server's time: its clock as the last machine
+                # id lease measured it
+                clock=self.ids.server_time,
             )
         )
         return item, outcome

@@ -239,7 +239,8 @@ class MachineIds:
                     extra={"action": "machine_id_relet"},
                 )
             self._leased = leased
-            self._new_id = Snowflake(leased, self._server_time)
+            self._new_id = Snowflake(leased, self.server_time)
 
-    def _server_time(self) -> float:
+    def server_time(self) -> float:
+        """The server's clock, as the last lease reply measured it (this one's before)."""
         return self.clock.time() + self._clock_offset

@@ -326,17 +326,146 @@ def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
     assert s.api.count(route) == 0 and s.issued(xid) == 0
 
 
-def test_the_worker_refuses_a_call_that_changed_after_the_grant(s: Site) -> None:
+def test_a_later_iteration_whose_call_changed_after_the_grant_is_never_issued(s: Site) -> None:
     path, route = s.name("loop")
     xid = s.execute(world.loop_writing_ctx(path, s.api.url + route))
-    ok(s.decide(s.pending(xid)["approval_id"], "alice"))
+    aid = s.pending(xid)["approval_id"]
+    ok(s.decide(aid, "alice"))
     status = s.wait(xid)
     assert status["status"] == "FAILED" and status["error"]["kind"] == "approval"
-    assert "the call changed since it was approved" in status["error"]["message"]
+    assert status["error"]["message"] == (
+        "iteration 1: approval invalidated before attempt 1: the call changed since it was "
+        "approved (config.json.seen)"
+    )
     assert [r.body for r in s.api.requests(route)] == [{"i": 0, "seen": "none"}]
-    failed = [e for e in load(s, int(xid)) if e.event_type == ev.COMMAND_FAILED]
-    assert [(e.payload["index"], e.payload["error"]["kind"]) for e in failed] == [(1, "approval")]
-    assert (failed[0].worker_id or "").startswith("worker-"), "refused by the worker itself"
+    assert s.issued(xid) == 1
+    outcome = invalidated(s, aid)
+    assert (outcome["index"], outcome["cause"]) == (1, "changed")
+
+
+# -- every attempt is checked again, not only the first (issue 33) -------------------------
+
+
+def invalidated(s: Site, approval_id: str) -> dict[str, Any]:
+    """The approval as the API shows it: invalidated, its outcome the invalidation."""
+    item = s.admin.approval(approval_id)
+    assert item["status"] == "invalidated", item
+    outcome: dict[str, Any] = item["outcome"]
+    return outcome
+
+
+def failed_before_attempt_2(status: dict[str, Any], why: str) -> None:
+    assert status["status"] == "FAILED", status
+    assert status["error"]["kind"] == "approval"
+    assert status["error"]["message"].startswith(f"approval invalidated before attempt 2: {why}")
+
+
+def expiry_of(s: Site, xid: str) -> float:
+    requested = next(e for e in load(s, int(xid)) if e.event_type == ev.APPROVAL_REQUESTED)
+    return float(requested.payload["expires_at"])
+
+
+def test_a_retry_after_the_approval_expired_never_runs(s: Site) -> None:
+    """The issue's case: attempt 1 failed after `expires_at`; its retry was issued and ran."""
+    path, base = s.name("retry-expired")
+    pay = base + "/pay"
+    s.api.hold(pay)
+    try:
+        xid = s.execute(world.retried(path, s.api.url + base, what="expiry", expires_in="5s"))
+        aid = s.pending(xid)["approval_id"]
+        ok(s.decide(aid, "alice"))
+        wait_for(lambda: s.api.count(pay) == 1, "attempt 1's request", timeout=20)
+        expires_at = expiry_of(s, xid)
+        wait_for(lambda: time.time() > expires_at, "the expiry", timeout=10)
+        s.api.answer(pay, 503)
+    finally:
+        s.api.release(pay)
+    failed_before_attempt_2(s.wait(xid), "the approval expired ")
+    assert s.api.count(pay) == 1 and s.issued(xid) == 1
+    outcome = invalidated(s, aid)
+    assert (outcome["cause"], outcome["attempt"]) == ("expired", 2)
+
+
+def test_a_retry_after_the_policy_turned_false_never_runs(s: Site) -> None:
+    path, base = s.name("retry-policy")
+    pay, change = base + "/pay", base + "/change"
+    s.api.hold(pay)
+    s.api.hold(change)
+    try:
+        xid = s.execute(world.retried(path, s.api.url + base, what="policy"))
+        aid = s.pending(xid)["approval_id"]
+        ok(s.decide(aid, "alice"))
+        wait_for(lambda: s.api.count(pay) == 1, "attempt 1's request", timeout=20)
+        s.api.release(change)  # granted on a policy that held; now ctx.frozen is set
+        wait_for(lambda: step_done(s, xid, "change"), "the freeze", timeout=20)
+        s.api.answer(pay, 503)
+    finally:
+        s.api.release(pay)
+        s.api.release(change)
+    failed_before_attempt_2(s.wait(xid), "payments are frozen")
+    assert s.api.count(pay) == 1 and s.issued(xid) == 1
+    outcome = invalidated(s, aid)
+    assert (outcome["cause"], outcome["attempt"]) == ("policy", 2)
+
+
+def step_done(s: Site, xid: str, step: str) -> bool:
+    return bool(s.admin.status(xid)["steps"].get(step, {}).get("status") == "COMPLETED")
+
+
+def test_a_call_changed_before_the_reissue_after_a_lost_worker_never_runs(s: Site) -> None:
+    path, base = s.name("lost-changed")
+    pay, change = base + "/pay", base + "/change"
+    s.api.hold(pay)
+    s.api.hold(change)
+    try:
+        xid = s.execute(world.retried(path, s.api.url + base, what="input"))
+        aid = s.pending(xid)["approval_id"]
+        ok(s.decide(aid, "alice"))
+        wait_for(lambda: s.api.count(pay) == 1, "attempt 1's request", timeout=20)
+        s.api.release(change)
+        wait_for(lambda: step_done(s, xid, "change"), "ctx.amount to change", timeout=20)
+        for worker in s.cluster.workers:  # attempt 1 is out; its report never comes
+            if worker.alive():
+                worker.kill9()
+    finally:
+        s.api.release(pay)
+        s.api.release(change)
+    s.up()
+    failed_before_attempt_2(
+        s.wait(xid), "the call changed since it was approved (config.json.amount)"
+    )
+    assert s.api.count(pay) == 1 and s.issued(xid) == 1
+    assert ev.COMMAND_LEASE_EXPIRED in [e["event_type"] for e in s.events(xid)]
+    outcome = invalidated(s, aid)
+    assert (outcome["cause"], outcome["changed"]) == ("changed", "config.json.amount")
+
+
+def test_an_attempt_claimed_after_the_expiry_refuses_to_run_its_tool(s: Site) -> None:
+    """Granted and issued in time, claimed too late (no worker until after `expires_at`):
+    the worker refuses before the tool runs (fail closed)."""
+    path, base = s.name("claimed-late")
+    pay = base + "/pay"
+    xid = s.execute(world.retried(path, s.api.url + base, what="expiry", expires_in="5s"))
+    aid = s.pending(xid)["approval_id"]
+    wait_for(lambda: step_done(s, xid, "change"), "the other branch", timeout=20)
+    for worker in s.cluster.workers:
+        if worker.alive():
+            worker.stop()
+    assert ok(s.decide(aid, "alice"))["status"] == "granted"
+    assert s.issued(xid) == 1
+    expires_at = expiry_of(s, xid)
+    wait_for(lambda: time.time() > expires_at, "the expiry", timeout=10)
+    s.up()
+    status = s.wait(xid)
+    assert status["status"] == "FAILED", status
+    assert status["error"]["message"].startswith(
+        "approval invalidated before attempt 1: the approval expired "
+    )
+    assert s.api.count(pay) == 0 and s.issued(xid) == 1
+    [failed] = [e for e in load(s, int(xid)) if e.event_type == ev.COMMAND_FAILED]
+    assert failed.payload["error"]["invalidated"]["cause"] == "expired"
+    assert (failed.worker_id or "").startswith("worker-"), "refused by the worker itself"
+    assert (invalidated(s, aid)["cause"], invalidated(s, aid)["attempt"]) == ("expired", 1)
 
 
 # -- a cancelled run, a crash after the vote, a lost worker ----------------------------------

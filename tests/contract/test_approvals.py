@@ -180,6 +180,52 @@ def test_denied_expired_and_invalidated_close_with_their_payload(store: Any) -> 
     assert rows[0].outcome["by"] == "user:bob" and rows[2].outcome["changed"] == "input.amount"
 
 
+def test_a_granted_approval_reads_invalidated_once_an_attempt_after_it_is_refused(
+    store: Any,
+) -> None:
+    """Only an invalidation changes a granted approval (a later attempt it no longer
+    covers); the row keeps its votes and takes the invalidation as its outcome. The rows
+    rebuilt from the log are the stored ones."""
+    store.append([started(12, "p")])
+    req = requested(12, quorum=1)
+    store.append([req, vote(12, req, "user:alice")])
+    store.append(
+        [
+            event(
+                12,
+                ev.APPROVAL_GRANTED,
+                approval_id=req.event_id,
+                run=1,
+                approvers=["user:alice"],
+                digest="e" * 64,
+            )
+        ]
+    )
+    store.append([event(12, ev.APPROVAL_EXPIRED, approval_id=req.event_id, run=1)])
+    assert store.get_approval(req.event_id).status == "granted"  # only an invalidation
+    refused = event(
+        12,
+        ev.APPROVAL_INVALIDATED,
+        approval_id=req.event_id,
+        run=1,
+        index=-1,
+        attempt=2,
+        cause="expired",
+        changed=None,
+        reason="the approval expired 14s earlier",
+    )
+    store.append([refused])
+    row = store.get_approval(req.event_id)
+    assert (row.status, row.decided_at) == ("invalidated", refused.created_at)
+    assert [v["identity"] for v in row.votes] == ["user:alice"]
+    assert (row.outcome["cause"], row.outcome["attempt"], row.outcome["reason"]) == (
+        "expired",
+        2,
+        "the approval expired 14s earlier",
+    )
+    assert projection.rebuild(store.load(12)).approvals == {req.event_id: row}
+
+
 def test_a_cancelled_step_run_and_an_ended_run_cancel_what_is_pending(store: Any) -> None:
     store.append([started(3, "p")])
     a, b, c = requested(3, "a"), requested(3, "b"), requested(3, "c", run=2)

@@ -33,6 +33,7 @@ from milepost.engine.machine import LeasedIds, holder_name
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store import port
+from milepost.store.port import StoreUnavailable
 from tests import approval_world as world
 from tests.approval_world import Upstream
 from tests.integration import stores
@@ -385,7 +386,7 @@ def test_a_grant_is_invalidated_when_the_context_changed_after_the_request(
     assert api.count(path) == 0 and issued(store, state.execution_id) == 0
 
 
-def test_the_attempt_refuses_a_call_that_changed_after_the_grant(
+def test_a_later_iteration_whose_call_changed_after_the_grant_is_never_issued(
     store: port.Store, api: Upstream
 ) -> None:
     path = unique("loop")
@@ -400,13 +401,15 @@ def test_the_attempt_refuses_a_call_that_changed_after_the_grant(
     state = run(go)
     assert state.status == st.FAILED and state.error is not None
     assert state.error["kind"] == "approval"
-    assert "the call changed since it was approved" in state.error["message"]
+    assert state.error["message"] == (
+        "iteration 1: approval invalidated before attempt 1: the call changed since it was "
+        "approved (config.json.seen)"
+    )
     # iteration 0 ran as approved; iteration 1 (it reads ctx.seen, written by 0) never did
     assert [r.body for r in api.requests(path)] == [{"i": 0, "seen": "none"}]
-    failed = [
-        e.payload for e in store.load(state.execution_id) if e.event_type == ev.COMMAND_FAILED
-    ]
-    assert [(p["index"], p["error"]["kind"]) for p in failed] == [(1, "approval")]
+    assert issued(store, state.execution_id) == 1
+    refusal = invalidation(store, state.execution_id)
+    assert (refusal["index"], refusal["attempt"], refusal["cause"]) == (1, 1, "changed")
 
 
 # -- a cancelled run, a crash after the vote -------------------------------------------------
@@ -474,3 +477,172 @@ def test_a_vote_appended_while_nobody_drives_the_run_is_acted_on_once(
     assert state.status == st.COMPLETED, state.error
     assert issued(store, xid) == 1 and api.count(path) == 1
     assert types(store, xid).count(ev.APPROVAL_GRANTED) == 1
+
+
+# -- every attempt is checked again, not only the first (issue 33) -------------------------
+
+
+def invalidation(store: port.Store, xid: int) -> dict[str, Any]:
+    """The `approval.invalidated` of the run, and the approval row reading invalidated."""
+    [event] = [e for e in store.load(xid) if e.event_type == ev.APPROVAL_INVALIDATED]
+    row = store.get_approval(int(event.payload["approval_id"]))
+    assert row is not None and row.status == ap.INVALIDATED, row
+    assert row.outcome is not None and row.outcome["reason"] == event.payload["reason"]
+    return dict(event.payload)
+
+
+def failed_before_attempt_2(state: st.ExecutionState, why: str) -> None:
+    assert state.status == st.FAILED, state.error
+    assert state.error is not None and state.error["kind"] == "approval"
+    assert state.error["message"].startswith(f"approval invalidated before attempt 2: {why}")
+
+
+def test_a_retry_after_the_approval_expired_never_runs(store: port.Store, api: Upstream) -> None:
+    """The issue's case: attempt 1 failed after `expires_at`; its retry was issued and ran."""
+    base = unique("retry-expired")
+    pay = base + "/pay"
+    api.hold(pay)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=4) as engine:
+            gate = Gate(engine)
+            text = world.retried(
+                "tests/retry-expired", api.url + base, what="expiry", expires_in="4s"
+            )
+            xid = gate.start(text)
+            row = await gate.pending(xid)
+            gate.vote(row, ALICE)
+            await wait_for_async(lambda: api.count(pay) == 1, "attempt 1's request")
+            assert row.expires_at is not None
+            expires_at = row.expires_at
+            await wait_for_async(lambda: time.time() > expires_at, "the expiry")
+            api.answer(pay, 503)
+            api.release(pay)
+            return await gate.ended(xid)
+
+    try:
+        state = run(go)
+    finally:
+        api.release(pay)
+    failed_before_attempt_2(state, "the approval expired ")
+    assert api.count(pay) == 1 and issued(store, state.execution_id) == 1
+    refusal = invalidation(store, state.execution_id)
+    assert (refusal["cause"], refusal["attempt"]) == ("expired", 2)
+
+
+def test_a_retry_after_the_policy_turned_false_never_runs(store: port.Store, api: Upstream) -> None:
+    base = unique("retry-policy")
+    pay, change = base + "/pay", base + "/change"
+    api.hold(pay)
+    api.hold(change)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=4) as engine:
+            gate = Gate(engine)
+            xid = gate.start(world.retried("tests/retry-policy", api.url + base, what="policy"))
+            gate.vote(await gate.pending(xid), ALICE)
+            await wait_for_async(lambda: api.count(pay) == 1, "attempt 1's request")
+            api.release(change)  # granted on a policy that held; now ctx.frozen is set
+            await wait_for_async(lambda: engine.state(xid).ctx.get("frozen") is True, "the freeze")
+            api.answer(pay, 503)
+            api.release(pay)
+            return await gate.ended(xid)
+
+    try:
+        state = run(go)
+    finally:
+        api.release(pay)
+        api.release(change)
+    failed_before_attempt_2(state, "payments are frozen")
+    assert api.count(pay) == 1 and issued(store, state.execution_id) == 1
+    refusal = invalidation(store, state.execution_id)
+    assert (refusal["cause"], refusal["attempt"]) == ("policy", 2)
+
+
+def test_a_call_changed_before_the_reissue_after_a_lost_lease_never_runs(
+    store: port.Store, api: Upstream
+) -> None:
+    base = unique("lost-changed")
+    pay, change = base + "/pay", base + "/change"
+    api.hold(pay)
+    api.hold(change)
+
+    def silent(*args: Any, **kwargs: Any) -> Any:  # the claim is live, its lease lapses
+        raise StoreUnavailable("this worker's heartbeats do not reach the database")
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=4) as engine:
+            gate = Gate(engine)
+            text = world.retried("tests/lost-changed", api.url + base, what="input", liveness="1s")
+            xid = gate.start(text)
+            gate.vote(await gate.pending(xid), ALICE)
+            await wait_for_async(lambda: api.count(pay) == 1, "attempt 1's request")
+            api.release(change)
+            await wait_for_async(lambda: engine.state(xid).ctx.get("amount") == 9000, "the change")
+            engine.service.heartbeat = silent  # type: ignore[method-assign]
+            return await gate.ended(xid)
+
+    try:
+        state = run(go)
+    finally:
+        api.release(pay)  # the abandoned attempt 1 ends; its report is stale
+        api.release(change)
+    failed_before_attempt_2(state, "the call changed since it was approved (config.json.amount)")
+    xid = state.execution_id
+    assert api.count(pay) == 1 and issued(store, xid) == 1
+    assert ev.COMMAND_LEASE_EXPIRED in types(store, xid)
+    refusal = invalidation(store, xid)
+    assert (refusal["cause"], refusal["changed"]) == ("changed", "config.json.amount")
+
+
+def test_an_attempt_claimed_after_the_expiry_refuses_to_run_its_tool(
+    store: port.Store, api: Upstream
+) -> None:
+    """Granted and issued in time, claimed too late (no worker until after `expires_at`):
+    the attempt itself refuses, before its tool runs (fail closed)."""
+    base = unique("claimed-late")
+    pay = base + "/pay"
+    text = world.retried("tests/claimed-late", api.url + base, what="expiry", expires_in="5s")
+
+    async def request() -> tuple[int, port.ApprovalRow]:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            xid = Gate(engine).start(text)
+            return xid, await Gate(engine).pending(xid)
+
+    xid, row = run(request)
+    assert row.expires_at is not None
+    expires_at = row.expires_at
+    # the vote alone, then a driver with no worker grants and issues: the command waits
+    leased = LeasedIds(store, time.time, holder=holder_name("approve"), ttl=30.0)
+    try:
+        append_decision(
+            store, Orchestrator(store, new_id=leased), row.approval_id, ALICE, "approve", None
+        )
+    finally:
+        leased.release()
+
+    async def grant() -> None:
+        async with EmbeddedEngine(store, concurrency=0) as engine:
+            engine.resume(xid)
+
+    run(grant)
+    granted = store.get_approval(row.approval_id)
+    assert granted is not None and granted.status == ap.GRANTED
+    assert issued(store, xid) == 1
+    wait_for(lambda: time.time() > expires_at, "the expiry", timeout=10)
+
+    async def resume() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=2) as engine:
+            engine.resume(xid)
+            return await Gate(engine).ended(xid)
+
+    state = run(resume)
+    assert state.status == st.FAILED and state.error is not None
+    assert state.error["message"].startswith(
+        "approval invalidated before attempt 1: the approval expired "
+    )
+    assert api.count(pay) == 0 and issued(store, xid) == 1
+    [failed] = [e for e in store.load(xid) if e.event_type == ev.COMMAND_FAILED]
+    assert failed.payload["error"]["invalidated"]["cause"] == "expired"
+    refusal = invalidation(store, xid)
+    assert (refusal["cause"], refusal["attempt"]) == ("expired", 1)

@@ -86,6 +86,22 @@ def test_each_outcome_is_counted_with_the_time_since_its_request() -> None:
     ]
 
 
+def test_a_granted_approval_a_later_attempt_outlived_is_counted_once_as_granted() -> None:
+    meters = Recorded()
+    clock = ApprovalClock(meters, MemoryStore())
+    refused = ev.new_event(
+        3,
+        XID,
+        ev.APPROVAL_INVALIDATED,
+        T0 + 500,
+        step="refund",
+        payload={"approval_id": 1, "run": 1, "index": -1, "attempt": 2, "cause": "expired"},
+    )
+    clock(Outcome(events=[requested(1, T0), closing(2, ev.APPROVAL_GRANTED, 1, T0 + 40)]))
+    clock(Outcome(events=[refused]))
+    assert meters.closed == [("granted", 40.0)]
+
+
 def test_a_request_this_process_never_saw_is_read_from_the_store() -> None:
     store = MemoryStore()
     started = ev.new_event(

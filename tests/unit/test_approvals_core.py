@@ -311,7 +311,9 @@ def test_a_loop_is_approved_once_with_every_call_and_retries_do_not_ask_again() 
     assert sum(e.event_type == ev.APPROVAL_REQUESTED for e in sim.log) == 1
 
 
-def test_the_work_item_carries_the_approved_digest_and_verify_checks_it() -> None:
+def test_the_work_item_carries_the_approved_digest_and_expiry_and_verify_checks_them() -> None:
+    import dataclasses
+
     from milepost.core.work import work_item
 
     sim = gated()
@@ -320,33 +322,26 @@ def test_the_work_item_carries_the_approved_digest_and_verify_checks_it() -> Non
     (cmd,) = sim.live("refund")
     item = work_item(sim.state, sim.pb, cmd)
     assert item.approved_digest == pending(sim).calls[0]["digest"]
-    assert (
-        approvals.verify(
-            sim.pb,
-            item.step,
-            item.context,
-            item.args,
-            item.run,
-            item.index,
-            item.execution_id,
-            item.approved_digest,
-        )
-        is None
+    assert item.approval_expires_at == pending(sim).expires_at == 1000.0 + 3600
+    assert approvals.verify(sim.pb, item, sim.now) is None
+    changed = dataclasses.replace(item, context={**item.context, "amount": 9999})
+    assert approvals.verify(sim.pb, changed, sim.now) == {
+        "kind": "approval",
+        "message": "approval invalidated before attempt 1: the call changed since it was approved",
+        "retryable": False,
+        "invalidated": {
+            "cause": "changed",
+            "reason": "the call changed since it was approved",
+            "changed": None,
+        },
+    }
+    # claimed 14 s after the approval expired: the tool does not run
+    late = approvals.verify(sim.pb, item, 1000.0 + 3600 + 14.2)
+    assert late is not None and late["invalidated"]["cause"] == "expired"
+    assert late["message"] == (
+        "approval invalidated before attempt 1: the approval expired 14s earlier"
     )
-    changed = {**item.context, "amount": 9999}
-    assert (
-        approvals.verify(
-            sim.pb,
-            item.step,
-            changed,
-            item.args,
-            item.run,
-            item.index,
-            item.execution_id,
-            item.approved_digest,
-        )
-        is not None
-    )
+    assert approvals.verify(sim.pb, item, 1000.0 + 3600 - 0.001) is None
 
 
 def test_secrets_are_redacted_from_the_shown_call() -> None:
@@ -368,3 +363,153 @@ def test_operation_key_is_stable_across_attempts_and_idempotency_key_is_not() ->
     assert ids.operation_key(1, "s", 1, 0) != ids.operation_key(1, "s", 1, 1)
     assert ids.operation_key(1, "s", 1, None) != ids.operation_key(1, "s", 2, None)
     assert ids.idempotency_key(1, "s", 1, None, 1) != ids.idempotency_key(1, "s", 1, None, 2)
+
+
+# -- every attempt after the grant (issue 33) ------------------------------------------------
+
+RETRIED = """
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: {spec: {mode: inclusive}, arcs: [{step: writer}, {step: pay}]}
+  - step: writer
+    tool: {kind: noop}
+  - step: pay
+    tool: {kind: http, method: POST, url: "https://pay.example/p", json: {amount: "{{ ctx.amount | default(100) }}"}}
+    spec:
+      retry: {max_attempts: 5, retry_on: [server_error, lost], delay: 10}
+      approval:
+        approvers: [user:alice]
+        expires_in: 1m
+        policy: {check: "{{ not (ctx.frozen | default(false)) }}", reason: "payments are frozen"}
+"""
+
+
+def granted(body: str = RETRIED) -> Sim:
+    """RETRIED (or `body`) with its approval granted and `pay`'s attempt 1 out."""
+    sim = Sim(playbook(body))
+    sim.complete("start")
+    vote(sim, ALICE)
+    assert pending(sim).status == ap.GRANTED
+    return sim
+
+
+def pay_issued(sim: Sim) -> list[tuple[int, int]]:
+    return [
+        (e.payload["index"], e.payload["attempt"])
+        for e in sim.log
+        if e.event_type == ev.COMMAND_ISSUED and e.step == "pay"
+    ]
+
+
+def invalidated(sim: Sim) -> dict[str, Any]:
+    (event,) = [e for e in sim.log if e.event_type == ev.APPROVAL_INVALIDATED]
+    return dict(event.payload)
+
+
+def failed_with(sim: Sim, message: str) -> None:
+    assert sim.state.status == st.FAILED
+    assert sim.state.error is not None
+    assert (sim.state.error["step"], sim.state.error["kind"]) == ("pay", "approval")
+    assert sim.state.error["message"] == message
+    assert pending(sim).status == ap.INVALIDATED
+
+
+def test_a_retry_after_the_approval_expired_is_never_issued() -> None:
+    """The issue's case: attempt 1 failed, its retry came due 14 s after `expires_at`."""
+    sim = granted()
+    sim.complete("writer")
+    sim.now = 1000.0 + 56  # attempt 1 fails 4 s before the expiry; its retry waits 10 s
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    assert sim.live("pay") == [] and sim.wake_at == 1000.0 + 66
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    refusal = invalidated(sim)
+    assert (refusal["cause"], refusal["index"], refusal["attempt"]) == ("expired", -1, 2)
+    assert refusal["reason"] == "the approval expired 6s earlier"
+    failed_with(sim, "approval invalidated before attempt 2: the approval expired 6s earlier")
+    assert not any(e.event_type == ev.COMMAND_RETRY_SCHEDULED for e in sim.log[-3:])
+
+
+def test_a_policy_turned_false_before_a_retry_refuses_it() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"frozen": True})
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    assert (invalidated(sim)["cause"], invalidated(sim)["reason"]) == (
+        "policy",
+        "payments are frozen",
+    )
+    failed_with(sim, "approval invalidated before attempt 2: payments are frozen")
+
+
+def test_a_changed_call_is_not_reissued_after_a_lost_lease() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"amount": 9000})
+    sim.lose(sim.live("pay")[0])
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1)]
+    refusal = invalidated(sim)
+    assert (refusal["cause"], refusal["changed"]) == ("changed", "config.json.amount")
+    failed_with(
+        sim,
+        "approval invalidated before attempt 2: the call changed since it was approved "
+        "(config.json.amount)",
+    )
+
+
+def test_a_retry_the_approval_still_covers_is_issued_without_asking_again() -> None:
+    sim = granted()
+    sim.complete("writer", ctx={"other": 1})  # a ctx write neither the call nor policy reads
+    sim.report(sim.live("pay")[0], error={"kind": "server_error", "message": "503"})
+    sim.fire()
+    sim.lose(sim.live("pay")[0])
+    sim.fire()
+    assert pay_issued(sim) == [(-1, 1), (-1, 2), (-1, 3)]
+    sim.run_all()
+    assert sim.state.status == st.COMPLETED and pending(sim).status == ap.GRANTED
+    assert sum(e.event_type == ev.APPROVAL_REQUESTED for e in sim.log) == 1
+
+
+def test_a_later_loop_iteration_after_the_expiry_is_never_issued_and_siblings_finish() -> None:
+    body = RETRIED.replace(
+        "  - step: pay\n",
+        "  - step: pay\n    loop: {in: [1, 2, 3], iterator: n, spec: {mode: parallel, "
+        "max_in_flight: 2}}\n",
+    )
+    sim = granted(body)
+    sim.complete("writer")
+    first, second = sim.live("pay")
+    sim.now = 1000.0 + 61
+    sim.report(first, {"ok": 1})  # its slot frees after the expiry: iteration 2 is refused
+    assert pay_issued(sim) == [(0, 1), (1, 1)]
+    assert (invalidated(sim)["index"], invalidated(sim)["cause"]) == (2, "expired")
+    assert sim.state.status == st.RUNNING, "iteration 1 is still out"
+    sim.report(second, {"ok": 2})
+    failed_with(
+        sim, "iteration 2: approval invalidated before attempt 1: the approval expired 1s earlier"
+    )
+
+
+def test_an_attempt_refused_on_its_side_invalidates_the_approval() -> None:
+    """The worker refused to run the tool (claimed after the expiry): the approval reads
+    invalidated and the step fails, never retried."""
+    from milepost.core.work import work_item
+
+    sim = granted()
+    sim.complete("writer")
+    sim.now = 1000.0 + 75
+    item = work_item(sim.state, sim.pb, sim.live("pay")[0])
+    error = approvals.verify(sim.pb, item, sim.now)
+    assert error is not None
+    produced = sim.report(sim.live("pay")[0], error=error)
+    assert types(produced)[:2] == [ev.APPROVAL_INVALIDATED, ev.STEP_EXIT]
+    refusal = invalidated(sim)
+    assert (refusal["cause"], refusal["attempt"], refusal["reason"]) == (
+        "expired",
+        1,
+        "the approval expired 15s earlier",
+    )
+    failed_with(sim, "approval invalidated before attempt 1: the approval expired 15s earlier")
+    assert pay_issued(sim) == [(-1, 1)]

@@ -225,3 +225,22 @@ def test_the_summary_of_a_gated_step_carries_its_approval(
         )
     else:
         assert line == f"approval {aid} (step refund): {outcome}"
+
+
+def test_a_granted_approval_a_later_iteration_outlived_reads_invalidated() -> None:
+    """Granted, then the loop's next iteration came due after `expires_at`: `milepost run`,
+    `status` and the summary say the approval was invalidated, and why."""
+    sim = Sim(playbook(REFUND.replace("iterator: n}", "iterator: n, spec: {max_in_flight: 1}}")))
+    (aid,) = sim.state.approvals
+    vote(sim, aid, CAROL)
+    vote(sim, aid, Voter("user:bob", frozenset({"finance"})))
+    sim.now += 3600 + 14
+    sim.run_all()  # iteration 0 reports after the expiry: iteration 1 is never issued
+    assert sim.state.status == st.FAILED
+    why = "the approval expired 14s earlier"
+    assert f"approval {aid} (refund): invalidated before attempt 1: {why}" in shown(sim, sim.now)
+    summary = summaries.execution_summary(sim.state)["steps"]["refund"]["approval"]
+    assert (summary["status"], summary["outcome"]) == (
+        "invalidated",
+        f"iteration 1: approval invalidated before attempt 1: {why}",
+    )

@@ -134,3 +134,41 @@ def test_jsonable_turns_a_nan_or_an_infinity_into_null() -> None:
     }
     assert wire.jsonable(value) == {"x": None, "y": [None, None, 1.5], "z": {"k": [None]}}
     assert json.dumps(wire.jsonable(value), allow_nan=False)
+
+
+def test_a_gated_command_carries_its_approved_digest_and_expiry_across_the_wire() -> None:
+    """What the attempt checks before its tool runs reaches a remote worker as it reaches
+    an in-process one (the expiry as ISO-8601, to the millisecond below: never later)."""
+    from milepost.api import views
+    from milepost.core import approvals
+    from milepost.core.approval_state import Voter
+    from milepost.store import port
+
+    gated = playbook("""\
+        workflow:
+          - step: pay
+            tool: {kind: http, method: POST, url: "https://pay.example", json: {n: 1}}
+            spec: {approval: {approvers: [user:alice], expires_in: 90s}}
+        """)
+    sim = Sim(gated, now=1_764_600_000.1237)
+    (approval,) = sim.state.approvals.values()
+    st.fold(
+        sim.state,
+        [
+            approvals.vote_event(
+                sim.state, approval.approval_id, Voter("user:alice"), "approve", None, sim.now, 99
+            )
+        ],
+    )
+    sim.settle()
+    [cmd] = sim.live("pay")
+    row = port.CommandRow(
+        cmd.command_id, 77, "pay", 1, -1, 1, cmd.idempotency_key, "queued", None, 0, None, sim.now
+    )
+    sent = json.loads(views.command_out(sim.state, gated, row).model_dump_json())
+    assert sent["approval_expires_at"] == "2025-12-01T14:41:30.123+00:00"
+    item = wire.work_item_from_wire(sent)
+    expected = work_item(sim.state, gated, cmd)
+    assert item.approved_digest == expected.approved_digest == approval.calls[0]["digest"]
+    assert expected.approval_expires_at == approval.expires_at == sim.now + 90
+    assert item.approval_expires_at == 1_764_600_090.123
