@@ -18,6 +18,7 @@ from typing import Any
 
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.playbook import durations, model
 from milepost.playbook.durations import span
@@ -413,7 +414,7 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
     by = f" by {state.cancel_actor}" if state.cancel_actor else ""
     out = len(state.commands)
     message = f"cancel requested{by} {span(now - asked)} ago; "
-    if not cs.cancel_stops_work(state):
+    if not fs.cancel_stops_work(state):
         message += "the run finishes compensating first"
     else:
         message += f"{out} attempt(s) still out are abandoned as cancelled in {span(ends - now)}"
