@@ -197,6 +197,15 @@ def _show_result(state: st.ExecutionState, fmt: Format) -> None:
                 highlight=False,
                 markup=False,
             )
+        torn = (data.get("teardown") or {}).get("items", ())
+        failed = [i["step"] for i in torn if i["status"] == st.FAILED]
+        if failed:  # each teardown step is among the steps above, with its status
+            out.print(
+                f"teardown failed: {', '.join(failed)} (the run's status stays"
+                f" {state.status}; `milepost describe {state.execution_id}` shows why)",
+                highlight=False,
+                markup=False,
+            )
         if data.get("usage"):
             out.print(f"usage: {usage_text(data['usage'])}", highlight=False, markup=False)
         if state.status == st.FAILED:

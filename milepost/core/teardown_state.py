@@ -51,6 +51,10 @@ class Teardown:
     def active(self) -> bool:
         return self.current is not None
 
+    def context(self) -> dict[str, Any]:
+        """`teardown = {status, error}` in a teardown step's render context."""
+        return {"status": self.status, "error": self.error}
+
     def outcomes(self) -> list[dict[str, Any]]:
         """`[{step, status, error}]`: what the terminal event records of each step."""
         return [{"step": i.target, "status": i.status, "error": i.error} for i in self.items]
@@ -67,7 +71,7 @@ def context_of(state: ExecutionState, command_id: int) -> dict[str, Any] | None:
     td = state.teardown
     if td is None or not any(i.command_id == command_id for i in td.items):
         return None
-    return {"status": td.status, "error": td.error}
+    return td.context()
 
 
 # -- fold ------------------------------------------------------------------------------------
