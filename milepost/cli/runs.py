@@ -183,12 +183,15 @@ def _show_result(state: st.ExecutionState, fmt: Format) -> None:
             f"execution [bold]{state.execution_id}[/bold] [{colour}]{state.status}[/{colour}]",
             highlight=False,
         )
+        torn = (data.get("teardown") or {}).get("items", ())
+        last = {i["step"] for i in torn}  # in the order they ran: after the compensations
         for name, step in data["steps"].items():
-            out.print(
-                f"  {name:<28} {step['status']:<10} {short(step['result'])}",
-                highlight=False,
-                markup=False,
-            )
+            if name not in last:
+                out.print(
+                    f"  {name:<28} {step['status']:<10} {short(step['result'])}",
+                    highlight=False,
+                    markup=False,
+                )
         for item in (data.get("compensation") or {}).get("items", []):
             shown = (item.get("error") or {}).get("message") or short(item.get("result"))
             out.print(
@@ -197,9 +200,15 @@ def _show_result(state: st.ExecutionState, fmt: Format) -> None:
                 highlight=False,
                 markup=False,
             )
-        torn = (data.get("teardown") or {}).get("items", ())
+        for item in torn:
+            shown = (item.get("error") or {}).get("message") or short(item.get("result"))
+            out.print(
+                f"  {item['step'] + ' (teardown)':<28} {item['status']:<10} {shown}",
+                highlight=False,
+                markup=False,
+            )
         failed = [i["step"] for i in torn if i["status"] == st.FAILED]
-        if failed:  # each teardown step is among the steps above, with its status
+        if failed:
             out.print(
                 f"teardown failed: {', '.join(failed)} (the run's status stays"
                 f" {state.status}; `milepost describe {state.execution_id}` shows why)",

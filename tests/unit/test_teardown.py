@@ -12,12 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+from milepost.cli.progress import Progress
 from milepost.core import cancellation, teardown, work
+from milepost.core import diagnosis as dg
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core import teardown_state as td
-from milepost.engine import snapshots, summaries
+from milepost.engine import describe, run_graph, snapshots, summaries
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import model
 from milepost.store import projection
@@ -316,6 +318,68 @@ def _resumed(sim: Sim, log: list[ev.Event], state: st.ExecutionState) -> Sim:
     resumed.state = state
     resumed.settle()
     return resumed
+
+
+def test_doctor_describe_and_the_graph_show_teardown() -> None:
+    sim = Sim(playbook(SHOP))
+    sim.complete("start", {})
+    sim.complete("ship", {})
+    sim.now += 2
+    sim.complete("cleanup", error={"kind": "exception", "message": "disk busy"})
+    found = dg.diagnose(sim.state, sim.pb, dg.Facts(sim.now))
+    assert found[0].kind == dg.TEARING_DOWN
+    assert (
+        found[0].message
+        == "the run is tearing down before it ends COMPLETED: 1 of 2 teardown step(s) done"
+    )
+    sim.now += 1
+    sim.run_all()
+    ended = dg.diagnose(sim.state, sim.pb, dg.Facts(sim.now))
+    assert [f.kind for f in ended] == [dg.COMPLETED, dg.TEARDOWN_FAILED]
+    assert ended[1].step == "cleanup" and "disk busy" in ended[1].message
+    shown = describe.view(sim.state, sim.pb, sim.log)
+    cleanup = shown["steps"]["cleanup"]
+    assert cleanup["status"] == st.FAILED and cleanup["error"]["message"] == "disk busy"
+    assert [a["status"] for a in cleanup["attempts"]] == ["FAILED"]
+    assert cleanup["duration_s"] == 2.0  # from its first command to its outcome
+    assert shown["steps"]["notify"]["status"] == st.COMPLETED
+    assert shown["teardown"]["status"] == st.COMPLETED
+    nodes = {n["id"]: n for n in run_graph.run_graph(sim.state, sim.pb)["nodes"]}
+    assert (nodes["cleanup"]["teardown"], nodes["cleanup"]["status"]) == (True, st.FAILED)
+    assert (nodes["ship"]["teardown"], nodes["notify"]["status"]) == (False, st.COMPLETED)
+
+
+def test_the_live_progress_table_shows_teardown_steps_run_and_end() -> None:
+    sim = Sim(playbook(SHOP))
+    sim.complete("start", {})
+    sim.complete("ship", {})
+    sim.complete("cleanup", error={"kind": "server_error", "message": "503"})
+    sim.fire()
+    shown = Progress()
+    for event in sim.log:
+        shown(event)
+    assert (shown.rows["cleanup"]["status"], shown.rows["cleanup"]["runs"]) == ("RUNNING", 1)
+    sim.complete("cleanup", error={"kind": "server_error", "message": "503"})
+    sim.run_all()
+    shown = Progress()
+    for event in sim.log:
+        shown(event)
+    assert shown.rows["cleanup"] == {"status": "FAILED", "runs": 1, "done": 0, "total": None}
+    assert shown.rows["notify"]["status"] == "COMPLETED"
+
+
+def test_a_teardown_steps_input_renders_with_the_runs_status() -> None:
+    pb = playbook("""
+        executor: {spec: {teardown: tidy}}
+        workflow:
+          - step: start
+            tool: {kind: noop}
+          - step: tidy
+            tool: {kind: python, input: {s: "{{ teardown.status }}"}, code: "result = s"}
+        """)
+    sim = Sim(pb)
+    sim.complete("start", error=BOOM)
+    assert describe.step_input(sim.state, pb, "tidy") == {"s": st.FAILED}
 
 
 @pytest.mark.parametrize(
