@@ -87,7 +87,7 @@ def terminal(
 
 def after_engine_error(
     state: st.ExecutionState,
-    playbook: model.Playbook,
+    playbook: model.Playbook | None,
     error: dict[str, Any],
     now: float,
     new_id: Callable[[], int],
@@ -97,8 +97,8 @@ def after_engine_error(
     tears down: before tearing down, every live command settled (`command.failed` with
     `error`: nothing decides on its report now) and `teardown.started` with FAILED; while
     tearing down, the terminal event of the status decided before, the steps not done
-    recorded as failed with `error`. [] when the playbook names no teardown step: the
-    caller ends the run FAILED at once, as it always did."""
+    recorded as failed with `error`. [] when the playbook names no teardown step (or is
+    None: it cannot be read): the caller ends the run FAILED at once, as it always did."""
     td = state.teardown
     if td is not None:
         torn = [
@@ -107,7 +107,7 @@ def after_engine_error(
         ]
         event_type, payload = terminal(td.status, td.error, torn)
         return [_event(state, new_id(), event_type, now, payload)]
-    if not playbook.executor.teardown:
+    if playbook is None or not playbook.executor.teardown:
         return []
     settled = [
         cancellation.failed_event(

@@ -430,7 +430,8 @@ class Orchestrator:
         kept, the run ends FAILED naming the exception, the worker's call succeeds. A run
         that cannot be decided would otherwise stay RUNNING and refuse every report. When
         its playbook loaded and its workload opened (`pb`), its teardown steps run first
-        (`core.teardown.after_engine_error`)."""
+        (`core.teardown.after_engine_error`); a run already tearing down ends with the
+        status it was given, whatever failed."""
         xid = state.execution_id
         log.error(
             "engine error: execution %s failed while deciding",
@@ -456,7 +457,7 @@ class Orchestrator:
         out.wake_at.pop(xid, None)  # no timer of the decisions that raised stands
         torn = None
         try:
-            torn = self._tear_down_after(fresh, pb, error, now, out) if pb is not None else None
+            torn = self._tear_down_after(fresh, pb, error, now, out)
         except (port.StoreError, ConcurrencyConflict):
             raise
         except Exception:
@@ -484,7 +485,7 @@ class Orchestrator:
     def _tear_down_after(
         self,
         state: st.ExecutionState,
-        pb: model.Playbook,
+        pb: model.Playbook | None,
         error: dict[str, Any],
         now: float,
         out: Outcome,
@@ -492,16 +493,18 @@ class Orchestrator:
         """The state and events of a run that still tears down after an engine error: its
         live commands settled and its teardown started, then decided on (only teardown
         moves from then); a run already tearing down ends with the status decided before.
-        None when its playbook names no teardown step."""
+        None when its playbook names no teardown step (or `pb` is None: its playbook or
+        workload could not be read, and a run not tearing down yet cannot start)."""
         trial = st.clone(state)
-        self._open(trial)
+        if pb is not None:
+            self._open(trial)
         rows = self.store.get_commands(sorted(trial.commands)) if trial.commands else {}
         epochs = {cid: row.epoch for cid, row in rows.items()}
         events = teardown.after_engine_error(trial, pb, error, now, self.new_id, epochs)
         if not events:
             return None
         st.fold(trial, events)
-        if trial.terminal:
+        if trial.terminal or pb is None:
             return trial, events
         started = st.clone(trial)
         try:
