@@ -399,7 +399,7 @@ class Lifecycle(StoreReads):
             self.settle_cancelled([execution_id])
             state = self.orchestrator.state(execution_id)
             actor = state.cancel_actor or actor
-            stops = fs.cancel_stops_work(state)  # a cancel while compensating stops nothing
+            stops = fs.cancel_stops_work(state)  # not while compensating or tearing down
         # outside the parent's lock: locks are taken in id order, one run at a time here
         for child in self.store.running_children(execution_id) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
@@ -449,7 +449,7 @@ class Lifecycle(StoreReads):
             for xid in xids:
                 state = self.fresh(xid)
                 if not fs.cancel_stops_work(state) or state.terminal:
-                    continue  # a compensating run's commands are its compensations: they run
+                    continue  # a run's final steps (compensations, teardown) run
                 cancelled.add(xid)
                 reports += [
                     cancelling.cancelled_report(row, self.new_id(), self.clock())
