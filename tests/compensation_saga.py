@@ -1,5 +1,6 @@
-"""A saga for the compensation tests of both modes (DSL 10.5): python steps whose side
-effect is a line in a file, so "ran once, in this order" is checked outside the engine."""
+"""A saga for the compensation and teardown tests of both modes (DSL 10.5,
+`executor.spec.teardown`): python steps whose side effect is a line in a file, so "ran
+once, in this order" is checked outside the engine."""
 
 from __future__ import annotations
 
@@ -61,6 +62,25 @@ workflow:
         effect("release", "release " + json.dumps(c, sort_keys=True) + " " + json.dumps(s, sort_keys=True))
 """
 
+TEARDOWN = """
+  - step: cleanup
+    tool:
+      kind: python
+      input: {w: "{{ workload }}", t: "{{ teardown }}"}
+      code: |
+        PRELUDE
+        effect("cleanup", "cleanup " + t["status"] + " " + str((t["error"] or {}).get("step")))
+  - step: notify
+    tool:
+      kind: python
+      input: {w: "{{ workload }}", t: "{{ teardown }}"}
+      code: |
+        PRELUDE
+        effect("notify", "notify " + t["status"])
+"""
+"""Two teardown steps (`executor.spec.teardown: [cleanup, notify]`): each writes the status
+(and the failed step) its run ends with."""
+
 PRELUDE = """\
 import json, os, time
 def effect(name, line):
@@ -75,15 +95,18 @@ def effect(name, line):
 """
 
 
-def saga(tmp_path: Path) -> tuple[Any, str]:
+def saga(tmp_path: Path, teardown: bool = False) -> tuple[Any, str]:
+    """The saga's playbook and text; `teardown`: with `cleanup` and `notify` tearing down."""
     lines = []
-    for line in textwrap.dedent(SAGA).splitlines():
+    body = SAGA + TEARDOWN if teardown else SAGA
+    for line in textwrap.dedent(body).splitlines():
         if line.strip() == "PRELUDE":
             pad = line[: len(line) - len(line.lstrip())]
             lines += [pad + code for code in PRELUDE.splitlines()]
         else:
             lines.append(line)
-    text = HEADER + "\n".join(lines).replace("DIR", str(tmp_path)) + "\n"
+    head = HEADER + ("executor: {spec: {teardown: [cleanup, notify]}}\n" if teardown else "")
+    text = head + "\n".join(lines).replace("DIR", str(tmp_path)) + "\n"
     return load.load_text(text), text
 
 

@@ -85,8 +85,8 @@ class Metrics:
         )
         self.engine_errors = Counter(
             "milepost_engine_errors",
-            "Runs ended FAILED because the orchestrator raised while "
-            "deciding (error kind `engine`; the log has the traceback).",
+            "Runs failed because the orchestrator raised while deciding (error kind "
+            "`engine`; the log has the traceback), their teardown steps run first.",
             registry=r,
         )
         self.queue_depth = Gauge(

@@ -200,6 +200,21 @@ class RunProgress(BaseModel):
             "result, error}]}` once the run started compensating, else null."
         ),
     )
+    tearing_down: bool = Field(
+        False,
+        description=(
+            "The run's outcome is decided and its teardown steps (`executor.spec.teardown`) "
+            "run before it ends: `status` is still RUNNING."
+        ),
+    )
+    teardown: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "`{tearing_down, status, items: [{step, run, status, attempt, result, error}]}` "
+            "once the run started tearing down (`status`: the one it ends with, whatever "
+            "the teardown steps do), else null."
+        ),
+    )
     no_live_worker: list[NoLiveWorkerOut] = Field(
         default_factory=list,
         description="Pools this run waits on with no live worker: "

@@ -28,6 +28,13 @@ class NodeOut(BaseModel):
             "A loop step's latest run: iterations done, running and failed; null without a loop."
         )
     )
+    teardown: bool = Field(
+        False,
+        description=(
+            "A teardown step (`executor.spec.teardown`): no arc reaches it; it runs once as "
+            "the run ends, whatever the end."
+        ),
+    )
 
 
 class EdgeOut(BaseModel):

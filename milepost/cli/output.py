@@ -161,7 +161,13 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
     if fmt is not Format.table:
         emit(data, fmt)
         return
-    flag = " (compensating)" if data.get("compensating") else ""
+    flag = (
+        " (compensating)"
+        if data.get("compensating")
+        else " (tearing down)"
+        if data.get("tearing_down")
+        else ""
+    )
     playbook = f" {data['playbook']}" if data.get("playbook") else ""
     out.print(
         f"execution {data['execution_id']}{playbook}: [bold]{data['status']}[/bold]{flag}",
@@ -189,6 +195,8 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
     out.print(table)
     if data.get("compensation"):
         print_compensation(data["compensation"])
+    if data.get("teardown"):
+        print_teardown(data["teardown"])
     now = time.time()
     for name, step in data["steps"].items():
         if step.get("approval"):
@@ -254,6 +262,24 @@ def print_compensation(compensation: dict[str, Any]) -> None:
             short(shown, 70),
         )
     out.print(table)
+
+
+def print_teardown(teardown: dict[str, Any]) -> None:
+    """The teardown steps of a run, in the order they run, and the status it ends with
+    whatever they do."""
+    table = Table("teardown", "status", "result")
+    for item in teardown["items"]:
+        error = item.get("error") or {}
+        shown = error.get("message") if item["status"] == "FAILED" else item.get("result")
+        table.add_row(item["step"], item["status"], short(shown, 70))
+    out.print(table)
+    failed = [i["step"] for i in teardown["items"] if i["status"] == "FAILED"]
+    if failed:
+        out.print(
+            f"teardown failed: {', '.join(failed)} (the run's status stays {teardown['status']})",
+            highlight=False,
+            markup=False,
+        )
 
 
 def approval_line(step: str, approval: dict[str, Any], now: float) -> str:

@@ -288,6 +288,11 @@ class Progress:
             row["done"] += 1
         elif event.event_type == ev.STEP_EXIT:
             row["status"] = event.status or ""
+        elif event.event_type == ev.COMMAND_ISSUED and event.payload.get("teardown") is not None:
+            if event.payload.get("attempt") == 1:  # a teardown step starts: it enters nothing
+                row.update(status="RUNNING", runs=row["runs"] + 1)
+        elif event.event_type in (ev.TEARDOWN_COMPLETED, ev.TEARDOWN_FAILED):
+            row["status"] = event.status or ""
 
 
 class ApprovalLines:

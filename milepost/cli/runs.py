@@ -47,6 +47,7 @@ from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resu
 from milepost.core import approval_state as ap
 from milepost.core import cancellation
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.credentials import Vault
 from milepost.engine import summaries, unattended
@@ -182,17 +183,35 @@ def _show_result(state: st.ExecutionState, fmt: Format) -> None:
             f"execution [bold]{state.execution_id}[/bold] [{colour}]{state.status}[/{colour}]",
             highlight=False,
         )
+        torn = (data.get("teardown") or {}).get("items", ())
+        last = {i["step"] for i in torn}  # in the order they ran: after the compensations
         for name, step in data["steps"].items():
-            out.print(
-                f"  {name:<28} {step['status']:<10} {short(step['result'])}",
-                highlight=False,
-                markup=False,
-            )
+            if name not in last:
+                out.print(
+                    f"  {name:<28} {step['status']:<10} {short(step['result'])}",
+                    highlight=False,
+                    markup=False,
+                )
         for item in (data.get("compensation") or {}).get("items", []):
             shown = (item.get("error") or {}).get("message") or short(item.get("result"))
             out.print(
                 f"  {item['compensation'] + ' (undoes ' + item['step'] + ')':<28} "
                 f"{item['status']:<10} {shown}",
+                highlight=False,
+                markup=False,
+            )
+        for item in torn:
+            shown = (item.get("error") or {}).get("message") or short(item.get("result"))
+            out.print(
+                f"  {item['step'] + ' (teardown)':<28} {item['status']:<10} {shown}",
+                highlight=False,
+                markup=False,
+            )
+        failed = [i["step"] for i in torn if i["status"] == st.FAILED]
+        if failed:
+            out.print(
+                f"teardown failed: {', '.join(failed)} (the run's status stays"
+                f" {state.status}; `milepost describe {state.execution_id}` shows why)",
                 highlight=False,
                 markup=False,
             )
@@ -304,9 +323,9 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
 
     The process running it (`milepost run` or `resume`, or the server) notices within
     seconds, stops the running attempts (abandoned after `executor.spec.cancel_grace`),
-    cancels its child runs, runs the compensations and ends the run CANCELLED. A local
-    run that no process drives any more is finished here, its compensations run by this
-    command (Ctrl-C leaves it to `milepost resume`).
+    cancels its child runs, runs the compensations and the teardown steps and ends the run
+    CANCELLED. A local run that no process drives any more is finished here, its
+    compensations and teardown run by this command (Ctrl-C leaves it to `milepost resume`).
     """
     client = server_client(server, db)
     if client is not None:
@@ -332,10 +351,10 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
             request_cancel(store, execution_id, orchestrator, actor)
             out.print(f"cancel requested for execution {execution_id}")
             return
-    # its attempts are settled but compensations remain, and no process would run them
+    # its attempts are settled but final steps remain, and no process would run them
     out.print(
         f"execution {execution_id} is cancelling; no process was driving it, so its"
-        " compensations run here",
+        " compensations and teardown run here",
         highlight=False,
         markup=False,
         soft_wrap=True,
@@ -359,8 +378,8 @@ class _Finished(enum.Enum):
     ENDED = "ended"
     """The run ended CANCELLED here (said)."""
     DRIVE = "drive"
-    """Its cancel settled what ran, but work remains (its compensations) and nothing
-    drives it: `cancel` drives it to its end."""
+    """Its cancel settled what ran, but work remains (its compensations, its teardown) and
+    nothing drives it: `cancel` drives it to its end."""
     REQUEST = "request"
     """Another process took it over meanwhile, or this one cannot read it: the request only."""
 
@@ -418,6 +437,9 @@ def request_cancel(
             orchestrator.clock(),
             payload=payload,
         )
+        # appended behind the driver's back: marked here as the engine would mark it, or the
+        # store would refuse the claims of the final steps of a run whose status is settled
+        event = fs.mark_cancel(state, event)
         try:
             store.append([event], expect={execution_id: state.last_seq})
             break

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.playbook import model
 
@@ -46,9 +46,9 @@ def child_cause(parent_id: int) -> str:
 
 def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None:
     """When the live attempts of a cancelled run are abandoned; None when not cancelling,
-    or once compensating: the commands then are its compensations, which a cancel leaves
-    alone (DSL 10.5)."""
-    if not cs.cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
+    or once compensating or tearing down: the commands then are its final steps, which a
+    cancel leaves alone (DSL 10.5, `core.final_step_state`)."""
+    if not fs.cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
         return None
     return state.cancel_requested_at + playbook.executor.cancel_grace
 

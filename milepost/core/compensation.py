@@ -5,41 +5,19 @@ When nothing runs any more, before the terminal event: each completed run of a s
 `compensation = {step, run, result}` in its render context (`core.work`). The compensation
 step's `spec` applies (timeout in the worker, `spec.retry` here); its `next` and `set` are
 ignored: a compensation moves no step and no ctx. A failing compensation is recorded and
-the next one still runs; the run then ends with the status and error it was going to end
-with. The fold is in `core.compensation_state`.
+the next one still runs; the run then ends (its teardown first, `core.teardown`) with the
+status and error it was going to end with. Each is run as every final step is
+(`core.final_steps`); the fold is in `core.compensation_state`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import policies
+from milepost.core import final_steps
 from milepost.core import state as st
 from milepost.playbook import model
-
-
-class Emitter(Protocol):
-    """What `decide` hands a phase: the state, the time, ids, and where events go."""
-
-    state: st.ExecutionState
-    now: float
-
-    def new_id(self) -> int: ...
-
-    def emit(
-        self,
-        event_type: str,
-        step: str | None = None,
-        status: str | None = None,
-        event_id: int | None = None,
-        **payload: Any,
-    ) -> None: ...
-
-    def wake(self, at: float) -> None: ...
-
-    def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None: ...
 
 
 def plan(state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, Any]]:
@@ -59,7 +37,7 @@ def plan(state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, A
     return out
 
 
-def proceed(out: Emitter, playbook: model.Playbook, outcome: str) -> bool:
+def proceed(out: final_steps.Emitter, playbook: model.Playbook, outcome: str) -> bool:
     """Move compensating on by one decision; False once there is nothing (more) to undo and
     the run may end. `outcome`: the status it ends with (FAILED or CANCELLED)."""
     state = out.state
@@ -74,52 +52,21 @@ def proceed(out: Emitter, playbook: model.Playbook, outcome: str) -> bool:
     if current is None:
         return False
     index, item = current
-    if item.command_id is not None:
-        return True  # its command is out: wait for the report
-    if item.reported is not None:
-        _decide_report(out, playbook, index, item)
-    elif item.status == cs.PENDING:
-        _issue(out, index, item, 1)
-    elif item.retry_at is not None:
-        if item.retry_at <= out.now:
-            _issue(out, index, item, item.attempt + 1)
-        else:
-            out.wake(item.retry_at)
-    return True
-
-
-def _decide_report(out: Emitter, playbook: model.Playbook, index: int, item: cs.Item) -> None:
-    assert item.reported is not None
-    ok, value = item.reported
     # the event's step is the compensation step; `undoes` names the step run it undid
     where: dict[str, Any] = {"index": index, "undoes": {"step": item.step, "run": item.run}}
-    if ok:
-        out.emit(ev.COMPENSATION_COMPLETED, item.target, **where, result=value)
-        return
-    error = dict(value) if isinstance(value, dict) else {"message": str(value)}
-    spec = playbook.steps[item.target].spec.retry
-    if policies.retryable(spec, error.get("kind"), item.attempt):
-        wait = policies.retry_wait(spec, item.attempt, error)
-        out.emit(
-            ev.COMMAND_RETRY_SCHEDULED,
-            item.target,
-            run=item.target_run,
-            index=st.NO_INDEX,
-            attempt=item.attempt + 1,
-            not_before=out.now + wait,
-            error=error,
-            compensation=index,
-        )
-        return
-    message = str(error.get("message") or "failed")
-    error.update(
-        kind=error.get("kind", "error"),
-        message=message,
-        reason=f"compensation '{item.target}' of step '{item.step}' failed: {message}",
-    )
-    out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
 
+    def settle(ok: bool, value: Any) -> None:
+        if ok:
+            out.emit(ev.COMPENSATION_COMPLETED, item.target, **where, result=value)
+            return
+        message = str(value.get("message") or "failed")
+        error = {
+            **value,
+            "kind": value.get("kind", "error"),
+            "message": message,
+            "reason": f"compensation '{item.target}' of step '{item.step}' failed: {message}",
+        }
+        out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
 
-def _issue(out: Emitter, index: int, item: cs.Item, attempt: int) -> None:
-    # the compensation step's `spec` applies (DSL 10.5): its pool and lease, as for a step
-    out.issue(item.target, item.target_run, st.NO_INDEX, attempt, compensation=index)
+    final_steps.advance(out, playbook, item, {"compensation": index}, settle)
+    return True

@@ -14,56 +14,38 @@ Dedicated outcome events rather than a `step.exit` of the compensation step: a s
 moves step statuses, results, `completed_runs`, the run's failure and its arcs, all of which
 a compensation must leave alone, so it would need a marker checked in each of those places.
 
-The state is `ExecutionState.compensation` (None until compensating starts): the fold knows
+Compensations are a run's first final steps (`core.final_step_state`: each item folds as a
+`Work`; teardown comes after them). The state is `ExecutionState.compensation` (None until
+compensating starts): the fold knows
 which items are done, so a run resumed after a crash goes on with the next one and never
 runs one twice (a command in flight at the crash is re-delivered like any command).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 
 if TYPE_CHECKING:  # state imports this module: the types only, to keep the import one way
     from milepost.core.state import Command, ExecutionState
 
-PENDING = "PENDING"
-RUNNING = "RUNNING"
-COMPLETED = "COMPLETED"
-FAILED = "FAILED"
-
-LOST_MESSAGE = "worker lost (lease expired)"
+PENDING = fs.PENDING
+RUNNING = fs.RUNNING
+COMPLETED = fs.COMPLETED
+FAILED = fs.FAILED
 
 
-def lost_error(payload: dict[str, Any]) -> dict[str, Any]:
-    """The error of an attempt whose claim lapsed (`command.lease_expired`'s payload): a
-    step's attempt (`core.state`) or a compensation's."""
-    return {"kind": "lost", "message": payload.get("message") or LOST_MESSAGE, "retryable": True}
-
-
-@dataclass(slots=True)
-class Item:
-    """One compensation: the step run it undoes and the run of the compensation step."""
+@dataclass(slots=True, kw_only=True)
+class Item(fs.Work):
+    """One compensation: the step run it undoes and the run of the compensation step
+    (`target`, `target_run`)."""
 
     step: str
     """The step whose completed run is undone."""
     run: int
-    target: str
-    """Its `spec.compensation`: the step that undoes it."""
-    target_run: int
-    """The compensation step's run (1 first): its idempotency key differs per item."""
-    status: str = PENDING
-    command_id: int | None = None
-    """The live command of this item, if one is out."""
-    attempt: int = 0
-    """The attempt of the latest command issued."""
-    reported: tuple[bool, Any] | None = None
-    """The worker's report not yet decided on: (ok, result or error)."""
-    retry_at: float | None = None
-    result: Any = None
-    error: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -75,10 +57,7 @@ class Compensation:
     @property
     def current(self) -> tuple[int, Item] | None:
         """The item to work on (they run one at a time, in plan order); None when all are done."""
-        for index, item in enumerate(self.items):
-            if item.status not in (COMPLETED, FAILED):
-                return index, item
-        return None
+        return fs.current(self.items)
 
     @property
     def active(self) -> bool:
@@ -88,21 +67,6 @@ class Compensation:
 def compensating(state: ExecutionState) -> bool:
     """True while compensations are still to run (`milepost status`: `compensating`)."""
     return state.compensation is not None and state.compensation.active
-
-
-def cancel_stops_work(state: ExecutionState) -> bool:
-    """Whether a cancel keeps this run's commands from running. Not its compensations
-    (DSL 10.5): they are how a cancelled run ends, and a cancel asked while they run
-    does not stop them."""
-    return state.cancel_requested and state.compensation is None
-
-
-def mark_cancel(state: ExecutionState, event: ev.Event) -> ev.Event:
-    """A cancel asked while compensating, marked so the store's projection keeps taking
-    claims of the compensations (`store.projection`); other events unchanged."""
-    if event.event_type != ev.EXECUTION_CANCEL_REQUESTED or state.compensation is None:
-        return event
-    return replace(event, meta={**event.meta, "compensating": True})
 
 
 def context_of(state: ExecutionState, command_id: int) -> dict[str, Any] | None:
@@ -142,20 +106,13 @@ def apply_started(state: ExecutionState, event: ev.Event) -> None:
 
 def _item(state: ExecutionState, index: Any) -> Item | None:
     comp = state.compensation
-    if comp is None or index is None or not 0 <= int(index) < len(comp.items):
-        return None
-    return comp.items[int(index)]
+    return None if comp is None else fs.item_at(comp.items, index)
 
 
 def apply_issued(state: ExecutionState, command: Command, index: Any) -> None:
     item = _item(state, index)
-    if item is None:
-        return
-    item.status = RUNNING
-    item.command_id = command.command_id
-    item.attempt = command.attempt
-    item.retry_at = None
-    item.reported = None
+    if item is not None:
+        item.issued(command)
 
 
 def owns(state: ExecutionState, command: Command) -> Item | None:
@@ -169,35 +126,22 @@ def owns(state: ExecutionState, command: Command) -> Item | None:
     return None
 
 
-def apply_report(item: Item, event: ev.Event) -> None:
-    """A worker's report (or the lapse of its claim) for the item's live command."""
-    p = event.payload
-    item.command_id = None
-    if event.event_type == ev.COMMAND_COMPLETED:
-        item.reported = (True, p.get("result"))
-    elif event.event_type == ev.COMMAND_FAILED:
-        item.reported = (False, p.get("error") or {})
-    else:  # command.lease_expired
-        item.reported = (False, lost_error(p))
-
-
 def apply_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
     item = _item(state, event.payload.get("compensation"))
     if item is not None:
-        item.reported = None
-        item.retry_at = float(event.payload["not_before"])
+        item.retry(float(event.payload["not_before"]))
 
 
 def apply_completed(state: ExecutionState, event: ev.Event) -> None:
     item = _item(state, event.payload.get("index"))
     if item is not None:
-        item.status, item.result, item.reported = COMPLETED, event.payload.get("result"), None
+        item.completed(event.payload.get("result"))
 
 
 def apply_failed(state: ExecutionState, event: ev.Event) -> None:
     item = _item(state, event.payload.get("index"))
     if item is not None:
-        item.status, item.error, item.reported = FAILED, event.payload.get("error"), None
+        item.failed(event.payload.get("error"))
 
 
 def summary(state: ExecutionState) -> dict[str, Any] | None:

@@ -10,14 +10,19 @@ this order, so every decision sees the consequences of the one before:
 2. step runs whose work is done -> `loop.done` / `step.exit` (step `set`, arcs, arc `set`),
    then `budget.exceeded` when the usage passed `executor.spec.budget` (`core.budget`);
 3. cancellation and failure -> once idle, the compensations (`core.compensation`, one at
-   a time), then `execution.cancelled` / `execution.failed`;
+   a time), then the end (below);
 4. pending steps -> `step.enter` + `command.issued` (admission, join barrier, loops);
    a step gated by `spec.approval` enters without commands;
 5. approval gates -> `approval.requested`, then on quorum `approval.granted` + the first
    `command.issued` in one decision, or the outcome that fails the step (`core.approvals`);
 6. loop iterations and due retries -> `command.issued`; a gated step run's only while its
    approval still covers that attempt (`approvals.recheck`), else `approval.invalidated`;
-7. nothing active -> `execution.completed`.
+7. nothing active -> the end.
+
+The end of a run whose outcome is decided: its teardown steps (`core.teardown`, one at a
+time) when the playbook names some, then `execution.completed` / `execution.failed` /
+`execution.cancelled`. Once tearing down has started, only it moves: every step of the
+workflow is over.
 
 Time (`now`) and ids (`new_id`) come in as arguments.
 """
@@ -29,7 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import approvals, budget, cancellation, causality, compensation, ids, liveness
+from milepost.core import (
+    approvals,
+    budget,
+    cancellation,
+    causality,
+    compensation,
+    ids,
+    liveness,
+    teardown,
+)
 from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -151,6 +165,9 @@ def decide(
 ) -> Decision:
     out = _Emitter(state, now, new_id, playbook)
     if state.terminal:
+        return out.decision
+    if state.teardown is not None:
+        _tear_down(out, playbook)
         return out.decision
     for phase in (
         _resolve_failures,
@@ -424,9 +441,9 @@ def _end_if_failed_or_cancelled(out: _Emitter, playbook: model.Playbook) -> None
     if compensation.proceed(out, playbook, outcome):
         return
     if outcome == st.CANCELLED:
-        out.emit(ev.EXECUTION_CANCELLED, reason="cancel requested")
+        _end(out, playbook, st.CANCELLED, None)
     elif state.failure is not None:
-        out.emit(ev.EXECUTION_FAILED, error=state.failure, reason=state.failure.get("reason"))
+        _end(out, playbook, st.FAILED, state.failure)
 
 
 # -- 4. pending steps ------------------------------------------------------------------------
@@ -635,6 +652,34 @@ def _complete(out: _Emitter, playbook: model.Playbook) -> None:
             "message": message,
             "reason": message,
         }
-        out.emit(ev.EXECUTION_FAILED, error=error, reason=message)
+        _end(out, playbook, st.FAILED, error)
         return
-    out.emit(ev.EXECUTION_COMPLETED)
+    _end(out, playbook, st.COMPLETED, None)
+
+
+# -- the end ---------------------------------------------------------------------------------
+
+
+def _end(
+    out: _Emitter, playbook: model.Playbook, status: str, error: dict[str, Any] | None
+) -> None:
+    """The run's outcome is decided: its teardown steps first, else its terminal event."""
+    if not teardown.begin(out, playbook, status, error):
+        _terminal(out, status, error, None)
+
+
+def _tear_down(out: _Emitter, playbook: model.Playbook) -> None:
+    td = out.state.teardown
+    assert td is not None
+    if not teardown.proceed(out, playbook):
+        _terminal(out, td.status, td.error, td.outcomes())
+
+
+def _terminal(
+    out: _Emitter,
+    status: str,
+    error: dict[str, Any] | None,
+    torn: list[dict[str, Any]] | None,
+) -> None:
+    event_type, payload = teardown.terminal(status, error, torn)
+    out.emit(event_type, **payload)

@@ -2,7 +2,7 @@
 `GET /api/executions/{id}/diagnosis`.
 
 `diagnose` reads the fold (steps, loops, retry timers, approvals, cancel, compensation,
-usage) and what the engine knows beside it (`Facts`: the open commands as the command
+teardown, usage) and what the engine knows beside it (`Facts`: the open commands as the command
 table holds them, the pools a live worker serves, the run's driver lease, the time of its
 last event) and returns findings, the most likely cause first. Each has a stable `kind`,
 the step it concerns, one line for people and the same facts as fields for scripts.
@@ -18,7 +18,9 @@ from typing import Any
 
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
+from milepost.core import teardown_state as td
 from milepost.playbook import durations, model
 from milepost.playbook.durations import span
 
@@ -26,6 +28,8 @@ COMPLETED = "completed"
 FAILED = "failed"
 """A FAILED run's first error (a CANCELLED run's too, when a step had failed first)."""
 CANCELLED = "cancelled"
+TEARDOWN_FAILED = "teardown_failed"
+"""A teardown step of an ended run failed: recorded, the run's status unchanged."""
 FAILING = "failing"
 """A step failed: the run fails (or compensates) once the commands still out finish."""
 NO_DRIVER = "no_driver"
@@ -35,6 +39,8 @@ LEASE_EXPIRED = "lease_expired"
 AWAITING_APPROVAL = "awaiting_approval"
 CANCEL_PENDING = "cancel_pending"
 COMPENSATING = "compensating"
+TEARING_DOWN = "tearing_down"
+"""The run's outcome is decided: its teardown steps run before it ends."""
 RETRY_PENDING = "retry_pending"
 JOIN_WAITING = "join_waiting"
 LOOP_WAITING = "loop_waiting"
@@ -51,6 +57,7 @@ ORDER = (
     FAILED,
     CANCELLED,
     COMPLETED,
+    TEARDOWN_FAILED,
     FAILING,
     NO_DRIVER,
     NO_LIVE_WORKER,
@@ -58,6 +65,7 @@ ORDER = (
     AWAITING_APPROVAL,
     CANCEL_PENDING,
     COMPENSATING,
+    TEARING_DOWN,
     RETRY_PENDING,
     JOIN_WAITING,
     LOOP_WAITING,
@@ -176,12 +184,9 @@ def _ended(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
     at = state.ended_at or state.started_at
     took = {"ended_at": at, "duration_s": round(at - state.started_at, 3)}
     if state.status == st.COMPLETED:
-        return [
-            Finding(
-                COMPLETED, f"the run completed after {span(at - state.started_at)}", fields=took
-            )
-        ]
-    found = []
+        completed = f"the run completed after {span(at - state.started_at)}"
+        return [Finding(COMPLETED, completed, fields=took), *_teardown_failed(state)]
+    found = _teardown_failed(state)
     if state.status == st.CANCELLED:
         by = f" by {state.cancel_actor}" if state.cancel_actor else ""
         found.append(
@@ -250,6 +255,7 @@ def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
     found += _commands(state, facts)
     found += [_approval(a, facts.now) for a in state.approvals.values() if a.status == ap.PENDING]
     found += _cancel(state, playbook, facts.now) + _compensation(state, facts.now)
+    found += _teardown(state, facts.now)
     for sr in state.running.values():
         found += _retries(sr, facts.now)
         if sr.is_loop:
@@ -260,8 +266,8 @@ def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
 
 
 def _failing(state: st.ExecutionState) -> list[Finding]:
-    if state.failure is None or cs.compensating(state):
-        return []
+    if state.failure is None or state.compensation is not None or state.teardown is not None:
+        return []  # the run's end is decided: its final steps say what it does now
     out = len(state.commands)
     step = state.failure.get("step")
     what = state.failure.get("reason") or state.failure.get("message") or "a step failed"
@@ -413,8 +419,9 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
     by = f" by {state.cancel_actor}" if state.cancel_actor else ""
     out = len(state.commands)
     message = f"cancel requested{by} {span(now - asked)} ago; "
-    if not cs.cancel_stops_work(state):
-        message += "the run finishes compensating first"
+    if not fs.cancel_stops_work(state):
+        doing = "tearing down" if state.teardown is not None else "compensating"
+        message += f"the run finishes {doing} first (a cancel stops neither)"
     else:
         message += f"{out} attempt(s) still out are abandoned as cancelled in {span(ends - now)}"
     return [
@@ -462,6 +469,48 @@ def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
                 )
             )
     return found
+
+
+def _teardown(state: st.ExecutionState, now: float) -> list[Finding]:
+    torn = state.teardown
+    if torn is None or not torn.active:
+        return []
+    done = sum(1 for i in torn.items if i.status in fs.DONE)
+    found = [
+        Finding(
+            TEARING_DOWN,
+            f"the run is tearing down before it ends {torn.status}: "
+            f"{done} of {len(torn.items)} teardown step(s) done",
+            fields={"outcome": torn.status, "done": done, "total": len(torn.items)},
+        )
+    ]
+    for item in torn.items:
+        if item.retry_at is not None and item.command_id is None:
+            found.append(
+                Finding(
+                    RETRY_PENDING,
+                    f"teardown step '{item.target}' attempt {item.attempt + 1} waits for its "
+                    f"retry timer ({_due(item.retry_at, now)})",
+                    item.target,
+                    {"attempt": item.attempt + 1, "not_before_at": item.retry_at},
+                )
+            )
+    return found
+
+
+def _teardown_failed(state: st.ExecutionState) -> list[Finding]:
+    torn = td.summary(state)
+    return [
+        Finding(
+            TEARDOWN_FAILED,
+            f"teardown step '{item['step']}' failed: "
+            f"{(item['error'] or {}).get('message') or 'failed'} (the run's status stands)",
+            item["step"],
+            {"error": item["error"]},
+        )
+        for item in (torn["items"] if torn else ())
+        if item["status"] == fs.FAILED
+    ]
 
 
 def _retries(sr: st.StepRun, now: float) -> list[Finding]:

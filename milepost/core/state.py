@@ -19,6 +19,8 @@ from milepost.core import action_state as acts
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
+from milepost.core import teardown_state as td
 from milepost.core.causality import Causes
 from milepost.core.usage import Totals
 from milepost.playbook import pools
@@ -139,6 +141,8 @@ class ExecutionState:
     step) may no longer hold."""
     compensation: cs.Compensation | None = None
     """Set once the run started compensating (`core.compensation_state`)."""
+    teardown: td.Teardown | None = None
+    """Set once the run started tearing down (`core.teardown_state`)."""
     failure: dict[str, Any] | None = None
     """The first step failure: the run fails once nothing is running."""
     dead_end: str | None = None
@@ -218,7 +222,7 @@ def fold_reports(
             and _command_id(event) not in state.commands
         ):
             event = replace(event, meta={**event.meta, "stale": True, "stale_reason": SETTLED})
-        event = cs.mark_cancel(state, event)
+        event = fs.mark_cancel(state, event)
         fold(state, [event])
         out.append(event)
     return out
@@ -290,6 +294,9 @@ def _apply_command_issued(state: ExecutionState, event: ev.Event) -> None:
     if "compensation" in p:  # a compensation's command: it belongs to no step run
         cs.apply_issued(state, cmd, p["compensation"])
         return
+    if "teardown" in p:  # a teardown step's: neither
+        td.apply_issued(state, cmd, p["teardown"])
+        return
     sr = state.running.get(step)
     if sr is None or sr.run != cmd.run:
         return
@@ -307,8 +314,8 @@ def _live_run(
     cmd = state.commands.pop(command_id, None)
     if cmd is None:
         return None  # unknown or already settled: a late or repeated report changes nothing
-    if (item := cs.owns(state, cmd)) is not None:
-        cs.apply_report(item, event)
+    if (item := cs.owns(state, cmd) or td.owns(state, cmd)) is not None:
+        item.report(event)
         return None
     sr = state.running.get(cmd.step)
     if sr is None or sr.run != cmd.run:
@@ -355,13 +362,16 @@ def _apply_command_lease_expired(state: ExecutionState, event: ev.Event) -> None
     if live is None:
         return
     cmd, sr = live
-    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=cs.lost_error(p))
+    sr.failures[cmd.index] = Failure(attempt=cmd.attempt, error=fs.lost_error(p))
 
 
 def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
     if "compensation" in p:
         cs.apply_retry_scheduled(state, event)
+        return
+    if "teardown" in p:
+        td.apply_retry_scheduled(state, event)
         return
     sr = state.running.get(event.step or "")
     if sr is None or sr.run != int(p["run"]):
@@ -444,6 +454,7 @@ def _apply_terminal(status: str) -> Any:
         # as in the store's projection: a command still live will never run now, so a late
         # report of it is stale (an engine error ends a run with commands out)
         state.commands.clear()
+        td.apply_ended(state, event)
         if status == FAILED:
             state.error = event.payload.get("error") or {"message": "execution failed"}
 
@@ -497,6 +508,9 @@ _HANDLERS: dict[str, Any] = {
     ev.COMPENSATION_STARTED: cs.apply_started,
     ev.COMPENSATION_COMPLETED: cs.apply_completed,
     ev.COMPENSATION_FAILED: cs.apply_failed,
+    ev.TEARDOWN_STARTED: td.apply_started,
+    ev.TEARDOWN_COMPLETED: td.apply_completed,
+    ev.TEARDOWN_FAILED: td.apply_failed,
     ev.BUDGET_EXCEEDED: _apply_run_failure("budget"),
     ev.EXECUTION_STALLED: _apply_run_failure("stalled"),
     ev.STEP_RETRY_REQUESTED: acts.apply_retry_requested,

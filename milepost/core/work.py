@@ -10,6 +10,7 @@ from milepost.core import context as cx
 from milepost.core import events as ev
 from milepost.core import ids, tracecontext
 from milepost.core import state as st
+from milepost.core import teardown_state as td
 from milepost.core.logs import Captured
 from milepost.playbook import model, render
 from milepost.records import record
@@ -82,6 +83,9 @@ def work_item(
     undoing = cs.context_of(state, command.command_id)
     if undoing is not None:  # DSL 10.5: the step run this compensation undoes
         context["compensation"] = undoing
+    ending = td.context_of(state, command.command_id)
+    if ending is not None:  # the run's status and error, which this teardown step follows
+        context["teardown"] = ending
     approval = None
     if sr is not None and sr.approval_id is not None:
         approval = state.approvals.get(sr.approval_id)

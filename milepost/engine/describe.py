@@ -34,6 +34,7 @@ _ENDS = {
     ev.COMMAND_LEASE_EXPIRED: "LOST",
     ev.COMMAND_RELEASED: "RELEASED",
 }
+_STEP_ENDS = frozenset({ev.STEP_EXIT, ev.TEARDOWN_COMPLETED, ev.TEARDOWN_FAILED})
 
 
 def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
@@ -115,9 +116,11 @@ def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
         if kind == ev.STEP_ENTER:
             step.started_at = step.started_at or event.created_at
             step.ended_at = None
-        elif kind == ev.STEP_EXIT:
+        elif kind in _STEP_ENDS:
             step.ended_at = event.created_at
         elif kind == ev.COMMAND_ISSUED and "command_id" in p:
+            # a teardown step enters nothing: it starts with its first command
+            step.started_at = step.started_at or event.created_at
             attempt: dict[str, Any] = {
                 "command_id": str(p["command_id"]),
                 "run": p.get("run"),
@@ -228,6 +231,8 @@ def step_input(state: st.ExecutionState, playbook: model.Playbook, name: str) ->
     context, args = work.attempt_context(
         state, playbook, name, state.running.get(name), st.NO_INDEX
     )
+    if state.teardown is not None and name in playbook.executor.teardown:
+        context["teardown"] = state.teardown.context()  # what its call renders with
     run = state.run_counts.get(name, 1)
     call = core_approvals.shown_call(
         playbook, name, context, args, run, st.NO_INDEX, state.execution_id

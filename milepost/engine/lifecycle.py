@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from milepost import telemetry
 from milepost.core import cancellation
-from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
@@ -399,7 +399,7 @@ class Lifecycle(StoreReads):
             self.settle_cancelled([execution_id])
             state = self.orchestrator.state(execution_id)
             actor = state.cancel_actor or actor
-            stops = cs.cancel_stops_work(state)  # a cancel while compensating stops nothing
+            stops = fs.cancel_stops_work(state)  # not while compensating or tearing down
         # outside the parent's lock: locks are taken in id order, one run at a time here
         for child in self.store.running_children(execution_id) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
@@ -415,13 +415,13 @@ class Lifecycle(StoreReads):
             reports: list[ev.Event] = []
             for xid in xids:
                 cached = self.orchestrator.cached(xid)
-                if cached is not None and not cs.cancel_stops_work(cached) and not now:
+                if cached is not None and not fs.cancel_stops_work(cached) and not now:
                     continue  # a retry's timer: no read of the log for it (a cancel that
                     # came meanwhile is folded by the wake's decision, which sets its timer)
                 state = self.fresh(xid)
                 playbook = self.orchestrator.playbook_for(state)
                 if (
-                    not cs.cancel_stops_work(state)
+                    not fs.cancel_stops_work(state)
                     or state.terminal
                     or not state.commands
                     or not (now or cancellation.overdue(state, playbook, self.clock()))
@@ -448,8 +448,8 @@ class Lifecycle(StoreReads):
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
-                if not cs.cancel_stops_work(state) or state.terminal:
-                    continue  # a compensating run's commands are its compensations: they run
+                if not fs.cancel_stops_work(state) or state.terminal:
+                    continue  # a run's final steps (compensations, teardown) run
                 cancelled.add(xid)
                 reports += [
                     cancelling.cancelled_report(row, self.new_id(), self.clock())

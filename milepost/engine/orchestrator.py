@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost import sanitize
-from milepost.core import actions, liveness
+from milepost.core import actions, liveness, teardown
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
@@ -59,7 +59,8 @@ class Outcome:
     claimed: port.Claimed = field(default_factory=list)
     """Commands claimed for the worker named by `process(..., claim=...)`."""
     engine_errors: list[int] = field(default_factory=list)
-    """Executions this call ended FAILED because deciding raised (`kind: engine`)."""
+    """Executions whose deciding raised in this call (`kind: engine`): ended FAILED, or
+    tearing down before they do."""
     ignored: list[ev.Event] = field(default_factory=list)
     """Incoming events of executions that had already ended: not stored, so that a run's
     log always ends with its terminal event (a late report, a cancel after the end)."""
@@ -386,8 +387,6 @@ class Orchestrator:
             for xid in by_exec:
                 self.forget(xid)  # the cache may hold events that were never committed
             raise
-        for xid in out.engine_errors:
-            out.wake_at.pop(xid, None)  # the run has ended: no timer of its decisions stands
         self._advance(stored, watermarks, out)
         out.events = stored
         return out
@@ -397,16 +396,18 @@ class Orchestrator:
     ) -> list[ev.Event]:
         if state.terminal:
             return []
+        opened: model.Playbook | None = None  # once the run can be decided on
         try:
             # a catalog entry that no longer loads, or a sealed workload without its key,
             # ends the run like a bug in decide: refusing every report would hang it
             pb = self.playbook_for(state)
             self._open(state)
+            opened = pb
             return self._decide_all(state, pb, now, out)
         except (port.StoreError, ConcurrencyConflict):
             raise  # the store's trouble, not the run's: the caller retries the report
         except Exception as exc:
-            return [self._engine_failure(state, reports, exc, now, out)]
+            return self._engine_failure(state, reports, exc, now, out, opened)
 
     def _decide_all(
         self, state: st.ExecutionState, pb: model.Playbook, now: float, out: Outcome
@@ -423,10 +424,14 @@ class Orchestrator:
         exc: Exception,
         now: float,
         out: Outcome,
-    ) -> ev.Event:
+        pb: model.Playbook | None,
+    ) -> list[ev.Event]:
         """Deciding raised (a bug in decide, a render error that escaped): the reports are
         kept, the run ends FAILED naming the exception, the worker's call succeeds. A run
-        that cannot be decided would otherwise stay RUNNING and refuse every report."""
+        that cannot be decided would otherwise stay RUNNING and refuse every report. When
+        its playbook loaded and its workload opened (`pb`), its teardown steps run first
+        (`core.teardown.after_engine_error`); a run already tearing down ends with the
+        status it was given, whatever failed."""
         xid = state.execution_id
         log.error(
             "engine error: execution %s failed while deciding",
@@ -444,6 +449,26 @@ class Orchestrator:
             "message": message,
             "reason": f"engine error: {message}",
         }
+        # the decide loop may have folded part of a decision: start again from the log
+        # plus this call's reports (as stored: stale marks included)
+        fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
+        st.fold(fresh, reports)
+        out.engine_errors.append(xid)
+        out.wake_at.pop(xid, None)  # no timer of the decisions that raised stands
+        torn = None
+        try:
+            torn = self._tear_down_after(fresh, pb, error, now, out)
+        except (port.StoreError, ConcurrencyConflict):
+            raise
+        except Exception:
+            log.exception(
+                "engine error: execution %s cannot tear down",
+                xid,
+                extra={"execution_id": xid, "action": "engine_error"},
+            )
+        if torn is not None:
+            self._states[xid] = torn[0]
+            return torn[1]
         cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
         failed = ev.new_event(
             self.new_id(),
@@ -453,13 +478,49 @@ class Orchestrator:
             payload={"error": error, "reason": error["reason"]},
             parent_event_id=cause,
         )
-        # the decide loop may have folded part of a decision: start again from the log
-        # plus this call's reports (as stored: stale marks included)
-        fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
-        st.fold(fresh, [*reports, failed])
+        st.fold(fresh, [failed])
         self._states[xid] = fresh
-        out.engine_errors.append(xid)
-        return failed
+        return [failed]
+
+    def _tear_down_after(
+        self,
+        state: st.ExecutionState,
+        pb: model.Playbook | None,
+        error: dict[str, Any],
+        now: float,
+        out: Outcome,
+    ) -> tuple[st.ExecutionState, list[ev.Event]] | None:
+        """The state and events of a run that still tears down after an engine error: its
+        live commands settled and its teardown started, then decided on (only teardown
+        moves from then); a run already tearing down ends with the status decided before.
+        None when its playbook names no teardown step (or `pb` is None: its playbook or
+        workload could not be read, and a run not tearing down yet cannot start)."""
+        trial = st.clone(state)
+        if pb is not None:
+            self._open(trial)
+        rows = self.store.get_commands(sorted(trial.commands)) if trial.commands else {}
+        epochs = {cid: row.epoch for cid, row in rows.items()}
+        events = teardown.after_engine_error(trial, pb, error, now, self.new_id, epochs)
+        if not events:
+            return None
+        st.fold(trial, events)
+        if trial.terminal or pb is None:
+            return trial, events
+        started = st.clone(trial)
+        try:
+            return trial, events + self._decide_all(trial, pb, now, out)
+        except (port.StoreError, ConcurrencyConflict):
+            raise
+        except Exception:
+            log.exception(
+                "engine error: execution %s raised again as it started tearing down",
+                state.execution_id,
+                extra={"execution_id": state.execution_id, "action": "engine_error"},
+            )
+        # deciding on its teardown raised too: it ends, with the status it was given
+        ending = teardown.after_engine_error(started, pb, error, now, self.new_id, {})
+        st.fold(started, ending)
+        return started, events + ending
 
     def _advance(self, stored: list[ev.Event], watermarks: dict[int, int], out: Outcome) -> None:
         """Move watermarks past what was stored; fold anything another writer slipped in."""

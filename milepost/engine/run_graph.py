@@ -1,6 +1,7 @@
 """A run's step graph as the web UI draws it: one node per step (never one per loop
 iteration) with its status and, for a loop, how many iterations are done, running and
-failed; one edge per arc of the playbook (DSL 8) and per compensation (DSL 10.5)."""
+failed, a teardown step marked as one; one edge per arc of the playbook (DSL 8) and per
+compensation (DSL 10.5)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from milepost.playbook import model
 
 def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, Any]:
     """`{execution_id, status, entry_step, nodes: [...], edges: [...]}` (`GraphOut`)."""
-    nodes = [_node(state, step) for step in playbook.steps.values()]
+    torn = set(playbook.executor.teardown)
+    nodes = [_node(state, step, step.name in torn) for step in playbook.steps.values()]
     edges: list[dict[str, Any]] = []
     for step in playbook.steps.values():
         for i, arc in enumerate(step.next.arcs):
@@ -46,7 +48,7 @@ def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, A
     }
 
 
-def _node(state: st.ExecutionState, step: model.Step) -> dict[str, Any]:
+def _node(state: st.ExecutionState, step: model.Step, teardown: bool) -> dict[str, Any]:
     kinds = sorted({task.kind for task in step.tasks})
     return {
         "id": step.name,
@@ -57,6 +59,7 @@ def _node(state: st.ExecutionState, step: model.Step) -> dict[str, Any]:
         "status": state.step_status.get(step.name, "PENDING"),
         "runs": state.run_counts.get(step.name, 0),
         "iterations": _iterations(state, step) if step.loop is not None else None,
+        "teardown": teardown,
     }
 
 

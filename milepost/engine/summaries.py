@@ -9,13 +9,16 @@ from typing import Any
 from milepost.core import approval_state as ap
 from milepost.core import compensation_state as cs
 from milepost.core import state as st
+from milepost.core import teardown_state as td
 from milepost.engine import worker_pools
 
 
 def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
-    """`{execution_id, status, compensating, error, steps: {name: {status, result, runs}}}`;
-    a gated step also has its latest `approval` (`approval_summary`); a run that
-    compensated has `compensation` (`compensation_state.summary`, DSL 10.5); a run whose
+    """`{execution_id, status, compensating, tearing_down, error, steps: {name: {status,
+    result, runs}}}`; a gated step also has its latest `approval` (`approval_summary`); a
+    run that compensated has `compensation` (`compensation_state.summary`, DSL 10.5), one
+    that tore down `teardown` (`teardown_state.summary`: a teardown step is also among
+    the steps, with its own status); a run whose
     tools reported usage has `usage` (`core.usage.summary`), and so have its steps that
     did (DSL 10.6)."""
     latest: dict[str, ap.Approval] = {}
@@ -40,6 +43,7 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
         "playbook": state.path,
         "status": state.status,
         "compensating": cs.compensating(state) and not state.terminal,
+        "tearing_down": td.tearing_down(state),
         "error": error,
         "steps": steps,
     }
@@ -51,6 +55,10 @@ def execution_summary(state: st.ExecutionState) -> dict[str, Any]:
     if compensation is not None:
         compensation["items"] = _plain(compensation["items"])
         summary["compensation"] = compensation
+    torn = td.summary(state)
+    if torn is not None:
+        torn["items"] = _plain(torn["items"])
+        summary["teardown"] = torn
     return summary
 
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from milepost.playbook import budget, durations, fields, legacy, model, pools, problems, step_spec
+from milepost.playbook import (
+    budget,
+    durations,
+    fields,
+    legacy,
+    model,
+    pools,
+    problems,
+    step_spec,
+    teardown,
+)
 from milepost.playbook.context import LoadContext
 
 API_VERSION = "noetl.io/v2"
@@ -25,8 +35,14 @@ _EXECUTOR_SPEC_KEYS = frozenset(
         "pool",
         "budget",
         "stall_after",
+        "teardown",
     }
 )
+_ROOT_ELSEWHERE = {
+    "finally": "`finally:` is written `executor.spec.teardown: [<step>, ...]`, with milepost's "
+    "other extensions (the root keys are NoETL's)",
+}
+"""Root keys of milepost's own that live under `executor.spec`, with where."""
 _KEYCHAIN_VALUE = {"credential": "credential", "static": "map", "bearer": "token", "secrets": "map"}
 """Keychain kind -> the field that holds its value."""
 _KEYCHAIN_REJECTED = ("oauth2", "google_id_token")
@@ -48,6 +64,8 @@ def check_root_keys(ctx: LoadContext, doc: dict[str, Any]) -> None:
         w = root / key
         if key in legacy.REJECTED:
             w.error(legacy.REJECTED[key], show="parent")
+        elif key in _ROOT_ELSEWHERE:
+            w.error(_ROOT_ELSEWHERE[key], show="parent")
         else:
             w.error(f"unknown field {key!r}", show="parent")
 
@@ -99,6 +117,8 @@ def executor(ctx: LoadContext, raw: Any, w: problems.Where) -> model.ExecutorSpe
         kwargs["budget"] = budget.parse(spec["budget"], w / "budget")
     if spec.get("stall_after") is not None:
         kwargs["stall_after"] = durations.check(spec["stall_after"], w / "stall_after")
+    if spec.get("teardown") is not None:  # what runs once the outcome is decided
+        kwargs["teardown"] = teardown.names(ctx, spec["teardown"], w / "teardown")
     liveness, timeout = kwargs.get("liveness"), kwargs.get("timeout")
     if liveness is not None and timeout is not None and liveness <= timeout:
         (w / "liveness").error(

@@ -1,6 +1,7 @@
-"""The step graph: arcs between steps, the entry step, compensations, joins and reaches.
+"""The step graph: arcs between steps, the entry step, compensations, teardown steps, joins
+and reaches.
 
-Arcs and compensations are collected while steps are checked one by one; the checks
+Arcs, compensations and teardown steps are collected while steps are checked one by one; the checks
 that need the whole graph (reachability, joins) run once every step is known.
 A join is a step with arcs from more than one step; its `reaches` are the steps it may
 still be waiting for (DSL 8).
@@ -19,6 +20,8 @@ class StepGraph:
     """Step -> the steps its kept arcs lead to, in order."""
     compensation: dict[str, tuple[str, problems.Where]] = field(default_factory=dict)
     """Step -> its `spec.compensation` target, and where that was written."""
+    teardown: list[tuple[str, problems.Where]] = field(default_factory=list)
+    """`executor.spec.teardown`'s steps in order, and where each was written."""
 
 
 def entry_step(names: list[str], wanted: str | None, known: set[str], root: problems.Where) -> str:
@@ -41,12 +44,15 @@ def entry_step(names: list[str], wanted: str | None, known: set[str], root: prob
 def check(
     graph: StepGraph, entry: str, known: set[str], steps: list[tuple[str, problems.Where]]
 ) -> tuple[frozenset[str], dict[str, frozenset[str]]]:
-    """Check compensations and reachability; return (joins, reaches of each join)."""
+    """Check compensations, teardown steps and reachability; return (joins, reaches of each
+    join)."""
     reachable = _reachable(graph.arcs, entry)
     _check_compensations(graph, entry, known, reachable)
-    compensations = {t for t, _ in graph.compensation.values()}
+    _check_teardown(graph, entry, known, reachable)
+    # steps that run only as compensations or as teardown are unreachable by design
+    apart = {t for t, _ in graph.compensation.values()} | {t for t, _ in graph.teardown}
     for name, w in steps:
-        if name not in reachable and name not in compensations and entry in known:
+        if name not in reachable and name not in apart and entry in known:
             w.warn(f"not reachable from the entry step {entry!r}")
     sources: dict[str, set[str]] = {}
     for src, targets in graph.arcs.items():
@@ -74,6 +80,34 @@ def _check_compensations(
             )
         elif target in graph.compensation:
             w.error(f"step {target!r} has a compensation itself")
+
+
+def _check_teardown(graph: StepGraph, entry: str, known: set[str], reachable: set[str]) -> None:
+    # a teardown step runs once, after the run's outcome is decided: reached through arcs
+    # it would also run as an ordinary step; as a compensation it would run twice or not
+    # at all; compensated, it would be undone by the run it cleans up after
+    compensates: dict[str, str] = {}  # compensation step -> the first step it undoes
+    for step, (target, _) in graph.compensation.items():
+        compensates.setdefault(target, step)
+    listed: set[str] = set()
+    for target, w in graph.teardown:
+        if target not in known:
+            w.error(f"unknown step {target!r}")
+        elif target in listed:
+            w.error(f"step {target!r} is listed twice; a teardown step runs once")
+        elif target in reachable:
+            w.error(
+                f"step {target!r} is reachable through arcs from the entry step "
+                f"{entry!r}; a teardown step must only run as teardown"
+            )
+        elif target in compensates:
+            w.error(
+                f"step {target!r} is the compensation of step {compensates[target]!r}; "
+                "a teardown step cannot also be a compensation"
+            )
+        elif target in graph.compensation:
+            w.error(f"step {target!r} has a spec.compensation; a teardown step is never undone")
+        listed.add(target)
 
 
 def _reachable(arcs: dict[str, list[str]], start: str) -> set[str]:

@@ -14,7 +14,7 @@ This module is the entry point and runs the sections in document order; the chec
 live in modules named after what they check: `yamllines` (reading with line numbers),
 `problems` (messages), `fields` and `durations` (single values), `document` (root,
 metadata, executor, keychain), `steps`, `tools`, `task_policy`, `routing`,
-`step_spec`, `legacy` and `graph`.
+`step_spec`, `teardown`, `legacy` and `graph`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from milepost.playbook import (
     reads,
     scripts,
     steps,
+    teardown,
     tools,
     yamllines,
 )
@@ -146,6 +147,7 @@ def _sections(ctx: LoadContext, doc: dict[str, Any]) -> dict[str, Any]:
     names = [name for name, _, _ in raw_steps]
     entry = graph.entry_step(names, ctx.executor.entry_step, ctx.step_names, root)
     places = [(name, w) for name, _, w in raw_steps]
+    teardown.check_steps(ctx, built, dict(places))
     joins, reaches = graph.check(ctx.graph, entry, ctx.step_names, places)
     return {
         "metadata": metadata,

@@ -31,6 +31,7 @@ RESERVED_NAMES = frozenset(
         "idempotency_key",
         "operation_key",
         "compensation",
+        "teardown",
         "usage",
     ]
 )
@@ -212,6 +213,9 @@ class ExecutorSpec(BaseModel):
     budget: Budget | None = None
     stall_after: float | None = None
     """Fail a run that records no progress event for this long (DSL 10.6); None: never."""
+    teardown: tuple[str, ...] = ()
+    """The steps run once each, in this order, after the run's outcome is decided, whatever
+    it is (`executor.spec.teardown`, docs/language.md)."""
 
 
 @dataclass(frozen=True, slots=True)

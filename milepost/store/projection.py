@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 from milepost.store import approvals as ap
 from milepost.store import port
 from milepost.store import usage as used
@@ -67,10 +68,10 @@ class Changes:
     started_by: inserted unless the execution has a row."""
     cancels: list[int] = field(default_factory=list)
     """Executions whose cancel was requested."""
-    compensating: list[int] = field(default_factory=list)
-    """Executions that started compensating (DSL 10.5): claims are taken again, applied
-    after `cancels` (only compensations are issued from then on, and a cancel asked while
-    they run does not stop them)."""
+    finishing: list[int] = field(default_factory=list)
+    """Executions that started their final steps, their status settled: compensating
+    (DSL 10.5) or tearing down (`core.final_step_state`). Their claims are taken again, applied after `cancels` (only their final steps
+    are issued from then on, and a cancel asked while they run does not stop them)."""
     issued: list[tuple[int, int, str, int, int, int, str, str, str, float, float]] = field(
         default_factory=list
     )
@@ -113,7 +114,7 @@ class Changes:
         return not (
             self.started
             or self.cancels
-            or self.compensating
+            or self.finishing
             or self.issued
             or self.settled
             or self.expired
@@ -200,10 +201,10 @@ def changes(events: Iterable[ev.Event]) -> Changes:
                 out.stalls.append((float(p["stall_after"]), event.execution_id))
             if p.get("restarted_from"):
                 out.restarts.append((int(p["restarted_from"]), event.execution_id))
-        elif t == ev.EXECUTION_CANCEL_REQUESTED and not event.meta.get("compensating"):
+        elif t == ev.EXECUTION_CANCEL_REQUESTED and not fs.stops_nothing(event):
             out.cancels.append(event.execution_id)
-        elif t == ev.COMPENSATION_STARTED:
-            out.compensating.append(event.execution_id)
+        elif t in (ev.COMPENSATION_STARTED, ev.TEARDOWN_STARTED):
+            out.finishing.append(event.execution_id)
         elif t in ev.TERMINAL_EXECUTION_EVENTS:
             error = p.get("error")
             out.ended.append(
@@ -303,7 +304,7 @@ def apply(
     for xid in change.cancels:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=True)
-    for xid in change.compensating:
+    for xid in change.finishing:
         if xid in executions:
             executions[xid] = dataclasses.replace(executions[xid], cancel_requested=False)
     for cid, xid, step, run, idx, attempt, key, status, pool, created, _ in change.issued:

@@ -395,8 +395,8 @@ class SQLStore(
             )
         if change.approvals:  # after `started`: a new approval row shows its run's path
             self.project_approvals(conn, change.approvals)
-        flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.compensating]
-        if flags:  # compensating after the cancels: its compensations are claimed (DSL 10.5)
+        flags = [(True, x) for x in change.cancels] + [(False, x) for x in change.finishing]
+        if flags:  # finishing after the cancels: its final steps are claimed (DSL 10.5)
             self.many(conn, "UPDATE execution SET cancel_requested=? WHERE execution_id=?", flags)
         if change.issued:
             self.insert_commands(conn, change.issued)

@@ -318,10 +318,8 @@ class Worker:
             job = self._job(command)
             if job is None:
                 continue
-            if self._stopping or (
-                job.execution_id in self._cancelled and not _compensates(command)
-            ):
-                await self._release(job)  # a cancelled run's work (its compensations run)
+            if self._stopping or (job.execution_id in self._cancelled and not _final_step(command)):
+                await self._release(job)  # a cancelled run's work (its final steps run)
                 continue
             self._start(job)
             started += 1
@@ -526,7 +524,7 @@ class Worker:
                 "execution cancelled: stopping its attempts, claiming no more of it",
             )
         for held in list(self.jobs.values()):
-            if held.execution_id == job.execution_id and not _compensates(held.command):
+            if held.execution_id == job.execution_id and not _final_step(held.command):
                 held.stopper.stop()
         self._cancelled[job.execution_id] = None
         self._cancelled.move_to_end(job.execution_id)
@@ -588,10 +586,13 @@ class Worker:
         await first_of(waiters)
 
 
-def _compensates(command: Mapping[str, Any]) -> bool:
-    """A compensation's command (DSL 10.5): a cancel of its run does not stop it."""
+def _final_step(command: Mapping[str, Any]) -> bool:
+    """A compensation's command (DSL 10.5) or a teardown step's: its run's status is
+    settled, and a cancel of the run does not stop it."""
     context = command.get("context")
-    return isinstance(context, Mapping) and context.get("compensation") is not None
+    return isinstance(context, Mapping) and (
+        context.get("compensation") is not None or context.get("teardown") is not None
+    )
 
 
 async def first_of(waiters: list[asyncio.Future[Any]]) -> None:

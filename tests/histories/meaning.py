@@ -48,8 +48,10 @@ def meaning(state: st.ExecutionState) -> dict[str, Any]:
         }
         for c in sorted(state.commands.values(), key=lambda c: c.command_id)
     ]
+    torn = {} if state.teardown is None else {"teardown": _teardown(state.teardown)}
     return _plain(
         {
+            **torn,
             "status": state.status,
             "path": state.path,
             "version": state.version,
@@ -74,6 +76,28 @@ def meaning(state: st.ExecutionState) -> dict[str, Any]:
             "event_count": state.event_count,
         }
     )
+
+
+def _teardown(torn: Any) -> dict[str, Any]:
+    """A run's teardown, pinned only for a run that tore down: an older log means what
+    it always meant."""
+    return {
+        "status": torn.status,
+        "error": torn.error,
+        "items": [
+            {
+                "step": i.target,
+                "run": i.target_run,
+                "status": i.status,
+                "command_id": i.command_id,
+                "attempt": i.attempt,
+                "retry_at": i.retry_at,
+                "result": i.result,
+                "error": i.error,
+            }
+            for i in torn.items
+        ],
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -146,6 +146,28 @@ workflow:
             ),
         ),
     ),
+    "teardown": Scenario(
+        _pb(
+            "history/teardown",
+            """
+executor: {spec: {teardown: [tidy, report]}}
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = {'ok': True}"}
+    spec: {compensation: undo}
+    next: broken
+  - step: broken
+    tool: {kind: python, code: "raise ValueError('no good')"}
+  - step: undo
+    tool: {kind: python, code: "result = {'undone': True}"}
+  - step: tidy
+    tool: {kind: python, input: {t: "{{ teardown }}"}, code: "raise ValueError(t['status'])"}
+  - step: report
+    tool: {kind: python, input: {t: "{{ teardown }}"}, code: "result = {'saw': t['status']}"}
+""",
+        ),
+        status=st.FAILED,
+    ),
     "sealed": Scenario(
         _pb(
             "history/sealed",
@@ -185,9 +207,12 @@ CUT_AFTER = (
     ev.COMMAND_RETRY_SCHEDULED,
     ev.EXECUTION_CANCEL_REQUESTED,
     ev.LOOP_DONE,
+    ev.TEARDOWN_STARTED,
+    ev.TEARDOWN_FAILED,
 )
 """A log is cut after the first event of each of these types (a live command, a
-result, a failure awaiting its retry, a cancel in flight, a loop's end) and at its end;
+result, a failure awaiting its retry, a cancel in flight, a loop's end, a teardown begun
+and a teardown step failed) and at its end;
 the meaning of each prefix is pinned."""
 
 

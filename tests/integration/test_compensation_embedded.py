@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from milepost.cli.runs import request_cancel
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.orchestrator import Orchestrator
+from milepost.store.sqlite import SQLiteStore
 from tests.compensation_saga import REFUND, RELEASE, effects, saga
 from tests.shared import wait_for_async
 
@@ -98,6 +101,33 @@ def test_a_cancel_asked_while_compensating_does_not_stop_it(store: Any, tmp_path
     state, flagged = asyncio.run(go())
     assert flagged is True
     assert state.status == st.FAILED  # the status it was ending with stays
+    assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
+
+
+def test_milepost_cancel_appended_while_compensating_stops_nothing(tmp_path: Path) -> None:
+    """`milepost cancel` appends its request behind the driver: unmarked, it set the
+    store's claim flag, so the second compensation was never claimed and the run hung."""
+    store = SQLiteStore(tmp_path / "engine.db")
+    pb, text = saga(tmp_path)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, {"fail": ["ship"], "gate": ["release"]})
+            await wait_for_async(lambda: (tmp_path / "release.started").exists())
+            other = SQLiteStore(store.path)
+            try:
+                request_cancel(other, xid, Orchestrator(other), "user:bob")
+                await wait_for_async(lambda: engine.state(xid).cancel_requested)
+            finally:
+                other.close()
+            (tmp_path / "release.gate").touch()
+            return await engine.wait(xid, timeout=30)
+
+    try:
+        state = asyncio.run(go())
+    finally:
+        store.close()
+    assert state.status == st.FAILED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
 
 

@@ -53,6 +53,7 @@ RUNS = {
     "branches": False,
     "flaky_retry": True,
     "demo": True,
+    "teardown": False,
 }
 """The examples that run on their own, and whether they need the bundled mock API."""
 
@@ -65,6 +66,16 @@ def test_an_example_runs_to_completion(tmp_path: Path, name: str) -> None:
     else:
         state = run(tmp_path, name)
     assert state.status == st.COMPLETED, state.error
+
+
+def test_the_teardown_example_removes_its_directory_whatever_the_end(tmp_path: Path) -> None:
+    for fail, status in ((False, st.COMPLETED), (True, st.FAILED)):
+        state = run(tmp_path, "teardown", {"fail": fail})
+        assert state.status == status, state.error
+        made = state.results["start"]["dir"]
+        assert state.results["remove_workspace"] == {"removed": made}
+        assert not Path(made).exists()
+        assert state.results["report"]["run"] == status
 
 
 def test_the_refund_example_under_the_limit_is_sent_at_once_without_approval(

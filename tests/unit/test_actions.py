@@ -232,6 +232,6 @@ def test_a_step_run_the_old_run_compensated_is_not_reused() -> None:
     log = world.service.events(world.xid)
     assert [s for s, _ in acts.restart(state, log, pb, None, "user:bob").reused] == ["start"]
     state.compensation = cs.Compensation(
-        st.FAILED, [cs.Item("start", 1, "undo", 1, status=cs.COMPLETED)]
+        st.FAILED, [cs.Item(step="start", run=1, target="undo", target_run=1, status=cs.COMPLETED)]
     )
     assert acts.restart(state, log, pb, None, "user:bob").reused == []

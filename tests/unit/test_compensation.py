@@ -6,6 +6,7 @@ from typing import Any
 
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core import work
 from milepost.engine import summaries
@@ -182,7 +183,7 @@ def test_a_cancel_asked_while_compensating_changes_neither_the_work_nor_the_end(
     sim = _failed_at_ship()
     sim.cancel()
     assert [c.step for c in sim.live()] == ["release"]
-    assert not cs.cancel_stops_work(sim.state)
+    assert not fs.cancel_stops_work(sim.state)
     sim.run_all()
     assert sim.state.status == st.FAILED
 
@@ -257,7 +258,7 @@ def test_the_projection_takes_claims_again_once_compensating_starts() -> None:
     sim.complete("charge", {})  # the attempt in flight finished: compensating starts
     assert [c.step for c in sim.live()] == ["refund"]
     change = projection.changes(sim.log)
-    assert change.cancels == [77] and change.compensating == [77]
+    assert change.cancels == [77] and change.finishing == [77]
     # a cancel asked while compensating is marked: it does not stop the claims again
     again = ev.new_event(99_999, 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)
     marked = st.fold_reports(sim.state, [again])

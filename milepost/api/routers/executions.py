@@ -155,6 +155,8 @@ def _progress(summary: dict[str, Any]) -> dict[str, Any]:
         "steps": summary["steps"],
         "compensating": summary["compensating"],
         "compensation": summary.get("compensation"),
+        "tearing_down": summary.get("tearing_down", False),
+        "teardown": summary.get("teardown"),
         "no_live_worker": summary.get("no_live_worker", []),
         "usage": summary.get("usage"),
     }

@@ -57,6 +57,8 @@ export interface GraphNode {
   status: string;
   runs: number;
   iterations: Iterations | null;
+  /** A teardown step (`executor.spec.teardown`): it runs once as the run ends. */
+  teardown?: boolean;
 }
 
 export interface GraphEdge {

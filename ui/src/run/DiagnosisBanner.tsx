@@ -5,7 +5,7 @@ import type { Diagnosis, Finding } from "../step/types";
 import "../step/step.css";
 
 /** The kinds of `core/diagnosis.py` that say a run is under way, not stuck. */
-const MOVING = new Set(["claimed", "queued", "child_running", "loop_waiting", "join_waiting", "compensating", "completed", "idle"]);
+const MOVING = new Set(["claimed", "queued", "child_running", "loop_waiting", "join_waiting", "compensating", "tearing_down", "completed", "idle"]);
 const POLL_MS = 5000;
 
 /** What the doctor finds (GET /api/executions/{id}/diagnosis): for a run not ended, the

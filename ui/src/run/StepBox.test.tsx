@@ -39,6 +39,15 @@ describe("StepBox", () => {
     expect(screen.getAllByTestId(/^step-/)).toHaveLength(1);
   });
 
+  it("marks a teardown step, with the status it ended with", () => {
+    render(<StepBox node={node("cleanup", "FAILED", { teardown: true })} />);
+    const box = screen.getByTestId("step-cleanup");
+    expect(box.textContent).toContain("teardown");
+    expect(box.dataset.status).toBe("FAILED");
+    render(<StepBox node={node("plain", "COMPLETED")} />);
+    expect(screen.getByTestId("step-plain").textContent).not.toContain("teardown");
+  });
+
   it("shows no counts on a step without a loop", () => {
     render(<StepBox node={node("one", "COMPLETED")} />);
     expect(screen.queryByTestId("iterations-one")).toBeNull();

@@ -2,7 +2,8 @@ import type { GraphNode } from "../api/types";
 import { statusColour } from "../status";
 
 /** A step as the graph draws it: its name, kind and status colour; a loop step shows its
- * iterations done / running / failed (one node, whatever the number of iterations). */
+ * iterations done / running / failed (one node, whatever the number of iterations); a
+ * teardown step says it is one (no arc leads to it: it runs as the run ends). */
 export function StepBox({ node }: { node: GraphNode }) {
   const colour = statusColour(node.status);
   const it = node.iterations;
@@ -18,6 +19,11 @@ export function StepBox({ node }: { node: GraphNode }) {
         <span className="dot" style={{ background: colour }} />
         {node.id}
         {node.loop && <span className="loop-flag" title="loop">⟳</span>}
+        {node.teardown && (
+          <span className="teardown-flag" title="teardown: runs once as the run ends, whatever the end">
+            teardown
+          </span>
+        )}
       </div>
       <div className="step-meta">
         <span>{node.kind}</span>

@@ -1,0 +1,126 @@
+"""The fold of a run's final steps: the steps it runs one at a time, each exactly once,
+after its outcome is decided and before its terminal event. They are its compensations
+(DSL 10.5, `core.compensation_state`) and then its teardown steps (`core.teardown_state`).
+
+Each is one `Work`: its command is issued with the phase's marker in the payload
+(`compensation: <index>` or `teardown: <index>`), reported like any command (or lost),
+retried under the step's own `spec.retry`, then settled by the phase's own outcome event.
+None of it moves a step run of the workflow. Once a run has started either phase its
+status is settled, so a cancel asked from then on stops nothing (`cancel_stops_work`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from milepost.core import events as ev
+
+if TYPE_CHECKING:  # state imports this module: the types only, to keep the import one way
+    from milepost.core.state import Command, ExecutionState
+
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+DONE = frozenset({COMPLETED, FAILED})
+
+LOST_MESSAGE = "worker lost (lease expired)"
+
+CANCEL_MARKS = ("compensating", "tearing_down")
+"""The `meta` flags of a cancel asked once the run's status was settled (`mark_cancel`)."""
+
+
+def lost_error(payload: dict[str, Any]) -> dict[str, Any]:
+    """The error of an attempt whose claim lapsed (`command.lease_expired`'s payload): a
+    step's attempt (`core.state`) or a final step's."""
+    return {"kind": "lost", "message": payload.get("message") or LOST_MESSAGE, "retryable": True}
+
+
+@dataclass(slots=True)
+class Work:
+    """One run of a final step: its live command, its attempts and its outcome."""
+
+    target: str
+    """The step that runs."""
+    target_run: int
+    """Its run (1 first): its idempotency key differs per run."""
+    status: str = PENDING
+    command_id: int | None = None
+    """The live command, if one is out."""
+    attempt: int = 0
+    """The attempt of the latest command issued."""
+    reported: tuple[bool, Any] | None = None
+    """The worker's report not yet decided on: (ok, result or error)."""
+    retry_at: float | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+    def issued(self, command: Command) -> None:
+        self.status = RUNNING
+        self.command_id = command.command_id
+        self.attempt = command.attempt
+        self.retry_at = None
+        self.reported = None
+
+    def report(self, event: ev.Event) -> None:
+        """A worker's report (or the lapse of its claim) for the live command."""
+        p = event.payload
+        self.command_id = None
+        if event.event_type == ev.COMMAND_COMPLETED:
+            self.reported = (True, p.get("result"))
+        elif event.event_type == ev.COMMAND_FAILED:
+            self.reported = (False, p.get("error") or {})
+        else:  # command.lease_expired
+            self.reported = (False, lost_error(p))
+
+    def retry(self, not_before: float) -> None:
+        self.reported = None
+        self.retry_at = not_before
+
+    def completed(self, result: Any) -> None:
+        self.status, self.result, self.reported = COMPLETED, result, None
+
+    def failed(self, error: dict[str, Any] | None) -> None:
+        self.status, self.error, self.reported = FAILED, error, None
+
+
+def current(items: list[Any]) -> tuple[int, Any] | None:
+    """The item to work on (they run one at a time, in order); None when all are done."""
+    for index, item in enumerate(items):
+        if item.status not in DONE:
+            return index, item
+    return None
+
+
+def item_at(items: list[Any], index: Any) -> Any:
+    """The item at `index` of an event's payload, None for one out of range."""
+    if index is None or not 0 <= int(index) < len(items):
+        return None
+    return items[int(index)]
+
+
+def cancel_stops_work(state: ExecutionState) -> bool:
+    """Whether a cancel keeps this run's commands from running. Not once its status is
+    settled: the commands then are its compensations (DSL 10.5) or its teardown, which are
+    how it ends, and a cancel asked while they run does not stop them."""
+    return state.cancel_requested and state.compensation is None and state.teardown is None
+
+
+def mark_cancel(state: ExecutionState, event: ev.Event) -> ev.Event:
+    """A cancel asked once the run's status is settled, marked so the store's projection
+    keeps taking claims of its final steps (`store.projection`); other events unchanged."""
+    if event.event_type != ev.EXECUTION_CANCEL_REQUESTED:
+        return event
+    if state.teardown is not None:
+        mark = "tearing_down"
+    elif state.compensation is not None:
+        mark = "compensating"
+    else:
+        return event
+    return replace(event, meta={**event.meta, mark: True})
+
+
+def stops_nothing(event: ev.Event) -> bool:
+    """A cancel request `mark_cancel` marked: the store keeps taking the run's claims."""
+    return any(event.meta.get(mark) for mark in CANCEL_MARKS)
