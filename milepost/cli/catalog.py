@@ -130,8 +130,9 @@ def register(
     fmt = chosen(output, json_out)
     text = read_playbook(file)
     try:  # every problem named here, with the file's name and lines, before the server
-        text = scripts.inline_text(text, file.parent, str(file))  # the server has no files
-        load.load_text(text, source=str(file), limits=yamllines.Limits.of())
+        limits = yamllines.Limits.of()
+        text = scripts.inline_text(text, file.parent, str(file), limits=limits)  # no files there
+        load.load_text(text, source=str(file), limits=limits)
     except PlaybookInvalid as exc:
         if fmt is not Format.table:
             emit({"file": str(file), "registered": False, "problems": list(exc.problems)}, fmt)
