@@ -83,6 +83,15 @@ def local_store(db: str | None) -> Store:
     return factory.open_store(settings=server_settings(db))
 
 
+def existing_store(db: str | None) -> Store:
+    """The database a command that only reads works on (`list`, `status`, `describe`,
+    `events`, `logs`, `doctor`, `workers`, `approvals`, `usage`, `ui`): opened only when it
+    is there, creating nothing; else `no milepost database at PATH` (NoDatabase: exit 2)."""
+    from milepost.store import factory
+
+    return factory.open_store(settings=server_settings(db), existing=True)
+
+
 @contextlib.contextmanager
 def opened(db: str | None) -> Iterator[Store]:
     store = local_store(db)
