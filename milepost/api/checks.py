@@ -6,8 +6,8 @@ as ISO-8601 UTC strings.
 
 Every value is checked here, at the edge, so that nothing the databases or the engine
 cannot take back is stored: times within `TIME_RANGE`, free JSON (`FreeJson`) finite and
-at most `max_json_depth` deep (a workload at most `max_expanded_bytes` large), and no NUL in any string of a request model (PostgreSQL
-refuses it in text columns).
+at most `max_json_depth` deep (a run's workload also at most `max_expanded_bytes`), and
+no NUL in any string of a request model (PostgreSQL refuses it in text columns).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from milepost.cli import app, catalog
+from milepost.cli import app, inputs
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, scripts
 from milepost.playbook.yamllines import Limits
@@ -115,7 +115,7 @@ class _Client:
 def test_register_sends_the_inlined_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "t.py").write_text("result = 1\n", encoding="utf-8")
     path = _playbook(tmp_path, "    kind: python\n    script: {uri: t.py, source: {type: file}}\n")
-    monkeypatch.setattr(catalog, "MilepostClient", _Client)
+    monkeypatch.setattr(inputs, "MilepostClient", _Client)  # where `server_client` makes it
     done = CliRunner().invoke(app, ["register", str(path), "--server", "http://127.0.0.1:9"])
     assert done.exit_code == 0, done.output
     (sent,) = _Client.sent
