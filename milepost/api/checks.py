@@ -120,8 +120,7 @@ def check_workload(value: Any) -> Any:
     playbook's (`yamllines.expanded_size`), is within `max_expanded_bytes`, as `milepost
     run --payload/--set` are: one bound on what a run starts with, whoever sends it."""
     check_json(value)
-    limits = yamllines.Limits(0, 0, _Limits.max_json_depth, _Limits.max_expanded_bytes)
-    refused = yamllines.over_expanded(yamllines.expanded_size(value), limits, "the workload")
+    refused = yamllines.over_expanded(value, _Limits.max_expanded_bytes, "the workload")
     if refused is not None:
         raise ValueError(refused)
     return value

@@ -187,7 +187,7 @@ def read_workload(payload: str | None, sets: list[str]) -> dict[str, Any]:
     limits = yamllines.Limits.of()
     base = json_object(payload, "--payload") if payload else {}
     workload = deep_merge(base, parse_sets(sets, limits))
-    refused = yamllines.over_expanded(yamllines.expanded_size(workload), limits, "the workload")
+    refused = yamllines.over_expanded(workload, limits.max_expanded_bytes, "the workload")
     if refused is not None:
         raise typer.BadParameter(refused, param_hint="--payload/--set")
     return workload

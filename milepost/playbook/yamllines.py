@@ -95,14 +95,14 @@ def expanded_size(value: Any) -> int:
     return total
 
 
-def over_expanded(size: int, limits: Limits, what: str) -> str | None:
-    """The problem of `what` (a workload, a value) expanding to `size` bytes; None within
-    the limit."""
-    if size <= limits.max_expanded_bytes:
+def over_expanded(value: Any, limit: int, what: str) -> str | None:
+    """The problem of `what` (a workload) when `value` expands past `limit` bytes
+    (`expanded_size`); None within it."""
+    size = expanded_size(value)
+    if size <= limit:
         return None
     return (
-        f"{what} expands to {size} bytes, over the limit of {limits.max_expanded_bytes} "
-        "(MILEPOST_MAX_EXPANDED_BYTES)"
+        f"{what} expands to {size} bytes, over the limit of {limit} (MILEPOST_MAX_EXPANDED_BYTES)"
     )
 
 
