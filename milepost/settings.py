@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     max_yaml_aliases: int = 100_000
     """Nodes YAML aliases may add to a playbook once expanded (each `*ref` counts its
     anchor's whole subtree): stops an alias bomb before it expands."""
+    max_expanded_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    """Bytes a document from outside may expand to once its YAML aliases are followed: a
+    playbook (`validate`, `run`, `register`), a `--set` value, a run's workload (`--payload`,
+    `--set`, `/api/execute`). Each node counts one byte plus its scalar's text in UTF-8, each
+    `*ref` its anchor's whole expansion; a document is refused at the alias that crosses it,
+    before anything expands (a 1 MB file aliasing a 1 MiB string a thousand times would be a
+    gigabyte). Without aliases a document's expansion is at most about its size."""
     max_json_depth: int = 64
     """Deepest nesting of the free JSON a request carries (`workload`, `meta`, `context`,
     credential `data`) and of a playbook's YAML."""

@@ -6,8 +6,8 @@ as ISO-8601 UTC strings.
 
 Every value is checked here, at the edge, so that nothing the databases or the engine
 cannot take back is stored: times within `TIME_RANGE`, free JSON (`FreeJson`) finite and
-at most `max_json_depth` deep, and no NUL in any string of a request model (PostgreSQL
-refuses it in text columns).
+at most `max_json_depth` deep (a run's workload also at most `max_expanded_bytes`), and
+no NUL in any string of a request model (PostgreSQL refuses it in text columns).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from milepost.core.ids import MAX_ID, parse_id
+from milepost.playbook import yamllines
 from milepost.settings import Settings
 
 ID_PATTERN = "^[0-9]+$"
@@ -47,10 +48,12 @@ class _Limits:
     """The settings the validators read; `configure` sets them as an app is made."""
 
     max_json_depth = Settings.model_fields["max_json_depth"].default
+    max_expanded_bytes = Settings.model_fields["max_expanded_bytes"].default
 
 
 def configure(settings: Settings) -> None:
     _Limits.max_json_depth = settings.max_json_depth
+    _Limits.max_expanded_bytes = settings.max_expanded_bytes
 
 
 def parse_time(value: Any) -> float:
@@ -112,6 +115,17 @@ def check_json(value: Any) -> Any:
     return value
 
 
+def check_workload(value: Any) -> Any:
+    """A run's workload: free JSON (`check_json`) whose expanded size, counted as a
+    playbook's (`yamllines.expanded_size`), is within `max_expanded_bytes`, as `milepost
+    run --payload/--set` are: one bound on what a run starts with, whoever sends it."""
+    check_json(value)
+    refused = yamllines.over_expanded(value, _Limits.max_expanded_bytes, "the workload")
+    if refused is not None:
+        raise ValueError(refused)
+    return value
+
+
 def no_nul(value: Any) -> Any:
     if isinstance(value, str) and "\x00" in value:
         raise ValueError(NUL_MESSAGE)
@@ -152,7 +166,9 @@ IdOut = Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN})
 TimeOut = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 """A time as the API returns it: ISO-8601 UTC, milliseconds (`iso`)."""
 FreeJson = Annotated[dict[str, Any], AfterValidator(check_json)]
-"""A JSON object a client chooses freely (workload, meta, context, credential data)."""
+"""A JSON object a client chooses freely (meta, context, credential data)."""
+Workload = Annotated[dict[str, Any], AfterValidator(check_workload)]
+"""A run's workload: free JSON within `max_expanded_bytes`."""
 
 
 def _takes_bool(annotation: Any) -> bool:

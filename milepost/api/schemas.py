@@ -18,6 +18,7 @@ from milepost.api.checks import (
     StrictIn,
     TimeOut,
     WireId,
+    Workload,
 )
 from milepost.api.schemas_events import BatchEventIn as BatchEventIn
 from milepost.api.schemas_events import Envelope as Envelope
@@ -81,7 +82,7 @@ class CatalogResourceOut(CatalogEntryOut):
 
 
 class ExecuteIn(CatalogRef):
-    workload: FreeJson = Field(
+    workload: Workload = Field(
         default_factory=dict, validation_alias=AliasChoices("workload", "payload")
     )
     parent_execution_id: WireId | None = None

@@ -11,7 +11,17 @@ from rich.markup import escape
 from milepost.cli import exit_codes
 from milepost.cli.event_log import line
 from milepost.cli.executions import going_on
-from milepost.cli.inputs import JsonOption, OutputOption, ServerOption, read_playbook, read_workload
+from milepost.cli.inputs import (
+    DbOption,
+    JsonOption,
+    OutputOption,
+    ServerOption,
+    opened,
+    read_playbook,
+    read_workload,
+    server_client,
+    server_settings,
+)
 from milepost.cli.output import (
     Format,
     chosen,
@@ -26,8 +36,10 @@ from milepost.cli.output import (
 from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
 from milepost.engine.event_query import EventQuery
+from milepost.engine.lifecycle import Lifecycle
+from milepost.engine.orchestrator import Orchestrator
 from milepost.errors import MilepostError, PlaybookInvalid
-from milepost.playbook import load, scripts, yamllines
+from milepost.playbook import load, model, scripts, yamllines
 
 PROGRESS = EventQuery(
     types=(
@@ -119,29 +131,52 @@ def _print_checked(item: dict[str, Any], message: str) -> None:
 @app.command()
 def register(
     file: Annotated[Path, typer.Argument(help="Playbook YAML file.")],
+    db: DbOption = None,
     server: ServerOption = None,
     output: OutputOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Register a playbook in a server's catalog (a new version when its text changed).
+    """Register a playbook in a catalog (a new version when its text changed): a server's
+    (--server, or MILEPOST_SERVER_URL without --db), else the local database's, where an
+    embedded run's `playbook` steps find it.
 
     --output json or yaml: the file with its catalog path and version, or with its
     problems (exit 2, nothing registered)."""
     fmt = chosen(output, json_out)
     text = read_playbook(file)
     try:  # every problem named here, with the file's name and lines, before the server
-        text = scripts.inline_text(text, file.parent, str(file))  # the server has no files
-        load.load_text(text, source=str(file), limits=yamllines.Limits.of())
+        limits = yamllines.Limits.of()
+        text = scripts.inline_text(text, file.parent, str(file), limits=limits)  # no files there
+        playbook = load.load_text(text, source=str(file), limits=limits)
+        if server_settings(db).strict_playbooks and playbook.warnings:  # as a server refuses
+            raise PlaybookInvalid(list(playbook.warnings), str(file))
     except PlaybookInvalid as exc:
         if fmt is not Format.table:
             emit({"file": str(file), "registered": False, "problems": list(exc.problems)}, fmt)
         raise fail(exc.message) from None
-    with MilepostClient(server) as client:
-        entry = remote(lambda: client.register(text))
+    client = server_client(server, db)
+    if client is None:
+        entry = _register_locally(db, text, playbook)
+    else:
+        with client:
+            entry = remote(lambda: client.register(text))
     if fmt is not Format.table:
         emit({"file": str(file), "registered": True, **entry}, fmt)
         return
     out.print(f"registered {entry['path']} version {entry['version']}", highlight=False)
+
+
+def _register_locally(db: str | None, text: str, playbook: model.Playbook) -> dict[str, Any]:
+    """The catalog entry of `text` in the local database (made if need be: a write), in
+    the server's wire shape."""
+    from milepost.api import views
+
+    with opened(db) as store:
+        engine = Lifecycle(store, Orchestrator(store))
+        path, version = engine.register(text, playbook)
+        entry = engine.catalog_entry(path, version)
+    assert entry is not None
+    return views.catalog_entry(entry).model_dump()
 
 
 @app.command()

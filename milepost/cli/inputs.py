@@ -20,6 +20,7 @@ from milepost.cli.output import fail
 from milepost.client import MilepostClient
 from milepost.core import state as st
 from milepost.engine.orchestrator import Orchestrator, deep_merge
+from milepost.playbook import yamllines
 from milepost.settings import Settings
 from milepost.store.port import Store
 
@@ -82,6 +83,15 @@ def local_store(db: str | None) -> Store:
     return factory.open_store(settings=server_settings(db))
 
 
+def existing_store(db: str | None) -> Store:
+    """The database a command that only reads works on (`list`, `status`, `describe`,
+    `events`, `logs`, `doctor`, `workers`, `approvals`, `usage`, `ui`): opened only when it
+    is there, creating nothing; else `no milepost database at PATH` (NoDatabase: exit 2)."""
+    from milepost.store import factory
+
+    return factory.open_store(settings=server_settings(db), existing=True)
+
+
 @contextlib.contextmanager
 def opened(db: str | None) -> Iterator[Store]:
     store = local_store(db)
@@ -138,15 +148,18 @@ def read_playbook(file: Path) -> str:
     return text
 
 
-def parse_sets(sets: list[str]) -> dict[str, Any]:
-    """`--set a.b=5` -> {"a": {"b": 5}}; values are read as YAML scalars (5 is an int)."""
+def parse_sets(sets: list[str], limits: yamllines.Limits) -> dict[str, Any]:
+    """`--set a.b=5` -> {"a": {"b": 5}}; values are read as YAML (5 is an int), within
+    `limits`: an alias bomb in a value is refused before it expands."""
     result: dict[str, Any] = {}
     for item in sets:
         if "=" not in item:
             raise typer.BadParameter(f"--set {item!r}: expected KEY=VALUE", param_hint="--set")
         key, _, raw = item.partition("=")
         try:
-            value = yaml.safe_load(raw) if raw else ""
+            value = yamllines.load(raw, limits) if raw else ""
+        except yamllines.Refused as exc:
+            raise typer.BadParameter(f"{key}: {exc}", param_hint="--set") from None
         except yaml.YAMLError:
             value = raw
         target = result
@@ -169,5 +182,12 @@ def json_object(text: str, option: str) -> dict[str, Any]:
 
 
 def read_workload(payload: str | None, sets: list[str]) -> dict[str, Any]:
+    """The workload of `--payload` and `--set`, or the usage error (exit 2) of one over
+    `max_expanded_bytes`, as a server refuses it in `/api/execute`."""
+    limits = yamllines.Limits.of()
     base = json_object(payload, "--payload") if payload else {}
-    return deep_merge(base, parse_sets(sets))
+    workload = deep_merge(base, parse_sets(sets, limits))
+    refused = yamllines.over_expanded(workload, limits.max_expanded_bytes, "the workload")
+    if refused is not None:
+        raise typer.BadParameter(refused, param_hint="--payload/--set")
+    return workload

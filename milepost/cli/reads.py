@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from milepost.cli.inputs import local_store, server_client
+from milepost.cli.inputs import existing_store, server_client
 from milepost.cli.output import iso
 from milepost.client import MilepostClient
 from milepost.client.event_stream import NoStream
@@ -80,13 +80,14 @@ class Runs(Protocol):
 
 
 class LocalRuns:
-    """The runs of a local database (SQLite or PostgreSQL), read through the engine."""
+    """The runs of a local database (SQLite or PostgreSQL), read through the engine; one
+    that is not there is NoDatabase, never made by a read."""
 
     poll = LOCAL_POLL
 
     def __init__(self, db: str | None) -> None:
         self.db = db
-        self.store = local_store(db)
+        self.store = existing_store(db)
         self.engine = Lifecycle(self.store, Orchestrator(self.store))
 
     def close(self) -> None:

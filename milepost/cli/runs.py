@@ -237,8 +237,9 @@ def run(
     text = read_playbook(file)
     try:
         # read from outside, like a registered document: within the settings' limits
-        text = scripts.inline_text(text, file.parent, str(file))  # stored self-contained
-        playbook = load.load_text(text, source=str(file), limits=yamllines.Limits.of())
+        limits = yamllines.Limits.of()
+        text = scripts.inline_text(text, file.parent, str(file), limits=limits)  # self-contained
+        playbook = load.load_text(text, source=str(file), limits=limits)
     except PlaybookInvalid as exc:
         # refused before anything is written: no execution exists, the run simply failed
         if fmt is not Format.table:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from milepost.cli.inputs import ServerDbOption, server_settings
+from milepost.cli.inputs import ServerDbOption, existing_store, server_settings
 
 app = typer.Typer()
 
@@ -40,7 +40,7 @@ def web_ui(
     settings = settings.model_copy(
         update={"secret_key": settings.secret_key or new_key(), "reconcile_interval": 0.0}
     )
-    store = factory.open_store(settings=settings)  # migrated as it opens
+    store = existing_store(db)  # a look at what ran: never a new database
     try:
         token = auth.create_token(store, "admin", TOKEN_NAME, time.time())
     finally:

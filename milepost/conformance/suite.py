@@ -112,11 +112,13 @@ class Catalog:
     def load(cls, root: Path) -> Catalog:
         loaded: dict[str, tuple[str, model.Playbook]] = {}
         rejected: dict[str, PlaybookInvalid] = {}
+        limits = yamllines.Limits.of()
         for path in sorted([*root.rglob("*.yaml"), *root.rglob("*.yml")]):
             rel = path.relative_to(root).as_posix()
             try:
-                text = scripts.inline_text(path.read_text(encoding="utf-8"), path.parent, str(path))
-                loaded[rel] = (text, load.load_text(text, str(path), yamllines.Limits.of()))
+                text = path.read_text(encoding="utf-8")
+                text = scripts.inline_text(text, path.parent, str(path), limits=limits)
+                loaded[rel] = (text, load.load_text(text, str(path), limits))
             except PlaybookInvalid as exc:
                 rejected[rel] = exc
             except OSError as exc:

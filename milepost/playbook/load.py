@@ -72,7 +72,8 @@ def load_file(path: str | Path, limits: yamllines.Limits | None = None) -> model
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlaybookInvalid([f"cannot read {p}: {exc}"], str(p)) from exc
-    return load_text(scripts.inline_text(text, p.parent, str(p)), source=str(p), limits=limits)
+    text = scripts.inline_text(text, p.parent, str(p), limits=limits)
+    return load_text(text, source=str(p), limits=limits)
 
 
 def load_text(

@@ -126,7 +126,7 @@ class Parts:
 
 _SCOPE = re.compile(r"^(step|workbook) '((?:[^']|'(?!: ))*)': ")
 _FIELD = re.compile(r"^([A-Za-z0-9_$-]+(?:\.[A-Za-z0-9_$-]+|\[\d+\])*): ")
-_LINE = re.compile(r" \(line (\d+)\)$")
+_LINE = re.compile(r" \(line (\d+)(?:; [A-Z_]+)?\)$")  # a limit names its setting after it
 
 
 def parts(message: str) -> Parts:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from milepost.errors import PlaybookInvalid
-from milepost.playbook import legacy, problems
+from milepost.playbook import legacy, problems, yamllines
 
 TARGET = {"postgres": "command", "duckdb": "query", "python": "code"}
 """The field a script's text becomes, per kind."""
@@ -30,10 +30,13 @@ def _file_script(node: dict[str, Any]) -> dict[str, Any] | None:
     return script if isinstance(source, dict) and source.get("type") == "file" else None
 
 
-def inline_text(text: str, base: Path, source: str | None = None) -> str:
+def inline_text(
+    text: str, base: Path, source: str | None = None, *, limits: yamllines.Limits
+) -> str:
     """`text` with every file script replaced by the file's contents (read relative to
     `base`, the playbook's directory); `text` itself when it has none, so a playbook
-    without scripts is stored exactly as written.
+    without scripts is stored exactly as written. Read within `limits`, as the loader
+    reads it next: a merge-key bomb expands even through `yaml.safe_load`.
 
     Raises:
         PlaybookInvalid: a script file that cannot be read, named by its path.
@@ -41,8 +44,8 @@ def inline_text(text: str, base: Path, source: str | None = None) -> str:
     if "script" not in text:
         return text
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = yamllines.load(text, limits)
+    except (yamllines.Refused, yaml.YAMLError):
         return text  # the loader reports it, with its line
     found: list[str] = []
     if not _inline(data, base, (), found, set()):
@@ -54,8 +57,7 @@ def inline_text(text: str, base: Path, source: str | None = None) -> str:
 
 def _inline(node: Any, base: Path, path: tuple[Any, ...], found: list[str], seen: set[int]) -> bool:
     """Inline every file script under `node`, in place; True when there was one. `seen`:
-    the nodes visited, so a YAML alias is walked once (no alias bomb; the loader
-    bounds the expansion later)."""
+    the nodes visited, so a YAML alias is walked once."""
     changed = False
     if id(node) in seen:
         return False

@@ -13,35 +13,48 @@ from __future__ import annotations
 
 from milepost.errors import MilepostError
 from milepost.settings import DEFAULT_DB, Settings, UnsupportedDatabase, sqlite_path
-from milepost.store import pg_probe, port
+from milepost.store import pg_probe, port, sqlite
 from milepost.store.postgres import PostgresStore, mask_url
 from milepost.store.sharded import ShardedStore
 from milepost.store.sqlite import SQLiteStore
 
+START_HINT = (
+    ": nothing has run in this folder (milepost run FILE starts a database here; --db or "
+    "MILEPOST_DATABASE_URL names another)"
+)
+"""What a read on the default database that is not there adds to its NoDatabase."""
 URLS_ENV = "MILEPOST_DATABASE_URLS"
 """Read through `Settings.database_urls`; named here for tests and messages."""
 
 
 def open_store(
-    url: str | None = None, *, urls: list[str] | None = None, settings: Settings | None = None
+    url: str | None = None,
+    *,
+    urls: list[str] | None = None,
+    settings: Settings | None = None,
+    existing: bool = False,
 ) -> port.Store:
     """The store for `url`, or a ShardedStore over `urls` when there are several; with
-    neither, the one `settings` (default: the environment's) name."""
+    neither, the one `settings` (default: the environment's) name.
+
+    `existing`: for a command that only reads, a database that is already there or
+    NoDatabase, creating nothing (no folder, no file, no tables); one whose schema is
+    behind is migrated, as every open does (it is milepost's already)."""
     if url is not None and urls is not None:
         raise MilepostError("give one database URL or a list of them, not both")
     settings = settings or Settings()
     if url is None and urls is None:
         urls = settings.shard_urls() or None
     if urls is None:
-        return _open_one(url or settings.database_url or DEFAULT_DB, settings)
+        return _open_one(url or settings.database_url or DEFAULT_DB, settings, existing)
     if not urls:
         raise UnsupportedDatabase("no database URL given")
     if len(urls) == 1:
-        return _open_one(urls[0], settings)
+        return _open_one(urls[0], settings, existing)
     opened: list[port.Store] = []
     try:
         for one in urls:
-            opened.append(_open_one(one, settings))
+            opened.append(_open_one(one, settings, existing))
     except BaseException:
         for store in opened:
             store.close()
@@ -49,13 +62,30 @@ def open_store(
     return ShardedStore(opened)
 
 
-def _open_one(url: str, settings: Settings) -> port.Store:
+def _open_one(url: str, settings: Settings, existing: bool) -> port.Store:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("", "sqlite"):
-        return SQLiteStore(sqlite_path(url, settings), synchronous=settings.sqlite_synchronous)
+        path = sqlite_path(url, settings)
+        if existing:
+            sqlite.check_existing(path, START_HINT if url == DEFAULT_DB else "")
+        return SQLiteStore(path, synchronous=settings.sqlite_synchronous)
     if scheme in ("postgresql", "postgres"):
-        pg_probe.probe(url, mask_url(url))
-        return PostgresStore(url)
+        masked = mask_url(url)
+        pg_probe.probe(url, masked)  # DatabaseMissing: no database of that name
+        store = PostgresStore(url, migrate=not existing)
+        if existing:
+            try:
+                if store.schema_version() == 0:
+                    raise port.NoDatabase(
+                        f"no milepost database at {masked}: the database holds no milepost "
+                        "tables (milepost db upgrade creates them)",
+                        url=masked,
+                    )
+                store.migrate()
+            except BaseException:
+                store.close()
+                raise
+        return store
     masked = mask_url(url)
     raise UnsupportedDatabase(
         f"database URL {masked!r} is not supported (use a file path, sqlite:///path or "

@@ -144,6 +144,13 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
 
 
+class NoDatabase(MilepostError):
+    """There is no milepost database where the URL points (a command that only reads
+    creates none: `factory.open_store(existing=True)`)."""
+
+    code = "no_database"
+
+
 class LogMoved(ConcurrencyConflict):
     """`append(..., expect=...)`: another writer appended to one of these executions since
     the caller last read it, so decisions made on the older state must be made again."""

@@ -138,6 +138,35 @@ class _Txn:
             reraise(exc, self.path)
 
 
+def check_existing(path: str, hint: str = "") -> None:
+    """NoDatabase (`hint` after its message when there is no file) unless `path` is a
+    SQLite file with milepost's tables. Opened `mode=rw` (never created, even if the file
+    goes between a look and the open) and only read: a file of something else is left as
+    it was, not switched to WAL nor migrated."""
+    if path == ":memory:":
+        raise port.NoDatabase(f"no milepost database at {path}", path=path)
+    try:
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=rw", uri=True)
+    except sqlite3.Error as exc:
+        if Path(path).exists():  # a folder, a file this user may not open
+            raise port.StoreError(f"database {path}: {exc}", url=f"sqlite:///{path}") from exc
+        raise port.NoDatabase(f"no milepost database at {path}{hint}", path=path) from None
+    try:
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+    except sqlite3.OperationalError as exc:  # locked, busy: the file is there, unreadable now
+        raise port.StoreUnavailable(f"database {path}: {exc}", url=f"sqlite:///{path}") from exc
+    except sqlite3.Error as exc:  # not a database at all
+        raise port.NoDatabase(f"no milepost database at {path}: {exc}", path=path) from None
+    finally:
+        conn.close()
+    if found is None:
+        raise port.NoDatabase(
+            f"no milepost database at {path}: the file holds no milepost tables", path=path
+        )
+
+
 class SQLiteStore(sql.SQLStore):
     """Implements `port.Store` on one SQLite file (or `:memory:` for tests)."""
 

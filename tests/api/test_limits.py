@@ -24,7 +24,8 @@ from milepost.credentials import CredentialNameInvalid, Vault, new_key
 from milepost.errors import MilepostError
 from milepost.store.sqlite import SQLiteStore
 from tests.api.support import HELLO, Api, error, ok, start_server
-from tests.api.test_cli import MILEPOST
+from tests.api.test_cli import MILEPOST, cli
+from tests.unit.test_yaml_expansion import amplified
 
 _ids = iter(range(5 * 10**15, 6 * 10**15))
 
@@ -40,6 +41,33 @@ def test_register_refuses_an_alias_bomb_with_the_limit_named(api: Api) -> None:
     assert len(body["problems"]) == 1
     assert "MILEPOST_MAX_YAML_ALIASES" in body["problems"][0]
     assert api.store.list_playbooks() == []
+
+
+def test_register_and_validate_refuse_a_document_that_expands_past_the_byte_limit(
+    api: Api,
+) -> None:
+    # issue 33 item 5: a 1 MB text aliasing a 1 MiB string a thousand times passed the
+    # node count; a run of it then took the server past 3 GB
+    text = amplified(1000)
+    expected = "bytes at the alias *s (line 6; MILEPOST_MAX_EXPANDED_BYTES)"
+    body = error(api.post("/api/catalog/register", {"content": text}), 422, "playbook_invalid")
+    assert len(body["problems"]) == 1 and expected in body["problems"][0]
+    assert api.store.list_playbooks() == []
+    body = error(api.post("/api/catalog/validate", {"content": text}), 422, "playbook_invalid")
+    [problem] = body["problems"]
+    assert expected in problem["message"] and problem["line"] == 6
+
+
+def test_execute_refuses_a_workload_past_the_expanded_limit(db_url: str) -> None:
+    with start_server(db_url, max_expanded_bytes=1000) as api:
+        api.register()
+        over = {"path": "tests/hello", "workload": {"pad": "x" * 1000}}
+        [err] = _errors(api.post("/api/execute", over))
+        assert err["loc"] == ["body", "workload"]
+        assert "expands to 1006 bytes, over the limit of 1000" in err["msg"]
+        assert "MILEPOST_MAX_EXPANDED_BYTES" in err["msg"]
+        assert ok(api.get("/api/executions"))["items"] == []
+        ok(api.post("/api/execute", {"path": "tests/hello", "workload": {"pad": "x" * 900}}))
 
 
 # -- item 11: times, non-finite numbers, nesting ---------------------------------------------
@@ -414,6 +442,34 @@ def test_run_refuses_an_alias_bomb_before_anything_is_written(tmp_path: Path) ->
     )
     assert done.returncode == 1, (done.stdout, done.stderr)  # refused: the run failed
     assert "MILEPOST_MAX_YAML_ALIASES" in done.stdout + done.stderr
+    assert not db.exists()
+
+
+def test_every_cli_entry_refuses_an_amplified_document_naming_the_file_and_line(
+    tmp_path: Path,
+) -> None:
+    amp, db = tmp_path / "amp.yaml", tmp_path / "m.db"
+    amp.write_text(amplified(300, per_list=330))  # 1 MB that expands to about 97 GiB
+    expected = f"{amp}: 1 problem(s):"
+    checked = cli("validate", str(amp))
+    assert checked.returncode == 1 and expected in checked.stderr, checked.stderr
+    assert "at the alias *s (line 6; MILEPOST_MAX_EXPANDED_BYTES)" in checked.stderr
+    ran = cli("run", str(amp), "--db", str(db))
+    assert ran.returncode == 1 and expected in ran.stderr, ran.stderr
+    assert not db.exists()
+    # refused before it asks the server anything: no server at that address
+    registered = cli("register", str(amp), "--server", "http://127.0.0.1:9")
+    assert registered.returncode == 2 and expected in registered.stderr, registered.stderr
+
+
+def test_run_refuses_a_set_value_that_expands_past_the_limit(tmp_path: Path) -> None:
+    db, hello = tmp_path / "m.db", tmp_path / "hello.yaml"
+    hello.write_text(HELLO)
+    bomb = "[&a [" + ", ".join(["lol"] * 10) + "]"  # then b to h, ten of the one before
+    bomb += "".join(f", &{chr(n)} [{', '.join([f'*{chr(n - 1)}'] * 10)}]" for n in range(98, 105))
+    done = cli("run", str(hello), "--db", str(db), "--set", f"name={bomb}]")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "MILEPOST_MAX_EXPANDED_BYTES" in done.stderr
     assert not db.exists()
 
 

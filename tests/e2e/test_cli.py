@@ -13,13 +13,16 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.shared import PLAYBOOKS, needs_shared, wait_for
+from tests.acceptance.harness import free_port
+from tests.pg import PgDatabases, session_databases
+from tests.shared import PLAYBOOKS, clean_env, needs_shared, wait_for
 from tests.sql import query
 
 MILEPOST = str(Path(sys.executable).with_name("milepost"))
@@ -674,3 +677,98 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
         assert query(store, "SELECT count(*) FROM machine_lease", ())[0][0] == 0
     finally:
         store.close()
+
+
+# -- issue 33, item 13: the local catalog; an unreachable PostgreSQL ---------------------------
+
+CHILD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: tests/child}
+workload: {x: 1}
+workflow:
+  - step: start
+    tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
+"""
+PARENT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: tests/parent}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: tests/child, input: {x: 21}, return_result: true}
+"""
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgDatabases]:
+    yield from session_databases("milepost_cli")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def local_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database `milepost run` drives embedded: a new SQLite file, or an empty
+    PostgreSQL database (a write makes its tables)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "m.db")
+        return
+    dbs: PgDatabases = request.getfixturevalue("pg")
+    url = dbs.create(empty=True)
+    try:
+        yield url
+    finally:
+        dbs.drop(url)
+
+
+def test_register_fills_the_local_catalog_for_an_embedded_parent(
+    tmp_path: Path, local_db: str
+) -> None:
+    # before: `register` took no --db (only a server's catalog), so an embedded parent
+    # found its child only after the child had been run once
+    (tmp_path / "child.yaml").write_text(CHILD)
+    (tmp_path / "parent.yaml").write_text(PARENT)
+    env = clean_env()
+    registered = subprocess.run(
+        [MILEPOST, "register", str(tmp_path / "child.yaml"), "--db", local_db, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert registered.returncode == 0, registered.stderr
+    assert json.loads(registered.stdout) | {"created_at": None} == {
+        "file": str(tmp_path / "child.yaml"),
+        "registered": True,
+        "path": "tests/child",
+        "version": 1,
+        "catalog_id": "tests/child@1",
+        "created_at": None,
+    }
+    ran = subprocess.run(
+        [MILEPOST, "run", str(tmp_path / "parent.yaml"), "--db", local_db, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["steps"]["start"]["result"] == {"double": 42}
+
+
+def test_an_unreachable_postgresql_is_said_once_and_exits_3(tmp_path: Path) -> None:
+    # before: four "error connecting in 'milepost'" lines from the pool's retries, then
+    # "pool initialization incomplete after 10.0 sec", 10 to 14 s later
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/milepost"  # nobody listens there
+    (tmp_path / "child.yaml").write_text(CHILD)
+    for args in (["list"], ["run", str(tmp_path / "child.yaml")], ["db", "upgrade"]):
+        done = subprocess.run(
+            [MILEPOST, *args, "--db", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=clean_env(),
+        )
+        assert done.returncode == 3, (args, done.stderr)
+        [said] = done.stderr.splitlines()
+        assert said.startswith(f"error: cannot connect to {url}: "), said
+        assert "Connection refused" in said

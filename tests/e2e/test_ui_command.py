@@ -22,6 +22,11 @@ def test_milepost_ui_serves_a_local_database_and_drops_its_token_when_it_stops(
     db = str(tmp_path / "local.db")
     env = clean_env()
     env.pop("MILEPOST_SECRET_KEY", None)  # it needs none: a key of its own for the session
+    # a look at what ran: `ui` opens a database that is there, never a new one
+    made = subprocess.run(
+        [MILEPOST, "db", "upgrade", "--db", db], env=env, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
     port = free_port()
     log = tmp_path / "ui.log"
     proc = Proc("ui", [MILEPOST, "ui", "--db", db, "--port", str(port)], env, log)

@@ -9,9 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from milepost.cli import app, catalog
+from milepost.cli import app, inputs
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load, scripts
+from milepost.playbook.yamllines import Limits
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: s, path: s}\n"
 
@@ -39,7 +40,9 @@ def test_file_script_becomes_the_kinds_field(
     playbook = load.load_file(path)
     assert playbook.steps["start"].tasks[0].config[field] == body
     assert "script" not in playbook.steps["start"].tasks[0].config
-    text = scripts.inline_text(path.read_text(encoding="utf-8"), tmp_path, str(path))
+    text = scripts.inline_text(
+        path.read_text(encoding="utf-8"), tmp_path, str(path), limits=Limits.of()
+    )
     tool = yaml.safe_load(text)["workflow"][0]["tool"]
     assert tool[field] == body and "script" not in tool  # the stored text holds it
     load.load_text(text)  # self-contained: loads with no file at hand
@@ -81,7 +84,7 @@ def test_file_script_without_a_file_is_an_error() -> None:
 
 def test_text_without_file_scripts_is_kept_as_written(tmp_path: Path) -> None:
     text = HEAD + "# comment\nworkflow:\n- step: start\n  tool: {kind: python, code: 'x=1'}\n"
-    assert scripts.inline_text(text, tmp_path) is text
+    assert scripts.inline_text(text, tmp_path, limits=Limits.of()) is text
 
 
 def test_inline_python_script_still_works() -> None:
@@ -112,7 +115,7 @@ class _Client:
 def test_register_sends_the_inlined_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "t.py").write_text("result = 1\n", encoding="utf-8")
     path = _playbook(tmp_path, "    kind: python\n    script: {uri: t.py, source: {type: file}}\n")
-    monkeypatch.setattr(catalog, "MilepostClient", _Client)
+    monkeypatch.setattr(inputs, "MilepostClient", _Client)  # where `server_client` makes it
     done = CliRunner().invoke(app, ["register", str(path), "--server", "http://127.0.0.1:9"])
     assert done.exit_code == 0, done.output
     (sent,) = _Client.sent
