@@ -129,7 +129,7 @@ def _locally(
 ) -> dict[str, Any]:
     """Append the action behind the local run's log; the reply as the server's."""
     with (
-        opened(db) as store,
+        opened(db, existing=True) as store,
         one_shot_orchestrator(store, action, Settings().machine_id) as orchestrator,
     ):
         made: Build = build(time.time(), orchestrator.new_id)
@@ -251,7 +251,7 @@ def _start_again(
             _print_started(plan.started(xid).wire())
         return xid
 
-    drive_new(db, fmt, start)
+    drive_new(db, fmt, start, existing=True)
 
 
 def _print_started(item: dict[str, Any]) -> None:

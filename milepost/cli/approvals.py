@@ -207,7 +207,7 @@ def _append_vote(
     from milepost.core.approval_state import Voter
     from milepost.engine.approvals import append_decision
 
-    with opened(db) as store:
+    with opened(db, existing=True) as store:
         with one_shot_orchestrator(store, "approve", machine_id) as orchestrator:
             append_decision(
                 store,

@@ -93,8 +93,10 @@ def existing_store(db: str | None) -> Store:
 
 
 @contextlib.contextmanager
-def opened(db: str | None) -> Iterator[Store]:
-    store = local_store(db)
+def opened(db: str | None, *, existing: bool = False) -> Iterator[Store]:
+    """The local database, closed after use. `existing`: a command that acts on a run
+    already there (cancel, approve, resume, an operator's action) creates nothing either."""
+    store = existing_store(db) if existing else local_store(db)
     try:
         yield store
     finally:
@@ -102,7 +104,7 @@ def opened(db: str | None) -> Iterator[Store]:
 
 
 def load_state(db: str | None, execution_id: int) -> st.ExecutionState:
-    with opened(db) as store:
+    with opened(db, existing=True) as store:
         events = store.load(execution_id)
     if not events:
         raise fail(f"no execution {execution_id}")

@@ -21,6 +21,7 @@ from milepost.cli.inputs import (
     JsonOption,
     OutputOption,
     ServerOption,
+    existing_store,
     load_state,
     local_identity,
     local_store,
@@ -75,6 +76,8 @@ class Drive:
     says: str | None = "started"
     """The line off a terminal once the run is known (`execution N started`); None: none
     (the command said what it does before)."""
+    existing: bool = False
+    """The database must be there already (`restart`, `rerun`: of a run it holds)."""
 
     @property
     def json_out(self) -> bool:
@@ -85,7 +88,7 @@ class Drive:
 async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
     settings = Settings()
     telemetry.from_settings(settings, service="milepost-run")  # a bad setting: before the store
-    store = local_store(drive.db)
+    store = existing_store(drive.db) if drive.existing else local_store(drive.db)
     # credentials need the key; without one a playbook that names a credential fails
     # with a message saying it is not registered
     vault = Vault.from_env(store) if os.environ.get("MILEPOST_SECRET_KEY") else None
@@ -259,10 +262,11 @@ def run(
     drive_new(db, fmt, lambda e: e.start(playbook, text, workload, started_by=started_by))
 
 
-def drive_new(db: str | None, fmt: Format, start: Any) -> None:
+def drive_new(db: str | None, fmt: Format, start: Any, *, existing: bool = False) -> None:
     """Drive the run `start(engine)` starts to its end and print how it ended (exit 0
-    COMPLETED, 1 FAILED or CANCELLED): what `run`, `restart` and `rerun` do."""
-    _print_result(_driven(Drive(db, fmt), start), fmt)
+    COMPLETED, 1 FAILED or CANCELLED): what `run`, `restart` and `rerun` do (`existing`:
+    the last two, whose database must be there)."""
+    _print_result(_driven(Drive(db, fmt, existing=existing), start), fmt)
 
 
 @app.command()
@@ -279,7 +283,7 @@ def resume(
     2 refused: another live process drives the run (its driver lease), or a server does.
     """
     fmt = chosen(output, json_out)
-    with opened(db) as store:
+    with opened(db, existing=True) as store:
         row = store.get_execution(execution_id)
     if row is None:
         raise fail(f"no execution {execution_id}")
@@ -337,7 +341,7 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
 
     actor = local_identity()
     with (
-        opened(db) as store,
+        opened(db, existing=True) as store,
         one_shot_orchestrator(store, "cancel", Settings().machine_id) as orchestrator,
     ):
         engine = Lifecycle(store, orchestrator)

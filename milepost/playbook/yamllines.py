@@ -297,19 +297,15 @@ class _Walk:
         self.lines = lines
         self.found = found
         self.keys = _KeyConstructor()
-        self.active: set[int] = set()  # nodes on the current path: stops at recursive aliases
 
     def node(self, node: yaml.Node, path: problems.LinePath) -> None:
+        # no recursive alias gets here: `_Counting` refused it while composing
         self.lines.setdefault(path, node.start_mark.line + 1)
-        if id(node) in self.active:  # a recursive alias
-            return
-        self.active.add(id(node))
         if isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 self.node(item, (*path, i))
         elif isinstance(node, yaml.MappingNode):
             self.mapping(node, path)
-        self.active.discard(id(node))
 
     def mapping(self, node: yaml.MappingNode, path: problems.LinePath) -> None:
         seen: set[Any] = set()
