@@ -63,7 +63,7 @@ async def run_worker(
                 tools,
                 settings=settings,
                 credentials=credentials,
-                runs=tools.python.describe(),
+                announce=tools.python.describe(),
             )
             wakeup = (
                 NatsWakeup(
