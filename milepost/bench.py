@@ -35,6 +35,9 @@ from milepost.store.sqlite import SQLiteStore
 
 WORKLOADS = ("W1", "W2", "W3")
 W2_MAX_IN_FLIGHT = 256
+NAPS = 8
+"""The python steps of NEIGHBOURS' other run: all at once, each sleeping `NAP_S`."""
+NAP_S = 3
 SERVER_CONCURRENCY = 32
 """Commands each of the two workers of the server variant runs at once."""
 
@@ -97,6 +100,47 @@ def fanout(n: int) -> str:
                     "code": "result = sum(values)",
                 },
             },
+        ],
+    )
+
+
+def loop() -> str:
+    """NEIGHBOURS' loop: a `workload.n`-iteration parallel loop of trivial python steps, as
+    a user writes it (the default `max_in_flight`)."""
+    return _doc(
+        "neighbours-loop",
+        [
+            {
+                "step": "fan",
+                "loop": {
+                    "in": "{{ range(workload.n) | list }}",
+                    "iterator": "i",
+                    "spec": {"mode": "parallel"},
+                },
+                "tool": {"kind": "python", "input": {"i": "{{ i }}"}, "code": "result = i"},
+            }
+        ],
+    )
+
+
+def naps() -> str:
+    """NEIGHBOURS' other run: `NAPS` python steps at once, each sleeping `NAP_S` seconds."""
+    return _doc(
+        "neighbours-naps",
+        [
+            {
+                "step": "nap",
+                "loop": {
+                    "in": f"{{{{ range({NAPS}) | list }}}}",
+                    "iterator": "i",
+                    "spec": {"mode": "parallel"},
+                },
+                "tool": {
+                    "kind": "python",
+                    "input": {"i": "{{ i }}"},
+                    "code": f"import time\ntime.sleep({NAP_S})\nresult = i",
+                },
+            }
         ],
     )
 
@@ -237,7 +281,10 @@ async def embedded(db: Path) -> AsyncIterator[EmbeddedEngine]:
     store = SQLiteStore(db, synchronous=settings.sqlite_synchronous)
     try:
         async with EmbeddedEngine(
-            store, concurrency=settings.concurrency, python_workers=settings.python_workers
+            store,
+            concurrency=settings.concurrency,
+            python_workers=settings.python_workers,
+            python_idle_seconds=settings.python_idle_seconds,
         ) as engine:
             yield engine
     finally:
@@ -408,3 +455,144 @@ def run(
         raise ValueError(f"unknown variant {variant!r} (default = embedded, server)")
     with tempfile.TemporaryDirectory(prefix="milepost-bench-") as tmp:
         return asyncio.run(_bench(workload, n, reps, warmup, variant, emit, db_dir or Path(tmp)))
+
+
+# -- NEIGHBOURS: one run's python steps beside another's (issue 33, item 11) -----------------
+
+Start = Callable[[str, int], Awaitable[Any]]
+"""Starts the playbook of that text with the workload `{n: ...}`; the run's handle."""
+Wait = Callable[[Any], Awaitable[None]]
+"""Waits for a run to end COMPLETED (raises otherwise)."""
+
+
+async def _neighbours_reps(
+    start: Start,
+    wait: Wait,
+    n: int,
+    reps: int,
+    emit: Callable[[dict[str, Any]], None],
+    base: dict[str, Any],
+) -> dict[str, list[float]]:
+    """Each rep: the loop alone, then the loop and the naps started together (the wall
+    until both end, and until the loop ends)."""
+    looped, napping = loop(), naps()
+    await wait(await start(looped, min(n, 5)))  # warm-up, untimed
+    walls: dict[str, list[float]] = {"alone_s": [], "pair_s": [], "pair_loop_s": []}
+    for rep in range(1, reps + 1):
+        t0 = time.perf_counter()
+        await wait(await start(looped, n))
+        alone = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        nap, fan = await start(napping, 0), await start(looped, n)
+        await wait(fan)
+        pair_loop = time.perf_counter() - t0
+        await wait(nap)
+        pair = time.perf_counter() - t0
+        for key, value in (("alone_s", alone), ("pair_s", pair), ("pair_loop_s", pair_loop)):
+            walls[key].append(value)
+        emit(
+            {
+                **base,
+                "rep": rep,
+                "alone_s": round(alone, 3),
+                "pair_s": round(pair, 3),
+                "pair_loop_s": round(pair_loop, 3),
+                "pair_over_alone": round(pair / alone, 2),
+                "pair_loop_over_alone": round(pair_loop / alone, 2),
+            }
+        )
+    return walls
+
+
+def neighbours(n: int, *, reps: int = 3, variant: str = "default") -> dict[str, Any]:
+    """Issue 33 item 11: an n-iteration parallel python loop alone, then beside another run
+    whose `NAPS` python steps sleep `NAP_S` s, in one process (embedded: one engine, the
+    settings' concurrency and python processes; server: one `milepost worker` at the
+    settings' concurrency). Prints a line a rep; returns the summary (medians, spread)."""
+    settings = Settings()
+    base: dict[str, Any] = {
+        "engine": "milepost",
+        "version": __version__,
+        "variant": variant,
+        "workload": "NEIGHBOURS",
+        "n": n,
+        "naps": f"{NAPS} x {NAP_S}s",
+        "concurrency": settings.concurrency,
+        "python_workers": settings.python_workers,
+    }
+
+    def emit(line: dict[str, Any]) -> None:
+        print(json.dumps(line), flush=True)
+
+    if variant == "server":
+        walls = _neighbours_server(n, reps, emit, base, settings)
+    elif variant == "default":
+        with tempfile.TemporaryDirectory(prefix="milepost-bench-") as tmp:
+            walls = asyncio.run(_neighbours_embedded(n, reps, emit, base, Path(tmp)))
+    else:
+        raise ValueError(f"unknown variant {variant!r} (default = embedded, server)")
+    summary: dict[str, Any] = {**base, "summary": True, "reps": reps}
+    for key, values in walls.items():
+        summary[key] = {
+            "median": round(statistics.median(values), 3),
+            "min": round(min(values), 3),
+            "max": round(max(values), 3),
+        }
+    ratios = [p / a for p, a in zip(walls["pair_s"], walls["alone_s"], strict=True)]
+    summary["pair_over_alone_median"] = round(statistics.median(ratios), 2)
+    return summary
+
+
+async def _neighbours_embedded(
+    n: int, reps: int, emit: Callable[[dict[str, Any]], None], base: dict[str, Any], db_dir: Path
+) -> dict[str, list[float]]:
+    parsed: dict[str, model.Playbook] = {}  # parsing is not part of a run
+    async with embedded(db_dir / "bench.db") as engine:
+
+        async def start(text: str, n: int) -> int:
+            if text not in parsed:
+                parsed[text] = load.load_text(text, source="bench:neighbours")
+            return engine.start(parsed[text], text, {"n": n})
+
+        async def wait(xid: int) -> None:
+            state = await engine.wait(xid)
+            if state.status != st.COMPLETED:
+                raise RuntimeError(f"execution {xid} {state.status}: {state.error}")
+
+        return await _neighbours_reps(start, wait, n, reps, emit, base)
+
+
+def _neighbours_server(
+    n: int,
+    reps: int,
+    emit: Callable[[dict[str, Any]], None],
+    base: dict[str, Any],
+    settings: Settings,
+) -> dict[str, list[float]]:
+    from milepost.client import AsyncMilepostClient
+    from milepost.conformance.cluster import LocalCluster
+
+    pg = os.environ.get("MILEPOST_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    found: dict[str, list[float]] = {}
+
+    async def main(url: str, token: str) -> None:
+        async with AsyncMilepostClient(url, token, timeout=120) as client:
+            registered: set[str] = set()
+
+            async def start(text: str, n: int) -> Any:
+                path = yaml.safe_load(text)["metadata"]["path"]
+                if path not in registered:
+                    await client.register(text)
+                    registered.add(path)
+                return await client.execute(path, {"n": n})
+
+            async def wait(xid: Any) -> None:
+                status = await client.wait(xid, timeout=1800)
+                if status["status"] != st.COMPLETED:
+                    raise RuntimeError(f"execution {xid} {status['status']}: {status.get('error')}")
+
+            found.update(await _neighbours_reps(start, wait, n, reps, emit, base))
+
+    with LocalCluster(pg, workers=1, concurrency=settings.concurrency) as cluster:
+        asyncio.run(main(cluster.url, cluster.token))
+    return found

@@ -23,8 +23,14 @@ class Settings(BaseSettings):
     concurrency: int = 16
     """Commands one process runs at once: the in-process workers of `milepost run`, and
     the attempts of one `milepost worker` (one setting, one default for both)."""
-    python_workers: int = 2
-    """Warm processes that run `python` tools."""
+    python_workers: int = Field(default=2, ge=0)
+    """Processes that run `python` tools kept warm however long they idle (a worker starts
+    them as it starts). More start on demand, up to `concurrency` (no python step waits on
+    another's while a slot is free), and stop once idle for `python_idle_seconds`; each
+    costs ~16 MB of memory (RSS) before its code imports anything."""
+    python_idle_seconds: float = Field(default=60.0, gt=0)
+    """How long a python process beyond the `python_workers` kept warm may idle before it
+    stops."""
     machine_id: int | None = Field(default=None, ge=0, le=MAX_MACHINE)
     """Snowflake machine id (0-1023), distinct per process writing to one database; unset,
     each process leases one from the database (servers, `milepost run`) or from its server

@@ -97,6 +97,7 @@ async def _drive(drive: Drive, start: Any) -> st.ExecutionState:
             store,
             concurrency=settings.concurrency,
             python_workers=settings.python_workers,
+            python_idle_seconds=settings.python_idle_seconds,
             machine_id=settings.machine_id,
             vault=vault,
             driver_ttl=settings.driver_ttl,

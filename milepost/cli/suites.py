@@ -84,12 +84,21 @@ def bench(
     """Run a peer-harness workload and print its JSON lines (shared/bench/README.md).
 
     `milepost bench INGEST N` instead measures the events/s that a server's
-    `POST /api/events/batch` sustains (N batches of 100 events).
+    `POST /api/events/batch` sustains (N batches of 100 events); `milepost bench
+    NEIGHBOURS N` an N-iteration python loop alone, then beside another run's sleeping
+    python steps (BENCHMARKS.md, session 22).
     """
     from milepost import bench as bench_mod
 
     if workload.upper() == "INGEST":
         typer.echo(json.dumps(bench_mod.ingest(batches=n)))
+        return
+    if workload.upper() == "NEIGHBOURS":
+        try:
+            summary = bench_mod.neighbours(n, reps=reps, variant=variant)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        typer.echo(json.dumps(summary))
         return
     try:
         ok = bench_mod.run(workload.upper(), n, reps=reps, warmup=warmup, variant=variant)

@@ -52,6 +52,8 @@ third of it."""
 LEASE_S: float = Settings.model_fields["lease_seconds"].default
 """Seconds a claim of an in-process worker lasts (`MILEPOST_LEASE_SECONDS`); an attempt
 that runs longer heartbeats every third of it."""
+PYTHON_IDLE_S: float = Settings.model_fields["python_idle_seconds"].default
+"""How long a python process beyond the warm ones may idle (`MILEPOST_PYTHON_IDLE_SECONDS`)."""
 DEFAULT_TIMEOUT: float = Settings.model_fields["default_timeout"].default
 """The engine's bound of an attempt of a step without `spec.timeout` (`MILEPOST_DEFAULT_TIMEOUT`)."""
 
@@ -65,6 +67,7 @@ class EmbeddedEngine:
         *,
         concurrency: int = 16,
         python_workers: int = 2,
+        python_idle_seconds: float = PYTHON_IDLE_S,
         clock: Callable[[], float] = time.time,
         machine_id: int | None = None,
         tools: Any = None,
@@ -110,6 +113,7 @@ class EmbeddedEngine:
         self.vault = vault
         self._credentials = credentials or (vault.get if vault is not None else None)
         self._python_workers = python_workers
+        self._python_idle_seconds = python_idle_seconds
         self.workers = InProcessWorkers(
             self.service,
             claimant=f"{worker_id}:{self.holder}",
@@ -146,8 +150,16 @@ class EmbeddedEngine:
 
     async def __aenter__(self) -> EmbeddedEngine:
         if self._tools is None:
+            # as many python processes as workers run attempts at once: a lent worker
+            # stands in for a parent that waits on its child, never a python call (a lent
+            # one ending its last attempt after the parent's ended may hold a process a
+            # moment longer)
             self._tools = ToolRuntime(
-                python_workers=self._python_workers, credentials=self._credentials, children=self
+                python_workers=self._python_workers,
+                python_max=max(self.concurrency, 1),
+                python_idle_seconds=self._python_idle_seconds,
+                credentials=self._credentials,
+                children=self,
             )
         self.workers.tools = self._tools
         registry.check_in(self.store, self.service.clock(), self.registered)

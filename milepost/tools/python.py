@@ -1,10 +1,18 @@
 """The python tool (DSL 3.1): user code runs in a pool of warm worker processes.
 
-Workers are `spawn`ed lazily (never forked: the parent has threads), reused across calls
-and replaced when they die or overrun their timeout (the worker is killed). One call owns a
-worker at a time; the parent waits for the reply with `loop.add_reader` on the worker's
-pipe, so no thread is involved per call. The pool is thread-safe and may serve several
-event loops; a free worker is handed to waiters in FIFO order.
+The pool grows on demand up to `size` processes, the most calls its host runs at once (a
+worker's concurrency, the embedded engine's workers), so a python call never waits on
+another's while its host has a free slot. It keeps `warm` processes alive however long
+they idle and stops the others once idle for `idle_seconds`. A call that finds no idle
+process waits for whichever comes first: a process another call frees, or one started
+for it in a thread (a start costs ~0.1 s of CPU, a trivial call well under 1 ms).
+Processes are reused across calls and replaced when they die or overrun their timeout (the
+process is killed). A process runs `python_worker`, started with `subprocess`, never
+forked (the parent has threads) nor `multiprocessing`-spawned (that re-imports the
+parent's `__main__`). One call owns a process at a time; the parent waits for the reply
+with `loop.add_reader` on its pipe, so no thread is involved per call. The pool is
+thread-safe and may serve several event loops; a free process is handed to waiters in
+FIFO order.
 """
 
 from __future__ import annotations
@@ -14,15 +22,18 @@ import atexit
 import collections
 import contextlib
 import dataclasses
+import json
 import logging
 import multiprocessing
-import multiprocessing.util  # noqa: F401 - its exit hook must be registered before ours
 import os
 import pickle
+import subprocess
+import sys
 import threading
+import time
 import weakref
 from asyncio import selector_events
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -32,7 +43,11 @@ from milepost.tools import base, python_worker
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("milepost.tools.python.output")
 
-_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Worker | None]"]
+IDLE_SECONDS = 60.0
+"""How long a process beyond the warm ones may idle before it is stopped (a start costs
+~0.1 s of CPU: a steady load keeps its processes)."""
+
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[_Worker]"]
 
 
 class WorkerDied(Exception):
@@ -44,9 +59,9 @@ class PoolClosed(Exception):
 
 
 class _Worker:
-    __slots__ = ("process", "conn", "pid", "calls", "blocking")
+    __slots__ = ("process", "conn", "pid", "calls", "blocking", "idle_since")
 
-    def __init__(self, process: Any, conn: Connection) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], conn: Connection) -> None:
         self.process = process
         self.conn = conn
         self.pid: int = process.pid
@@ -54,12 +69,14 @@ class _Worker:
         self.blocking = True
         """Whether its pipe is known to be blocking (a pipe is made so; a non-selector
         loop may change that while watching it: `_exchange`)."""
+        self.idle_since = 0.0
+        """When it was last parked idle (the pool's clock)."""
 
     def alive(self) -> bool:
-        return bool(self.process.is_alive())
+        return self.process.poll() is None
 
     def kill(self) -> None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError):
             self.process.kill()
         self._reap(timeout=5.0)
 
@@ -69,45 +86,60 @@ class _Worker:
             self.conn.close()
 
     def join(self, timeout: float) -> None:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
             self.kill()
         else:
             self._reap(timeout=0)
 
     def _reap(self, timeout: float) -> None:
-        with contextlib.suppress(Exception):
-            self.process.join(timeout)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
         with contextlib.suppress(OSError):
             self.conn.close()
-        with contextlib.suppress(ValueError):
-            self.process.close()
 
 
 class PythonPool:
     """A pool of warm python worker processes.
 
     Args:
-        size: the most worker processes alive at once (each runs one call at a time).
-        start_method: `spawn` (default) or `forkserver`; `fork` is refused.
+        size: the most worker processes alive at once (each runs one call at a time): the
+            most calls its host runs at once.
+        warm: processes kept however long they idle (default `size`: none is stopped);
+            `start()` starts them ahead of the first calls.
+        idle_seconds: how long a process beyond the warm ones may idle before it stops.
+        clock: the time idleness is measured in (tests drive it, then `retire_idle`).
         startup_timeout: seconds a new worker may take to report ready.
     """
 
     def __init__(
-        self, size: int = 2, *, start_method: str = "spawn", startup_timeout: float = 60.0
+        self,
+        size: int = 2,
+        *,
+        warm: int | None = None,
+        idle_seconds: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        startup_timeout: float = 60.0,
     ) -> None:
         if size < 1:
             raise ValueError("python pool size must be at least 1")
-        if start_method == "fork":
-            raise ValueError("the python pool cannot fork: the parent process has threads")
+        if idle_seconds <= 0:
+            raise ValueError("python idle_seconds must be positive")
         self.size = size
-        self._ctx: Any = multiprocessing.get_context(start_method)
+        self.warm = size if warm is None else max(0, min(warm, size))
+        self.idle_seconds = idle_seconds
+        self._clock = clock
         self._startup_timeout = startup_timeout
         self._lock = threading.Lock()
+        self._tick = threading.Condition(self._lock)
+        """Wakes the retiring thread: a process parked idle beyond the warm ones, or close."""
         self._idle: list[_Worker] = []
+        """Oldest idle first: calls take the newest, so the rest age out."""
         self._workers: set[_Worker] = set()
-        self._slots = 0  # workers alive or starting
+        self._starting = 0
         self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._retirer: threading.Thread | None = None
         self._closed = False
         _POOLS.add(self)
 
@@ -117,9 +149,13 @@ class PythonPool:
         with self._lock:
             return sorted(w.pid for w in self._workers)
 
+    def describe(self) -> str:
+        """What it runs at once, for a start line."""
+        return f"python: up to {self.size} processes, {self.warm} kept warm"
+
     async def start(self, count: int | None = None) -> None:
-        """Start workers ahead of the first calls (`count`, default the pool size)."""
-        wanted = min(count or self.size, self.size)
+        """Start workers ahead of the first calls (`count`, default the warm ones)."""
+        wanted = min(self.warm if count is None else count, self.size)
         results = await asyncio.gather(
             *(self._acquire() for _ in range(wanted)), return_exceptions=True
         )
@@ -174,6 +210,14 @@ class PythonPool:
         self._release(worker)
         return _decode(reply, call)
 
+    def retire_idle(self) -> int:
+        """Stop the processes beyond the warm ones idle for `idle_seconds` by the clock,
+        the longest idle first; the number stopped (the retiring thread calls it)."""
+        with self._lock:
+            retired = self._expired()
+        _stop_all(retired)
+        return len(retired)
+
     def close(self) -> None:
         """Stop every worker (busy ones are killed); the pool cannot be used afterwards."""
         with self._lock:
@@ -183,96 +227,93 @@ class PythonPool:
             self._workers.clear()
             waiters = list(self._waiters)
             self._waiters.clear()
-        for worker in idle:
-            worker.stop()
+            self._tick.notify_all()
         for worker in busy:
             worker.kill()
-        for worker in idle:
-            worker.join(timeout=2.0)
+        _stop_all(idle)
         for waiter in waiters:
-            _hand_over(waiter, None, self)
+            _fail(waiter, PoolClosed(PoolClosed.__doc__))
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
 
-    # -- slots and workers -------------------------------------------------------------
+    # -- processes -------------------------------------------------------------------------
 
     async def _acquire(self) -> _Worker:
         loop = asyncio.get_running_loop()
         while True:
-            waiter: _Waiter | None = None
             with self._lock:
                 if self._closed:
                     raise PoolClosed(PoolClosed.__doc__)
                 worker = self._idle.pop() if self._idle else None
-                if worker is None and self._slots < self.size:
-                    self._slots += 1
-                elif worker is None:
-                    waiter = (loop, loop.create_future())
+                if worker is None:
+                    waiter: _Waiter = (loop, loop.create_future())
                     self._waiters.append(waiter)
-            if worker is not None:
-                if worker.alive():
-                    return worker
-                self._discard(worker)  # died while idle: replace it quietly
-                continue
-            if waiter is not None:
-                worker = await self._wait(waiter)
-                if worker is not None:
-                    return worker
-            return await self._start_in_slot()
+                    starts = self._starts_wanted()
+            if worker is None:
+                self._launch(starts)
+                return await self._wait(waiter)
+            if worker.alive():
+                return worker
+            self._discard(worker)  # died while idle: replace it quietly
 
-    async def _wait(self, waiter: _Waiter) -> _Worker | None:
-        """A handed-over worker, or None for a handed-over slot."""
+    def _starts_wanted(self) -> int:
+        """(Under the lock) how many processes to start now: one per waiter none is
+        starting for yet, within `size`; counted as starting."""
+        room = self.size - len(self._workers) - self._starting
+        wanted = max(0, min(len(self._waiters) - self._starting, room))
+        self._starting += wanted
+        return wanted
+
+    def _launch(self, starts: int) -> None:
+        for _ in range(starts):
+            threading.Thread(
+                target=self._start_one, name="milepost-python-start", daemon=True
+            ).start()
+
+    def _start_one(self) -> None:
+        """Start a process (in a thread of its own) and hand it to the first waiter; a
+        start that fails fails the first waiter's call, as it would have its own."""
+        try:
+            worker = _spawn(self._startup_timeout)
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot start
+            with self._lock:
+                self._starting -= 1
+                waiter = self._waiters.popleft() if self._waiters else None
+                starts = 0 if self._closed else self._starts_wanted()
+            self._launch(starts)  # the next waiters try a start of their own
+            if waiter is None:
+                log.warning(
+                    "python worker could not start: %s",
+                    exc,
+                    extra={"action": "python_worker_failed"},
+                )
+            else:
+                _fail(waiter, exc)
+            return
+        with self._lock:
+            self._starting -= 1
+            closed = self._closed
+            if not closed:
+                self._workers.add(worker)
+        if closed:
+            worker.kill()
+            return
+        log.debug(
+            "python worker started", extra={"action": "python_worker_started", "pid": worker.pid}
+        )
+        self._release(worker)
+
+    async def _wait(self, waiter: _Waiter) -> _Worker:
         fut = waiter[1]
         try:
             return await fut
         except asyncio.CancelledError:
             with self._lock, contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
-            if fut.done() and not fut.cancelled():
-                self._give_back(fut.result())
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release(fut.result())
             raise
-
-    async def _start_in_slot(self) -> _Worker:
-        try:
-            with self._lock:
-                if self._closed:
-                    raise PoolClosed(PoolClosed.__doc__)
-            worker = await self._spawn()
-        except BaseException:
-            self._release_slot()
-            raise
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._workers.add(worker)
-        if closed:
-            worker.kill()
-            raise PoolClosed(PoolClosed.__doc__)
-        return worker
-
-    async def _spawn(self) -> _Worker:
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=python_worker.main, args=(child,), name="milepost-python", daemon=False
-        )
-        try:
-            process.start()
-        finally:
-            child.close()
-        worker = _Worker(process, parent)
-        try:
-            greeting = await _exchange(worker, None, self._startup_timeout)
-        except BaseException:
-            worker.kill()
-            raise
-        if greeting != python_worker.READY:
-            worker.kill()
-            raise WorkerDied(f"unexpected greeting {greeting[:40]!r}")
-        log.debug(
-            "python worker started", extra={"action": "python_worker_started", "pid": worker.pid}
-        )
-        return worker
 
     def _release(self, worker: _Worker) -> None:
         """Hand a healthy worker to the first waiter, or park it."""
@@ -282,7 +323,10 @@ class PythonPool:
             elif self._waiters:
                 waiter = self._waiters.popleft()
             else:
+                worker.idle_since = self._clock()
                 self._idle.append(worker)
+                if len(self._workers) > self.warm:
+                    self._retiring()
                 return
         if waiter is None:
             worker.kill()
@@ -293,38 +337,114 @@ class PythonPool:
         worker.kill()
         with self._lock:
             self._workers.discard(worker)
-        self._release_slot()
+            starts = 0 if self._closed else self._starts_wanted()
+        self._launch(starts)  # its waiters get a new one
 
-    def _release_slot(self) -> None:
-        """Free a worker slot, or pass it to the first waiter, which starts a worker in it."""
-        with self._lock:
-            if self._waiters and not self._closed:
-                waiter = self._waiters.popleft()
-            else:
-                self._slots -= 1
-                return
-        _hand_over(waiter, None, self)
+    # -- retiring idle processes -----------------------------------------------------------
 
-    def _give_back(self, item: _Worker | None) -> None:
-        if item is None:
-            self._release_slot()
-        else:
-            self._release(item)
+    def _retiring(self) -> None:
+        """(Under the lock) wake the retiring thread, started the first time."""
+        if self._retirer is None:
+            self._retirer = threading.Thread(
+                target=self._retire_forever, name="milepost-python-retire", daemon=True
+            )
+            self._retirer.start()
+        self._tick.notify()
+
+    def _retire_forever(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                retired = self._expired()
+                if not retired:
+                    self._tick.wait(self._next_expiry())
+                    continue
+            _stop_all(retired)
+
+    def _expired(self) -> list[_Worker]:
+        """(Under the lock) take the idle processes past their idle time out of the pool,
+        the longest idle first, keeping the warm ones."""
+        now = self._clock()
+        spare = len(self._workers) - self.warm
+        retired: list[_Worker] = []
+        while spare > 0 and self._idle and now - self._idle[0].idle_since >= self.idle_seconds:
+            worker = self._idle.pop(0)
+            self._workers.discard(worker)
+            retired.append(worker)
+            spare -= 1
+        return retired
+
+    def _next_expiry(self) -> float | None:
+        """(Under the lock) seconds until the next idle process may retire; None: none may."""
+        if len(self._workers) <= self.warm or not self._idle:
+            return None
+        return max(0.0, self._idle[0].idle_since + self.idle_seconds - self._clock())
 
 
-def _hand_over(waiter: _Waiter, item: _Worker | None, pool: PythonPool) -> None:
+def _spawn(startup_timeout: float) -> _Worker:
+    """Start a worker process and wait (blocking) for its greeting."""
+    parent, child = multiprocessing.Pipe(duplex=True)
+    try:
+        fd = child.fileno()
+        process = subprocess.Popen(
+            [sys.executable, "-c", python_worker.BOOT, str(fd), json.dumps(sys.path)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+        )
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+    worker = _Worker(process, parent)
+    try:
+        if not parent.poll(startup_timeout):
+            raise TimeoutError(f"no greeting within {startup_timeout:g}s")
+        greeting = parent.recv_bytes()
+    except (EOFError, OSError) as exc:
+        worker.kill()
+        raise WorkerDied(f"exited before its greeting (code {process.poll()})") from exc
+    except BaseException:
+        worker.kill()
+        raise
+    if greeting != python_worker.READY:
+        worker.kill()
+        raise WorkerDied(f"unexpected greeting {greeting[:40]!r}")
+    return worker
+
+
+def _stop_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.stop()
+    for worker in workers:
+        worker.join(timeout=2.0)
+
+
+def _hand_over(waiter: _Waiter, worker: _Worker, pool: PythonPool) -> None:
     loop, fut = waiter
 
     def deliver() -> None:
         if fut.done():  # the waiter gave up in the meantime
-            pool._give_back(item)
+            pool._release(worker)
         else:
-            fut.set_result(item)
+            fut.set_result(worker)
 
     try:
         loop.call_soon_threadsafe(deliver)
     except RuntimeError:  # the waiter's loop is closed
-        pool._give_back(item)
+        pool._release(worker)
+
+
+def _fail(waiter: _Waiter, exc: BaseException) -> None:
+    loop, fut = waiter
+
+    def deliver() -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+
+    with contextlib.suppress(RuntimeError):  # the waiter's loop is closed: nobody waits
+        loop.call_soon_threadsafe(deliver)
 
 
 async def _exchange(worker: _Worker, payload: bytes | None, timeout: float | None) -> bytes:
@@ -430,9 +550,8 @@ _POOLS: weakref.WeakSet[PythonPool] = weakref.WeakSet()
 
 @atexit.register
 def _close_pools() -> None:
-    # Registered after multiprocessing's own exit hook, so it runs first: the workers
-    # are not daemonic (user code may start processes) and must be stopped before
-    # multiprocessing joins them.
+    # a process that ends without closing its pools: idle workers would exit on EOF
+    # anyway, busy ones only once their code ends
     for pool in list(_POOLS):
         with contextlib.suppress(Exception):
             pool.close()

@@ -45,6 +45,23 @@ FILENAME = "<python tool>"
 """The file name of the code's frames (the parent names it as the step in the traceback)."""
 
 
+BOOT = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv.pop(2)); "
+    "from milepost.tools import python_worker; python_worker.serve(sys.argv)"
+)
+"""What a worker process runs (`python -c BOOT FD SYS_PATH`): the parent's `sys.path`, so
+the code imports what the parent would (`libs`, the classes of pickled inputs), then
+`serve`. Nothing else is imported: not the parent's `__main__` (a `multiprocessing` spawn
+re-imports it, the whole CLI for `milepost worker`: four times the memory and ten times
+the start-up of this module)."""
+
+
+def serve(argv: list[str]) -> None:
+    """The entry of a worker process: serve calls on the pipe whose fd is `argv[1]`."""
+    fd = int(argv.pop(1))
+    main(Connection(fd))
+
+
 def main(conn: Connection) -> None:
     """Serve calls on `conn` until the parent closes it."""
     _isolate_stdio()

@@ -32,9 +32,14 @@ class ToolRuntime:
     Owns the python worker pool and the http clients; `run` never raises for a tool failure.
 
     Args:
-        python_workers: size of the python worker pool (processes started lazily).
+        python_workers: python processes kept warm however long they idle (started on
+            the first calls, or by `python.start()`).
+        python_max: the most python processes at once: the most calls its host runs at
+            once (a worker's concurrency), so no python call waits on another's while the
+            host has a free slot; more than `python_workers` start on demand and stop once
+            idle for `python_idle_seconds`. Default `python_workers`.
+        python_idle_seconds: see `python_max`.
         http_transport: an httpx transport replacing the network (tests).
-        python_start_method: `spawn` (default) or `forkserver`.
         credentials: `name -> credential data (decrypted, with its "type") | None`, how
             postgres and http resolve `auth`; None: no credential is registered.
         children: how the `playbook` tool starts and waits for child executions (the
@@ -47,8 +52,9 @@ class ToolRuntime:
         self,
         python_workers: int = 2,
         *,
+        python_max: int | None = None,
+        python_idle_seconds: float = python_tool.IDLE_SECONDS,
         http_transport: httpx.AsyncBaseTransport | None = None,
-        python_start_method: str = "spawn",
         credentials: Callable[[str], Mapping[str, Any] | None] | None = None,
         children: ChildRunner | None = None,
         nats_url: str | None = None,
@@ -60,7 +66,11 @@ class ToolRuntime:
         used."""
         self._postgres: PostgresTool | None = None
         """Created on the first postgres call, so psycopg loads only when used."""
-        self.python = python_tool.PythonPool(python_workers, start_method=python_start_method)
+        self.python = python_tool.PythonPool(
+            max(python_workers, 1) if python_max is None else python_max,
+            warm=python_workers,
+            idle_seconds=python_idle_seconds,
+        )
         self.http = http_tool.HttpTool(transport=http_transport, credentials=credentials)
         self._executors: dict[str, Executor] = {
             "python": self.python.run,

@@ -124,6 +124,8 @@ class Worker:
         report_timeout: how long a report is retried while the server is unreachable.
         credentials: the lookup given to `run_attempt` (pass the same to the tools);
             default: fetched through `client`, cached for 30 s.
+        announce: what else its start line says, after its concurrency (`PythonPool.describe`:
+            the python processes it runs at once).
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class Worker:
         max_poll: float = MAX_POLL,
         report_timeout: float = REPORT_TIMEOUT,
         credentials: RemoteCredentials | None = None,
+        announce: str | None = None,
     ) -> None:
         settings = settings or Settings()
         self.concurrency = settings.concurrency if concurrency is None else concurrency
@@ -154,6 +157,7 @@ class Worker:
         self.worker_id = worker_id or settings.worker_id or default_worker_id()
         self.lease_seconds = lease_seconds or settings.lease_seconds
         self.grace_seconds = settings.grace_seconds if grace_seconds is None else grace_seconds
+        self.announce = announce
         self.log_cap = settings.log_cap_bytes
         self.clock: Clock = clock or RealClock()
         self.min_poll = min_poll
@@ -221,10 +225,11 @@ class Worker:
     async def run(self) -> None:
         """Claim and run commands until `stop()`, then shut down as described above."""
         log.info(
-            "worker %s claiming from pool %r (concurrency %d, lease %gs)",
+            "worker %s claiming from pool %r (concurrency %d%s; lease %gs)",
             self.worker_id,
             self.pool,
             self.concurrency,
+            f"; {self.announce}" if self.announce else "",
             self.lease_seconds,
             extra={"action": "worker_started", "worker_id": self.worker_id},
         )

@@ -39,7 +39,7 @@ async def run_worker(
 
     The settings used: server_url and token (else the client's own defaults), concurrency,
     pool, worker_id, nats_url (None: poll only), lease_seconds, grace_seconds,
-    python_workers, machine_id. `channel` carries the reports (`milepost verify` wraps it
+    python_workers, python_idle_seconds, machine_id. `channel` carries the reports (`milepost verify` wraps it
     to note what the server said it stored).
     """
     settings = settings or Settings()
@@ -51,12 +51,20 @@ async def run_worker(
         credentials = RemoteCredentials(client.credential, blocking.credential, time.time)
         tools = ToolRuntime(
             python_workers=settings.python_workers,
+            python_max=settings.concurrency,  # as many as attempts run at once
+            python_idle_seconds=settings.python_idle_seconds,
             credentials=credentials,
             children=ServerChildren(client),
             nats_url=settings.nats_url,
         )
         try:
-            worker = Worker(reports, tools, settings=settings, credentials=credentials)
+            worker = Worker(
+                reports,
+                tools,
+                settings=settings,
+                credentials=credentials,
+                announce=tools.python.describe(),
+            )
             wakeup = (
                 NatsWakeup(
                     settings.nats_url,
@@ -149,8 +157,9 @@ def worker_main(
     `MILEPOST_CONCURRENCY` (16, as for `milepost run`), `MILEPOST_POOL` (else
     `MILEPOST_NATS_POOL`, else `default`), `MILEPOST_WORKER_ID` (`host:pid`),
     `MILEPOST_NATS_URL` (none: poll only), `MILEPOST_LEASE_SECONDS` (30),
-    `MILEPOST_GRACE_SECONDS` (30), `MILEPOST_PYTHON_WORKERS` (2), `MILEPOST_LOG_LEVEL`
-    (INFO)). Event ids use `MILEPOST_MACHINE_ID`, else a machine id leased from the server.
+    `MILEPOST_GRACE_SECONDS` (30), `MILEPOST_PYTHON_WORKERS` (python processes kept
+    warm, 2; more start on demand up to the concurrency), `MILEPOST_PYTHON_IDLE_SECONDS`
+    (60), `MILEPOST_LOG_LEVEL` (INFO)). Event ids use `MILEPOST_MACHINE_ID`, else a machine id leased from the server.
     """
     settings = worker_settings(
         server_url=server,

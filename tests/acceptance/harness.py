@@ -258,12 +258,13 @@ class Cluster:
         grace_seconds: float = 10.0,
         pool: str | None = None,
         token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> Proc:
         """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default);
-        `token`: its MILEPOST_TOKEN (default a worker token)."""
+        `token`: its MILEPOST_TOKEN (default a worker token); `env`: more settings."""
         index = len(self.workers) + 1
-        env = dict(self.env)
-        env.update(
+        settings = dict(self.env)
+        settings.update(
             {
                 "MILEPOST_SERVER_URL": self.url,
                 "MILEPOST_TOKEN": self.worker_token if token is None else token,
@@ -271,12 +272,16 @@ class Cluster:
                 "MILEPOST_PYTHON_WORKERS": str(python_workers),
                 "MILEPOST_GRACE_SECONDS": str(grace_seconds),
                 "MILEPOST_WORKER_ID": f"worker-{index}",
+                **(env or {}),
             }
         )
         if pool is not None:
-            env["MILEPOST_POOL"] = pool
+            settings["MILEPOST_POOL"] = pool
         proc = Proc(
-            f"worker-{index}", [PYTHON, "-c", WORKER_ENTRY], env, self.tmp / f"worker-{index}.log"
+            f"worker-{index}",
+            [PYTHON, "-c", WORKER_ENTRY],
+            settings,
+            self.tmp / f"worker-{index}.log",
         )
         self.workers.append(proc)
         return proc

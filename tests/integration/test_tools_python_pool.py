@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from milepost.tools import base
 from milepost.tools.python import PythonPool
+from tests import python_slots
+from tests.shared import process_gone, wait_for_async
 
 
 class Things(list):  # type: ignore[type-arg]
@@ -284,3 +293,175 @@ def test_one_worker_serves_a_selector_loop_after_uvloop_and_back() -> None:
         pool.close()
     assert [r.data for r in results] == [len(big)] * len(loops), [r.error for r in results]
     assert len(pids) == 1  # one process served every loop: none was replaced
+
+
+# -- a pool that grows with its host's slots (issue 33, item 11) ------------------------------
+
+
+def hold(out: Path, name: str = "c", i: int = 0) -> base.ToolCall:
+    """A call holding its process until `out/go` exists (`tests.python_slots`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return call(python_slots.HOLD, {"out": str(out), "name": name, "i": i})
+
+
+async def holding(pool: PythonPool, out: Path, count: int) -> tuple[dict[str, int], list[Any]]:
+    """`count` holding calls at once: the markers once all hold a process, then the
+    results once let go."""
+    tasks = [asyncio.ensure_future(pool.run(hold(out, i=i))) for i in range(count)]
+    found = await wait_for_async(
+        lambda: (got := python_slots.started(out)) and len(got) == count and got,
+        f"{count} calls holding a process each",
+        timeout=60,
+    )
+    python_slots.let_go(out)
+    results = await asyncio.gather(*tasks)
+    assert all(r.ok for r in results), [r.error for r in results]
+    return found, [r.data for r in results]
+
+
+def test_calls_at_once_up_to_the_size_each_get_a_process_started_on_demand(tmp_path: Path) -> None:
+    pool = PythonPool(4, warm=1)
+    try:
+        asyncio.run(pool.start())
+        assert len(pool.pids) == 1  # the warm one only, until calls need more
+        found, pids = asyncio.run(holding(pool, tmp_path, 4))
+        assert len(set(pids)) == 4 and set(pids) == set(found.values()) == set(pool.pids)
+    finally:
+        pool.close()
+
+
+def test_idle_processes_beyond_the_warm_ones_stop_after_their_idle_time(tmp_path: Path) -> None:
+    # an idle time of hours: the pool's own retiring thread never wakes during the test
+    # (it waits in real seconds), the test drives the clock and retires
+    now = [100.0]
+    pool = PythonPool(3, warm=1, idle_seconds=10_000, clock=lambda: now[0])
+    try:
+        _, pids = asyncio.run(holding(pool, tmp_path, 3))
+        assert sorted(pids) == pool.pids
+        now[0] += 9_999
+        assert pool.retire_idle() == 0 and pool.pids == sorted(pids)
+        now[0] += 1
+        assert pool.retire_idle() == 2
+        [kept] = pool.pids
+        assert all(process_gone(pid) for pid in pids if pid != kept)
+        now[0] += 100_000
+        assert pool.retire_idle() == 0 and pool.pids == [kept]  # the warm one stays
+        assert ok(pool, "import os; result = os.getpid()") == kept
+    finally:
+        pool.close()
+
+
+def test_a_process_in_use_is_not_stopped_for_its_earlier_idleness(tmp_path: Path) -> None:
+    now = [0.0]
+    pool = PythonPool(2, warm=0, idle_seconds=10_000, clock=lambda: now[0])
+    try:
+        _, pids = asyncio.run(holding(pool, tmp_path / "first", 2))
+        now[0] += 60_000
+
+        async def busy_while_retiring() -> tuple[int, int]:
+            task = asyncio.ensure_future(pool.run(hold(tmp_path / "second")))
+            await wait_for_async(lambda: python_slots.started(tmp_path / "second"), "a call")
+            retired = pool.retire_idle()  # the other one only
+            python_slots.let_go(tmp_path / "second")
+            return retired, (await task).data
+
+        retired, busy = asyncio.run(busy_while_retiring())
+        assert retired == 1 and pool.pids == [busy] and busy in pids
+    finally:
+        pool.close()
+
+
+def test_a_start_that_fails_fails_one_call_and_the_next_call_starts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from milepost.tools import python
+
+    pool = PythonPool(1)
+    spawn = python._spawn
+    monkeypatch.setattr(python, "_spawn", lambda timeout: (_ for _ in ()).throw(OSError("boom")))
+    try:
+        (failed,) = run(pool, call("result = 1"))
+        assert failed.error == base.ToolFailure(
+            "exception", "python worker could not start: boom", code=None
+        )
+        monkeypatch.setattr(python, "_spawn", spawn)
+        assert ok(pool, "result = 1") == 1
+    finally:
+        pool.close()
+
+
+def test_a_worker_process_imports_nothing_of_its_parent(tmp_path: Path) -> None:
+    """A spawned process re-imported the parent's `__main__`: for `milepost worker`, the
+    whole CLI (~65 MB and ~0.9 s of CPU per process instead of ~16 MB and ~0.1 s)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        textwrap.dedent(
+            """\
+            import asyncio, json, os
+            from milepost.tools import base
+            from milepost.tools.python import PythonPool
+
+            with open(__file__ + ".ran", "a") as f:  # each time this module runs
+                f.write(f"{os.getpid()}\\n")
+            CODE = "import sys; result = 'milepost.tools.python' in sys.modules"
+            if __name__ == "__main__":
+                pool = PythonPool(1)
+                done = asyncio.run(pool.run(base.ToolCall("python", {"code": CODE}, {}, {}, "k")))
+                pool.close()
+                print(json.dumps(done.data))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout) is False
+    assert len((tmp_path / "parent.py.ran").read_text().split()) == 1, "ran in the worker too"
+
+
+# a host's slots, over time: a call of some run starts (while a slot is free), or one ends
+Step = tuple[str, int]
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("call"), st.integers(0, 2)), st.tuples(st.just("end"), st.integers(0, 9))
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.generate])
+@given(size=st.integers(1, 3), warm=st.integers(0, 3), steps=STEPS)
+def test_no_call_waits_on_another_while_its_host_has_a_free_slot(
+    size: int, warm: int, steps: list[Step]
+) -> None:
+    """The class of issue 33 item 11: whatever runs the calls come from and in whatever
+    order they start and end, every call the host runs (at most `size`, its slots) holds a
+    process of its own at once; none waits for another's to end."""
+
+    async def host(root: Path, pool: PythonPool) -> None:
+        running: dict[int, tuple[Path, asyncio.Future[base.ToolResult]]] = {}
+        for n, (what, arg) in enumerate(steps):
+            if what == "call" and len(running) < size:
+                out = root / str(n)
+                running[n] = (out, asyncio.ensure_future(pool.run(hold(out, f"run{arg}", n))))
+            elif what == "end" and running:
+                out, task = running.pop(sorted(running)[arg % len(running)])
+                python_slots.let_go(out)
+                assert (await task).ok
+            await wait_for_async(
+                lambda: all(python_slots.started(out) for out, _ in running.values()),
+                f"all {len(running)} calls holding a process (pool size {size})",
+                timeout=60,
+            )
+        for out, task in running.values():
+            python_slots.let_go(out)
+            assert (await task).ok
+
+    with tempfile.TemporaryDirectory() as root:
+        pool = PythonPool(size, warm=warm)
+        try:
+            asyncio.run(host(Path(root), pool))
+            assert len(pool.pids) <= size
+        finally:
+            pool.close()

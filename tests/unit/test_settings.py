@@ -96,3 +96,10 @@ def test_the_engine_bounds_an_attempt_without_spec_timeout_to_a_day_unless_told_
     assert Settings().default_timeout is None  # 0: no bound
     monkeypatch.setenv("MILEPOST_DEFAULT_TIMEOUT", "90")
     assert Settings().default_timeout == 90.0
+
+
+def test_the_python_processes_idle_time_has_one_default() -> None:
+    from milepost.engine import embedded
+    from milepost.tools import python
+
+    assert Settings().python_idle_seconds == python.IDLE_SECONDS == embedded.PYTHON_IDLE_S
