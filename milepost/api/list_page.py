@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from milepost.api import errors, schemas, views
+from milepost.core import state as st
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle
 from milepost.engine.lifecycle import Keyset as Keyset  # the routes' name for it
 from milepost.errors import MilepostError
@@ -48,15 +49,26 @@ def next_cursor(rows: Sequence[ExecutionRow], limit: int) -> str | None:
 
 def items(engine: Lifecycle, rows: Sequence[ExecutionRow]) -> list[schemas.ExecutionItem]:
     """The rows with their progress: steps exited (one grouped read for the page) of their
-    playbook's steps (parsed once per version, cached)."""
+    playbook's steps (parsed once per version, cached), and what a running one waits on
+    first (`core.waiting`, read as its status reads it)."""
     done = engine.steps_exited([r.execution_id for r in rows]) if rows else {}
     out = []
     for row in rows:
         item = views.execution_item(row)
         item.steps_done = done.get(row.execution_id, 0)
         item.steps_total = _steps(engine, row)
+        if row.status not in st.TERMINAL:
+            item.waiting = _waiting(engine, row)
         out.append(item)
     return out
+
+
+def _waiting(engine: Lifecycle, row: ExecutionRow) -> schemas.WaitOut | None:
+    try:
+        found = engine.read(row.execution_id, engine.waits_of)
+    except MilepostError:  # a catalog entry that no longer parses: no wait, still a row
+        return None
+    return schemas.WaitOut(**found[0]) if found else None
 
 
 def _steps(engine: Lifecycle, row: ExecutionRow) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from milepost.api.checks import IdOut
+from milepost.api.schemas_diagnosis import WaitOut
 
 
 class IterationsOut(BaseModel):
@@ -27,6 +28,9 @@ class NodeOut(BaseModel):
         description=(
             "A loop step's latest run: iterations done, running and failed; null without a loop."
         )
+    )
+    wait: WaitOut | None = Field(
+        None, description="What the step waits on first (`waits` of its status), if anything."
     )
 
 

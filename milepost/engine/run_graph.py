@@ -4,15 +4,25 @@ failed; one edge per arc of the playbook (DSL 8) and per compensation (DSL 10.5)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from milepost.core import state as st
 from milepost.playbook import model
 
 
-def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, Any]:
-    """`{execution_id, status, entry_step, nodes: [...], edges: [...]}` (`GraphOut`)."""
-    nodes = [_node(state, step) for step in playbook.steps.values()]
+def run_graph(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    waits: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """`{execution_id, status, entry_step, nodes: [...], edges: [...]}` (`GraphOut`); each
+    node's `wait` is the first of `waits` (`engine.diagnosis.waits`) naming its step."""
+    first: dict[str, dict[str, Any]] = {}
+    for wait in waits:
+        if wait.get("step") is not None:
+            first.setdefault(wait["step"], wait)
+    nodes = [_node(state, step, first.get(step.name)) for step in playbook.steps.values()]
     edges: list[dict[str, Any]] = []
     for step in playbook.steps.values():
         for i, arc in enumerate(step.next.arcs):
@@ -46,7 +56,9 @@ def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, A
     }
 
 
-def _node(state: st.ExecutionState, step: model.Step) -> dict[str, Any]:
+def _node(
+    state: st.ExecutionState, step: model.Step, wait: dict[str, Any] | None
+) -> dict[str, Any]:
     kinds = sorted({task.kind for task in step.tasks})
     return {
         "id": step.name,
@@ -57,6 +69,7 @@ def _node(state: st.ExecutionState, step: model.Step) -> dict[str, Any]:
         "status": state.step_status.get(step.name, "PENDING"),
         "runs": state.run_counts.get(step.name, 0),
         "iterations": _iterations(state, step) if step.loop is not None else None,
+        "wait": wait,
     }
 
 

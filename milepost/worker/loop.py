@@ -463,6 +463,7 @@ class Worker:
                 sleep=self.clock.sleep,
                 credentials=self.credentials,
                 log_cap=self.log_cap,
+                on_retry=lambda retry: self.reporter.note(job, item, retry),
             )
         )
         return item, outcome

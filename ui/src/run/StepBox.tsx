@@ -1,8 +1,10 @@
-import type { GraphNode } from "../api/types";
+import type { GraphNode, Wait } from "../api/types";
 import { statusColour } from "../status";
+import { blocking, useNow, waitText } from "../waits";
 
 /** A step as the graph draws it: its name, kind and status colour; a loop step shows its
- * iterations done / running / failed (one node, whatever the number of iterations). */
+ * iterations done / running / failed (one node, whatever the number of iterations); a step
+ * held back (a retry timer, an approval) says so and until when. */
 export function StepBox({ node }: { node: GraphNode }) {
   const colour = statusColour(node.status);
   const it = node.iterations;
@@ -23,6 +25,7 @@ export function StepBox({ node }: { node: GraphNode }) {
         <span>{node.kind}</span>
         <span className="step-status">{node.status}</span>
       </div>
+      {node.wait && blocking(node.wait) && <StepWait id={node.id} wait={node.wait} />}
       {it && (
         <div className="iterations" data-testid={`iterations-${node.id}`}>
           <span className="done">{it.done} done</span>
@@ -31,6 +34,15 @@ export function StepBox({ node }: { node: GraphNode }) {
           <span className="total">/ {it.total}</span>
         </div>
       )}
+    </div>
+  );
+}
+
+function StepWait({ id, wait }: { id: string; wait: Wait }) {
+  const now = useNow();
+  return (
+    <div className="step-wait" data-testid={`wait-${id}`} data-kind={wait.kind}>
+      {waitText(wait, now)}
     </div>
   );
 }
