@@ -196,7 +196,7 @@ def text(wait: Wait, now: float) -> str:
         message = (wait.error or {}).get("message")
         line += f", after: {message}" if message else ""
     elif wait.kind == APPROVAL:
-        line = f"waiting for approval {wait.approval_id}"
+        line = "waiting for approval" + (f" {wait.approval_id}" if wait.approval_id else "")
         if wait.due_at is not None:
             line += (
                 f", which expires in {span(wait.due_at - now)}"
@@ -208,9 +208,9 @@ def text(wait: Wait, now: float) -> str:
             _in(wait.due_at, now) if wait.due_at is not None else "once they stop"
         )
     elif wait.kind == NO_WORKER:
-        line = f"queued in pool {wait.pool}, which no live worker serves"
+        line = f"queued in pool {wait.pool or 'default'}, which no live worker serves"
     elif wait.kind == QUEUED:
-        line = f"queued for a worker of pool {wait.pool}"
+        line = f"queued for a worker of pool {wait.pool or 'default'}"
     else:
         line = f"running on {wait.worker}" if wait.worker else "running"
         if wait.attempt is not None:

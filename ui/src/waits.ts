@@ -29,7 +29,7 @@ export function waitText(w: Wait, now: number): string {
     if (w.attempt !== null) line += `, attempt ${w.attempt}${w.attempts !== null ? ` of ${w.attempts}` : ""}`;
     if (w.error?.message) line += `, after: ${w.error.message}`;
   } else if (w.kind === "approval") {
-    line = `waiting for approval ${w.approval_id}`;
+    line = `waiting for approval${w.approval_id ? ` ${w.approval_id}` : ""}`;
     if (w.due_at) {
       const s = (new Date(w.due_at).getTime() - now) / 1000;
       line += s > 0 ? `, which expires in ${span(s)}` : ", which has expired";
@@ -37,9 +37,9 @@ export function waitText(w: Wait, now: number): string {
   } else if (w.kind === "cancel_grace") {
     line = `cancel requested: the attempts still out are abandoned ${w.due_at ? until(w.due_at, now) : "once they stop"}`;
   } else if (w.kind === "no_worker") {
-    line = `queued in pool ${w.pool}, which no live worker serves`;
+    line = `queued in pool ${w.pool ?? "default"}, which no live worker serves`;
   } else if (w.kind === "queued") {
-    line = `queued for a worker of pool ${w.pool}`;
+    line = `queued for a worker of pool ${w.pool ?? "default"}`;
   } else {
     line = w.worker ? `running on ${w.worker}` : "running";
     if (w.attempt !== null) line += `, attempt ${w.attempt}`;
