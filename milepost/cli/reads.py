@@ -101,7 +101,12 @@ class LocalRuns:
         from milepost.api import list_page  # the server's wire shape, its progress and waits
 
         rows = self.engine.executions(status=status, path=path, limit=limit, offset=0, since=since)
-        return [item.model_dump() for item in list_page.items(self.engine, rows)]
+        return [item.model_dump() for item in list_page.items(self.engine, rows, self._waits)]
+
+    def _waits(self, execution_id: int) -> list[dict[str, Any]]:
+        """What the run waits on, from the log folded as it is (no key needed, as `status`)."""
+        state = st.fold(None, self.engine.events(execution_id))
+        return self.engine.waits_of(state, self.engine.playbook(state.path, state.version or 0))
 
     def status(self, execution_id: int) -> dict[str, Any]:
         # the log folded as it is: no key is needed to read a run sealed with one

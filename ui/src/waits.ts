@@ -20,14 +20,15 @@ function until(due: string | null, now: number): string {
 }
 
 /** A wait in one line, its times from `now` (ms), as `core/waiting.text` says it:
- * `retrying in 9m 12s, attempt 2 of 3, after: ValueError: boom`. */
-export function waitText(w: Wait, now: number): string {
+ * `retrying in 9m 12s, attempt 2 of 3, after: ValueError: boom` (`withError` false: without
+ * its last part, for a step's box). */
+export function waitText(w: Wait, now: number, withError = true): string {
   let line: string;
   if (w.kind === "retry" || w.kind === "policy_retry") {
     line = `retrying ${w.due_at ? until(w.due_at, now) : "soon"}`;
     if (w.task) line = `task '${w.task}' ${line}`;
     if (w.attempt !== null) line += `, attempt ${w.attempt}${w.attempts !== null ? ` of ${w.attempts}` : ""}`;
-    if (w.error?.message) line += `, after: ${w.error.message}`;
+    if (withError && w.error?.message) line += `, after: ${w.error.message}`;
   } else if (w.kind === "approval") {
     line = `waiting for approval${w.approval_id ? ` ${w.approval_id}` : ""}`;
     if (w.due_at) {

@@ -41,8 +41,8 @@ export function StepBox({ node }: { node: GraphNode }) {
 function StepWait({ id, wait }: { id: string; wait: Wait }) {
   const now = useNow();
   return (
-    <div className="step-wait" data-testid={`wait-${id}`} data-kind={wait.kind}>
-      {waitText(wait, now)}
+    <div className="step-wait" data-testid={`wait-${id}`} data-kind={wait.kind} title={waitText(wait, now)}>
+      {waitText(wait, now, false)}
     </div>
   );
 }
