@@ -7,9 +7,11 @@ next page is the rows below it in the list's order, one index range however deep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from milepost.api import errors, schemas, views
+from milepost.core import state as st
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle
 from milepost.engine.lifecycle import Keyset as Keyset  # the routes' name for it
 from milepost.errors import MilepostError
@@ -46,17 +48,35 @@ def next_cursor(rows: Sequence[ExecutionRow], limit: int) -> str | None:
     return keyset(rows[-1].created_at, rows[-1].execution_id)
 
 
-def items(engine: Lifecycle, rows: Sequence[ExecutionRow]) -> list[schemas.ExecutionItem]:
+def items(
+    engine: Lifecycle,
+    rows: Sequence[ExecutionRow],
+    waits: Callable[[int], list[dict[str, Any]]] | None = None,
+) -> list[schemas.ExecutionItem]:
     """The rows with their progress: steps exited (one grouped read for the page) of their
-    playbook's steps (parsed once per version, cached)."""
+    playbook's steps (parsed once per version, cached), and what a running one waits on
+    first (`core.waiting`: `waits(execution_id)`, by default read as its status reads it)."""
     done = engine.steps_exited([r.execution_id for r in rows]) if rows else {}
+    read = waits or (lambda xid: engine.read(xid, engine.waits_of))
     out = []
     for row in rows:
         item = views.execution_item(row)
         item.steps_done = done.get(row.execution_id, 0)
         item.steps_total = _steps(engine, row)
+        if row.status not in st.TERMINAL:
+            item.waiting = _first(read, row.execution_id)
         out.append(item)
     return out
+
+
+def _first(
+    read: Callable[[int], list[dict[str, Any]]], execution_id: int
+) -> schemas.WaitOut | None:
+    try:
+        found = read(execution_id)
+    except MilepostError:  # a catalog entry that no longer parses: no wait, still a row
+        return None
+    return schemas.WaitOut(**found[0]) if found else None
 
 
 def _steps(engine: Lifecycle, row: ExecutionRow) -> int | None:

@@ -20,6 +20,7 @@ from milepost.api.checks import (
     WireId,
     Workload,
 )
+from milepost.api.schemas_diagnosis import WaitOut as WaitOut
 from milepost.api.schemas_events import BatchEventIn as BatchEventIn
 from milepost.api.schemas_events import Envelope as Envelope
 from milepost.api.schemas_events import EventIn as EventIn
@@ -126,6 +127,13 @@ class ExecutionItem(BaseModel):
         None, description=("In the list: how many of its steps have exited (run to an end).")
     )
     steps_total: int | None = Field(None, description="In the list: its playbook's steps.")
+    waiting: WaitOut | None = Field(
+        None,
+        description=(
+            "In the list: what a running run waits on first (its `waits`' first); null "
+            "when it ended or nothing blocks it."
+        ),
+    )
 
 
 class ExecutionList(BaseModel):
@@ -223,6 +231,13 @@ class RunProgress(BaseModel):
     )
     usage: UsageOut | None = Field(
         None, description=("Usage the run's tools reported (DSL 10.6); null when none did.")
+    )
+    waits: list[WaitOut] = Field(
+        default_factory=list,
+        description=(
+            "What the run waits on now (a retry timer, an approval, a queued or claimed "
+            "command, a cancel's grace), the most blocking first; empty once it ended."
+        ),
     )
 
 

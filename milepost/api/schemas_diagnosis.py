@@ -1,5 +1,5 @@
 """The wire shape of a run's diagnosis (`GET /api/executions/{id}/diagnosis`,
-`core.diagnosis`)."""
+`core.diagnosis`) and of what it waits on (`core.waiting`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from milepost.api.checks import IdOut
-from milepost.core import diagnosis
+from milepost.api.checks import IdOut, TimeOut
+from milepost.core import diagnosis, waiting
 
 
 class FindingOut(BaseModel):
@@ -26,3 +26,39 @@ class DiagnosisOut(BaseModel):
     status: str
     checked_at: str = Field(description="When the engine looked (ISO-8601 UTC).")
     findings: list[FindingOut] = Field(description="The most likely cause first.")
+
+
+class WaitOut(BaseModel):
+    """One thing a run waits on now (`core.waiting`): the same in the status, the describe,
+    the runs list and the graph. Times are absolute: a reader says how far off they are."""
+
+    kind: str = Field(description=f"A stable code: {', '.join(waiting.ORDER)}.")
+    step: str | None = Field(None, description="The step it concerns (null: the whole run).")
+    index: int | None = Field(None, description="The loop index; null for a step without loop.")
+    due_at: TimeOut | None = Field(
+        None,
+        description=(
+            "When it ends (ISO-8601 UTC): a retry's due time, an approval's expiry, a claim's "
+            "lease end, a cancel's grace; null when the engine knows no end."
+        ),
+    )
+    attempt: int | None = Field(
+        None,
+        description=(
+            "The attempt it leads to (a `policy_retry`'s: the task's execution, inside the "
+            "same attempt)."
+        ),
+    )
+    attempts: int | None = Field(None, description="Of how many at most, when known.")
+    error: dict[str, Any] | None = Field(None, description="The error a retry follows.")
+    task: str | None = Field(None, description="A policy retry's task (a pipeline's).")
+    worker: str | None = Field(None, description="The worker holding the command, if one.")
+    pool: str | None = None
+    approval_id: IdOut | None = None
+    command_id: IdOut | None = None
+    undoes: str | None = Field(
+        None, description="A compensation's retry: the step whose run it undoes."
+    )
+    count: int = Field(
+        1, description="Waits of this step and kind (a loop's iterations); this one is due first."
+    )

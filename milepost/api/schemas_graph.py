@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from milepost.api.checks import IdOut
+from milepost.api.schemas_diagnosis import WaitOut
 
 
 class IterationsOut(BaseModel):
@@ -34,6 +35,9 @@ class NodeOut(BaseModel):
             "A teardown step (`executor.spec.teardown`): no arc reaches it; it runs once as "
             "the run ends, whatever the end."
         ),
+    )
+    wait: WaitOut | None = Field(
+        None, description="What the step waits on first (`waits` of its status), if anything."
     )
 
 

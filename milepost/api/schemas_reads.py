@@ -15,7 +15,9 @@ class DescribeOut(RunProgress):
     worker, started_at, ended_at, duration_s, error, output, idempotency_key,
     child_execution_id}]}}`. A result too large for the log's row is
     `{reference: {uri, size}}`: `GET /api/executions/{id}/results/{event_id}` reads it.
-    `child_execution_id`: the run a `playbook` step's attempt started, when known."""
+    `child_execution_id`: the run a `playbook` step's attempt started, when known. A
+    compensation step that ran (DSL 10.5) is among them with `compensates`: the steps whose
+    runs it undid."""
 
     execution_id: IdOut
     path: str

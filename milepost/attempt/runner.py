@@ -22,7 +22,7 @@ from milepost.attempt import usage as reported
 from milepost.core import approvals, logs, usage
 from milepost.core import context as cx
 from milepost.core.policies import retry_delay
-from milepost.core.work import AttemptResult, WorkItem
+from milepost.core.work import AttemptResult, TaskRetry, WorkItem
 from milepost.errors import MilepostError, TemplateError
 from milepost.playbook import model, render
 from milepost.sanitize import Redactor, sensitive_values
@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 class ToolRunner(Protocol):
     async def run(self, call: ToolCall) -> ToolResult: ...
+
+
+OnRetry = Callable[[TaskRetry], None]
+"""Told, before the attempt waits, that a task policy retries a failed task: the transport
+reports it at once (`core.work.retry_note_events`), its logs with it; never awaited, the
+wait is the policy's."""
 
 
 class _TaskFailed(Exception):
@@ -65,6 +71,10 @@ class _Pipeline:
     log_cap: int = logs.DEFAULT_CAP
     printed: list[logs.Captured] = field(default_factory=list)
     """What every task execution printed, as its tool gave it (`AttemptResult.logs`)."""
+    on_retry: OnRetry | None = None
+    noted: int = 0
+    """The pieces of `printed` reported already with a retry's note: the attempt's report
+    carries the rest."""
 
     def context(self) -> dict[str, Any]:
         base = self.item.context
@@ -99,11 +109,13 @@ async def run_attempt(
     credentials: CredentialLookup | None = None,
     log_cap: int = logs.DEFAULT_CAP,
     clock: Callable[[], float] = time.time,
+    on_retry: OnRetry | None = None,
 ) -> AttemptResult:
     """Run one attempt in its span when this process exports spans (`milepost.telemetry`):
     the one place both transports run attempts. `log_cap`: bytes kept of each stream it
     prints (`MILEPOST_LOG_CAP_BYTES`); `clock`: the engine's time (a worker's estimate of
-    its server's), against which an approval's expiry is checked."""
+    its server's), against which an approval's expiry is checked; `on_retry`: told of each
+    task policy retry of a failed task before its wait (`OnRetry`)."""
     spans = telemetry.active()
     if spans is None:
         return await _run_attempt(
@@ -114,6 +126,7 @@ async def run_attempt(
             credentials=credentials,
             log_cap=log_cap,
             clock=clock,
+            on_retry=on_retry,
         )
     with spans.attempt(item) as span:
         outcome = await _run_attempt(
@@ -124,6 +137,7 @@ async def run_attempt(
             credentials=credentials,
             log_cap=log_cap,
             clock=clock,
+            on_retry=on_retry,
         )
         spans.attempt_outcome(span, outcome)
         return outcome
@@ -138,6 +152,7 @@ async def _run_attempt(
     credentials: CredentialLookup | None,
     log_cap: int,
     clock: Callable[[], float],
+    on_retry: OnRetry | None = None,
 ) -> AttemptResult:
     """Run one attempt; never raises for a task failure (it becomes `AttemptResult.error`).
 
@@ -165,7 +180,7 @@ async def _run_attempt(
         item = dataclasses.replace(item, context={**item.context, "keychain": resolved})
     redactor = Redactor(secrets)
     try:
-        outcome = await _run(playbook, item, tools, sleep, redactor, log_cap)
+        outcome = await _run(playbook, item, tools, sleep, redactor, log_cap, on_retry)
     except Exception as exc:  # a bug in a tool must fail the step, not hang the run
         outcome = _crashed(item, exc, redactor)
     return dataclasses.replace(
@@ -227,12 +242,19 @@ async def _run(
     sleep: Callable[[float], Awaitable[None]],
     redactor: Redactor,
     log_cap: int,
+    on_retry: OnRetry | None = None,
 ) -> AttemptResult:
     step = playbook.steps[item.step]
     started = time.monotonic()
     timeout = step.spec.timeout
     pipe = _Pipeline(
-        item, step, playbook, started + timeout if timeout else None, redactor, log_cap=log_cap
+        item,
+        step,
+        playbook,
+        started + timeout if timeout else None,
+        redactor,
+        log_cap=log_cap,
+        on_retry=on_retry,
     )
     try:
         if timeout:
@@ -249,7 +271,7 @@ async def _run(
             error=failed.error,
             duration_ms=(time.monotonic() - started) * 1000,
             usage=usage.add(pipe.usage),
-            logs=tuple(pipe.printed),
+            logs=tuple(pipe.printed[pipe.noted :]),
         )
     except TimeoutError:
         error = {
@@ -263,7 +285,7 @@ async def _run(
             error=error,
             duration_ms=(time.monotonic() - started) * 1000,
             usage=usage.add(pipe.usage),
-            logs=tuple(pipe.printed),
+            logs=tuple(pipe.printed[pipe.noted :]),
         )
     return AttemptResult(
         ok=True,
@@ -272,7 +294,7 @@ async def _run(
         failed_ok=pipe.failed_ok,
         duration_ms=(time.monotonic() - started) * 1000,
         usage=usage.add(pipe.usage),
-        logs=tuple(pipe.printed),
+        logs=tuple(pipe.printed[pipe.noted :]),
     )
 
 
@@ -316,7 +338,10 @@ async def _run_tasks(
             action = _decide_policy(pipe, task, context, envelope, attempt)
             if action.do == "retry" and attempt < action.attempts:
                 wait = retry_delay(action.backoff, action.delay, attempt)
-                await sleep(max(wait, result.retry_after or 0.0))
+                wait = max(wait, result.retry_after or 0.0)
+                if not result.ok:
+                    _note_retry(pipe, task, result, attempt + 1, action.attempts, wait)
+                await sleep(wait)
                 continue
             break
         if action.do == "retry":  # attempts spent
@@ -370,6 +395,30 @@ async def _run_tasks(
             position = max(position, 0)
             continue
         position += 1
+
+
+def _note_retry(
+    pipe: _Pipeline, task: model.Task, result: ToolResult, attempt: int, attempts: int, wait: float
+) -> None:
+    """Tell the transport that a failed task runs again in `wait` seconds, with what it
+    printed: an operator sees the wait and the traceback now, not when the attempt ends."""
+    if pipe.on_retry is None:
+        return
+    printed = pipe.printed[pipe.noted :]
+    note = TaskRetry(
+        task=task.name if pipe.step.pipeline else None,
+        error=pipe.redactor.value(_tool_error(pipe, task, result)),
+        attempt=attempt,
+        attempts=attempts,
+        delay=wait,
+        logs=_logs(printed, pipe.redactor, pipe.log_cap),
+    )
+    try:
+        pipe.on_retry(note)
+    except Exception:  # a note that cannot go must not fail the attempt: its report says it all
+        log.warning("could not report a task policy retry (step %r)", pipe.step.name, exc_info=True)
+        return
+    pipe.noted = len(pipe.printed)
 
 
 async def _execute(

@@ -21,9 +21,11 @@ from milepost.cli.output import (
     fail,
     out,
     print_status,
+    print_waits,
     remote,
     short,
     shown_time,
+    wait_text,
 )
 from milepost.cli.reads import Runs, runs
 from milepost.core import state as st
@@ -96,7 +98,11 @@ def list_(
     if not items:
         out.print("no executions", highlight=False)
         return
-    table = Table("execution", "playbook", "status", "start", "end", "duration")
+    waits = any(item.get("waiting") for item in items)
+    table = Table(
+        "execution", "playbook", "status", "start", "end", "duration", *(["waiting"] * waits)
+    )
+    now = time.time()
     for item in items:
         table.add_row(
             item["execution_id"],
@@ -105,6 +111,7 @@ def list_(
             shown_time(item["created_at"]),
             shown_time(item.get("ended_at")),
             duration(item.get("duration_s")),
+            *([wait_text(item["waiting"], now) if item.get("waiting") else ""] * waits),
         )
     out.print(table)
 
@@ -219,9 +226,16 @@ def print_described(data: dict[str, Any]) -> None:
     out.print(table)
     for name, step in data["steps"].items():
         out.print(f"{name}: input {short(step.get('input'), 200)}", highlight=False, markup=False)
+        if step.get("compensates"):
+            out.print(
+                f"  compensation: undoes {', '.join(step['compensates'])}",
+                highlight=False,
+                markup=False,
+            )
         if step["status"] == st.FAILED:
             for line in failure_lines(step):
                 out.print(f"  {line}", highlight=False, markup=False)
+    print_waits(data, time.time())
 
 
 def failure_lines(step: dict[str, Any]) -> list[str]:

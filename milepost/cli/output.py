@@ -21,6 +21,7 @@ from rich.table import Table
 from milepost.cli import exit_codes
 from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core import state as st
+from milepost.core import waiting
 from milepost.engine import summaries
 from milepost.errors import MilepostError
 from milepost.playbook import durations
@@ -206,10 +207,34 @@ def print_status(data: dict[str, Any], fmt: Format) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+    print_waits(data, now)
     for entry in data.get("no_live_worker") or ():
         out.print(no_worker_line(entry), highlight=False, markup=False, soft_wrap=True)
     if data.get("no_driver"):
         out.print(no_driver_line(data["no_driver"]), highlight=False, markup=False, soft_wrap=True)
+
+
+def print_waits(data: dict[str, Any], now: float) -> None:
+    """What the run waits on (`core.waiting`), one line each, its times from `now`; a pool
+    without a live worker is left to `no_worker_line`, which says how to start one."""
+    for entry in data.get("waits") or ():
+        if entry["kind"] == waiting.NO_WORKER and data.get("no_live_worker"):
+            continue
+        out.print(
+            f"waiting: {wait_text(entry, now)}", highlight=False, markup=False, soft_wrap=True
+        )
+
+
+def wait_text(entry: dict[str, Any], now: float) -> str:
+    """`step 'flaky' retrying in 9m 12s, attempt 2 of 3, after: ValueError: boom`."""
+    due = entry.get("due_at")
+    if isinstance(due, str):  # as the API writes times
+        entry = {**entry, "due_at": datetime.fromisoformat(due).timestamp()}
+    wait = waiting.Wait.from_dict(entry)
+    if wait.step is None:
+        return waiting.text(wait, now)
+    where = wait.step if wait.index is None else f"{wait.step}[{wait.index}]"
+    return f"step '{where}' {waiting.text(wait, now)}"
 
 
 def no_worker_line(entry: dict[str, Any]) -> str:

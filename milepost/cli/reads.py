@@ -99,10 +99,15 @@ class LocalRuns:
     def executions(
         self, *, status: str | None, path: str | None, since: float | None, limit: int
     ) -> list[dict[str, Any]]:
-        from milepost.api import views  # the server's wire shape
+        from milepost.api import list_page  # the server's wire shape, its progress and waits
 
         rows = self.engine.executions(status=status, path=path, limit=limit, offset=0, since=since)
-        return [views.execution_item(r).model_dump() for r in rows]
+        return [item.model_dump() for item in list_page.items(self.engine, rows, self._waits)]
+
+    def _waits(self, execution_id: int) -> list[dict[str, Any]]:
+        """What the run waits on, from the log folded as it is (no key needed, as `status`)."""
+        state = st.fold(None, self.engine.events(execution_id))
+        return self.engine.waits_of(state, self.engine.playbook(state.path, state.version or 0))
 
     def status(self, execution_id: int) -> dict[str, Any]:
         # the log folded as it is: no key is needed to read a run sealed with one
@@ -114,6 +119,8 @@ class LocalRuns:
         summary = summaries.execution_summary(state)
         if state.terminal:
             return summary
+        playbook = self.engine.playbook(state.path, state.version or 0)
+        summary["waits"] = self.engine.waits_of(state, playbook)
         summary = summaries.with_missing_workers(summary, missing)
         # a local run whose `milepost run` is gone: only a resume (or a cancel) moves it
         waiting = unattended.undriven(self.engine, execution_id)

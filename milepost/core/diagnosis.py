@@ -21,6 +21,8 @@ from milepost.core import compensation_state as cs
 from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core import teardown_state as td
+from milepost.core import waiting
+from milepost.core.waiting import Child, Driver, Facts, OpenCommand
 from milepost.playbook import durations, model
 from milepost.playbook.durations import span
 
@@ -85,10 +87,6 @@ NEAR = 0.8
 SHOWN_PER_STEP = 5
 """Commands of one step named one by one (a loop's others are in its `loop_waiting`)."""
 
-QUEUED_STATUS = "queued"
-CLAIMED_STATUS = "claimed"
-"""The command table's statuses (`store.port.COMMAND_*`: core imports no store)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -108,53 +106,6 @@ class Finding:
             "message": self.message,
             "fields": self.fields,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class OpenCommand:
-    """A command as the command table holds it (queued or claimed)."""
-
-    command_id: int
-    status: str
-    worker_id: str | None = None
-    lease_expires_at: float | None = None
-    pool: str = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class Driver:
-    """The driver lease of a run of the embedded mode (`engine.drivers`)."""
-
-    holder: str
-    expires_at: float
-    alive: bool | None = None
-    """Whether the holder's process still exists (None: another host, unknown)."""
-
-    def live(self, now: float) -> bool:
-        return self.alive is not False and self.expires_at > now
-
-
-@dataclass(frozen=True, slots=True)
-class Child:
-    """A running child execution, started by a `playbook` tool's command."""
-
-    execution_id: int
-    path: str
-    parent_command_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the engine knows beside the fold."""
-
-    now: float
-    commands: Mapping[int, OpenCommand] = field(default_factory=dict)
-    live_pools: frozenset[str] = frozenset()
-    """The pools a live worker serves (machine-id leases)."""
-    driver: Driver | None = None
-    """None: no embedded process ever drove the run (a server does)."""
-    last_event_at: float | None = None
-    children: tuple[Child, ...] = ()
 
 
 def diagnose(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -> list[Finding]:
@@ -254,10 +205,13 @@ def _waiting(state: st.ExecutionState, playbook: model.Playbook, facts: Facts) -
     found = _failing(state) + _driver(state, facts)
     found += _commands(state, facts)
     found += [_approval(a, facts.now) for a in state.approvals.values() if a.status == ap.PENDING]
-    found += _cancel(state, playbook, facts.now) + _compensation(state, facts.now)
-    found += _teardown(state, facts.now)
+    found += _cancel(state, playbook, facts.now) + _compensation(state) + _teardown(state)
+    found += [
+        _retry(w, facts.now)
+        for w in waiting.waits(state, playbook, facts)
+        if w.kind in (waiting.RETRY, waiting.POLICY_RETRY)
+    ]
     for sr in state.running.values():
-        found += _retries(sr, facts.now)
         if sr.is_loop:
             found.append(_loop(sr))
     found += _joins(state, playbook) + [_child(state, c) for c in facts.children]
@@ -316,7 +270,13 @@ def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
         row = facts.commands.get(cid)
         if row is None:
             continue  # settled since the fold was read: a report is on its way in
-        if row.status == QUEUED_STATUS and driver is None and row.pool not in facts.live_pools:
+        if _policy_retry_waits(cmd, row, facts.now, driver):
+            continue  # its worker waits to run a task again: the retry's finding says so
+        if (
+            row.status == waiting.QUEUED_STATUS
+            and driver is None
+            and row.pool not in facts.live_pools
+        ):
             unserved.setdefault(row.pool, []).append(cmd)
             continue
         shown[cmd.step] = shown.get(cmd.step, 0) + 1
@@ -337,6 +297,17 @@ def _commands(state: st.ExecutionState, facts: Facts) -> list[Finding]:
     return found
 
 
+def _policy_retry_waits(
+    cmd: st.Command, row: OpenCommand, now: float, driver: Driver | None
+) -> bool:
+    """A claimed command whose worker reported a task policy's retry (`waiting.POLICY_RETRY`)
+    and holds it still: a live lease of a live driver's (or a server's) worker."""
+    if cmd.retrying is None or row.status == waiting.QUEUED_STATUS:
+        return False
+    ends = row.lease_expires_at
+    return (ends is None or ends > now) and (driver is None or driver.live(now))
+
+
 def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | None) -> Finding:
     what = f"step '{_where(cmd.step, cmd.index)}' attempt {cmd.attempt}"
     fields: dict[str, Any] = {
@@ -346,7 +317,7 @@ def _command(cmd: st.Command, row: OpenCommand, now: float, driver: Driver | Non
         "pool": row.pool,
         "worker_id": row.worker_id,
     }
-    if row.status == QUEUED_STATUS:
+    if row.status == waiting.QUEUED_STATUS:
         if driver is None:
             then = f"a live worker of pool {row.pool} should claim it"
         elif driver.live(now):
@@ -438,12 +409,12 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
     ]
 
 
-def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
+def _compensation(state: st.ExecutionState) -> list[Finding]:
     comp = state.compensation
     if comp is None or not comp.active:
         return []
     done = sum(1 for i in comp.items if i.status in (cs.COMPLETED, cs.FAILED))
-    found = [
+    return [
         Finding(
             COMPENSATING,
             f"the run is compensating before it ends {comp.outcome}: "
@@ -451,32 +422,15 @@ def _compensation(state: st.ExecutionState, now: float) -> list[Finding]:
             fields={"outcome": comp.outcome, "done": done, "total": len(comp.items)},
         )
     ]
-    for item in comp.items:
-        if item.retry_at is not None and item.command_id is None:
-            found.append(
-                Finding(
-                    RETRY_PENDING,
-                    f"compensation '{item.target}' of step "
-                    f"'{item.step}' attempt {item.attempt + 1} waits for its "
-                    f"retry timer ({_due(item.retry_at, now)})",
-                    item.target,
-                    {
-                        "attempt": item.attempt + 1,
-                        "not_before_at": item.retry_at,
-                        "undoes": item.step,
-                        "error": item.error,
-                    },
-                )
-            )
-    return found
 
 
-def _teardown(state: st.ExecutionState, now: float) -> list[Finding]:
+def _teardown(state: st.ExecutionState) -> list[Finding]:
+    """The run tearing down (a teardown step's retry timer is one of `waiting.waits`)."""
     torn = state.teardown
     if torn is None or not torn.active:
         return []
     done = sum(1 for i in torn.items if i.status in fs.DONE)
-    found = [
+    return [
         Finding(
             TEARING_DOWN,
             f"the run is tearing down before it ends {torn.status}: "
@@ -484,18 +438,6 @@ def _teardown(state: st.ExecutionState, now: float) -> list[Finding]:
             fields={"outcome": torn.status, "done": done, "total": len(torn.items)},
         )
     ]
-    for item in torn.items:
-        if item.retry_at is not None and item.command_id is None:
-            found.append(
-                Finding(
-                    RETRY_PENDING,
-                    f"teardown step '{item.target}' attempt {item.attempt + 1} waits for its "
-                    f"retry timer ({_due(item.retry_at, now)})",
-                    item.target,
-                    {"attempt": item.attempt + 1, "not_before_at": item.retry_at},
-                )
-            )
-    return found
 
 
 def _teardown_failed(state: st.ExecutionState) -> list[Finding]:
@@ -513,28 +455,32 @@ def _teardown_failed(state: st.ExecutionState) -> list[Finding]:
     ]
 
 
-def _retries(sr: st.StepRun, now: float) -> list[Finding]:
-    found = []
-    for index, at in sorted(sr.retry_at.items()):
-        attempt = sr.attempts.get(index, 0) + 1
-        error = sr.retry_errors.get(index) or {}
-        after = f", after attempt {attempt - 1} failed"
-        after += f": {error['message']}" if error.get("message") else ""
-        found.append(
-            Finding(
-                RETRY_PENDING,
-                f"step '{_where(sr.step, index)}' attempt "
-                f"{attempt} waits for its retry timer ({_due(at, now)})"
-                f"{after}",
-                sr.step,
-                {"index": index, "attempt": attempt, "not_before_at": at, "error": error or None},
-            )
+def _retry(wait: waiting.Wait, now: float) -> Finding:
+    """A retry timer waited on (`waiting.RETRY`: the engine's, between attempts;
+    `waiting.POLICY_RETRY`: a task policy's, which its worker keeps inside the attempt)."""
+    where = _where(wait.step or "", st.NO_INDEX if wait.index is None else wait.index)
+    message = f"step '{where}' {waiting.text(wait, now)}"
+    if wait.undoes is not None:
+        message = f"compensation '{where}' of step '{wait.undoes}' {waiting.text(wait, now)}"
+    if wait.kind == waiting.POLICY_RETRY:
+        message += (
+            f" (a task policy's retry: {wait.worker or 'its worker'} waits inside the "
+            "attempt and runs the task again; `milepost logs` shows the failed one)"
         )
-    return found
-
-
-def _due(at: float, now: float) -> str:
-    return f"due in {span(at - now)}" if at > now else f"due {span(now - at)} ago"
+    fields: dict[str, Any] = {
+        "retry": "policy" if wait.kind == waiting.POLICY_RETRY else "spec.retry",
+        "index": wait.index,
+        "attempt": wait.attempt,
+        "attempts": wait.attempts,
+        "not_before_at": wait.due_at,
+        "error": wait.error,
+        "task": wait.task,
+        "worker": wait.worker,
+        "count": wait.count,
+    }
+    if wait.undoes is not None:
+        fields["undoes"] = wait.undoes
+    return Finding(RETRY_PENDING, message, wait.step, fields)
 
 
 def _loop(sr: st.StepRun) -> Finding:

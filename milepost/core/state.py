@@ -90,6 +90,23 @@ class StepRun:
         return len(self.items) if self.items is not None else 1
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyRetry:
+    """A task of a live attempt failed and its policy retries it (DSL 5): the worker waits
+    inside the attempt, which goes on holding its command (`call.error` with `retry`)."""
+
+    task: str | None
+    """The task retried (None: the step's only tool)."""
+    attempt: int
+    """The task's execution the wait leads to (2 after the first failed)."""
+    attempts: int
+    """The policy's `attempts`: executions including the first."""
+    not_before: float
+    """When the worker runs the task again."""
+    error: dict[str, Any]
+    """The error of the execution that failed."""
+
+
 @dataclass(slots=True)
 class Command:
     """A live command: issued, not yet completed or failed."""
@@ -102,6 +119,8 @@ class Command:
     idempotency_key: str
     pool: str = pools.DEFAULT
     """The workers it goes to (DSL 10.6): where its wake-up is published."""
+    retrying: PolicyRetry | None = None
+    """Its attempt's latest task policy retry, as its worker reported it."""
 
 
 @dataclass(slots=True)
@@ -382,6 +401,27 @@ def _apply_command_retry_scheduled(state: ExecutionState, event: ev.Event) -> No
     sr.retry_errors[index] = p.get("error") or {}
 
 
+def _apply_call_error(state: ExecutionState, event: ev.Event) -> None:
+    """A task of a live attempt failed (`call.error`). One whose policy retries it names the
+    retry (`retry: {attempt, attempts, not_before}`): the command waits on the worker's
+    timer, not on its tool. It changes no decision; the reads say what the attempt waits on."""
+    p = event.payload
+    retry, error = p.get("retry"), p.get("error")
+    cmd = state.commands.get(_command_id(event) or -1)
+    if cmd is None or not isinstance(retry, dict):
+        return
+    try:
+        cmd.retrying = PolicyRetry(
+            task=None if p.get("task") is None else str(p["task"]),
+            attempt=int(retry["attempt"]),
+            attempts=int(retry["attempts"]),
+            not_before=float(retry["not_before"]),
+            error=error if isinstance(error, dict) else {},
+        )
+    except (KeyError, TypeError, ValueError):  # a NoETL worker's call.error: no retry it knows
+        return
+
+
 def _apply_loop_done(state: ExecutionState, event: ev.Event) -> None:
     """Informative: the loop's result is recorded by the step.exit that follows."""
 
@@ -497,7 +537,7 @@ _HANDLERS: dict[str, Any] = {
     ev.COMMAND_STARTED: _apply_informative,
     ev.COMMAND_HEARTBEAT: _apply_informative,
     ev.CALL_DONE: _apply_informative,
-    ev.CALL_ERROR: _apply_informative,
+    ev.CALL_ERROR: _apply_call_error,
     ev.COMMAND_LEASE_EXPIRED: _apply_command_lease_expired,
     ev.APPROVAL_REQUESTED: ap.apply_requested,
     ev.APPROVAL_DECIDED: ap.apply_decided,

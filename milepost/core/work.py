@@ -70,6 +70,26 @@ class AttemptResult:
     never in it (`core.logs`)."""
 
 
+@record
+class TaskRetry:
+    """A task of a running attempt failed and its policy retries it (DSL 5): what the worker
+    reports at once (`retry_note_events`), before it waits inside the attempt."""
+
+    task: str | None
+    """The task (None: the step's only tool)."""
+    error: dict[str, Any]
+    """The failed execution's error, redacted."""
+    attempt: int
+    """The task's execution the wait leads to (2 after the first failed)."""
+    attempts: int
+    """The policy's `attempts`."""
+    delay: float
+    """Seconds the worker waits before it runs the task again."""
+    logs: tuple[Captured, ...] = ()
+    """What the failed execution printed (its traceback too), redacted and capped: stored
+    beside the note as a report's are, so they are readable while the retry waits."""
+
+
 def work_item(
     state: st.ExecutionState, playbook: model.Playbook, command: st.Command, epoch: int = 0
 ) -> WorkItem:
@@ -133,10 +153,8 @@ def attempt_context(
     return context, args
 
 
-def report_events(
-    item: WorkItem, outcome: AttemptResult, event_id: int, now: float, worker_id: str | None = None
-) -> list[ev.Event]:
-    """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
+def _report_base(item: WorkItem, duration_ms: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A report's payload fields naming its command, and its meta."""
     base: dict[str, Any] = {
         "command_id": item.command_id,
         "run": item.run,
@@ -145,12 +163,53 @@ def report_events(
         "epoch": item.epoch,
     }
     # the fence reads a report's epoch off its meta, whichever transport carries it
-    meta: dict[str, Any] = {"duration_ms": round(outcome.duration_ms, 3), "epoch": item.epoch}
+    meta: dict[str, Any] = {"duration_ms": round(duration_ms, 3), "epoch": item.epoch}
     if item.traceparent is not None:
         # the attempt's own span, child of the command's traceparent: a report names it
         meta["traceparent"] = tracecontext.attempt_traceparent(
             item.execution_id, item.command_id, item.traceparent
         )
+    return base, meta
+
+
+def retry_note_events(
+    item: WorkItem, retry: TaskRetry, event_id: int, now: float, worker_id: str | None = None
+) -> list[ev.Event]:
+    """The `call.error` a worker reports when a task policy retries a failed task: the
+    attempt goes on (same command, same idempotency key), and the reads say what it waits
+    on (`core.waiting.POLICY_RETRY`). Fenced like a report: one from a lost claim is stale."""
+    base, meta = _report_base(item, 0.0)
+    del meta["duration_ms"]  # the attempt goes on: no duration yet
+    payload = {
+        **base,
+        "task": retry.task,
+        "error": retry.error,
+        "retry": {
+            "attempt": retry.attempt,
+            "attempts": retry.attempts,
+            "not_before": now + retry.delay,
+        },
+    }
+    return [
+        ev.new_event(
+            event_id,
+            item.execution_id,
+            ev.CALL_ERROR,
+            now,
+            step=item.step,
+            payload=payload,
+            meta=meta,
+            worker_id=worker_id,
+            parent_event_id=item.command_id,
+        )
+    ]
+
+
+def report_events(
+    item: WorkItem, outcome: AttemptResult, event_id: int, now: float, worker_id: str | None = None
+) -> list[ev.Event]:
+    """The events a worker reports for an attempt (one; a batch keeps the door open for more)."""
+    base, meta = _report_base(item, outcome.duration_ms)
     if outcome.ok:
         payload = {**base, "result": outcome.result, "ctx": outcome.ctx}
         if outcome.failed_ok:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approvals as core_approvals
+from milepost.core import compensation_state as cs
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core import work
@@ -52,6 +53,7 @@ def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     playbook = engine.playbook(state.path, state.version or 0)
     shown = view(state, playbook, log)
     _running_children(engine, state, playbook, shown)
+    shown["waits"] = engine.waits_of(state, playbook)
     return shown
 
 
@@ -59,6 +61,7 @@ def view(
     state: st.ExecutionState, playbook: model.Playbook, log: Iterable[ev.Event]
 ) -> dict[str, Any]:
     summary = summaries.execution_summary(state)
+    _compensations(state, summary["steps"])
     steps = timeline(log)
     for name, shown in summary["steps"].items():
         seen = steps.get(name, _Step())
@@ -67,8 +70,11 @@ def view(
         if not _starts_children(playbook, name):  # only a `playbook` step's result is a child
             for a in attempts:
                 a["child_execution_id"] = None
+        started, ended = seen.started_at, seen.ended_at
+        if started is None and attempts:  # a compensation: no step.enter, only its commands
+            started, ended = attempts[0]["started_at"], attempts[-1]["ended_at"]
         shown.update(
-            _times(seen.started_at, seen.ended_at),
+            _times(started, ended),
             worker=last["worker"] if last else None,
             input=step_input(state, playbook, name),
             attempts_total=len(attempts),
@@ -91,6 +97,26 @@ def view(
         **_times(state.started_at, state.ended_at),
     )
     return summary
+
+
+def _compensations(state: st.ExecutionState, shown: dict[str, Any]) -> None:
+    """The compensation steps that ran (DSL 10.5), each with the step it undid
+    (`compensates`): they run outside the workflow's arcs, so the fold's step statuses
+    never name them, and describe left them out."""
+    comp = state.compensation
+    for item in comp.items if comp is not None else ():
+        if item.status == cs.PENDING and item.command_id is None and not item.attempt:
+            continue  # not started: nothing ran
+        entry = shown.setdefault(
+            item.target,
+            {"status": item.status, "result": item.result, "runs": 0},
+        )
+        undone = entry.setdefault("compensates", [])
+        if item.step not in undone:
+            undone.append(item.step)
+        if item.target not in state.step_status:  # only a compensation: its item says it
+            entry.update(status=item.status, result=item.result, error=item.error)
+            entry["runs"] = state.run_counts.get(item.target, entry["runs"])
 
 
 @dataclass(slots=True)

@@ -7,15 +7,18 @@ and its running children.
 
 The server reads through `Lifecycle.diagnosis` (under the run's lock, with its cached
 state); the CLI on a local database through `local`, which folds the log itself: both
-answer the same shape.
+answer the same shape. `waits` is what every other read (status, describe, the runs list,
+the graph) says the run waits on, from the same facts (`core.waiting`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
+from milepost.core import waiting
 from milepost.engine import drivers, summaries, workers
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
@@ -47,7 +50,7 @@ def report(
 ) -> dict[str, Any]:
     """`{execution_id, playbook, status, checked_at, findings: [{kind, step, message,
     fields}]}`, the most likely cause first."""
-    facts = dg.Facts(now) if state.terminal else gather(store, state, playbook, now)
+    facts = waiting.Facts(now) if state.terminal else gather(store, state, playbook, now)
     findings = []
     for finding in dg.diagnose(state, playbook, facts):
         shown = finding.as_dict()
@@ -67,10 +70,23 @@ def report(
 
 def gather(
     store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
-) -> dg.Facts:
+) -> waiting.Facts:
     """What the store knows of a live run beside its fold."""
+    seen = facts(store, state, now)
+    last_at = None
+    if playbook.executor.stall_after is not None:  # only a stall window reads the clock
+        last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
+        last_at = last[-1].created_at if last else None
+    return dataclasses.replace(
+        seen, last_event_at=last_at, children=_children(store, state, playbook)
+    )
+
+
+def facts(store: port.Store, state: st.ExecutionState, now: float) -> waiting.Facts:
+    """What `core.waiting` reads beside the fold: the command table's rows of the run, the
+    pools a live worker serves, the run's driver lease."""
     commands = {
-        row.command_id: dg.OpenCommand(
+        row.command_id: waiting.OpenCommand(
             row.command_id, row.status, row.worker_id, row.lease_expires_at, row.pool
         )
         for row in store.open_commands(state.execution_id)
@@ -79,25 +95,25 @@ def gather(
     driver = (
         None
         if lease is None
-        else dg.Driver(lease.holder, lease.expires_at, drivers.holder_alive(lease.holder))
+        else waiting.Driver(lease.holder, lease.expires_at, drivers.holder_alive(lease.holder))
     )
-    last_at = None
-    if playbook.executor.stall_after is not None:  # only a stall window reads the clock
-        last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
-        last_at = last[-1].created_at if last else None
-    return dg.Facts(
-        now,
-        commands,
-        frozenset(workers.live_pools(store, now)),
-        driver,
-        last_at,
-        _children(store, state, playbook),
-    )
+    return waiting.Facts(now, commands, frozenset(workers.live_pools(store, now)), driver)
+
+
+def waits(
+    store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
+) -> list[dict[str, Any]]:
+    """What a run waits on (`core.waiting.waits`) as every read shows it: `due_at` as
+    ISO-8601 UTC (the reader says how far off it is); empty for an ended run."""
+    if state.terminal:
+        return []
+    found = waiting.waits(state, playbook, facts(store, state, now))
+    return [{**w.as_dict(), "due_at": summaries.iso(w.due_at)} for w in found]
 
 
 def _children(
     store: port.Store, state: st.ExecutionState, playbook: model.Playbook
-) -> tuple[dg.Child, ...]:
+) -> tuple[waiting.Child, ...]:
     """The running children, looked for only while a `playbook` step has a command out
     (`store.running_children`, indexed by parent)."""
     steps = {cmd.step for cmd in state.commands.values()}
@@ -114,6 +130,8 @@ def _children(
         payload = started[0].payload if started else {}
         command = payload.get("parent_command_id")
         found.append(
-            dg.Child(xid, str(payload.get("path") or ""), None if command is None else int(command))
+            waiting.Child(
+                xid, str(payload.get("path") or ""), None if command is None else int(command)
+            )
         )
     return tuple(found)

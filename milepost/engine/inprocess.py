@@ -24,7 +24,7 @@ from milepost.attempt.stopping import Stoppable
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
 from milepost.core.logs import DEFAULT_CAP, Captured
-from milepost.core.work import WorkItem, report_events
+from milepost.core.work import TaskRetry, WorkItem, report_events, retry_note_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
 from milepost.errors import MilepostError
 from milepost.store.port import StoreUnavailable
@@ -168,6 +168,7 @@ class InProcessWorkers:
                     credentials=self.credentials,
                     log_cap=self.log_cap,
                     clock=self.engine.clock,
+                    on_retry=lambda retry: self._note(item, retry),
                 )
             )
         finally:
@@ -177,6 +178,13 @@ class InProcessWorkers:
             item, outcome, self.engine.new_id(), self.engine.clock(), self.reporter
         ):
             self.report(event, outcome.logs)
+
+    def _note(self, item: WorkItem, retry: TaskRetry) -> None:
+        """A task policy's retry, reported as it starts waiting (`retry_note_events`)."""
+        for event in retry_note_events(
+            item, retry, self.engine.new_id(), self.engine.clock(), self.reporter
+        ):
+            self.report(event, retry.logs)
 
     def _give_back(self, command_id: int, lease: Lease) -> None:
         """Release a claim not started (a cancelled run's is settled by the release)."""

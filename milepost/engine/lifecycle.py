@@ -274,6 +274,11 @@ class Lifecycle(StoreReads):
         """Why the run is not moving, or why it ended (`engine.diagnosis`)."""
         return diagnosis.of(self, execution_id)
 
+    def waits_of(self, state: st.ExecutionState, playbook: model.Playbook) -> list[dict[str, Any]]:
+        """What the run of `state` waits on now (`engine.diagnosis.waits`): call it inside a
+        `read`'s view."""
+        return diagnosis.waits(self.store, state, playbook, self.clock())
+
     # -- claims ----------------------------------------------------------------------------
 
     def claim_request(

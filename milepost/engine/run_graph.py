@@ -5,16 +5,29 @@ compensation (DSL 10.5)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from milepost.core import state as st
 from milepost.playbook import model
 
 
-def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, Any]:
-    """`{execution_id, status, entry_step, nodes: [...], edges: [...]}` (`GraphOut`)."""
+def run_graph(
+    state: st.ExecutionState,
+    playbook: model.Playbook,
+    waits: Sequence[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """`{execution_id, status, entry_step, nodes: [...], edges: [...]}` (`GraphOut`); each
+    node's `wait` is the first of `waits` (`engine.diagnosis.waits`) naming its step."""
+    first: dict[str, dict[str, Any]] = {}
+    for wait in waits:
+        if wait.get("step") is not None:
+            first.setdefault(wait["step"], wait)
     torn = set(playbook.executor.teardown)
-    nodes = [_node(state, step, step.name in torn) for step in playbook.steps.values()]
+    nodes = [
+        _node(state, step, step.name in torn, first.get(step.name))
+        for step in playbook.steps.values()
+    ]
     edges: list[dict[str, Any]] = []
     for step in playbook.steps.values():
         for i, arc in enumerate(step.next.arcs):
@@ -48,7 +61,9 @@ def run_graph(state: st.ExecutionState, playbook: model.Playbook) -> dict[str, A
     }
 
 
-def _node(state: st.ExecutionState, step: model.Step, teardown: bool) -> dict[str, Any]:
+def _node(
+    state: st.ExecutionState, step: model.Step, teardown: bool, wait: dict[str, Any] | None
+) -> dict[str, Any]:
     kinds = sorted({task.kind for task in step.tasks})
     return {
         "id": step.name,
@@ -60,6 +75,7 @@ def _node(state: st.ExecutionState, step: model.Step, teardown: bool) -> dict[st
         "runs": state.run_counts.get(step.name, 0),
         "iterations": _iterations(state, step) if step.loop is not None else None,
         "teardown": teardown,
+        "wait": wait,
     }
 
 

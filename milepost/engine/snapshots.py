@@ -23,7 +23,7 @@ VERSION = 12
 5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
 9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`, `run_results` of
 compensated steps, `traceparent`; 11: `restarted_from`; 12: `teardown`, a compensation's
-item a `final_step_state.Work`."""
+item a `final_step_state.Work`, `Command.retrying`."""
 
 
 def due(events: int, at_last: int, every: int) -> bool:

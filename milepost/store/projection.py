@@ -47,7 +47,6 @@ _NO_ROWS = frozenset(
     {
         ev.STEP_ENTER,
         ev.LOOP_DONE,
-        ev.COMMAND_RETRY_SCHEDULED,
         ev.COMMAND_STARTED,
         ev.COMMAND_HEARTBEAT,
     }
@@ -103,9 +102,9 @@ class Changes:
     restarts: list[tuple[int, int]] = field(default_factory=list)
     """restarted_from, execution_id: the run a new run restarts (applied after `started`)."""
     progressed: list[tuple[float, int, float]] = field(default_factory=list)
-    """updated_at, execution_id, updated_at: a step of the running run exited, or one of
-    its approvals opened, took a vote or closed (the last of those in the batch), so its row
-    moves up the change stream: the runs page sees its progress, the approvals page that
+    """updated_at, execution_id, updated_at: a step of the running run exited, one of its
+    approvals opened, took a vote or closed, or a retry began or ended its wait (the last of
+    those in the batch), so its row moves up the change stream: the runs page sees its progress, the approvals page that
     an approval changed (every approval change is one of these or the run's end). Applied
     after `started`; never back, nor on an ended run, whose updated_at is its end."""
 
@@ -130,6 +129,18 @@ class Changes:
         )
 
 
+def _starts_or_ends_a_retry(event: ev.Event) -> bool:
+    """A retry timer set (`spec.retry`'s, or a task policy's: a `call.error` naming its
+    retry) or its attempt issued: what the run waits on (`core.waiting`) changed, and the
+    runs list shows it."""
+    t, p = event.event_type, event.payload
+    return (
+        t == ev.COMMAND_RETRY_SCHEDULED
+        or (t == ev.CALL_ERROR and "retry" in p)
+        or (t == ev.COMMAND_ISSUED and int(p.get("attempt", 1)) > 1)
+    )
+
+
 def changes(events: Iterable[ev.Event]) -> Changes:
     """The projection changes of stored events. A stale report (`meta.stale`, fenced by
     the server) changes nothing."""
@@ -143,7 +154,7 @@ def changes(events: Iterable[ev.Event]) -> Changes:
         at = float(event.created_at)
         if t in _TOUCH_APPROVALS:
             out.approvals.extend(ap.ops(event))
-        if t == ev.STEP_EXIT or t in ev.APPROVAL_EVENTS:
+        if t == ev.STEP_EXIT or t in ev.APPROVAL_EVENTS or _starts_or_ends_a_retry(event):
             moved[event.execution_id] = max(at, moved.get(event.execution_id, at))
         if t == ev.COMMAND_ISSUED:
             out.issued.append(

@@ -469,6 +469,7 @@ class Worker:
                 # an approval's expiry is the server's time: its clock as the last machine
                 # id lease measured it
                 clock=self.ids.server_time,
+                on_retry=lambda retry: self.reporter.note(job, item, retry),
             )
         )
         return item, outcome

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from milepost import wire
 from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core import logs
-from milepost.core.work import AttemptResult, WorkItem, report_events
+from milepost.core.work import AttemptResult, TaskRetry, WorkItem, report_events, retry_note_events
 from milepost.errors import MilepostError
 from milepost.worker.clock import Clock
 from milepost.worker.jobs import Job, log_job
@@ -61,6 +61,8 @@ class Report:
     sent: asyncio.Future[None]
     reminted: bool = False
     """Its ids were minted again after an `event_id_conflict`."""
+    note: bool = False
+    """A note of an attempt still running (a task policy's retry): it frees no slot."""
 
 
 class Reporter:
@@ -96,6 +98,19 @@ class Reporter:
         self._outbox_ready.set()
         await asyncio.shield(entry.sent)
 
+    def note(self, job: Job, item: WorkItem, retry: TaskRetry) -> None:
+        """Queue the note of a task policy's retry (`retry_note_events`) with the logs of the
+        failed execution; sent with the next batch, ahead of the attempt's own report. Not
+        waited for: the attempt waits on its policy, not on the server."""
+        events = retry_note_events(item, retry, self.mint(), self.clock.time(), self.worker_id)
+        body = wire.jsonable([wire.event_to_wire(e, job.epoch, job.command_id) for e in events])
+        if retry.logs:
+            body[-1]["logs"] = logs.to_wire(retry.logs)
+        outcome = AttemptResult(ok=False, error=retry.error)
+        future = asyncio.get_running_loop().create_future()
+        self._outbox.append(Report(job, outcome, body, future, note=True))
+        self._outbox_ready.set()
+
     async def run(self) -> None:
         """Send what the attempts report, everything that finished meanwhile in one batch."""
         while True:
@@ -118,7 +133,7 @@ class Reporter:
 
     async def _send(self, batch: list[Report]) -> None:
         events = [event for entry in batch for event in entry.wire]
-        claim = self.slots.refill_claim(len(batch))
+        claim = self.slots.refill_claim(sum(1 for entry in batch if not entry.note))
         limit = int(claim["limit"]) if claim else 0
         delay, waited = REPORT_RETRY_FIRST, 0.0
         while True:
@@ -169,6 +184,8 @@ class Reporter:
         stale = set(reply.get("stale") or ()) if isinstance(reply, Mapping) else set()
         ignored = set(reply.get("ignored") or ()) if isinstance(reply, Mapping) else set()
         for entry in batch:
+            if entry.note:
+                continue  # its attempt runs on: its slot stays taken
             entry.job.refilled = claimed
             # its slot is free now, not once its task resumes: the next report (which may
             # go out before that) asks for it in its own claim

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from milepost.cli.reads import LocalRuns
 from tests.acceptance.harness import Cluster, database
 from tests.compensation_saga import REFUND, RELEASE, effects, saga
 from tests.shared import wait_for
@@ -49,6 +50,20 @@ def test_failed_runs_compensate_in_reverse_order_once_and_a_completed_one_never(
         ("refund", "COMPLETED"),
     ]
     assert types(cluster, xid)[-1] == "execution.failed"
+    described = cluster.client.describe(xid)  # the compensations that ran are steps of it
+    assert {n: s.get("compensates") for n, s in described["steps"].items()} == {
+        "start": None,
+        "reserve": None,
+        "ship": None,
+        "release": ["reserve"],
+        "refund": ["start"],
+    }
+    assert [a["status"] for a in described["steps"]["refund"]["attempts"]] == ["COMPLETED"]
+    local = LocalRuns(cluster.db_url)
+    try:  # `milepost describe --db` of the same database says the same
+        assert local.describe(int(xid))["steps"] == described["steps"]
+    finally:
+        local.close()
 
     (tmp_path / "effects").unlink()
     failing = start(cluster, tmp_path, {"fail": ["ship", "release"], "gate": []})

@@ -89,7 +89,7 @@ def test_a_retry_timer_and_a_loop_are_named(api: Api) -> None:
     api.complete(api.claim_one("w1"), ok_=False, error={"kind": "error", "message": "flaky"})
     (retry,) = diagnosis(api, xid)["findings"]
     assert retry["kind"] == "retry_pending" and retry["fields"]["attempt"] == 2
-    assert retry["message"].endswith("after attempt 1 failed: flaky")
+    assert retry["message"].endswith("attempt 2 of 3, after: flaky")
     assert retry["fields"]["not_before_at"].endswith("+00:00")
     looped = api.execute(LOOP)
     api.complete(api.claim_next("w1", limit=1)[0], 10)

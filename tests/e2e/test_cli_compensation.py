@@ -31,3 +31,24 @@ def test_run_and_status_show_each_compensation_and_its_outcome(tmp_path: Path) -
     ]
     human = cli("status", xid, db=db).stdout
     assert "release" in human and "reserve (run 1)" in human
+
+
+def test_describe_shows_the_compensation_steps_that_ran(tmp_path: Path) -> None:
+    """Issue 33, item 13: `describe` left out the compensation steps that ran (they run
+    outside the workflow's arcs, so the fold's step statuses never named them)."""
+    _, text = saga(tmp_path)
+    path = tmp_path / "saga.yaml"
+    path.write_text(text)
+    db = tmp_path / "m.db"
+    proc = cli("run", str(path), "--payload", '{"fail": ["ship", "release"]}', db=db)
+    xid = re.search(r"execution (\d+)", proc.stdout).group(1)  # type: ignore[union-attr]
+    described = json.loads(cli("describe", xid, "--json", db=db).stdout)
+    release, refund = described["steps"]["release"], described["steps"]["refund"]
+    assert (release["status"], release["compensates"]) == ("FAILED", ["reserve"])
+    assert release["error"]["message"] == "RuntimeError: release refused"
+    assert (refund["status"], refund["compensates"]) == ("COMPLETED", ["start"])
+    assert [a["status"] for a in refund["attempts"]] == ["COMPLETED"]
+    assert refund["started_at"] and refund["ended_at"]
+    human = cli("describe", xid, db=db).stdout
+    assert re.search(r"refund\s+│\s+COMPLETED", human), human
+    assert "compensation: undoes start" in human

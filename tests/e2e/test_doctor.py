@@ -132,7 +132,7 @@ def check_the_branches(found: dict[str, Any]) -> None:
     assert "who may decide: user:alice, role:finance" in gate["message"]
     (retry,) = seen["retry_pending"]
     assert retry["step"] == "flaky" and retry["fields"]["attempt"] == 2
-    assert retry["message"].endswith("after attempt 1 failed: ValueError: flaky")
+    assert retry["message"].endswith("attempt 2 of 3, after: ValueError: flaky")
     (loop,) = seen["loop_waiting"]
     assert loop["step"] == "each" and loop["message"].startswith(
         "loop step 'each' waits for 3 of 3 iteration(s): 0 done, 1 in flight"

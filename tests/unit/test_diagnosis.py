@@ -8,6 +8,7 @@ from typing import Any
 from milepost.core import diagnosis as dg
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core import waiting
 from milepost.playbook import model
 from milepost.store import port
 from tests.unit.sim import Sim, playbook
@@ -22,7 +23,7 @@ workflow:
 
 
 def diagnose(sim: Sim, **facts: Any) -> list[dg.Finding]:
-    return dg.diagnose(sim.state, sim.pb, dg.Facts(facts.pop("now", sim.now), **facts))
+    return dg.diagnose(sim.state, sim.pb, waiting.Facts(facts.pop("now", sim.now), **facts))
 
 
 def kinds(found: list[dg.Finding]) -> list[str]:
@@ -35,16 +36,18 @@ def claimed(
     worker: str = "worker-1",
     lease_end: float = NOW + 25,
     pool: str = "default",
-) -> dict[int, dg.OpenCommand]:
+) -> dict[int, waiting.OpenCommand]:
     return {
-        c.command_id: dg.OpenCommand(c.command_id, dg.CLAIMED_STATUS, worker, lease_end, pool)
+        c.command_id: waiting.OpenCommand(
+            c.command_id, waiting.CLAIMED_STATUS, worker, lease_end, pool
+        )
         for c in sim.live(step)
     }
 
 
-def queued(sim: Sim, step: str, pool: str = "default") -> dict[int, dg.OpenCommand]:
+def queued(sim: Sim, step: str, pool: str = "default") -> dict[int, waiting.OpenCommand]:
     return {
-        c.command_id: dg.OpenCommand(c.command_id, dg.QUEUED_STATUS, pool=pool)
+        c.command_id: waiting.OpenCommand(c.command_id, waiting.QUEUED_STATUS, pool=pool)
         for c in sim.live(step)
     }
 
@@ -147,9 +150,9 @@ def test_a_failed_pipeline_task_names_the_task_and_its_tool() -> None:
         "step": "start",
         "message": "step 'start' task 'fetch': field 'url': undefined name 'nope' in '{{ nope }}'",
     }
-    assert dg.diagnose(st.ExecutionState(1, status=st.FAILED, error=error), sim.pb, dg.Facts(NOW))[
-        0
-    ].message == (
+    assert dg.diagnose(
+        st.ExecutionState(1, status=st.FAILED, error=error), sim.pb, waiting.Facts(NOW)
+    )[0].message == (
         "step 'start' task 'fetch' (http) failed: template error in field 'url': undefined name "
         "'nope' in '{{ nope }}'"
     )
@@ -255,7 +258,7 @@ def test_a_pool_no_live_worker_serves_is_named_with_its_steps() -> None:
 
 def test_a_live_embedded_driver_serves_every_pool() -> None:
     sim = Sim(playbook(ONE))
-    driver = dg.Driver("host:1:ab", NOW + 30, alive=True)
+    driver = waiting.Driver("host:1:ab", NOW + 30, alive=True)
     (found,) = diagnose(sim, commands=queued(sim, "start", pool="gpu"), driver=driver)
     assert found.kind == dg.QUEUED and "in-process workers" in found.message
 
@@ -263,8 +266,8 @@ def test_a_live_embedded_driver_serves_every_pool() -> None:
 def test_a_run_whose_driver_stopped_says_to_resume_it() -> None:
     sim = Sim(playbook(ONE))
     for driver, why in (
-        (dg.Driver("host:1:ab", NOW - 5, alive=None), "its lease ended 5s ago"),
-        (dg.Driver("host:1:ab", NOW + 20, alive=False), "its process is gone"),
+        (waiting.Driver("host:1:ab", NOW - 5, alive=None), "its lease ended 5s ago"),
+        (waiting.Driver("host:1:ab", NOW + 20, alive=False), "its process is gone"),
     ):
         found = diagnose(sim, commands=queued(sim, "start"), driver=driver)
         # no worker of any pool would take it: the run's own driver runs it, once resumed
@@ -326,10 +329,10 @@ def test_a_pending_retry_timer_names_the_attempt_when_it_is_due_and_the_error() 
     (found,) = diagnose(sim, now=NOW + 10)
     assert found.kind == dg.RETRY_PENDING
     assert found.message == (
-        "step 'flaky' attempt 2 waits for its retry timer (due in 20s), "
-        "after attempt 1 failed: ValueError: flaky"
+        "step 'flaky' retrying in 20s, attempt 2 of 3, after: ValueError: flaky"
     )
     assert found.fields["not_before_at"] == NOW + 30 and found.fields["attempt"] == 2
+    assert found.fields["attempts"] == 3 and found.fields["retry"] == "spec.retry"
     sim.now = NOW + 30
     sim.fire()  # the retry is issued: its timer and its error are gone from the fold
     assert kinds(
@@ -383,7 +386,7 @@ def test_a_compensating_run_says_how_far_it_got() -> None:
     found = diagnose(sim)
     assert kinds(found) == [dg.COMPENSATING, dg.RETRY_PENDING]
     assert found[1].message == (
-        "compensation 'refund' of step 'charge' attempt 2 waits for its retry timer (due in 5s)"
+        "compensation 'refund' of step 'charge' retrying in 5s, attempt 2 of 2"
     )
 
 
@@ -413,7 +416,7 @@ def test_a_budget_nearly_spent_is_named() -> None:
 def test_a_run_with_nothing_in_the_way_is_idle() -> None:
     pb: model.Playbook = playbook(ONE)
     state = st.ExecutionState(execution_id=5, pending={"start": {}})
-    (found,) = dg.diagnose(state, pb, dg.Facts(NOW))
+    (found,) = dg.diagnose(state, pb, waiting.Facts(NOW))
     assert found.kind == dg.IDLE and found.fields == {"pending": ["start"]}
     assert found.message == (
         "nothing blocks it that the engine can see: its next decision is due (pending: start)"
@@ -452,7 +455,9 @@ def test_a_playbook_step_names_the_child_run_it_waits_for() -> None:
     )
     (cmd,) = sim.live("sub")
     found = diagnose(
-        sim, commands=claimed(sim, "sub"), children=(dg.Child(900, "tests/child", cmd.command_id),)
+        sim,
+        commands=claimed(sim, "sub"),
+        children=(waiting.Child(900, "tests/child", cmd.command_id),),
     )
     assert kinds(found) == [dg.CHILD_RUNNING, dg.CLAIMED]
     assert found[0].step == "sub" and found[0].fields == {
@@ -466,4 +471,7 @@ def test_a_playbook_step_names_the_child_run_it_waits_for() -> None:
 
 
 def test_the_command_statuses_are_the_command_tables() -> None:
-    assert (dg.QUEUED_STATUS, dg.CLAIMED_STATUS) == (port.COMMAND_QUEUED, port.COMMAND_CLAIMED)
+    assert (waiting.QUEUED_STATUS, waiting.CLAIMED_STATUS) == (
+        port.COMMAND_QUEUED,
+        port.COMMAND_CLAIMED,
+    )

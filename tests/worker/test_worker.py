@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from milepost.client import ServerRefused, ServerUnavailable
+from milepost.core import logs
 from milepost.core.ids import machine_of, timestamp_of
 from milepost.playbook.loop_result import LoopResult
+from milepost.tools.base import ToolCall, ToolFailure, ToolResult
 from milepost.wire import event_to_wire, work_item_from_wire
 from milepost.worker import jobs, machine_ids
 from milepost.worker.loop import Worker
@@ -863,3 +865,72 @@ def fakes_playbook() -> str:
     from tests.worker.fakes import PLAYBOOK
 
     return PLAYBOOK
+
+
+# -- a task policy's retry (issue 33, item 12) ---------------------------------------------
+
+POLICY_PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: p, path: tests/p}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: "raise ValueError('boom')"
+      spec:
+        policy:
+          rules:
+            - when: "{{ output.status == 'error' }}"
+              then: {do: retry, attempts: 2, delay: 600}
+"""
+
+
+class FailingTools(FakeTools):
+    """Every call fails, printing a traceback."""
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        self.calls.append(call)
+        trace = f"Traceback: boom {len(self.calls)}\n"
+        return ToolResult(
+            data=None,
+            error=ToolFailure("exception", "ValueError: boom"),
+            logs=(logs.Captured(logs.TRACEBACK, trace),),
+        )
+
+
+def test_a_policy_retry_is_reported_before_its_wait_and_keeps_the_attempt_s_slot() -> None:
+    async def scenario() -> None:
+        client = FakeClient({("tests/p", 1): POLICY_PLAYBOOK})
+        worker, client, tools, clock = make(client, FailingTools())
+        client.queue.append(command(101, epoch=3, path="tests/p"))
+        async with running(worker):
+            await wait_for_async(lambda: bool(client.reports))
+            [note] = client.reported_events()
+            context = note["result"]["context"]
+            assert (note["event_type"], note["meta"]["epoch"], context["command_id"]) == (
+                "call.error",
+                3,
+                101,
+            )
+            assert context["retry"] == {
+                "attempt": 2,
+                "attempts": 2,
+                "not_before": pytest.approx(clock.time() + 600),
+            }
+            assert context["error"]["message"] == "ValueError: boom"
+            assert note["logs"] == [
+                {"stream": "traceback", "text": "Traceback: boom 1\n", "cut": 0}
+            ]
+            assert 101 in worker.jobs  # the attempt runs on: its slot stays taken
+            # the policy's wait ends (the clock moves from sleeper to sleeper: heartbeats,
+            # then the wait): the task fails again, the retries are spent
+            await wait_for_async(lambda: len(client.reported_events()) == 2, between=clock.next)
+        report = client.reported_events()[1]
+        assert report["event_type"] == "command.failed"
+        assert report["result"]["context"]["attempt"] == 1  # one attempt, one command
+        # the report carries what the note did not: the second execution's traceback only
+        assert report["logs"] == [{"stream": "traceback", "text": "Traceback: boom 2\n", "cut": 0}]
+        assert [c.idempotency_key for c in tools.calls] == ["key-101-1", "key-101-1"]
+
+    run(scenario)

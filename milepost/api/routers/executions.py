@@ -103,7 +103,9 @@ def _summary_now(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     if engine.seen_ended(execution_id):
         return engine.read(execution_id, _summary)
     missing = engine.missing_workers(execution_id)
-    summary = engine.read(execution_id, _summary)
+    summary = engine.read(
+        execution_id, lambda state, pb: {**_summary(state, pb), "waits": engine.waits_of(state, pb)}
+    )
     if summary["status"] in st.TERMINAL:
         return summary
     return summaries.with_missing_workers(summary, missing)
@@ -159,6 +161,7 @@ def _progress(summary: dict[str, Any]) -> dict[str, Any]:
         "teardown": summary.get("teardown"),
         "no_live_worker": summary.get("no_live_worker", []),
         "usage": summary.get("usage"),
+        "waits": summary.get("waits", []),
     }
 
 

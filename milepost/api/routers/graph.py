@@ -20,7 +20,9 @@ router = APIRouter(prefix="/api", tags=["executions"])
 def execution_graph(execution_id: ExecutionId, engine: EngineDep, _: ReadAuth) -> GraphOut:
     """One node per step (a loop is one node with iteration counts) and one edge per arc."""
     row = existing(engine, execution_id)
-    return GraphOut.model_validate(engine.read(row.execution_id, run_graph))
+    return GraphOut.model_validate(
+        engine.read(row.execution_id, lambda s, pb: run_graph(s, pb, engine.waits_of(s, pb)))
+    )
 
 
 @router.get("/whoami", responses=errors.responses(*AUTH))

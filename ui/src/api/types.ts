@@ -7,6 +7,25 @@ export interface Whoami {
   may: { cancel: boolean; execute: boolean; act: boolean; approve: boolean };
 }
 
+/** One thing a run waits on now (`core/waiting.py`): the same in every read. `due_at` is
+ * absolute; the page says how far off it is. */
+export interface Wait {
+  kind: string;
+  step: string | null;
+  index: number | null;
+  due_at: string | null;
+  attempt: number | null;
+  attempts: number | null;
+  error: { message?: string; kind?: string } | null;
+  task: string | null;
+  worker: string | null;
+  pool: string | null;
+  approval_id: string | null;
+  command_id: string | null;
+  undoes: string | null;
+  count: number;
+}
+
 export interface ExecutionItem {
   execution_id: string;
   path: string;
@@ -20,6 +39,8 @@ export interface ExecutionItem {
   started_by?: string | null;
   steps_done?: number | null;
   steps_total?: number | null;
+  /** In the list: what a running run waits on first. */
+  waiting?: Wait | null;
 }
 
 export interface ExecutionList {
@@ -39,6 +60,7 @@ export interface ExecutionOut extends ExecutionItem {
   /** Where its log ended as the reply was made: its stream is followed from there. */
   last_seq?: number;
   steps: Record<string, StepSummary>;
+  waits?: Wait[];
 }
 
 export interface Iterations {
@@ -59,6 +81,7 @@ export interface GraphNode {
   iterations: Iterations | null;
   /** A teardown step (`executor.spec.teardown`): it runs once as the run ends. */
   teardown?: boolean;
+  wait?: Wait | null;
 }
 
 export interface GraphEdge {

@@ -10,6 +10,7 @@ import { StepPanel } from "../step/StepPanel";
 import { DiagnosisBanner } from "./DiagnosisBanner";
 import { RunGraph } from "./RunGraph";
 import { Timeline } from "./Timeline";
+import { WaitBanner } from "./WaitBanner";
 import { graphQuery, runQuery } from "./queries";
 import { useEvents } from "./useEvents";
 
@@ -71,6 +72,7 @@ export function RunPage({ id, who }: { id: string; who: Whoami }) {
         </dl>
         {who.may.cancel && !ended && <CancelButton id={id} />}
       </div>
+      {!ended && <WaitBanner waits={r.waits} />}
       <DiagnosisBanner id={id} status={r.status} />
       {r.error && <pre className="error">{JSON.stringify(r.error, null, 2)}</pre>}
       <div className="run-body">

@@ -48,6 +48,27 @@ describe("StepBox", () => {
     expect(screen.getByTestId("step-plain").textContent).not.toContain("teardown");
   });
 
+  it("says what holds a step back: a retry timer with its attempt and error", () => {
+    const wait = {
+      kind: "retry", step: "flaky", index: null, due_at: new Date(Date.now() + 90_500).toISOString(), attempt: 2,
+      attempts: 3, error: { message: "ValueError: boom" }, task: null, worker: null, pool: null, approval_id: null,
+      command_id: null, undoes: null, count: 1,
+    };
+    render(<StepBox node={node("flaky", "RUNNING", { wait })} />);
+    const shown = screen.getByTestId("wait-flaky");
+    expect(shown.textContent).toMatch(/^retrying in 1m 30s, attempt 2 of 3$/);
+    expect(shown.title).toMatch(/^retrying in 1m 30s, attempt 2 of 3, after: ValueError: boom$/);
+  });
+
+  it("shows no wait for work under way", () => {
+    const wait = {
+      kind: "claimed", step: "one", index: null, due_at: null, attempt: 1, attempts: null, error: null, task: null,
+      worker: "w-1", pool: "default", approval_id: null, command_id: "5", undoes: null, count: 1,
+    };
+    render(<StepBox node={node("one", "RUNNING", { wait })} />);
+    expect(screen.queryByTestId("wait-one")).toBeNull();
+  });
+
   it("shows no counts on a step without a loop", () => {
     render(<StepBox node={node("one", "COMPLETED")} />);
     expect(screen.queryByTestId("iterations-one")).toBeNull();

@@ -130,6 +130,19 @@ describe("RunsPage", () => {
     await screen.findByText("3/3");
   });
 
+  it("says what a running run waits on: a retry timer, its attempt and its error", async () => {
+    const waiting = {
+      kind: "policy_retry", step: "flaky", index: null, due_at: new Date(Date.now() + 552_500).toISOString(),
+      attempt: 2, attempts: 3, error: { message: "ValueError: boom" }, task: null, worker: "w-1", pool: "default",
+      approval_id: null, command_id: "5", undoes: null, count: 1,
+    };
+    serve({ items: [run("1", "RUNNING", { waiting }), run("2", "COMPLETED")], limit: 50, offset: 0, next: null });
+    show(VIEWER);
+    const shown = await screen.findByTestId("run-waiting");
+    expect(shown.textContent).toMatch(/^step 'flaky' retrying in 9m 1[12]s, attempt 2 of 3, after: ValueError: boom$/);
+    expect(screen.getAllByTestId("run-waiting")).toHaveLength(1);
+  });
+
   it("offers checkboxes and bulk actions to an operator, none to a viewer", async () => {
     serve({ items: [run("1", "FAILED")], limit: 50, offset: 0, next: null });
     const view = show(VIEWER);

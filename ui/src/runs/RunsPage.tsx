@@ -5,6 +5,7 @@ import type { ExecutionItem, ExecutionList, Whoami } from "../api/types";
 import { duration, when } from "../format";
 import { href, navigate } from "../router";
 import { statusColour } from "../status";
+import { blocking, useNow, waitText, waitWhere } from "../waits";
 import { BulkActions } from "./BulkActions";
 import { applyChange, RunsFilter, SINCE_S } from "./changes";
 import { followRuns } from "./runsStream";
@@ -195,6 +196,7 @@ function RunRow({
         <span className="badge" style={{ background: statusColour(run.status) }}>
           {run.status}
         </span>
+        {run.waiting && blocking(run.waiting) && <RowWait run={run} />}
       </td>
       <td>{run.path}</td>
       <td>{run.version ?? "–"}</td>
@@ -205,6 +207,19 @@ function RunRow({
         <Progress run={run} />
       </td>
     </tr>
+  );
+}
+
+/** What a running run waits on first (a retry timer, an approval, a cancel's grace). */
+function RowWait({ run }: { run: ExecutionItem }) {
+  const now = useNow();
+  const w = run.waiting;
+  if (!w) return null;
+  return (
+    <div className="row-wait" data-testid="run-waiting" data-kind={w.kind}>
+      {waitWhere(w)}
+      {waitText(w, now)}
+    </div>
   );
 }
 
