@@ -2,8 +2,8 @@
 /api/executions/{id}/diagnosis`): the verdict is the core's (`core.diagnosis`), given the
 fold and what the store knows beside it: the command table (who holds each command, until
 when), the pools with a live worker (the workers registry, `engine.workers`), the run's
-driver lease (`engine.drivers`), the time of its last event (the stall window's clock)
-and its running children.
+driver lease (`engine.drivers`), when it last moved (the stall window's clock,
+`engine.liveness.progress`) and its running children.
 
 The server reads through `Lifecycle.diagnosis` (under the run's lock, with its cached
 state); the CLI on a local database through `local`, which folds the log itself: both
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
-from milepost.engine import drivers, summaries, workers
+from milepost.engine import drivers, liveness, summaries, workers
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
 from milepost.store import port
@@ -69,11 +69,12 @@ def gather(
     store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
 ) -> dg.Facts:
     """What the store knows of a live run beside its fold."""
+    rows = store.open_commands(state.execution_id)
     commands = {
         row.command_id: dg.OpenCommand(
             row.command_id, row.status, row.worker_id, row.lease_expires_at, row.pool
         )
-        for row in store.open_commands(state.execution_id)
+        for row in rows
     }
     lease = store.get_driver(state.execution_id)
     driver = (
@@ -81,16 +82,17 @@ def gather(
         if lease is None
         else dg.Driver(lease.holder, lease.expires_at, drivers.holder_alive(lease.holder))
     )
-    last_at = None
+    moved = None
     if playbook.executor.stall_after is not None:  # only a stall window reads the clock
-        last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
-        last_at = last[-1].created_at if last else None
+        last_at = store.last_event_at(state.execution_id)
+        if last_at is not None:  # what moved it, as the stall check reads it
+            moved = liveness.progress(store, state.execution_id, now, last_at, rows)
     return dg.Facts(
         now,
         commands,
         frozenset(workers.live_pools(store, now)),
         driver,
-        last_at,
+        moved,
         _children(store, state, playbook),
     )
 
