@@ -20,6 +20,21 @@ STOPPED = {
     "message": "execution cancelled: the attempt was stopped",
 }
 """The error a worker reports for an attempt it stopped because the run was cancelled."""
+CHILD_CANCELLED = "child_cancelled"
+"""The error `code` of a `playbook` task whose child ended CANCELLED (kind `playbook`, DSL
+3.5): when its own run's cancel was asked, the step was stopped by that cancel, reaching
+it through the child, and exits CANCELLED as a stopped attempt's step does; else it
+failed."""
+
+
+def stopped_by_cancel(state: st.ExecutionState, error: Mapping[str, Any]) -> bool:
+    """Whether a step's failure is its run's cancel: an attempt stopped, abandoned or never
+    run (kind `cancelled`), or a child the cancel reached first, however the reports
+    raced (a worker hears of its run's cancel at its next heartbeat, its tool of the
+    child's end as soon as the child ends)."""
+    if not state.cancel_requested:
+        return False
+    return error.get("kind") == CANCELLED_KIND or error.get("code") == CHILD_CANCELLED
 
 
 def abandoned_error(grace: float) -> dict[str, object]:
@@ -40,8 +55,11 @@ def request_payload(actor: str | None, cause: str | None = None) -> dict[str, st
     return payload
 
 
-def child_cause(parent_id: int) -> str:
-    return f"parent {parent_id} cancelled"
+def child_cause(parent_id: int, why: str = "cancelled") -> str:
+    """The `cause` of a child's cancel: its parent's (`parent 12 cancelled`), or why
+    nobody waits for it any more (`parent 12 failed`, `parent 12 step 'call' stopped
+    waiting`)."""
+    return f"parent {parent_id} {why}"
 
 
 def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None:

@@ -329,10 +329,11 @@ def step_error(step: str, error: dict[str, Any], index: int | None = None) -> di
 
 
 def _fail_step(out: _Emitter, sr: st.StepRun, error: dict[str, Any], index: int | None) -> None:
-    if out.state.cancel_requested and error.get("kind") == cancellation.CANCELLED_KIND:
-        # stopped by the run's cancel (stopped, abandoned, never claimed): the step did not
-        # fail, it was cancelled. The fold takes the status from the event, so older logs
-        # (FAILED, kind `cancelled`) still mean what they meant.
+    if cancellation.stopped_by_cancel(out.state, error):
+        # stopped by the run's cancel (stopped, abandoned, never claimed, its child
+        # cancelled with it): the step did not fail, it was cancelled. The fold takes the
+        # status from the event, so older logs (FAILED, kind `cancelled`) still mean what
+        # they meant.
         out.emit(
             ev.STEP_EXIT,
             sr.step,

@@ -541,21 +541,21 @@ def _joins(state: st.ExecutionState, playbook: model.Playbook) -> list[Finding]:
 
 def _stall(playbook: model.Playbook, facts: Facts) -> list[Finding]:
     stall = playbook.executor.stall_after
-    if stall is None or facts.last_event_at is None:
+    if stall is None or facts.last_progress_at is None:
         return []
-    silent = facts.now - facts.last_event_at
+    silent = facts.now - facts.last_progress_at
     if silent < NEAR * stall:
         return []
     return [
         Finding(
             STALL_NEAR,
-            f"no event for {span(silent)} of executor.spec.stall_after "
+            f"no progress for {span(silent)} of executor.spec.stall_after "
             f"{durations.text(stall)}: the run fails as stalled in "
-            f"{span(max(stall - silent, 0.0))} unless something reports",
+            f"{span(max(stall - silent, 0.0))} unless something moves it",
             fields={
                 "stall_after_s": stall,
                 "silent_s": round(silent, 3),
-                "last_event_at": facts.last_event_at,
+                "last_progress_at": facts.last_progress_at,
             },
         )
     ]

@@ -5,11 +5,21 @@ Pure: the time, the last progress and who holds each command come in as argument
 store keeps a command's own lease (`lease_s`) and a run's `stall_after` from the events
 these fields go into, only when the playbook sets them: other runs' events stay as they
 were.
+
+What moves a run (`last_progress`): an event of its log, a live attempt, a running child
+that moves. A heartbeat writes no event (heartbeats stay cheap: they only extend the
+lease in the command table), so an attempt is read from its lease: a claimed attempt
+moves its run until its lease lapses, whatever it takes. Reading the time of its last
+heartbeat instead would tie `stall_after` to how often workers heartbeat (a third of a
+lease the engine does not even know, the worker asks for it): a stall window shorter than
+that would fail a step that is only slow. A worker that dies stops extending its lease;
+the lease's end is then an event (`command.lease_expired`), and a step's own
+`spec.liveness` says how soon that is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.core import approval_state as ap
@@ -47,6 +57,20 @@ def started_fields(playbook: model.Playbook) -> dict[str, Any]:
     return {} if stall is None else {"stall_after": stall}
 
 
+def last_progress(
+    now: float,
+    last_event_at: float,
+    lease_ends: Iterable[float | None] = (),
+    children: Iterable[float] = (),
+) -> float:
+    """When a run last moved: its last event; each claimed attempt's lease end, up to
+    `now` (a live attempt moves it now); the last progress of each running child
+    (recursively: a child's progress is its parent's)."""
+    moved = [last_event_at, *children]
+    moved.extend(min(now, end) for end in lease_ends if end is not None)
+    return max(moved)
+
+
 def stall_verdict(
     state: st.ExecutionState,
     playbook: model.Playbook,
@@ -54,10 +78,10 @@ def stall_verdict(
     last_progress_at: float,
     holders: Mapping[int, str | None],
 ) -> dict[str, Any] | None:
-    """The error that fails a run silent since `last_progress_at` for longer than its
-    `stall_after`, naming what it waited for; None while it is within its window (or has
-    none, or has ended). `holders`: command id -> the worker holding its claim (None:
-    queued), as the command projection says."""
+    """The error that fails a run that has not moved since `last_progress_at`
+    (`last_progress`) for longer than its `stall_after`, naming what it waited for; None
+    while it is within its window (or has none, or has ended). `holders`: command id ->
+    the worker holding its claim (None: queued), as the command projection says."""
     stall = playbook.executor.stall_after
     # a run being cancelled ends CANCELLED (its attempts abandoned after cancel_grace), not
     # FAILED: the people who cancelled it asked for that end
@@ -108,6 +132,13 @@ def _waiting(state: st.ExecutionState, holders: Mapping[int, str | None]) -> dic
         {"step": sr.step, "index": i, "at": at}
         for sr in state.running.values()
         for i, at in sorted(sr.retry_at.items())
+    ]
+    # a compensation's or a teardown step's retry timer is as much the run's own as a step's
+    retries += [
+        {"step": item.target, "index": st.NO_INDEX, "at": item.retry_at}
+        for phase in (state.compensation, state.teardown)
+        for item in (phase.items if phase is not None else ())
+        if item.retry_at is not None and item.command_id is None
     ]
     return {
         "steps": sorted(state.running),

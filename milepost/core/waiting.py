@@ -92,7 +92,8 @@ class Facts:
     """The pools a live worker serves (machine-id leases)."""
     driver: Driver | None = None
     """None: no embedded process ever drove the run (a server does)."""
-    last_event_at: float | None = None
+    last_progress_at: float | None = None
+    """When the run last moved (`core.liveness.last_progress`): None without a stall window."""
     children: tuple[Child, ...] = ()
 
 

@@ -2,8 +2,8 @@
 /api/executions/{id}/diagnosis`): the verdict is the core's (`core.diagnosis`), given the
 fold and what the store knows beside it: the command table (who holds each command, until
 when), the pools with a live worker (the workers registry, `engine.workers`), the run's
-driver lease (`engine.drivers`), the time of its last event (the stall window's clock)
-and its running children.
+driver lease (`engine.drivers`), when it last moved (the stall window's clock,
+`engine.liveness.progress`) and its running children.
 
 The server reads through `Lifecycle.diagnosis` (under the run's lock, with its cached
 state); the CLI on a local database through `local`, which folds the log itself: both
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from milepost.core import diagnosis as dg
 from milepost.core import state as st
 from milepost.core import waiting
-from milepost.engine import drivers, summaries, workers
+from milepost.engine import drivers, liveness, summaries, workers
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
 from milepost.store import port
@@ -72,24 +72,35 @@ def gather(
     store: port.Store, state: st.ExecutionState, playbook: model.Playbook, now: float
 ) -> waiting.Facts:
     """What the store knows of a live run beside its fold."""
-    seen = facts(store, state, now)
-    last_at = None
+    rows = store.open_commands(state.execution_id)
+    moved = None
     if playbook.executor.stall_after is not None:  # only a stall window reads the clock
-        last = store.load(state.execution_id, after_seq=max(state.last_seq - 1, 0))
-        last_at = last[-1].created_at if last else None
+        last_at = store.last_event_at(state.execution_id)
+        if last_at is not None:  # what moved it, as the stall check reads it
+            moved = liveness.progress(store, state.execution_id, now, last_at, rows)
     return dataclasses.replace(
-        seen, last_event_at=last_at, children=_children(store, state, playbook)
+        facts(store, state, now, rows),
+        last_progress_at=moved,
+        children=_children(store, state, playbook),
     )
 
 
-def facts(store: port.Store, state: st.ExecutionState, now: float) -> waiting.Facts:
-    """What `core.waiting` reads beside the fold: the command table's rows of the run, the
-    pools a live worker serves, the run's driver lease."""
+def facts(
+    store: port.Store,
+    state: st.ExecutionState,
+    now: float,
+    rows: list[port.CommandRow] | None = None,
+) -> waiting.Facts:
+    """What `core.waiting` reads beside the fold: the command table's rows of the run (read
+    here unless the caller has them), the pools a live worker serves, the run's driver
+    lease."""
+    if rows is None:
+        rows = store.open_commands(state.execution_id)
     commands = {
         row.command_id: waiting.OpenCommand(
             row.command_id, row.status, row.worker_id, row.lease_expires_at, row.pool
         )
-        for row in store.open_commands(state.execution_id)
+        for row in rows
     }
     lease = store.get_driver(state.execution_id)
     driver = (

@@ -139,6 +139,8 @@ class EmbeddedEngine:
         self._gathering = False  # the reporter holds a batch it has not processed yet
         self._tasks: list[asyncio.Task[None]] = []
         self._done: dict[int, asyncio.Event] = {}
+        self._children: dict[int, list[int]] = {}
+        """parent -> the children this engine started for it (`wait` waits for them too)."""
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._listeners: list[EventListener] = []
         self._told: dict[int, int] = {}
@@ -236,6 +238,8 @@ class EmbeddedEngine:
         self.drivers.take(xid)
         self._done.setdefault(xid, asyncio.Event())
         self._active.add(xid)  # before the start: its first commands are claimed in it
+        if parent.get("parent_execution_id") is not None:
+            self._children.setdefault(parent["parent_execution_id"], []).append(xid)
         self.service.start(
             playbook, version, workload, execution_id=xid, claim=self._claim(), **parent
         )
@@ -266,6 +270,8 @@ class EmbeddedEngine:
         self._active.add(execution_id)
         self.service.release_claims(execution_id)
         self.service.process(also=[execution_id], refresh=False, claim=self._claim())
+        # a child whose parent ended while nothing drove it: cancelled, and driven to its end
+        self.service.cancel_unwaited(execution_id)
         self._catch_up([execution_id])
         return state
 
@@ -355,17 +361,33 @@ class EmbeddedEngine:
         self.workers.stop_cancelled(self._active)
 
     async def wait(self, execution_id: int, timeout: float | None = None) -> st.ExecutionState:
+        """The run once it has ended, and so have the children this engine started for it
+        (a run that ends cancels those still running, `engine.children`: they are driven
+        to their end before it is said to have ended). TimeoutError after `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        await self._ended(execution_id, deadline)
+        state = self.orchestrator.state(execution_id)
+        descendants = list(self._children.get(execution_id, ()))
+        while descendants:
+            child = descendants.pop()
+            if child in self._active:
+                await self._ended(child, deadline)
+            descendants.extend(self._children.get(child, ()))
+        return state
+
+    async def _ended(self, execution_id: int, deadline: float | None) -> None:
         done = self._done.setdefault(execution_id, asyncio.Event())
         waiter = asyncio.ensure_future(done.wait())
+        left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            await asyncio.wait_for(asyncio.shield(waiter), left)
         finally:
             waiter.cancel()
         if self._error is not None:
             raise self._error
         if execution_id in self.drivers.lost:
             raise self.drivers.lost_error(execution_id)
-        return self.orchestrator.state(execution_id)
 
     def state(self, execution_id: int) -> st.ExecutionState:
         return self.orchestrator.state(execution_id)
@@ -409,6 +431,11 @@ class EmbeddedEngine:
         if self._listeners:
             self._tell(outcome)
         self.workers.dispatch(outcome.claimed)
+        asked = {
+            e.execution_id for e in outcome.events if e.event_type == ev.EXECUTION_CANCEL_REQUESTED
+        }
+        if asked:  # by whatever asked (a parent that ended, a cancel): stopped now
+            self.workers.stop_cancelled(asked)
         for xid, at in outcome.wake_at.items():
             self._schedule(xid, at)
         for state in outcome.finished:

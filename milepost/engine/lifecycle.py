@@ -16,6 +16,7 @@ hand out, schedules retry timers (`on_wake`) and counts what happened (`Meters`)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
@@ -31,7 +32,7 @@ from milepost.core import state as st
 from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
 from milepost.core.ids import machine_of
-from milepost.engine import actions, approvals, attempt_logs, diagnosis, notify, reporting
+from milepost.engine import actions, approvals, attempt_logs, children, diagnosis, notify, reporting
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal
@@ -84,6 +85,11 @@ class Lifecycle(StoreReads):
         # `exclusive`: the only writer of its runs (an embedded engine), calling from one
         # thread (its loop): nothing interleaves, and nobody else appends to those logs
         self.locks: ExecutionLocks | NoLocks = NoLocks() if exclusive else ExecutionLocks()
+        self._orphans: collections.deque[children.Orphan] = collections.deque()
+        """Children nobody waits for any more, cancelled once no execution lock is held
+        (`engine.children`)."""
+        if isinstance(self.locks, ExecutionLocks):
+            self.locks.on_free = self._cancel_orphans
         self.handed = HandedOut()
         self.watchers = Watchers()
         self._catalog = threading.Lock()
@@ -189,17 +195,31 @@ class Lifecycle(StoreReads):
         self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         if parent_execution_id is not None:
-            self._cancel_with_parent(xid, parent_execution_id)
+            self.cancel_unwaited(xid)
         return xid, outcome
 
-    def _cancel_with_parent(self, xid: int, parent_id: int) -> None:
-        """A child started after its parent's cancel was asked (its tool was already on
-        its way) is cancelled at once: the cancel's walk through the children missed it."""
-        parent = self.store.get_execution(parent_id)
-        if parent is not None and (parent.cancel_requested or parent.status == st.CANCELLED):
+    def cancel_unwaited(self, xid: int) -> None:
+        """Cancel a running child nobody waits for: its parent ended, its parent's cancel
+        was asked or the command that started it was settled (`children.unwaited`). A
+        child that starts then (its tool's start was on its way) is missed by the walks
+        through the running children of `engine.children`, as is one whose parent ended
+        just before this process died: `start` and `recover` look again."""
+        parent_id, command_id = self.read(
+            xid,
+            lambda state, _: (
+                (None, None)
+                if state.terminal or state.cancel_requested
+                else (state.parent_execution_id, state.parent_command_id)
+            ),
+        )
+        why = None if parent_id is None else children.unwaited(self.store, parent_id, command_id)
+        if parent_id is None or why is None:
+            return
+        actor = None
+        if why == "cancelled":
             actor = self.read(parent_id, lambda state, _: state.cancel_actor)
-            with contextlib.suppress(AlreadyTerminal):
-                self.cancel(xid, actor, cancellation.child_cause(parent_id))
+        with contextlib.suppress(AlreadyTerminal):
+            self.cancel(xid, actor, cancellation.child_cause(parent_id, why))
 
     def report(
         self,
@@ -532,3 +552,34 @@ class Lifecycle(StoreReads):
                 listener(outcome)
             except Exception:
                 log.exception("an outcome listener raised", extra={"action": "listener_failed"})
+        if outcome.finished or outcome.events:
+            try:
+                self._orphans.extend(children.orphaned(self.store, self.orchestrator, outcome))
+            except Exception:  # the outcome is committed: its caller must not fail for this
+                log.exception(
+                    "looking for the children of settled commands failed",
+                    extra={"action": "child_cancel_failed"},
+                )
+        if self._orphans and not self.locks.held():
+            self._cancel_orphans()
+
+    def _cancel_orphans(self) -> None:
+        """Cancel the children nobody waits for any more (`engine.children`), each with its
+        own locks: called holding none (`ExecutionLocks.on_free`), as locks are taken in id
+        order and a child's id may be lower than its parent's."""
+        while self._orphans:
+            try:
+                child, actor, cause = self._orphans.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            try:
+                self.cancel(child, actor, cause)
+            except (AlreadyTerminal, ExecutionNotFound):
+                continue
+            except Exception:
+                log.exception(
+                    "cancelling child %s failed (%s)",
+                    child,
+                    cause,
+                    extra={"action": "child_cancel_failed", "execution_id": child},
+                )

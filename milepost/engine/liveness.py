@@ -2,8 +2,10 @@
 engine service.
 
 The store names the candidates (RUNNING runs with a stall window whose last event is older
-than it: `stalled_executions`); the decision is the core's (`core.liveness.stall_verdict`,
-given `now`, the last event's time and who holds each open command); the failure is an
+than it: `stalled_executions`); what else moved them is read here (`progress`: their live
+attempts' leases, their running children's progress, recursively); the decision is the
+core's (`core.liveness.stall_verdict`, given `now`, that progress and who holds each open
+command); the failure is an
 `execution.stalled` (kind `stalled`) appended through the orchestrator with a
 `command.failed` for each open command, so both modes end such a run alike and as a failed
 step ends it: compensations, then `execution.failed`. The reconciler's tick calls this for every run (server), the embedded
@@ -16,7 +18,7 @@ Also here: the engine's `default_timeout`, which bounds an attempt of a step wit
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
@@ -54,16 +56,44 @@ def fail_stalled(
     return failed, errors
 
 
+def progress(
+    store: port.Store,
+    xid: int,
+    now: float,
+    last_event_at: float,
+    rows: Sequence[port.CommandRow] | None = None,
+) -> float:
+    """When the run last moved (`core.liveness.last_progress`): its last event, its live
+    attempts (the command table's leases: heartbeats write no event), its running
+    children's progress; the children are read only when nothing of its own moves it now.
+    `rows`: its open commands, when the caller has read them."""
+    if rows is None:
+        rows = store.open_commands(xid)
+    leases = [r.lease_expires_at for r in rows if r.status == port.COMMAND_CLAIMED]
+    own = liveness.last_progress(now, last_event_at, leases)
+    if own >= now:
+        return own
+    children = []
+    for child in store.running_children(xid):
+        at = store.last_event_at(child)
+        if at is not None:  # its start is committed with its first event
+            children.append(progress(store, child, now, at))
+    return liveness.last_progress(now, own, (), children)
+
+
 def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) -> bool:
     with engine.locked([xid]):  # no report may slip in between the verdict and the failure
         rows = engine.store.open_commands(xid)
         holders = {r.command_id: r.worker_id for r in rows}
+        # read again under the lock: a report may have come since the candidates' query
+        last_at = max(last_at, engine.store.last_event_at(xid) or last_at)
+        moved = progress(engine.store, xid, now, last_at, rows)
 
         def verdict(
             state: st.ExecutionState, playbook: model.Playbook
         ) -> tuple[dict[str, Any] | None, int | None]:
             # caused by the last event before the silence, as any execution event
-            return liveness.stall_verdict(state, playbook, now, last_at, holders), state.causes.last
+            return liveness.stall_verdict(state, playbook, now, moved, holders), state.causes.last
 
         error, cause = engine.read(xid, verdict)
         if error is None:

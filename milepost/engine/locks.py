@@ -19,17 +19,37 @@ class ExecutionLocks:
     """One reentrant lock per execution (a `store.locks.LockTable`: made on demand, gone
     when nobody holds or waits for it). `hold` takes several in id order, so two callers
     cannot deadlock (a thread that already holds some may take more only in that order
-    too)."""
+    too).
+
+    `on_free` is called when a thread lets go of the last locks it held: work that takes
+    other executions' locks in no particular order (cancelling a run's children) waits
+    for it instead of risking a deadlock. It must not raise."""
 
     def __init__(self) -> None:
         self._table = LockTable()
+        self._depth = threading.local()
+        self.on_free: Callable[[], None] | None = None
 
     @contextlib.contextmanager
     def hold(self, execution_ids: Iterable[int]) -> Iterator[None]:
-        with contextlib.ExitStack() as held:
-            for xid in sorted(set(execution_ids)):
-                held.enter_context(self._table.hold(xid))
-            yield
+        depth = self._held_here()
+        self._depth.n = depth + 1
+        try:
+            with contextlib.ExitStack() as held:
+                for xid in sorted(set(execution_ids)):
+                    held.enter_context(self._table.hold(xid))
+                yield
+        finally:
+            self._depth.n = depth
+            if depth == 0 and self.on_free is not None:
+                self.on_free()  # also after a failure: what was committed before it
+
+    def held(self) -> bool:
+        """Whether this thread holds some execution's lock now."""
+        return self._held_here() > 0
+
+    def _held_here(self) -> int:
+        return int(getattr(self._depth, "n", 0))
 
     def try_hold(self, execution_id: int) -> contextlib.AbstractContextManager[bool]:
         """One execution's lock if it is free now (yields whether it was taken): it never
@@ -51,6 +71,10 @@ class NoLocks:
 
     def try_hold(self, execution_id: int) -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(True)
+
+    def held(self) -> bool:
+        """Never: with one thread, no order of taking locks can deadlock."""
+        return False
 
     def __len__(self) -> int:
         return 0

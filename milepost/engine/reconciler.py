@@ -142,7 +142,9 @@ class Reconciler:
 
     def recover(self) -> int:
         """Re-evaluate every RUNNING execution once (after a restart: retry timers lived in
-        the memory of the server that stopped). Returns how many were evaluated."""
+        the memory of the server that stopped), and cancel the children nobody waits for
+        any more (their parent ended, or settled the command that started them, while the
+        server that would have cancelled them stopped). Returns how many were evaluated."""
         count, offset = 0, 0
         while True:
             rows = self.store.list_executions(status="RUNNING", limit=RECOVER_BATCH, offset=offset)
@@ -157,6 +159,8 @@ class Reconciler:
                     lambda xid: self.driver.process(also=[xid], refresh=True),
                 )
             )
+            children = [r.execution_id for r in rows if r.parent_execution_id is not None]
+            self._each(children, scratch, self.driver.cancel_unwaited)
 
     def watch_liveness(self, now: float, only: Container[int]) -> TickReport:
         """Expired claims and stalled runs of the executions in `only` alone: the embedded

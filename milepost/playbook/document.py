@@ -129,23 +129,6 @@ def executor(ctx: LoadContext, raw: Any, w: problems.Where) -> model.ExecutorSpe
     return fields.build(w, model.ExecutorSpec, **kwargs) or model.ExecutorSpec()
 
 
-def check_stall_after(ctx: LoadContext, steps: dict[str, model.Step]) -> None:
-    """`executor.spec.stall_after` must exceed every step's timeout (DSL 10.6): a run whose
-    one attempt may rightly run that long, heartbeating and writing nothing, is not stalled."""
-    stall = ctx.executor.stall_after
-    if stall is None:
-        return
-    w = ctx.root / "executor" / "spec" / "stall_after"
-    for name, step in steps.items():
-        timeout = step.spec.timeout
-        if timeout is not None and stall <= timeout:
-            w.error(
-                f"executor.spec.stall_after ({durations.text(ctx.executor_raw['stall_after'])})"
-                f" must be greater than step '{name}' spec.timeout ({timeout:g}s)",
-                show="none",
-            )
-
-
 def _executor_flags(spec: dict[str, Any], w: problems.Where) -> dict[str, Any]:
     """`entry_step` and `no_next_is_error`, as model keyword arguments."""
     kwargs: dict[str, Any] = {}

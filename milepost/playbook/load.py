@@ -144,7 +144,6 @@ def _sections(ctx: LoadContext, doc: dict[str, Any]) -> dict[str, Any]:
     raw_steps = steps.collect(ctx, doc, root / "workflow")
     workbook = tools.workbook(ctx, doc.get("workbook"), root / "workbook")
     built = _steps(ctx, raw_steps)
-    document.check_stall_after(ctx, built)
     names = [name for name, _, _ in raw_steps]
     entry = graph.entry_step(names, ctx.executor.entry_step, ctx.step_names, root)
     places = [(name, w) for name, _, w in raw_steps]

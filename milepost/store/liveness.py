@@ -30,6 +30,9 @@ _STALLED = (
 )
 
 
+_LAST_EVENT = "SELECT created_at FROM event WHERE execution_id=? ORDER BY seq DESC LIMIT 1"
+
+
 def lease_of(row: port.CommandRow, req: port.ClaimRequest) -> port.Lease:
     """The lease of a row a claim statement took (its `lease_expires_at` as the statement
     set it: the command's own lease or the one asked for)."""
@@ -69,6 +72,10 @@ class LivenessTable(Tables):
 
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         return [(int(r[0]), float(r[1])) for r in self.rows(_STALLED, (now,))]
+
+    def last_event_at(self, execution_id: int) -> float | None:
+        rows = self.rows(_LAST_EVENT, (execution_id,))
+        return float(rows[0][0]) if rows else None
 
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
         # `OPEN` as the partial index `command_open` (migration 6) is written: SQLite uses

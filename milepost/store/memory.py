@@ -456,6 +456,11 @@ class MemoryStore(MemoryLeases, port.Appends):
                     out.append((xid, last))
             return out
 
+    def last_event_at(self, execution_id: int) -> float | None:
+        with self.db.lock:
+            log = self.db.logs.get(execution_id)
+            return log[-1].created_at if log else None
+
     def restarts_of(self, execution_id: int) -> list[int]:
         with self.db.lock:
             return sorted(x for x, old in self.db.restarts.items() if old == execution_id)

@@ -542,7 +542,12 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
 
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         """(execution_id, time of its last event) of RUNNING executions with a stall window
-        whose last event is older than it (`core.liveness.stall_verdict` decides)."""
+        whose last event is older than it: the candidates, whose live attempts and running
+        children the engine reads before `core.liveness.stall_verdict` decides."""
+        ...
+
+    def last_event_at(self, execution_id: int) -> float | None:
+        """The time of the execution's last event (None: no event)."""
         ...
 
     def restarts_of(self, execution_id: int) -> list[int]:

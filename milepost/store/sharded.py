@@ -369,6 +369,9 @@ class ShardedStore:
     def stalled_executions(self, now: float) -> list[tuple[int, float]]:
         return sorted(x for store in self.stores for x in store.stalled_executions(now))
 
+    def last_event_at(self, execution_id: int) -> float | None:
+        return self.shard(execution_id).last_event_at(execution_id)
+
     def overdue_claims(self, now: float, after_s: float) -> list[port.CommandRow]:
         rows = [c for store in self.stores for c in store.overdue_claims(now, after_s)]
         return sorted(rows, key=lambda c: c.command_id)

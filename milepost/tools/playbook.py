@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from milepost.core import cancellation
 from milepost.playbook.durations import parse_duration
 from milepost.tools import base
 
@@ -79,9 +80,14 @@ class PlaybookTool:
         if child.status != "COMPLETED":
             reason = (child.error or {}).get("reason") or (child.error or {}).get("message") or ""
             message = f"child playbook {path!r} ({child.execution_id}) {child.status}"
+            # the code lets the parent's decision tell a cancel that reached the child
+            # through the parent from the child's own failure
+            code = cancellation.CHILD_CANCELLED if child.status == "CANCELLED" else None
             return base.ToolResult(
                 data=summary,
-                error=base.ToolFailure("playbook", f"{message}: {reason}" if reason else message),
+                error=base.ToolFailure(
+                    "playbook", f"{message}: {reason}" if reason else message, code=code
+                ),
             )
         return _shape(call.config, child, summary)
 

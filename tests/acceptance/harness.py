@@ -286,6 +286,15 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
+    def workers_live(self, count: int = 1) -> None:
+        """Wait until `count` workers have checked in: a run with a stall window shorter
+        than a worker's start on a busy machine must not start before."""
+        wait_for(
+            lambda: len(self.client.workers(status="live")["items"]) >= count,
+            f"{count} live worker(s)",
+            timeout=30,
+        )
+
     # -- runs ----------------------------------------------------------------------------
 
     def run(self, playbook: str, workload: dict[str, Any] | None = None) -> str:

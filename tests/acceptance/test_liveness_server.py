@@ -169,6 +169,7 @@ def test_a_stalled_run_runs_its_compensations_before_it_fails(cluster: Cluster) 
     ends it (DSL 10.5): `start`'s compensation first, then FAILED of kind `stalled`."""
     cluster.start_server()
     cluster.start_worker()
+    cluster.workers_live()  # `start` must find it within the 3 s window
     xid = cluster.run(STALLS_AFTER_A_COMPENSABLE_STEP)
     status = cluster.wait(xid, timeout=30)
     assert status["status"] == "FAILED", status
@@ -219,6 +220,7 @@ def test_a_run_waiting_for_its_retry_timer_past_stall_after_is_not_stalled_and_i
     (DSL 10.2: never below the timeout)."""
     cluster.start_server()
     cluster.start_worker()
+    cluster.workers_live()  # the first attempt must find it within the 2 s window
     xid = cluster.run(RETRIES_LATER, {"marker": str(tmp_path / "marker")})
     status = cluster.wait(xid, timeout=30)
     assert status["status"] == "COMPLETED", status

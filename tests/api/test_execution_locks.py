@@ -139,3 +139,27 @@ def test_many_threads_over_overlapping_executions_finish() -> None:
                 expected[x] += 1
     assert counts == expected
     assert len(locks) == 0
+
+
+def test_on_free_runs_when_a_thread_lets_go_of_its_last_lock_only() -> None:
+    """The children nobody waits for are cancelled then (`Lifecycle._cancel_orphans`),
+    holding no lock: a child's id may be lower than its parent's, and locks go in id
+    order."""
+    locks = ExecutionLocks()
+    freed: list[bool] = []
+    locks.on_free = lambda: freed.append(locks.held())
+    with locks.hold([5]):
+        with locks.hold([7]):
+            assert locks.held()
+        assert freed == []  # still holding 5
+    assert freed == [False] and not locks.held()
+    other: list[bool] = []
+    thread = threading.Thread(target=lambda: other.append(locks.held()))
+    with locks.hold([5]):
+        thread.start()
+        thread.join(DEADLINE)
+    assert other == [False], "held is per thread"
+    freed.clear()
+    with pytest.raises(RuntimeError), locks.hold([5]):
+        raise RuntimeError("boom")
+    assert freed == [False], "also after a failure: what was committed before it"

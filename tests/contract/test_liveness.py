@@ -1,6 +1,7 @@
 """A step's own lease (`spec.liveness`, carried by `command.issued` as `lease_s`) is what
-every claim path and every heartbeat give its command, and the stall query names the runs
-silent past their `stall_after` (on every adapter)."""
+every claim path and every heartbeat give its command, the stall query names the runs
+silent past their `stall_after`, and a run's last event's time is read alone (on every
+adapter)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,15 @@ def test_runs_silent_past_their_stall_window_are_listed_with_their_last_event(st
         ]
     )
     assert store.stalled_executions(120.0) == []
+
+
+def test_the_time_of_a_run_s_last_event_is_read_alone(store: Any) -> None:
+    """What a child's progress starts from (`engine.liveness.progress`)."""
+    assert store.last_event_at(10) is None
+    store.append([started(10, 100.0), event(10, ev.STEP_ENTER, 104.5, run=1)])
+    store.append([started(11, 101.0)])
+    assert store.last_event_at(10) == 104.5
+    assert store.last_event_at(11) == 101.0
 
 
 def test_a_run_without_liveness_fields_projects_as_before(store: Any) -> None:

@@ -109,44 +109,49 @@ workflow:
     tool: {kind: noop}
     spec: {approval: {approvers: ["role:ops"]}}
 """
-BUSY = """
+QUEUED = """
 executor: {spec: {stall_after: 2s}}
 workflow:
   - step: start
-    tool: {kind: python, code: "import time\\ntime.sleep(8)\\nresult = 'slept'"}
+    tool: {kind: python, code: "result = 'ran'"}
 """
 
 
+def no_claims(engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's workers take nothing from now on (`monkeypatch.undo()`: again), as
+    behind a server whose workers are all gone: a queued command is all that is left."""
+    monkeypatch.setattr(engine.workers, "claim_request", lambda driver: None)
+
+
 def test_a_run_without_progress_for_stall_after_fails_naming_what_it_waited_for_but_not_one_waiting_for_people(
-    store: Any,
+    store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Heartbeats write no event: an attempt silent in the log for 2 s stalls its run. A
-    run as silent waiting for an approval does not (the approval has its own expiry)."""
-    gated, busy = HEADER + textwrap.dedent(GATED), HEADER + textwrap.dedent(BUSY)
+    """A run whose one command nobody takes for 2 s stalls. A run as silent waiting for
+    an approval does not (the approval has its own expiry)."""
+    gated, queued = HEADER + textwrap.dedent(GATED), HEADER + textwrap.dedent(QUEUED)
 
     async def go() -> tuple[st.ExecutionState, st.ExecutionState]:
         async with EmbeddedEngine(store, concurrency=1) as engine:
+            no_claims(engine, monkeypatch)
             waiting = engine.start(load.load_text(gated), gated)
             await wait_for_async(
                 lambda: of_type(store, waiting, ev.APPROVAL_REQUESTED),
                 "the approval request",
                 timeout=10,
             )
-            stalled = await engine.run(load.load_text(busy), busy, timeout=20)
+            stalled = await engine.run(load.load_text(queued), queued, timeout=20)
             return stalled, engine.state(waiting)
 
     state, waiting = asyncio.run(go())
     assert state.status == st.FAILED
     assert state.error is not None and state.error["kind"] == "stalled"
-    assert "step 'start' attempt 1 (claimed by" in state.error["message"]
+    assert "step 'start' attempt 1 (queued, no worker took it)" in state.error["message"]
     assert [c["step"] for c in state.error["waiting"]["commands"]] == ["start"]
     *_, failed = store.load(state.execution_id)
     assert failed.event_type == ev.EXECUTION_FAILED
     [issued] = of_type(store, state.execution_id, ev.COMMAND_ISSUED)
     [stall] = of_type(store, state.execution_id, ev.EXECUTION_STALLED)
-    assert stall.parent_event_id == issued.event_id, (
-        "caused by the last word before (a claim is none)"
-    )
+    assert stall.parent_event_id == issued.event_id, "caused by the last word before"
     # its open command settled by the engine (nobody will report it): the step failed, then the run
     [settled] = of_type(store, state.execution_id, ev.COMMAND_FAILED)
     assert settled.payload["error"]["kind"] == "stalled" and settled.seq > stall.seq
@@ -290,11 +295,19 @@ STALLS_AFTER_A_COMPENSABLE_STEP = """
 executor: {spec: {stall_after: 2s}}
 workflow:
   - step: start
-    tool: {kind: python, code: "result = 'booked'"}
+    tool:
+      kind: python
+      code: |
+        import os, time
+        open("DIR/started", "w").close()
+        deadline = time.monotonic() + 40
+        while not os.path.exists("DIR/go") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = "booked"
     spec: {compensation: undo}
     next: wait
   - step: wait
-    tool: {kind: python, code: "import time\\ntime.sleep(30)\\nresult = 'slept'"}
+    tool: {kind: noop}
   - step: undo
     tool:
       kind: python
@@ -305,14 +318,25 @@ workflow:
 """
 
 
-def test_a_stalled_run_runs_its_compensations_before_it_fails(store: Any, tmp_path: Path) -> None:
-    """A stall ends the run as a failed step does (DSL 10.5): the silent attempt settled,
-    each completed step's compensation once, then `execution.failed` of kind `stalled`."""
+def test_a_stalled_run_runs_its_compensations_before_it_fails(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stall ends the run as a failed step does (DSL 10.5): the command nobody took
+    settled, each completed step's compensation once, then `execution.failed` of kind
+    `stalled`. No worker takes `wait`; one takes the compensation."""
     text = HEADER + textwrap.dedent(STALLS_AFTER_A_COMPENSABLE_STEP).replace("DIR", str(tmp_path))
 
     async def go() -> st.ExecutionState:
         async with EmbeddedEngine(store, concurrency=2) as engine:
-            return await engine.run(load.load_text(text), text, timeout=30)
+            xid = engine.start(load.load_text(text), text)
+            await wait_for_async(lambda: (tmp_path / "started").exists(), "'start' to run")
+            no_claims(engine, monkeypatch)
+            (tmp_path / "go").touch()
+            await wait_for_async(
+                lambda: of_type(store, xid, ev.EXECUTION_STALLED), "the stall", timeout=20
+            )
+            monkeypatch.undo()  # the compensation finds a worker
+            return await engine.wait(xid, timeout=30)
 
     state = asyncio.run(go())
     assert state.status == st.FAILED

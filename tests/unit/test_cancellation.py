@@ -76,3 +76,55 @@ def test_a_step_stopped_by_the_cancel_is_cancelled_and_an_older_log_still_reads_
     )
     folded = st.fold(None, old)
     assert folded.step_status["start"] == st.FAILED and folded.status == st.CANCELLED
+
+
+CALLS = playbook("""
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/child}
+    next: after
+  - step: after
+    tool: {kind: noop}
+""")
+CHILD_CANCELLED = {
+    "kind": "playbook",
+    "code": cancellation.CHILD_CANCELLED,
+    "retryable": False,
+    "message": "child playbook 'tests/child' (9) CANCELLED: cancel requested",
+}
+
+
+def test_a_step_whose_child_its_run_s_cancel_reached_first_exits_cancelled() -> None:
+    """Issue 33 item 2: the child's end can reach the `playbook` tool before its worker
+    hears of the cancel (the server) or after (embedded): the step exits CANCELLED
+    either way, as a stopped attempt's step does."""
+    sim = Sim(CALLS, now=1000.0)
+    [cmd] = sim.live("call")
+    sim.cancel()
+    events = sim.report(cmd, error=CHILD_CANCELLED)
+    [exit_] = [e for e in events if e.event_type == ev.STEP_EXIT]
+    assert exit_.status == st.CANCELLED and exit_.payload["reason"] == "cancelled"
+    assert sim.state.status == st.CANCELLED
+
+
+def test_a_step_whose_child_alone_was_cancelled_fails() -> None:
+    """DSL 3.5: a CANCELLED child is a task error of kind `playbook` when nobody cancelled
+    its parent."""
+    sim = Sim(CALLS, now=1000.0)
+    [cmd] = sim.live("call")
+    events = sim.report(cmd, error=CHILD_CANCELLED)
+    [exit_] = [e for e in events if e.event_type == ev.STEP_EXIT]
+    assert exit_.status == st.FAILED and exit_.payload["error"]["kind"] == "playbook"
+    assert sim.state.status == st.FAILED and "after" not in sim.state.step_status
+
+
+def test_a_child_s_own_failure_fails_the_step_even_while_its_run_is_cancelled() -> None:
+    """Only a cancel reaching the step reads as one: a child that failed on its own made
+    the step fail, whatever came after."""
+    sim = Sim(CALLS, now=1000.0)
+    [cmd] = sim.live("call")
+    sim.cancel()
+    failed = {"kind": "playbook", "retryable": False, "message": "child (9) FAILED: boom"}
+    events = sim.report(cmd, error=failed)
+    [exit_] = [e for e in events if e.event_type == ev.STEP_EXIT]
+    assert exit_.status == st.FAILED

@@ -393,12 +393,12 @@ def test_a_compensating_run_says_how_far_it_got() -> None:
 def test_a_stall_window_nearly_used_is_named() -> None:
     sim = Sim(playbook("executor: {spec: {stall_after: 60s}}\n" + ONE))
     commands = claimed(sim, "start")
-    assert kinds(diagnose(sim, commands=commands, last_event_at=NOW - 10)) == [dg.CLAIMED]
-    found = diagnose(sim, commands=commands, last_event_at=NOW - 50)
+    assert kinds(diagnose(sim, commands=commands, last_progress_at=NOW - 10)) == [dg.CLAIMED]
+    found = diagnose(sim, commands=commands, last_progress_at=NOW - 50)
     assert kinds(found) == [dg.CLAIMED, dg.STALL_NEAR]
     assert found[1].message == (
-        "no event for 50s of executor.spec.stall_after 60s: the run "
-        "fails as stalled in 10s unless something reports"
+        "no progress for 50s of executor.spec.stall_after 60s: the run "
+        "fails as stalled in 10s unless something moves it"
     )
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from milepost.client import AsyncMilepostClient, ServerRefused
+from milepost.core import cancellation
 from milepost.tools.base import ToolCall
 from milepost.tools.playbook import ChildRun, Parent, PlaybookTool
 from milepost.worker.children import ServerChildren
@@ -124,3 +125,26 @@ def test_the_playbook_tool_fails_a_start_that_could_not_reach_the_server_retryab
     result = asyncio.run(PlaybookTool(Unreachable()).run(call))
     assert result.error is not None
     assert (result.error.kind, result.error.retryable) == ("connection", True)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [("CANCELLED", cancellation.CHILD_CANCELLED), ("FAILED", None)]
+)
+def test_a_child_that_did_not_complete_is_a_playbook_error_coded_by_how_it_ended(
+    status: str, code: str | None
+) -> None:
+    """The code tells the parent's decision a cancelled child (the step exits CANCELLED
+    when its own run's cancel was asked) from one that failed on its own."""
+
+    class Ended:
+        async def run_child(
+            self, path: str, workload: dict[str, object], *, parent: Parent, timeout: float
+        ) -> ChildRun:
+            return ChildRun("9", status, {"reason": "why"})
+
+    call = ToolCall("playbook", {"path": "tests/child"}, {}, {}, "key")
+    result = asyncio.run(PlaybookTool(Ended()).run(call))
+    assert result.error is not None
+    assert (result.error.kind, result.error.code) == ("playbook", code)
+    assert result.error.message == f"child playbook 'tests/child' (9) {status}: why"
+    assert result.data == {"execution_id": "9", "status": status}
