@@ -100,7 +100,19 @@ def abandoned(
     """A `command.failed` (kind `cancelled`) for every command the state still waits for,
     each with its claim's epoch (`epochs`, 0 for one without a claim). The caller decides
     when: the grace ran out (`overdue`), or nothing drives the run any more."""
-    error = abandoned_error(playbook.executor.cancel_grace)
+    return settled(state, abandoned_error(playbook.executor.cancel_grace), now, new_id, epochs)
+
+
+def settled(
+    state: st.ExecutionState,
+    error: dict[str, Any],
+    now: float,
+    new_id: Callable[[], int],
+    epochs: Mapping[int, int],
+) -> list[ev.Event]:
+    """A `command.failed` of `error` for every command the state still waits for (the
+    engine settles what no report will: an abandoned attempt, a run whose decisions raised),
+    each with its claim's epoch (`epochs`, 0 for one without a claim)."""
     return [
         failed_event(
             state.execution_id,

@@ -109,19 +109,7 @@ def after_engine_error(
         return [_event(state, new_id(), event_type, now, payload)]
     if playbook is None or not playbook.executor.teardown:
         return []
-    settled = [
-        cancellation.failed_event(
-            state.execution_id,
-            cid,
-            cmd.step,
-            (cmd.run, cmd.index, cmd.attempt),
-            epochs.get(cid, 0),
-            error,
-            new_id(),
-            now,
-        )
-        for cid, cmd in sorted(state.commands.items())
-    ]
+    settled = cancellation.settled(state, error, now, new_id, epochs)
     payload = started_payload(state, playbook, st.FAILED, error)
     return [*settled, _event(state, new_id(), ev.TEARDOWN_STARTED, now, payload)]
 
