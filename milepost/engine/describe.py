@@ -35,7 +35,16 @@ _ENDS = {
     ev.COMMAND_LEASE_EXPIRED: "LOST",
     ev.COMMAND_RELEASED: "RELEASED",
 }
-_STEP_ENDS = frozenset({ev.STEP_EXIT, ev.TEARDOWN_COMPLETED, ev.TEARDOWN_FAILED})
+_STEP_ENDS = frozenset(
+    {
+        ev.STEP_EXIT,
+        # a final step (a compensation, a teardown step) exits through its own outcome
+        ev.COMPENSATION_COMPLETED,
+        ev.COMPENSATION_FAILED,
+        ev.TEARDOWN_COMPLETED,
+        ev.TEARDOWN_FAILED,
+    }
+)
 
 
 def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
@@ -70,11 +79,8 @@ def view(
         if not _starts_children(playbook, name):  # only a `playbook` step's result is a child
             for a in attempts:
                 a["child_execution_id"] = None
-        started, ended = seen.started_at, seen.ended_at
-        if started is None and attempts:  # a compensation: no step.enter, only its commands
-            started, ended = attempts[0]["started_at"], attempts[-1]["ended_at"]
         shown.update(
-            _times(started, ended),
+            _times(seen.started_at, seen.ended_at),
             worker=last["worker"] if last else None,
             input=step_input(state, playbook, name),
             attempts_total=len(attempts),
@@ -145,7 +151,8 @@ def timeline(log: Iterable[ev.Event]) -> dict[str, _Step]:
         elif kind in _STEP_ENDS:
             step.ended_at = event.created_at
         elif kind == ev.COMMAND_ISSUED and "command_id" in p:
-            # a teardown step enters nothing: it starts with its first command
+            # a final step (a compensation, a teardown step) enters nothing: it starts with
+            # its first command
             step.started_at = step.started_at or event.created_at
             attempt: dict[str, Any] = {
                 "command_id": str(p["command_id"]),
