@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
+from milepost.api import checks
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
 from milepost.core import actions, approvals
 from milepost.engine import errors as engine_errors
@@ -178,6 +179,8 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, errors.ClaimRefused):
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
+        if isinstance(body.get("lease_expires_at"), int | float):  # the holder's lease end
+            body["lease_expires_at"] = checks.iso(body["lease_expires_at"])
         return 409, body
     if isinstance(exc, engine_errors.EventsInvalid):  # placed in the request by `ingest`
         return 422, invalid(exc.problems).body()

@@ -285,8 +285,14 @@ def claim_epoch(
     if status == COMMAND_QUEUED:
         return int(epoch) + 1
     if status == COMMAND_CLAIMED:
+        # who holds it, as the NoETL server says: an operator asks that worker, not the log
         raise ClaimRefused(
-            "command has an active claim", reason="active_claim", command_id=str(command_id)
+            f"command has an active claim by worker {owner!r} (epoch {epoch})",
+            reason="active_claim",
+            command_id=str(command_id),
+            worker_id=owner,
+            epoch=int(epoch),
+            lease_expires_at=expires,
         )
     raise ClaimRefused(
         f"command is {status}", reason="already_terminal", command_id=str(command_id)

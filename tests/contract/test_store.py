@@ -145,6 +145,8 @@ def test_claim_gives_one_live_lease_per_command(store: Any) -> None:
     with pytest.raises(ClaimRefused) as refused:
         store.claim(101, "w2", now=52.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "active_claim"
+    assert (refused.value.fields["worker_id"], refused.value.fields["epoch"]) == ("w1", 1)
+    assert refused.value.fields["lease_expires_at"] == 61.0
     renewed = store.heartbeat(101, "w1", 1, now=55.0, lease_s=10.0)
     assert renewed.expires_at == 65.0
     with pytest.raises(ClaimRefused):
