@@ -214,12 +214,18 @@ def event_id_conflict(clashes: Sequence[tuple[Event, Event]]) -> EventIdConflict
     )
 
 
+_CLAIM_ENDS = ev.SETTLING_REPORTS | {ev.COMMAND_LEASE_EXPIRED}
+
+
 def claims_reported(events: Sequence[Event]) -> dict[int, int]:
-    """command_id -> epoch of the reports that settle a command, stale ones left out."""
+    """command_id -> epoch of the reports that settle a command and of the lease expiries
+    that lose one, stale ones left out: with `check_claims`, each claim must still be live
+    at that epoch in the append's transaction (a report committed first: the expiry is not
+    written)."""
     return {
         int(e.payload["command_id"]): int(e.meta["epoch"])
         for e in events
-        if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")
+        if e.event_type in _CLAIM_ENDS and not e.meta.get("stale")
     }
 
 
