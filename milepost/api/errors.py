@@ -23,7 +23,12 @@ from milepost.api.schemas import ErrorOut, ValidationErrorOut
 from milepost.core import actions, approvals
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
-from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
+from milepost.store.port import (
+    EventIdConflict,
+    MachineIdsExhausted,
+    StoreUnavailable,
+    WorkerNameTaken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,7 @@ _STATUS_OF_CODE: dict[str, int] = {
     engine_errors.ExecutionTerminal.code: 409,
     engine_errors.AlreadyTerminal.code: 409,
     EventIdConflict.code: 409,
+    WorkerNameTaken.code: 409,  # a live worker of another token has the name (`holder`)
     MachineIdsExhausted.code: 503,
     WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
     "credential_unreadable": 500,

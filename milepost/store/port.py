@@ -29,13 +29,17 @@ from milepost.store.driver_leases import DriverBusy as DriverBusy
 from milepost.store.driver_leases import DriverLease as DriverLease
 from milepost.store.driver_leases import DriverLeases
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
+from milepost.store.machine_ids import RETAKE_AFTER_S as RETAKE_AFTER_S
 from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
-from milepost.store.machine_ids import free_machine_id as free_machine_id
+from milepost.store.machine_ids import MachineLease as MachineLease
+from milepost.store.machine_ids import pick_machine_id as pick_machine_id
 from milepost.store.usage import UsageReads
 from milepost.store.usage import UsageRow as UsageRow
+from milepost.store.workers import WorkerNameTaken as WorkerNameTaken
 from milepost.store.workers import WorkerRow as WorkerRow
 from milepost.store.workers import Workers
+from milepost.store.workers import check_bound as check_bound
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
