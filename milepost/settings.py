@@ -50,7 +50,9 @@ class Settings(BaseSettings):
     pool: str | None = None
     """The pool a `milepost worker` serves (`spec.pool`, DSL 10.6); unset, `nats_pool`."""
     server_url: str | None = None
-    """The server a `milepost worker` claims from."""
+    """The server a `milepost worker` claims from; several servers of one database,
+    comma-separated: it moves to the next when its server stops answering (its claims,
+    reports and heartbeats go on there: its leases are in the shared database)."""
     token: str | None = None
     """The bearer token a `milepost worker` shows its server (role `worker` or `admin`)."""
     worker_id: str | None = None

@@ -188,18 +188,16 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
-        # unless told which, lease a machine id: no other server or `milepost run` on this
-        # database makes the same event ids
-        leased = (
-            None
-            if settings.machine_id is not None
-            else LeasedIds(store, clock, holder=holder_name("server"))
-        )
+        # lease a machine id: no other server or `milepost run` on this database makes
+        # the same event ids; told which (MILEPOST_MACHINE_ID), that one, so that nobody
+        # else leases it and no server takes a client's id on it
+        fixed = settings.machine_id
+        leased = LeasedIds(store, clock, holder=holder_name("server"), want=fixed)
         orchestrator = Orchestrator(
             store,
             clock=clock,
-            machine_id=settings.machine_id or 0,
-            new_id=leased,
+            machine_id=fixed or 0,
+            new_id=leased if fixed is None else None,
             shared=shared,
             secret_key=settings.secret_key,
         )

@@ -46,6 +46,9 @@ class Principal:
     """The person who holds the token: approval votes are cast as `user:<user>`."""
     approver_roles: frozenset[str] = frozenset()
     """Business roles (`role:<name>` approvers) beside the API role."""
+    token: str | None = None
+    """The token's hash: whose machine-id leases (`engine.id_spaces`) and worker names
+    (`engine.workers`) are whose."""
 
     @property
     def identity(self) -> str | None:
@@ -169,6 +172,7 @@ class TokenCache:
                 name=row.name,
                 user=row.user,
                 approver_roles=frozenset(row.approver_roles),
+                token=key,
             )
             self.put(key, principal)
         return principal

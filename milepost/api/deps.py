@@ -36,7 +36,8 @@ class Services:
     shared: bool
     """Several servers may share this database (PostgreSQL)."""
     machine_ids: LeasedIds | None = None
-    """The server's leased machine id (None: `MILEPOST_MACHINE_ID` names it)."""
+    """The server's leased machine id (with `MILEPOST_MACHINE_ID`, that one when it was
+    free: the ids are minted on it whatever the lease)."""
     webhook: WebhookNotifier | None = None
     """The approval webhook's notifier (None: no `MILEPOST_APPROVAL_WEBHOOK_URL`)."""
 

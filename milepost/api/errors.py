@@ -18,11 +18,17 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from milepost import errors
+from milepost.api import checks
 from milepost.api.schemas import ErrorOut, ValidationErrorOut
 from milepost.core import actions, approvals
 from milepost.engine import errors as engine_errors
 from milepost.engine.seal import WorkloadUnreadable
-from milepost.store.port import EventIdConflict, MachineIdsExhausted, StoreUnavailable
+from milepost.store.port import (
+    EventIdConflict,
+    MachineIdsExhausted,
+    StoreUnavailable,
+    WorkerNameTaken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +119,7 @@ _STATUS_OF_CODE: dict[str, int] = {
     engine_errors.ExecutionTerminal.code: 409,
     engine_errors.AlreadyTerminal.code: 409,
     EventIdConflict.code: 409,
+    WorkerNameTaken.code: 409,  # a live worker of another token has the name (`holder`)
     MachineIdsExhausted.code: 503,
     WorkloadUnreadable.code: 503,  # this server lacks the key that sealed a run's workload
     "credential_unreadable": 500,
@@ -178,6 +185,8 @@ def milepost_reply(exc: errors.MilepostError) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, errors.ClaimRefused):
         body = {**exc.to_dict(), "code": exc.fields.get("reason") or exc.code}
         body.pop("reason", None)
+        if isinstance(body.get("lease_expires_at"), int | float):  # the holder's lease end
+            body["lease_expires_at"] = checks.iso(body["lease_expires_at"])
         return 409, body
     if isinstance(exc, engine_errors.EventsInvalid):  # placed in the request by `ingest`
         return 422, invalid(exc.problems).body()

@@ -21,9 +21,10 @@ from milepost.api.auth import EVENT_ROLES
 from milepost.api.schemas import EventIn
 from milepost.core import events as ev
 from milepost.core import logs
-from milepost.core.ids import as_id, machine_of, timestamp_of
+from milepost.core.ids import as_id, timestamp_of
 from milepost.engine.errors import CommandNotFound, EventsInvalid, ExecutionTerminal
 from milepost.engine.fence import REPORT_TYPES
+from milepost.engine.id_spaces import FUTURE_ID_SKEW_S
 from milepost.engine.lifecycle import ClaimRequest, Lifecycle, Reported
 from milepost.errors import ExecutionNotFound, MilepostError
 from milepost.store.port import EventIdConflict
@@ -34,28 +35,30 @@ Every known type no role may post (`auth.EVENT_ROLES`): the two tables cannot dr
 
 Loc = tuple[str | int, ...]
 
-FUTURE_ID_SKEW_S = 10.0
-"""How far ahead of the server's clock a client's event id may have been minted (clock
-skew): an id from further ahead could be one the engine is about to mint for itself."""
-
 
 def convert(
-    items: Sequence[EventIn], engine: Lifecycle, batch: bool, actor: str | None = None
+    items: Sequence[EventIn],
+    engine: Lifecycle,
+    batch: bool,
+    actor: str | None = None,
+    owner: str | None = None,
 ) -> list[ev.Event]:
     """Wire events -> core events; raises one 422 naming every bad field of every event.
-    `actor`: the caller's identity, which a cancel request it posts is logged with."""
+    `actor`: the caller's identity, which a cancel request it posts is logged with;
+    `owner`: its token (hash), whose leased machine ids its event ids may be minted on."""
     problems: list[dict[str, Any]] = []
     out: list[ev.Event] = []
     now = engine.clock()
-    own = engine.machine_id() if any(item.event_id is not None for item in items) else None
+    chosen = [item.event_id for item in items if item.event_id is not None]
+    refused = engine.client_id_refusals(chosen, owner) if chosen else {}
     for i, item in enumerate(items):
         loc: Loc = ("body", "events", i) if batch else ("body",)
         given, leftover = noetl_events.object_payload(item)
         context, found = _resolve_context(item, given, engine, loc)
         ref, more = noetl_events.reference(item, loc)
         context, most = noetl_events.with_reference(context, ref, loc)
-        found += more + most + _problems(item, context, loc) + _future_id(item, now, loc)
-        found += _engine_id(item, own, loc)
+        found += more + most + _problems(item, context, loc)
+        found += _future_id(item, now, loc) or _chosen_id(item, refused, loc)
         if found:
             problems.extend(found)
             continue
@@ -142,21 +145,13 @@ def _future_id(item: EventIn, now: float, loc: Loc) -> list[dict[str, Any]]:
     ]
 
 
-def _engine_id(item: EventIn, own: int | None, loc: Loc) -> list[dict[str, Any]]:
-    """422 for a client id in this server's own id space: the engine does not mint again
-    the ids it makes outside a decision (a cancel request, a lease's expiry), so a
-    squatted one would make them fail with 409. A 422, not a 409: the id is wrong
+def _chosen_id(item: EventIn, refused: dict[int, str], loc: Loc) -> list[dict[str, Any]]:
+    """422 for a client id another process could mint (`engine.id_spaces`): that append,
+    a run start or another worker's report, would fail. A 422, not a 409: the id is wrong
     whatever the log holds, like one from the future."""
-    if item.event_id is None or own is None or machine_of(item.event_id) != own:
+    if item.event_id is None or item.event_id not in refused:
         return []
-    return [
-        {
-            "loc": [*loc, "event_id"],
-            "msg": f"the id carries machine id {own}, the one this server mints its own "
-            "events with: leave it out, or mint it with a machine id from "
-            "POST /api/workers/machine-id",
-        }
-    ]
+    return [{"loc": [*loc, "event_id"], "msg": refused[item.event_id]}]
 
 
 def _report_problems(item: EventIn, context: dict[str, Any], loc: Loc) -> list[dict[str, Any]]:
@@ -254,11 +249,12 @@ def ingest(
     batch: bool,
     claim: ClaimRequest | None = None,
     actor: str | None = None,
+    owner: str | None = None,
 ) -> Reported:
     """Convert a batch and report it to the engine; nothing is written unless every event
     is valid. `claim`: claim the reporting worker's next commands in the same transaction;
-    `actor`: the caller's identity (`convert`)."""
-    events = convert(items, engine, batch, actor)
+    `actor`, `owner`: the caller's identity and token (`convert`)."""
+    events = convert(items, engine, batch, actor, owner)
     # `convert` keeps the batch's order; masked like a report's result (`_mask_strings`)
     printed = {
         event.event_id: [

@@ -477,7 +477,8 @@ class MachineIdIn(StrictIn):
         default=None,
         ge=0,
         le=MAX_MACHINE,
-        description="The id held now, to renew; left out to lease a new one.",
+        description="The id held now, to renew (or the one the worker mints on, "
+        "`MILEPOST_MACHINE_ID`: leased when free); left out to lease a new one.",
     )
     worker: WorkerIn | None = Field(
         default=None,

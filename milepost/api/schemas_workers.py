@@ -37,10 +37,19 @@ class WorkerIn(StrictIn):
         "worker's lease seconds; it checks in every third of it).",
     )
 
-    def check_in(self, worker_key: str, pool: str) -> workers.CheckIn:
+    def check_in(self, worker_key: str, pool: str, owner: str | None) -> workers.CheckIn:
+        """`owner`: the token (hash) it checks in with."""
         name = self.name or worker_key.rpartition("/")[0] or worker_key
         return workers.CheckIn(
-            worker_key, name, pool, workers.WORKER, self.host, self.pid, self.version, self.ttl
+            worker_key,
+            name,
+            pool,
+            workers.WORKER,
+            self.host,
+            self.pid,
+            self.version,
+            self.ttl,
+            owner,
         )
 
 

@@ -47,7 +47,8 @@ ServerOption = Annotated[
     str | None,
     typer.Option(
         "--server",
-        help="A milepost server URL \\[env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.",
+        help="A milepost server URL, or several of one database, comma-separated (one that "
+        "does not answer: the next) \\[env: MILEPOST_SERVER_URL]; token from MILEPOST_TOKEN.",
     ),
 ]
 
@@ -58,21 +59,17 @@ def one_shot_orchestrator(
 ) -> Iterator[Orchestrator]:
     """An orchestrator for a command that writes a few events to a local database and exits
     (`cancel`, `approve`): the ids it makes must not be ones a running `milepost run` makes
-    too, so it leases a machine id for its few seconds unless one is set."""
+    too, so it leases a machine id for its few seconds (the one set, when free)."""
     import time
 
     from milepost.engine.machine import LeasedIds, holder_name
 
-    leased = (
-        None
-        if machine_id is not None
-        else LeasedIds(store, time.time, holder=holder_name(holder), ttl=30.0)
-    )
+    leased = LeasedIds(store, time.time, holder=holder_name(holder), ttl=30.0, want=machine_id)
     try:
-        yield Orchestrator(store, machine_id=machine_id or 0, new_id=leased)
+        fixed = machine_id is not None  # minted on, whether its lease was had or not
+        yield Orchestrator(store, machine_id=machine_id or 0, new_id=None if fixed else leased)
     finally:
-        if leased is not None:
-            leased.release()
+        leased.release()
 
 
 def local_store(db: str | None) -> Store:

@@ -22,13 +22,24 @@ class AsyncMilepostClient:
         timeout: float = 30,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url, headers = exchange.connection(server_url, token)
+        self.servers, headers = exchange.connection(server_url, token)
         self.headers = headers
         """What every request carries (the bearer token): other channels to the server use it."""
         self.timeout = timeout
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
+
+    @property
+    def base_url(self) -> str:
+        """The server asked now (one of `servers`)."""
+        return self.servers.current
+
+    def server_failed(self, url: str) -> None:
+        """`url` did not answer (a request, or another channel to it): ask the next server
+        from now on (`exchange.Servers`)."""
+        if self.servers.failed(url):
+            self._http.base_url = httpx.URL(self.base_url)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -40,6 +51,7 @@ class AsyncMilepostClient:
         await self.aclose()
 
     async def _do(self, call: routes.Call) -> Any:
+        url = self.base_url
         try:
             response = await self._http.request(
                 call.method,
@@ -49,7 +61,8 @@ class AsyncMilepostClient:
                 timeout=exchange.timeout(self._http.timeout, call),
             )
         except httpx.HTTPError as exc:
-            raise exchange.unreachable(call, self.base_url, exc) from exc
+            self.server_failed(url)
+            raise exchange.unreachable(call, url, exc) from exc
         return exchange.reply(call, response)
 
     async def health(self) -> dict[str, Any]:

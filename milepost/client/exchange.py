@@ -1,4 +1,4 @@
-"""What both clients do around a request: the server's URL and token, the read timeout
+"""What both clients do around a request: the servers' URLs and token, the read timeout
 of a held reply, and the reading of a reply (or of no reply) into a value or an error."""
 
 from __future__ import annotations
@@ -30,15 +30,43 @@ def reply(call: Call, response: httpx.Response) -> Any:
     return call.parse(body)
 
 
-def connection(server_url: str | None, token: str | None) -> tuple[str, dict[str, str]]:
-    url = server_url or os.environ.get("MILEPOST_SERVER_URL")
-    if not url:
-        raise NoServer()
+class Servers:
+    """The servers a client may ask (`MILEPOST_SERVER_URL`, comma-separated: servers of one
+    database), and the one it asks now. When that one does not answer, the client moves to
+    the next (the request fails as unavailable; the caller's retry goes there): a worker
+    whose server died claims, reports and heartbeats through another, which takes them
+    (its leases are in the shared database)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        if not urls:
+            raise NoServer()
+        self.urls = urls
+        self._at = 0
+
+    @property
+    def current(self) -> str:
+        return self.urls[self._at]
+
+    def failed(self, url: str) -> bool:
+        """`url` did not answer: move on from it, unless the client moved already (another
+        request failed first). True when the client asks another server now."""
+        if len(self.urls) == 1 or url != self.current:
+            return False
+        self._at = (self._at + 1) % len(self.urls)
+        return True
+
+
+def connection(server_url: str | None, token: str | None) -> tuple[Servers, dict[str, str]]:
+    """The servers (`server_url`, else `MILEPOST_SERVER_URL`: one URL or several,
+    comma-separated) and the headers of every request (the token: `token`, else
+    `MILEPOST_TOKEN`)."""
+    given = server_url or os.environ.get("MILEPOST_SERVER_URL") or ""
+    urls = [url.strip().rstrip("/") for url in given.split(",") if url.strip()]
     token = token or os.environ.get("MILEPOST_TOKEN") or None
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return url.rstrip("/"), headers
+    return Servers(urls), headers
 
 
 def unreachable(call: Call, base_url: str, exc: httpx.HTTPError) -> ServerUnavailable:

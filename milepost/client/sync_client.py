@@ -16,7 +16,8 @@ class MilepostClient:
     """A blocking client of the milepost server.
 
     Args:
-        server_url: the server's base URL; default `MILEPOST_SERVER_URL`.
+        server_url: the server's base URL, or several of one database, comma-separated
+            (a server that does not answer: the next one); default `MILEPOST_SERVER_URL`.
         token: a bearer token; default `MILEPOST_TOKEN`.
         timeout: seconds per request.
         transport: an httpx transport replacing the network (tests).
@@ -30,10 +31,20 @@ class MilepostClient:
         timeout: float = 30,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url, headers = exchange.connection(server_url, token)
+        self.servers, headers = exchange.connection(server_url, token)
         self._http = httpx.Client(
             base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
         )
+
+    @property
+    def base_url(self) -> str:
+        """The server asked now (one of `servers`)."""
+        return self.servers.current
+
+    def server_failed(self, url: str) -> None:
+        """`url` did not answer: ask the next server from now on (`exchange.Servers`)."""
+        if self.servers.failed(url):
+            self._http.base_url = httpx.URL(self.base_url)
 
     def close(self) -> None:
         self._http.close()
@@ -45,6 +56,7 @@ class MilepostClient:
         self.close()
 
     def _do(self, call: routes.Call) -> Any:
+        url = self.base_url
         try:
             response = self._http.request(
                 call.method,
@@ -54,7 +66,8 @@ class MilepostClient:
                 timeout=exchange.timeout(self._http.timeout, call),
             )
         except httpx.HTTPError as exc:
-            raise exchange.unreachable(call, self.base_url, exc) from exc
+            self.server_failed(url)
+            raise exchange.unreachable(call, url, exc) from exc
         return exchange.reply(call, response)
 
     def health(self) -> dict[str, Any]:

@@ -217,6 +217,9 @@ def fold(state: ExecutionState | None, events: Iterable[ev.Event]) -> ExecutionS
 
 
 SETTLED = "the command was already settled (reported, lost or cancelled)"
+_SETTLING = ev.SETTLING_REPORTS | {ev.COMMAND_LEASE_EXPIRED}
+"""What ends a live command: one that comes after its end changes nothing and is marked
+stale (a lease expiry read before an outage and written after the report: never LOST)."""
 
 
 def fold_reports(
@@ -226,9 +229,9 @@ def fold_reports(
     seen (a retried report: the log holds it; they go to `repeats` when given, for the
     store to tell a repeat of the same event from another event with that id), and a
     report for a command this run no longer waits for (a second report, or one after a
-    lost lease or a cancel settled it) marked stale. The fold would ignore it anyway; the
-    mark keeps the projections and the people reading the log from taking it for the
-    command's outcome."""
+    lost lease or a cancel settled it) marked stale, and so is a lease expiry of a command
+    already settled. The fold would ignore them anyway; the mark keeps the projections and
+    the people reading the log (`describe`) from taking them for the command's outcome."""
     out: list[ev.Event] = []
     for event in events:
         if event.event_id in state.seen:
@@ -236,7 +239,7 @@ def fold_reports(
                 repeats.append(event)
             continue
         if (
-            event.event_type in ev.SETTLING_REPORTS
+            event.event_type in _SETTLING
             and not event.meta.get("stale")
             and _command_id(event) not in state.commands
         ):

@@ -45,6 +45,7 @@ _STEP_ENDS = frozenset(
         ev.TEARDOWN_FAILED,
     }
 )
+_REPORTED = frozenset({_ENDS[ev.COMMAND_COMPLETED], _ENDS[ev.COMMAND_FAILED]})
 
 
 def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
@@ -186,6 +187,10 @@ def _settle(attempt: dict[str, Any], event: ev.Event) -> None:
             status="RUNNING", worker=p.get("worker_id"), started_at=event.created_at, ended_at=None
         )
     elif kind in _ENDS:
+        if attempt["status"] in _REPORTED:
+            # a lease expiry written after the report (a log from before the expiry was
+            # checked against the claim): the report is the attempt's end, never LOST
+            return
         attempt.update(status=_ENDS[kind], ended_at=event.created_at)
         took = event.meta.get("duration_ms")
         attempt["duration_s"] = (

@@ -81,15 +81,15 @@ class EmbeddedEngine:
         log_cap: int = DEFAULT_CAP,
     ) -> None:
         self.store = store
-        # no machine id given: lease one, so other processes on this database (another
-        # `milepost run` in the same folder) never mint the same event ids
-        self._leased = (
-            None
-            if machine_id is not None
-            else LeasedIds(store, clock, holder=holder_name(worker_id))
-        )
+        # lease a machine id, so other processes on this database (another `milepost run`
+        # in the same folder) never mint the same event ids; one given is leased too,
+        # when free, so that nobody else leases it (the ids are minted on it regardless)
+        self._leased = LeasedIds(store, clock, holder=holder_name(worker_id), want=machine_id)
         self.orchestrator = Orchestrator(
-            store, clock=clock, machine_id=machine_id or 0, new_id=self._leased
+            store,
+            clock=clock,
+            machine_id=machine_id or 0,
+            new_id=self._leased if machine_id is None else None,
         )
         self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
         self.holder = self.drivers.holder
@@ -172,8 +172,7 @@ class EmbeddedEngine:
         self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
         self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
         self._tasks.append(asyncio.create_task(self.workers.heartbeats(), name="heartbeats"))
-        if self._leased is not None:
-            self._tasks.append(asyncio.create_task(renew_forever(self._leased), name="machine-id"))
+        self._tasks.append(asyncio.create_task(renew_forever(self._leased), name="machine-id"))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -190,8 +189,7 @@ class EmbeddedEngine:
             await self._tools.aclose()
         if self.webhook is not None:  # the last events (a decision) get a few seconds
             await asyncio.to_thread(self.webhook.close)
-        if self._leased is not None:
-            self._leased.release()
+        self._leased.release()
         with contextlib.suppress(Exception):  # a locked file: the row is lost after its ttl
             self.store.forget_workers(worker_key=self.registered.worker_key)
 

@@ -31,11 +31,11 @@ from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
-from milepost.core.ids import machine_of
 from milepost.engine import actions, approvals, attempt_logs, children, diagnosis, notify, reporting
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
 from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.id_spaces import IdSpaces
 from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
 from milepost.engine.meters import ApprovalClock, Meters
@@ -94,7 +94,8 @@ class Lifecycle(StoreReads):
         self.watchers = Watchers()
         self._catalog = threading.Lock()
         """Registering and parsing playbooks (the orchestrator's catalog caches)."""
-        self._minter = orchestrator.new_id
+        self.id_spaces = IdSpaces(store, lambda: self.clock())
+        """The machine ids clients may choose event ids on (the server's ingest)."""
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
         self.reconciler = Reconciler(
@@ -130,11 +131,10 @@ class Lifecycle(StoreReads):
     def new_id(self) -> int:
         return self.orchestrator.new_id()
 
-    def machine_id(self) -> int:
-        """The machine id the engine mints with now (fixed, leased, or leased again after
-        a lapse); read off a fresh id only for a generator that does not say it."""
-        known = getattr(self._minter, "machine_id", None)
-        return known if isinstance(known, int) else machine_of(self.new_id())
+    def client_id_refusals(self, event_ids: Iterable[int], owner: str | None) -> dict[int, str]:
+        """event id -> why a client of token `owner` may not choose it (`IdSpaces`): an id
+        another process, on any server, could mint too."""
+        return self.id_spaces.refusals(event_ids, owner)
 
     def locked(self, execution_ids: Iterable[int]) -> contextlib.AbstractContextManager[None]:
         """Hold these executions' locks (for a read-then-process that must not interleave)."""

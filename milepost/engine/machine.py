@@ -43,19 +43,42 @@ def holder_name(kind: str) -> str:
 
 
 class LeasedIds:
-    """A snowflake generator on a machine id leased from `store` (callable like Snowflake)."""
+    """A snowflake generator on a machine id leased from `store` (callable like Snowflake).
+
+    `want`: the machine id the process mints on by its settings (`MILEPOST_MACHINE_ID`):
+    leased when free, so that nobody else leases it and every server refuses clients' ids
+    on it (`IdSpaces`); the process mints on it whatever it got (a warning says when
+    another process holds it)."""
 
     def __init__(
-        self, store: Store, clock: Callable[[], float], *, holder: str, ttl: float = LEASE_TTL_S
+        self,
+        store: Store,
+        clock: Callable[[], float],
+        *,
+        holder: str,
+        ttl: float = LEASE_TTL_S,
+        want: int | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.holder = holder
         self.ttl = ttl
+        self.want = want
         self._mutex = threading.Lock()
-        self.machine_id = store.lease_machine_id(holder, clock(), ttl)
+        self.machine_id = self._lease()
         self._ids: Snowflake | None = Snowflake(self.machine_id, clock)
         """None: the id was lost and no new one is leased yet (`MachineIdLost`)."""
+
+    def _lease(self) -> int:
+        leased = self.store.lease_machine_id(self.holder, self.clock(), self.ttl, want=self.want)
+        if self.want is not None and leased != self.want:
+            log.warning(
+                "machine id %d (MILEPOST_MACHINE_ID) is leased by another process: the ids "
+                "both make may collide; give this process another one, or none",
+                self.want,
+                extra={"action": "machine_id_taken", "machine_id": self.want},
+            )
+        return leased
 
     def __call__(self) -> int:
         with self._mutex:
@@ -87,7 +110,7 @@ class LeasedIds:
             # another process mints on the lost id: nothing more is made on it, even when
             # the new lease fails (the next renewal tries again)
             self._ids = None
-            self.machine_id = self.store.lease_machine_id(self.holder, self.clock(), self.ttl)
+            self.machine_id = self._lease()
             self._ids = Snowflake(self.machine_id, self.clock)
         log.warning(
             "machine id lease lost: leased another",
@@ -98,7 +121,7 @@ class LeasedIds:
     def release(self) -> None:
         """Give the id back (best effort: it lapses on its own otherwise)."""
         try:
-            self.store.release_machine_id(self.machine_id, self.holder)
+            self.store.release_machine_id(self.machine_id, self.holder, self.clock())
         except Exception:  # a locked SQLite file, a lost connection: the lease lapses anyway
             log.warning(
                 "could not release machine id %s",

@@ -192,15 +192,25 @@ class Reconciler:
         for row in fresh:
             by_exec.setdefault(row.execution_id, []).append(row)
 
-        def expire(xid: int) -> Any:
-            events = [self._lease_expired(row, now) for row in by_exec[xid]]
-            outcome = self.driver.process(events)
-            for row in by_exec[xid]:
+        def expire(xid: int) -> None:
+            # the rows were read outside the run's lock, maybe before a database outage
+            # while a report was on its way: read again under it, and have the append check
+            # each claim is still live at its epoch in its own transaction (a report of
+            # another server committed in between: nothing is written, the next tick reads)
+            with self.driver.locked({xid}):
+                lapsed = still_expired(self.store, by_exec[xid], now)
+                if not lapsed:
+                    return
+                events = [self._lease_expired(row, now) for row in lapsed]
+                try:
+                    self.driver.process(events, check_claims=True)
+                except port.ClaimMoved:
+                    return
+            for row in lapsed:
                 self._reported.add(row.command_id)
                 report.expired.append(row.command_id)
                 if self.on_expired is not None:
                     self.on_expired(row.command_id)
-            return outcome
 
         self._each(sorted(by_exec), report, expire)
 
@@ -289,3 +299,22 @@ class Reconciler:
                 continue
             done.append(xid)
         return done
+
+
+def still_expired(
+    store: port.Store, rows: list[port.CommandRow], now: float
+) -> list[port.CommandRow]:
+    """Those of `rows` whose claim is, as read now, the same claim (epoch) and still past
+    its lease end: a report, a release or a heartbeat since the first read takes it out."""
+    fresh = store.get_commands([row.command_id for row in rows])
+    out = []
+    for row in rows:
+        now_row = fresh.get(row.command_id)
+        if (
+            now_row is not None
+            and now_row.status == port.COMMAND_CLAIMED
+            and now_row.epoch == row.epoch
+            and (now_row.lease_expires_at or 0) < now
+        ):
+            out.append(now_row)
+    return out

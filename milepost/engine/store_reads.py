@@ -124,7 +124,7 @@ class StoreReads:
 
     def check_out(self, who: workers.CheckIn, holder: str, held: int | None) -> None:
         """A worker's clean stop: its machine id given back, its registry row removed."""
-        workers.check_out(self.store, who, holder, held)
+        workers.check_out(self.store, self.clock(), who, holder, held)
 
     def workers(
         self, *, pool: str | None = None, status: str | None = None

@@ -53,6 +53,9 @@ class CheckIn:
     pid: int | None = None
     version: str = ""
     ttl: float = LEASE_TTL_S
+    owner: str | None = None
+    """The token it checked in with (its hash); None: a process on the database (the
+    embedded engine's in-process workers). Its machine-id lease is that token's."""
 
     def row(self, now: float) -> port.WorkerRow:
         return port.WorkerRow(
@@ -66,6 +69,7 @@ class CheckIn:
             now,
             now,
             self.ttl,
+            owner=self.owner,
         )
 
 
@@ -95,8 +99,13 @@ class Worker:
 
 
 def check_in(store: port.Store, now: float, who: CheckIn) -> port.WorkerRow:
-    """Record that `who` is alive at `now` (the first check-in registers it)."""
-    row = store.record_worker(who.row(now))
+    """Record that `who` is alive at `now` (the first check-in registers it);
+    WorkerNameTaken, naming the holder's token, when a live worker of another token holds
+    its name: a worker's name is its token's while it is live."""
+    try:
+        row = store.record_worker(who.row(now))
+    except port.WorkerNameTaken as exc:
+        raise _named(store, exc) from None
     if row.started_at == now:
         log.info(
             "worker %s registered (pool %s, %s pid %s)",
@@ -109,25 +118,47 @@ def check_in(store: port.Store, now: float, who: CheckIn) -> port.WorkerRow:
     return row
 
 
+def _named(store: port.Store, exc: port.WorkerNameTaken) -> port.WorkerNameTaken:
+    """The refusal naming who holds the name: the holder's token by its name and role."""
+    owner = exc.fields.get("owner")
+    token = store.get_token(str(owner)) if owner else None
+    holder = (
+        "a process on the database itself"
+        if not owner
+        else "a token since deleted"
+        if token is None
+        else f"token {token.name or '(unnamed)'!r} (role {token.role})"
+    )
+    name = exc.fields.get("name")
+    return port.WorkerNameTaken(
+        f"worker name {name!r} is held by a live worker of {holder}: a worker's name is "
+        "its token's while it is live; choose another MILEPOST_WORKER_ID, or wait until "
+        "that worker is lost",
+        name=name,
+        holder=holder,
+    )
+
+
 def lease_machine_id(
     store: port.Store, now: float, who: CheckIn, holder: str, held: int | None
 ) -> tuple[int, bool]:
     """A worker's check-in with its machine id: `held` renewed while it is still its
-    holder's, else a new one leased (returns (id, renewed)); the registry row seen now."""
-    if held is not None and store.renew_machine_id(held, holder, now, LEASE_TTL_S):
-        leased, renewed = held, True
-    else:
-        leased, renewed = store.lease_machine_id(holder, now, LEASE_TTL_S), False
-    check_in(store, now, who)
-    return leased, renewed
+    holder's (and its token's), else a new one leased, `held` itself when it is free (a
+    worker minting on `MILEPOST_MACHINE_ID` asks for that one) (returns (id, renewed));
+    the registry row seen now."""
+    owner = who.owner
+    check_in(store, now, who)  # first: a worker refused its name leases nothing
+    if held is not None and store.renew_machine_id(held, holder, now, LEASE_TTL_S, owner=owner):
+        return held, True
+    return store.lease_machine_id(holder, now, LEASE_TTL_S, owner=owner, want=held), False
 
 
-def check_out(store: port.Store, who: CheckIn, holder: str, held: int | None) -> None:
+def check_out(store: port.Store, now: float, who: CheckIn, holder: str, held: int | None) -> None:
     """A clean stop: the machine id `held` given back (while still `holder`'s) and the row
     removed, so a worker that stopped is not reported lost."""
     if held is not None:
-        store.release_machine_id(held, holder)
-    if store.forget_workers(worker_key=who.worker_key):
+        store.release_machine_id(held, holder, now, owner=who.owner)
+    if store.forget_workers(worker_key=who.worker_key, owner=who.owner):
         log.info(
             "worker %s stopped", who.name, extra={"action": "worker_stopped", "worker_id": who.name}
         )

@@ -53,7 +53,7 @@ class MemoryDatabase:
     blob_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     credentials: dict[str, port.CredentialRow] = field(default_factory=dict)
     tokens: dict[str, port.TokenRow] = field(default_factory=dict)
-    machines: dict[int, tuple[str, float]] = field(default_factory=dict)
+    machines: dict[int, port.MachineLease] = field(default_factory=dict)
     drivers: dict[int, port.DriverLease] = field(default_factory=dict)
     attempt_logs: dict[tuple[int, str], port.LogRow] = field(default_factory=dict)
     """(event_id, stream) -> its entry, in `log_id` order (the SQL stores' `attempt_log`)."""
@@ -592,23 +592,44 @@ class MemoryStore(MemoryLeases, port.Appends):
 
     # -- machine ids and driver leases -----------------------------------------------------
 
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+    def lease_machine_id(
+        self,
+        holder: str,
+        now: float,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        want: int | None = None,
+    ) -> int:
         with self.db.lock:
-            live = {m for m, (_, until) in self.db.machines.items() if until > now}
-            machine_id = port.free_machine_id(live)
-            self.db.machines[machine_id] = (holder, now + ttl)
+            machine_id = port.pick_machine_id(self.db.machines.values(), holder, owner, now, want)
+            self.db.machines[machine_id] = port.MachineLease(
+                machine_id, holder, owner, now, now + ttl
+            )
             return machine_id
 
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+    def renew_machine_id(
+        self, machine_id: int, holder: str, now: float, ttl: float, *, owner: str | None = None
+    ) -> bool:
         with self.db.lock:
-            if self.db.machines.get(machine_id, ("", 0.0))[0] != holder:
+            row = self.db.machines.get(machine_id)
+            if row is None or (row.holder, row.owner or "") != (holder, owner or ""):
                 return False
-            self.db.machines[machine_id] = (holder, now + ttl)
+            self.db.machines[machine_id] = dataclasses.replace(row, expires_at=now + ttl)
             return True
 
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+    def release_machine_id(
+        self, machine_id: int, holder: str, now: float, *, owner: str | None = None
+    ) -> bool:
         with self.db.lock:
-            if self.db.machines.get(machine_id, ("", 0.0))[0] != holder:
+            row = self.db.machines.get(machine_id)
+            if row is None or (row.holder, row.owner or "") != (holder, owner or ""):
                 return False
-            del self.db.machines[machine_id]
+            if row.expires_at <= now:
+                return False
+            self.db.machines[machine_id] = dataclasses.replace(row, expires_at=now)
             return True
+
+    def machine_leases(self) -> list[port.MachineLease]:
+        with self.db.lock:
+            return sorted(self.db.machines.values(), key=lambda r: r.machine_id)

@@ -20,6 +20,9 @@ class MemoryLeases:
     def record_worker(self, row: port.WorkerRow) -> port.WorkerRow:
         with self.db.lock:
             held = self.db.workers.get(row.worker_key)
+            port.check_bound(
+                row, [r for r in self.db.workers.values() if r.name == row.name or r is held]
+            )
             started = row.started_at if held is None else held.started_at
             stored = dataclasses.replace(row, started_at=started, lost_at=None)
             self.db.workers[row.worker_key] = stored
@@ -39,13 +42,18 @@ class MemoryLeases:
             return lost
 
     def forget_workers(
-        self, *, worker_key: str | None = None, seen_before: float | None = None
+        self,
+        *,
+        worker_key: str | None = None,
+        seen_before: float | None = None,
+        owner: str | None = None,
     ) -> int:
         with self.db.lock:
             gone = [
                 k
                 for k, r in self.db.workers.items()
-                if k == worker_key or (seen_before is not None and r.last_seen < seen_before)
+                if (k == worker_key and (r.owner or "") == (owner or ""))
+                or (seen_before is not None and r.last_seen < seen_before)
             ]
             for key in gone:
                 del self.db.workers[key]

@@ -29,13 +29,17 @@ from milepost.store.driver_leases import DriverBusy as DriverBusy
 from milepost.store.driver_leases import DriverLease as DriverLease
 from milepost.store.driver_leases import DriverLeases
 from milepost.store.machine_ids import MACHINE_IDS as MACHINE_IDS
+from milepost.store.machine_ids import RETAKE_AFTER_S as RETAKE_AFTER_S
 from milepost.store.machine_ids import MachineIds
 from milepost.store.machine_ids import MachineIdsExhausted as MachineIdsExhausted
-from milepost.store.machine_ids import free_machine_id as free_machine_id
+from milepost.store.machine_ids import MachineLease as MachineLease
+from milepost.store.machine_ids import pick_machine_id as pick_machine_id
 from milepost.store.usage import UsageReads
 from milepost.store.usage import UsageRow as UsageRow
+from milepost.store.workers import WorkerNameTaken as WorkerNameTaken
 from milepost.store.workers import WorkerRow as WorkerRow
 from milepost.store.workers import Workers
+from milepost.store.workers import check_bound as check_bound
 
 COMMAND_QUEUED = "queued"
 COMMAND_CLAIMED = "claimed"
@@ -221,12 +225,18 @@ def event_id_conflict(clashes: Sequence[tuple[Event, Event]]) -> EventIdConflict
     )
 
 
+_CLAIM_ENDS = ev.SETTLING_REPORTS | {ev.COMMAND_LEASE_EXPIRED}
+
+
 def claims_reported(events: Sequence[Event]) -> dict[int, int]:
-    """command_id -> epoch of the reports that settle a command, stale ones left out."""
+    """command_id -> epoch of the reports that settle a command and of the lease expiries
+    that lose one, stale ones left out: with `check_claims`, each claim must still be live
+    at that epoch in the append's transaction (a report committed first: the expiry is not
+    written)."""
     return {
         int(e.payload["command_id"]): int(e.meta["epoch"])
         for e in events
-        if e.event_type in ev.SETTLING_REPORTS and not e.meta.get("stale")
+        if e.event_type in _CLAIM_ENDS and not e.meta.get("stale")
     }
 
 
@@ -292,8 +302,14 @@ def claim_epoch(
     if status == COMMAND_QUEUED:
         return int(epoch) + 1
     if status == COMMAND_CLAIMED:
+        # who holds it, as the NoETL server says: an operator asks that worker, not the log
         raise ClaimRefused(
-            "command has an active claim", reason="active_claim", command_id=str(command_id)
+            f"command has an active claim by worker {owner!r} (epoch {epoch})",
+            reason="active_claim",
+            command_id=str(command_id),
+            worker_id=owner,
+            epoch=int(epoch),
+            lease_expires_at=expires,
         )
     raise ClaimRefused(
         f"command is {status}", reason="already_terminal", command_id=str(command_id)

@@ -325,15 +325,30 @@ class ShardedStore:
         store = self._shard_of_command(command_id) or self.first  # the shard says stale_epoch
         return store.release(command_id, worker_id, epoch, now, new_id=new_id)
 
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+    def lease_machine_id(
+        self,
+        holder: str,
+        now: float,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        want: int | None = None,
+    ) -> int:
         # one registry of machine ids for every process on these databases: the catalog's
-        return self.first.lease_machine_id(holder, now, ttl)
+        return self.first.lease_machine_id(holder, now, ttl, owner=owner, want=want)
 
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
-        return self.first.renew_machine_id(machine_id, holder, now, ttl)
+    def renew_machine_id(
+        self, machine_id: int, holder: str, now: float, ttl: float, *, owner: str | None = None
+    ) -> bool:
+        return self.first.renew_machine_id(machine_id, holder, now, ttl, owner=owner)
 
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
-        return self.first.release_machine_id(machine_id, holder)
+    def release_machine_id(
+        self, machine_id: int, holder: str, now: float, *, owner: str | None = None
+    ) -> bool:
+        return self.first.release_machine_id(machine_id, holder, now, owner=owner)
+
+    def machine_leases(self) -> list[port.MachineLease]:
+        return self.first.machine_leases()
 
     # the workers registry: one for every process on these databases, as the machine ids
     def record_worker(self, row: port.WorkerRow) -> port.WorkerRow:
@@ -346,9 +361,15 @@ class ShardedStore:
         return self.first.mark_lost_workers(now)
 
     def forget_workers(
-        self, *, worker_key: str | None = None, seen_before: float | None = None
+        self,
+        *,
+        worker_key: str | None = None,
+        seen_before: float | None = None,
+        owner: str | None = None,
     ) -> int:
-        return self.first.forget_workers(worker_key=worker_key, seen_before=seen_before)
+        return self.first.forget_workers(
+            worker_key=worker_key, seen_before=seen_before, owner=owner
+        )
 
     def try_leader_lock(self) -> bool:
         """The first store's leader lock; a store without one (SQLite) leads in-process."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from milepost.errors import ConcurrencyConflict, MilepostError
@@ -232,39 +232,56 @@ class Tables:
 
     # -- machine ids -----------------------------------------------------------------------
 
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+    def lease_machine_id(
+        self,
+        holder: str,
+        now: float,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        want: int | None = None,
+    ) -> int:
         with self.txn() as conn:
             self.lock_key(conn, NS_MACHINE, 0)
-            live = {
-                int(r[0])
-                for r in conn.execute(
-                    self.sql("SELECT machine_id FROM machine_lease WHERE expires_at > ?"), (now,)
-                )
-            }
-            machine_id = port.free_machine_id(live)
+            rows = conn.execute(self.sql(f"SELECT {_LEASE_COLS} FROM machine_lease")).fetchall()
+            machine_id = port.pick_machine_id(_leases(rows), holder, owner, now, want)
             conn.execute(
                 self.sql(
-                    "INSERT INTO machine_lease (machine_id, holder, expires_at) VALUES (?,?,?)"
-                    " ON CONFLICT (machine_id) DO UPDATE SET holder=excluded.holder,"
-                    " expires_at=excluded.expires_at"
+                    "INSERT INTO machine_lease (machine_id, holder, owner, leased_at, expires_at)"
+                    " VALUES (?,?,?,?,?) ON CONFLICT (machine_id) DO UPDATE SET"
+                    " holder=excluded.holder, owner=excluded.owner,"
+                    " leased_at=excluded.leased_at, expires_at=excluded.expires_at"
                 ),
-                (machine_id, holder, now + ttl),
+                (machine_id, holder, owner, now, now + ttl),
             )
         return machine_id
 
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+    def renew_machine_id(
+        self, machine_id: int, holder: str, now: float, ttl: float, *, owner: str | None = None
+    ) -> bool:
         return bool(
             self._write(
-                "UPDATE machine_lease SET expires_at=? WHERE machine_id=? AND holder=?",
-                (now + ttl, machine_id, holder),
+                "UPDATE machine_lease SET expires_at=? WHERE machine_id=? AND holder=?"
+                " AND COALESCE(owner, '')=?",
+                (now + ttl, machine_id, holder, owner or ""),
             )
         )
 
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+    def release_machine_id(
+        self, machine_id: int, holder: str, now: float, *, owner: str | None = None
+    ) -> bool:
+        # the row stays: its ids are its holder's until another may take it (RETAKE_AFTER_S)
         return bool(
             self._write(
-                "DELETE FROM machine_lease WHERE machine_id=? AND holder=?", (machine_id, holder)
+                "UPDATE machine_lease SET expires_at=? WHERE machine_id=? AND holder=?"
+                " AND COALESCE(owner, '')=? AND expires_at>?",
+                (now, machine_id, holder, owner or "", now),
             )
+        )
+
+    def machine_leases(self) -> list[port.MachineLease]:
+        return _leases(
+            self.rows(f"SELECT {_LEASE_COLS} FROM machine_lease ORDER BY machine_id", ())
         )
 
     # -- the driver of an embedded execution -----------------------------------------------
@@ -316,3 +333,19 @@ def _text_key(text: str) -> int:
     for byte in text.encode():
         h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
     return h - (1 << 32) if h >= (1 << 31) else h
+
+
+_LEASE_COLS = "machine_id, holder, owner, leased_at, expires_at"
+
+
+def _leases(rows: Iterable[Sequence[Any]]) -> list[port.MachineLease]:
+    return [
+        port.MachineLease(
+            int(m),
+            str(h),
+            None if o is None else str(o),
+            None if at is None else float(at),
+            float(e),
+        )
+        for m, h, o, at, e in rows
+    ]

@@ -112,7 +112,10 @@ def fenced(x: Evidence) -> list[str]:
                 continue
             if event.event_type == ev.COMMAND_CLAIMED:
                 live[cid] = int(event.payload["epoch"])
-            elif event.event_type in (ev.COMMAND_RELEASED, ev.COMMAND_LEASE_EXPIRED):
+            elif event.event_type in (
+                ev.COMMAND_RELEASED,
+                ev.COMMAND_LEASE_EXPIRED,
+            ) and not event.meta.get("stale"):
                 live[cid] = None
             elif event.event_type in ev.SETTLING_REPORTS and not event.meta.get("stale"):
                 epoch = event.meta.get("epoch")

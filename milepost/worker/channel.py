@@ -7,7 +7,7 @@ open socket that costs about a tenth of the CPU of an HTTP request, on both side
 
 Failures keep the worker's semantics: a socket that breaks or stops answering is dropped
 and the call raises ServerUnavailable (the worker retries; the next call opens a new
-socket), an error reply raises the ServerRefused the HTTP route would have. A server that
+socket, to the next server when it was given several), an error reply raises the ServerRefused the HTTP route would have. A server that
 refuses the socket (one without the route, or a proxy that does not pass WebSockets) is
 used over HTTP from then on.
 """
@@ -41,11 +41,11 @@ class _Refused(Exception):
     """The server answered the handshake with an HTTP status: no channel there."""
 
 
-def ws_url(base_url: str) -> str:
+def ws_url(base_url: str, path: str = PATH) -> str:
     """`http(s)://host[:port][/prefix]` -> `ws(s)://host[:port][/prefix]/api/worker/channel`."""
     scheme, sep, rest = base_url.partition("://")
     ws_scheme = {"http": "ws", "https": "wss"}.get(scheme.lower(), scheme)
-    return f"{ws_scheme}{sep}{rest.rstrip('/')}{PATH}"
+    return f"{ws_scheme}{sep}{rest.rstrip('/')}{path}"
 
 
 class ChannelClient:
@@ -53,13 +53,27 @@ class ChannelClient:
 
     def __init__(self, http: AsyncMilepostClient, *, timeout: float | None = None) -> None:
         self.http = http
-        self.url = ws_url(http.base_url)
+        self.path = PATH
         self.timeout = timeout if timeout is not None else http.timeout
         self.refused: str | None = None
         """Why the server would not open the socket; reports go over HTTP from then on."""
         self._ws: ClientConnection | None = None
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        """The channel of the server the HTTP client asks now."""
+        return ws_url(self.http.base_url, self.path)
+
+    async def _unavailable(self, why: str, base_url: str) -> ServerUnavailable:
+        """The socket to `base_url` broke or would not open: dropped, and the next server
+        asked from now on (a worker given several moves there, `exchange.Servers`)."""
+        await self._drop()
+        self.http.server_failed(base_url)
+        return ServerUnavailable(
+            f"worker channel {ws_url(base_url, self.path)}: {why}", url=base_url
+        )
 
     # -- over HTTP, as the wrapped client does ---------------------------------------------
 
@@ -108,6 +122,7 @@ class ChannelClient:
             return await self.http.post_events(events, claim)
         body = batch_body(events, claim)
         async with self._lock:  # one request at a time: replies come in order
+            base_url = self.http.base_url
             try:
                 ws = await self._open()
             except _Refused as exc:
@@ -123,20 +138,14 @@ class ChannelClient:
                 await ws.send(json.dumps({"id": msg_id, "body": body}))
                 reply = json.loads(await asyncio.wait_for(ws.recv(), self.timeout))
             except (websockets.ConnectionClosed, OSError, TimeoutError, ValueError) as exc:
-                await self._drop()
-                raise ServerUnavailable(
-                    f"worker channel {self.url}: {type(exc).__name__}: {exc}",
-                    url=self.http.base_url,
-                ) from exc
+                raise await self._unavailable(f"{type(exc).__name__}: {exc}", base_url) from exc
             if not isinstance(reply, dict) or reply.get("id") != msg_id:
-                await self._drop()
-                raise ServerUnavailable(
-                    f"worker channel {self.url}: a reply out of order", url=self.http.base_url
-                )
+                raise await self._unavailable("a reply out of order", base_url)
         return _result(reply)
 
     async def _open(self) -> ClientConnection:
         if self._ws is None:
+            base_url = self.http.base_url
             try:
                 # compression=None: the messages are small JSON; deflating each one cost
                 # both ends more CPU than the bytes it saved (py-spy, W1 through a server)
@@ -150,10 +159,7 @@ class ChannelClient:
             except websockets.InvalidStatus as exc:
                 raise _Refused(f"HTTP {exc.response.status_code}") from exc
             except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-                raise ServerUnavailable(
-                    f"worker channel {self.url}: {type(exc).__name__}: {exc}",
-                    url=self.http.base_url,
-                ) from exc
+                raise await self._unavailable(f"{type(exc).__name__}: {exc}", base_url) from exc
         return self._ws
 
     async def _drop(self) -> None:

@@ -32,10 +32,14 @@ class MachineIdRefused(MilepostError):
     code = "machine_id_refused"
 
     def __init__(self, cause: ServerRefused) -> None:
+        hint = (
+            ""  # the message says what to do: another MILEPOST_WORKER_ID
+            if cause.code == "worker_name_taken"
+            else "; check the worker's token role and that the server is as new as the worker"
+        )
         super().__init__(
             f"the server refused a machine id (HTTP {cause.status} {cause.code}: "
-            f"{cause.message}); check the worker's token role and that the server "
-            "is as new as the worker",
+            f"{cause.message}){hint}",
             status=cause.status,
             cause_code=cause.code,
         )
@@ -111,6 +115,7 @@ class MachineIds:
         which counts it lost after its ttl."""
         self.holder = holder
         self.clock = clock
+        self.settings = settings
         fixed = machine_id(settings)
         self._new_id: Callable[[], int] | None = new_id or (
             None if fixed is None else Snowflake(fixed, clock.time)
@@ -120,8 +125,9 @@ class MachineIds:
         server knows a worker, and its pool, alive by its lease (`engine.worker_pools`)."""
         self.min_poll = min_poll
         self.max_poll = max_poll
-        self._leased: int | None = None
-        """The machine id leased from the server (None: `new_id` or the environment's)."""
+        self._leased: int | None = fixed if self.presence_only else None
+        """The machine id leased from the server, to renew (first asked: the environment's,
+        so that its reports on it are its own to every server, `engine.id_spaces`)."""
         self._clock_offset = 0.0
         """The server's clock minus this one, as the last lease reply showed it."""
 
@@ -228,6 +234,13 @@ class MachineIds:
             # mint on its clock, as measured from this reply (`expires_at` = its now + ttl)
             self._clock_offset = expires_at - LEASE_TTL_S - local_now
         if self.presence_only:  # the ids stay minted on the fixed machine id
+            if leased != self._leased and self._leased == machine_id(self.settings):
+                log.warning(
+                    "machine id %d (MILEPOST_MACHINE_ID) is leased by another process: the "
+                    "server refuses this worker's reports on it; set another one, or none",
+                    self._leased,
+                    extra={"action": "machine_id_taken"},
+                )
             self._leased = leased
             return
         if leased != self._leased:

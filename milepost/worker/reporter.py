@@ -218,9 +218,11 @@ class Reporter:
             for entry in batch:
                 await self._send([entry])
             return
-        if exc.code == "event_id_conflict" and not batch[0].reminted:
+        if _ids_refused(exc) and not batch[0].reminted:
             # an id of this report is in the log for another event (a machine id shared by
-            # mistake): the same report under fresh ids, once; a second refusal is logged
+            # mistake), or on a machine id no longer this worker's (its lease lapsed while
+            # the server was away, and another process took it): the same report under
+            # fresh ids, once; a second refusal is logged
             batch[0].reminted = True
             for event in batch[0].wire:
                 event["event_id"] = str(self.mint())
@@ -234,3 +236,20 @@ class Reporter:
             exc.code,
             exc.message,
         )
+
+
+def _ids_refused(exc: ServerRefused) -> bool:
+    """The server refused the report for its event ids alone: `event_id_conflict`, or a 422
+    naming only `event_id`s (`api.ingest`: not minted on this worker's own machine id)."""
+    if exc.code == "event_id_conflict":
+        return True
+    errors = exc.fields.get("errors")
+    return (
+        exc.code == "validation_error"
+        and isinstance(errors, list)
+        and bool(errors)
+        and all(
+            isinstance(e, dict) and isinstance(e.get("loc"), list) and e["loc"][-1:] == ["event_id"]
+            for e in errors
+        )
+    )

@@ -163,6 +163,8 @@ class Cluster:
         self.admin_token = _token_of(self._finish_cli(admin))
         self.worker_token = self.token("worker")
         self.server: Proc | None = None
+        self.others: list[Proc] = []
+        """More servers on the same database (`start_other_server`)."""
         self.workers: list[Proc] = []
         self._server_runs = 0
         self.client = MilepostClient(self.url, self.admin_token, timeout=30)
@@ -244,6 +246,26 @@ class Cluster:
         except httpx.HTTPError:
             return False
 
+    def start_other_server(self) -> str:
+        """Another `milepost server` on the same database, on a port of its own; its URL."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = self.tmp / f"server-other-{len(self.others) + 1}.log"
+        args = [MILEPOST, "server", "--host", "127.0.0.1", "--port", str(port), "--db", self.db_url]
+        proc = Proc(f"server-other-{len(self.others) + 1}", args, self.env, log)
+        self.others.append(proc)
+
+        def healthy() -> bool:
+            if not proc.alive():
+                pytest.fail(f"the other server exited: {tail(log)}")
+            try:
+                return httpx.get(url + "/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(healthy, f"the other server to answer /health (log: {tail(log)})", timeout=30)
+        return url
+
     def kill_server(self) -> None:
         assert self.server is not None
         self.server.kill9()
@@ -259,14 +281,17 @@ class Cluster:
         pool: str | None = None,
         token: str | None = None,
         env: dict[str, str] | None = None,
+        server_url: str | None = None,
     ) -> Proc:
         """A `milepost worker` process; `pool`: the pool it serves (`--pool`, else default);
-        `token`: its MILEPOST_TOKEN (default a worker token); `env`: more settings."""
+        `token`: its MILEPOST_TOKEN (default a worker token); `env`: more settings;
+        `server_url`: its MILEPOST_SERVER_URL (default the server's; several,
+        comma-separated)."""
         index = len(self.workers) + 1
         settings = dict(self.env)
         settings.update(
             {
-                "MILEPOST_SERVER_URL": self.url,
+                "MILEPOST_SERVER_URL": server_url or self.url,
                 "MILEPOST_TOKEN": self.worker_token if token is None else token,
                 "MILEPOST_CONCURRENCY": str(concurrency),
                 "MILEPOST_PYTHON_WORKERS": str(python_workers),
@@ -310,7 +335,7 @@ class Cluster:
 
     def diagnostics(self) -> str:
         parts = []
-        for proc in ([self.server] if self.server else []) + self.workers:
+        for proc in ([self.server] if self.server else []) + self.others + self.workers:
             parts.append(f"--- {proc.name} (alive={proc.alive()}) ---\n{tail(proc.log)}")
         return "\n".join(parts)
 
@@ -332,6 +357,6 @@ class Cluster:
     def close(self) -> None:
         for worker in self.workers:
             worker.stop()
-        if self.server is not None:
-            self.server.stop()
+        for proc in [*self.others, *([self.server] if self.server else [])]:
+            proc.stop()
         self.client.close()

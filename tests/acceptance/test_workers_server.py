@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from milepost.client import MilepostClient
 from tests.acceptance.harness import MILEPOST, Cluster, database, tail
 from tests.acceptance.test_cluster import HELD, lines
 from tests.shared import wait_for
@@ -118,3 +119,38 @@ def test_a_worker_whose_token_is_refused_exits_2_naming_the_setting(
     assert "set MILEPOST_TOKEN to a token of role worker" in text
     assert "Traceback" not in text
     assert listed(cluster) == {}  # never registered
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def roomy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster whose claims last the default 30 s: a move between servers fits in one."""
+    with database(request.param, tmp_path) as url, Cluster(url, tmp_path) as made:
+        yield made
+
+
+def test_a_worker_given_two_servers_moves_to_the_second_when_its_first_dies(
+    roomy: Cluster, tmp_path: Path
+) -> None:
+    """Issue 33, item 8: a worker takes several server URLs (MILEPOST_SERVER_URL, comma-
+    separated); its server SIGKILLed mid-attempt, it reports, heartbeats and claims
+    through the other (its leases are in the shared database): the run completes, its
+    step ran once."""
+    roomy.start_server()
+    second = roomy.start_other_server()
+    out, block = tmp_path / "out.txt", tmp_path / "block"
+    block.touch()
+    roomy.start_worker(server_url=f"{roomy.url},{second}")
+    xid = roomy.run(HELD, {"out": str(out), "block": str(block)})
+    wait_for(lambda: len(lines(out)) == 1, "the attempt to start", timeout=30)
+    roomy.kill_server()
+    block.unlink()  # the attempt ends while its server is dead
+    with MilepostClient(second, roomy.admin_token, timeout=30) as other:
+        try:
+            status = other.wait(xid, timeout=60)
+        except Exception:
+            print(roomy.diagnostics())
+            raise
+        assert status["status"] == "COMPLETED", roomy.diagnostics()
+        types = [e["event_type"] for e in other.events(xid)]
+    assert [line[0] for line in lines(out)] == ["held"], "ran once: no lease lapsed"
+    assert "command.lease_expired" not in types

@@ -147,7 +147,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Any, set[str] | None, int]] = {
     ),
     ("POST", "/api/workers/machine-id"): (
         "/api/workers/machine-id",
-        {"worker_id": "w"},
+        # a clean stop: every role may ask in turn (a check-in makes the name its token's)
+        {"worker_id": "w", "release": True},
         {"admin", "worker"},
         200,
     ),

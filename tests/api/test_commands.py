@@ -46,6 +46,9 @@ def test_claim_conflicts_each_have_their_code(api: Api) -> None:
     command = ok(claim(api, cid))
     body = error(claim(api, cid, "w2"), 409, "active_claim")
     assert body["command_id"] == cid
+    # the holder named, as the NoETL server does: who to ask, and until when
+    assert (body["worker_id"], body["epoch"]) == ("w1", 1)
+    assert "'w1'" in body["message"] and body["lease_expires_at"].endswith("+00:00")
     api.complete(command, {"greeting": "hi"})
     error(claim(api, cid, "w2"), 409, "already_terminal")
     [shout] = api.store.open_commands(int(xid))

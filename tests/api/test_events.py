@@ -601,14 +601,21 @@ def test_an_event_id_repeated_with_other_content_is_409(api: Api) -> None:
     ] == [str(OTHER + 101)]
 
 
+def lease(api: Api, worker: str = "w1", role: str = "worker") -> int:
+    """A machine id leased with the token of `role`: the ids that token may mint now."""
+    body = {"worker_id": worker}
+    return int(ok(api.post("/api/workers/machine-id", body, role=role))["machine_id"])
+
+
 def test_an_event_id_minted_in_the_future_is_422(api: Api) -> None:
     xid = api.execute(HELLO)
-    ahead = Snowflake(MACHINE, lambda: time.time() + 60)()
+    own = lease(api)
+    ahead = Snowflake(own, lambda: time.time() + 60)()
     body = error(api.post("/api/events", _beat(xid, ahead), role="worker"), 422, "validation_error")
     assert body["errors"][0]["loc"] == ["body", "event_id"]
     assert "ahead of the server's clock" in body["errors"][0]["msg"]
     assert "clock of the client" in body["errors"][0]["msg"]
-    soon = Snowflake(MACHINE, lambda: time.time() + 1)()  # within the clock skew allowed
+    soon = Snowflake(own, lambda: time.time() + 1)()  # within the clock skew allowed
     assert ok(api.post("/api/events", _beat(xid, soon), role="worker"))["stored"] == 1
 
 
@@ -676,6 +683,7 @@ def test_a_client_id_in_the_servers_own_id_space_is_422_and_a_cancel_still_works
             refused = error(api.post(route, body, role="worker"), 422, "validation_error")
             assert refused["errors"][0]["loc"] == loc
             assert f"machine id {own}" in refused["errors"][0]["msg"]
+            assert "leased by another process" in refused["errors"][0]["msg"]
         assert count(api, xid) == before  # OTHER + 1 neither: all or nothing
         ok(api.post("/api/events", _beat(xid, OTHER + 1), role="worker"))
         ok(api.post(f"/api/executions/{xid}/cancel"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from milepost.api import app as app_module
@@ -42,16 +44,26 @@ def test_a_server_that_fails_to_start_gives_its_machine_id_back(
         pass
     store = factory.open_store(db_url)
     try:
-        assert store.lease_machine_id("next", 0.0, 60.0) == 1  # not held for its ttl
+        [lease] = store.machine_leases()
+        assert lease.expires_at <= time.time()  # ended now, not held for its ttl
+        assert store.lease_machine_id("next", time.time(), 60.0) == 1  # the next server's
     finally:
         store.close()
 
 
-def test_a_machine_id_set_in_the_settings_is_used_and_nothing_is_leased(db_url: str) -> None:
+def test_a_machine_id_set_in_the_settings_is_used_and_leased_so_nobody_else_takes_it(
+    db_url: str,
+) -> None:
     with start_server(db_url, machine_id=5) as api:
-        assert api.services.machine_ids is None and _leases(api) == {}
+        assert api.services.machine_ids is not None
+        assert list(_leases(api)) == [5] and _leases(api)[5].startswith("server:")
         xid = api.execute(HELLO)
         assert {machine_of(e.event_id) for e in api.store.load(int(xid))} == {5}
+        worker = ok(api.post("/api/workers/machine-id", {"worker_id": "w1"}, role="worker"))
+        assert worker["machine_id"] == 1
+        # a worker minting on MILEPOST_MACHINE_ID asks for it: taken, it gets another one
+        fixed = {"worker_id": "w2", "machine_id": 5}
+        assert ok(api.post("/api/workers/machine-id", fixed, role="worker"))["machine_id"] == 2
 
 
 def test_workers_lease_renew_and_lose_machine_ids(api: Api) -> None:
@@ -77,8 +89,8 @@ def test_workers_lease_renew_and_lose_machine_ids(api: Api) -> None:
             role="worker",
         )
     )
-    assert moved["renewed"] is False
-    assert moved["machine_id"] not in {first["machine_id"], second["machine_id"], server.machine_id}
+    assert moved["renewed"] is False  # not w2's: w1's own, whose row it still holds
+    assert moved["machine_id"] not in {second["machine_id"], server.machine_id}
     assert _leases(api)[second["machine_id"]] == "worker:w2"
 
 

@@ -216,3 +216,25 @@ def test_a_loop_failed_for_good_ends_failed_when_a_sibling_then_loses_its_lease(
     assert status["status"] == "FAILED"
     assert status["error"]["reason"] == "step 'each' failed: iteration 0: kaboom"
     assert len(issued(fake, xid)) == 2 and fake.store.open_commands(int(xid)) == []
+
+
+def test_a_report_committed_after_the_expired_claims_were_read_is_never_declared_lost(
+    fake: Api, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33, item 7: the reconciler read the expired claims, the database went away,
+    the worker's report landed when it came back, then the stale rows were expired: a
+    completed attempt shown LOST. The rows are read again under the run's lock and the
+    append checks the claim: nothing is written."""
+    xid = fake.execute(HELLO)
+    command = fake.claim_one(lease_seconds=5)
+    read_before = fake.store.expired_claims(clock.advance(6))  # before the outage
+    assert [r.command_id for r in read_before] == [int(command["command_id"])]
+    fake.complete(command, {"greeting": "hi"})  # the report, once the database is back
+    monkeypatch.setattr(fake.store, "expired_claims", lambda now: read_before)
+    report = fake.services.reconciler.tick(clock.advance(1))
+    assert (report.expired, report.errors) == ([], 0)
+    assert ev.COMMAND_LEASE_EXPIRED not in fake.event_types(xid)
+    described = ok(fake.get(f"/api/executions/{xid}/describe"))
+    [attempt] = described["steps"]["start"]["attempts"]
+    assert attempt["status"] == "COMPLETED"
+    assert fake.store.get_command(int(command["command_id"])).status == "completed"

@@ -172,3 +172,33 @@ def test_a_released_check_in_gives_the_id_back_and_leaves_the_registry(api: Api)
     assert listed(api) == {}
     # the id is free again: the next worker gets it
     assert check_in(api, "w2/cd", name="w2")["machine_id"] == leased["machine_id"]
+
+
+def test_a_workers_name_is_its_tokens_while_it_is_live(fake: Api, clock: FakeClock) -> None:
+    """Issue 33, item 8: another token registered a live worker's name (or its process
+    key, with a short ttl, then gave it back) and the live worker showed as lost."""
+    leased = check_in(fake, "w1/ab", name="w1", ttl=30.0)
+    intruder = {"worker_id": "w1/zz", "worker": {"name": "w1", "ttl": 1.0}}
+    body = error(
+        fake.post("/api/workers/machine-id", intruder, role="admin"), 409, "worker_name_taken"
+    )
+    assert body["name"] == "w1" and body["holder"] == "token 'test-worker' (role worker)"
+    assert "'w1' is held by a live worker of token 'test-worker'" in body["message"]
+    same_key = {"worker_id": "w1/ab", "worker": {"name": "w9", "ttl": 1.0}}
+    error(fake.post("/api/workers/machine-id", same_key, role="admin"), 409, "worker_name_taken")
+    gone = {"worker_id": "w1/ab", "machine_id": leased["machine_id"], "release": True}
+    ok(fake.post("/api/workers/machine-id", gone, role="admin"))  # not its own: nothing done
+    clock.advance(5)
+    assert {name: w["status"] for name, w in listed(fake).items()} == {"w1": "live"}
+    assert check_in(fake, "w1/ab", leased["machine_id"], name="w1", ttl=30.0)["renewed"]
+    clock.advance(31)  # lost: its name is free for anyone
+    assert ok(fake.post("/api/workers/machine-id", intruder, role="admin"))["renewed"] is False
+    assert {w["worker_key"] for w in listed(fake).values()} == {"w1/zz"}
+
+
+def test_a_worker_refused_its_name_leases_no_machine_id(fake: Api) -> None:
+    check_in(fake, "w1/ab", name="w1")
+    before = fake.store.machine_leases()
+    intruder = {"worker_id": "w1/zz", "worker": {"name": "w1"}}
+    error(fake.post("/api/workers/machine-id", intruder, role="admin"), 409, "worker_name_taken")
+    assert fake.store.machine_leases() == before

@@ -18,6 +18,10 @@ from tests.contract.test_store import new_id
 
 _BEFORE_14 = [
     "UPDATE execution SET started_by = NULL",
+    # what the later migrations added, so that they run again (16: the owners)
+    "ALTER TABLE machine_lease DROP COLUMN owner",
+    "ALTER TABLE machine_lease DROP COLUMN leased_at",
+    "ALTER TABLE worker DROP COLUMN owner",
     "DELETE FROM schema_version WHERE version >= 14",
 ]
 

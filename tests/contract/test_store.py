@@ -145,6 +145,8 @@ def test_claim_gives_one_live_lease_per_command(store: Any) -> None:
     with pytest.raises(ClaimRefused) as refused:
         store.claim(101, "w2", now=52.0, lease_s=10.0, new_id=new_id)
     assert refused.value.fields["reason"] == "active_claim"
+    assert (refused.value.fields["worker_id"], refused.value.fields["epoch"]) == ("w1", 1)
+    assert refused.value.fields["lease_expires_at"] == 61.0
     renewed = store.heartbeat(101, "w1", 1, now=55.0, lease_s=10.0)
     assert renewed.expires_at == 65.0
     with pytest.raises(ClaimRefused):
@@ -1131,25 +1133,41 @@ def test_the_same_id_twice_in_one_batch_is_stored_once_or_refused(store: Any) ->
 def test_machine_ids_are_leased_one_per_live_holder(make_store: StoreFactory) -> None:
     first, second = make_store(), make_store()
     a = first.lease_machine_id("a", 100.0, 30.0)
-    b = second.lease_machine_id("b", 100.0, 30.0)
+    b = second.lease_machine_id("b", 100.0, 30.0, owner="token-b")
     assert a != b and {a, b} <= set(port.MACHINE_IDS)
     assert first.renew_machine_id(a, "a", 120.0, 30.0)  # a: until 150
     assert not second.renew_machine_id(a, "b", 120.0, 30.0)  # not b's to renew
-    # b stopped renewing (lapsed at 130): its id goes to the next holder, and b loses it
-    assert second.lease_machine_id("c", 140.0, 30.0) == b
-    assert not second.renew_machine_id(b, "b", 141.0, 30.0)
-    assert first.lease_machine_id("d", 141.0, 30.0) not in {a, b}
-    assert first.release_machine_id(a, "a") and not first.release_machine_id(a, "a")
-    assert second.lease_machine_id("e", 142.0, 30.0) == a  # released: free at once
+    assert not second.renew_machine_id(b, "b", 120.0, 30.0)  # nor b's with another token
+    # b stopped renewing (lapsed at 130): its ids stay its own for RETAKE_AFTER_S
+    assert second.lease_machine_id("c", 140.0, 30.0, want=b) not in {a, b}
+    assert second.renew_machine_id(b, "b", 141.0, 30.0, owner="token-b")  # back: nobody took it
+    retake = 171.0 + port.RETAKE_AFTER_S  # lapsed that long: another may take it
+    assert first.lease_machine_id("d", retake - 1, 30.0, want=b) != b
+    assert first.lease_machine_id("d2", retake, 30.0, want=b) == b
+    assert not second.renew_machine_id(b, "b", retake + 1, 30.0, owner="token-b")
+    [row] = [r for r in first.machine_leases() if r.machine_id == b]
+    assert (row.holder, row.owner, row.leased_at) == ("d2", None, retake)
+
+
+def test_a_given_back_machine_id_stays_its_owners_for_a_while(store: Any) -> None:
+    a = store.lease_machine_id("a", 100.0, 30.0, owner="token-a")
+    assert store.release_machine_id(a, "a", 110.0, owner="token-a")
+    assert not store.release_machine_id(a, "a", 111.0, owner="token-a")  # given back already
+    [row] = store.machine_leases()
+    assert (row.machine_id, row.expires_at, row.owner) == (a, 110.0, "token-a")
+    assert store.lease_machine_id("b", 120.0, 30.0, owner="token-b", want=a) != a
+    assert store.lease_machine_id("a2", 121.0, 30.0, owner="token-a") == a  # its own again
 
 
 def test_leasing_every_machine_id_then_one_more_is_a_clear_error(store: Any) -> None:
     for n in port.MACHINE_IDS:
         store.lease_machine_id(f"h{n}", 1.0, 60.0)
     with pytest.raises(port.MachineIdsExhausted) as info:
-        store.lease_machine_id("late", 2.0, 60.0)
+        store.lease_machine_id("late", 2.0, 60.0, owner="other")
     assert info.value.code == "machine_ids_exhausted"
-    assert store.lease_machine_id("late", 61.5, 60.0) == 1  # after they all lapsed
+    with pytest.raises(port.MachineIdsExhausted):  # lapsed, not yet for RETAKE_AFTER_S
+        store.lease_machine_id("late", 61.5, 60.0, owner="other")
+    assert store.lease_machine_id("late", 61.0 + port.RETAKE_AFTER_S, 60.0, owner="other") == 1
 
 
 def test_processes_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Path) -> None:

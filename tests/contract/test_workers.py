@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+
 from milepost.engine import worker_pools, workers
 from milepost.store import port
 from tests.contract.test_pools import issued_in
@@ -97,3 +100,64 @@ def test_lost_workers_seen_a_day_ago_are_forgotten_by_the_tick(store: Any) -> No
     assert [r.lost_at for r in store.list_workers()] == [200.0]
     workers.notice_lost(store, 100.0 + workers.FORGET_AFTER + 1)
     assert store.list_workers() == []
+
+
+OWNERS = ["token-a", "token-b", None]
+"""Two tokens, and a process on the database itself (the embedded engine)."""
+CHECKS = hs.lists(
+    hs.one_of(
+        hs.tuples(
+            hs.just("in"),
+            hs.sampled_from(OWNERS),
+            hs.sampled_from(["k1", "k2", "k3"]),
+            hs.sampled_from(["n1", "n2"]),
+            hs.sampled_from([5.0, 30.0]),
+        ),
+        hs.tuples(hs.just("out"), hs.sampled_from(OWNERS), hs.sampled_from(["k1", "k2", "k3"])),
+        hs.tuples(hs.just("wait"), hs.sampled_from([1.0, 10.0, 40.0])),
+    ),
+    max_size=20,
+)
+
+
+def test_no_check_in_of_another_token_changes_or_hides_a_live_worker(store: Any) -> None:
+    """Issue 33, item 8, the class: whatever check-ins and clean stops several tokens make
+    under any names and keys, a live worker's row is changed or removed only by its own
+    token (or by the database's own processes), so a live worker is never shown lost
+    because of someone else; and every live name has one token."""
+    examples = iter(range(10**6))
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(CHECKS)
+    def checks(steps: list[tuple[Any, ...]]) -> None:
+        tag = f"x{next(examples)}-"  # rows of earlier examples stay: names of their own
+        now = 1000.0 + 10**5 * int(tag[1:-1])
+        for step in steps:
+            before = {r.worker_key: r for r in store.list_workers() if r.live(now)}
+            if step[0] == "wait":
+                now += step[1]
+                continue
+            owner, key = step[1], tag + step[2]
+            who = workers.CheckIn(key, tag + (step[3] if step[0] == "in" else ""), owner=owner)
+            try:
+                if step[0] == "in":
+                    who = workers.CheckIn(key, who.name, ttl=step[4], owner=owner)
+                    workers.check_in(store, now, who)
+                else:
+                    workers.check_out(store, now, who, "holder", None)
+            except port.WorkerNameTaken:
+                assert owner is not None, "the database's own processes are never refused"
+            after = {r.worker_key: r for r in store.list_workers()}
+            for k, row in before.items():
+                if (row.owner or "") != (owner or "") and owner is not None:
+                    assert after.get(k) == row, f"{k} of {row.owner} changed by {owner}"
+            live = [r for r in after.values() if r.live(now) and r.name.startswith(tag)]
+            for name in {r.name for r in live}:
+                holders = {r.owner for r in live if r.name == name} - {None}
+                assert len(holders) <= 1, f"{name} live under {holders}"
+
+    checks()

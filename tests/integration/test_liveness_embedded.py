@@ -4,6 +4,7 @@ same engine service as the server, so the same outcomes as tests/acceptance's cl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.engine import describe
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
+from milepost.store import port
 from milepost.store.port import StoreUnavailable
 from tests.shared import process_gone, wait_for_async
 
@@ -347,3 +350,60 @@ def test_a_stalled_run_runs_its_compensations_before_it_fails(
     assert types.count(ev.COMPENSATION_COMPLETED) == 1
     assert types[-1] == ev.EXECUTION_FAILED
     assert state.step_status["wait"] == st.FAILED
+
+
+THEN_WAITS = """
+workflow:
+  - step: start
+    tool: {kind: python, code: "result = 1"}
+    next: wait
+  - step: wait
+    tool:
+      kind: python
+      code: |
+        import os, time
+        deadline = time.monotonic() + 20
+        while not os.path.exists("DIR/go") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = 2
+"""
+
+
+def test_a_report_committed_before_a_stale_read_of_expired_claims_is_never_declared_lost(
+    store: Any, tmp_path: Path
+) -> None:
+    """Issue 33, item 7, embedded: the poller's read of expired claims made before a
+    database outage still lists `start`'s claim, whose report landed since: the claim is
+    read again under the run's lock, nothing is expired, the attempt stays COMPLETED."""
+    text = HEADER + textwrap.dedent(THEN_WAITS.replace("DIR", str(tmp_path)))
+    started: list[int] = []
+    stale_reads: list[list[port.CommandRow]] = []
+
+    def read_before_the_outage(now: float) -> list[port.CommandRow]:
+        ids = [
+            int(e.payload["command_id"])
+            for xid in started
+            for e in of_type(store, xid, ev.COMMAND_ISSUED)
+            if e.step == "start"
+        ]
+        done = [r for r in store.get_commands(ids).values() if r.status == "completed"]
+        rows = [dataclasses.replace(r, status="claimed", lease_expires_at=now - 1) for r in done]
+        if rows:
+            stale_reads.append(rows)
+        return rows
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store, concurrency=1) as engine:
+            store.expired_claims = read_before_the_outage  # type: ignore[method-assign]
+            started.append(engine.start(load.load_text(text), text))
+            try:  # a second read: the tick of the first one is over
+                await wait_for_async(lambda: len(stale_reads) >= 2, "two stale reads", timeout=10)
+            finally:
+                (tmp_path / "go").touch()
+            return await engine.wait(started[0], timeout=20)
+
+    state = asyncio.run(go())
+    assert state.status == st.COMPLETED, state.error
+    assert of_type(store, state.execution_id, ev.COMMAND_LEASE_EXPIRED) == []
+    shown = describe.view(state, load.load_text(text), store.load(state.execution_id))
+    assert [a["status"] for a in shown["steps"]["start"]["attempts"]] == ["COMPLETED"]

@@ -16,7 +16,6 @@ from milepost.engine.machine import LeasedIds, MachineIdLost
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for_async
-from tests.sql import query
 
 HELLO = """\
 apiVersion: noetl.io/v2
@@ -37,11 +36,12 @@ def test_a_lost_lease_is_replaced_before_another_id_is_made(tmp_path: Path) -> N
     now[0] += 10
     assert ids.renew() and ids.machine_id == first
     now[0] += 100  # stalled past its lease, and another process took the id meanwhile
-    assert store.lease_machine_id("b", now[0], 30.0) == first
+    assert store.lease_machine_id("b", now[0], 30.0, owner="other", want=first) == first
     assert not ids.renew()
     assert ids.machine_id != first and machine_of(ids()) == ids.machine_id
     ids.release()
-    assert query(store, "SELECT holder FROM machine_lease", ()) == [("b",)]
+    leases = {r.machine_id: (r.holder, r.expires_at > now[0]) for r in store.machine_leases()}
+    assert leases == {first: ("b", True), ids.machine_id: ("a", False)}
 
 
 def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: Path) -> None:
@@ -58,8 +58,8 @@ def test_two_embedded_engines_on_one_file_mint_on_distinct_leased_ids(tmp_path: 
                 for s, x in zip(stores, states, strict=True)
             ]
             assert [len(m) for m in machines] == [1, 1] and machines[0] != machines[1]
-            assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 2
-        assert query(stores[0], "SELECT count(*) FROM machine_lease", ())[0][0] == 0
+            assert len([r for r in stores[0].machine_leases() if r.expires_at > time.time()]) == 2
+        assert [r for r in stores[0].machine_leases() if r.expires_at > time.time()] == []
         for store in stores:
             store.close()
 
@@ -77,23 +77,35 @@ class FlakyLeases(SQLiteStore):
         self.fail_leases = 0
         self.fail_release = False
 
-    def renew_machine_id(self, machine_id: int, holder: str, now: float, ttl: float) -> bool:
+    def renew_machine_id(
+        self, machine_id: int, holder: str, now: float, ttl: float, *, owner: str | None = None
+    ) -> bool:
         self.renewals += 1
         if self.fail_renewals:
             self.fail_renewals -= 1
             raise sqlite3.OperationalError("database is locked")
-        return super().renew_machine_id(machine_id, holder, now, ttl)
+        return super().renew_machine_id(machine_id, holder, now, ttl, owner=owner)
 
-    def lease_machine_id(self, holder: str, now: float, ttl: float) -> int:
+    def lease_machine_id(
+        self,
+        holder: str,
+        now: float,
+        ttl: float,
+        *,
+        owner: str | None = None,
+        want: int | None = None,
+    ) -> int:
         if self.fail_leases:
             self.fail_leases -= 1
             raise sqlite3.OperationalError("database is locked")
-        return super().lease_machine_id(holder, now, ttl)
+        return super().lease_machine_id(holder, now, ttl, owner=owner, want=want)
 
-    def release_machine_id(self, machine_id: int, holder: str) -> bool:
+    def release_machine_id(
+        self, machine_id: int, holder: str, now: float, *, owner: str | None = None
+    ) -> bool:
         if self.fail_release:
             raise sqlite3.OperationalError("database is locked")
-        return super().release_machine_id(machine_id, holder)
+        return super().release_machine_id(machine_id, holder, now, owner=owner)
 
 
 def test_the_embedded_engine_keeps_renewing_after_a_locked_database(
@@ -127,7 +139,7 @@ def test_an_id_lost_while_no_new_lease_can_be_had_makes_no_more_ids(tmp_path: Pa
     ids = LeasedIds(store, lambda: now[0], holder="a", ttl=30.0)
     first = ids.machine_id
     now[0] += 100  # stalled past its lease, and another process took the id meanwhile
-    assert store.lease_machine_id("b", now[0], 30.0) == first
+    assert store.lease_machine_id("b", now[0], 30.0, owner="other", want=first) == first
     store.fail_leases = 1
     with pytest.raises(sqlite3.OperationalError):
         ids.renew()

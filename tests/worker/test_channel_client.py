@@ -90,7 +90,7 @@ def test_a_refused_socket_falls_back_to_http_for_good(live: tuple[str, str]) -> 
     async def scenario() -> None:
         async with AsyncMilepostClient(url, token) as http:
             reports = ChannelClient(http)
-            reports.url = reports.url.replace("/channel", "/no-such-channel")
+            reports.path = "/api/worker/no-such-channel"
             command = await _first_command(http)
             reply = await reports.post_events(
                 report_wire(command, "hi"), {"worker_id": "w1", "limit": 4}

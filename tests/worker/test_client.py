@@ -154,6 +154,64 @@ def test_an_unreachable_server_raises_server_unavailable() -> None:
     assert info.value.code == "server_unavailable"
 
 
+OTHER = "http://other.test:8081"
+
+
+def two_servers(dead: set[str]) -> Callable[[httpx.Request], httpx.Response]:
+    """Two servers of one database; those of `dead` do not answer."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        origin = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
+        if origin in dead:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"status": "ok", "server": origin})
+
+    return answer
+
+
+def test_a_client_given_several_servers_moves_to_the_next_when_one_stops_answering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 33, item 8: `MILEPOST_SERVER_URL` takes several URLs, comma-separated; the
+    failing request is unavailable (its caller retries), the retry goes to the next."""
+    monkeypatch.setenv("MILEPOST_SERVER_URL", f" {URL}/ , {OTHER}")
+    dead: set[str] = set()
+    api = MilepostClient(transport=httpx.MockTransport(two_servers(dead)))
+    assert api.servers.urls == [URL, OTHER] and api.health()["server"] == URL
+    dead.add(URL)
+    with pytest.raises(ServerUnavailable) as info:
+        api.health()
+    assert info.value.fields["url"] == URL
+    assert api.health()["server"] == OTHER and api.base_url == OTHER
+    dead.add(OTHER)
+    dead.discard(URL)  # the first one is back: round the list
+    with pytest.raises(ServerUnavailable):
+        api.health()
+    assert api.health()["server"] == URL
+
+    async def the_async_client() -> None:
+        answer = two_servers({URL})
+        arrived: list[httpx.Request] = []
+        both = asyncio.Event()
+
+        async def in_flight(request: httpx.Request) -> httpx.Response:
+            arrived.append(request)
+            if len(arrived) == 2:
+                both.set()
+            if len(arrived) <= 2:  # both on their way when the server died
+                await both.wait()
+            return answer(request)
+
+        transport = httpx.MockTransport(in_flight)
+        async with AsyncMilepostClient(f"{URL},{OTHER}", transport=transport) as worker:
+            # two requests in flight when the server died: one move, not two
+            failed = await asyncio.gather(worker.health(), worker.health(), return_exceptions=True)
+            assert all(isinstance(f, ServerUnavailable) for f in failed)
+            assert (await worker.health())["server"] == OTHER
+
+    asyncio.run(the_async_client())
+
+
 def test_claims_heartbeats_and_releases_use_the_command_routes() -> None:
     cmd = {"command_id": "7", "lease": {"epoch": 2, "expires_at": "x"}}
     api, rec = client(

@@ -727,18 +727,20 @@ def test_a_worker_on_a_fixed_machine_id_still_holds_a_lease_to_be_seen_alive(
     async def scenario() -> None:
         client, tools, clock = FakeClient(), FakeTools(), FakeClock()
         client.machine_id_failures = [ServerRefused(503, "unavailable", "busy")]
+        client.machine_ids_lost = {17}  # another process holds 17
         worker = Worker(
             client, tools, clock=clock, worker_id="w-fixed", lease_seconds=LEASE, pool="gpu"
         )
         client.queue.append(command(140))
         async with running(worker):
             await clock.run_until(lambda: len(client.reports) == 1)
-            assert client.machine_id_calls == [None]  # refused: minting went on
+            # it asks for 17 itself: the server then takes its reports on 17 as its own
+            assert client.machine_id_calls == [17]  # refused: minting went on
             assert {_machine_of(e["event_id"]) for e in client.reports[0]} == {17}
             await clock.advance(worker.ids.every)  # a renewal is also its check-in
-            assert client.machine_id_calls == [None, None]  # leased now (7)
+            assert client.machine_id_calls == [17, 17]  # 17 is taken here: leased 7
             await clock.advance(worker.ids.every)
-            assert client.machine_id_calls == [None, None, 7]  # and renewed
+            assert client.machine_id_calls == [17, 17, 7]  # and renewed
             assert client.machine_id_pools[-1] == "gpu"
             client.queue.append(command(141))
             await clock.run_until(lambda: len(client.reports) == 2)
@@ -833,6 +835,22 @@ def test_ids_are_minted_on_the_servers_clock_measured_from_the_lease(
     run(scenario)
 
 
+def test_a_report_refused_for_another_field_is_not_sent_again() -> None:
+    async def scenario() -> None:
+        worker, client, _, _ = make()
+        bad = ServerRefused(
+            422, "validation_error", "bad", errors=[{"loc": ["body", "events", 0, "step"]}]
+        )
+        client.report_failures = [bad]
+        client.queue.append(command(134))
+        async with running(worker):
+            await wait_for_async(lambda: not worker.jobs and len(client.report_claims) == 1)
+            await settle()
+        assert len(client.report_claims) == 1 and client.reports == []
+
+    run(scenario)
+
+
 def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_ids() -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
@@ -848,10 +866,27 @@ def test_a_report_refused_for_an_event_id_conflict_is_sent_once_more_under_new_i
     run(scenario)
 
 
-def test_a_report_whose_ids_were_taken_goes_through_under_new_ids() -> None:
+NOT_ITS_OWN = ServerRefused(
+    422,
+    "validation_error",
+    "body.events.0.event_id: not your machine id",
+    errors=[{"loc": ["body", "events", 0, "event_id"], "msg": "not one your token leased"}],
+)
+"""Its lease lapsed while the server was away and another process took the machine id:
+the ids minted on it are no longer the worker's (`engine.id_spaces`)."""
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [ServerRefused(409, "event_id_conflict", "taken"), NOT_ITS_OWN],
+    ids=["taken", "not its own"],
+)
+def test_a_report_whose_ids_were_taken_goes_through_under_new_ids(
+    refusal: ServerRefused,
+) -> None:
     async def scenario() -> None:
         worker, client, _, _ = make()
-        client.report_failures = [ServerRefused(409, "event_id_conflict", "taken")]
+        client.report_failures = [refusal]
         client.queue.append(command(133))
         async with running(worker):
             await wait_for_async(lambda: len(client.reports) == 1)

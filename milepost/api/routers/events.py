@@ -74,7 +74,9 @@ def ingest_batch(
     started = time.perf_counter()
     try:
         authorize_events(principal, [item.event_type for item in items], batch)
-        done = ingest.ingest(engine, items, batch, claim, actor=principal.starter)
+        done = ingest.ingest(
+            engine, items, batch, claim, actor=principal.starter, owner=principal.token
+        )
     except ingest.REJECTIONS:
         for item in items:
             metrics.events_ingested.labels(_type_label(item.event_type), "rejected").inc()

@@ -55,11 +55,15 @@ def list_workers(
 @router.post(
     "/machine-id",
     response_model=schemas.MachineIdOut,
-    responses=errors.responses(*AUTH, *BODY, 503),
+    responses=errors.responses(*AUTH, *BODY, 409, 503),
 )
-def machine_id(body: schemas.MachineIdIn, engine: EngineDep, _: WorkAuth) -> schemas.MachineIdOut:
+def machine_id(
+    body: schemas.MachineIdIn, engine: EngineDep, principal: WorkAuth
+) -> schemas.MachineIdOut:
     now = engine.clock()
-    who = (body.worker or schemas_workers.WorkerIn()).check_in(body.worker_id, body.pool)
+    # the lease is the token's: only ids of its own leases does a server take from it
+    worker = body.worker or schemas_workers.WorkerIn()
+    who = worker.check_in(body.worker_id, body.pool, principal.token)
     # the holder names the worker's pool, for people reading `machine_lease`
     holder = worker_pools.holder(body.worker_id, body.pool)
     if body.release:
