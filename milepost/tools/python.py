@@ -109,7 +109,10 @@ class PythonPool:
         warm: processes kept however long they idle (default `size`: none is stopped);
             `start()` starts them ahead of the first calls.
         idle_seconds: how long a process beyond the warm ones may idle before it stops.
-        clock: the time idleness is measured in (tests drive it, then `retire_idle`).
+        clock: the time idleness is measured in. Given, its caller also drives retirement
+            (`retire_idle`): no thread of the pool's own reads a clock that someone else
+            moves (it would retire what the caller is looking at). Default: the monotonic
+            clock, and a thread that retires idle processes as they age.
         startup_timeout: seconds a new worker may take to report ready.
     """
 
@@ -119,7 +122,7 @@ class PythonPool:
         *,
         warm: int | None = None,
         idle_seconds: float = IDLE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
         startup_timeout: float = 60.0,
     ) -> None:
         if size < 1:
@@ -129,7 +132,8 @@ class PythonPool:
         self.size = size
         self.warm = size if warm is None else max(0, min(warm, size))
         self.idle_seconds = idle_seconds
-        self._clock = clock
+        self._clock = clock or time.monotonic
+        self._retires_itself = clock is None
         self._startup_timeout = startup_timeout
         self._lock = threading.Lock()
         self._tick = threading.Condition(self._lock)
@@ -325,7 +329,7 @@ class PythonPool:
             else:
                 worker.idle_since = self._clock()
                 self._idle.append(worker)
-                if len(self._workers) > self.warm:
+                if len(self._workers) > self.warm and self._retires_itself:
                     self._retiring()
                 return
         if waiter is None:
