@@ -202,6 +202,7 @@ def _event(
         _mask_strings(dict(context)) if etype in REPORT_TYPES else sanitize.mask(dict(context))
     )
     meta = sanitize.mask(dict(item.meta or {}))
+    meta.pop(ev.SETTLES, None)  # the engine's mark: a client's report is fenced by its claim
     if leftover is not None:  # a payload that is no object: no context, kept for people
         meta["payload"] = sanitize.mask(leftover)
     if not noetl_events.known(etype):

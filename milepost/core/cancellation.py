@@ -156,6 +156,6 @@ def failed_event(
         now,
         step=step,
         payload=payload,
-        meta={"epoch": epoch, "source": "server"},
+        meta={"epoch": epoch, "source": "server", ev.SETTLES: True},
         parent_event_id=command_id,
     )

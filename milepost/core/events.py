@@ -159,6 +159,16 @@ _DEFAULT_STATUS = {
 }
 
 
+SETTLES = "settles"
+"""`meta.settles: true` on a `command.failed` the engine writes itself, for a command no
+report will settle (a cancelled run's queued commands, an abandoned or stalled attempt, a
+retry or skip of a live attempt, a run torn down after an engine error). It was built from
+the command row read before the append: the store writes it only while that row is still
+open (queued or claimed) at the event's `meta.epoch`, else a claim, report or expiry came
+in between and the caller reads again (`store.port.fences`). The API drops the mark from
+what clients send."""
+
+
 INFORMATIVE = "informative"
 """`meta.informative: true` on an event of a type the engine does not know (a NoETL
 worker's, DSL 12.3): the API sets it when it stores one, and the fold passes over such an

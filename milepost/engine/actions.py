@@ -145,11 +145,14 @@ def skip(
 
 def _act(service: Lifecycle, execution_id: int, step: str, action: str, build: Build) -> Acted:
     service.execution(execution_id)  # ExecutionNotFound before anything else
-    with service.locks.hold([execution_id]):
+
+    def fresh_build() -> list[ev.Event]:
         state = service.fresh(execution_id)
-        playbook = service.orchestrator.playbook_for(state)
-        events = build(state, playbook, epochs(service.store, state))
-        outcome = service.process(events, refresh=False)
+        return build(state, service.orchestrator.playbook_for(state), epochs(service.store, state))
+
+    with service.locks.hold([execution_id]):
+        events, outcome = service.settle([execution_id], fresh_build, refresh=False)
+        assert outcome is not None  # an action always has its own event
         state = service.orchestrator.state(execution_id, workload=False)
         return _acted(state, step, action, events, outcome.events)
 
@@ -201,7 +204,7 @@ def append_behind(
         events = build(state, orchestrator.playbook_for(state), epochs(store, state))
         try:
             store.append(events, expect={execution_id: state.last_seq})
-        except port.LogMoved:
+        except (port.LogMoved, port.ClaimMoved):  # the log, or a stopped attempt, moved
             orchestrator.forget(execution_id)
             continue
         orchestrator.forget(execution_id)

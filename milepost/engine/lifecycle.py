@@ -45,7 +45,7 @@ from milepost.engine.store_reads import StoreReads
 from milepost.engine.tracing import RunSpans
 from milepost.engine.usage_meter import UsageMeter
 from milepost.engine.watchers import Watchers
-from milepost.errors import ClaimRefused, ExecutionNotFound
+from milepost.errors import ClaimRefused, ConcurrencyConflict, ExecutionNotFound
 from milepost.playbook import model
 from milepost.store import port
 from milepost.store.port import CatalogEntry as CatalogEntry
@@ -61,6 +61,10 @@ from milepost.store.port import Lease as Lease
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+SETTLE_TRIES = 20
+"""Reads of a run's command rows before the engine's settlement of them gives up: each
+refusal is a claim, report or expiry another process committed meanwhile, so the run moved."""
 
 Reported = reporting.Reported
 
@@ -162,6 +166,28 @@ class Lifecycle(StoreReads):
             self.meters.evaluated(time.perf_counter() - started)
         self._after(outcome)
         return outcome
+
+    def settle(
+        self, execution_ids: Iterable[int], build: Callable[[], list[ev.Event]], **kw: Any
+    ) -> tuple[list[ev.Event], Outcome | None]:
+        """Process what `build` makes of fresh reads under the runs' locks, the engine's
+        own settlements among it (`ev.SETTLES`): a claim, report or lease expiry another
+        process committed between the read and the append refuses them (ClaimMoved, nothing
+        written), and they are built again from what is there now. Returns the events
+        processed and the outcome (None: `build` found nothing to do)."""
+        with self.locks.hold(execution_ids):
+            for _ in range(SETTLE_TRIES):
+                events = build()
+                if not events:
+                    return [], None
+                try:
+                    return events, self.process(events, **kw)
+                except port.ClaimMoved:
+                    continue
+        raise ConcurrencyConflict(
+            "the commands of these executions kept moving while the engine settled them; try again",
+            execution_ids=[str(x) for x in sorted(set(execution_ids))],
+        )
 
     def register(self, text: str, playbook: model.Playbook) -> tuple[str, int]:
         with self._catalog:
@@ -436,7 +462,8 @@ class Lifecycle(StoreReads):
         `cancel_grace` has passed (`now`: whatever the grace, for a run nothing drives any
         more); a report that comes later is stale. Returns the executions abandoned."""
         xids = sorted(set(execution_ids))
-        with self.locks.hold(xids):
+
+        def build() -> list[ev.Event]:
             reports: list[ev.Event] = []
             for xid in xids:
                 cached = self.orchestrator.cached(xid)
@@ -455,9 +482,10 @@ class Lifecycle(StoreReads):
                 reports += cancellation.abandoned(
                     state, playbook, self.clock(), self.new_id, actions.epochs(self.store, state)
                 )
-            if reports:
-                self.process(reports)
-            return {r.execution_id for r in reports}
+            return reports
+
+        reports, _ = self.settle(xids, build)
+        return {r.execution_id for r in reports}
 
     def wake(self, execution_id: int) -> None:
         """A timer of the run is due: a retry's, or the end of a cancel's grace."""
@@ -468,8 +496,10 @@ class Lifecycle(StoreReads):
         """Fail the queued commands of cancel-requested executions (claims are refused for
         them, so no worker would ever report them). Returns the executions cancelled."""
         xids = sorted(set(execution_ids))
-        with self.locks.hold(xids):
-            cancelled: set[int] = set()
+        cancelled: set[int] = set()
+
+        def build() -> list[ev.Event]:
+            cancelled.clear()
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
@@ -481,9 +511,10 @@ class Lifecycle(StoreReads):
                     for row in self.store.open_commands(xid)
                     if row.status == port.COMMAND_QUEUED and row.command_id in state.commands
                 ]
-            if reports:
-                self.process(reports)
-            return cancelled
+            return reports
+
+        self.settle(xids, build)
+        return cancelled
 
     # -- approvals -------------------------------------------------------------------------
 

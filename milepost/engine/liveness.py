@@ -119,7 +119,10 @@ def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) ->
         ]
         settled = {"kind": liveness.STALLED, "message": error["message"], "retryable": False}
         events.extend(_command_failed(engine, row, settled, now) for row in rows)
-        engine.process(events)
+        try:
+            engine.process(events)
+        except port.ClaimMoved:
+            return False  # a claim, report or expiry came in meanwhile: the run moved
         return True
 
 
@@ -143,7 +146,7 @@ def _command_failed(
         step=row.step,
         payload=payload,
         worker_id=row.worker_id,
-        meta={"epoch": row.epoch, "source": "reconciler"},
+        meta={"epoch": row.epoch, "source": "reconciler", ev.SETTLES: True},
         parent_event_id=row.command_id,
     )
 
@@ -173,6 +176,8 @@ def fail_overdue(
                 failed.append(row.command_id)
             else:
                 bounded.add(row.command_id)
+        except port.ClaimMoved:
+            continue  # its report (or an expiry) came first: nothing to fail
         except Exception:
             errors += 1
             log.exception(
@@ -203,6 +208,5 @@ def _fail_if_unbounded(
             f"{default_timeout:g}s (it sets no spec.timeout)"
         )
         error = {"kind": "timeout", "message": message, "retryable": True}
-        failed = _command_failed(engine, row, error, now)
-        engine.process([failed])
+        engine.process([_command_failed(engine, row, error, now)])
         return True

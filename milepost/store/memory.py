@@ -94,12 +94,12 @@ class MemoryStore(MemoryLeases, port.Appends):
     ) -> tuple[list[ev.Event], port.Claimed]:
         db = self.db
         with db.lock:
-            if check_claims:
-                claims = port.claims_reported(events)
-                rows = [db.commands.get(cid) for cid in claims]
+            claims = port.fences(events, check_claims)
+            if claims:
+                rows = {cid: db.commands.get(cid) for cid in claims}
                 if any(
-                    r is None or r.status != port.COMMAND_CLAIMED or r.epoch != claims[r.command_id]
-                    for r in rows
+                    (r := rows[cid]) is None or not fence.holds(r.status, r.epoch)
+                    for cid, fence in claims.items()
                 ):
                     raise port.ClaimMoved(
                         "a reported claim is no longer live",

@@ -164,8 +164,9 @@ class LogMoved(ConcurrencyConflict):
 
 class ClaimMoved(ConcurrencyConflict):
     """`append(..., check_claims=True)`: a command reported on is no longer claimed with the
-    report's epoch (released, re-claimed, settled), so nothing was written; the caller
-    fences the reports against the command rows and decides again."""
+    report's epoch (released, re-claimed, settled), or one the engine settles is no longer
+    as it read it (`fences`), so nothing was written; the caller fences the reports
+    against the command rows (or reads again) and decides again."""
 
     code = "claim_moved"
 
@@ -228,15 +229,35 @@ def event_id_conflict(clashes: Sequence[tuple[Event, Event]]) -> EventIdConflict
 _CLAIM_ENDS = ev.SETTLING_REPORTS | {ev.COMMAND_LEASE_EXPIRED}
 
 
-def claims_reported(events: Sequence[Event]) -> dict[int, int]:
-    """command_id -> epoch of the reports that settle a command and of the lease expiries
-    that lose one, stale ones left out: with `check_claims`, each claim must still be live
-    at that epoch in the append's transaction (a report committed first: the expiry is not
-    written)."""
+@record
+class Fence:
+    """What an append requires of a command row its event settles or expires: the row is
+    at `epoch`, claimed, or (`open`) queued or claimed. A worker's report and a lease
+    expiry need the claim they came from; the engine's own settlement (`ev.SETTLES`) needs
+    the row as it read it, nobody's claim taken since."""
+
+    epoch: int
+    open: bool = False
+
+    def holds(self, status: str, epoch: int) -> bool:
+        return epoch == self.epoch and (
+            status == COMMAND_CLAIMED or (self.open and status == COMMAND_QUEUED)
+        )
+
+
+def fences(events: Sequence[Event], check_claims: bool) -> dict[int, Fence]:
+    """command_id -> what the append requires of its row, stale events left out: the
+    engine's settlements always (`ev.SETTLES`); with `check_claims`, the reports that
+    settle a command and the lease expiries that lose one too (a report committed first:
+    the expiry is not written)."""
     return {
-        int(e.payload["command_id"]): int(e.meta["epoch"])
+        int(e.payload["command_id"]): Fence(int(e.meta["epoch"]), open=True)
+        if e.meta.get(ev.SETTLES)
+        else Fence(int(e.meta["epoch"]))
         for e in events
-        if e.event_type in _CLAIM_ENDS and not e.meta.get("stale")
+        if e.event_type in _CLAIM_ENDS
+        and not e.meta.get("stale")
+        and (check_claims or e.meta.get(ev.SETTLES))
     }
 
 
@@ -372,7 +393,9 @@ class Store(Approvals, UsageReads, AttemptLogs, MachineIds, Workers, DriverLease
         `check_claims`: every command a non-stale `command.completed`/`failed` settles must
         be claimed with that report's `meta.epoch`, checked (and held) in the transaction;
         else nothing is written and ClaimMoved is raised. The server fences reports this way
-        without reading the command rows first."""
+        without reading the command rows first. The engine's own settlements (`ev.SETTLES`)
+        are checked whatever `check_claims` says: their rows must still be open at their
+        epoch (`fences`)."""
         ...
 
     def append_and_claim(

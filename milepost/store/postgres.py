@@ -7,8 +7,8 @@ is for concurrency between processes and for round trips:
   two-int key space, keys taken in sorted order so batches cannot deadlock), taken only
   where an append reads the seq it numbers from; the unique (execution_id, seq) index is
   the backstop of the appends that trust `SeqCache`.
-- an append is one pipeline with one Sync: the claim check (`milepost_check_claims`,
-  migration 3), the events, their projections (batch inserts: `_Rows`) and the claim go
+- an append is one pipeline with one Sync: the claim check (`milepost_check_fences`,
+  migration 17), the events, their projections (batch inserts: `_Rows`) and the claim go
   out together, in the pipeline's implicit transaction when nothing is read before the
   end, else between a BEGIN and a COMMIT of their own (`_one_sync`).
 - the claim is one statement (`pg_claims`): `UPDATE ... FROM (SELECT ... FOR UPDATE SKIP
@@ -117,7 +117,7 @@ _COMMAND_SETTLE = _Rows(
     ("text", "float8", "bigint"),
 )
 _CLAIM_MOVED = "MP409"
-"""The SQLSTATE of `milepost_check_claims` when a reported claim is no longer live."""
+"""The SQLSTATE of `milepost_check_fences` when a command row is not as its fence requires."""
 
 
 _LOCK_KEYS = (
@@ -172,7 +172,7 @@ def _driver_errors(url: str) -> Iterator[None]:
             f"database {url}: {exc}", url=url, sqlstate=exc.sqlstate
         ) from exc
     except psycopg.Error as exc:
-        if exc.sqlstate == _CLAIM_MOVED:  # raised by milepost_check_claims (migration 3)
+        if exc.sqlstate == _CLAIM_MOVED:  # raised by milepost_check_fences (migration 17)
             raise port.ClaimMoved(
                 exc.diag.message_primary or "a reported claim moved", sqlstate=exc.sqlstate
             ) from exc
@@ -325,11 +325,15 @@ class PostgresStore(sql.SQLStore):
     def for_update(self, of: str) -> str:
         return f" FOR UPDATE OF {of}" if of else " FOR UPDATE"
 
-    def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
+    def check_claims(self, conn: Conn, claims: Mapping[int, port.Fence]) -> None:
         if claims:  # first in the pipeline: it holds the command rows until the commit
             conn.execute(
-                "SELECT milepost_check_claims(%s::bigint[], %s::bigint[])",
-                (list(claims), list(claims.values())),
+                "SELECT milepost_check_fences(%s::bigint[], %s::bigint[], %s::boolean[])",
+                (
+                    list(claims),
+                    [f.epoch for f in claims.values()],
+                    [f.open for f in claims.values()],
+                ),
             )
 
     def write_batch(
@@ -337,7 +341,7 @@ class PostgresStore(sql.SQLStore):
         events: Sequence[ev.Event],
         claim: port.ClaimRequest | None,
         expect: Mapping[int, int] | None,
-        claims: Mapping[int, int],
+        claims: Mapping[int, port.Fence],
         careful: bool,
     ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         # one pipeline: nothing waits for an answer before the commit unless a seq must be
@@ -401,7 +405,7 @@ class PostgresStore(sql.SQLStore):
         _COMMAND_INSERT.execute(conn, rows)
 
     def settle_commands(
-        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, int]
+        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, port.Fence]
     ) -> None:
         if rows:  # the claims: checked first in the pipeline (`check_claims`)
             _COMMAND_SETTLE.execute(conn, rows)

@@ -63,7 +63,7 @@ _REDRIVE = (
     " ORDER BY x.execution_id"
 )
 _SETTLE = "UPDATE command SET status=?, updated_at=? WHERE command_id=?"
-_NONE: Mapping[int, int] = {}
+_NONE: Mapping[int, port.Fence] = {}
 _DECIDED_AFTER = (
     "SELECT 1 FROM event WHERE execution_id=? AND seq>? AND event_type NOT IN"
     f" ({','.join('?' * len(ev.CLAIM_EVENTS))}) LIMIT 1"
@@ -102,29 +102,29 @@ class SQLStore(
         events: Sequence[ev.Event],
         claim: port.ClaimRequest | None,
         expect: Mapping[int, int] | None,
-        claims: Mapping[int, int],
+        claims: Mapping[int, port.Fence],
         careful: bool,
     ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         """One try of `append_and_claim` in one transaction: the claim check (`claims`:
-        command -> epoch), the events (`number_events`, `project`), the claim of `claim`
+        command -> what its row must be, `port.fences`), the events (`number_events`, `project`), the claim of `claim`
         with its `command.claimed`; returns the events stored, the claims and their
         events (each claim's `Lease.event` set)."""
         raise NotImplementedError
 
-    def check_claims(self, conn: Conn, claims: Mapping[int, int]) -> None:
-        """Raise ClaimMoved unless every command is claimed with that epoch, holding the
-        rows until the commit."""
+    def check_claims(self, conn: Conn, claims: Mapping[int, port.Fence]) -> None:
+        """Raise ClaimMoved unless every command's row is as its fence requires, holding
+        the rows until the commit."""
         if not claims:
             return
         rows = conn.execute(
             self.sql(
-                f"SELECT command_id, epoch FROM command WHERE command_id IN ({_marks(claims)})"
-                f" AND status=?{self.for_update('')}"
+                "SELECT command_id, status, epoch FROM command"
+                f" WHERE command_id IN ({_marks(claims)}){self.for_update('')}"
             ),
-            (*claims, port.COMMAND_CLAIMED),
+            tuple(claims),
         ).fetchall()
-        live = {int(r[0]): int(r[1]) for r in rows}
-        if any(live.get(cid) != epoch for cid, epoch in claims.items()):
+        live = {int(r[0]): (str(r[1]), int(r[2])) for r in rows}
+        if any(cid not in live or not f.holds(*live[cid]) for cid, f in claims.items()):
             raise _moved(claims)
 
     def for_update(self, of: str) -> str:
@@ -150,19 +150,21 @@ class SQLStore(
         )
 
     def settle_commands(
-        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, int]
+        self, conn: Conn, rows: list[tuple[str, float, int]], claims: Mapping[int, port.Fence]
     ) -> None:
-        """Settle the commands; those of `claims` (command -> epoch) only while claimed with
-        that epoch (its row count tells: no read first), the rest of `claims` checked too."""
+        """Settle the commands; those of `claims` only while their rows are as their fences
+        require (its row count tells: no read first), the rest of `claims` checked too."""
         checked: dict[int, tuple[Any, ...]] = {}
         plain = []
         for status, at, cid in rows:
             if cid in claims and cid not in checked:
-                checked[cid] = (status, at, cid, port.COMMAND_CLAIMED, claims[cid])
+                fence = claims[cid]
+                also = port.COMMAND_QUEUED if fence.open else port.COMMAND_CLAIMED
+                checked[cid] = (status, at, cid, port.COMMAND_CLAIMED, also, fence.epoch)
             else:
                 plain.append((status, at, cid))
         if checked and conn.executemany(
-            self.sql(_SETTLE + " AND status=? AND epoch=?"), list(checked.values())
+            self.sql(_SETTLE + " AND status IN (?,?) AND epoch=?"), list(checked.values())
         ).rowcount != len(checked):
             raise _moved(claims)
         if plain:
@@ -184,7 +186,7 @@ class SQLStore(
             claim = None
         if not events and claim is None:
             return [], []
-        claims = port.claims_reported(events) if check_claims else {}
+        claims = port.fences(events, check_claims)
         careful = False
         for _ in range(TRIES):
             try:
@@ -371,7 +373,7 @@ class SQLStore(
         return json.dumps({"status": envelope["status"], "reference": ref})
 
     def project(
-        self, conn: Conn, events: Sequence[ev.Event], claims: Mapping[int, int] = _NONE
+        self, conn: Conn, events: Sequence[ev.Event], claims: Mapping[int, port.Fence] = _NONE
     ) -> None:
         """Apply the projection changes of stored events (`projection.changes`); `claims`:
         checked as they settle (`settle_commands`)."""
@@ -609,7 +611,7 @@ def fold_key(execution_id: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
 
 
-def _moved(claims: Mapping[int, int]) -> port.ClaimMoved:
+def _moved(claims: Mapping[int, port.Fence]) -> port.ClaimMoved:
     return port.ClaimMoved(
         "a reported claim is no longer live", command_ids=sorted(str(c) for c in claims)
     )

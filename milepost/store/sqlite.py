@@ -222,7 +222,7 @@ class SQLiteStore(sql.SQLStore):
         events: Sequence[ev.Event],
         claim: port.ClaimRequest | None,
         expect: Mapping[int, int] | None,
-        claims: Mapping[int, int],
+        claims: Mapping[int, port.Fence],
         careful: bool,
     ) -> tuple[list[ev.Event], port.Claimed, list[ev.Event]]:
         # the projections first (the settling UPDATE checks the claims by its row count),

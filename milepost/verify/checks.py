@@ -102,24 +102,38 @@ def effects_once(x: Evidence) -> list[str]:
 def fenced(x: Evidence) -> list[str]:
     """Every report the log took (not marked stale) came from its command's live claim: the
     command's last `command.claimed` before it has the report's epoch, and that claim was
-    neither released nor lost in between."""
+    neither released nor lost in between. The engine's own settlement (`meta.settles`)
+    found its command open (queued or claimed) at its epoch: no claim was taken between
+    its read and its append."""
     out = []
     for xid, log in sorted(x.logs.items()):
         live: dict[int, int | None] = {}  # command id -> epoch of its live claim
+        last: dict[int, int] = {}  # command id -> epoch of its last claim
+        closed: set[int] = set()  # settled or lost
         for event in log:
             cid = _command(event)
             if cid is None:
                 continue
             if event.event_type == ev.COMMAND_CLAIMED:
-                live[cid] = int(event.payload["epoch"])
+                live[cid] = last[cid] = int(event.payload["epoch"])
             elif event.event_type in (
                 ev.COMMAND_RELEASED,
                 ev.COMMAND_LEASE_EXPIRED,
             ) and not event.meta.get("stale"):
                 live[cid] = None
+                if event.event_type == ev.COMMAND_LEASE_EXPIRED:
+                    closed.add(cid)
             elif event.event_type in ev.SETTLING_REPORTS and not event.meta.get("stale"):
                 epoch = event.meta.get("epoch")
-                if cid not in live:
+                if event.meta.get(ev.SETTLES):
+                    if cid in closed or epoch is None or int(epoch) != last.get(cid, 0):
+                        held = "settled" if cid in closed else f"epoch {last.get(cid, 0)}"
+                        out.append(
+                            f"execution {xid}: the engine's {event.event_type} "
+                            f"{event.event_id} of command {cid} with epoch {epoch} taken "
+                            f"({held})"
+                        )
+                elif cid not in live:
                     out.append(
                         f"execution {xid}: {event.event_type} {event.event_id} of "
                         f"command {cid}, which was never claimed"
@@ -131,6 +145,7 @@ def fenced(x: Evidence) -> list[str]:
                         f"command {cid} with epoch {epoch} taken ({held})"
                     )
                 live[cid] = None
+                closed.add(cid)
     return out
 
 

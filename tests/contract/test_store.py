@@ -381,6 +381,56 @@ def test_append_checking_claims_writes_only_while_the_reported_claims_are_live(s
     assert store.get_command(281).status == port.COMMAND_COMPLETED
 
 
+def settlement(xid: int, command_id: int, epoch: int) -> ev.Event:
+    """The engine's own `command.failed` of a command, built from its row at `epoch`."""
+    return dataclasses.replace(
+        event(
+            xid,
+            ev.COMMAND_FAILED,
+            "s",
+            command_id=command_id,
+            run=1,
+            index=-1,
+            attempt=1,
+            epoch=epoch,
+            error={"kind": "cancelled"},
+        ),
+        meta={"epoch": epoch, ev.SETTLES: True},
+    )
+
+
+def test_the_engines_settlement_is_written_only_while_its_row_is_open_at_its_epoch(
+    store: Any,
+) -> None:
+    # issue 33: the engine read a queued command, a worker claimed it, and the engine's
+    # command.failed (epoch 0) overwrote the live claim: the worker ran a cancelled step
+    store.append([started(29), issued(29, 291), issued(29, 292), issued(29, 293)])
+    [(_, lease)] = store.claim_next("w1", 10.0, 60.0, 1, new_id=new_id)  # 291, epoch 1
+    for moved in (
+        settlement(29, 291, 0),  # read while queued, claimed since
+        settlement(29, 291, 2),  # an epoch the row never had
+    ):
+        for check_claims in (False, True):  # checked whatever the caller asks
+            with pytest.raises(port.ClaimMoved):
+                store.append([moved, settlement(29, 292, 0)], check_claims=check_claims)
+            # nothing written: not the other command's settlement either
+            assert [e.seq for e in store.load(29)] == [1, 2, 3, 4, 5]  # and the claim
+            assert store.get_command(291).status == port.COMMAND_CLAIMED
+            assert store.get_command(292).status == port.COMMAND_QUEUED
+    # open at its epoch: a queued command (never claimed) and the live claim go in
+    stored = store.append([settlement(29, 292, 0), settlement(29, 291, lease.epoch)])
+    assert len(stored) == 2
+    assert store.get_command(291).status == store.get_command(292).status == "failed"
+    # a settled row takes no second settlement, nor a lost one
+    with pytest.raises(port.ClaimMoved):
+        store.append([settlement(29, 292, 0)])
+    # released: queued again at the claim's epoch, which is what the engine read
+    [(_, again)] = store.claim_next("w2", 11.0, 60.0, 1, new_id=new_id)  # 293, epoch 1
+    assert store.release(293, "w2", again.epoch, 12.0, new_id=new_id)
+    assert len(store.append([settlement(29, 293, again.epoch)])) == 1
+    assert store.get_command(293).status == "failed"
+
+
 def test_a_sharded_store_checks_each_shards_claims_in_that_shards_transaction(pg: Any) -> None:
     shards = ShardedStore([PostgresStore(pg.create(), min_size=1, max_size=2) for _ in range(2)])
     try:
