@@ -54,10 +54,11 @@ conformance: install
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
 
+# lint first (ruff, the formatter's check, mypy --strict): the cheapest failure comes first;
 # the conformance suite and the fixtures of the NoETL forms (tests/fixtures/noetl_forms,
 # DSL 12) run twice: embedded (SQLite, in-process workers) and through a server on a fresh
 # PostgreSQL database with two worker processes
-test: install browser ui-test
+test: install browser ui-test lint
 	$(PY) -m pytest -q -n 3 --dist loadfile
 	$(BIN)/milepost conformance $(CONFORMANCE)
 	$(BIN)/milepost conformance $(CONFORMANCE) --cluster
