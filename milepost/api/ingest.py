@@ -19,8 +19,8 @@ from milepost.api import errors as api_errors
 from milepost.api import noetl_events
 from milepost.api.auth import EVENT_ROLES
 from milepost.api.schemas import EventIn
+from milepost.core import client_events, logs
 from milepost.core import events as ev
-from milepost.core import logs
 from milepost.core.ids import as_id, timestamp_of
 from milepost.engine.errors import CommandNotFound, EventsInvalid, ExecutionTerminal
 from milepost.engine.fence import REPORT_TYPES
@@ -202,34 +202,21 @@ def _event(
         _mask_strings(dict(context)) if etype in REPORT_TYPES else sanitize.mask(dict(context))
     )
     meta = sanitize.mask(dict(item.meta or {}))
-    meta.pop(ev.SETTLES, None)  # the engine's mark: a client's report is fenced by its claim
     if leftover is not None:  # a payload that is no object: no context, kept for people
         meta["payload"] = sanitize.mask(leftover)
-    if not noetl_events.known(etype):
-        meta[ev.INFORMATIVE] = True  # the fold's mark (`core.events.informative`)
-    parent = item.parent_event_id
-    if etype in REPORT_TYPES:
-        # the fold and the projections read these as integers
-        payload["command_id"] = as_id(payload["command_id"])
-        meta["epoch"] = int(meta.get("epoch", payload.get("epoch")))
-        if parent is None:  # a worker that names no cause: a report's is its command
-            parent = payload["command_id"]
-    if etype == ev.EXECUTION_CANCEL_REQUESTED:
-        # who asked is the caller, as on the cancel route: a client cannot name another
-        # actor (or a parent's cancel as the cause) in the log
-        payload = {"actor": actor} if actor is not None else {}
     status = item.status or (item.result.status if item.result else None)
-    return ev.new_event(
+    return client_events.posted(
         item.event_id or engine.new_id(),
         item.execution_id,
         etype,
         item.created_at if item.created_at is not None else now,
         step=item.step,
-        status=status.upper() if status else ev.default_status(etype),
+        status=status.upper() if status else None,
         payload=payload,
         meta=meta,
-        parent_event_id=parent,
+        parent_event_id=item.parent_event_id,
         worker_id=item.worker_id,
+        actor=actor,
     )
 
 

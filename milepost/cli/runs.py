@@ -51,16 +51,16 @@ from milepost.core import events as ev
 from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.credentials import Vault
-from milepost.engine import summaries, unattended
+from milepost.engine import behind, summaries, unattended
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.orchestrator import Orchestrator
 from milepost.engine.webhooks import Webhook
-from milepost.errors import MilepostError, PlaybookInvalid
+from milepost.errors import ConcurrencyConflict, MilepostError, PlaybookInvalid
 from milepost.playbook import load, scripts, yamllines
 from milepost.settings import Settings
-from milepost.store.port import DriverLease, LogMoved, Store
+from milepost.store.port import DriverLease, Store
 
 app = typer.Typer()
 
@@ -411,10 +411,6 @@ def _finish(engine: Lifecycle, execution_id: int, actor: str) -> _Finished:
     return _Finished.REQUEST  # another process took the run over meanwhile: it acts on it
 
 
-CANCEL_TRIES = 100
-"""Reads of a busy run's log before `milepost cancel` gives up appending behind it."""
-
-
 def request_cancel(
     store: Store,
     execution_id: int,
@@ -422,36 +418,29 @@ def request_cancel(
     actor: str | None = None,
     cause: str | None = None,
 ) -> None:
-    """Append the request only to the log as it was read: a run that ended in between
-    (another process writes it) takes nothing after its terminal event. Its running
-    children get one too, naming their parent (their driver acts on each)."""
-    payload = cancellation.request_payload(actor, cause)
-    for _ in range(CANCEL_TRIES):
-        # only the status and the watermark are read: a run sealed with a key this
-        # process lacks can still be cancelled
-        state = orchestrator.state(execution_id, workload=False)
-        if state.terminal:
-            if cause is not None:
-                return  # a child that ended meanwhile: nothing to cancel
-            raise fail(f"execution {execution_id} is already {state.status}")
-        if state.cancel_requested:
-            break
-        event = ev.new_event(
-            orchestrator.new_id(),
-            execution_id,
-            ev.EXECUTION_CANCEL_REQUESTED,
-            orchestrator.clock(),
-            payload=payload,
+    """Append the request only to the log as it was read (`engine.behind`): a run that
+    ended in between (another process writes it) takes nothing after its terminal event.
+    Its running children get one too, naming their parent (their driver acts on each)."""
+
+    def request(state: st.ExecutionState) -> list[ev.Event]:
+        if state.terminal or state.cancel_requested:
+            return []
+        event = cancellation.request(
+            orchestrator.new_id(), execution_id, orchestrator.clock(), actor, cause
         )
         # appended behind the driver's back: marked here as the engine would mark it, or the
         # store would refuse the claims of the final steps of a run whose status is settled
-        event = fs.mark_cancel(state, event)
-        try:
-            store.append([event], expect={execution_id: state.last_seq})
-            break
-        except LogMoved:
-            orchestrator.forget(execution_id)
-    else:
-        raise fail(f"execution {execution_id} kept moving; cancel again")
+        return [fs.mark_cancel(state, event)]
+
+    try:
+        # only the status and the watermark are read: a run sealed with a key this
+        # process lacks can still be cancelled
+        read = behind.append(store, orchestrator, execution_id, request).read
+    except ConcurrencyConflict:
+        raise fail(f"execution {execution_id} kept moving; cancel again") from None
+    if read.terminal:
+        if cause is not None:
+            return  # a child that ended meanwhile: nothing to cancel
+        raise fail(f"execution {execution_id} is already {read.status}")
     for child in store.running_children(execution_id):
         request_cancel(store, child, orchestrator, actor, cancellation.child_cause(execution_id))

@@ -55,6 +55,27 @@ def request_payload(actor: str | None, cause: str | None = None) -> dict[str, st
     return payload
 
 
+def request(
+    event_id: int,
+    execution_id: int,
+    now: float,
+    actor: str | None = None,
+    cause: str | None = None,
+) -> ev.Event:
+    """The `execution.cancel_requested` of a cancel asked by `actor` (none named: the
+    payload is empty, as a run cancelled the old way logs), for `cause` (a parent's).
+    The same event whoever appends it: the engine under the run's lock, or a process
+    that appends it behind the run's driver (which marks it first: `final_step_state.
+    mark_cancel`)."""
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.EXECUTION_CANCEL_REQUESTED,
+        now,
+        payload=request_payload(actor, cause),
+    )
+
+
 def child_cause(parent_id: int, why: str = "cancelled") -> str:
     """The `cause` of a child's cancel: its parent's (`parent 12 cancelled`), or why
     nobody waits for it any more (`parent 12 failed`, `parent 12 step 'call' stopped

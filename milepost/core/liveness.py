@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.playbook import durations, model
 from milepost.settings import Settings
@@ -107,6 +108,97 @@ def stall_verdict(
         "reason": f"run stalled: {message}",
         "waiting": waiting,
     }
+
+
+def stalled(
+    event_id: int, execution_id: int, error: dict[str, Any], now: float, cause: int | None
+) -> ev.Event:
+    """The `execution.stalled` of a run `stall_verdict` failed with `error`; `cause`: the
+    last event before the silence, as for any execution event."""
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.EXECUTION_STALLED,
+        now,
+        payload={"error": error, "reason": error["reason"]},
+        meta={"source": "reconciler"},
+        parent_event_id=cause,
+    )
+
+
+def failed_event(
+    execution_id: int,
+    command_id: int,
+    step: str,
+    where: tuple[int, int, int],
+    epoch: int,
+    worker_id: str | None,
+    error: dict[str, Any],
+    event_id: int,
+    now: float,
+) -> ev.Event:
+    """The engine's `command.failed` of an open command nobody will report on: one of a
+    stalled run, or an attempt past the engine's `default_timeout` (`where`: its run,
+    index and attempt; `worker_id`: who holds its claim at `epoch`, None when queued).
+    Marked `ev.SETTLES`: written only while its row is still open at that epoch."""
+    run, index, attempt = where
+    payload = {
+        "command_id": command_id,
+        "run": run,
+        "index": index,
+        "attempt": attempt,
+        "epoch": epoch,
+        "error": error,
+    }
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.COMMAND_FAILED,
+        now,
+        step=step,
+        payload=payload,
+        worker_id=worker_id,
+        meta={"epoch": epoch, "source": "reconciler", ev.SETTLES: True},
+        parent_event_id=command_id,
+    )
+
+
+def lease_expired(
+    execution_id: int,
+    command_id: int,
+    step: str,
+    where: tuple[int, int, int],
+    epoch: int,
+    worker_id: str | None,
+    lease_expires_at: float | None,
+    event_id: int,
+    now: float,
+) -> ev.Event:
+    """The `command.lease_expired` of a claim (held by `worker_id` at `epoch`) whose lease
+    ended at `lease_expires_at` without a report: the worker is taken as lost. Caused by
+    the command it ends, as a report is."""
+    run, index, attempt = where
+    message = f"worker {worker_id!r} lost: its lease (epoch {epoch}) expired without a report"
+    payload = {
+        "command_id": command_id,
+        "run": run,
+        "index": index,
+        "attempt": attempt,
+        "epoch": epoch,
+        "worker_id": worker_id,
+        "lease_expires_at": lease_expires_at,
+        "message": message,
+    }
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.COMMAND_LEASE_EXPIRED,
+        now,
+        step=step,
+        payload=payload,
+        meta={"epoch": epoch, "source": "reconciler"},
+        parent_event_id=command_id,
+    )
 
 
 def _waiting(state: st.ExecutionState, holders: Mapping[int, str | None]) -> dict[str, Any]:

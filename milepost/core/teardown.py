@@ -114,6 +114,22 @@ def after_engine_error(
     return [*settled, _event(state, new_id(), ev.TEARDOWN_STARTED, now, payload)]
 
 
+def failed_at_once(
+    execution_id: int, error: dict[str, Any], cause: int | None, event_id: int, now: float
+) -> ev.Event:
+    """The `execution.failed` of a run whose decisions raised (`error`, kind `engine`) and
+    that does not tear down (`after_engine_error` gave nothing): it ends at once, caused
+    by what was decided on."""
+    return ev.new_event(
+        event_id,
+        execution_id,
+        ev.EXECUTION_FAILED,
+        now,
+        payload={"error": error, "reason": error["reason"]},
+        parent_event_id=cause,
+    )
+
+
 def _event(
     state: st.ExecutionState, event_id: int, event_type: str, now: float, payload: dict[str, Any]
 ) -> ev.Event:

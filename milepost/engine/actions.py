@@ -5,8 +5,8 @@ Retry and skip are checked against the run's folded state under its lock
 (`core.actions`) and processed like a report: what they lead to (the new attempt, the
 step's exit and the steps after it) is decided and appended in the same transaction. A
 process that does not drive the run (`milepost retry` on a local database while `milepost
-run` drives it) appends the action behind the log it read (`append_behind`) and the
-driver decides on its next look, as for an approval vote.
+run` drives it) appends the action behind the log it read (`append_behind`, through
+`engine.behind`) and the driver decides on its next look, as for an approval vote.
 
 Restart and re-run start a new execution of the same playbook version and workload (the
 sealed workload opened, then sealed again for the new run), linked to the old one.
@@ -21,16 +21,13 @@ from typing import TYPE_CHECKING, Any
 from milepost.core import actions as acts
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.engine import behind
 from milepost.engine.orchestrator import Orchestrator
-from milepost.errors import ConcurrencyConflict
 from milepost.playbook import model
 from milepost.store import port
 
 if TYPE_CHECKING:
     from milepost.engine.lifecycle import Lifecycle
-
-APPEND_TRIES = 100
-"""Reads of a busy run's log before an action appended behind it gives up."""
 
 Build = Callable[[st.ExecutionState, model.Playbook, Mapping[int, int]], list[ev.Event]]
 """(state, playbook, the epochs of its live commands' claims) -> the action's events."""
@@ -196,23 +193,13 @@ def append_behind(
     build: Build,
 ) -> Acted:
     """Append one checked action behind the log as it was read, for the process that drives
-    the run to decide on; nothing is decided here."""
-    for _ in range(APPEND_TRIES):
-        # the status and the steps only: a run sealed with a key this process lacks can
-        # still be acted on
-        state = orchestrator.state(execution_id, workload=False)
-        events = build(state, orchestrator.playbook_for(state), epochs(store, state))
-        try:
-            store.append(events, expect={execution_id: state.last_seq})
-        except (port.LogMoved, port.ClaimMoved):  # the log, or a stopped attempt, moved
-            orchestrator.forget(execution_id)
-            continue
-        orchestrator.forget(execution_id)
-        return _acted(orchestrator.state(execution_id, workload=False), step, action, events, [])
-    raise ConcurrencyConflict(
-        f"the log of execution {execution_id} kept moving; try again",
-        execution_ids=[str(execution_id)],
-    )
+    the run to decide on (`engine.behind`); nothing is decided here."""
+
+    def made(state: st.ExecutionState) -> list[ev.Event]:
+        return build(state, orchestrator.playbook_for(state), epochs(store, state))
+
+    events = behind.append(store, orchestrator, execution_id, made).events
+    return _acted(orchestrator.state(execution_id, workload=False), step, action, events, [])
 
 
 @dataclass(frozen=True, slots=True)

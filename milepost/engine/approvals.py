@@ -5,7 +5,8 @@ check_vote`) under the run's lock and processes its `approval.decided` like a re
 decision it leads to (grant and first command, denial, invalidation) is appended in the
 same transaction. A process that does not drive the run (`milepost approve` on a local
 database while `milepost run` drives it in another terminal) appends the vote alone,
-behind the log it read (`append_decision`), and the driver decides on its next look.
+behind the log it read (`append_decision`, through `engine.behind`), and the driver
+decides on its next look.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ from typing import TYPE_CHECKING
 from milepost.core import approval_state as ap
 from milepost.core import approvals
 from milepost.core import events as ev
+from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.approvals import ApprovalClosed, ApprovalNotFound
+from milepost.engine import behind
 from milepost.engine.orchestrator import Orchestrator
-from milepost.errors import ConcurrencyConflict
 from milepost.store import port
 
 if TYPE_CHECKING:
     from milepost.engine.lifecycle import Lifecycle
-
-APPEND_TRIES = 100
-"""Reads of a busy run's log before a vote appended behind it gives up."""
 
 
 def execution_of(store: port.Store, approval_id: int) -> int:
@@ -68,25 +67,24 @@ def append_decision(
     the run to act on; returns the approval as the vote leaves it. `on_appended` gets the
     vote once committed (the approval webhook: no engine call of this process sees it)."""
     xid = execution_of(store, approval_id)
-    for _ in range(APPEND_TRIES):
-        # the status and the approvals only: a run sealed with a key this process lacks
-        # can still be decided
-        state = orchestrator.state(xid, workload=False)
-        event = approvals.vote_event(
-            state, approval_id, voter, decision, reason, orchestrator.clock(), orchestrator.new_id()
-        )
-        try:
-            store.append([event], expect={xid: state.last_seq})
-        except port.LogMoved:
-            orchestrator.forget(xid)
-            continue
-        orchestrator.forget(xid)
-        if on_appended is not None:
-            on_appended(event)
-        return orchestrator.state(xid, workload=False).approvals[approval_id]
-    raise ConcurrencyConflict(
-        f"the log of execution {xid} kept moving; decide again", execution_ids=[str(xid)]
-    )
+
+    def vote(state: st.ExecutionState) -> list[ev.Event]:
+        return [
+            approvals.vote_event(
+                state,
+                approval_id,
+                voter,
+                decision,
+                reason,
+                orchestrator.clock(),
+                orchestrator.new_id(),
+            )
+        ]
+
+    (event,) = behind.append(store, orchestrator, xid, vote, again="decide again").events
+    if on_appended is not None:
+        on_appended(event)
+    return orchestrator.state(xid, workload=False).approvals[approval_id]
 
 
 def approval(store: port.Store, approval_id: int) -> port.ApprovalRow:

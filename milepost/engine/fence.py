@@ -22,7 +22,7 @@ from milepost.engine.errors import EventsInvalid, ExecutionTerminal, Problem, co
 from milepost.playbook import model
 from milepost.store import port
 
-REPORT_TYPES = frozenset({ev.COMMAND_COMPLETED, ev.COMMAND_FAILED, ev.CALL_DONE, ev.CALL_ERROR})
+REPORT_TYPES = ev.REPORTS
 """Reports for a command: they carry `context.command_id` and an epoch, and are fenced."""
 
 Read = Callable[..., Any]

@@ -439,12 +439,8 @@ class Lifecycle(StoreReads):
                     status=state.status,
                 )
             if not state.cancel_requested:
-                event = ev.new_event(
-                    self.new_id(),
-                    execution_id,
-                    ev.EXECUTION_CANCEL_REQUESTED,
-                    self.clock(),
-                    payload=cancellation.request_payload(actor, cause),
+                event = cancellation.request(
+                    self.new_id(), execution_id, self.clock(), actor, cause
                 )
                 self.process([event])
             self.settle_cancelled([execution_id])

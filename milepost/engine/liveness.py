@@ -106,17 +106,7 @@ def _fail_if_stalled(engine: Lifecycle, xid: int, last_at: float, now: float) ->
         )
         # the run's failure first, then its open commands settled (what holds them will
         # never report): the run ends as a failed step ends it, compensations first
-        events = [
-            ev.new_event(
-                engine.new_id(),
-                xid,
-                ev.EXECUTION_STALLED,
-                now,
-                payload={"error": error, "reason": error["reason"]},
-                meta={"source": "reconciler"},
-                parent_event_id=cause,
-            )
-        ]
+        events = [liveness.stalled(engine.new_id(), xid, error, now, cause)]
         settled = {"kind": liveness.STALLED, "message": error["message"], "retryable": False}
         events.extend(_command_failed(engine, row, settled, now) for row in rows)
         try:
@@ -130,24 +120,16 @@ def _command_failed(
     engine: Lifecycle, row: port.CommandRow, error: dict[str, Any], now: float
 ) -> ev.Event:
     """The engine's `command.failed` of an open command nobody will report on."""
-    payload = {
-        "command_id": row.command_id,
-        "run": row.run,
-        "index": row.index,
-        "attempt": row.attempt,
-        "epoch": row.epoch,
-        "error": error,
-    }
-    return ev.new_event(
-        engine.new_id(),
+    return liveness.failed_event(
         row.execution_id,
-        ev.COMMAND_FAILED,
+        row.command_id,
+        row.step,
+        (row.run, row.index, row.attempt),
+        row.epoch,
+        row.worker_id,
+        error,
+        engine.new_id(),
         now,
-        step=row.step,
-        payload=payload,
-        worker_id=row.worker_id,
-        meta={"epoch": row.epoch, "source": "reconciler", ev.SETTLES: True},
-        parent_event_id=row.command_id,
     )
 
 

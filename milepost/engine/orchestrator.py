@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost import sanitize
-from milepost.core import actions, liveness, teardown
+from milepost.core import actions, cancellation, start, teardown
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core import tracecontext as tc
 from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
 from milepost.engine import snapshots
@@ -149,8 +148,6 @@ class Orchestrator:
                 self.cached(parent_execution_id) or self.state(parent_execution_id, workload=False)
             )
         )
-        if started_by is None and parent is not None:
-            started_by = parent.started_by
         self._playbooks.setdefault((playbook.path, version), playbook)
         seals: dict[int, tuple[dict[str, Any], str | None]] = {}
         for tries_left in range(ID_CONFLICT_TRIES, 0, -1):
@@ -159,30 +156,19 @@ class Orchestrator:
             if xid not in seals:  # a retry of the same execution reuses its sealed entry
                 seals[xid] = self.sealer.seal(xid, merged, now)
             shown, sealed = seals[xid]
-            payload = {
-                "path": playbook.path,
-                "version": version,
-                "workload": shown,
-                "entry_step": playbook.entry_step,
-                "name": playbook.name,
-                "parent_execution_id": parent_execution_id,
-            }
-            if parent_command_id is not None:  # and its parent's trace: the others unchanged
-                payload.update(tc.child_fields(parent, parent_command_id))
-            if sealed is not None:
-                payload["sealed_workload"] = sealed
-            if started_by is not None:
-                payload["started_by"] = started_by
-            # a stall window, if any; a restart's entry step and the run it comes from
-            payload.update(liveness.started_fields(playbook), **(origin.started if origin else {}))
-            # a child run is caused by its parent's command (the `command.issued` event)
-            started = ev.new_event(
+            started = start.started(
                 self.new_id(),
                 xid,
-                ev.EXECUTION_STARTED,
                 now,
-                payload=payload,
-                parent_event_id=parent_command_id,
+                playbook,
+                version,
+                shown,
+                parent_execution_id=parent_execution_id,
+                parent=parent,
+                parent_command_id=parent_command_id,
+                sealed=sealed,
+                started_by=started_by,
+                origin=origin,
             )
             self._states[xid] = st.ExecutionState(execution_id=xid)
             try:
@@ -263,10 +249,7 @@ class Orchestrator:
             self._ended.popitem(last=False)
 
     def request_cancel(self, execution_id: int) -> Outcome:
-        event = ev.new_event(
-            self.new_id(), execution_id, ev.EXECUTION_CANCEL_REQUESTED, self.clock()
-        )
-        return self.process([event])
+        return self.process([cancellation.request(self.new_id(), execution_id, self.clock())])
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -470,14 +453,7 @@ class Orchestrator:
             self._states[xid] = torn[0]
             return torn[1]
         cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
-        failed = ev.new_event(
-            self.new_id(),
-            xid,
-            ev.EXECUTION_FAILED,
-            now,
-            payload={"error": error, "reason": error["reason"]},
-            parent_event_id=cause,
-        )
+        failed = teardown.failed_at_once(xid, error, cause, self.new_id(), now)
         st.fold(fresh, [failed])
         self._states[xid] = fresh
         return [failed]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from milepost.core import events as ev
+from milepost.core import liveness as leases
 from milepost.engine import liveness, notify, workers
 from milepost.store import port
 
@@ -215,28 +216,16 @@ class Reconciler:
         self._each(sorted(by_exec), report, expire)
 
     def _lease_expired(self, row: port.CommandRow, now: float) -> ev.Event:
-        message = (
-            f"worker {row.worker_id!r} lost: its lease (epoch {row.epoch}) expired without a report"
-        )
-        payload = {
-            "command_id": row.command_id,
-            "run": row.run,
-            "index": row.index,
-            "attempt": row.attempt,
-            "epoch": row.epoch,
-            "worker_id": row.worker_id,
-            "lease_expires_at": row.lease_expires_at,
-            "message": message,
-        }
-        return ev.new_event(
-            self.driver.new_id(),
+        return leases.lease_expired(
             row.execution_id,
-            ev.COMMAND_LEASE_EXPIRED,
+            row.command_id,
+            row.step,
+            (row.run, row.index, row.attempt),
+            row.epoch,
+            row.worker_id,
+            row.lease_expires_at,
+            self.driver.new_id(),
             now,
-            step=row.step,
-            payload=payload,
-            meta={"epoch": row.epoch, "source": "reconciler"},
-            parent_event_id=row.command_id,
         )
 
     def _notice_lost_workers(self, now: float, report: TickReport) -> None:

@@ -20,13 +20,13 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from milepost.core import claims
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
 from milepost.store import approvals as ap
 from milepost.store import port
 from milepost.store import usage as used
 
-_CLAIMED = ev.default_status(ev.COMMAND_CLAIMED)
 RUNNING = "RUNNING"
 """The status of a run's row from its start to its end."""
 ENDED_STATUS = {
@@ -235,27 +235,17 @@ def claimed_event(
     seq: int = 0,
 ) -> ev.Event:
     """The `command.claimed` event of a claim the store takes (`seq`: numbered already),
-    caused by the command it claims."""
-    payload = {
-        "command_id": row.command_id,
-        "worker_id": worker_id,
-        "epoch": epoch,
-        "lease_expires_at": expires_at,
-        "run": row.run,
-        "index": row.index,
-        "attempt": row.attempt,
-    }
-    return ev.Event(
+    caused by the command it claims (`core.claims.claimed`)."""
+    return claims.claimed(
         event_id,
         row.execution_id,
-        ev.COMMAND_CLAIMED,
-        now,
-        row.step,
-        _CLAIMED,
-        payload,
-        {},
         row.command_id,
+        row.step,
+        (row.run, row.index, row.attempt),
         worker_id,
+        epoch,
+        expires_at,
+        now,
         seq,
     )
 
@@ -264,22 +254,15 @@ def released_event(
     event_id: int, row: port.CommandRow, worker_id: str, epoch: int, now: float
 ) -> ev.Event:
     """The `command.released` event of a claim given back (`row` as it was claimed)."""
-    return ev.new_event(
+    return claims.released(
         event_id,
         row.execution_id,
-        ev.COMMAND_RELEASED,
+        row.command_id,
+        row.step,
+        (row.run, row.index, row.attempt),
+        worker_id,
+        epoch,
         now,
-        step=row.step,
-        worker_id=worker_id,
-        parent_event_id=row.command_id,
-        payload={
-            "command_id": row.command_id,
-            "worker_id": worker_id,
-            "epoch": epoch,
-            "run": row.run,
-            "index": row.index,
-            "attempt": row.attempt,
-        },
     )
 
 

@@ -232,7 +232,7 @@ class SQLStore(
         last = self.last_seqs(conn, xids, expect or {}, careful or read)
         if careful:
             events = port.new_events(events, self._known(conn, events))
-        stored = self.numbered(events, last)
+        stored = ev.numbered(events, last)
         ends.update(last)
         return stored, [event_row(e, self.encode_result(conn, e)) for e in stored], vouched
 
@@ -307,34 +307,11 @@ class SQLStore(
                 last[xid] = max(held.last, seen)  # claims may have come after `seen`
         return last, unknown
 
-    @staticmethod
-    def numbered(events: Sequence[ev.Event], last: dict[int, int]) -> list[ev.Event]:
-        out = []
-        for e in events:
-            seq = last[e.execution_id] = last[e.execution_id] + 1
-            # positional construction: dataclasses.replace is several times slower here
-            out.append(
-                ev.Event(
-                    e.event_id,
-                    e.execution_id,
-                    e.event_type,
-                    e.created_at,
-                    e.step,
-                    e.status,
-                    e.payload,
-                    e.meta,
-                    e.parent_event_id,
-                    e.worker_id,
-                    seq,
-                )
-            )
-        return out
-
     def log_events(self, conn: Conn, events: Sequence[ev.Event]) -> list[ev.Event]:
         """Append events the store makes itself (a claim by id, a release: fresh ids, no
         projection) in the caller's transaction, numbered under the writers' lock."""
         last = self.last_seqs(conn, sorted({e.execution_id for e in events}), {}, careful=True)
-        stored = self.numbered(events, last)
+        stored = ev.numbered(events, last)
         inserted = self.insert_rows(
             conn, [event_row(e, self.encode_result(conn, e)) for e in stored], strict=True
         )
@@ -464,18 +441,9 @@ class SQLStore(
             payload = json.loads(self.get_blob(envelope["reference"]["uri"]))
         else:
             payload = envelope.get("context") or {}
-        return ev.Event(
-            event_id=event_id,
-            execution_id=execution_id,
-            event_type=etype,
-            created_at=at,
-            step=step,
-            status=status,
-            payload=payload,
-            meta=json.loads(meta) if meta else {},
-            parent_event_id=parent,
-            worker_id=worker,
-            seq=seq,
+        meta = json.loads(meta) if meta else {}
+        return ev.restored(
+            seq, event_id, execution_id, parent, etype, step, status, payload, meta, worker, at
         )
 
     def event_count(self, execution_id: int) -> int:

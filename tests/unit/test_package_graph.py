@@ -5,6 +5,9 @@ import is still a dependency) and mapped to the layer of the module it names. A 
 may import its own unit and any unit of a lower tier; an import of a higher tier, or of
 another unit of the same tier (two transports, say), fails the test with the file, line
 and imported module.
+
+The same reading keeps the making of events in `core/`: a call of `Event(` or
+`new_event(` anywhere else fails with its file and line (issue 34).
 """
 
 from __future__ import annotations
@@ -163,6 +166,103 @@ def test_the_check_finds_upward_peer_and_lazy_imports(tmp_path: Path) -> None:
     ]
     assert against_the_order("milepost.nowhere", iter([])) == [
         "milepost.nowhere is in no tier of TIERS"
+    ]
+
+
+EVENTS = "milepost.core.events"
+MAKERS = frozenset({"Event", "new_event"})
+"""What makes an event: the record itself, and the constructor that defaults its fields."""
+
+
+def _source_of(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """`a.b.c` for a name or a chain of attributes of a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def event_constructions(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, callee) for every call in `path` that makes a `core.events.Event`: `Event(`
+    or `new_event(` reached through any import of `milepost.core.events` (the module
+    aliased or not, or the names themselves, renamed or not). Read from the syntax tree:
+    a comment or a string that mentions them is no call, and another `Event` (asyncio's,
+    threading's) is not the log's."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    callees = {f"{EVENTS}.{name}" for name in MAKERS}  # `import milepost.core.events`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == EVENTS and alias.asname:
+                    callees |= {f"{alias.asname}.{name}" for name in MAKERS}
+        elif isinstance(node, ast.ImportFrom):
+            source = _source_of(node, package)
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                if f"{source}.{alias.name}" == EVENTS:
+                    callees |= {f"{bound}.{name}" for name in MAKERS}
+                elif source == EVENTS and alias.name in MAKERS:
+                    callees.add(bound)
+    return sorted(
+        (node.lineno, callee)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and (callee := _dotted(node.func)) in callees
+    )
+
+
+def test_events_are_made_in_core_only() -> None:
+    """Issue 34: the engine, the store, the API and the CLI ask; `core` decides what every
+    event of a log is and makes it (a function named after its concept, ids and time
+    passed in). An event made anywhere else fails here with its file, line and call."""
+    found = []
+    for path in modules():
+        if path.is_relative_to(ROOT / "core"):
+            continue
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found += [
+            f"{path.relative_to(ROOT.parent)}:{line}: {callee}("
+            for line, callee in event_constructions(path, package)
+        ]
+    assert found == []
+
+
+def test_the_check_finds_every_way_to_make_an_event(tmp_path: Path) -> None:
+    source = tmp_path / "sample.py"
+    source.write_text(
+        "import asyncio, threading\n"
+        "import milepost.core.events\n"
+        "import milepost.core.events as evs\n"
+        "from milepost.core import events as ev\n"
+        "from milepost.core.events import Event as E, new_event\n"
+        "from . import events\n\n"
+        "def f():\n"
+        "    ev.new_event(1, 2, 'x', 0.0)  # ev.Event( in a comment\n"
+        "    E(1, 2, 'x', 0.0)\n"
+        "    new_event(1, 2, 'x', 0.0)\n"
+        "    milepost.core.events.Event(1, 2, 'x', 0.0)\n"
+        "    evs.Event(1, 2, 'x', 0.0)\n"
+        "    events.new_event(1, 2, 'x', 0.0)\n"
+        "    asyncio.Event(), threading.Event()\n"
+        "    text = 'ev.new_event(1, 2)'\n"
+        "    ev.to_json(ev.Event)\n"
+    )
+    assert event_constructions(source, "milepost.core") == [
+        (9, "ev.new_event"),
+        (10, "E"),
+        (11, "new_event"),
+        (12, "milepost.core.events.Event"),
+        (13, "evs.Event"),
+        (14, "events.new_event"),
     ]
 
 
