@@ -70,7 +70,32 @@ workflow:
 """,
 )
 
+GPU = playbook(
+    "tests/gpu",
+    """
+workflow:
+  - step: train
+    spec: {pool: gpu}
+    tool: {kind: python, code: "result = 1"}
+""",
+)
+"""One step on pool `gpu`: queued until a worker of that pool claims it."""
+
 ROLES = auth.ROLES
+
+
+class FakeClock:
+    """The server's clock, moved by the test: what the reconciler's deadlines read."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
 
 
 class Api:
