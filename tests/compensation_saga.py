@@ -4,10 +4,13 @@ once, in this order" is checked outside the engine."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from milepost.core import state as st
+from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: saga, path: tests/saga}\n"
@@ -110,6 +113,21 @@ def saga(tmp_path: Path, teardown: bool = False) -> tuple[Any, str]:
     return load.load_text(text), text
 
 
+def run(
+    store: Any, tmp_path: Path, workload: dict[str, Any], *, teardown: bool = False
+) -> st.ExecutionState:
+    """The saga (`teardown`: with its teardown steps) run to its end by an embedded engine
+    on `store`."""
+    pb, text = saga(tmp_path, teardown=teardown)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, workload)
+            return await engine.wait(xid, timeout=60)
+
+    return asyncio.run(go())
+
+
 def effects(tmp_path: Path) -> list[str]:
     path = tmp_path / "effects"
     return path.read_text().splitlines() if path.exists() else []
@@ -121,3 +139,6 @@ RELEASE = (
     ' {"failed": 0, "success": 2, "total": 2}'
 )
 """The loop's result keeps its `.stats` in both modes (the wire restores it)."""
+
+DONE = ["charge", "reserve a", "reserve b"]
+"""The effects of the steps before `ship`: the charge and the loop's two reservations."""

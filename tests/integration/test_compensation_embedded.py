@@ -15,19 +15,8 @@ from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.compensation_saga import REFUND, RELEASE, effects, run, saga
 from tests.shared import wait_for_async
-
-
-def run(store: Any, tmp_path: Path, workload: dict[str, Any]) -> st.ExecutionState:
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            return await engine.wait(xid, timeout=60)
-
-    return asyncio.run(go())
 
 
 def test_a_failed_run_compensates_in_reverse_order_exactly_once(store: Any, tmp_path: Path) -> None:

@@ -17,25 +17,12 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.compensation_saga import DONE, REFUND, RELEASE, effects, run, saga
 from tests.shared import wait_for_async
-
-DONE = ["charge", "reserve a", "reserve b"]
-
-
-def run(store: Any, tmp_path: Path, workload: dict[str, Any]) -> st.ExecutionState:
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            return await engine.wait(xid, timeout=60)
-
-    return asyncio.run(go())
 
 
 def test_a_completed_run_tears_down_in_order_then_completes(store: Any, tmp_path: Path) -> None:
-    state = run(store, tmp_path, {"fail": [], "gate": []})
+    state = run(store, tmp_path, {"fail": [], "gate": []}, teardown=True)
     assert state.status == st.COMPLETED
     assert effects(tmp_path) == [*DONE, "ship", "cleanup COMPLETED None", "notify COMPLETED"]
     last = store.load(state.execution_id)[-1]
@@ -47,7 +34,7 @@ def test_a_completed_run_tears_down_in_order_then_completes(store: Any, tmp_path
 
 
 def test_a_failed_run_compensates_then_tears_down_then_fails(store: Any, tmp_path: Path) -> None:
-    state = run(store, tmp_path, {"fail": ["ship"], "gate": []})
+    state = run(store, tmp_path, {"fail": ["ship"], "gate": []}, teardown=True)
     assert state.status == st.FAILED
     assert state.error is not None and state.error["step"] == "ship"
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship", "notify FAILED"]
@@ -56,7 +43,7 @@ def test_a_failed_run_compensates_then_tears_down_then_fails(store: Any, tmp_pat
 def test_a_failing_teardown_step_is_shown_and_the_run_still_completes(
     store: Any, tmp_path: Path
 ) -> None:
-    state = run(store, tmp_path, {"fail": ["cleanup"], "gate": []})
+    state = run(store, tmp_path, {"fail": ["cleanup"], "gate": []}, teardown=True)
     assert state.status == st.COMPLETED and state.error is None
     assert effects(tmp_path) == [*DONE, "ship", "notify COMPLETED"]  # notify still ran
     summary = summaries.execution_summary(state)
