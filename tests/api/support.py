@@ -268,6 +268,16 @@ class LiveServer:
     def headers(self, role: str = "admin") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
 
+    def post(self, path: str, body: Any = None, role: str = "admin") -> dict[str, Any]:
+        """POST over HTTP as `role`; the reply's body, which must be a success."""
+        reply = httpx2.post(f"{self.url}{path}", json=body, headers=self.headers(role), timeout=10)
+        return ok(reply)
+
+    def execute(self, text: str = HELLO) -> str:
+        """A run of `text`, registered then started over HTTP as the admin: its id."""
+        path = self.post("/api/catalog/register", {"content": text})["path"]
+        return str(self.post("/api/execute", {"path": path})["execution_id"])
+
 
 @contextlib.contextmanager
 def live_server(db_url: str, startup: float = 30.0, **over: Any) -> Iterator[LiveServer]:
