@@ -8,14 +8,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from milepost.cli.runs import request_cancel
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.orchestrator import Orchestrator
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import REFUND, RELEASE, effects, run, saga
+from tests.compensation_saga import (
+    REFUND,
+    RELEASE,
+    cancelled_from_the_cli,
+    crashed,
+    effects,
+    resumed,
+    run,
+    saga,
+)
 from tests.shared import wait_for_async
 
 
@@ -97,23 +104,8 @@ def test_milepost_cancel_appended_while_compensating_stops_nothing(tmp_path: Pat
     """`milepost cancel` appends its request behind the driver: unmarked, it set the
     store's claim flag, so the second compensation was never claimed and the run hung."""
     store = SQLiteStore(tmp_path / "engine.db")
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": ["ship"], "gate": ["release"]})
-            await wait_for_async(lambda: (tmp_path / "release.started").exists())
-            other = SQLiteStore(store.path)
-            try:
-                request_cancel(other, xid, Orchestrator(other), "user:bob")
-                await wait_for_async(lambda: engine.state(xid).cancel_requested)
-            finally:
-                other.close()
-            (tmp_path / "release.gate").touch()
-            return await engine.wait(xid, timeout=30)
-
     try:
-        state = asyncio.run(go())
+        state = cancelled_from_the_cli(store, tmp_path, {"fail": ["ship"], "gate": ["release"]})
     finally:
         store.close()
     assert state.status == st.FAILED
@@ -123,26 +115,10 @@ def test_milepost_cancel_appended_while_compensating_stops_nothing(tmp_path: Pat
 def test_a_crash_while_compensating_resumes_without_running_any_twice(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path)
     # release done, refund waiting at its gate when the driver goes away
-    workload = {"fail": ["ship"], "gate": ["refund"]}
-
-    async def first_life() -> int:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            await wait_for_async(lambda: (tmp_path / "refund.started").exists())
-            return xid
-
-    xid = asyncio.run(first_life())
+    xid = crashed(store, tmp_path, {"fail": ["ship"], "gate": ["refund"]})
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE]
-
-    async def second_life() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            engine.resume(xid)
-            (tmp_path / "refund.gate").touch()
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(second_life())
+    state = resumed(store, tmp_path, xid, "refund")
     assert state.status == st.FAILED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
     log = store.load(xid)

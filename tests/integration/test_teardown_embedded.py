@@ -8,16 +8,24 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from milepost.cli.runs import request_cancel
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import DONE, REFUND, RELEASE, effects, run, saga
+from tests.compensation_saga import (
+    DONE,
+    REFUND,
+    RELEASE,
+    cancelled_from_the_cli,
+    crashed,
+    effects,
+    resumed,
+    run,
+    saga,
+)
 from tests.shared import wait_for_async
 
 
@@ -104,24 +112,9 @@ def test_milepost_cancel_appended_while_tearing_down_stops_nothing(
     is marked as the engine marks its own, or the store would refuse the claim of the
     next teardown step and the run would never end."""
     store = SQLiteStore(tmp_path / "engine.db")
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["cleanup"]})
-            await wait_for_async(lambda: (tmp_path / "cleanup.started").exists())
-            other = SQLiteStore(store.path)
-            try:
-                request_cancel(other, xid, Orchestrator(other), "user:bob")
-                # the driver's poller folds it before the gate opens
-                await wait_for_async(lambda: engine.state(xid).cancel_requested)
-            finally:
-                other.close()
-            (tmp_path / "cleanup.gate").touch()
-            return await engine.wait(xid, timeout=30)
-
     try:
-        state = asyncio.run(go())
+        workload = {"fail": [], "gate": ["cleanup"]}
+        state = cancelled_from_the_cli(store, tmp_path, workload, teardown=True)
         [request] = [
             e
             for e in store.load(state.execution_id)
@@ -137,25 +130,10 @@ def test_milepost_cancel_appended_while_tearing_down_stops_nothing(
 def test_a_crash_while_tearing_down_resumes_without_running_any_step_twice(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path, teardown=True)
     workload = {"fail": ["ship"], "gate": ["notify"]}  # cleanup done, notify at its gate
-
-    async def first_life() -> int:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            await wait_for_async(lambda: (tmp_path / "notify.started").exists())
-            return xid
-
-    xid = asyncio.run(first_life())
+    xid = crashed(store, tmp_path, workload, teardown=True)
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship"]
-
-    async def second_life() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            engine.resume(xid)
-            (tmp_path / "notify.gate").touch()
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(second_life())
+    state = resumed(store, tmp_path, xid, "notify")
     assert state.status == st.FAILED
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship", "notify FAILED"]
     issued = [
