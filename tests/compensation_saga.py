@@ -132,6 +132,23 @@ def run(
     return asyncio.run(go())
 
 
+def cancelled_while_shipping(
+    store: Any, tmp_path: Path, *, teardown: bool = False
+) -> st.ExecutionState:
+    """The saga cancelled by its embedded engine while `ship` runs (its attempt stopped,
+    killed, before its effect): the state the run ends in."""
+    pb, text = saga(tmp_path, teardown=teardown)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
+            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
+            engine.cancel(xid)
+            return await engine.wait(xid, timeout=60)
+
+    return asyncio.run(go())
+
+
 def cancelled_from_the_cli(
     store: SQLiteStore, tmp_path: Path, workload: dict[str, Any], *, teardown: bool = False
 ) -> st.ExecutionState:

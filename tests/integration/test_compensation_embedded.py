@@ -17,6 +17,7 @@ from tests.compensation_saga import (
     REFUND,
     RELEASE,
     cancelled_from_the_cli,
+    cancelled_while_shipping,
     crashed,
     effects,
     resumed,
@@ -67,16 +68,7 @@ def test_a_completed_run_never_compensates(store: Any, tmp_path: Path) -> None:
 def test_a_cancelled_run_compensates_after_its_running_attempt_was_stopped(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
-            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
-            engine.cancel(xid)  # ship's attempt is stopped (killed) before its effect
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(go())
+    state = cancelled_while_shipping(store, tmp_path)
     assert state.status == st.CANCELLED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
     assert store.load(state.execution_id)[-1].event_type == ev.EXECUTION_CANCELLED

@@ -20,6 +20,7 @@ from tests.compensation_saga import (
     REFUND,
     RELEASE,
     cancelled_from_the_cli,
+    cancelled_while_shipping,
     crashed,
     effects,
     resumed,
@@ -66,16 +67,7 @@ def test_a_failing_teardown_step_is_shown_and_the_run_still_completes(
 def test_a_cancelled_run_compensates_and_tears_down_then_ends_cancelled(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
-            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
-            engine.cancel(xid)  # ship's attempt is stopped (killed) before its effect
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(go())
+    state = cancelled_while_shipping(store, tmp_path, teardown=True)
     assert state.status == st.CANCELLED
     assert effects(tmp_path) == [
         *DONE,
