@@ -1,5 +1,6 @@
 """The engine service with runs and their children, on the in-memory store and a clock the
-test moves: what the property tests of issue 33 (items 1 to 3) drive.
+test moves: what the property tests of issue 33 (items 1 to 3) drive; and the playbooks of
+parents and children the embedded and server tests of those items run (`HOLDING_CHILD` ..).
 
 `World` is one `Lifecycle` and one scripted worker. The worker claims what is queued, holds
 its claims (heartbeating them when told), runs a `playbook` command as the tool does (it
@@ -24,6 +25,7 @@ from milepost.errors import MilepostError
 from milepost.playbook import load, model
 from milepost.store import port
 from milepost.store.memory import MemoryStore
+from tests.holding_step import hold_tool
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\n"
 WORKER = "w1"
@@ -31,6 +33,62 @@ WORKER = "w1"
 
 def text(path: str, body: str) -> str:
     return HEADER + f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n" + body
+
+
+CHILD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: tests/child}
+workload: {x: 1}
+workflow:
+  - step: start
+    tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
+"""
+"""`tests/child`: one python step that doubles `workload.x`."""
+
+# its own timeout bounds it: the engine's default_timeout of a test reaches only the parent
+HOLDING_CHILD = text(
+    "tests/children/holding",
+    "workflow:\n  - step: hold\n    spec: {timeout: 60s}\n" + hold_tool(),
+)
+CALLS_HOLDING = text(
+    "tests/children/calls_holding",
+    """\
+executor: {spec: {cancel_grace: 20s}}
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/children/holding, input: {out: "{{ workload.out }}"}}
+""",
+)
+# three iterations of 1.5 s one after the other: an event every 1.5 s, none in the parent
+STEADY_CHILD = text(
+    "tests/children/steady",
+    """\
+workflow:
+  - step: work
+    loop: {in: "{{ [1, 2, 3] }}", iterator: n, spec: {mode: sequential}}
+    tool: {kind: python, input: {n: "{{ n }}"}, code: "import time\\ntime.sleep(1.5)\\nresult = n"}
+""",
+)
+WAITS_ON_STEADY = text(
+    "tests/children/waits_on_steady",
+    """\
+executor: {spec: {stall_after: 3s}}
+workflow:
+  - step: call
+    tool: {kind: playbook, path: tests/children/steady, return_step: work}
+""",
+)
+# a 5 s step with no `spec.timeout` under a 2 s stall window: its heartbeats write no event
+SLOW_STEP = text(
+    "tests/children/slow_step",
+    """\
+executor: {spec: {stall_after: 2s}}
+workflow:
+  - step: think
+    tool: {kind: python, code: "import time\\ntime.sleep(5)\\nresult = 'thought'"}
+""",
+)
 
 
 def chain(

@@ -4,11 +4,18 @@ once, in this order" is checked outside the engine."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from milepost.cli.runs import request_cancel
+from milepost.core import state as st
+from milepost.engine.embedded import EmbeddedEngine
+from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
+from milepost.store.sqlite import SQLiteStore
+from tests.shared import wait_for_async
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: saga, path: tests/saga}\n"
 
@@ -110,6 +117,91 @@ def saga(tmp_path: Path, teardown: bool = False) -> tuple[Any, str]:
     return load.load_text(text), text
 
 
+def run(
+    store: Any, tmp_path: Path, workload: dict[str, Any], *, teardown: bool = False
+) -> st.ExecutionState:
+    """The saga (`teardown`: with its teardown steps) run to its end by an embedded engine
+    on `store`."""
+    pb, text = saga(tmp_path, teardown=teardown)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, workload)
+            return await engine.wait(xid, timeout=60)
+
+    return asyncio.run(go())
+
+
+def cancelled_while_shipping(
+    store: Any, tmp_path: Path, *, teardown: bool = False
+) -> st.ExecutionState:
+    """The saga cancelled by its embedded engine while `ship` runs (its attempt stopped,
+    killed, before its effect): the state the run ends in."""
+    pb, text = saga(tmp_path, teardown=teardown)
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
+            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
+            engine.cancel(xid)
+            return await engine.wait(xid, timeout=60)
+
+    return asyncio.run(go())
+
+
+def cancelled_from_the_cli(
+    store: SQLiteStore, tmp_path: Path, workload: dict[str, Any], *, teardown: bool = False
+) -> st.ExecutionState:
+    """The saga run by an embedded engine on `store`, and cancelled as `milepost cancel`
+    does (its request appended by another connection, behind the driver) while the step
+    gated in `workload` waits at its gate: the state the run ends in."""
+    pb, text = saga(tmp_path, teardown=teardown)
+    [gate] = workload["gate"]
+
+    async def go() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, workload)
+            await wait_for_async(lambda: (tmp_path / f"{gate}.started").exists())
+            other = SQLiteStore(store.path)
+            try:
+                request_cancel(other, xid, Orchestrator(other), "user:bob")
+                # the driver's poller folds it before the gate opens
+                await wait_for_async(lambda: engine.state(xid).cancel_requested)
+            finally:
+                other.close()
+            (tmp_path / f"{gate}.gate").touch()
+            return await engine.wait(xid, timeout=30)
+
+    return asyncio.run(go())
+
+
+def crashed(store: Any, tmp_path: Path, workload: dict[str, Any], *, teardown: bool = False) -> int:
+    """A run of the saga whose engine goes away (a crash of its driver) while the step
+    gated in `workload` waits at its gate: its id."""
+    pb, text = saga(tmp_path, teardown=teardown)
+    [gate] = workload["gate"]
+
+    async def first_life() -> int:
+        async with EmbeddedEngine(store) as engine:
+            xid = engine.start(pb, text, workload)
+            await wait_for_async(lambda: (tmp_path / f"{gate}.started").exists())
+            return xid
+
+    return asyncio.run(first_life())
+
+
+def resumed(store: Any, tmp_path: Path, xid: int, gate: str) -> st.ExecutionState:
+    """The run `xid` resumed by a new engine, its step at `gate` let go: how it ends."""
+
+    async def second_life() -> st.ExecutionState:
+        async with EmbeddedEngine(store) as engine:
+            engine.resume(xid)
+            (tmp_path / f"{gate}.gate").touch()
+            return await engine.wait(xid, timeout=60)
+
+    return asyncio.run(second_life())
+
+
 def effects(tmp_path: Path) -> list[str]:
     path = tmp_path / "effects"
     return path.read_text().splitlines() if path.exists() else []
@@ -121,3 +213,6 @@ RELEASE = (
     ' {"failed": 0, "success": 2, "total": 2}'
 )
 """The loop's result keeps its `.stats` in both modes (the wire restores it)."""
+
+DONE = ["charge", "reserve a", "reserve b"]
+"""The effects of the steps before `ship`: the charge and the loop's two reservations."""

@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import random
-import re
 import shutil
 import statistics
 import tempfile
@@ -42,7 +41,13 @@ import yaml
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store import factory
-from tests.acceptance.harness import MILEPOST, PG_ADMIN_URL, Proc, _pg_connect, free_port
+from tests.acceptance.harness import (
+    MILEPOST,
+    PG_ADMIN_URL,
+    Proc,
+    _pg_connect,
+    milepost_ui,
+)
 from tests.shared import clean_env, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -213,24 +218,6 @@ async def _make_runs(url: str, runs: list[tuple[str, dict[str, Any]]], many: int
         store.close()
 
 
-@contextmanager
-def ui(db: str, folder: Path) -> Iterator[tuple[str, str, Proc]]:
-    port = free_port()
-    log = folder / f"ui-{port}.log"
-    proc = Proc("ui", [MILEPOST, "ui", "--db", db, "--port", str(port)], clean_env(), log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        token = wait_for(
-            lambda: (m := re.search(r"mp_[\w-]+", log.read_text())) and m[0],
-            f"the token ({log})",
-            timeout=60,
-        )
-        wait_for(lambda: _ok(base + "/health"), "milepost ui to answer", timeout=60)
-        yield base, token, proc
-    finally:
-        proc.stop()
-
-
 def _ok(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2).status_code == 200
@@ -349,7 +336,7 @@ def main() -> int:
             executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
         )
         try:
-            with ui(sqlite, folder) as (base, token, _):
+            with milepost_ui(sqlite, folder) as (base, token, _):
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 _sign_in(page, base, token)
                 done_of = {"loop": f"{args.iterations} done"}  # a loop's counts; else none
@@ -487,7 +474,7 @@ def _clone(url: str, copies: int) -> None:
 
 
 def _runs_list(browser: Any, folder: Path, url: str) -> dict[str, Any]:
-    with ui(url, folder) as (base, token, _):
+    with milepost_ui(url, folder) as (base, token, _):
         headers = {"Authorization": f"Bearer {token}"}
         figures: dict[str, Any] = {}
         with httpx.Client(base_url=base, headers=headers, timeout=30) as http:

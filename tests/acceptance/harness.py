@@ -88,6 +88,14 @@ def database(kind: str, tmp: Path) -> Iterator[str]:
 # -- processes -----------------------------------------------------------------------------
 
 
+def answers(base: str) -> bool:
+    """Whether the server at `base` answers `/health` (not yet, while it starts)."""
+    try:
+        return httpx.get(base + "/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 class Proc:
     """A subprocess in its own process group, its output in a log file."""
 
@@ -241,10 +249,7 @@ class Cluster:
         assert self.server is not None
         if not self.server.alive():
             pytest.fail(f"the server exited: {tail(self.server.log)}")
-        try:
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return answers(self.url)
 
     def start_other_server(self) -> str:
         """Another `milepost server` on the same database, on a port of its own; its URL."""
@@ -258,10 +263,7 @@ class Cluster:
         def healthy() -> bool:
             if not proc.alive():
                 pytest.fail(f"the other server exited: {tail(log)}")
-            try:
-                return httpx.get(url + "/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return answers(url)
 
         wait_for(healthy, f"the other server to answer /health (log: {tail(log)})", timeout=30)
         return url
@@ -360,3 +362,24 @@ class Cluster:
         for proc in [*self.others, *([self.server] if self.server else [])]:
             proc.stop()
         self.client.close()
+
+
+@contextlib.contextmanager
+def milepost_ui(db: str, folder: Path, timeout: float = 60) -> Iterator[tuple[str, str, Proc]]:
+    """`milepost ui` on the database `db` (its log in `folder`), once it has printed its
+    session's token and answers: its URL, the token and the process, stopped on the way out."""
+    port = free_port()
+    log = folder / f"ui-{port}.log"
+    proc = Proc("ui", [MILEPOST, "ui", "--db", db, "--port", str(port)], clean_env(), log)
+    base = f"http://127.0.0.1:{port}"
+
+    def printed() -> str:
+        found = re.search(r"mp_[\w-]+", log.read_text())
+        return found[0] if found else ""
+
+    try:
+        token = wait_for(printed, f"the token to be printed ({log})", timeout=timeout)
+        wait_for(lambda: answers(base), f"`milepost ui` to answer ({log})", timeout=timeout)
+        yield base, token, proc
+    finally:
+        proc.stop()

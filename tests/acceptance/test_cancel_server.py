@@ -17,36 +17,18 @@ import pytest
 from milepost.core import events as ev
 from milepost.store.factory import open_store
 from tests.acceptance.harness import Cluster, database
+from tests.holding_step import hold_tool, started
 from tests.shared import require_nats, wait_for
 
 pytestmark = pytest.mark.slow
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\n"
 
-# writes "<pid>" to workload.out, then sleeps for a minute: a step that only a kill stops
-HOLD = """\
-import os, time
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, f"{os.getpid()}\\n".encode())
-os.close(fd)
-time.sleep(60)
-result = {"slept": True}
-"""
-
 
 def playbook(path: str, body: str, grace: str = "20s") -> str:
     meta = f"metadata: {{name: {path.rsplit('/', 1)[-1]}, path: {path}}}\n"
     return (
         HEADER + meta + f"executor: {{spec: {{cancel_grace: {grace}}}}}\n" + textwrap.dedent(body)
-    )
-
-
-def hold_tool(indent: int, extra: str = "") -> str:
-    code = textwrap.indent(HOLD, " " * (indent + 4))
-    pad = " " * indent
-    return (
-        f"{pad}tool:\n{pad}  kind: python\n"
-        f'{pad}  input: {{out: "{{{{ workload.out }}}}"{extra}}}\n{pad}  code: |\n{code}'
     )
 
 
@@ -93,18 +75,6 @@ def start(db_url: str, tmp: Path, *, lease: float = 3.0, concurrency: int = 4) -
     return cluster
 
 
-def pids(out: Path, count: int = 1) -> list[int]:
-    return wait_for(
-        lambda: (
-            [int(p) for p in out.read_text().split()]
-            if out.exists() and len(out.read_text().split()) >= count
-            else None
-        ),
-        f"{count} python step(s) to start",
-        timeout=30,
-    )
-
-
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -141,7 +111,7 @@ def test_cancel_during_a_running_python_step_kills_its_process(db_url: str, tmp_
     try:
         out = tmp_path / "pids"
         xid = cluster.run(ONE, {"out": str(out)})
-        [pid] = pids(out)
+        [pid] = started(out)
         cluster.client.cancel(xid)
         status = cluster.wait(xid, timeout=20)
         assert status["status"] == "CANCELLED"
@@ -163,7 +133,7 @@ def test_cancel_during_a_parallel_loop_stops_every_iteration(tmp_path: Path) -> 
         try:
             out = tmp_path / "pids"
             xid = cluster.run(LOOP, {"out": str(out)})
-            running = pids(out, 2)  # two slots: two iterations run, two wait in the queue
+            running = started(out, 2)  # two slots: two iterations run, two wait in the queue
             cluster.client.cancel(xid)
             assert cluster.wait(xid, timeout=20)["status"] == "CANCELLED"
             for pid in running:
@@ -187,7 +157,7 @@ def test_cancel_of_a_parent_cancels_its_running_child_and_stops_the_childs_tool(
             cluster.client.register(CHILD)
             out = tmp_path / "pids"
             xid = cluster.run(PARENT, {"out": str(out)})
-            [pid] = pids(out)
+            [pid] = started(out)
             [child] = [
                 e["execution_id"]
                 for e in cluster.client.executions(limit=10)
@@ -214,7 +184,7 @@ def test_a_worker_that_ignores_the_cancel_is_abandoned_when_the_grace_ends(tmp_p
         try:
             out = tmp_path / "pids"
             xid = cluster.run(IGNORED, {"out": str(out)})
-            [pid] = pids(out)
+            [pid] = started(out)
             worker = cluster.workers[0]
             worker.signal(signal.SIGSTOP, group=True)  # it hears nothing, does nothing
             cluster.client.cancel(xid)
@@ -244,7 +214,7 @@ def test_with_nats_a_cancel_reaches_the_running_attempt_without_waiting_for_its_
         try:
             out = tmp_path / "pids"
             xid = cluster.run(ONE, {"out": str(out)})
-            [pid] = pids(out)
+            [pid] = started(out)
             cluster.client.cancel(xid)
             status = cluster.wait(xid, timeout=15)
             assert status["status"] == "CANCELLED", cluster.diagnostics()

@@ -3,7 +3,6 @@ workers that hold `worker` tokens, as an installation gives them."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,18 +13,18 @@ from milepost.client import MilepostClient, ServerRefused
 from milepost.conformance.cluster import LocalCluster
 from tests.acceptance.harness import PG_ADMIN_URL, Cluster, database, pg_available
 from tests.acceptance.test_cluster import playbook
+from tests.children_world import (
+    CALLS_HOLDING,
+    CHILD,
+    HOLDING_CHILD,
+    SLOW_STEP,
+    STEADY_CHILD,
+    WAITS_ON_STEADY,
+)
+from tests.holding_step import started
 from tests.shared import IN_CI, process_gone, wait_for
 
 pytestmark = pytest.mark.slow
-
-CHILD = """apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: child, path: tests/child}
-workload: {x: 1}
-workflow:
-  - step: start
-    tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
-"""
 
 PARENT = """apiVersion: noetl.io/v2
 kind: Playbook
@@ -65,33 +64,6 @@ def test_playbook_tool_starts_children_through_the_server() -> None:
 
 # -- issue 33, items 1 to 3: the same as tests/integration/test_children_embedded.py ----------
 
-HOLD = """\
-import os, time
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, f"{os.getpid()}\\n".encode())
-os.close(fd)
-time.sleep(60)
-result = {"slept": True}
-"""
-# its own timeout bounds it: the engine's default_timeout of a test reaches only the parent
-HOLDING_CHILD = playbook(
-    "acceptance/children/holding",
-    "workflow:\n  - step: hold\n    spec: {timeout: 60s}\n"
-    "    tool:\n      kind: python\n"
-    '      input: {out: "{{ workload.out }}"}\n      code: |\n' + textwrap.indent(HOLD, " " * 8),
-)
-CALLS_HOLDING = playbook(
-    "acceptance/children/calls_holding",
-    """\
-    executor: {spec: {cancel_grace: 20s}}
-    workflow:
-      - step: call
-        tool:
-          kind: playbook
-          path: acceptance/children/holding
-          input: {out: "{{ workload.out }}"}
-    """,
-)
 # its step goes to a pool no worker serves: queued until a cancel settles it at once
 QUEUED_CHILD = playbook(
     "acceptance/children/queued",
@@ -103,33 +75,6 @@ CALLS_QUEUED = playbook(
     workflow:
       - step: call
         tool: {kind: playbook, path: acceptance/children/queued}
-    """,
-)
-STEADY_CHILD = playbook(
-    "acceptance/children/steady",
-    """\
-    workflow:
-      - step: work
-        loop: {in: "{{ [1, 2, 3] }}", iterator: n, spec: {mode: sequential}}
-        tool: {kind: python, input: {n: "{{ n }}"}, code: "import time\\ntime.sleep(1.5)\\nresult = n"}
-    """,
-)
-WAITS_ON_STEADY = playbook(
-    "acceptance/children/waits_on_steady",
-    """\
-    executor: {spec: {stall_after: 3s}}
-    workflow:
-      - step: call
-        tool: {kind: playbook, path: acceptance/children/steady, return_step: work}
-    """,
-)
-SLOW_STEP = playbook(
-    "acceptance/children/slow_step",
-    """\
-    executor: {spec: {stall_after: 2s}}
-    workflow:
-      - step: think
-        tool: {kind: python, code: "import time\\ntime.sleep(5)\\nresult = 'thought'"}
     """,
 )
 
@@ -149,14 +94,6 @@ def start(cluster: Cluster, *registered: str) -> None:
     for text in registered:
         cluster.client.register(text)
     cluster.workers_live()
-
-
-def pids(out: Path) -> list[int]:
-    return wait_for(
-        lambda: [int(p) for p in out.read_text().split()] if out.exists() else None,
-        "the child's python step to start",
-        timeout=30,
-    )
 
 
 def child_of(cluster: Cluster, parent: str) -> str:
@@ -198,7 +135,7 @@ def test_a_parent_failed_by_the_engine_s_timeout_cancels_its_running_child(
     start(cluster, HOLDING_CHILD)
     out = tmp_path / "pids"
     xid = cluster.run(CALLS_HOLDING, {"out": str(out)})
-    [pid] = pids(out)
+    [pid] = started(out, what="the child's python step to start")
     parent = cluster.wait(xid, timeout=30)
     assert parent["status"] == "FAILED" and parent["error"]["kind"] == "timeout", parent
     child = child_of(cluster, xid)
@@ -253,7 +190,7 @@ def test_a_playbook_step_whose_child_alone_was_cancelled_fails(
     start(cluster, HOLDING_CHILD)
     out = tmp_path / "pids"
     xid = cluster.run(CALLS_HOLDING, {"out": str(out)})
-    pids(out)
+    started(out, what="the child's python step to start")
     cluster.client.cancel(child_of(cluster, xid))
     parent = cluster.wait(xid, timeout=30)
     assert parent["status"] == "FAILED"

@@ -3,34 +3,22 @@ process on SQLite and PostgreSQL, the saga's side effects counted in a file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from milepost.cli.reads import LocalRuns
-from tests.acceptance.harness import Cluster, database
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.acceptance import saga_server
+from tests.acceptance.harness import Cluster
+from tests.acceptance.saga_server import start
+from tests.compensation_saga import DONE, REFUND, RELEASE, effects
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
 
-DONE = ["charge", "reserve a", "reserve b"]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with (
-        database(request.param, tmp_path) as url,
-        Cluster.running(url, tmp_path, lease_seconds=5) as made,
-    ):
-        yield made
-
-
-def start(cluster: Cluster, tmp_path: Path, workload: dict[str, Any]) -> str:
-    _, text = saga(tmp_path)
-    return cluster.run(text, workload)
+# the saga's cluster fixture, bound by the name its tests ask for (an import of it would be
+# shadowed by their parameters)
+cluster = saga_server.cluster
 
 
 def types(cluster: Cluster, xid: str) -> list[str]:

@@ -20,27 +20,11 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import MILEPOST, Cluster, database
+from tests.policy_wait import RAISES_THEN_WAITS
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
 
-POLICY = textwrap.dedent("""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {name: policy_wait, path: tests/policy_wait}
-    workflow:
-      - step: flaky
-        tool:
-          kind: python
-          code: |
-            print("about to fail")
-            raise ValueError("the input file is missing")
-          spec:
-            policy:
-              rules:
-                - when: "{{ output.status == 'error' }}"
-                  then: {do: retry, attempts: 3, delay: 600}
-    """)
 SPEC_RETRY = textwrap.dedent("""\
     apiVersion: noetl.io/v2
     kind: Playbook
@@ -79,7 +63,9 @@ def read(cluster: Cluster, *args: str, where: str) -> Any:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize(("text", "kind"), [(POLICY, "policy_retry"), (SPEC_RETRY, "retry")])
+@pytest.mark.parametrize(
+    ("text", "kind"), [(RAISES_THEN_WAITS, "policy_retry"), (SPEC_RETRY, "retry")]
+)
 def test_a_retry_waiting_is_named_by_every_read_the_same_from_the_server_and_the_database(
     cluster: Cluster, text: str, kind: str
 ) -> None:

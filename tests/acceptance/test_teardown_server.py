@@ -4,34 +4,23 @@ file, `cleanup` and `notify` tearing down whatever the end."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.acceptance.harness import Cluster, database
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.acceptance import saga_server
+from tests.acceptance.harness import Cluster
+from tests.acceptance.saga_server import start
+from tests.compensation_saga import DONE, REFUND, RELEASE, effects
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
 
-DONE = ["charge", "reserve a", "reserve b"]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    with (
-        database(request.param, tmp_path) as url,
-        Cluster.running(url, tmp_path, lease_seconds=5) as made,
-    ):
-        yield made
-
-
-def start(cluster: Cluster, tmp_path: Path, workload: dict[str, Any]) -> str:
-    _, text = saga(tmp_path, teardown=True)
-    return cluster.run(text, workload)
+# the saga's cluster fixture, bound by the name its tests ask for (an import of it would be
+# shadowed by their parameters)
+cluster = saga_server.cluster
 
 
 def events(cluster: Cluster, xid: str) -> list[dict[str, Any]]:
@@ -41,7 +30,7 @@ def events(cluster: Cluster, xid: str) -> list[dict[str, Any]]:
 def test_every_end_tears_down_once_in_order_and_a_failure_there_is_shown_not_the_runs(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    failed = start(cluster, tmp_path, {"fail": ["ship"], "gate": []})
+    failed = start(cluster, tmp_path, {"fail": ["ship"], "gate": []}, teardown=True)
     status = cluster.wait(failed)
     assert status["status"] == "FAILED" and status["error"]["step"] == "ship"
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship", "notify FAILED"]
@@ -53,7 +42,7 @@ def test_every_end_tears_down_once_in_order_and_a_failure_there_is_shown_not_the
     assert events(cluster, failed)[-1]["event_type"] == "execution.failed"
 
     (tmp_path / "effects").unlink()
-    completed = start(cluster, tmp_path, {"fail": ["cleanup"], "gate": []})
+    completed = start(cluster, tmp_path, {"fail": ["cleanup"], "gate": []}, teardown=True)
     status = cluster.wait(completed)
     assert status["status"] == "COMPLETED", cluster.diagnostics()
     assert effects(tmp_path) == [*DONE, "ship", "notify COMPLETED"]  # notify still ran
@@ -72,7 +61,7 @@ def test_every_end_tears_down_once_in_order_and_a_failure_there_is_shown_not_the
 def test_a_cancelled_run_tears_down_then_ends_cancelled_and_a_cancel_while_tearing_down_stops_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    xid = start(cluster, tmp_path, {"fail": [], "gate": ["ship"]})
+    xid = start(cluster, tmp_path, {"fail": [], "gate": ["ship"]}, teardown=True)
     wait_for(lambda: (tmp_path / "ship.started").exists(), "ship to start", timeout=45)
     cluster.client.cancel(xid)  # the worker stops ship at its next heartbeat: no effect
     status = cluster.wait(xid)
@@ -86,7 +75,7 @@ def test_a_cancelled_run_tears_down_then_ends_cancelled_and_a_cancel_while_teari
     ]
 
     (tmp_path / "effects").unlink()
-    busy = start(cluster, tmp_path, {"fail": [], "gate": ["cleanup"]})
+    busy = start(cluster, tmp_path, {"fail": [], "gate": ["cleanup"]}, teardown=True)
     wait_for(lambda: (tmp_path / "cleanup.started").exists(), "cleanup to start", timeout=45)
     assert cluster.client.status(busy)["tearing_down"] is True
     cluster.client.cancel(busy)  # heartbeats answer `cancelled: false`: nothing is stopped
@@ -99,7 +88,7 @@ def test_a_cancelled_run_tears_down_then_ends_cancelled_and_a_cancel_while_teari
 def test_a_server_killed_while_tearing_down_resumes_without_running_any_step_twice(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    xid = start(cluster, tmp_path, {"fail": [], "gate": ["notify"]})
+    xid = start(cluster, tmp_path, {"fail": [], "gate": ["notify"]}, teardown=True)
     wait_for(lambda: (tmp_path / "notify.started").exists(), "notify to start", timeout=45)
     status = cluster.client.status(xid)
     assert status["status"] == "RUNNING" and status["tearing_down"] is True

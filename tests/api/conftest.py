@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.support import Api, start_server
+from tests.api.support import Api, FakeClock, start_server
 from tests.pg import PgDatabases, session_databases
 
 
@@ -40,4 +40,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def api(db_url: str) -> Iterator[Api]:
     """A running server (no background reconciler: tests tick it with their own clock)."""
     with start_server(db_url) as server:
+        yield server
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The clock of `fake`, moved by the test."""
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(db_url: str, clock: FakeClock) -> Iterator[Api]:
+    """A running server on `clock`: leases, timers and grace periods end when the test
+    moves it."""
+    with start_server(db_url, clock=clock) as server:
         yield server

@@ -70,7 +70,32 @@ workflow:
 """,
 )
 
+GPU = playbook(
+    "tests/gpu",
+    """
+workflow:
+  - step: train
+    spec: {pool: gpu}
+    tool: {kind: python, code: "result = 1"}
+""",
+)
+"""One step on pool `gpu`: queued until a worker of that pool claims it."""
+
 ROLES = auth.ROLES
+
+
+class FakeClock:
+    """The server's clock, moved by the test: what the reconciler's deadlines read."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
 
 
 class Api:
@@ -242,6 +267,16 @@ class LiveServer:
 
     def headers(self, role: str = "admin") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def post(self, path: str, body: Any = None, role: str = "admin") -> dict[str, Any]:
+        """POST over HTTP as `role`; the reply's body, which must be a success."""
+        reply = httpx2.post(f"{self.url}{path}", json=body, headers=self.headers(role), timeout=10)
+        return ok(reply)
+
+    def execute(self, text: str = HELLO) -> str:
+        """A run of `text`, registered then started over HTTP as the admin: its id."""
+        path = self.post("/api/catalog/register", {"content": text})["path"]
+        return str(self.post("/api/execute", {"path": path})["execution_id"])
 
 
 @contextlib.contextmanager

@@ -4,15 +4,11 @@ with their parent, an ended run is never moved to another terminal state."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from milepost.core import events as ev
 from milepost.core import state as st
-from tests.api.support import HELLO, Api, error, ok, playbook, report_wire, start_server
-from tests.api.test_reconciler import FakeClock
+from tests.api.support import HELLO, Api, FakeClock, error, ok, playbook, report_wire
 
 GRACE = playbook(
     "tests/graceful",
@@ -35,17 +31,6 @@ workflow:
     tool: {kind: python, code: "result = 1"}
 """,
 )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def fake(db_url: str, clock: FakeClock) -> Iterator[Api]:
-    with start_server(db_url, clock=clock) as server:
-        yield server
 
 
 def events_of(api: Api, xid: str, event_type: str) -> list[ev.Event]:

@@ -3,14 +3,13 @@ claim of, and nothing else (issue 8, item 8)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from milepost.core import events as ev
-from tests.api.support import HELLO, LOOP, Api, error, ok, playbook, start_server
+from tests.api.support import HELLO, LOOP, Api, FakeClock, error, ok, playbook, start_server
 
 PARENT = playbook(
     "tests/parent",
@@ -42,19 +41,6 @@ workflow:
     tool: {kind: playbook, path: "{{ workload.child }}"}
 """,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

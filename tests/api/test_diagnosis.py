@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.api.support import HELLO, LOOP, RETRY, Api, error, ok, playbook
+from tests.api.support import GPU, HELLO, LOOP, RETRY, Api, error, ok, playbook
 
 GATED = playbook(
     "tests/gated",
@@ -15,15 +15,6 @@ workflow:
     tool: {kind: noop}
     spec:
       approval: {approvers: [role:finance, user:alice], quorum: 1, expires_in: 1h}
-""",
-)
-GPU = playbook(
-    "tests/gpu",
-    """
-workflow:
-  - step: train
-    spec: {pool: gpu}
-    tool: {kind: python, code: "result = 1"}
 """,
 )
 

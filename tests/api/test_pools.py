@@ -8,19 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.api.support import Api, error, ok, playbook
+from tests.api.support import GPU, Api, error, ok, playbook
 from tests.api.test_cli import cli
 from tests.shared import metric_sample
-
-GPU = playbook(
-    "tests/gpu",
-    """
-workflow:
-  - step: train
-    spec: {pool: gpu}
-    tool: {kind: python, code: "result = 1"}
-""",
-)
 
 
 def _without_worker(api: Api, pool: str) -> float:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -10,20 +9,8 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.engine import notify
-from tests.api.support import HELLO, LOOP, RETRY, Api, ok, report_wire, start_server
+from tests.api.support import HELLO, LOOP, RETRY, Api, FakeClock, ok, report_wire, start_server
 from tests.shared import wait_for
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        self.now += seconds
-        return self.now
 
 
 class Recorder:
@@ -40,11 +27,6 @@ class Recorder:
 
     async def close(self) -> None:
         return None
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

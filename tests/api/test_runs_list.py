@@ -130,17 +130,6 @@ class Follower:
         return any(r["execution_id"] == xid and r["status"] == status for r in self.rows())
 
 
-def post(server: LiveServer, path: str, body: Any = None) -> dict[str, Any]:
-    return ok(
-        httpx2.post(f"{server.url}{path}", json=body, headers=server.headers("admin"), timeout=10)
-    )
-
-
-def start(server: LiveServer) -> str:
-    path = post(server, "/api/catalog/register", {"content": HELLO})["path"]
-    return str(post(server, "/api/execute", {"path": path})["execution_id"])
-
-
 def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
     db_url: str, monkeypatch: Any
 ) -> None:
@@ -149,9 +138,9 @@ def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
         follower = Follower(server)
         wait_for(lambda: follower.status is not None, "the stream to open")
         assert follower.status == 200
-        xid = start(server)
+        xid = server.execute()
         wait_for(lambda: follower.seen(xid, "RUNNING"), "the new run on the stream")
-        post(server, f"/api/executions/{xid}/cancel")
+        server.post(f"/api/executions/{xid}/cancel")
         wait_for(lambda: follower.seen(xid, "CANCELLED"), "its end on the stream")
         rows = [r for r in follower.rows() if r["execution_id"] == xid]
         assert rows[-1]["path"] == "tests/hello" and rows[-1]["steps_total"] == 2
@@ -168,7 +157,7 @@ def test_a_new_run_and_its_end_arrive_live_then_resume_after_an_id(
         assert not again.seen(xid, "RUNNING")
         again.stop.set()
         later = Follower(server, role="admin", **{"Last-Event-ID": ids[-1]})
-        other = start(server)
+        other = server.execute()
         wait_for(lambda: later.seen(other, "RUNNING"), "a run after the last id")
         assert not later.seen(xid, "CANCELLED")
         later.stop.set()

@@ -8,9 +8,7 @@ import os
 import subprocess
 import sys
 
-import httpx2
-
-from tests.api.support import live_server, ok, playbook
+from tests.api.support import live_server, playbook
 
 GATED = playbook(
     "tests/gated",
@@ -25,20 +23,7 @@ workflow:
 
 def test_status_through_a_server_shows_the_pending_approval(db_url: str) -> None:
     with live_server(db_url) as server:
-        headers = server.headers("admin")
-        path = ok(
-            httpx2.post(
-                f"{server.url}/api/catalog/register",
-                json={"content": GATED},
-                headers=headers,
-                timeout=10,
-            )
-        )["path"]
-        xid = ok(
-            httpx2.post(
-                f"{server.url}/api/execute", json={"path": path}, headers=headers, timeout=10
-            )
-        )["execution_id"]
+        xid = server.execute(GATED)
         env = {k: v for k, v in os.environ.items() if not k.startswith("MILEPOST_")}
         env["MILEPOST_TOKEN"] = server.tokens["viewer"]
 

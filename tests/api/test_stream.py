@@ -79,18 +79,8 @@ def test_an_unknown_run_is_a_json_404_before_any_stream(api: Api) -> None:
 
 def test_a_live_run_streams_new_events_as_they_come_then_end(db_url: str) -> None:
     with live_server(db_url) as server:
-        admin, worker = server.headers("admin"), server.headers("worker")
-        path = ok(
-            httpx2.post(
-                f"{server.url}/api/catalog/register",
-                json={"content": HELLO},
-                headers=admin,
-                timeout=10,
-            )
-        )["path"]
-        xid = ok(
-            httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin, timeout=10)
-        )["execution_id"]
+        worker = server.headers("worker")
+        xid = server.execute(HELLO)
         seen: list[str] = []
 
         def read() -> None:
@@ -153,17 +143,7 @@ def test_a_quiet_stream_keeps_alive_and_a_gone_client_ends_its_loop(
     monkeypatch.setattr(stream, "KEEPALIVE", 0.0)  # a comment after every quiet look
     with live_server(db_url) as server:
         admin = server.headers("admin")
-        path = ok(
-            httpx2.post(
-                f"{server.url}/api/catalog/register",
-                json={"content": HELLO},
-                headers=admin,
-                timeout=10,
-            )
-        )["path"]
-        xid = ok(
-            httpx2.post(f"{server.url}/api/execute", json={"path": path}, headers=admin, timeout=10)
-        )["execution_id"]
+        xid = server.execute(HELLO)
         watchers = server.services.engine.watchers
         with httpx2.stream(
             "GET", f"{server.url}/api/executions/{xid}/stream", headers=admin, timeout=30

@@ -9,9 +9,8 @@ import pytest
 
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load
-from tests.api.support import HELLO, Api, error, ok
+from tests.api.support import GPU, HELLO, Api, error, ok
 from tests.api.test_approvals import People, gated, pending
-from tests.api.test_pools import GPU
 
 BROKEN = HELLO.replace("next: shout", "next: shuot")
 """`next` names no step: one problem, on the line of the start step's `next`."""

@@ -4,36 +4,13 @@ and said once by the reconciler; the command of a lost worker recovers through i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from milepost.engine import workers
-from tests.api.support import HELLO, Api, error, ok, playbook, start_server
-from tests.api.test_reconciler import FakeClock
+from tests.api.support import GPU, HELLO, Api, FakeClock, error, ok
 from tests.shared import metric_sample
-
-GPU = playbook(
-    "tests/gpu",
-    """
-workflow:
-  - step: train
-    spec: {pool: gpu}
-    tool: {kind: python, code: "result = 1"}
-""",
-)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def fake(db_url: str, clock: FakeClock) -> Iterator[Api]:
-    with start_server(db_url, clock=clock) as server:
-        yield server
 
 
 def check_in(

@@ -5,19 +5,16 @@ from the log alone are the stored ones."""
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from milepost.core import events as ev
 from milepost.store import approvals as ap
 from milepost.store import migrations, port, projection
-from milepost.store.postgres import PostgresStore
-from milepost.store.sqlite import SQLiteStore
 from tests.contract.conftest import StoreFactory
+from tests.contract.old_schema import store_at_version
 
 _ids = itertools.count(70_000)
 
@@ -360,29 +357,7 @@ _V4_TOKEN = (
 def test_a_version_4_database_gets_the_approval_table_and_keeps_its_tokens(
     dialect: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    v4 = "\n".join(m.sql for m in migrations.scripts(dialect)[:4])
-    store: Any
-    if dialect == "sqlite":
-        path = tmp_path / "v4.db"
-        conn = sqlite3.connect(path)
-        conn.executescript(
-            v4 + "\nCREATE TABLE schema_version (version INTEGER NOT NULL);"
-            "\nINSERT INTO schema_version VALUES (4);\n" + _V4_TOKEN + ";"
-        )
-        conn.close()
-        store = SQLiteStore(path)
-    else:
-        pg = request.getfixturevalue("pg")
-        url = pg.create(empty=True)
-        request.addfinalizer(lambda: pg.drop(url))
-        with psycopg.connect(url, autocommit=True) as conn_pg:
-            conn_pg.execute(v4.encode())
-            conn_pg.execute(
-                "CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                " INSERT INTO schema_version VALUES (4)"
-            )
-            conn_pg.execute(_V4_TOKEN.encode())
-        store = PostgresStore(url, min_size=1, max_size=1)
+    store = store_at_version(dialect, 4, [_V4_TOKEN], tmp_path, request)
     try:
         assert store.schema_version() == len(migrations.scripts(dialect)) >= 5
         assert store.get_token("old") == port.TokenRow("old", "admin", "before", 1.0, None, ())

@@ -5,7 +5,6 @@ for claims that land in a log between its appends (on every adapter)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import textwrap
 from typing import Any
 
@@ -17,28 +16,8 @@ from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store import port, projection
 from tests.contract.conftest import StoreFactory
-
-_ids = itertools.count(50_000)
-
-
-def new_id() -> int:
-    return next(_ids)
-
-
-def event(xid: int, etype: str, step: str | None = "s", **payload: Any) -> ev.Event:
-    return ev.new_event(new_id(), xid, etype, 100.0, step=step, payload=payload)
-
-
-def issued(xid: int, cid: int) -> ev.Event:
-    return event(
-        xid,
-        ev.COMMAND_ISSUED,
-        command_id=cid,
-        run=1,
-        index=-1,
-        attempt=1,
-        idempotency_key=f"k{cid}",
-    )
+from tests.contract.log import event, issued, new_id
+from tests.reports import completed
 
 
 def report(xid: int, etype: str, cid: int, epoch: int) -> ev.Event:
@@ -164,28 +143,12 @@ def test_claims_between_two_reports_cost_no_log_moved_and_no_decision(
     # another transaction claims the command: its event lands after the orchestrator's
     [(_, lease)] = store.claim_next("w1", orchestrator.clock(), 30.0, 1, new_id=orchestrator.new_id)
     monkeypatch.setattr(store, "append_and_claim", counted)
-    done = ev.new_event(
-        orchestrator.new_id(),
-        xid,
-        ev.COMMAND_COMPLETED,
-        orchestrator.clock(),
-        step="start",
-        payload={"command_id": cmd.command_id, "result": 1},
-        meta={"epoch": lease.epoch},
-    )
+    done = completed(orchestrator, xid, cmd, 1, epoch=lease.epoch)
     claim = port.ClaimRequest("w1", orchestrator.clock(), 30.0, 1, new_id=orchestrator.new_id)
     outcome = orchestrator.process([done], claim=claim)
     [(row, nxt)] = outcome.claimed  # the next command, claimed in the report's transaction
     assert row.step == "after" and xid not in outcome.wake_at
-    second = ev.new_event(
-        orchestrator.new_id(),
-        xid,
-        ev.COMMAND_COMPLETED,
-        orchestrator.clock(),
-        step="after",
-        payload={"command_id": row.command_id, "result": 2},
-        meta={"epoch": nxt.epoch},
-    )
+    second = completed(orchestrator, xid, row, 2, epoch=nxt.epoch)
     outcome = orchestrator.process([second])
     assert outcome.finished and xid not in outcome.wake_at
     # one append a report, none refused: the claims moved no watermark of a decision
@@ -212,15 +175,7 @@ def test_a_claim_made_in_a_report_s_transaction_is_folded_not_read_back(
     loads: list[int] = []
     real = store.load
     monkeypatch.setattr(store, "load", lambda *a, **kw: loads.append(1) or real(*a, **kw))
-    done = ev.new_event(
-        orchestrator.new_id(),
-        xid,
-        ev.COMMAND_COMPLETED,
-        orchestrator.clock(),
-        step="start",
-        payload={"command_id": row.command_id, "result": 1},
-        meta={"epoch": lease.epoch},
-    )
+    done = completed(orchestrator, xid, row, 1, epoch=lease.epoch)
     outcome = orchestrator.process([done], claim=claim)
     assert outcome.claimed and xid not in outcome.wake_at
     assert loads == []  # nothing of its own log to read back

@@ -6,36 +6,17 @@ adapter)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from typing import Any
 
 from milepost.core import events as ev
 from milepost.store import port, projection
-
-_ids = itertools.count(70_000)
-
-
-def new_id() -> int:
-    return next(_ids)
+from tests.contract.log import issued, new_id
 
 
 def event(
     xid: int, etype: str, at: float = 100.0, step: str | None = "s", **payload: Any
 ) -> ev.Event:
     return ev.new_event(new_id(), xid, etype, at, step=step, payload=payload)
-
-
-def issued(xid: int, cid: int, **lease: float) -> ev.Event:
-    return event(
-        xid,
-        ev.COMMAND_ISSUED,
-        command_id=cid,
-        run=1,
-        index=-1,
-        attempt=1,
-        idempotency_key=f"k{cid}",
-        **lease,
-    )
 
 
 def started(xid: int, at: float = 100.0, **stall: float) -> ev.Event:

@@ -24,6 +24,7 @@ from milepost.store.memory import MemoryStore
 from milepost.store.postgres import PostgresStore, mask_url
 from milepost.store.sharded import ShardedStore, shard_of
 from milepost.store.sqlite import SQLiteStore
+from tests.contract.old_schema import store_at_version
 from tests.sql import query
 
 StoreFactory = Callable[[], Any]
@@ -795,29 +796,7 @@ _V1_ROWS = [
 def test_a_version_1_database_upgrades_and_backfills_the_cancel_flag(
     dialect: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    v1 = migrations.scripts(dialect)[0].sql
-    if dialect == "sqlite":
-        path = tmp_path / "v1.db"
-        conn = sqlite3.connect(path)
-        conn.executescript(
-            v1 + "\nCREATE TABLE schema_version (version INTEGER NOT NULL);"
-            "\nINSERT INTO schema_version VALUES (1);\n" + ";\n".join(_V1_ROWS) + ";"
-        )
-        conn.close()
-        store: Any = SQLiteStore(path)
-    else:
-        pg = request.getfixturevalue("pg")
-        url = pg.create(empty=True)
-        request.addfinalizer(lambda: pg.drop(url))
-        with psycopg.connect(url, autocommit=True) as conn_pg:
-            conn_pg.execute(v1.encode())
-            conn_pg.execute(
-                "CREATE TABLE schema_version (version INTEGER NOT NULL);"
-                " INSERT INTO schema_version VALUES (1)"
-            )
-            for sql in _V1_ROWS:
-                conn_pg.execute(sql.encode())
-        store = PostgresStore(url, min_size=1, max_size=1)
+    store = store_at_version(dialect, 1, _V1_ROWS, tmp_path, request)
     try:
         assert store.schema_version() == len(migrations.scripts(dialect)) >= 2
         assert store.get_execution(80).cancel_requested is True

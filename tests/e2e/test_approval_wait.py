@@ -142,6 +142,19 @@ def requested(tmp_path: Path, db: Path, cli: Cli) -> tuple[int, int]:
         return wait_for(asked, "the approval request", timeout=WAIT)
 
 
+def milepost(*args: str) -> subprocess.CompletedProcess[str]:
+    """`milepost <args>` run to its end from another terminal; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "milepost.cli", *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return done
+
+
 def decide(
     db: Path, approval_id: int, voter: Voter, decision: str = "approve", reason: str | None = None
 ) -> None:
@@ -157,26 +170,11 @@ def decide(
     ]
     args += [arg for role in sorted(voter.roles) for arg in ("--role", role)]
     args += ["--reason", reason] if reason is not None else []
-    done = subprocess.run(
-        [sys.executable, "-m", "milepost.cli", *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert done.returncode == 0, (done.stdout, done.stderr)
+    milepost(*args)
 
 
 def status(db: Path, xid: int) -> str:
-    shown = subprocess.run(
-        [sys.executable, "-m", "milepost.cli", "status", str(xid), "--db", str(db)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert shown.returncode == 0, shown.stderr
-    return shown.stdout
+    return milepost("status", str(xid), "--db", str(db)).stdout
 
 
 def refunds(tmp_path: Path) -> list[str]:
@@ -283,14 +281,7 @@ def test_ctrl_c_while_waiting_leaves_the_run_and_resume_goes_on_from_the_decisio
     # decided while nobody drives it: `resume` grants it and issues the command once
     decide(db, aid, ALICE)
     decide(db, aid, CAROL)
-    resumed = subprocess.run(
-        [sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db", str(db), "--json"],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = milepost("resume", str(xid), "--db", str(db), "--json")
     data = json.loads(resumed.stdout)
     assert data["status"] == "COMPLETED"
     assert data["steps"]["refund"]["approval"]["outcome"] == "granted by user:alice, user:carol"
@@ -361,12 +352,5 @@ def test_ctrl_c_while_a_step_runs_leaves_the_run_for_resume_to_finish(
     assert "waits for a decision" not in stderr  # no approval pending: only how to go on
     assert f"to go on: milepost resume {xid} --db {db}" in stderr
     (tmp_path / "gate").write_text("open")
-    resumed = subprocess.run(
-        [sys.executable, "-m", "milepost.cli", "resume", str(xid), "--db", str(db), "--json"],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-    )
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = milepost("resume", str(xid), "--db", str(db), "--json")
     assert json.loads(resumed.stdout)["steps"]["start"]["result"] == {"ok": True}

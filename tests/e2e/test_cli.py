@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.acceptance.harness import free_port
+from tests.children_world import CHILD
 from tests.pg import PgDatabases, session_databases
 from tests.shared import PLAYBOOKS, clean_env, needs_shared, wait_for
 
@@ -681,15 +682,6 @@ def test_two_runs_at_once_on_one_database_file_both_finish_every_item(tmp_path: 
 
 # -- issue 33, item 13: the local catalog; an unreachable PostgreSQL ---------------------------
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: child, path: tests/child}
-workload: {x: 1}
-workflow:
-  - step: start
-    tool: {kind: python, input: {x: "{{ workload.x }}"}, code: "result = {'double': x * 2}"}
-"""
 PARENT = """\
 apiVersion: noetl.io/v2
 kind: Playbook

@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.acceptance.harness import Cluster
 from tests.e2e.test_web_ui import WAIT_MS, expect, needs_browser, pytestmark, sign_in  # noqa: F401
+from tests.policy_wait import RAISES_THEN_WAITS
 
 WAITS_AN_HOUR = textwrap.dedent("""\
     apiVersion: noetl.io/v2
@@ -78,30 +79,11 @@ def test_a_failed_attempt_waiting_for_its_retry_is_retried_now_from_the_step_pan
     page.screenshot(path=str(artifacts / "step-panel-retried-live.png"))
 
 
-POLICY_WAITS = textwrap.dedent("""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {name: ui_policy_wait, path: e2e/ui_policy_wait}
-    workflow:
-      - step: flaky
-        tool:
-          kind: python
-          code: |
-            print("about to fail")
-            raise ValueError("the input file is missing")
-          spec:
-            policy:
-              rules:
-                - when: "{{ output.status == 'error' }}"
-                  then: {do: retry, attempts: 3, delay: 600}
-    """)
-
-
 @needs_browser
 def test_a_policy_retry_waiting_inside_its_attempt_shows_in_the_list_the_run_page_and_its_logs(
     cluster: Cluster, browser: Any, artifacts: Path
 ) -> None:
-    xid = cluster.run(POLICY_WAITS)
+    xid = cluster.run(RAISES_THEN_WAITS)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     sign_in(page, cluster.url, cluster.admin_token)
     row = page.locator(f"[data-testid=run-row][data-id='{xid}']")

@@ -23,16 +23,9 @@ from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from milepost.tools import base
+from tests.holding_step import hold_tool, pids
 from tests.shared import process_gone, wait_for, wait_for_async
 
-HOLD = """\
-import os, time
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, f"{os.getpid()}\\n".encode())
-os.close(fd)
-time.sleep(60)
-result = {"slept": True}
-"""
 STOPPED = "execution cancelled: the attempt was stopped"
 NEVER_RAN = "execution cancelled before the command ran"
 
@@ -44,17 +37,9 @@ def text(path: str, steps: str, grace: str = "20s") -> str:
     )
 
 
-def hold(extra: str = "") -> str:
-    code = textwrap.indent(HOLD, " " * 8)
-    return (
-        "    tool:\n      kind: python\n"
-        f'      input: {{out: "{{{{ workload.out }}}}"{extra}}}\n      code: |\n{code}'
-    )
-
-
 ONE = text(
     "tests/cancel_one",
-    "  - step: hold\n" + hold() + "    next: after\n  - step: after\n    tool: {kind: noop}\n",
+    "  - step: hold\n" + hold_tool() + "    next: after\n  - step: after\n    tool: {kind: noop}\n",
 )
 LOOP = text(
     "tests/cancel_loop",
@@ -62,9 +47,9 @@ LOOP = text(
   - step: hold
     loop: {in: "{{ [1, 2, 3, 4] }}", iterator: n, spec: {mode: parallel, max_in_flight: 4}}
 """
-    + hold(', n: "{{ n }}"'),
+    + hold_tool(extra=', n: "{{ n }}"'),
 )
-CHILD = text("tests/cancel_child", "  - step: hold\n" + hold())
+CHILD = text("tests/cancel_child", "  - step: hold\n" + hold_tool())
 PARENT = text(
     "tests/cancel_parent",
     """\
@@ -72,11 +57,6 @@ PARENT = text(
     tool: {kind: playbook, path: tests/cancel_child, input: {out: "{{ workload.out }}"}}
 """,
 )
-
-
-def pids(out: Path, count: int = 1) -> list[int]:
-    lines = out.read_text().split() if out.exists() else []
-    return [int(p) for p in lines] if len(lines) >= count else []
 
 
 def failures(store: Any, xid: int) -> list[str]:

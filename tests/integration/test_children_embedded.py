@@ -7,7 +7,6 @@ CANCELLED, one whose child was cancelled alone fails."""
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -16,79 +15,20 @@ from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.run_graph import run_graph
 from milepost.playbook import load
+from tests.children_world import (
+    CALLS_HOLDING,
+    HOLDING_CHILD,
+    SLOW_STEP,
+    STEADY_CHILD,
+    WAITS_ON_STEADY,
+)
+from tests.holding_step import pids
 from tests.shared import process_gone, wait_for_async
-
-# writes "<pid>" to workload.out, then sleeps: a step that only a kill stops early
-HOLD = """\
-import os, time
-fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, f"{os.getpid()}\\n".encode())
-os.close(fd)
-time.sleep(60)
-result = {"slept": True}
-"""
-
-
-def text(path: str, body: str) -> str:
-    return (
-        f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {{name: t, path: {path}}}\n"
-        + textwrap.dedent(body)
-    )
-
-
-# its own timeout bounds it: the engine's default_timeout of a test reaches only the parent
-HOLDING_CHILD = text(
-    "tests/children/holding",
-    "workflow:\n  - step: hold\n    spec: {timeout: 60s}\n"
-    "    tool:\n      kind: python\n"
-    '      input: {out: "{{ workload.out }}"}\n      code: |\n' + textwrap.indent(HOLD, " " * 8),
-)
-CALLS_HOLDING = text(
-    "tests/children/calls_holding",
-    """\
-    executor: {spec: {cancel_grace: 20s}}
-    workflow:
-      - step: call
-        tool: {kind: playbook, path: tests/children/holding, input: {out: "{{ workload.out }}"}}
-    """,
-)
-# three iterations of 1.5 s one after the other: an event every 1.5 s, none in the parent
-STEADY_CHILD = text(
-    "tests/children/steady",
-    """\
-    workflow:
-      - step: work
-        loop: {in: "{{ [1, 2, 3] }}", iterator: n, spec: {mode: sequential}}
-        tool: {kind: python, input: {n: "{{ n }}"}, code: "import time\\ntime.sleep(1.5)\\nresult = n"}
-    """,
-)
-WAITS_ON_STEADY = text(
-    "tests/children/waits_on_steady",
-    """\
-    executor: {spec: {stall_after: 3s}}
-    workflow:
-      - step: call
-        tool: {kind: playbook, path: tests/children/steady, return_step: work}
-    """,
-)
-SLOW_STEP = text(
-    "tests/children/slow_step",
-    """\
-    executor: {spec: {stall_after: 2s}}
-    workflow:
-      - step: think
-        tool: {kind: python, code: "import time\\ntime.sleep(5)\\nresult = 'thought'"}
-    """,
-)
 
 
 def register(engine: EmbeddedEngine, *texts: str) -> None:
     for one in texts:
         engine.service.register(one, load.load_text(one))
-
-
-def pids(out: Path) -> list[int]:
-    return [int(p) for p in out.read_text().split()] if out.exists() else []
 
 
 def child_of(store: Any, parent: int) -> int | None:

@@ -8,26 +8,23 @@ import json
 from pathlib import Path
 from typing import Any
 
-from milepost.cli.runs import request_cancel
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.orchestrator import Orchestrator
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.compensation_saga import (
+    REFUND,
+    RELEASE,
+    cancelled_from_the_cli,
+    cancelled_while_shipping,
+    crashed,
+    effects,
+    resumed,
+    run,
+    saga,
+)
 from tests.shared import wait_for_async
-
-
-def run(store: Any, tmp_path: Path, workload: dict[str, Any]) -> st.ExecutionState:
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            return await engine.wait(xid, timeout=60)
-
-    return asyncio.run(go())
 
 
 def test_a_failed_run_compensates_in_reverse_order_exactly_once(store: Any, tmp_path: Path) -> None:
@@ -71,16 +68,7 @@ def test_a_completed_run_never_compensates(store: Any, tmp_path: Path) -> None:
 def test_a_cancelled_run_compensates_after_its_running_attempt_was_stopped(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
-            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
-            engine.cancel(xid)  # ship's attempt is stopped (killed) before its effect
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(go())
+    state = cancelled_while_shipping(store, tmp_path)
     assert state.status == st.CANCELLED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
     assert store.load(state.execution_id)[-1].event_type == ev.EXECUTION_CANCELLED
@@ -108,23 +96,8 @@ def test_milepost_cancel_appended_while_compensating_stops_nothing(tmp_path: Pat
     """`milepost cancel` appends its request behind the driver: unmarked, it set the
     store's claim flag, so the second compensation was never claimed and the run hung."""
     store = SQLiteStore(tmp_path / "engine.db")
-    pb, text = saga(tmp_path)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": ["ship"], "gate": ["release"]})
-            await wait_for_async(lambda: (tmp_path / "release.started").exists())
-            other = SQLiteStore(store.path)
-            try:
-                request_cancel(other, xid, Orchestrator(other), "user:bob")
-                await wait_for_async(lambda: engine.state(xid).cancel_requested)
-            finally:
-                other.close()
-            (tmp_path / "release.gate").touch()
-            return await engine.wait(xid, timeout=30)
-
     try:
-        state = asyncio.run(go())
+        state = cancelled_from_the_cli(store, tmp_path, {"fail": ["ship"], "gate": ["release"]})
     finally:
         store.close()
     assert state.status == st.FAILED
@@ -134,26 +107,10 @@ def test_milepost_cancel_appended_while_compensating_stops_nothing(tmp_path: Pat
 def test_a_crash_while_compensating_resumes_without_running_any_twice(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path)
     # release done, refund waiting at its gate when the driver goes away
-    workload = {"fail": ["ship"], "gate": ["refund"]}
-
-    async def first_life() -> int:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            await wait_for_async(lambda: (tmp_path / "refund.started").exists())
-            return xid
-
-    xid = asyncio.run(first_life())
+    xid = crashed(store, tmp_path, {"fail": ["ship"], "gate": ["refund"]})
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE]
-
-    async def second_life() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            engine.resume(xid)
-            (tmp_path / "refund.gate").touch()
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(second_life())
+    state = resumed(store, tmp_path, xid, "refund")
     assert state.status == st.FAILED
     assert effects(tmp_path) == ["charge", "reserve a", "reserve b", RELEASE, REFUND]
     log = store.load(xid)

@@ -30,6 +30,7 @@ from milepost.playbook import load
 from milepost.store.port import DriverBusy, EventIdConflict, StoreUnavailable
 from milepost.store.sqlite import SQLiteStore
 from tests.integration.stores import SnapshotsSeen
+from tests.reports import completed
 from tests.shared import wait_for_async
 from tests.sql import query
 
@@ -345,15 +346,7 @@ def _started_with_a_report(store: Any) -> tuple[Orchestrator, int, ev.Event]:
     _, version = orchestrator.register(text, pb)
     xid, outcome = orchestrator.start(pb, version, {})
     [(_, cmd)] = outcome.issued
-    report = ev.new_event(
-        orchestrator.new_id(),
-        xid,
-        ev.COMMAND_COMPLETED,
-        orchestrator.clock(),
-        step="start",
-        payload={"command_id": cmd.command_id, "result": 1},
-    )
-    return orchestrator, xid, report
+    return orchestrator, xid, completed(orchestrator, xid, cmd)
 
 
 def test_a_store_error_while_deciding_is_not_an_engine_error(
@@ -750,15 +743,7 @@ def _sealed_run(
     _, version = orchestrator.register(text, pb)
     xid, outcome = orchestrator.start(pb, version, {"password": "hunter2real"})
     [(_, cmd)] = outcome.issued
-    report = ev.new_event(
-        orchestrator.new_id(),
-        xid,
-        ev.COMMAND_COMPLETED,
-        orchestrator.clock(),
-        step=cmd.step,
-        payload={"command_id": cmd.command_id, "result": 1},
-    )
-    return xid, report
+    return xid, completed(orchestrator, xid, cmd)
 
 
 def test_a_report_to_a_run_whose_workload_cannot_be_opened_ends_it_failed(store: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +16,8 @@ from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
+from tests.policy_wait import RAISES_THEN_WAITS
 from tests.shared import wait_for_async
-
-RAISES_THEN_WAITS = textwrap.dedent("""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {name: policy_wait, path: tests/policy_wait}
-    workflow:
-      - step: flaky
-        tool:
-          kind: python
-          code: |
-            print("about to fail")
-            raise ValueError("the input file is missing")
-          spec:
-            policy:
-              rules:
-                - when: "{{ output.status == 'error' }}"
-                  then: {do: retry, attempts: 3, delay: 600}
-    """)
 
 
 def test_a_policy_retry_waiting_inside_its_attempt_is_named_by_every_read(tmp_path: Path) -> None:

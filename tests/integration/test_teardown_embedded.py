@@ -8,34 +8,30 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from milepost.cli.runs import request_cancel
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
-from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
-from tests.compensation_saga import REFUND, RELEASE, effects, saga
+from tests.compensation_saga import (
+    DONE,
+    REFUND,
+    RELEASE,
+    cancelled_from_the_cli,
+    cancelled_while_shipping,
+    crashed,
+    effects,
+    resumed,
+    run,
+    saga,
+)
 from tests.shared import wait_for_async
-
-DONE = ["charge", "reserve a", "reserve b"]
-
-
-def run(store: Any, tmp_path: Path, workload: dict[str, Any]) -> st.ExecutionState:
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            return await engine.wait(xid, timeout=60)
-
-    return asyncio.run(go())
 
 
 def test_a_completed_run_tears_down_in_order_then_completes(store: Any, tmp_path: Path) -> None:
-    state = run(store, tmp_path, {"fail": [], "gate": []})
+    state = run(store, tmp_path, {"fail": [], "gate": []}, teardown=True)
     assert state.status == st.COMPLETED
     assert effects(tmp_path) == [*DONE, "ship", "cleanup COMPLETED None", "notify COMPLETED"]
     last = store.load(state.execution_id)[-1]
@@ -47,7 +43,7 @@ def test_a_completed_run_tears_down_in_order_then_completes(store: Any, tmp_path
 
 
 def test_a_failed_run_compensates_then_tears_down_then_fails(store: Any, tmp_path: Path) -> None:
-    state = run(store, tmp_path, {"fail": ["ship"], "gate": []})
+    state = run(store, tmp_path, {"fail": ["ship"], "gate": []}, teardown=True)
     assert state.status == st.FAILED
     assert state.error is not None and state.error["step"] == "ship"
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship", "notify FAILED"]
@@ -56,7 +52,7 @@ def test_a_failed_run_compensates_then_tears_down_then_fails(store: Any, tmp_pat
 def test_a_failing_teardown_step_is_shown_and_the_run_still_completes(
     store: Any, tmp_path: Path
 ) -> None:
-    state = run(store, tmp_path, {"fail": ["cleanup"], "gate": []})
+    state = run(store, tmp_path, {"fail": ["cleanup"], "gate": []}, teardown=True)
     assert state.status == st.COMPLETED and state.error is None
     assert effects(tmp_path) == [*DONE, "ship", "notify COMPLETED"]  # notify still ran
     summary = summaries.execution_summary(state)
@@ -71,16 +67,7 @@ def test_a_failing_teardown_step_is_shown_and_the_run_still_completes(
 def test_a_cancelled_run_compensates_and_tears_down_then_ends_cancelled(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["ship"]})
-            await wait_for_async(lambda: (tmp_path / "ship.started").exists())
-            engine.cancel(xid)  # ship's attempt is stopped (killed) before its effect
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(go())
+    state = cancelled_while_shipping(store, tmp_path, teardown=True)
     assert state.status == st.CANCELLED
     assert effects(tmp_path) == [
         *DONE,
@@ -117,24 +104,9 @@ def test_milepost_cancel_appended_while_tearing_down_stops_nothing(
     is marked as the engine marks its own, or the store would refuse the claim of the
     next teardown step and the run would never end."""
     store = SQLiteStore(tmp_path / "engine.db")
-    pb, text = saga(tmp_path, teardown=True)
-
-    async def go() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, {"fail": [], "gate": ["cleanup"]})
-            await wait_for_async(lambda: (tmp_path / "cleanup.started").exists())
-            other = SQLiteStore(store.path)
-            try:
-                request_cancel(other, xid, Orchestrator(other), "user:bob")
-                # the driver's poller folds it before the gate opens
-                await wait_for_async(lambda: engine.state(xid).cancel_requested)
-            finally:
-                other.close()
-            (tmp_path / "cleanup.gate").touch()
-            return await engine.wait(xid, timeout=30)
-
     try:
-        state = asyncio.run(go())
+        workload = {"fail": [], "gate": ["cleanup"]}
+        state = cancelled_from_the_cli(store, tmp_path, workload, teardown=True)
         [request] = [
             e
             for e in store.load(state.execution_id)
@@ -150,25 +122,10 @@ def test_milepost_cancel_appended_while_tearing_down_stops_nothing(
 def test_a_crash_while_tearing_down_resumes_without_running_any_step_twice(
     store: Any, tmp_path: Path
 ) -> None:
-    pb, text = saga(tmp_path, teardown=True)
     workload = {"fail": ["ship"], "gate": ["notify"]}  # cleanup done, notify at its gate
-
-    async def first_life() -> int:
-        async with EmbeddedEngine(store) as engine:
-            xid = engine.start(pb, text, workload)
-            await wait_for_async(lambda: (tmp_path / "notify.started").exists())
-            return xid
-
-    xid = asyncio.run(first_life())
+    xid = crashed(store, tmp_path, workload, teardown=True)
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship"]
-
-    async def second_life() -> st.ExecutionState:
-        async with EmbeddedEngine(store) as engine:
-            engine.resume(xid)
-            (tmp_path / "notify.gate").touch()
-            return await engine.wait(xid, timeout=60)
-
-    state = asyncio.run(second_life())
+    state = resumed(store, tmp_path, xid, "notify")
     assert state.status == st.FAILED
     assert effects(tmp_path) == [*DONE, RELEASE, REFUND, "cleanup FAILED ship", "notify FAILED"]
     issued = [

@@ -6,10 +6,11 @@ import itertools
 import textwrap
 from typing import Any
 
-from milepost.core import cancellation
+from milepost.core import approvals, cancellation
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
+from milepost.core.approval_state import Voter
 from milepost.playbook import load, model
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: t, path: t}\n"
@@ -53,6 +54,36 @@ class Sim:
 
     def new_id(self) -> int:
         return next(self._ids)
+
+    def vote(
+        self, approval_id: int, voter: Voter, decision: str = "approve", reason: str | None = None
+    ) -> list[ev.Event]:
+        """`voter`'s decision on the approval, checked as a route checks it, folded and
+        logged; what settling then produced."""
+        event = approvals.vote_event(
+            self.state, approval_id, voter, decision, reason, self.now, self.new_id()
+        )
+        st.fold(self.state, [event])
+        self.log.append(event)
+        return self.settle()
+
+    def decided(
+        self,
+        step: str,
+        approval_id: int,
+        identity: str,
+        decision: str = "approve",
+        roles: list[str] | None = None,
+    ) -> ev.Event:
+        """`approval.decided` made by hand, checked by no one: a vote forged, replayed or
+        let in some other way than `approvals.vote_event`. Not folded: the test does."""
+        payload: dict[str, Any] = {"approval_id": approval_id, "identity": identity}
+        if roles is not None:
+            payload["roles"] = roles
+        payload["decision"] = decision
+        return ev.new_event(
+            self.new_id(), 77, ev.APPROVAL_DECIDED, self.now, step=step, payload=payload
+        )
 
     def settle(self) -> list[ev.Event]:
         """Ask decide until it has nothing more to say; returns what it produced."""

@@ -54,12 +54,7 @@ def pending(sim: Sim) -> ap.Approval:
 def vote(
     sim: Sim, voter: Voter, decision: str = "approve", reason: str | None = None
 ) -> list[ev.Event]:
-    event = approvals.vote_event(
-        sim.state, pending(sim).approval_id, voter, decision, reason, sim.now, sim.new_id()
-    )
-    st.fold(sim.state, [event])
-    sim.log.append(event)
-    return sim.settle()
+    return sim.vote(pending(sim).approval_id, voter, decision, reason)
 
 
 def types(events: list[ev.Event]) -> list[str]:
@@ -133,18 +128,7 @@ def test_a_second_vote_by_the_same_identity_is_refused_and_would_change_nothing(
     with pytest.raises(approvals.AlreadyVoted):
         vote(sim, ALICE)
     # the same vote slipped into the log some other way: the fold ignores it
-    again = ev.new_event(
-        sim.new_id(),
-        77,
-        ev.APPROVAL_DECIDED,
-        sim.now,
-        step="refund",
-        payload={
-            "approval_id": pending(sim).approval_id,
-            "identity": "user:alice",
-            "decision": "approve",
-        },
-    )
+    again = sim.decided("refund", pending(sim).approval_id, "user:alice")
     st.fold(sim.state, [again])
     assert sim.settle() == []
     assert len(pending(sim).votes) == 1 and sim.live() == []
@@ -160,18 +144,7 @@ def test_who_may_decide() -> None:
     with pytest.raises(approvals.ApprovalNotFound):
         approvals.check_vote(sim.state, 12345, ALICE, "approve", sim.now)
     # a forged vote from someone who may not decide changes nothing either
-    forged = ev.new_event(
-        sim.new_id(),
-        77,
-        ev.APPROVAL_DECIDED,
-        sim.now,
-        step="refund",
-        payload={
-            "approval_id": pending(sim).approval_id,
-            "identity": "user:mallory",
-            "decision": "deny",
-        },
-    )
+    forged = sim.decided("refund", pending(sim).approval_id, "user:mallory", "deny")
     st.fold(sim.state, [forged])
     assert sim.settle() == [] and pending(sim).status == ap.PENDING
 
@@ -194,19 +167,8 @@ def test_a_quorum_reached_after_expiry_never_grants() -> None:
     was down): expiry is checked first."""
     sim = gated()
     for voter in (ALICE, CAROL):
-        event = ev.new_event(
-            sim.new_id(),
-            77,
-            ev.APPROVAL_DECIDED,
-            sim.now,
-            step="refund",
-            payload={
-                "approval_id": pending(sim).approval_id,
-                "identity": voter.identity,
-                "roles": sorted(voter.roles),
-                "decision": "approve",
-            },
-        )
+        approval_id = pending(sim).approval_id
+        event = sim.decided("refund", approval_id, voter.identity, roles=sorted(voter.roles))
         st.fold(sim.state, [event])
     sim.now = 1000.0 + 7200
     produced = sim.settle()

@@ -32,6 +32,7 @@ from milepost.playbook import load
 from milepost.store import port
 from milepost.store.memory import MemoryStore
 from milepost.verify import checks
+from tests.reports import claim_completed
 
 LOOP = textwrap.dedent("""\
     apiVersion: noetl.io/v2
@@ -103,26 +104,8 @@ class World:
     def report(self) -> None:
         if self.held:
             row, lease = self.held.pop(0)
-            payload = {
-                "command_id": row.command_id,
-                "run": row.run,
-                "index": row.index,
-                "attempt": row.attempt,
-                "epoch": lease.epoch,
-                "result": row.index,
-            }
             self.service.report(
-                [
-                    ev.new_event(
-                        self.service.new_id(),
-                        self.xid,
-                        ev.COMMAND_COMPLETED,
-                        self.now,
-                        step=row.step,
-                        payload=payload,
-                        meta={"epoch": lease.epoch},
-                    )
-                ]
+                [claim_completed(self.service.new_id(), row, lease, self.now, row.index)]
             )
 
     def release(self) -> None:

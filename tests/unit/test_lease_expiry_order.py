@@ -19,6 +19,7 @@ from milepost.errors import MilepostError
 from milepost.playbook import load
 from milepost.store import port
 from milepost.store.memory import MemoryStore
+from tests.reports import claim_completed
 
 LOOP = textwrap.dedent("""\
     apiVersion: noetl.io/v2
@@ -101,23 +102,7 @@ class World:
             self.store.__dict__.pop("expired_claims", None)
 
     def completed(self, row: port.CommandRow, lease: port.Lease) -> ev.Event:
-        payload = {
-            "command_id": row.command_id,
-            "run": row.run,
-            "index": row.index,
-            "attempt": row.attempt,
-            "epoch": lease.epoch,
-            "result": row.index,
-        }
-        return ev.new_event(
-            self.service.new_id(),
-            self.xid,
-            ev.COMMAND_COMPLETED,
-            self.now,
-            step=row.step,
-            payload=payload,
-            meta={"epoch": lease.epoch},
-        )
+        return claim_completed(self.service.new_id(), row, lease, self.now, row.index)
 
 
 @settings(max_examples=200, deadline=None)

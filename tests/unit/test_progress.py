@@ -9,8 +9,6 @@ from rich.console import Console
 
 from milepost.cli import output, progress
 from milepost.core import approval_state as ap
-from milepost.core import approvals
-from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.engine import summaries
@@ -50,12 +48,7 @@ def waiting() -> tuple[Sim, int]:
 def vote(
     sim: Sim, approval_id: int, voter: Voter, decision: str = "approve", reason: str | None = None
 ) -> None:
-    event = approvals.vote_event(
-        sim.state, approval_id, voter, decision, reason, sim.now, sim.new_id()
-    )
-    st.fold(sim.state, [event])
-    sim.log.append(event)
-    sim.settle()
+    sim.vote(approval_id, voter, decision, reason)
 
 
 def shown(sim: Sim, now: float, db: str | None = "runs/m.db") -> str:
@@ -93,21 +86,7 @@ def test_votes_count_as_the_fold_counts_them() -> None:
     sim, aid = waiting()
     # the one who started the run, and someone who is no approver: neither counts
     for identity, roles in (("user:alice", []), ("user:mallory", [])):
-        sim.log.append(
-            ev.new_event(
-                sim.new_id(),
-                77,
-                ev.APPROVAL_DECIDED,
-                sim.now,
-                step="refund",
-                payload={
-                    "approval_id": aid,
-                    "identity": identity,
-                    "roles": roles,
-                    "decision": "approve",
-                },
-            )
-        )
+        sim.log.append(sim.decided("refund", aid, identity, roles=roles))
     vote(sim, aid, CAROL, reason="ok")
     text = shown(sim, now=sim.now)
     assert "votes 1/2 (user:carol approved)" in text
