@@ -89,6 +89,7 @@ lint: install
 	$(BIN)/ruff check milepost tests examples
 	$(BIN)/ruff format --check milepost tests examples
 	$(BIN)/mypy --strict milepost
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .milepost .pytest_cache

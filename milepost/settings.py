@@ -7,8 +7,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from milepost.core.ids import MAX_MACHINE
 from milepost.errors import MilepostError
+from milepost.ids import MAX_MACHINE
 
 DEFAULT_DB = ".milepost/milepost.db"
 

@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 
-from milepost.core.ids import MAX_ID, parse_id
+from milepost.ids import MAX_ID, parse_id
 from milepost.playbook import yamllines
 from milepost.settings import Settings
 

@@ -19,11 +19,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from milepost import ids
 from milepost.api import errors
 from milepost.api.auth import OPERATE, READ, Principal, authenticate, authorize
 from milepost.api.deps import services_of
 from milepost.api.errors import ApiError
-from milepost.core import ids
 from milepost.engine.errors import CommandNotFound
 from milepost.engine.lifecycle import CommandRow, Lifecycle
 from milepost.playbook import model

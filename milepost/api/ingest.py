@@ -21,12 +21,12 @@ from milepost.api.auth import EVENT_ROLES
 from milepost.api.schemas import EventIn
 from milepost.core import client_events, logs
 from milepost.core import events as ev
-from milepost.core.ids import as_id, timestamp_of
 from milepost.engine.errors import CommandNotFound, EventsInvalid, ExecutionTerminal
 from milepost.engine.fence import REPORT_TYPES
 from milepost.engine.id_spaces import FUTURE_ID_SKEW_S
 from milepost.engine.lifecycle import ClaimRequest, Lifecycle, Reported
 from milepost.errors import ExecutionNotFound, MilepostError
+from milepost.ids import as_id, timestamp_of
 from milepost.store.port import EventIdConflict
 
 ENGINE_TYPES = ev.EVENT_TYPES - EVENT_ROLES.keys()

@@ -26,7 +26,7 @@ from milepost.api.schemas_events import Envelope as Envelope
 from milepost.api.schemas_events import EventIn as EventIn
 from milepost.api.schemas_workers import POOL_PATTERN, WorkerIn
 from milepost.api.schemas_workers import NoLiveWorkerOut as NoLiveWorkerOut
-from milepost.core.ids import MAX_ID, MAX_MACHINE
+from milepost.ids import MAX_ID, MAX_MACHINE
 
 # -- catalog ---------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from milepost.api.checks import Checked, IdOut, TimeOut
-from milepost.core.ids import MAX_ID
+from milepost.ids import MAX_ID
 
 Stream = Literal["stdout", "stderr", "traceback"]
 

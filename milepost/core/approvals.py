@@ -23,11 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from milepost import sanitize
+from milepost import ids, sanitize
 from milepost.core import approval_state as ap
 from milepost.core import context as cx
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.approval_state import Approval, Voter
 from milepost.core.work import WorkItem, attempt_context

@@ -9,7 +9,7 @@ from typing import Any
 
 from milepost.core import cancellation
 from milepost.core import events as ev
-from milepost.core.ids import as_id
+from milepost.ids import as_id
 
 
 def posted(

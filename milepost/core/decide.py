@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from milepost import ids
 from milepost.core import approval_state as ap
 from milepost.core import (
     approvals,
@@ -40,7 +41,6 @@ from milepost.core import (
     cancellation,
     causality,
     compensation,
-    ids,
     liveness,
     teardown,
 )

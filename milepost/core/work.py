@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
+from milepost import ids
 from milepost.core import compensation_state as cs
 from milepost.core import context as cx
 from milepost.core import events as ev
-from milepost.core import ids, tracecontext
 from milepost.core import state as st
 from milepost.core import teardown_state as td
+from milepost.core import tracecontext
 from milepost.core.logs import Captured
 from milepost.playbook import model, render
 from milepost.records import record

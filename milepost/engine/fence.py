@@ -17,8 +17,8 @@ from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.ids import as_id
 from milepost.engine.errors import EventsInvalid, ExecutionTerminal, Problem, command_not_found
+from milepost.ids import as_id
 from milepost.playbook import model
 from milepost.store import port
 

@@ -1,6 +1,6 @@
 """Which event ids a client may choose: the machine-id spaces nobody else will mint in.
 
-A snowflake names its maker by its machine id (`core.ids.machine_of`), one leased per live
+A snowflake names its maker by its machine id (`ids.machine_of`), one leased per live
 process (`store.machine_ids`): servers, `milepost run`, CLI commands, and workers through
 their server. A client that chooses the ids of the events it posts (a worker's reports, a
 NoETL worker, a script) could choose one a server or a worker is about to mint: that
@@ -28,7 +28,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 
-from milepost.core.ids import machine_of, timestamp_of
+from milepost.ids import machine_of, timestamp_of
 from milepost.store import port
 
 FUTURE_ID_SKEW_S = 10.0

@@ -88,7 +88,7 @@ def locked_ids(new_id: Callable[[], int]) -> Callable[[], int]:
 
 
 class _LockedIds:
-    """`new_id` under a lock; its blocks too (`core.ids.block_of`) when it makes them."""
+    """`new_id` under a lock; its blocks too (`ids.block_of`) when it makes them."""
 
     def __init__(self, new_id: Callable[[], int]) -> None:
         self._new_id = new_id

@@ -19,8 +19,8 @@ import socket
 import threading
 from collections.abc import Callable
 
-from milepost.core.ids import Snowflake
 from milepost.errors import MilepostError
+from milepost.ids import Snowflake
 from milepost.store.port import Store
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,11 @@ from milepost.core import actions, cancellation, start, teardown
 from milepost.core import decide as dc
 from milepost.core import events as ev
 from milepost.core import state as st
-from milepost.core.ids import Snowflake
 from milepost.core.work import WorkItem, work_item
 from milepost.engine import snapshots
 from milepost.engine.seal import Sealer, WorkloadUnreadable
 from milepost.errors import ConcurrencyConflict, ExecutionNotFound, PlaybookNotFound
+from milepost.ids import Snowflake
 from milepost.playbook import load, model
 from milepost.store import port
 from milepost.store.port import Store

@@ -61,7 +61,7 @@ _LOG = (
     " ON logged.event_id = {numbered_id} ORDER BY created_at, command_id"
 )
 """Number and insert the `command.claimed` of the rows of `claimed`, return them; the
-event ids `{id}` come from a block (`core.ids.block_of`: the first of `limit` consecutive
+event ids `{id}` come from a block (`ids.block_of`: the first of `limit` consecutive
 ids, one parameter) or, from a generator that makes no blocks, a list of `limit` ids."""
 _BLOCK_IDS = {
     "id": "%(first)s::bigint + n - 1",

@@ -13,7 +13,7 @@ is for concurrency between processes and for round trips:
   end, else between a BEGIN and a COMMIT of their own (`_one_sync`).
 - the claim is one statement (`pg_claims`): `UPDATE ... FROM (SELECT ... FOR UPDATE SKIP
   LOCKED)` with the insert of its `command.claimed` events, numbered in SQL after the
-  log's end, their ids one reserved block (`core.ids.block_of`).
+  log's end, their ids one reserved block (`ids.block_of`).
 - `lock_execution` holds a session `pg_advisory_lock(execution_id)` (the single-bigint
   key space, which never overlaps the two-int one used inside transactions) on a
   connection of a separate pool, for the length of the block.
@@ -37,8 +37,8 @@ import psycopg_pool
 from psycopg import errors as pg_errors
 
 from milepost.core import events as ev
-from milepost.core.ids import block_of
 from milepost.errors import ConcurrencyConflict
+from milepost.ids import block_of
 from milepost.store import liveness, migrations, pg_claims, port, projection, sql
 
 Conn = psycopg.Connection[tuple[Any, ...]]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from milepost import wire
 from milepost.client import AsyncMilepostClient
-from milepost.core.ids import Snowflake
 from milepost.core.work import AttemptResult, report_events
+from milepost.ids import Snowflake
 
 WORKER_ID = "verify-zombie"
 CLAIM_FOR = 3.0

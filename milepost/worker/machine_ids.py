@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from milepost import __version__
 from milepost.client import ServerRefused
-from milepost.core.ids import Snowflake
 from milepost.engine.machine import LEASE_TTL_S, RENEW_EVERY_S
 from milepost.errors import MilepostError
+from milepost.ids import Snowflake
 from milepost.settings import Settings
 from milepost.worker import token
 from milepost.worker.clock import Clock

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from milepost import ids
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.store.sqlite import SQLiteStore
 from tests import approval_world as world
 from tests.acceptance.harness import MILEPOST, Proc, tail

@@ -19,11 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from milepost import ids
 from milepost.api import auth
 from milepost.client import MilepostClient
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core.approval_state import Voter
 from milepost.engine.approvals import append_decision
 from milepost.engine.lifecycle import Lifecycle

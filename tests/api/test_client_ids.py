@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from milepost.core.ids import Snowflake, machine_of
 from milepost.engine.id_spaces import CLIENT_ID_AGE_S
+from milepost.ids import Snowflake, machine_of
 from tests.api.support import HELLO, Api, error, ok, start_server
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from milepost.core import events as ev
-from milepost.core.ids import SEQUENCE_BITS, Snowflake, machine_of
 from milepost.core.work import AttemptResult, report_events
 from milepost.engine.orchestrator import Orchestrator
+from milepost.ids import SEQUENCE_BITS, Snowflake, machine_of
 from tests.api.support import HELLO, Api, error, ok, report_wire, start_server, work_item
 
 

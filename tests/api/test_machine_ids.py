@@ -7,7 +7,7 @@ import time
 import pytest
 
 from milepost.api import app as app_module
-from milepost.core.ids import machine_of
+from milepost.ids import machine_of
 from milepost.store import factory, port
 from tests.api.support import HELLO, Api, error, ok, start_server
 from tests.sql import query

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from milepost.core import events as ev
-from milepost.core.ids import Snowflake, machine_of
 from milepost.errors import ClaimRefused, ConcurrencyConflict, MilepostError
+from milepost.ids import Snowflake, machine_of
 from milepost.settings import UnsupportedDatabase
 from milepost.store import factory, migrations, port
 from milepost.store.memory import MemoryStore

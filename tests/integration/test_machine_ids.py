@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from milepost.core.ids import Snowflake, machine_of
 from milepost.engine import machine
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.machine import LeasedIds, MachineIdLost
+from milepost.ids import Snowflake, machine_of
 from milepost.playbook import load
 from milepost.store.sqlite import SQLiteStore
 from tests.shared import wait_for_async

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from milepost import ids
 from milepost.core import actions as acts
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.engine import actions
 from milepost.engine.lifecycle import Lifecycle

@@ -319,7 +319,7 @@ def test_secrets_are_redacted_from_the_shown_call() -> None:
 
 
 def test_operation_key_is_stable_across_attempts_and_idempotency_key_is_not() -> None:
-    from milepost.core import ids
+    from milepost import ids
 
     assert ids.operation_key(1, "s", 1, None) == ids.operation_key(1, "s", 1, None)
     assert ids.operation_key(1, "s", 1, 0) != ids.operation_key(1, "s", 1, 1)

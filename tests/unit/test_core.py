@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from milepost import ids
 from milepost.core import events as ev
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.playbook.durations import parse_duration

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from milepost import ids
 from milepost.core import events as ev
-from milepost.core import ids, liveness
+from milepost.core import liveness
 from milepost.errors import PlaybookInvalid
 from milepost.playbook import load
 from tests.unit.sim import HEADER, Sim, playbook

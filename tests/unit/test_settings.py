@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from milepost.conformance.cluster import LocalCluster
-from milepost.core.ids import MAX_MACHINE
+from milepost.ids import MAX_MACHINE
 from milepost.settings import Settings
 from milepost.worker import machine_ids
 from milepost.worker.loop import Worker

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from milepost.core.ids import timestamp_of
 from milepost.engine.machine import LEASE_TTL_S
+from milepost.ids import timestamp_of
 from milepost.settings import Settings
 from milepost.worker.machine_ids import MachineIds
 from tests.worker.fakes import FakeClock

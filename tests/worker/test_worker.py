@@ -12,7 +12,7 @@ import pytest
 
 from milepost.client import ServerRefused, ServerUnavailable
 from milepost.core import logs
-from milepost.core.ids import machine_of, timestamp_of
+from milepost.ids import machine_of, timestamp_of
 from milepost.playbook.loop_result import LoopResult
 from milepost.tools.base import ToolCall, ToolFailure, ToolResult
 from milepost.wire import event_to_wire, work_item_from_wire

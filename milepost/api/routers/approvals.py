@@ -12,11 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from milepost import ids
 from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import ApproveAuth, ReadAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH, BODY, ApiError
-from milepost.core import ids
 from milepost.core.approval_state import Voter
 
 router = APIRouter(prefix="/api/approvals", tags=["approvals"])

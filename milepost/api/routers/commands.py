@@ -11,12 +11,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
-from milepost import sanitize
+from milepost import ids, sanitize
 from milepost.api import checks, errors, schemas, views
 from milepost.api.auth import WORK, ReadWorkAuth, WorkAuth
 from milepost.api.deps import EngineDep, ServicesDep
 from milepost.api.errors import AUTH, BODY
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.engine.lifecycle import Claimed, CommandRow, Lease, Lifecycle
 from milepost.playbook import model

@@ -8,12 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
+from milepost import ids
 from milepost.api import checks, errors, list_page, schemas, views
 from milepost.api.auth import ReadAuth
 from milepost.api.child_access import ChildCancelAuth, ChildStatusAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
-from milepost.core import ids
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.lifecycle import ExecutionRow, Lifecycle

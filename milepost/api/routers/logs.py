@@ -13,7 +13,7 @@ from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
 from milepost.api.routers.executions import ExecutionId, existing
 from milepost.api.schemas_logs import LogEntryOut, LogsOut
-from milepost.core.ids import MAX_ID
+from milepost.ids import MAX_ID
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
 

@@ -8,12 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 
+from milepost import ids
 from milepost.api import checks, errors
 from milepost.api.auth import ReadAuth
 from milepost.api.deps import EngineDep
 from milepost.api.errors import AUTH
 from milepost.api.routers.executions import ExecutionId, existing
-from milepost.core import ids
 from milepost.sanitize import mask
 
 router = APIRouter(prefix="/api/executions", tags=["executions"])
