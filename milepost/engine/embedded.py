@@ -27,10 +27,10 @@ from milepost.engine import workers as registry
 from milepost.engine.actions import Plan
 from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
 from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.factory import Lease, build_engine, given
 from milepost.engine.inprocess import InProcessWorkers
-from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.machine import LeasedIds, holder_name, renew_forever
-from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.engine.machine import renew_forever
+from milepost.engine.orchestrator import Outcome
 from milepost.engine.webhooks import Webhook, WebhookNotifier
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
@@ -81,31 +81,31 @@ class EmbeddedEngine:
         log_cap: int = DEFAULT_CAP,
     ) -> None:
         self.store = store
-        # lease a machine id, so other processes on this database (another `milepost run`
-        # in the same folder) never mint the same event ids; one given is leased too,
-        # when free, so that nobody else leases it (the ids are minted on it regardless)
-        self._leased = LeasedIds(store, clock, holder=holder_name(worker_id), want=machine_id)
-        self.orchestrator = Orchestrator(
-            store,
-            clock=clock,
-            machine_id=machine_id or 0,
-            new_id=self._leased if machine_id is None else None,
-        )
+        # a bad ttl refused before a machine id is leased
         self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
         self.holder = self.drivers.holder
         # this process is the only writer of the runs it drives: no look at the log
         # before each decision (the poller folds what others wrote, a cancel); and it calls
-        # the service from its loop's thread only: no locks
-        self.service = Lifecycle(
-            store, self.orchestrator, exclusive=True, default_timeout=default_timeout
-        )
-        self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
-        self.service.on_outcome = self._handle
+        # the service from its loop's thread only: no locks. It leases a machine id, so
+        # other processes on this database (another `milepost run` in the same folder)
+        # never mint the same event ids; one given is leased too, when free, so that nobody
+        # else leases it (the ids are minted on it regardless)
         # approval events leave from a thread of their own: a slow receiver never holds
         # up this loop (the service only queues them)
         self.webhook = None if webhook is None else WebhookNotifier(webhook)
-        if self.webhook is not None:
-            self.service.listeners.append(self.webhook)
+        self.service = build_engine(
+            store,
+            given(machine_id=machine_id, default_timeout=default_timeout),
+            clock=clock,
+            lease=Lease(worker_id),
+            exclusive=True,
+            listeners=() if self.webhook is None else (self.webhook,),
+        )
+        assert self.service.machine_ids is not None  # a lease was asked for
+        self._leased = self.service.machine_ids
+        self.orchestrator = self.service.orchestrator
+        self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
+        self.service.on_outcome = self._handle
         self.concurrency = concurrency
         self.worker_id = worker_id
         self._tools = tools

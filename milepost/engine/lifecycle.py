@@ -38,6 +38,7 @@ from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.id_spaces import IdSpaces
 from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
+from milepost.engine.machine import LeasedIds
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome, claims_by_run
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
@@ -80,9 +81,13 @@ class Lifecycle(StoreReads):
         requeue_after: float = REQUEUE_AFTER,
         exclusive: bool = False,
         default_timeout: float | None = None,
+        machine_ids: LeasedIds | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = orchestrator
+        self.machine_ids = machine_ids
+        """The machine id the orchestrator's ids are made on, leased (`engine.factory`):
+        renewed and given back by the transport; None: not leased (a reader, a test)."""
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
         self._counted = meters is not None  # else no per-event count: nobody reads it
