@@ -1,9 +1,9 @@
 """`create_app(settings)`: the FastAPI server of docs/server-contract.md.
 
 The lifespan refuses to start without `MILEPOST_SECRET_KEY`, opens and migrates the
-store, builds the engine service over the orchestrator (shared with other servers on PostgreSQL),
-the vault, the NATS publisher (optional) and ticks the engine every `reconcile_interval`
-seconds.
+store, builds the engine service (`engine.factory`; shared with other servers on PostgreSQL),
+the vault, the NATS publisher (optional) and drives the engine's clock: the runs' timers
+at their time and the reconciler's tick every `reconcile_interval` seconds.
 Routes are sync functions: FastAPI runs them in its thread pool, so the synchronous
 store never blocks the event loop.
 """
@@ -106,9 +106,7 @@ def create_app(
             app.state.services = services
             task = None
             if settings.reconcile_interval > 0:
-                task = asyncio.create_task(
-                    _reconcile_forever(services, clock), name="milepost-reconciler"
-                )
+                task = asyncio.create_task(_reconcile_forever(services), name="milepost-clock")
             renewer = (
                 None
                 if services.machine_ids is None
@@ -229,15 +227,16 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     )
 
 
-async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:
+async def _reconcile_forever(services: Services) -> None:
+    """The server's clock (`engine.clock`): after a recovery of every running run (its
+    timers lived in the memory of the server that stopped), each run's timer fired at its
+    time (`Lifecycle.wake`) and the reconciler's tick every `reconcile_interval`, in the
+    thread pool (the store's calls block). What either raises is logged, and the next turn
+    tries again: a crash here would stop every lease expiry."""
     engine = services.engine
     try:
         await run_in_threadpool(engine.recover)
     except Exception:
         log.exception("reconciler: recovery failed", extra={"action": "recover_failed"})
-    while True:
-        await asyncio.sleep(services.settings.reconcile_interval)
-        try:
-            await run_in_threadpool(engine.tick, clock())
-        except Exception:  # the next tick tries again; a crash here would stop all leases
-            log.exception("reconciler tick failed", extra={"action": "reconcile_tick_failed"})
+    engine.timers.every("reconcile_tick", services.settings.reconcile_interval, engine.tick)
+    await engine.timers.run(offload=run_in_threadpool)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from milepost.engine.clock import Clock
 from milepost.engine.lifecycle import Lifecycle
 from milepost.engine.machine import LEASE_TTL_S, LeasedIds, holder_name
 from milepost.engine.meters import Meters
@@ -69,7 +70,8 @@ def build_engine(
     listeners that feed them). `listeners`: observers of every outcome, after the
     engine's own (a webhook). `settings`: `machine_id`, `secret_key`,
     `requeue_notice_after`, `default_timeout`; `clock`: the engine's time, read by the
-    orchestrator and the machine-id lease, stepped by tests.
+    orchestrator, the machine-id lease and the engine's clock (`engine.clock`: its timers
+    and the transport's duties), stepped by tests.
     """
     leased = (
         None
@@ -102,6 +104,7 @@ def build_engine(
             exclusive=exclusive,
             default_timeout=settings.default_timeout,
             machine_ids=leased,
+            timers=Clock(clock),
         )
         engine.listeners.extend(listeners)
     except BaseException:
