@@ -1,9 +1,9 @@
 """`create_app(settings)`: the FastAPI server of docs/server-contract.md.
 
 The lifespan refuses to start without `MILEPOST_SECRET_KEY`, opens and migrates the
-store, builds the engine service over the orchestrator (shared with other servers on PostgreSQL),
-the vault, the NATS publisher (optional) and ticks the engine every `reconcile_interval`
-seconds.
+store, builds the engine service (`engine.factory`; shared with other servers on PostgreSQL),
+the vault, the NATS publisher (optional) and drives the engine's clock: the runs' timers
+at their time and the reconciler's tick every `reconcile_interval` seconds.
 Routes are sync functions: FastAPI runs them in its thread pool, so the synchronous
 store never blocks the event loop.
 """
@@ -53,9 +53,9 @@ from milepost.api.routers import (
 from milepost.credentials import SecretKeyMissing, Vault
 from milepost.engine import notify, webhooks, worker_pools
 from milepost.engine import workers as registry
+from milepost.engine.factory import Lease, build_engine
 from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.machine import LeasedIds, holder_name, renew_forever
-from milepost.engine.orchestrator import Orchestrator
+from milepost.engine.machine import renew_forever
 from milepost.settings import Settings
 from milepost.store import factory, port
 from milepost.store.sqlite import SQLiteStore
@@ -106,9 +106,7 @@ def create_app(
             app.state.services = services
             task = None
             if settings.reconcile_interval > 0:
-                task = asyncio.create_task(
-                    _reconcile_forever(services, clock), name="milepost-reconciler"
-                )
+                task = asyncio.create_task(_reconcile_forever(services), name="milepost-clock")
             renewer = (
                 None
                 if services.machine_ids is None
@@ -183,46 +181,37 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
     # `MILEPOST_DATABASE_URLS` (shards) if set, else `database_url`, else the default file;
     # migrated as it opens
     store = factory.open_store(settings=settings)
-    leased: LeasedIds | None = None
+    engine: Lifecycle | None = None
     notifier: webhooks.WebhookNotifier | None = None
     try:
         vault = Vault(store, settings.secret_key or "", clock=clock)
         shared = not isinstance(store, SQLiteStore)  # other servers may share PostgreSQL
-        # lease a machine id: no other server or `milepost run` on this database makes
+        app_metrics = Metrics()
+        notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
+        # a leased machine id: no other server or `milepost run` on this database makes
         # the same event ids; told which (MILEPOST_MACHINE_ID), that one, so that nobody
         # else leases it and no server takes a client's id on it
-        fixed = settings.machine_id
-        leased = LeasedIds(store, clock, holder=holder_name("server"), want=fixed)
-        orchestrator = Orchestrator(
+        engine = build_engine(
             store,
+            settings,
             clock=clock,
-            machine_id=fixed or 0,
-            new_id=leased if fixed is None else None,
+            lease=Lease("server"),
             shared=shared,
-            secret_key=settings.secret_key,
-        )
-        app_metrics = Metrics()
-        engine = Lifecycle(
-            store,
-            orchestrator,
             meters=EngineMeters(app_metrics),
-            requeue_after=settings.requeue_notice_after,
-            default_timeout=settings.default_timeout,
+            listeners=() if notifier is None else (notifier,),
         )
-        notifier = None if webhook is None else webhooks.WebhookNotifier(webhook).start()
-        if notifier is not None:
-            engine.listeners.append(notifier)
+        running = engine
         app_metrics.watch_queue(
             lambda: sum(1 for row in store.open_commands() if row.status == port.COMMAND_QUEUED)
         )
         app_metrics.watch_approvals(store.pending_approvals_by_risk)
-        app_metrics.watch_missing_workers(lambda: worker_pools.counts(engine.missing_workers()))
+        app_metrics.watch_missing_workers(lambda: worker_pools.counts(running.missing_workers()))
         app_metrics.watch_workers(lambda: registry.counts(store, clock()))
     except BaseException:
         if notifier is not None:
             notifier.close(grace=0)
-        if leased is not None:  # else the id stays taken for its ttl
-            leased.release()
+        if engine is not None and engine.machine_ids is not None:  # else taken for its ttl
+            engine.machine_ids.release()
         store.close()
         raise
     log.info("milepost server ready", extra={"action": "server_ready", "shared": shared})
@@ -233,20 +222,21 @@ def _open(settings: Settings, clock: Callable[[], float]) -> Services:
         vault=vault,
         metrics=app_metrics,
         shared=shared,
-        machine_ids=leased,
+        machine_ids=engine.machine_ids,
         webhook=notifier,
     )
 
 
-async def _reconcile_forever(services: Services, clock: Callable[[], float]) -> None:
+async def _reconcile_forever(services: Services) -> None:
+    """The server's clock (`engine.clock`): after a recovery of every running run (its
+    timers lived in the memory of the server that stopped), each run's timer fired at its
+    time (`Lifecycle.wake`) and the reconciler's tick every `reconcile_interval`, in the
+    thread pool (the store's calls block). What either raises is logged, and the next turn
+    tries again: a crash here would stop every lease expiry."""
     engine = services.engine
     try:
         await run_in_threadpool(engine.recover)
     except Exception:
         log.exception("reconciler: recovery failed", extra={"action": "recover_failed"})
-    while True:
-        await asyncio.sleep(services.settings.reconcile_interval)
-        try:
-            await run_in_threadpool(engine.tick, clock())
-        except Exception:  # the next tick tries again; a crash here would stop all leases
-            log.exception("reconciler tick failed", extra={"action": "reconcile_tick_failed"})
+    engine.timers.every("reconcile_tick", services.settings.reconcile_interval, engine.tick)
+    await engine.timers.run(offload=run_in_threadpool)

@@ -23,7 +23,7 @@ from milepost.cli.inputs import (
     JsonOption,
     ServerOption,
     local_identity,
-    one_shot_orchestrator,
+    one_shot_engine,
     opened,
     server_client,
 )
@@ -130,8 +130,9 @@ def _locally(
     """Append the action behind the local run's log; the reply as the server's."""
     with (
         opened(db, existing=True) as store,
-        one_shot_orchestrator(store, action, Settings().machine_id) as orchestrator,
+        one_shot_engine(store, action, Settings().machine_id) as engine,
     ):
+        orchestrator = engine.orchestrator
         made: Build = build(time.time(), orchestrator.new_id)
         acted = remote(
             lambda: actions.append_behind(store, orchestrator, execution_id, step, action, made)

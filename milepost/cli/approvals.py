@@ -22,7 +22,7 @@ from milepost.cli.inputs import (
     OutputOption,
     ServerOption,
     local_identity,
-    one_shot_orchestrator,
+    one_shot_engine,
     opened,
     server_client,
 )
@@ -208,10 +208,10 @@ def _append_vote(
     from milepost.engine.approvals import append_decision
 
     with opened(db, existing=True) as store:
-        with one_shot_orchestrator(store, "approve", machine_id) as orchestrator:
+        with one_shot_engine(store, "approve", machine_id) as engine:
             append_decision(
                 store,
-                orchestrator,
+                engine.orchestrator,
                 approval_id,
                 Voter(identity=voter_identity, roles=frozenset(roles)),
                 decision,

@@ -19,6 +19,7 @@ from milepost.cli.inputs import (
     opened,
     read_playbook,
     read_workload,
+    reading_engine,
     server_client,
     server_settings,
 )
@@ -36,8 +37,6 @@ from milepost.cli.output import (
 from milepost.cli.reads import ServerRuns, follow
 from milepost.client import MilepostClient
 from milepost.engine.event_query import EventQuery
-from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.orchestrator import Orchestrator
 from milepost.errors import MilepostError, PlaybookInvalid
 from milepost.playbook import load, model, scripts, yamllines
 
@@ -172,7 +171,7 @@ def _register_locally(db: str | None, text: str, playbook: model.Playbook) -> di
     from milepost.api import views
 
     with opened(db) as store:
-        engine = Lifecycle(store, Orchestrator(store))
+        engine = reading_engine(store)
         path, version = engine.register(text, playbook)
         entry = engine.catalog_entry(path, version)
     assert entry is not None

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -19,10 +19,13 @@ from milepost.cli.output import OutputOption as OutputOption
 from milepost.cli.output import fail
 from milepost.client import MilepostClient
 from milepost.core import state as st
-from milepost.engine.orchestrator import Orchestrator, deep_merge
+from milepost.engine.orchestrator import deep_merge
 from milepost.playbook import yamllines
 from milepost.settings import Settings
 from milepost.store.port import Store
+
+if TYPE_CHECKING:
+    from milepost.engine.lifecycle import Lifecycle
 
 DbOption = Annotated[
     str | None,
@@ -54,22 +57,31 @@ ServerOption = Annotated[
 
 
 @contextlib.contextmanager
-def one_shot_orchestrator(
+def one_shot_engine(
     store: Store, holder: str, machine_id: int | None = None
-) -> Iterator[Orchestrator]:
-    """An orchestrator for a command that writes a few events to a local database and exits
-    (`cancel`, `approve`): the ids it makes must not be ones a running `milepost run` makes
-    too, so it leases a machine id for its few seconds (the one set, when free)."""
-    import time
+) -> Iterator[Lifecycle]:
+    """The engine of a command that writes a few events to a local database and exits
+    (`cancel`, `approve`, an operator's action): the ids it makes must not be ones a running
+    `milepost run` makes too, so it leases a machine id for its few seconds (the one set,
+    when free; minted on, whether its lease was had or not)."""
+    from milepost.engine.factory import Lease, build_engine, given
 
-    from milepost.engine.machine import LeasedIds, holder_name
-
-    leased = LeasedIds(store, time.time, holder=holder_name(holder), ttl=30.0, want=machine_id)
+    engine = build_engine(
+        store, given(machine_id=machine_id, default_timeout=None), lease=Lease(holder, ttl=30.0)
+    )
     try:
-        fixed = machine_id is not None  # minted on, whether its lease was had or not
-        yield Orchestrator(store, machine_id=machine_id or 0, new_id=None if fixed else leased)
+        yield engine
     finally:
-        leased.release()
+        assert engine.machine_ids is not None  # a lease was asked for
+        engine.machine_ids.release()
+
+
+def reading_engine(store: Store) -> Lifecycle:
+    """The engine of a command that reads a local database (or registers a playbook in its
+    catalog): it makes no event id, so it leases no machine id (it mints on 0)."""
+    from milepost.engine.factory import build_engine, given
+
+    return build_engine(store, given(default_timeout=None))
 
 
 def local_store(db: str | None) -> Store:

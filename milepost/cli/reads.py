@@ -10,14 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from milepost.cli.inputs import existing_store, server_client
+from milepost.cli.inputs import existing_store, reading_engine, server_client
 from milepost.cli.output import iso
 from milepost.client import MilepostClient
 from milepost.client.event_stream import NoStream
 from milepost.core import state as st
 from milepost.engine import describe, event_query, summaries, unattended
-from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.orchestrator import Orchestrator
 
 LOCAL_POLL = 0.2
 """How often a wait or a follow on the local database looks at it again (no long-poll
@@ -88,7 +86,7 @@ class LocalRuns:
     def __init__(self, db: str | None) -> None:
         self.db = db
         self.store = existing_store(db)
-        self.engine = Lifecycle(self.store, Orchestrator(self.store))
+        self.engine = reading_engine(self.store)
 
     def close(self) -> None:
         self.store.close()

@@ -25,7 +25,7 @@ from milepost.cli.inputs import (
     load_state,
     local_identity,
     local_store,
-    one_shot_orchestrator,
+    one_shot_engine,
     opened,
     read_playbook,
     read_workload,
@@ -343,9 +343,8 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
     actor = local_identity()
     with (
         opened(db, existing=True) as store,
-        one_shot_orchestrator(store, "cancel", Settings().machine_id) as orchestrator,
+        one_shot_engine(store, "cancel", Settings().machine_id) as engine,
     ):
-        engine = Lifecycle(store, orchestrator)
         finished = (
             _finish(engine, execution_id, actor)
             if unattended.driver_gone(engine, execution_id)
@@ -354,7 +353,7 @@ def cancel(execution_id: int, db: DbOption = None, server: ServerOption = None) 
         if finished is _Finished.ENDED:
             return
         if finished is _Finished.REQUEST:
-            request_cancel(store, execution_id, orchestrator, actor)
+            request_cancel(store, execution_id, engine.orchestrator, actor)
             out.print(f"cancel requested for execution {execution_id}")
             return
     # its attempts are settled but final steps remain, and no process would run them

@@ -20,7 +20,6 @@ from milepost.core import diagnosis as dg
 from milepost.core import state as st
 from milepost.core import waiting
 from milepost.engine import drivers, liveness, summaries, workers
-from milepost.engine.orchestrator import Orchestrator
 from milepost.playbook import model
 from milepost.store import port
 
@@ -39,8 +38,11 @@ def of(service: Lifecycle, execution_id: int) -> dict[str, Any]:
 
 def local(store: port.Store, execution_id: int, now: float) -> dict[str, Any]:
     """The same read on a database no engine of this process drives (the CLI's `--db`):
-    the workload stays sealed, the verdict needs none of it."""
-    orchestrator = Orchestrator(store, machine_id=0)
+    the workload stays sealed, the verdict needs none of it. A reader's engine of its own:
+    its state is folded from the log as it is now, never a cached one."""
+    from milepost.engine.factory import build_engine, given  # the factory builds on this
+
+    orchestrator = build_engine(store, given(default_timeout=None)).orchestrator
     state = orchestrator.state(execution_id, workload=False)
     return report(store, state, orchestrator.playbook_for(state), now)
 

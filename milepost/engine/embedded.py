@@ -8,6 +8,8 @@ hands them to the service in one call, which folds, decides, commits reports and
 decisions and claims the next commands in ONE transaction. Batching there is what keeps
 the commit count per step low when many steps finish at once. Each run's driver lease
 (`engine.drivers`) is this transport's own: one process drives a run at a time.
+Everything time-based is the service's clock (`engine.clock`), driven on this loop: the
+runs' timers, the poll of the runs it drives and the driver leases' renewal.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.credentials import Vault
 from milepost.engine import workers as registry
 from milepost.engine.actions import Plan
+from milepost.engine.clock import WAKE
 from milepost.engine.drivers import Drivers, ServerDriven, holder_alive
 from milepost.engine.errors import AlreadyTerminal
+from milepost.engine.factory import Lease, build_engine, given
 from milepost.engine.inprocess import InProcessWorkers
-from milepost.engine.lifecycle import Lifecycle
-from milepost.engine.machine import LeasedIds, holder_name, renew_forever
-from milepost.engine.orchestrator import Orchestrator, Outcome
+from milepost.engine.machine import renew_forever
+from milepost.engine.orchestrator import Outcome
 from milepost.engine.webhooks import Webhook, WebhookNotifier
 from milepost.errors import MilepostError, PlaybookNotFound
 from milepost.playbook import model
@@ -81,31 +84,37 @@ class EmbeddedEngine:
         log_cap: int = DEFAULT_CAP,
     ) -> None:
         self.store = store
-        # lease a machine id, so other processes on this database (another `milepost run`
-        # in the same folder) never mint the same event ids; one given is leased too,
-        # when free, so that nobody else leases it (the ids are minted on it regardless)
-        self._leased = LeasedIds(store, clock, holder=holder_name(worker_id), want=machine_id)
-        self.orchestrator = Orchestrator(
-            store,
-            clock=clock,
-            machine_id=machine_id or 0,
-            new_id=self._leased if machine_id is None else None,
-        )
+        # a bad ttl refused before a machine id is leased
         self.drivers = Drivers(store, clock, driver_ttl, self._lost_run)
         self.holder = self.drivers.holder
         # this process is the only writer of the runs it drives: no look at the log
-        # before each decision (the poller folds what others wrote, a cancel); and it calls
-        # the service from its loop's thread only: no locks
-        self.service = Lifecycle(
-            store, self.orchestrator, exclusive=True, default_timeout=default_timeout
-        )
-        self.service.on_wake = lambda xid, at: None  # `_handle` sets this loop's timers
-        self.service.on_outcome = self._handle
+        # before each decision (its poll folds what others wrote, a cancel); and it calls
+        # the service from its loop's thread only: no locks. It leases a machine id, so
+        # other processes on this database (another `milepost run` in the same folder)
+        # never mint the same event ids; one given is leased too, when free, so that nobody
+        # else leases it (the ids are minted on it regardless)
         # approval events leave from a thread of their own: a slow receiver never holds
         # up this loop (the service only queues them)
         self.webhook = None if webhook is None else WebhookNotifier(webhook)
-        if self.webhook is not None:
-            self.service.listeners.append(self.webhook)
+        self.service = build_engine(
+            store,
+            given(machine_id=machine_id, default_timeout=default_timeout),
+            clock=clock,
+            lease=Lease(worker_id),
+            exclusive=True,
+            listeners=() if self.webhook is None else (self.webhook,),
+        )
+        assert self.service.machine_ids is not None  # a lease was asked for
+        self._leased = self.service.machine_ids
+        self.orchestrator = self.service.orchestrator
+        self.service.on_outcome = self._handle
+        # the one clock of the service, driven on this loop (`__aenter__`): the runs' timers
+        # wake only the runs this engine drives; its duties look at them and keep their
+        # driver leases
+        self.timers = self.service.timers
+        self.timers.on(WAKE, self._wake)
+        self.timers.every("poll", POLL_INTERVAL, self._poll)
+        self.timers.every("driver_keeper", self.drivers.ttl / 3, self._keep)
         self.concurrency = concurrency
         self.worker_id = worker_id
         self._tools = tools
@@ -141,7 +150,6 @@ class EmbeddedEngine:
         self._done: dict[int, asyncio.Event] = {}
         self._children: dict[int, list[int]] = {}
         """parent -> the children this engine started for it (`wait` waits for them too)."""
-        self._timers: dict[int, asyncio.TimerHandle] = {}
         self._listeners: list[EventListener] = []
         self._told: dict[int, int] = {}
         """Per execution, the seq up to which the listeners have seen its log."""
@@ -169,15 +177,12 @@ class EmbeddedEngine:
             self.webhook.start()
         self._tasks = [self.workers.spawn(f"worker-{i}") for i in range(self.concurrency)]
         self._tasks.append(asyncio.create_task(self._reporter(), name="reporter"))
-        self._tasks.append(asyncio.create_task(self._poller(), name="poller"))
-        self._tasks.append(asyncio.create_task(self._keeper(), name="driver-keeper"))
+        self._tasks.append(asyncio.create_task(self.timers.run(), name="clock"))
         self._tasks.append(asyncio.create_task(self.workers.heartbeats(), name="heartbeats"))
         self._tasks.append(asyncio.create_task(renew_forever(self._leased), name="machine-id"))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -196,7 +201,7 @@ class EmbeddedEngine:
     def subscribe(self, listener: EventListener) -> None:
         """Call `listener` with every event of the log of each run this engine drives, in
         log order (for progress displays): those it commits, its claims, and those other
-        processes append (a vote, a cancel), folded by the poller. A resumed run's log is
+        processes append (a vote, a cancel), folded by its poll. A resumed run's log is
         told from its start."""
         self._listeners.append(listener)
 
@@ -410,19 +415,16 @@ class EmbeddedEngine:
     def _lost_run(self, xid: int) -> None:
         """Another process drives `xid` now: dispatch, report and decide nothing more for it."""
         self._active.discard(xid)
-        timer = self._timers.pop(xid, None)
-        if timer is not None:
-            timer.cancel()
+        self.timers.drop(WAKE, xid)
         self._done.setdefault(xid, asyncio.Event()).set()
 
-    async def _keeper(self) -> None:
-        while True:
-            await asyncio.sleep(self.drivers.ttl / 3)
-            try:
-                self.drivers.tend(self._active)
-                registry.check_in(self.store, self.service.clock(), self.registered)
-            except Exception:  # a store hiccup: the next tick (or `holds`) tries again
-                log.exception("driver lease renewal failed")
+    def _keep(self, now: float) -> None:
+        """A duty of the clock: renew the driver leases, check in with the registry."""
+        try:
+            self.drivers.tend(self._active)
+            registry.check_in(self.store, now, self.registered)
+        except Exception:  # a store hiccup: the next turn (or `holds`) tries again
+            log.exception("driver lease renewal failed")
 
     def _handle(self, outcome: Outcome) -> None:
         """What the embedded transport does with every outcome of the service."""
@@ -434,14 +436,9 @@ class EmbeddedEngine:
         }
         if asked:  # by whatever asked (a parent that ended, a cancel): stopped now
             self.workers.stop_cancelled(asked)
-        for xid, at in outcome.wake_at.items():
-            self._schedule(xid, at)
-        for state in outcome.finished:
+        for state in outcome.finished:  # the service dropped their timers
             self._active.discard(state.execution_id)
             self._told.pop(state.execution_id, None)
-            timer = self._timers.pop(state.execution_id, None)
-            if timer is not None:
-                timer.cancel()
             self._done.setdefault(state.execution_id, asyncio.Event()).set()
         taken = {row.command_id for row, _ in outcome.claimed}
         waiting = {xid for xid, cmd in outcome.issued if cmd.command_id not in taken}
@@ -489,16 +486,9 @@ class EmbeddedEngine:
             for listener in self._listeners:
                 listener(event)
 
-    def _schedule(self, xid: int, at: float) -> None:
-        loop = asyncio.get_running_loop()
-        old = self._timers.pop(xid, None)
-        if old is not None:
-            old.cancel()
-        delay = max(0.0, at - self.orchestrator.clock())
-        self._timers[xid] = loop.call_later(delay, self._wake, xid)
-
     def _wake(self, xid: int) -> None:
-        self._timers.pop(xid, None)
+        """A timer of `xid` is due (the clock's `WAKE`): a retry's, an approval's expiry or
+        the end of a cancel's grace."""
         if xid in self._active and self.drivers.holds(xid):
             try:  # the timer may be the end of a cancel's grace: abandon what still runs
                 self.service.abandon_overdue([xid])
@@ -560,31 +550,29 @@ class EmbeddedEngine:
             finally:
                 self._gathering = False
 
-    async def _poller(self) -> None:
-        while True:
-            await asyncio.sleep(POLL_INTERVAL)
-            if not self._active:
-                continue
-            # re-read the log: another process may have asked to cancel, or voted
-            self._process_safely([], list(self._active), refresh=True)
-            self._catch_up(list(self._active))
-            try:  # an attempt silent past its liveness is lost; a run without progress fails
-                seen = self.service.reconciler.watch_liveness(
-                    self.orchestrator.clock(), self._active
-                )
-                # an attempt failed by the engine's timeout, or lost, is stopped like a
-                # cancelled one: its tool must not run on after its command was settled
-                self.workers.stop_commands([*seen.timed_out, *seen.expired])
+    def _poll(self, now: float) -> None:
+        """A duty of the clock, every `POLL_INTERVAL`: what changed in the runs this
+        engine drives without a call of its own."""
+        if not self._active:
+            return
+        # re-read the log: another process may have asked to cancel, or voted
+        self._process_safely([], list(self._active), refresh=True)
+        self._catch_up(list(self._active))
+        try:  # an attempt silent past its liveness is lost; a run without progress fails
+            seen = self.service.reconciler.watch_liveness(now, self._active)
+            # an attempt failed by the engine's timeout, or lost, is stopped like a
+            # cancelled one: its tool must not run on after its command was settled
+            self.workers.stop_commands([*seen.timed_out, *seen.expired])
+        except Exception:
+            log.exception("liveness check failed")
+        cancelled = [
+            x
+            for x in self._active
+            if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested
+        ]
+        if cancelled:  # their queued commands are never claimed: settle them
+            self.workers.stop_cancelled(cancelled)  # and what runs learns it now
+            try:
+                self.service.settle_cancelled(cancelled)
             except Exception:
-                log.exception("liveness check failed")
-            cancelled = [
-                x
-                for x in self._active
-                if (s := self.orchestrator.cached(x)) is not None and s.cancel_requested
-            ]
-            if cancelled:  # their queued commands are never claimed: settle them
-                self.workers.stop_cancelled(cancelled)  # and what runs learns it now
-                try:
-                    self.service.settle_cancelled(cancelled)
-                except Exception:
-                    log.exception("settling cancelled runs failed")
+                log.exception("settling cancelled runs failed")

@@ -246,7 +246,7 @@ class InProcessWorkers:
 
     def stop_cancelled(self, execution_ids: Iterable[int]) -> None:
         """Stop the running attempts of those of these executions whose cancel was asked
-        (the poller noticed it, or this process asked): sooner than their heartbeat."""
+        (its poll noticed it, or this process asked): sooner than their heartbeat."""
         xids = set(execution_ids)
         orchestrator = self.engine.orchestrator
         for xid, stopper in list(self._stops.values()):

@@ -34,10 +34,12 @@ from milepost.core.approval_state import Voter
 from milepost.engine import actions, approvals, attempt_logs, children, diagnosis, notify, reporting
 from milepost.engine import cancel as cancelling
 from milepost.engine.claims import HandedOut
+from milepost.engine.clock import WAKE, Clock
 from milepost.engine.errors import AlreadyTerminal
 from milepost.engine.id_spaces import IdSpaces
 from milepost.engine.liveness_meter import LivenessMeter
 from milepost.engine.locks import ExecutionLocks, NoLocks, locked_ids
+from milepost.engine.machine import LeasedIds
 from milepost.engine.meters import ApprovalClock, Meters
 from milepost.engine.orchestrator import Orchestrator, Outcome, claims_by_run
 from milepost.engine.reconciler import REQUEUE_AFTER, Reconciler, TickReport
@@ -80,9 +82,14 @@ class Lifecycle(StoreReads):
         requeue_after: float = REQUEUE_AFTER,
         exclusive: bool = False,
         default_timeout: float | None = None,
+        machine_ids: LeasedIds | None = None,
+        timers: Clock | None = None,
     ) -> None:
         self.store = store
         self.orchestrator = orchestrator
+        self.machine_ids = machine_ids
+        """The machine id the orchestrator's ids are made on, leased (`engine.factory`):
+        renewed and given back by the transport; None: not leased (a reader, a test)."""
         self.publisher: notify.Publisher = publisher or notify.NullPublisher()
         self.meters = meters or Meters()
         self._counted = meters is not None  # else no per-event count: nobody reads it
@@ -102,6 +109,12 @@ class Lifecycle(StoreReads):
         """The machine ids clients may choose event ids on (the server's ingest)."""
         if not exclusive:
             orchestrator.new_id = locked_ids(orchestrator.new_id)
+        self.timers = timers or Clock(orchestrator.clock)
+        """The engine's one clock (`engine.clock`): the runs' timers and the transport's
+        duties, driven by the transport (`Clock.run`) or stepped by a test. A due run's
+        timer wakes it (`wake`) unless the transport fires it itself (the embedded engine,
+        for the runs it drives)."""
+        self.timers.on(WAKE, self.wake)
         self.reconciler = Reconciler(
             store,
             self,
@@ -109,9 +122,11 @@ class Lifecycle(StoreReads):
             requeue_after=requeue_after,
             on_expired=lambda _cid: self.meters.lease_expired(),
             default_timeout=default_timeout,
+            timers=self.timers,
         )
         self.on_wake: Callable[[int, float], None] = self.reconciler.schedule
-        """Called with (execution_id, time) for every retry timer a decision set."""
+        """Called with (execution_id, time) for every timer a decision set (a retry's, the
+        end of a cancel's grace, an approval's expiry): set on the clock."""
         self.on_outcome: Callable[[Outcome], None] = lambda outcome: None
         """Called with every outcome (a transport that dispatches work itself)."""
         self.listeners: list[Callable[[Outcome], None]] = []
@@ -572,6 +587,7 @@ class Lifecycle(StoreReads):
             with self.locks.hold(finished):
                 for xid in finished:
                     self.orchestrator.retire(xid)
+                    self.timers.drop(WAKE, xid)  # an ended run has nothing left to wake
             self.watchers.wake(outcome.finished)
         self.on_outcome(outcome)
         for listener in self.listeners:

@@ -9,7 +9,7 @@ command); the failure is an
 `execution.stalled` (kind `stalled`) appended through the orchestrator with a
 `command.failed` for each open command, so both modes end such a run alike and as a failed
 step ends it: compensations, then `execution.failed`. The reconciler's tick calls this for every run (server), the embedded
-engine's poller for the runs it drives.
+engine's poll (a duty of its clock) for the runs it drives.
 
 Also here: the engine's `default_timeout`, which bounds an attempt of a step without
 `spec.timeout` however long it heartbeats (`fail_overdue`).

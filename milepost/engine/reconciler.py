@@ -1,12 +1,14 @@
 """The reconciler: what the server does on a clock rather than on a request.
 
-It is the engine service's (`Lifecycle.tick`, which drives it); `tick(now)` runs once a
-second in the server (docs/server-contract.md, "Leases, fencing,
-reconciler"):
+It is the engine service's (`Lifecycle.tick`, which drives it); `tick(now)` is a duty of
+the server's clock (`engine.clock`), once a `reconcile_interval` (docs/server-contract.md,
+"Leases, fencing, reconciler"):
 
 1. wakes executions whose retry timer is due, or whose cancel grace ended (their live
    attempts are abandoned as cancelled); every server: the timers come from this
-   server's own `process` outcomes, and waking twice is harmless;
+   server's own `process` outcomes, and waking twice is harmless. They wait on the clock
+   (kind `WAKE`), whose driver fires each at its time; a tick takes those due that were
+   not (a test stepping the tick alone);
 2. then, on the leader only (a PostgreSQL advisory lock, `store.try_leader_lock()`, when
    the store has one):
    - appends `command.lease_expired` for each expired claim, through the orchestrator, so
@@ -26,9 +28,7 @@ reconcilers at once waste work but cannot corrupt a run. Time comes in as `now`.
 
 from __future__ import annotations
 
-import heapq
 import logging
-import threading
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from milepost.core import events as ev
 from milepost.core import liveness as leases
 from milepost.engine import liveness, notify, workers
+from milepost.engine.clock import WAKE, Clock
 from milepost.store import port
 
 if TYPE_CHECKING:
@@ -77,15 +78,15 @@ class Reconciler:
         requeue_after: float = REQUEUE_AFTER,
         on_expired: Callable[[int], None] | None = None,
         default_timeout: float | None = None,
+        timers: Clock | None = None,
     ) -> None:
         self.store = store
+        self.timers = timers or Clock(driver.clock)
+        """Where the runs' timers wait (`engine.clock`, kind `WAKE`)."""
         self.driver = driver
         self.publisher = publisher
         self.requeue_after = requeue_after
         self.on_expired = on_expired
-        self._timers: list[tuple[float, int]] = []
-        self._timer_set: set[tuple[float, int]] = set()
-        self._timers_lock = threading.Lock()
         self._reported: set[int] = set()
         """Expired claims already reported, in case the store still lists them as claimed."""
         self._noticed: dict[int, float] = {}
@@ -99,32 +100,17 @@ class Reconciler:
 
     def schedule(self, execution_id: int, at: float) -> None:
         """Wake `execution_id` at `at` (thread-safe; Outcome.wake_at feeds this)."""
-        with self._timers_lock:
-            if (at, execution_id) not in self._timer_set:
-                self._timer_set.add((at, execution_id))
-                heapq.heappush(self._timers, (at, execution_id))
+        self.timers.at(WAKE, execution_id, at)
 
     def pending_timers(self) -> list[tuple[float, int]]:
-        with self._timers_lock:
-            return sorted(self._timers)
-
-    def _due(self, now: float) -> list[int]:
-        due: list[int] = []
-        with self._timers_lock:
-            while self._timers and self._timers[0][0] <= now:
-                entry = heapq.heappop(self._timers)
-                self._timer_set.discard(entry)
-                xid = entry[1]
-                if xid not in due:
-                    due.append(xid)
-        return due
+        return self.timers.pending(WAKE)
 
     # -- the tick --------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
         report = TickReport()
         # a due timer is a retry's, or the end of a cancel's grace (`Lifecycle.wake`)
-        report.woken = self._each(self._due(now), report, self.driver.wake)
+        report.woken = self._each(self.timers.due(WAKE, now), report, self.driver.wake)
         leader_lock = getattr(self.store, "try_leader_lock", None)
         if leader_lock is not None and not leader_lock():
             report.leader = False
@@ -133,8 +119,8 @@ class Reconciler:
         self._requeue(now, report)
         self._notice_lost_workers(now, report)
         self._watch_liveness(now, report, None)
-        with self._timers_lock:  # a run waiting for its retry timer is idle on purpose
-            waiting = {xid for at, xid in self._timers if at > now}
+        # a run waiting for its retry timer is idle on purpose
+        waiting = {xid for at, xid in self.timers.pending(WAKE) if at > now}
         redrive = [x for x in self.store.executions_to_redrive(now) if x not in waiting]
         report.redriven = self._each(
             redrive, report, lambda xid: self.driver.process(also=[xid], refresh=True)
@@ -165,7 +151,7 @@ class Reconciler:
 
     def watch_liveness(self, now: float, only: Container[int]) -> TickReport:
         """Expired claims and stalled runs of the executions in `only` alone: the embedded
-        engine's poller, for the runs it drives (it is their only writer)."""
+        engine's poll, for the runs it drives (it is their only writer)."""
         report = TickReport()
         self._expire(now, report, only)
         self._watch_liveness(now, report, only)

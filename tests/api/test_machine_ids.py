@@ -36,10 +36,11 @@ def test_the_server_leases_its_machine_id_and_gives_it_back_at_shutdown(db_url: 
 def test_a_server_that_fails_to_start_gives_its_machine_id_back(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken() -> None:
+    def broken(*_: object) -> None:
         raise RuntimeError("metrics could not start")
 
-    monkeypatch.setattr(app_module, "Metrics", broken)
+    # after the engine (and its lease) is built: the metrics' gauges are set up on it
+    monkeypatch.setattr(app_module.Metrics, "watch_queue", broken)
     with pytest.raises(RuntimeError, match="metrics could not start"), start_server(db_url):
         pass
     store = factory.open_store(db_url)

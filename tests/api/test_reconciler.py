@@ -9,6 +9,7 @@ import pytest
 
 from milepost.core import events as ev
 from milepost.engine import notify
+from milepost.engine.clock import WAKE
 from tests.api.support import HELLO, LOOP, RETRY, Api, FakeClock, ok, report_wire, start_server
 from tests.shared import wait_for
 
@@ -101,6 +102,32 @@ def test_a_retry_timer_wakes_the_run_when_it_is_due(fake: Api, clock: FakeClock)
     assert second["attempt"] == 2 and reconciler.pending_timers() == []
     fake.complete(fake.claim_one(), 1)
     assert fake.status(xid)["status"] == "COMPLETED"
+
+
+def test_the_engines_clock_fires_a_retry_timer_at_its_time_without_a_tick(
+    fake: Api, clock: FakeClock
+) -> None:
+    xid = fake.execute(RETRY)
+    fake.complete(fake.claim_one(), ok_=False, error={"kind": "error", "message": "flaky"})
+    timers = fake.services.engine.timers
+    [(at, _)] = timers.pending(WAKE)
+    assert timers.next_due() == at
+    # the engine reads the same clock the test steps: its decision is made at `at` too
+    clock.now = at - 0.001
+    assert timers.step(clock()) == {}
+    assert len(issued(fake, xid)) == 1
+    clock.now = at
+    assert timers.step(clock()) == {WAKE: [int(xid)]}  # no reconciler tick
+    assert issued(fake, xid)[-1]["attempt"] == 2 and timers.pending(WAKE) == []
+
+
+def test_an_ended_run_leaves_no_timer(fake: Api, clock: FakeClock) -> None:
+    xid = fake.execute(RETRY)
+    fake.complete(fake.claim_one(), ok_=False, error={"kind": "error", "message": "flaky"})
+    assert [x for _, x in fake.services.engine.timers.pending(WAKE)] == [int(xid)]
+    ok(fake.post(f"/api/executions/{xid}/cancel", {}, role="operator"))
+    wait_for(lambda: fake.status(xid)["status"] == "CANCELLED", "the cancel")
+    assert fake.services.engine.timers.pending(WAKE) == []
 
 
 def _failed_once(db_url: str, clock: FakeClock) -> str:
