@@ -17,7 +17,8 @@ import pytest
 
 from milepost.core import events as ev
 from tests.acceptance.harness import MILEPOST, Cluster, database
-from tests.acceptance.test_cancel_server import HOLD, events, gone, pids
+from tests.acceptance.test_cancel_server import events, gone
+from tests.holding_step import HOLD, pids
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow

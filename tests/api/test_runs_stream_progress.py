@@ -15,7 +15,7 @@ from milepost.core import events as ev
 from milepost.store import port, projection
 from tests.api.support import HELLO, Api, live_server, ok, report_wire
 from tests.api.test_approvals import People, gated
-from tests.api.test_runs_list import Follower, start
+from tests.api.test_runs_list import Follower
 from tests.shared import wait_for
 
 
@@ -118,7 +118,7 @@ def test_the_runs_page_sees_a_steps_progress_live(db_url: str, monkeypatch: Any)
     with live_server(db_url) as server:
         follower = Follower(server)
         wait_for(lambda: follower.status is not None, "the stream to open")
-        xid = start(server)
+        xid = server.execute()
         wait_for(lambda: follower.seen(xid, "RUNNING"), "the new run on the stream")
         [command] = _claim(server)
         ok(

@@ -6,11 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from milepost.core.ids import machine_of
-
 from milepost.engine.factory import Lease, build_engine, given
 from milepost.engine.locks import ExecutionLocks, NoLocks
 from milepost.engine.meters import ApprovalClock, Meters
+from milepost.ids import machine_of
 from milepost.settings import Settings
 from milepost.store.memory import MemoryStore
 
