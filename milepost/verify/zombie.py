@@ -29,6 +29,11 @@ class Haunting:
 
 async def haunt(url: str, token: str) -> Haunting:
     async with AsyncMilepostClient(url, token, timeout=3) as http:
+        # its ids first: between the give-back and the report a live worker may claim and
+        # finish the command, and a report of a command already settled is stale whatever
+        # the fence does (a loaded machine made that window long enough to miss the fault)
+        leased = await http.machine_id(WORKER_ID)
+        new_id = Snowflake(int(leased["machine_id"]), time.time)
         deadline = time.monotonic() + CLAIM_FOR
         commands: list[dict[str, object]] = []
         while not commands and time.monotonic() < deadline:
@@ -39,9 +44,6 @@ async def haunt(url: str, token: str) -> Haunting:
             return Haunting(None)
         command = commands[0]
         item = wire.work_item_from_wire(command)
-        await http.release(item.command_id, WORKER_ID, item.epoch)
-        leased = await http.machine_id(WORKER_ID)
-        new_id = Snowflake(int(leased["machine_id"]), time.time)
         error = {
             "kind": "zombie",
             "message": "reported after giving the claim back",
@@ -51,6 +53,7 @@ async def haunt(url: str, token: str) -> Haunting:
             item, AttemptResult(ok=False, error=error), new_id(), time.time(), WORKER_ID
         )
         body = wire.jsonable([wire.event_to_wire(e, item.epoch, item.command_id) for e in events])
+        await http.release(item.command_id, WORKER_ID, item.epoch)
         reply = await http.post_events(body)
         event_id = events[0].event_id
         return Haunting(event_id, str(event_id) in set(reply.get("stale") or ()))
