@@ -18,6 +18,7 @@ from milepost.cli.output import JsonOption as JsonOption
 from milepost.cli.output import OutputOption as OutputOption
 from milepost.cli.output import fail
 from milepost.client import MilepostClient
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.engine.orchestrator import deep_merge
 from milepost.playbook import yamllines
@@ -117,7 +118,7 @@ def load_state(db: str | None, execution_id: int) -> st.ExecutionState:
         events = store.load(execution_id)
     if not events:
         raise fail(f"no execution {execution_id}")
-    return st.fold(None, events)
+    return fl.fold(None, events)
 
 
 def local_identity(user: str | None = None) -> str:

@@ -14,6 +14,7 @@ from milepost.cli.inputs import existing_store, reading_engine, server_client
 from milepost.cli.output import iso
 from milepost.client import MilepostClient
 from milepost.client.event_stream import NoStream
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.engine import describe, event_query, summaries, unattended
 
@@ -104,7 +105,7 @@ class LocalRuns:
 
     def _waits(self, execution_id: int) -> list[dict[str, Any]]:
         """What the run waits on, from the log folded as it is (no key needed, as `status`)."""
-        state = st.fold(None, self.engine.events(execution_id))
+        state = fl.fold(None, self.engine.events(execution_id))
         return self.engine.waits_of(state, self.engine.playbook(state.path, state.version or 0))
 
     def status(self, execution_id: int) -> dict[str, Any]:
@@ -113,7 +114,7 @@ class LocalRuns:
         # a queued command of a pool no live worker serves, as a server's status says (read
         # before the log, as the server does: the steps it names are in the fold)
         missing = self.engine.missing_workers(execution_id)
-        state = st.fold(None, self.engine.events(row.execution_id))
+        state = fl.fold(None, self.engine.events(row.execution_id))
         summary = summaries.execution_summary(state)
         if state.terminal:
             return summary

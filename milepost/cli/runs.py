@@ -48,7 +48,6 @@ from milepost.cli.progress import ApprovalLines, Progress, decide_commands, resu
 from milepost.core import approval_state as ap
 from milepost.core import cancellation
 from milepost.core import events as ev
-from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.credentials import Vault
 from milepost.engine import behind, summaries, unattended
@@ -429,7 +428,7 @@ def request_cancel(
         )
         # appended behind the driver's back: marked here as the engine would mark it, or the
         # store would refuse the claims of the final steps of a run whose status is settled
-        return [fs.mark_cancel(state, event)]
+        return [cancellation.mark_cancel(state, event)]
 
     try:
         # only the status and the watermark are read: a run sealed with a key this

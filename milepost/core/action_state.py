@@ -1,7 +1,6 @@
 """The operator's actions as the fold sees them (`core.actions` makes their events).
 
-`core.state` folds them through the handlers here (which import it, and what imports
-it, when called: it imports this module). Each sets the step run up so that
+`core.fold` folds them through the handlers here. Each sets the step run up so that
 `core.decide` does the rest as it always does: a retry makes the step's attempts due now
 (phase 6 issues them), a skip gives the step its results (phase 2 completes it, its `set`
 and arcs rendered from them), a reused result is a completed step of the new run.
@@ -9,12 +8,10 @@ and arcs rendered from them), a reused result is a completed step of the new run
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from milepost.core import context as cx
 from milepost.core import events as ev
-
-if TYPE_CHECKING:
-    from milepost.core.state import ExecutionState
+from milepost.core import state as st
+from milepost.core.state import ExecutionState
 
 
 def apply_retry_requested(state: ExecutionState, event: ev.Event) -> None:
@@ -29,8 +26,6 @@ def apply_retry_requested(state: ExecutionState, event: ev.Event) -> None:
 
 
 def apply_skip_requested(state: ExecutionState, event: ev.Event) -> None:
-    from milepost.core import state as st  # the module that folds with this one
-
     step = event.step or ""
     p = event.payload
     run = int(p["run"])
@@ -53,9 +48,6 @@ def apply_skip_requested(state: ExecutionState, event: ev.Event) -> None:
 
 def apply_reused(state: ExecutionState, event: ev.Event) -> None:
     """A step run completed in the run this one restarts: as its `step.exit` left it."""
-    from milepost.core import context as cx
-    from milepost.core import state as st
-
     step = event.step or ""
     p = event.payload
     run = int(p.get("run", 1))

@@ -5,10 +5,10 @@ worker that never stops cannot keep a cancelled run from ending. Pure: time come
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from milepost.core import events as ev
-from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.playbook import model
 
@@ -65,8 +65,7 @@ def request(
     """The `execution.cancel_requested` of a cancel asked by `actor` (none named: the
     payload is empty, as a run cancelled the old way logs), for `cause` (a parent's).
     The same event whoever appends it: the engine under the run's lock, or a process
-    that appends it behind the run's driver (which marks it first: `final_step_state.
-    mark_cancel`)."""
+    that appends it behind the run's driver (which marks it first: `mark_cancel`)."""
     return ev.new_event(
         event_id,
         execution_id,
@@ -74,6 +73,27 @@ def request(
         now,
         payload=request_payload(actor, cause),
     )
+
+
+def cancel_stops_work(state: st.ExecutionState) -> bool:
+    """Whether a cancel keeps this run's commands from running. Not once its status is
+    settled: the commands then are its compensations (DSL 10.5) or its teardown, which are
+    how it ends, and a cancel asked while they run does not stop them."""
+    return state.cancel_requested and state.compensation is None and state.teardown is None
+
+
+def mark_cancel(state: st.ExecutionState, event: ev.Event) -> ev.Event:
+    """A cancel asked once the run's status is settled, marked so the store's projection
+    keeps taking claims of its final steps (`store.projection`); other events unchanged."""
+    if event.event_type != ev.EXECUTION_CANCEL_REQUESTED:
+        return event
+    if state.teardown is not None:
+        mark = "tearing_down"
+    elif state.compensation is not None:
+        mark = "compensating"
+    else:
+        return event
+    return replace(event, meta={**event.meta, mark: True})
 
 
 def child_cause(parent_id: int, why: str = "cancelled") -> str:
@@ -87,7 +107,7 @@ def deadline(state: st.ExecutionState, playbook: model.Playbook) -> float | None
     """When the live attempts of a cancelled run are abandoned; None when not cancelling,
     or once compensating or tearing down: the commands then are its final steps, which a
     cancel leaves alone (DSL 10.5, `core.final_step_state`)."""
-    if not fs.cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
+    if not cancel_stops_work(state) or state.terminal or state.cancel_requested_at is None:
         return None
     return state.cancel_requested_at + playbook.executor.cancel_grace
 

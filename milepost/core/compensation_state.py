@@ -16,52 +16,25 @@ a compensation must leave alone, so it would need a marker checked in each of th
 
 Compensations are a run's first final steps (`core.final_step_state`: each item folds as a
 `Work`; teardown comes after them). The state is `ExecutionState.compensation` (None until
-compensating starts): the fold knows
+compensating starts, a `final_step_state.Compensation`, kept there so that `core.state`
+imports no module that reads the state back): the fold knows
 which items are done, so a run resumed after a crash goes on with the next one and never
 runs one twice (a command in flight at the crash is re-delivered like any command).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
-
-if TYPE_CHECKING:  # state imports this module: the types only, to keep the import one way
-    from milepost.core.state import Command, ExecutionState
+from milepost.core.final_step_state import Compensation, CompensationItem
+from milepost.core.state import Command, ExecutionState
 
 PENDING = fs.PENDING
 RUNNING = fs.RUNNING
 COMPLETED = fs.COMPLETED
 FAILED = fs.FAILED
-
-
-@dataclass(slots=True, kw_only=True)
-class Item(fs.Work):
-    """One compensation: the step run it undoes and the run of the compensation step
-    (`target`, `target_run`)."""
-
-    step: str
-    """The step whose completed run is undone."""
-    run: int
-
-
-@dataclass(slots=True)
-class Compensation:
-    outcome: str
-    """FAILED or CANCELLED: the status the run ends with once every item is done."""
-    items: list[Item] = field(default_factory=list)
-
-    @property
-    def current(self) -> tuple[int, Item] | None:
-        """The item to work on (they run one at a time, in plan order); None when all are done."""
-        return fs.current(self.items)
-
-    @property
-    def active(self) -> bool:
-        return self.current is not None
 
 
 def compensating(state: ExecutionState) -> bool:
@@ -91,7 +64,7 @@ def context_of(state: ExecutionState, command_id: int) -> dict[str, Any] | None:
 def apply_started(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
     items = [
-        Item(
+        CompensationItem(
             step=str(i["step"]),
             run=int(i["run"]),
             target=str(i["compensation"]),
@@ -104,7 +77,7 @@ def apply_started(state: ExecutionState, event: ev.Event) -> None:
         state.run_counts[item.target] = max(state.run_counts.get(item.target, 0), item.target_run)
 
 
-def _item(state: ExecutionState, index: Any) -> Item | None:
+def _item(state: ExecutionState, index: Any) -> CompensationItem | None:
     comp = state.compensation
     return None if comp is None else fs.item_at(comp.items, index)
 
@@ -112,10 +85,10 @@ def _item(state: ExecutionState, index: Any) -> Item | None:
 def apply_issued(state: ExecutionState, command: Command, index: Any) -> None:
     item = _item(state, index)
     if item is not None:
-        item.issued(command)
+        item.issued(command.command_id, command.attempt)
 
 
-def owns(state: ExecutionState, command: Command) -> Item | None:
+def owns(state: ExecutionState, command: Command) -> CompensationItem | None:
     """The item whose live command `command` is, if any."""
     comp = state.compensation
     if comp is None:

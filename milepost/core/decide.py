@@ -46,6 +46,7 @@ from milepost.core import (
 )
 from milepost.core import context as cx
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.policies import retry_wait, retryable
 from milepost.errors import TemplateError
@@ -155,7 +156,7 @@ def settle(
         decision = decide(state, playbook, now, new_id)
         if not decision.events:
             return Settled(produced, decision.wake_at)
-        st.fold(state, decision.events)
+        fl.fold(state, decision.events)
         produced.extend(decision.events)
     return Settled(produced, now)
 

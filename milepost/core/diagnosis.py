@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import cancellation, waiting
 from milepost.core import compensation_state as cs
 from milepost.core import final_step_state as fs
 from milepost.core import state as st
 from milepost.core import teardown_state as td
-from milepost.core import waiting
 from milepost.core.waiting import Child, Driver, Facts, OpenCommand
 from milepost.playbook import durations, model
 from milepost.playbook.durations import span
@@ -390,7 +390,7 @@ def _cancel(state: st.ExecutionState, playbook: model.Playbook, now: float) -> l
     by = f" by {state.cancel_actor}" if state.cancel_actor else ""
     out = len(state.commands)
     message = f"cancel requested{by} {span(now - asked)} ago; "
-    if not fs.cancel_stops_work(state):
+    if not cancellation.cancel_stops_work(state):
         doing = "tearing down" if state.teardown is not None else "compensating"
         message += f"the run finishes {doing} first (a cancel stops neither)"
     else:

@@ -176,7 +176,7 @@ what clients send."""
 INFORMATIVE = "informative"
 """`meta.informative: true` on an event of a type the engine does not know (a NoETL
 worker's, DSL 12.3): the API sets it when it stores one, and the fold passes over such an
-event instead of refusing the log (`core.state.fold`). Read only on unknown types: a client
+event instead of refusing the log (`core.fold.fold`). Read only on unknown types: a client
 cannot make a known event informative."""
 
 

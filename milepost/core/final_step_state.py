@@ -6,18 +6,20 @@ Each is one `Work`: its command is issued with the phase's marker in the payload
 (`compensation: <index>` or `teardown: <index>`), reported like any command (or lost),
 retried under the step's own `spec.retry`, then settled by the phase's own outcome event.
 None of it moves a step run of the workflow. Once a run has started either phase its
-status is settled, so a cancel asked from then on stops nothing (`cancel_stops_work`).
+status is settled, so a cancel asked from then on stops nothing
+(`core.cancellation.cancel_stops_work`).
+
+The records here are the ones `core.state.ExecutionState` holds (its `compensation` and
+`teardown`): this module does not read the state back, so the state's module can import it.
+The fold of each phase is in its own module, which does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from milepost.core import events as ev
-
-if TYPE_CHECKING:  # state imports this module: the types only, to keep the import one way
-    from milepost.core.state import Command, ExecutionState
 
 PENDING = "PENDING"
 RUNNING = "RUNNING"
@@ -33,7 +35,7 @@ CANCEL_MARKS = ("compensating", "tearing_down")
 
 def lost_error(payload: dict[str, Any]) -> dict[str, Any]:
     """The error of an attempt whose claim lapsed (`command.lease_expired`'s payload): a
-    step's attempt (`core.state`) or a final step's."""
+    step's attempt (`core.fold`) or a final step's."""
     return {"kind": "lost", "message": payload.get("message") or LOST_MESSAGE, "retryable": True}
 
 
@@ -56,10 +58,10 @@ class Work:
     result: Any = None
     error: dict[str, Any] | None = None
 
-    def issued(self, command: Command) -> None:
+    def issued(self, command_id: int, attempt: int) -> None:
         self.status = RUNNING
-        self.command_id = command.command_id
-        self.attempt = command.attempt
+        self.command_id = command_id
+        self.attempt = attempt
         self.retry_at = None
         self.reported = None
 
@@ -100,27 +102,61 @@ def item_at(items: list[Any], index: Any) -> Any:
     return items[int(index)]
 
 
-def cancel_stops_work(state: ExecutionState) -> bool:
-    """Whether a cancel keeps this run's commands from running. Not once its status is
-    settled: the commands then are its compensations (DSL 10.5) or its teardown, which are
-    how it ends, and a cancel asked while they run does not stop them."""
-    return state.cancel_requested and state.compensation is None and state.teardown is None
-
-
-def mark_cancel(state: ExecutionState, event: ev.Event) -> ev.Event:
-    """A cancel asked once the run's status is settled, marked so the store's projection
-    keeps taking claims of its final steps (`store.projection`); other events unchanged."""
-    if event.event_type != ev.EXECUTION_CANCEL_REQUESTED:
-        return event
-    if state.teardown is not None:
-        mark = "tearing_down"
-    elif state.compensation is not None:
-        mark = "compensating"
-    else:
-        return event
-    return replace(event, meta={**event.meta, mark: True})
-
-
 def stops_nothing(event: ev.Event) -> bool:
     """A cancel request `mark_cancel` marked: the store keeps taking the run's claims."""
     return any(event.meta.get(mark) for mark in CANCEL_MARKS)
+
+
+@dataclass(slots=True, kw_only=True)
+class CompensationItem(Work):
+    """One compensation (`core.compensation_state`): the step run it undoes and the run of
+    the compensation step (`target`, `target_run`)."""
+
+    step: str
+    """The step whose completed run is undone."""
+    run: int
+
+
+@dataclass(slots=True)
+class Compensation:
+    """A run's compensations (`ExecutionState.compensation`)."""
+
+    outcome: str
+    """FAILED or CANCELLED: the status the run ends with once every item is done."""
+    items: list[CompensationItem] = field(default_factory=list)
+
+    @property
+    def current(self) -> tuple[int, CompensationItem] | None:
+        """The item to work on (they run one at a time, in plan order); None when all are done."""
+        return current(self.items)
+
+    @property
+    def active(self) -> bool:
+        return self.current is not None
+
+
+@dataclass(slots=True)
+class Teardown:
+    """A run's teardown steps (`ExecutionState.teardown`, `core.teardown_state`)."""
+
+    status: str
+    """COMPLETED, FAILED or CANCELLED: the status the run ends with, whatever teardown does."""
+    error: dict[str, Any] | None
+    """The error it ends FAILED with; None for another status."""
+    items: list[Work] = field(default_factory=list)
+
+    @property
+    def current(self) -> tuple[int, Work] | None:
+        return current(self.items)
+
+    @property
+    def active(self) -> bool:
+        return self.current is not None
+
+    def context(self) -> dict[str, Any]:
+        """`teardown = {status, error}` in a teardown step's render context."""
+        return {"status": self.status, "error": self.error}
+
+    def outcomes(self) -> list[dict[str, Any]]:
+        """`[{step, status, error}]`: what the terminal event records of each step."""
+        return [{"step": i.target, "status": i.status, "error": i.error} for i in self.items]

@@ -8,7 +8,7 @@ previous one did. Its `spec` applies (timeout in the worker, `spec.retry` here);
 and `set` are ignored. Then the run ends with the status and error decided before: a
 teardown step that fails (or is lost, or stopped) is recorded, as its step status and in
 the terminal event's `teardown`, and changes nothing else. A cancel asked meanwhile stops
-nothing (`final_step_state.cancel_stops_work`). The fold is in `core.teardown_state`.
+nothing (`core.cancellation.cancel_stops_work`). The fold is in `core.teardown_state`.
 """
 
 from __future__ import annotations

@@ -18,46 +18,20 @@ the run's failure, `completed_runs`, ctx and arcs. A teardown step's outcome is 
 status and result (`step_status`, `results`: it is the step's only run), which is how
 `status`, `describe` and the UI's graph show it; nothing else of the run moves.
 
-The state is `ExecutionState.teardown` (None until tearing down starts): a run resumed after
+The state is `ExecutionState.teardown` (None until tearing down starts, a
+`final_step_state.Teardown`, kept there so that `core.state` imports no module that reads
+the state back): a run resumed after
 a crash goes on with the next step and never runs one twice (a command in flight at the
 crash is re-delivered like any command).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
-
-if TYPE_CHECKING:  # state imports this module: the types only, to keep the import one way
-    from milepost.core.state import Command, ExecutionState
-
-
-@dataclass(slots=True)
-class Teardown:
-    status: str
-    """COMPLETED, FAILED or CANCELLED: the status the run ends with, whatever teardown does."""
-    error: dict[str, Any] | None
-    """The error it ends FAILED with; None for another status."""
-    items: list[fs.Work] = field(default_factory=list)
-
-    @property
-    def current(self) -> tuple[int, fs.Work] | None:
-        return fs.current(self.items)
-
-    @property
-    def active(self) -> bool:
-        return self.current is not None
-
-    def context(self) -> dict[str, Any]:
-        """`teardown = {status, error}` in a teardown step's render context."""
-        return {"status": self.status, "error": self.error}
-
-    def outcomes(self) -> list[dict[str, Any]]:
-        """`[{step, status, error}]`: what the terminal event records of each step."""
-        return [{"step": i.target, "status": i.status, "error": i.error} for i in self.items]
+from milepost.core.state import Command, ExecutionState
 
 
 def tearing_down(state: ExecutionState) -> bool:
@@ -81,7 +55,7 @@ def apply_started(state: ExecutionState, event: ev.Event) -> None:
     p = event.payload
     error = p.get("error")
     items = [fs.Work(target=str(i["step"]), target_run=int(i["run"])) for i in p.get("steps", [])]
-    state.teardown = Teardown(
+    state.teardown = fs.Teardown(
         status=str(p.get("outcome") or fs.COMPLETED),
         error=error if isinstance(error, dict) else None,
         items=items,
@@ -98,7 +72,7 @@ def _item(state: ExecutionState, index: Any) -> fs.Work | None:
 def apply_issued(state: ExecutionState, command: Command, index: Any) -> None:
     item = _item(state, index)
     if item is not None:
-        item.issued(command)
+        item.issued(command.command_id, command.attempt)
         state.step_status[item.target] = fs.RUNNING
 
 

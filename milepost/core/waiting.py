@@ -20,9 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milepost.core import approval_state as ap
-from milepost.core import compensation_state as cs
+from milepost.core import cancellation, policies
 from milepost.core import final_step_state as fs
-from milepost.core import policies
 from milepost.core import state as st
 from milepost.playbook import model
 from milepost.playbook.durations import span
@@ -279,7 +278,7 @@ def _final_step_retries(state: st.ExecutionState, playbook: model.Playbook) -> l
                     item.attempt + 1,
                     max_attempts(playbook, item.target, item.error),
                     item.error,
-                    undoes=item.step if isinstance(item, cs.Item) else None,
+                    undoes=item.step if isinstance(item, fs.CompensationItem) else None,
                 )
             )
     return found
@@ -294,7 +293,7 @@ def _approvals(state: st.ExecutionState) -> list[Wait]:
 
 
 def _cancel(state: st.ExecutionState, playbook: model.Playbook) -> list[Wait]:
-    if not fs.cancel_stops_work(state) or not state.commands:
+    if not cancellation.cancel_stops_work(state) or not state.commands:
         return []
     asked = state.cancel_requested_at
     due = None if asked is None else asked + playbook.executor.cancel_grace

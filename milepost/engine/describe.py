@@ -19,6 +19,7 @@ from typing import Any
 from milepost.core import approvals as core_approvals
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core import work
 from milepost.engine import summaries
@@ -59,7 +60,7 @@ def describe(engine: Lifecycle, execution_id: int) -> dict[str, Any]:
     # of `execution.started` (no key needed to describe a sealed run), and the same read
     # makes the timeline
     log = engine.events(row.execution_id)
-    state = st.fold(None, log)
+    state = fl.fold(None, log)
     playbook = engine.playbook(state.path, state.version or 0)
     shown = view(state, playbook, log)
     _running_children(engine, state, playbook, shown)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.credentials import Vault
@@ -266,7 +267,7 @@ class EmbeddedEngine:
             return state
         self.drivers.take(execution_id, replace=replace)
         # what the previous driver appended before it let go (folded in place, the cache)
-        st.fold(state, self.store.load(execution_id, after_seq=state.last_seq))
+        fl.fold(state, self.store.load(execution_id, after_seq=state.last_seq))
         if state.terminal:
             self._done[execution_id].set()
             return state

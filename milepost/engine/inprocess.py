@@ -21,8 +21,8 @@ from typing import Any
 
 from milepost.attempt.runner import run_attempt
 from milepost.attempt.stopping import Stoppable
+from milepost.core import cancellation
 from milepost.core import events as ev
-from milepost.core import final_step_state as fs
 from milepost.core.logs import DEFAULT_CAP, Captured
 from milepost.core.work import TaskRetry, WorkItem, report_events, retry_note_events
 from milepost.engine.lifecycle import Claimed, ClaimRequest, Lease, Lifecycle
@@ -150,7 +150,7 @@ class InProcessWorkers:
             return  # claimed before another process took the run over: its driver reclaims
         orchestrator = self.engine.orchestrator
         state = orchestrator.state(item.execution_id)
-        if fs.cancel_stops_work(state) or state.terminal:
+        if cancellation.cancel_stops_work(state) or state.terminal:
             self._give_back(item.command_id, lease)  # a cancelled run's work is never run
             return
         playbook = orchestrator.playbook_for(state)
@@ -251,7 +251,7 @@ class InProcessWorkers:
         orchestrator = self.engine.orchestrator
         for xid, stopper in list(self._stops.values()):
             state = orchestrator.cached(xid) if xid in xids else None
-            if state is not None and fs.cancel_stops_work(state):
+            if state is not None and cancellation.cancel_stops_work(state):
                 stopper.stop()
 
     def stop_commands(self, command_ids: Iterable[int]) -> None:

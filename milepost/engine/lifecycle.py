@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from milepost import telemetry
 from milepost.core import cancellation
 from milepost.core import events as ev
-from milepost.core import final_step_state as fs
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.actions import Origin
 from milepost.core.approval_state import Voter
@@ -328,7 +328,7 @@ class Lifecycle(StoreReads):
             return self.orchestrator.state(execution_id)  # rebuilt from the log just now
         newer = self.store.load(execution_id, after_seq=cached.last_seq)
         if newer:
-            st.fold(cached, newer)
+            fl.fold(cached, newer)
         return cached
 
     def diagnosis(self, execution_id: int) -> dict[str, Any]:
@@ -461,7 +461,7 @@ class Lifecycle(StoreReads):
             self.settle_cancelled([execution_id])
             state = self.orchestrator.state(execution_id)
             actor = state.cancel_actor or actor
-            stops = fs.cancel_stops_work(state)  # not while compensating or tearing down
+            stops = cancellation.cancel_stops_work(state)  # not while compensating or tearing down
         # outside the parent's lock: locks are taken in id order, one run at a time here
         for child in self.store.running_children(execution_id) if stops else []:
             with contextlib.suppress(AlreadyTerminal, ExecutionNotFound):
@@ -478,13 +478,13 @@ class Lifecycle(StoreReads):
             reports: list[ev.Event] = []
             for xid in xids:
                 cached = self.orchestrator.cached(xid)
-                if cached is not None and not fs.cancel_stops_work(cached) and not now:
+                if cached is not None and not cancellation.cancel_stops_work(cached) and not now:
                     continue  # a retry's timer: no read of the log for it (a cancel that
                     # came meanwhile is folded by the wake's decision, which sets its timer)
                 state = self.fresh(xid)
                 playbook = self.orchestrator.playbook_for(state)
                 if (
-                    not fs.cancel_stops_work(state)
+                    not cancellation.cancel_stops_work(state)
                     or state.terminal
                     or not state.commands
                     or not (now or cancellation.overdue(state, playbook, self.clock()))
@@ -514,7 +514,7 @@ class Lifecycle(StoreReads):
             reports: list[ev.Event] = []
             for xid in xids:
                 state = self.fresh(xid)
-                if not fs.cancel_stops_work(state) or state.terminal:
+                if not cancellation.cancel_stops_work(state) or state.terminal:
                     continue  # a run's final steps (compensations, teardown) run
                 cancelled.add(xid)
                 reports += [

@@ -23,6 +23,7 @@ from milepost import sanitize
 from milepost.core import actions, cancellation, start, teardown
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.work import WorkItem, work_item
 from milepost.engine import snapshots
@@ -217,7 +218,7 @@ class Orchestrator:
         the next look at the log folds them. Call holding the execution's lock."""
         state = self._states.get(execution_id)
         if state is not None and logged and state.last_seq == logged[0].seq - 1:
-            st.fold(state, logged)
+            fl.fold(state, logged)
 
     def _rebuild(self, execution_id: int) -> st.ExecutionState:
         state: st.ExecutionState | None = None
@@ -227,7 +228,7 @@ class Orchestrator:
         events = self.store.load(execution_id, after_seq=state.last_seq if state else 0)
         if state is None and not events:
             raise ExecutionNotFound(f"no execution {execution_id}", execution_id=str(execution_id))
-        state = st.fold(state, events)
+        state = fl.fold(state, events)
         self._snapshotted[execution_id] = state.event_count
         return state
 
@@ -346,7 +347,7 @@ class Orchestrator:
                         else self._rebuild(xid)
                     )
                 elif refresh and state.last_seq:
-                    st.fold(state, self.store.load(xid, after_seq=state.last_seq))
+                    fl.fold(state, self.store.load(xid, after_seq=state.last_seq))
                 self._states[xid] = state
                 watermarks[xid] = state.last_seq
                 if state.terminal:
@@ -357,7 +358,7 @@ class Orchestrator:
                     to_append.extend(e for e in incoming if e.event_id in state.seen)
                     continue
                 repeats: list[ev.Event] = []
-                reports = st.fold_reports(state, incoming, repeats)
+                reports = fl.fold_reports(state, incoming, repeats)
                 to_append.extend(reports)
                 to_append.extend(_redacted(state, self._decide(state, now, out, reports)))
                 # the store leaves out a repeat of the same event and refuses another event
@@ -435,7 +436,7 @@ class Orchestrator:
         # the decide loop may have folded part of a decision: start again from the log
         # plus this call's reports (as stored: stale marks included)
         fresh = self._rebuild(xid) if state.last_seq else st.ExecutionState(execution_id=xid)
-        st.fold(fresh, reports)
+        fl.fold(fresh, reports)
         out.engine_errors.append(xid)
         out.wake_at.pop(xid, None)  # no timer of the decisions that raised stands
         torn = None
@@ -454,7 +455,7 @@ class Orchestrator:
             return torn[1]
         cause = reports[-1].event_id if reports else state.causes.last  # what was decided on
         failed = teardown.failed_at_once(xid, error, cause, self.new_id(), now)
-        st.fold(fresh, [failed])
+        fl.fold(fresh, [failed])
         self._states[xid] = fresh
         return [failed]
 
@@ -471,7 +472,7 @@ class Orchestrator:
         moves from then); a run already tearing down ends with the status decided before.
         None when its playbook names no teardown step (or `pb` is None: its playbook or
         workload could not be read, and a run not tearing down yet cannot start)."""
-        trial = st.clone(state)
+        trial = fl.clone(state)
         if pb is not None:
             self._open(trial)
         rows = self.store.get_commands(sorted(trial.commands)) if trial.commands else {}
@@ -479,10 +480,10 @@ class Orchestrator:
         events = teardown.after_engine_error(trial, pb, error, now, self.new_id, epochs)
         if not events:
             return None
-        st.fold(trial, events)
+        fl.fold(trial, events)
         if trial.terminal or pb is None:
             return trial, events
-        started = st.clone(trial)
+        started = fl.clone(trial)
         try:
             return trial, events + self._decide_all(trial, pb, now, out)
         except (port.StoreError, ConcurrencyConflict):
@@ -495,7 +496,7 @@ class Orchestrator:
             )
         # deciding on its teardown raised too: it ends, with the status it was given
         ending = teardown.after_engine_error(started, pb, error, now, self.new_id, {})
-        st.fold(started, ending)
+        fl.fold(started, ending)
         return started, events + ending
 
     def _advance(self, stored: list[ev.Event], watermarks: dict[int, int], out: Outcome) -> None:
@@ -522,7 +523,7 @@ class Orchestrator:
                 theirs = self.store.load(
                     xid, after_seq=before, before_seq=mine[0] if one_run else None
                 )
-                st.fold(state, theirs)
+                fl.fold(state, theirs)
                 state.last_seq = max(state.last_seq, mine[-1])
                 ours = {e.event_id for e in stored}.union(e.event_id for e in claims.get(xid, ()))
                 if any(
@@ -532,7 +533,7 @@ class Orchestrator:
             elif mine:
                 state.last_seq = mine[-1]
             if xid in claims:
-                st.fold(state, claims[xid])  # numbered after ours: after whatever `theirs` held
+                fl.fold(state, claims[xid])  # numbered after ours: after whatever `theirs` held
             self._maybe_snapshot(state)
             if state.terminal:
                 out.finished.append(state)

@@ -18,12 +18,13 @@ log = logging.getLogger(__name__)
 
 EVERY = 2000
 """Events between snapshots at least; past 4,000, half the events at the last one."""
-VERSION = 12
+VERSION = 13
 """2: `ExecutionState.parent_command_id`; 3: `sealed_workload`; 4: `workload_secrets`;
 5: `causes`; 6: `run_results`, `compensation`; 7: `Command.pool`; 8: `usage`, `step_usage`;
 9: `cancel_requested_at`, `cancel_actor`; 10: `StepRun.retry_errors`, `run_results` of
 compensated steps, `traceparent`; 11: `restarted_from`; 12: `teardown`, a compensation's
-item a `final_step_state.Work`, `Command.retrying`."""
+item a `final_step_state.Work`, `Command.retrying`; 13: `Compensation`, its item and
+`Teardown` pickled from `final_step_state` (a pickle names a record's module)."""
 
 
 def due(events: int, at_last: int, every: int) -> bool:

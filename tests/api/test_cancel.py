@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from milepost.core import events as ev
-from milepost.core import state as st
+from milepost.core import fold as fl
 from tests.api.support import HELLO, Api, FakeClock, error, ok, playbook, report_wire
 
 GRACE = playbook(
@@ -115,8 +115,8 @@ def test_an_attempt_still_running_when_the_grace_ends_is_abandoned_and_its_repor
     # had it come before the run's end, the fold would have marked it stale: the engine
     # settled that command, the run waits for it no more
     log = [e for e in fake.store.load(int(xid)) if e.event_type != ev.EXECUTION_CANCELLED]
-    [late] = st.fold_reports(st.fold(None, log), [ingest_one(command)])
-    assert late.meta["stale"] is True and late.meta["stale_reason"] == st.SETTLED
+    [late] = fl.fold_reports(fl.fold(None, log), [ingest_one(command)])
+    assert late.meta["stale"] is True and late.meta["stale_reason"] == fl.SETTLED
 
 
 def ingest_one(command: dict[str, Any]) -> ev.Event:

@@ -21,6 +21,7 @@ import pytest
 
 from milepost.core import approval_state as ap
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.store.sqlite import SQLiteStore
@@ -184,7 +185,7 @@ def refunds(tmp_path: Path) -> list[str]:
 
 def folded(db: Path, xid: int) -> st.ExecutionState:
     with opened(db) as store:
-        return st.fold(None, store.load(xid))
+        return fl.fold(None, store.load(xid))
 
 
 def issued(db: Path, xid: int, step: str) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.engine.embedded import EmbeddedEngine
 from milepost.engine.orchestrator import Orchestrator
@@ -232,7 +233,7 @@ def record(name: str, scenario: Scenario, folder: Path) -> dict[str, Any]:
         executions = []
         for x in xids:
             events = store.load(x)
-            folded, engine_state = st.fold(None, events), Orchestrator(store).state(x)
+            folded, engine_state = fl.fold(None, events), Orchestrator(store).state(x)
             # the engine opened a sealed workload; the log holds it masked
             opened = {**meaning(engine_state), "workload": folded.workload}
             if meaning(folded) != opened:
@@ -240,7 +241,7 @@ def record(name: str, scenario: Scenario, folder: Path) -> dict[str, Any]:
             executions.append(
                 {
                     "events": [event_to_json(e) for e in events],
-                    "meanings": {str(k): meaning(st.fold(None, events[:k])) for k in cuts(events)},
+                    "meanings": {str(k): meaning(fl.fold(None, events[:k])) for k in cuts(events)},
                 }
             )
         return {

@@ -18,6 +18,7 @@ import pytest
 
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.credentials import new_key
 from milepost.engine import orchestrator as orchestrator_module
@@ -67,12 +68,12 @@ def test_state_rebuilt_from_a_snapshot_equals_the_fold_of_the_whole_log(store: A
     # force snapshots every few events, then rebuild twice: from the snapshot and from zero
     orchestrator = Orchestrator(store, snapshot_every=7)
     events = store.load(state.execution_id)
-    partial = st.fold(None, events[:40])
+    partial = fl.fold(None, events[:40])
     orchestrator._states[state.execution_id] = partial
     orchestrator._maybe_snapshot(partial)
     assert store.load_snapshot(state.execution_id)[0] == partial.last_seq
     rebuilt = Orchestrator(store).state(state.execution_id)
-    assert rebuilt == st.fold(None, events)
+    assert rebuilt == fl.fold(None, events)
     assert rebuilt.ctx == {"count": 30}
 
 
@@ -333,7 +334,7 @@ def test_an_engine_error_in_the_embedded_mode_ends_the_run_failed(
     assert (state.error["kind"], state.error["message"]) == ("engine", "KeyError: 'missing'")
     events = store.load(state.execution_id)
     assert [e.event_type for e in events][-2:] == [ev.COMMAND_COMPLETED, ev.EXECUTION_FAILED]
-    assert state == st.fold(None, events)  # the cached state is the fold of what was stored
+    assert state == fl.fold(None, events)  # the cached state is the fold of what was stored
     [logged] = [r for r in caplog.records if r.message.startswith("engine error")]
     assert logged.exc_info is not None and logged.exc_info[0] is KeyError
 
@@ -430,7 +431,7 @@ def test_milepost_cancel_appends_nothing_after_an_end_it_did_not_see(
         reads.append(execution_id)
         if len(reads) > 1:
             return real(self, execution_id, **kw)
-        state = st.fold(None, log[:-1])
+        state = fl.fold(None, log[:-1])
         self._states[execution_id] = state
         return state
 

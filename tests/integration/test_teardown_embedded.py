@@ -10,6 +10,7 @@ from typing import Any
 
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.engine import summaries
 from milepost.engine.embedded import EmbeddedEngine
@@ -197,7 +198,7 @@ def test_a_run_an_engine_error_fails_still_tears_down(
         ev.TEARDOWN_COMPLETED,
         ev.EXECUTION_FAILED,
     ]
-    assert state == st.fold(None, log)  # the cached state is the fold of what was stored
+    assert state == fl.fold(None, log)  # the cached state is the fold of what was stored
 
 
 def test_an_engine_error_that_breaks_teardown_too_ends_the_run_failed(

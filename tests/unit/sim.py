@@ -9,6 +9,7 @@ from typing import Any
 from milepost.core import approvals, cancellation
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.playbook import load, model
@@ -48,7 +49,7 @@ class Sim:
                 **({"started_by": started_by} if started_by else {}),
             },
         )
-        self.state = st.fold(None, [started])
+        self.state = fl.fold(None, [started])
         self.log.append(started)
         self.settle()
 
@@ -63,7 +64,7 @@ class Sim:
         event = approvals.vote_event(
             self.state, approval_id, voter, decision, reason, self.now, self.new_id()
         )
-        st.fold(self.state, [event])
+        fl.fold(self.state, [event])
         self.log.append(event)
         return self.settle()
 
@@ -117,7 +118,7 @@ class Sim:
             payload.update(error=error)
             etype = ev.COMMAND_FAILED
         event = ev.new_event(self.new_id(), 77, etype, self.now, step=cmd.step, payload=payload)
-        st.fold(self.state, [event])
+        fl.fold(self.state, [event])
         self.log.append(event)
         return self.settle()
 
@@ -135,13 +136,13 @@ class Sim:
         self.now = max(self.now, self.wake_at)
         if cancellation.overdue(self.state, self.pb, self.now):
             abandoned = cancellation.abandoned(self.state, self.pb, self.now, self.new_id, {})
-            st.fold(self.state, abandoned)
+            fl.fold(self.state, abandoned)
             self.log.extend(abandoned)
         return self.settle()
 
     def fold_and_settle(self, event_type: str, step: str | None, **payload: Any) -> list[ev.Event]:
         event = ev.new_event(self.new_id(), 77, event_type, self.now, step=step, payload=payload)
-        st.fold(self.state, [event])
+        fl.fold(self.state, [event])
         self.log.append(event)
         return self.settle()
 

@@ -13,6 +13,8 @@ from milepost import ids
 from milepost.core import actions as acts
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
+from milepost.core import final_step_state as fs
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.engine import actions
 from milepost.engine.lifecycle import Lifecycle
@@ -52,7 +54,7 @@ class World:
         self.xid, _ = self.service.start(pb, version, {"n": 7}, started_by="user:ann")
 
     def state(self, xid: int | None = None) -> st.ExecutionState:
-        return self.service.read(xid or self.xid, lambda s, _: st.clone(s))
+        return self.service.read(xid or self.xid, lambda s, _: fl.clone(s))
 
     def live(self, step: str, xid: int | None = None) -> list[st.Command]:
         return [c for c in self.state(xid).commands.values() if c.step == step]
@@ -231,7 +233,12 @@ def test_a_step_run_the_old_run_compensated_is_not_reused() -> None:
     pb = world.service.playbook(state.path, state.version or 0)
     log = world.service.events(world.xid)
     assert [s for s, _ in acts.restart(state, log, pb, None, "user:bob").reused] == ["start"]
-    state.compensation = cs.Compensation(
-        st.FAILED, [cs.Item(step="start", run=1, target="undo", target_run=1, status=cs.COMPLETED)]
+    state.compensation = fs.Compensation(
+        st.FAILED,
+        [
+            fs.CompensationItem(
+                step="start", run=1, target="undo", target_run=1, status=cs.COMPLETED
+            )
+        ],
     )
     assert acts.restart(state, log, pb, None, "user:bob").reused == []

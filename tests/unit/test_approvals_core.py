@@ -10,6 +10,7 @@ import pytest
 from milepost.core import approval_state as ap
 from milepost.core import approvals
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from tests.unit.sim import Sim, playbook
@@ -129,7 +130,7 @@ def test_a_second_vote_by_the_same_identity_is_refused_and_would_change_nothing(
         vote(sim, ALICE)
     # the same vote slipped into the log some other way: the fold ignores it
     again = sim.decided("refund", pending(sim).approval_id, "user:alice")
-    st.fold(sim.state, [again])
+    fl.fold(sim.state, [again])
     assert sim.settle() == []
     assert len(pending(sim).votes) == 1 and sim.live() == []
 
@@ -145,7 +146,7 @@ def test_who_may_decide() -> None:
         approvals.check_vote(sim.state, 12345, ALICE, "approve", sim.now)
     # a forged vote from someone who may not decide changes nothing either
     forged = sim.decided("refund", pending(sim).approval_id, "user:mallory", "deny")
-    st.fold(sim.state, [forged])
+    fl.fold(sim.state, [forged])
     assert sim.settle() == [] and pending(sim).status == ap.PENDING
 
 
@@ -169,7 +170,7 @@ def test_a_quorum_reached_after_expiry_never_grants() -> None:
     for voter in (ALICE, CAROL):
         approval_id = pending(sim).approval_id
         event = sim.decided("refund", approval_id, voter.identity, roles=sorted(voter.roles))
-        st.fold(sim.state, [event])
+        fl.fold(sim.state, [event])
     sim.now = 1000.0 + 7200
     produced = sim.settle()
     assert ev.APPROVAL_GRANTED not in types(produced) and ev.COMMAND_ISSUED not in types(produced)

@@ -30,6 +30,7 @@ from hypothesis import strategies as hs
 from milepost.core import approval_state as ap
 from milepost.core import approvals
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.approval_state import Voter
 from milepost.core.work import work_item
@@ -149,7 +150,7 @@ def _move(w: World, move: tuple[Any, ...]) -> None:
         event = approvals.vote_event(
             sim.state, aid, Voter("user:alice"), "approve", None, sim.now, sim.new_id()
         )
-        st.fold(sim.state, [event])
+        fl.fold(sim.state, [event])
         sim.log.append(event)
         sim.settle()
     elif kind == "write":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from milepost.core import cancellation
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from tests.unit.sim import Sim, playbook
 
@@ -74,7 +75,7 @@ def test_a_step_stopped_by_the_cancel_is_cancelled_and_an_older_log_still_reads_
             payload={"run": 1, "error": exit_.payload["error"]},
         ),
     )
-    folded = st.fold(None, old)
+    folded = fl.fold(None, old)
     assert folded.step_status["start"] == st.FAILED and folded.status == st.CANCELLED
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from milepost.core import cancellation, work
 from milepost.core import compensation_state as cs
 from milepost.core import events as ev
-from milepost.core import final_step_state as fs
+from milepost.core import fold as fl
 from milepost.core import state as st
-from milepost.core import work
 from milepost.engine import summaries
 from milepost.store import projection
 from tests.unit.sim import Sim, playbook
@@ -183,7 +183,7 @@ def test_a_cancel_asked_while_compensating_changes_neither_the_work_nor_the_end(
     sim = _failed_at_ship()
     sim.cancel()
     assert [c.step for c in sim.live()] == ["release"]
-    assert not fs.cancel_stops_work(sim.state)
+    assert not cancellation.cancel_stops_work(sim.state)
     sim.run_all()
     assert sim.state.status == st.FAILED
 
@@ -235,7 +235,7 @@ def test_a_fold_resumed_from_any_point_of_compensating_runs_no_compensation_twic
         resumed = Sim.__new__(Sim)
         resumed.pb, resumed.now, resumed.log = sim.pb, sim.now, list(full[:cut])
         resumed._ids = iter(range(10_000, 20_000))  # type: ignore[assignment]
-        resumed.state = st.fold(None, resumed.log)
+        resumed.state = fl.fold(None, resumed.log)
         resumed.settle()
         resumed.run_all()
         first_attempts = [
@@ -261,7 +261,7 @@ def test_the_projection_takes_claims_again_once_compensating_starts() -> None:
     assert change.cancels == [77] and change.finishing == [77]
     # a cancel asked while compensating is marked: it does not stop the claims again
     again = ev.new_event(99_999, 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)
-    marked = st.fold_reports(sim.state, [again])
+    marked = fl.fold_reports(sim.state, [again])
     assert marked[0].meta.get("compensating") is True
     assert projection.changes(marked).cancels == []
     assert projection.changes([again]).cancels == [77]
@@ -356,4 +356,4 @@ def test_only_the_runs_of_steps_naming_a_compensation_keep_their_result() -> Non
         else e
         for e in sim.log
     ]
-    assert len(st.fold(None, older).run_results) == 7
+    assert len(fl.fold(None, older).run_results) == 7

@@ -14,6 +14,7 @@ from hypothesis import strategies as hs
 
 from milepost import ids
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.policies import retry_delay
 from milepost.playbook.durations import parse_duration
@@ -252,7 +253,7 @@ def test_bad_template_in_step_set_fails_the_run_not_hangs() -> None:
 def test_cancel_request_stops_new_work_and_ends_cancelled() -> None:
     sim = Sim(playbook(LINEAR))
     cancel = ev.new_event(sim.new_id(), 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)
-    st.fold(sim.state, [cancel])
+    fl.fold(sim.state, [cancel])
     assert sim.settle() == []  # start is still running
     sim.complete("start", {})
     assert sim.state.status == st.CANCELLED
@@ -264,8 +265,8 @@ def test_duplicate_event_id_changes_nothing() -> None:
     cmd = sim.live()[0]
     sim.report(cmd, {"x": 1}, ctx={"k": 1})
     completed = next(e for e in sim.log if e.event_type == ev.COMMAND_COMPLETED)
-    before = st.clone(sim.state)
-    st.fold(sim.state, [completed])
+    before = fl.clone(sim.state)
+    fl.fold(sim.state, [completed])
     assert sim.state == before
 
 
@@ -310,20 +311,20 @@ def _log_of_fanout_run(order: list[int]) -> list[ev.Event]:
 )
 def test_folding_in_any_split_equals_folding_at_once(order: list[int], cuts: list[int]) -> None:
     log = _log_of_fanout_run(order)
-    whole = st.fold(None, log)
+    whole = fl.fold(None, log)
     points = sorted({min(c, len(log)) for c in cuts} | {0, len(log)})
     state = None
     for a, b in zip(points, points[1:], strict=False):
         if a < b:
-            state = st.fold(state, log[a:b])
+            state = fl.fold(state, log[a:b])
     assert state == whole
     assert whole.status == st.COMPLETED
 
 
 def test_fold_rejects_unknown_event_types() -> None:
     sim = Sim(playbook(LINEAR))
-    with pytest.raises(st.UnknownEvent):
-        st.fold(sim.state, [ev.new_event(999, 77, "step.teleported", 0.0)])
+    with pytest.raises(fl.UnknownEvent):
+        fl.fold(sim.state, [ev.new_event(999, 77, "step.teleported", 0.0)])
 
 
 def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None:
@@ -331,11 +332,11 @@ def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None
     the mark does nothing on a type the engine knows, and an unmarked unknown type is still
     a log the fold refuses."""
     sim = Sim(playbook(LINEAR))
-    before = st.clone(sim.state)
+    before = fl.clone(sim.state)
     note = ev.new_event(
         998, sim.state.execution_id, "step.result.preview", 0.0, meta={ev.INFORMATIVE: True}
     )
-    st.fold(sim.state, [note])
+    fl.fold(sim.state, [note])
     assert note.event_id in sim.state.seen
     assert (
         sim.state.running == before.running
@@ -346,7 +347,7 @@ def test_fold_passes_over_an_informative_event_of_an_unknown_type_only() -> None
         997, sim.state.execution_id, ev.EXECUTION_CANCEL_REQUESTED, 0.0, meta={ev.INFORMATIVE: True}
     )
     assert not ev.informative(cancel)
-    st.fold(sim.state, [cancel])
+    fl.fold(sim.state, [cancel])
     assert sim.state.cancel_requested
 
 
@@ -476,7 +477,7 @@ def test_a_failure_elsewhere_stops_a_loop_at_its_next_iteration_and_fails_the_ru
 def test_cancel_during_a_loop_ends_the_run_cancelled_once_the_iteration_finishes() -> None:
     sim = Sim(playbook(TWO_BRANCHES))
     sim.complete("start", {})
-    st.fold(sim.state, [ev.new_event(sim.new_id(), 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)])
+    fl.fold(sim.state, [ev.new_event(sim.new_id(), 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)])
     sim.settle()
     sim.complete("looping", 0)
     sim.complete("breaking", {})
@@ -501,7 +502,7 @@ def test_a_lost_command_gets_new_attempts_even_without_spec_retry() -> None:
             step="start",
             payload={"command_id": cmd.command_id},
         )
-        st.fold(sim.state, [lost])
+        fl.fold(sim.state, [lost])
         sim.settle()
         # a report from the vanished worker arriving late changes nothing
         sim.report(cmd, {"late": True})
@@ -558,7 +559,7 @@ def test_a_stuck_log_of_a_failed_loop_with_a_sibling_retry_scheduled_ends_failed
             payload={"run": 1, "index": 1, "attempt": 2, "not_before": sim.now},
         ),
     ]
-    st.fold(sim.state, history)
+    fl.fold(sim.state, history)
     sim.settle()
     assert sim.state.status == st.FAILED
     assert sim.state.error["reason"] == "step 'start' failed: iteration 0: boom"
@@ -710,7 +711,7 @@ def test_a_report_of_a_command_still_live_when_the_run_ended_is_stale() -> None:
     # an engine error ends a run with commands out; the store cancels them, so must the fold
     sim = _pair()
     cmd = sim.live()[0]
-    st.fold(
+    fl.fold(
         sim.state,
         [
             ev.new_event(
@@ -730,7 +731,7 @@ def test_a_report_of_a_command_still_live_when_the_run_ended_is_stale() -> None:
         step="start",
         payload={"command_id": cmd.command_id, "result": 1},
     )
-    [stored] = st.fold_reports(sim.state, [late])
+    [stored] = fl.fold_reports(sim.state, [late])
     assert stored.meta["stale"] is True
     assert sim.state.commands == {} and sim.state.status == st.FAILED
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from tests.histories.meaning import event_from_json, meaning
 from tests.histories.record import SCENARIOS
@@ -50,7 +51,7 @@ def test_a_stored_history_folds_to_its_recorded_meaning(
     events: list[ev.Event], meanings: dict[int, Any]
 ) -> None:
     for cut, recorded in sorted(meanings.items()):
-        assert meaning(st.fold(None, events[:cut])) == recorded, f"after {cut} events"
+        assert meaning(fl.fold(None, events[:cut])) == recorded, f"after {cut} events"
 
 
 @pytest.mark.parametrize(("events", "meanings"), CASES)
@@ -60,7 +61,7 @@ def test_a_stored_history_folded_in_increments_means_the_same(
     """As the orchestrator folds: one state, each batch of new events into it."""
     state, done = None, 0
     for cut, recorded in sorted(meanings.items()):
-        state = st.fold(state, events[done:cut])
+        state = fl.fold(state, events[done:cut])
         done = cut
         assert meaning(state) == recorded, f"after {cut} events"
 
@@ -75,8 +76,8 @@ def test_a_history_whose_result_changed_no_longer_matches() -> None:
     events, meanings = _loop_retry()
     at = next(i for i, e in enumerate(events) if e.event_type == ev.COMMAND_COMPLETED)
     changed = dataclasses.replace(events[at], payload={**events[at].payload, "result": {"sq": -1}})
-    assert meaning(st.fold(None, [*events[:at], changed])) != meanings[at + 1]
-    assert meaning(st.fold(None, events[: at + 1])) == meanings[at + 1]
+    assert meaning(fl.fold(None, [*events[:at], changed])) != meanings[at + 1]
+    assert meaning(fl.fold(None, events[: at + 1])) == meanings[at + 1]
 
 
 def test_a_history_cut_before_its_end_is_still_running_with_its_commands_live() -> None:

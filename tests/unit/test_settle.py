@@ -6,6 +6,7 @@ import itertools
 
 from milepost.core import decide as dc
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from tests.unit.sim import playbook
 
@@ -28,7 +29,7 @@ def _started(now: float = 1000.0) -> tuple[st.ExecutionState, itertools.count[in
         now,
         payload={"path": "t", "version": 1, "workload": {}, "entry_step": "start"},
     )
-    return st.fold(None, [started]), ids
+    return fl.fold(None, [started]), ids
 
 
 def test_settle_folds_every_decision_until_decide_has_nothing_more_to_say() -> None:
@@ -49,7 +50,7 @@ def test_settle_that_runs_out_of_decisions_asks_to_be_woken_at_once() -> None:
     pb = playbook(TWO_STEPS)
     dc.settle(state, pb, 1000.0, lambda: next(ids), limit=100)
     cmd = next(iter(state.commands.values()))
-    st.fold(
+    fl.fold(
         state,
         [
             ev.new_event(

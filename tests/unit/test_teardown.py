@@ -17,6 +17,7 @@ from milepost.core import cancellation, teardown, work
 from milepost.core import diagnosis as dg
 from milepost.core import events as ev
 from milepost.core import final_step_state as fs
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core import teardown_state as td
 from milepost.engine import describe, run_graph, snapshots, summaries
@@ -163,7 +164,7 @@ def test_a_cancel_asked_while_tearing_down_stops_nothing() -> None:
     sim.complete("start", {})
     sim.complete("ship", {})
     sim.cancel()
-    assert not fs.cancel_stops_work(sim.state)
+    assert not cancellation.cancel_stops_work(sim.state)
     assert cancellation.deadline(sim.state, sim.pb) is None  # the grace does not reach it
     assert sim.wake_at is None
     assert [c.step for c in sim.live()] == ["cleanup"]
@@ -171,8 +172,8 @@ def test_a_cancel_asked_while_tearing_down_stops_nothing() -> None:
     assert sim.state.status == st.COMPLETED
     # marked, so the store keeps taking its claims
     again = ev.new_event(99_999, 77, ev.EXECUTION_CANCEL_REQUESTED, sim.now)
-    fresh = st.fold(None, sim.log[: next(i for i, e in enumerate(sim.log) if e.step == "notify")])
-    assert st.fold_reports(fresh, [again])[0].meta.get("tearing_down") is True
+    fresh = fl.fold(None, sim.log[: next(i for i, e in enumerate(sim.log) if e.step == "notify")])
+    assert fl.fold_reports(fresh, [again])[0].meta.get("tearing_down") is True
 
 
 def test_a_cancelled_run_tears_down_once_its_attempts_are_abandoned() -> None:
@@ -250,7 +251,7 @@ def test_after_an_engine_error_live_commands_are_settled_and_teardown_starts() -
     ]
     assert events[0].payload["command_id"] == ship.command_id
     assert events[1].payload["outcome"] == st.FAILED and events[1].payload["error"] == ENGINE
-    st.fold(sim.state, events)
+    fl.fold(sim.state, events)
     sim.log.extend(events)
     sim.settle()
     assert [c.step for c in sim.live()] == ["cleanup"]  # the workflow decides nothing more
@@ -269,7 +270,7 @@ def test_an_engine_error_while_tearing_down_ends_with_the_status_decided() -> No
         {"step": "cleanup", "status": "COMPLETED", "error": None},
         {"step": "notify", "status": "FAILED", "error": ENGINE},
     ]
-    st.fold(sim.state, events)
+    fl.fold(sim.state, events)
     assert sim.state.status == st.COMPLETED and sim.state.commands == {}
 
 
@@ -293,7 +294,7 @@ def test_a_fold_resumed_from_any_point_of_tearing_down_runs_no_step_twice() -> N
     full = sim.log
     ended = next(i for i, e in enumerate(full) if e.step == "ship" and e.event_type == ev.STEP_EXIT)
     for cut in range(ended, len(full) + 1):
-        for rebuilt in (st.fold(None, full[:cut]), _snapshot(st.fold(None, full[:cut]))):
+        for rebuilt in (fl.fold(None, full[:cut]), _snapshot(fl.fold(None, full[:cut]))):
             resumed = _resumed(sim, full[:cut], rebuilt)
             resumed.run_all()
             firsts = [
@@ -520,7 +521,7 @@ def _drive(pb: model.Playbook, sc: dict[str, Any]) -> Sim:
             continue
         if reports in sc["crashes"]:
             sc = {**sc, "crashes": sc["crashes"] - {reports}}
-            rebuilt = st.fold(None, sim.log)
+            rebuilt = fl.fold(None, sim.log)
             sim.state = _snapshot(rebuilt) if reports % 2 else rebuilt
             sim.settle()
             continue
@@ -554,7 +555,7 @@ def _engine_error(sim: Sim) -> None:
             sim.new_id(), 77, ev.EXECUTION_FAILED, sim.now, payload={"error": ENGINE}
         )
         events = [failed]
-    st.fold(sim.state, events)
+    fl.fold(sim.state, events)
     sim.log.extend(events)
     sim.settle()
 

@@ -16,6 +16,7 @@ import pytest
 
 from milepost.attempt.runner import run_attempt
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core import usage
 from milepost.core.work import report_events
@@ -289,7 +290,7 @@ def test_the_fold_sums_usage_per_execution_and_step_and_skips_stale_reports() ->
         report(5, 3, "review", b, failed=True),
         report(5, 4, "draft", a, stale=True),
     ]
-    state = st.fold(None, log)
+    state = fl.fold(None, log)
     assert (state.usage.tokens, state.usage.cost) == (18, 0.3)
     assert state.usage.summary() == {
         "tokens": 18,
@@ -422,7 +423,7 @@ def spend(s: sim.Sim, step: str, cost: float = 0.0, tokens: int = 0) -> list[ev.
             "usage": reported,
         },
     )
-    st.fold(s.state, [event])
+    fl.fold(s.state, [event])
     s.log.append(event)
     return s.settle()
 

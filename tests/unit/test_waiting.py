@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import logs, waiting
 from milepost.core import state as st
 from milepost.core.work import TaskRetry, retry_note_events, work_item
@@ -56,7 +57,7 @@ def note(sim: Sim, cmd: st.Command, retry: TaskRetry, stale: bool = False) -> No
     (event,) = retry_note_events(item, retry, sim.new_id(), sim.now, "w1")
     if stale:
         event = ev.Event(**{**_fields(event), "meta": {**event.meta, "stale": True}})
-    st.fold(sim.state, [event])
+    fl.fold(sim.state, [event])
 
 
 def _fields(event: ev.Event) -> dict[str, Any]:

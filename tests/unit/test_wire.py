@@ -8,6 +8,7 @@ from typing import Any
 
 from milepost import wire
 from milepost.core import events as ev
+from milepost.core import fold as fl
 from milepost.core import state as st
 from milepost.core.work import work_item
 from milepost.playbook.loop_result import LoopResult
@@ -152,7 +153,7 @@ def test_a_gated_command_carries_its_approved_digest_and_expiry_across_the_wire(
         """)
     sim = Sim(gated, now=1_764_600_000.1237)
     (approval,) = sim.state.approvals.values()
-    st.fold(
+    fl.fold(
         sim.state,
         [
             approvals.vote_event(
