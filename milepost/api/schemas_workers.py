@@ -99,7 +99,7 @@ class WorkerList(BaseModel):
     )
 
 
-def worker_out(worker: workers.Worker) -> WorkerOut:
+def worker_out(worker: workers.RegisteredWorker) -> WorkerOut:
     row = worker.row
     return WorkerOut(
         name=row.name,

@@ -143,7 +143,7 @@ def _decide(
     client = server_client(server, db)
     if client is not None:
         with client:
-            item = remote(lambda: client.decide(approval_id, decision, reason))
+            item = remote(lambda: client.decide_approval(approval_id, decision, reason))
     else:
         # a refusal (not an approver, voted already, closed) as one line, exit 2
         item = remote(

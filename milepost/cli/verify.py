@@ -93,13 +93,13 @@ def verify(
             def progress(ended: int, total: int, last: str) -> None:
                 bar.update(task, completed=ended, total=total, description=last)
 
-            outcome = suite.run(options, plan, progress)
-        found = checks.check(outcome.evidence)
+            result = suite.run(options, plan, progress)
+        found = checks.check(result.evidence)
         replay = (
             f"milepost verify --seed {seed} --runs {runs} --duration {duration:g} "
             f"--workers {workers} --lease {lease:g}"
         )
-        report.render(out, outcome, found, replay)
+        report.render(out, result, found, replay)
         if keep is None and not all(v.ok for v in found):
             out.print("(run again with --keep DIR to keep the processes' logs)")
     raise typer.Exit(0 if all(v.ok for v in found) else 1)

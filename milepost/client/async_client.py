@@ -176,11 +176,13 @@ class AsyncMilepostClient:
         result: dict[str, Any] = await self._do(routes.approval(approval_id))
         return result
 
-    async def decide(
+    async def decide_approval(
         self, approval_id: int | str, decision: str, reason: str | None = None
     ) -> dict[str, Any]:
         """Vote `approve` or `deny` as the token's user; the approval as the vote leaves it."""
-        result: dict[str, Any] = await self._do(routes.decide(approval_id, decision, reason))
+        result: dict[str, Any] = await self._do(
+            routes.decide_approval(approval_id, decision, reason)
+        )
         return result
 
     async def command(self, event_id: int | str) -> dict[str, Any]:

@@ -210,7 +210,7 @@ def approval(approval_id: int | str) -> Call:
     return Call("GET", f"/api/approvals/{key(approval_id)}")
 
 
-def decide(approval_id: int | str, decision: str, reason: str | None) -> Call:
+def decide_approval(approval_id: int | str, decision: str, reason: str | None) -> Call:
     return Call(
         "POST",
         f"/api/approvals/{key(approval_id)}/decision",

@@ -275,11 +275,11 @@ class MilepostClient:
         result: dict[str, Any] = self._do(routes.approval(approval_id))
         return result
 
-    def decide(
+    def decide_approval(
         self, approval_id: int | str, decision: str, reason: str | None = None
     ) -> dict[str, Any]:
         """Vote `approve` or `deny` as the token's user; the approval as the vote leaves it."""
-        result: dict[str, Any] = self._do(routes.decide(approval_id, decision, reason))
+        result: dict[str, Any] = self._do(routes.decide_approval(approval_id, decision, reason))
         return result
 
     def command(self, event_id: int | str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def execution_of(store: port.Store, approval_id: int) -> int:
     return approval(store, approval_id).execution_id
 
 
-def decide(
+def decide_approval(
     service: Lifecycle, approval_id: int, voter: Voter, decision: str, reason: str | None
 ) -> port.ApprovalRow:
     """Check and record one vote, and whatever it decides; the approval as it is after."""

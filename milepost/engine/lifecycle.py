@@ -534,7 +534,7 @@ class Lifecycle(StoreReads):
     ) -> port.ApprovalRow:
         """Record a vote (`approve`/`deny`) and what it decides, in one transaction; the
         refusals of `core.approvals` (not an approver, self-approval, closed, voted)."""
-        return approvals.decide(self, approval_id, voter, decision, reason)
+        return approvals.decide_approval(self, approval_id, voter, decision, reason)
 
     # -- on a clock ------------------------------------------------------------------------
 

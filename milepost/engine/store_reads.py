@@ -128,7 +128,7 @@ class StoreReads:
 
     def workers(
         self, *, pool: str | None = None, status: str | None = None
-    ) -> list[workers.Worker]:
+    ) -> list[workers.RegisteredWorker]:
         """The workers registry (live or lost, with the commands each holds)."""
         return workers.workers(self.store, self.clock(), pool=pool, status_=status)
 

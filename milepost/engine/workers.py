@@ -88,8 +88,9 @@ def this_process(
 
 
 @dataclass(frozen=True, slots=True)
-class Worker:
-    """A registry row as the operators read it."""
+class RegisteredWorker:
+    """A worker as the registry shows it to operators: its row, status and running commands
+    (the worker process itself is `worker.loop.Worker`)."""
 
     row: port.WorkerRow
     status: str
@@ -170,7 +171,7 @@ def status(row: port.WorkerRow, now: float) -> str:
 
 def workers(
     store: port.Store, now: float, *, pool: str | None = None, status_: str | None = None
-) -> list[Worker]:
+) -> list[RegisteredWorker]:
     """The registry, by name (only `pool`'s, only those of `status_` when given), each with
     the commands its name holds."""
     rows = [r for r in store.list_workers() if pool is None or r.pool == pool]
@@ -182,7 +183,7 @@ def workers(
     for command in store.open_commands():
         if command.status == port.COMMAND_CLAIMED and command.worker_id is not None:
             held.setdefault(command.worker_id, []).append(command)
-    return [Worker(r, s, tuple(held.get(r.name, ()))) for r, s in shown]
+    return [RegisteredWorker(r, s, tuple(held.get(r.name, ()))) for r, s in shown]
 
 
 def counts(store: port.Store, now: float) -> dict[tuple[str, str], int]:

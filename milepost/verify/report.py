@@ -7,13 +7,15 @@ from rich.console import Console
 from rich.table import Table
 
 from milepost.verify import checks
-from milepost.verify.suite import Outcome
+from milepost.verify.suite import VerifyResult
 
 SHOWN = 10
 """Violations printed per invariant (the rest counted)."""
 
 
-def render(console: Console, outcome: Outcome, found: list[checks.Verdict], replay: str) -> None:
+def render(
+    console: Console, result: VerifyResult, found: list[checks.Verdict], replay: str
+) -> None:
     """`replay`: the command line that draws the same schedule again."""
     table = Table(title="invariants", show_lines=False)
     table.add_column("invariant")
@@ -34,13 +36,13 @@ def render(console: Console, outcome: Outcome, found: list[checks.Verdict], repl
     figures = Table(title="figures")
     figures.add_column("figure")
     figures.add_column("value", justify="right")
-    schedule = outcome.schedule
+    schedule = result.schedule
     rows: list[tuple[str, object]] = [("orders", len(schedule.orders))]
-    rows += list(checks.figures(outcome.evidence).items())
-    rows += [(f"faults: {kind}", n) for kind, n in sorted(outcome.injected.items())]
+    rows += list(checks.figures(result.evidence).items())
+    rows += [(f"faults: {kind}", n) for kind, n in sorted(result.injected.items())]
     rows += [
-        ("zombie reports fenced", outcome.zombies_fenced),
-        ("seconds", f"{outcome.seconds:.1f}"),
+        ("zombie reports fenced", result.zombies_fenced),
+        ("seconds", f"{result.seconds:.1f}"),
     ]
     for name, value in rows:
         figures.add_row(name, str(value))

@@ -46,7 +46,10 @@ class Options:
 
 
 @dataclass(slots=True)
-class Outcome:
+class VerifyResult:
+    """What one `milepost verify` run found: its evidence and the faults it injected (not the
+    orchestrator's `Outcome` of one call)."""
+
     schedule: Schedule
     evidence: checks.Evidence
     injected: dict[str, int]
@@ -136,7 +139,9 @@ class Suite:
         with contextlib.suppress(*TRANSIENT, ServerRefused):
             for item in self.approver.approvals(status="pending", limit=100).get("items", []):
                 with contextlib.suppress(ServerRefused):  # decided meanwhile
-                    self.approver.decide(item["approval_id"], "approve", "the verify suite")
+                    self.approver.decide_approval(
+                        item["approval_id"], "approve", "the verify suite"
+                    )
         with contextlib.suppress(*TRANSIENT, ServerRefused):
             for row in self.admin.executions(path=checks.ORDER_PATH, limit=1000):
                 if row.get("status") in TERMINAL_STATUSES:
@@ -246,7 +251,7 @@ def _every(store: Any) -> Iterator[Any]:
         offset += len(rows)
 
 
-def run(options: Options, schedule: Schedule, progress: Progress) -> Outcome:
+def run(options: Options, schedule: Schedule, progress: Progress) -> VerifyResult:
     started = time.monotonic()
     with Installation(
         options.db_url, options.workdir, workers=options.workers, lease=options.lease
@@ -258,4 +263,4 @@ def run(options: Options, schedule: Schedule, progress: Progress) -> Outcome:
             suite.close()
     evidence = suite.evidence()
     fenced = sum(1 for h in suite.hauntings if h.event_id is not None and h.stale)
-    return Outcome(schedule, evidence, suite.injected, fenced, time.monotonic() - started)
+    return VerifyResult(schedule, evidence, suite.injected, fenced, time.monotonic() - started)

@@ -46,7 +46,7 @@ from milepost.settings import Settings
 from milepost.worker import jobs, machine_ids, remote_credentials, token
 from milepost.worker.clock import Clock, RealClock
 from milepost.worker.jobs import Job, log_job
-from milepost.worker.machine_ids import MachineIds
+from milepost.worker.machine_ids import EventIds
 from milepost.worker.nats_wakeup import Notice
 from milepost.worker.playbooks import CatalogUnavailable, Playbooks
 from milepost.worker.remote_credentials import RemoteCredentials
@@ -163,7 +163,7 @@ class Worker:
         self.min_poll = min_poll
         self.max_poll = max_poll
         # the holder of the machine id lease: unique even when two workers share a worker id
-        self.ids = MachineIds(
+        self.ids = EventIds(
             client,
             f"{self.worker_id}/{secrets.token_hex(4)}",
             self.clock,

@@ -80,9 +80,10 @@ class MachineIdServer(Protocol):
     ) -> dict[str, Any]: ...
 
 
-class MachineIds:
-    """Mints event ids; `new_id` given (or the settings' `machine_id`), on that, else on a
-    machine id `lease` takes from the server and `renew_forever` keeps.
+class EventIds:
+    """Mints a worker's event ids; `new_id` given (or the settings' `machine_id`), on that, else
+    on a machine id `lease` takes from the server and `renew_forever` keeps (the store's side
+    of the lease is `store.machine_ids.MachineIds`).
 
     Args:
         holder: who holds the lease, unique per worker process.

@@ -9,7 +9,7 @@ from typing import Any
 from milepost.engine.machine import LEASE_TTL_S
 from milepost.ids import timestamp_of
 from milepost.settings import Settings
-from milepost.worker.machine_ids import MachineIds
+from milepost.worker.machine_ids import EventIds
 from tests.worker.fakes import FakeClock
 
 
@@ -30,7 +30,7 @@ class PausedServer:
 
 def test_a_lease_reply_delayed_by_a_paused_server_does_not_move_the_ids_ahead() -> None:
     clock = FakeClock()
-    ids = MachineIds(
+    ids = EventIds(
         PausedServer(clock, pause=20.0),
         "w/1",
         clock,

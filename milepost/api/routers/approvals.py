@@ -107,7 +107,7 @@ def get_approval(approval_id: ApprovalId, engine: EngineDep, _: ReadAuth) -> Res
     response_model=schemas.ApprovalOut,
     responses=errors.responses(*AUTH, *BODY, 404, 409),
 )
-def decide(
+def decide_approval(
     approval_id: ApprovalId, body: schemas.DecisionIn, engine: EngineDep, principal: ApproveAuth
 ) -> Response:
     """Approve or deny as the token's user; the approval as the vote leaves it (granted
