@@ -18,7 +18,7 @@ import pytest
 from milepost.core import events as ev
 from tests.acceptance.harness import MILEPOST, Cluster, database
 from tests.acceptance.test_cancel_server import events, gone
-from tests.holding_step import HOLD, pids
+from tests.holding_step import HOLD, started
 from tests.shared import wait_for
 
 pytestmark = pytest.mark.slow
@@ -156,7 +156,7 @@ def test_skip_stops_the_running_step_and_the_run_goes_on_with_the_result(
 ) -> None:
     out = tmp_path / "pids"
     xid = cluster.run(HOLDING, {"out": str(out)})
-    [pid] = pids(out)
+    [pid] = started(out)
     done = cli(cluster, operator(cluster), "skip", xid, "hold", "--result", '{"by": "hand"}')
     assert done.returncode == 0, done.stderr
     status = cluster.wait(xid, timeout=30)
