@@ -178,8 +178,14 @@ def failed_event(
     error: Mapping[str, Any],
     event_id: int,
     now: float,
+    *,
+    worker_id: str | None = None,
+    source: str = "server",
 ) -> ev.Event:
-    """The `command.failed` the engine writes to settle a command of a cancelled run."""
+    """The `command.failed` the engine writes to settle a command no report will (of a
+    cancelled run; of a stalled run or past the `default_timeout`, from the reconciler:
+    `source`), `worker_id` holding its claim at `epoch`. Marked `ev.SETTLES`: written only
+    while its row is still open at that epoch."""
     run, index, attempt = where
     payload = {
         "command_id": command_id,
@@ -197,6 +203,7 @@ def failed_event(
         now,
         step=step,
         payload=payload,
-        meta={"epoch": epoch, "source": "server", ev.SETTLES: True},
+        worker_id=worker_id,
+        meta={"epoch": epoch, "source": source, ev.SETTLES: True},
         parent_event_id=command_id,
     )

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milepost.core import approval_state as ap
+from milepost.core import cancellation
 from milepost.core import events as ev
 from milepost.core import state as st
 from milepost.playbook import durations, model
@@ -137,29 +138,20 @@ def failed_event(
     event_id: int,
     now: float,
 ) -> ev.Event:
-    """The engine's `command.failed` of an open command nobody will report on: one of a
-    stalled run, or an attempt past the engine's `default_timeout` (`where`: its run,
-    index and attempt; `worker_id`: who holds its claim at `epoch`, None when queued).
-    Marked `ev.SETTLES`: written only while its row is still open at that epoch."""
-    run, index, attempt = where
-    payload = {
-        "command_id": command_id,
-        "run": run,
-        "index": index,
-        "attempt": attempt,
-        "epoch": epoch,
-        "error": error,
-    }
-    return ev.new_event(
-        event_id,
+    """The engine's `command.failed` of an open command of a stalled run, or of an attempt
+    past the engine's `default_timeout` (`where`: its run, index and attempt; `worker_id`:
+    who holds its claim at `epoch`, None when queued), as the reconciler writes it."""
+    return cancellation.failed_event(
         execution_id,
-        ev.COMMAND_FAILED,
+        command_id,
+        step,
+        where,
+        epoch,
+        error,
+        event_id,
         now,
-        step=step,
-        payload=payload,
         worker_id=worker_id,
-        meta={"epoch": epoch, "source": "reconciler", ev.SETTLES: True},
-        parent_event_id=command_id,
+        source="reconciler",
     )
 
 
