@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import traceback
@@ -116,29 +117,22 @@ async def run_attempt(
     prints (`MILEPOST_LOG_CAP_BYTES`); `clock`: the engine's time (a worker's estimate of
     its server's), against which an approval's expiry is checked; `on_retry`: told of each
     task policy retry of a failed task before its wait (`OnRetry`)."""
+    attempt = functools.partial(
+        _run_attempt,
+        playbook,
+        item,
+        tools,
+        sleep=sleep,
+        credentials=credentials,
+        log_cap=log_cap,
+        clock=clock,
+        on_retry=on_retry,
+    )
     spans = telemetry.active()
     if spans is None:
-        return await _run_attempt(
-            playbook,
-            item,
-            tools,
-            sleep=sleep,
-            credentials=credentials,
-            log_cap=log_cap,
-            clock=clock,
-            on_retry=on_retry,
-        )
+        return await attempt()
     with spans.attempt(item) as span:
-        outcome = await _run_attempt(
-            playbook,
-            item,
-            tools,
-            sleep=sleep,
-            credentials=credentials,
-            log_cap=log_cap,
-            clock=clock,
-            on_retry=on_retry,
-        )
+        outcome = await attempt()
         spans.attempt_outcome(span, outcome)
         return outcome
 

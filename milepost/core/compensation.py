@@ -54,19 +54,7 @@ def proceed(out: final_steps.Emitter, playbook: model.Playbook, outcome: str) ->
     index, item = current
     # the event's step is the compensation step; `undoes` names the step run it undid
     where: dict[str, Any] = {"index": index, "undoes": {"step": item.step, "run": item.run}}
-
-    def settle(ok: bool, value: Any) -> None:
-        if ok:
-            out.emit(ev.COMPENSATION_COMPLETED, item.target, **where, result=value)
-            return
-        message = str(value.get("message") or "failed")
-        error = {
-            **value,
-            "kind": value.get("kind", "error"),
-            "message": message,
-            "reason": f"compensation '{item.target}' of step '{item.step}' failed: {message}",
-        }
-        out.emit(ev.COMPENSATION_FAILED, item.target, **where, error=error)
-
-    final_steps.advance(out, playbook, item, {"compensation": index}, settle)
+    reason = f"compensation '{item.target}' of step '{item.step}' failed"
+    ends = final_steps.Ends(ev.COMPENSATION_COMPLETED, ev.COMPENSATION_FAILED, where, reason)
+    final_steps.advance(out, playbook, item, {"compensation": index}, ends)
     return True

@@ -90,13 +90,8 @@ def apply_issued(state: ExecutionState, command: Command, index: Any) -> None:
 
 def owns(state: ExecutionState, command: Command) -> CompensationItem | None:
     """The item whose live command `command` is, if any."""
-    comp = state.compensation
-    if comp is None:
-        return None
-    for item in comp.items:
-        if item.command_id == command.command_id and item.status == RUNNING:
-            return item
-    return None
+    held = state.compensation
+    return None if held is None else fs.running(held.items, command.command_id)
 
 
 def apply_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:

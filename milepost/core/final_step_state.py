@@ -16,8 +16,9 @@ The fold of each phase is in its own module, which does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from milepost.core import events as ev
 
@@ -93,6 +94,14 @@ def current(items: list[Any]) -> tuple[int, Any] | None:
         if item.status not in DONE:
             return index, item
     return None
+
+
+W = TypeVar("W", bound="Work")
+
+
+def running(items: Sequence[W], command_id: int) -> W | None:
+    """The final step whose live command `command_id` is, if any."""
+    return next((w for w in items if w.command_id == command_id and w.status == RUNNING), None)
 
 
 def item_at(items: list[Any], index: Any) -> Any:

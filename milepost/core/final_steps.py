@@ -6,7 +6,7 @@ the outcome settled by the phase's own event."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from milepost.core import events as ev
@@ -38,23 +38,31 @@ class Emitter(Protocol):
     def issue(self, step: str, run: int, index: int, attempt: int, **extra: Any) -> None: ...
 
 
-Settle = Callable[[bool, Any], None]
-"""Emits a final step's outcome event: `(True, result)` or `(False, error)`."""
+@dataclass(frozen=True, slots=True)
+class Ends:
+    """How a final step's outcome is logged: its two event types, the fields they carry
+    (`where`) and the start of a failure's reason (`compensation 'refund' of step 'charge'
+    failed`)."""
+
+    completed: str
+    failed: str
+    where: dict[str, Any]
+    reason: str
 
 
 def advance(
-    out: Emitter, playbook: model.Playbook, work: fs.Work, marker: dict[str, Any], settle: Settle
+    out: Emitter, playbook: model.Playbook, work: fs.Work, marker: dict[str, Any], ends: Ends
 ) -> None:
     """One decision on the final step being run: issue its first attempt, wait for its
-    report, retry a failed attempt, or settle it. `marker`: what its commands and retry
-    timers carry (`{"compensation": 2}`), so the fold knows whose they are. The step's
+    report, retry a failed attempt, or settle it (`ends`). `marker`: what its commands and
+    retry timers carry (`{"compensation": 2}`), so the fold knows whose they are. The step's
     `spec` applies (its pool and lease through `issue`, its timeout in the worker)."""
     if work.command_id is not None:
         return  # its command is out: wait for the report
     if work.reported is not None:
         ok, value = work.reported
         if ok:
-            settle(True, value)
+            out.emit(ends.completed, work.target, **ends.where, result=value)
             return
         error = dict(value) if isinstance(value, dict) else {"message": str(value)}
         spec = playbook.steps[work.target].spec.retry
@@ -70,7 +78,14 @@ def advance(
                 **marker,
             )
             return
-        settle(False, error)
+        message = str(error.get("message") or "failed")
+        failed = {
+            **error,
+            "kind": error.get("kind", "error"),
+            "message": message,
+            "reason": f"{ends.reason}: {message}",
+        }
+        out.emit(ends.failed, work.target, **ends.where, error=failed)
     elif work.status == fs.PENDING:
         out.issue(work.target, work.target_run, st.NO_INDEX, 1, **marker)
     elif work.retry_at is not None:

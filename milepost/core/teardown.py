@@ -53,21 +53,9 @@ def proceed(out: final_steps.Emitter, playbook: model.Playbook) -> bool:
         return False
     index, item = current
     where: dict[str, Any] = {"index": index, "run": item.target_run}
-
-    def settle(ok: bool, value: Any) -> None:
-        if ok:
-            out.emit(ev.TEARDOWN_COMPLETED, item.target, **where, result=value)
-            return
-        message = str(value.get("message") or "failed")
-        error = {
-            **value,
-            "kind": value.get("kind", "error"),
-            "message": message,
-            "reason": f"teardown step '{item.target}' failed: {message}",
-        }
-        out.emit(ev.TEARDOWN_FAILED, item.target, **where, error=error)
-
-    final_steps.advance(out, playbook, item, {"teardown": index}, settle)
+    reason = f"teardown step '{item.target}' failed"
+    ends = final_steps.Ends(ev.TEARDOWN_COMPLETED, ev.TEARDOWN_FAILED, where, reason)
+    final_steps.advance(out, playbook, item, {"teardown": index}, ends)
     return True
 
 

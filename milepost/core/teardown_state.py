@@ -78,13 +78,8 @@ def apply_issued(state: ExecutionState, command: Command, index: Any) -> None:
 
 def owns(state: ExecutionState, command: Command) -> fs.Work | None:
     """The teardown step whose live command `command` is, if any."""
-    td = state.teardown
-    if td is None:
-        return None
-    for item in td.items:
-        if item.command_id == command.command_id and item.status == fs.RUNNING:
-            return item
-    return None
+    held = state.teardown
+    return None if held is None else fs.running(held.items, command.command_id)
 
 
 def apply_retry_scheduled(state: ExecutionState, event: ev.Event) -> None:
